@@ -1,0 +1,73 @@
+// Element types tally aggregates, and what each accumulates into.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace tally::ops {
+
+enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt32, kUInt8 };
+
+inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
+                                       DType::kInt64,   DType::kUInt32,  DType::kUInt8};
+
+constexpr std::size_t SizeOf(DType t) {
+  switch (t) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kUInt32: return 4;
+    case DType::kUInt8: return 1;
+  }
+  return 0;
+}
+
+constexpr std::string_view Name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kUInt32: return "uint32";
+    case DType::kUInt8: return "uint8";
+  }
+  return "unknown";
+}
+
+constexpr bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+constexpr bool IsSigned(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+constexpr bool IsUnsigned(DType t) { return t == DType::kUInt32 || t == DType::kUInt8; }
+
+// Per-dtype types:
+//   value     the element type in memory
+//   sum       what OP_SUM accumulates into (numpy's accumulator types)
+//   extreme   how OP_MIN/OP_MAX are reported
+//   bin       the arithmetic numpy.histogram bins in (float32 for float32
+//             input, float64 for everything else)
+template <DType T> struct Traits;
+template <> struct Traits<DType::kFloat32> { using value = float;         using sum = double;        using extreme = double;        using bin = float; };
+template <> struct Traits<DType::kFloat64> { using value = double;        using sum = double;        using extreme = double;        using bin = double; };
+template <> struct Traits<DType::kInt32>   { using value = std::int32_t;  using sum = std::int64_t;  using extreme = std::int64_t;  using bin = double; };
+template <> struct Traits<DType::kInt64>   { using value = std::int64_t;  using sum = std::int64_t;  using extreme = std::int64_t;  using bin = double; };
+template <> struct Traits<DType::kUInt32>  { using value = std::uint32_t; using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
+template <> struct Traits<DType::kUInt8>   { using value = std::uint8_t;  using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
+
+// Calls f(std::integral_constant<DType, t>{}) for the runtime dtype t: the one
+// place that turns a runtime dtype into a compile-time one.
+template <typename F>
+constexpr decltype(auto) VisitDType(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f(std::integral_constant<DType, DType::kFloat32>{});
+    case DType::kFloat64: return f(std::integral_constant<DType, DType::kFloat64>{});
+    case DType::kInt32: return f(std::integral_constant<DType, DType::kInt32>{});
+    case DType::kInt64: return f(std::integral_constant<DType, DType::kInt64>{});
+    case DType::kUInt32: return f(std::integral_constant<DType, DType::kUInt32>{});
+    case DType::kUInt8: break;
+  }
+  return f(std::integral_constant<DType, DType::kUInt8>{});
+}
+
+}  // namespace tally::ops

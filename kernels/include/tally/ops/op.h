@@ -1,0 +1,66 @@
+// The aggregations tally computes, and the limits on their parameters.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace tally::ops {
+
+enum class OpKind : std::uint8_t {
+  kSum,
+  kMin,
+  kMax,
+  kMean,
+  kCount,
+  kSumSquares,
+  kVariance,
+  kStddev,
+  kArgmin,
+  kArgmax,
+  kHistogram,
+};
+inline constexpr int kNumOpKinds = 11;
+
+constexpr std::string_view Name(OpKind k) {
+  switch (k) {
+    case OpKind::kSum: return "sum";
+    case OpKind::kMin: return "min";
+    case OpKind::kMax: return "max";
+    case OpKind::kMean: return "mean";
+    case OpKind::kCount: return "count";
+    case OpKind::kSumSquares: return "sum_squares";
+    case OpKind::kVariance: return "variance";
+    case OpKind::kStddev: return "stddev";
+    case OpKind::kArgmin: return "argmin";
+    case OpKind::kArgmax: return "argmax";
+    case OpKind::kHistogram: return "histogram";
+  }
+  return "unknown";
+}
+
+// Ops that have no value on an empty input (numpy raises).
+constexpr bool NeedsNonEmpty(OpKind k) {
+  return k == OpKind::kMin || k == OpKind::kMax || k == OpKind::kArgmin || k == OpKind::kArgmax;
+}
+
+inline constexpr std::uint32_t kMaxHistogramBins = 65536;
+
+struct HistogramSpec {
+  std::uint32_t bins = 0;
+  double lo = 0.0;
+  double hi = 0.0;
+};
+
+struct OpSpec {
+  OpKind kind = OpKind::kSum;
+  double ddof = 0.0;          // kVariance, kStddev
+  HistogramSpec histogram{};  // kHistogram
+};
+
+// A set of op kinds as a bit mask, so a fused kernel can pick its work with
+// uniform branches at run time instead of one instantiation per subset.
+using OpMask = std::uint32_t;
+constexpr OpMask Bit(OpKind k) { return OpMask{1} << static_cast<int>(k); }
+constexpr bool Has(OpMask m, OpKind k) { return (m & Bit(k)) != 0; }
+
+}  // namespace tally::ops
