@@ -25,7 +25,7 @@ constexpr std::size_t SizeOf(DType t) {
   return 0;
 }
 
-constexpr std::string_view Name(DType t) {
+constexpr const char* Name(DType t) {
   switch (t) {
     case DType::kFloat32: return "float32";
     case DType::kFloat64: return "float64";

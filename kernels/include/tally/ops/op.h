@@ -21,7 +21,7 @@ enum class OpKind : std::uint8_t {
 };
 inline constexpr int kNumOpKinds = 11;
 
-constexpr std::string_view Name(OpKind k) {
+constexpr const char* Name(OpKind k) {
   switch (k) {
     case OpKind::kSum: return "sum";
     case OpKind::kMin: return "min";

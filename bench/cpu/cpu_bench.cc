@@ -1,0 +1,119 @@
+// tally-cpu-bench: throughput of the CPU backend on a large float32 array
+// (1 GiB by default) for sum, min, max and the three fused, driving the
+// Backend interface directly (no network). compare_numpy.py runs it next to
+// numpy on an array of the same size and prints both.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "server/engine/cpu/cpu_backend.h"
+
+namespace {
+
+struct Flags {
+  double gib = 1.0;
+  int reps = 5;
+  int threads = 0;
+  std::uint64_t piece_mib = 0;  // 0: the whole array in one Consume()
+  bool tsv = false;
+};
+
+Flags Parse(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      const std::string prefix = std::string(name) + "=";
+      return a.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
+    };
+    if (const char* v = value("--gib")) {
+      f.gib = std::atof(v);
+    } else if (const char* v = value("--reps")) {
+      f.reps = std::max(1, std::atoi(v));
+    } else if (const char* v = value("--threads")) {
+      f.threads = std::atoi(v);
+    } else if (const char* v = value("--piece_mib")) {
+      f.piece_mib = std::strtoull(v, nullptr, 10);
+    } else if (a == "--tsv") {
+      f.tsv = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: tally-cpu-bench [--gib=1] [--reps=5] [--threads=0 (all)]\n"
+                   "                       [--piece_mib=0 (one piece)] [--tsv]\n");
+      std::exit(a == "--help" ? 0 : 2);
+    }
+  }
+  return f;
+}
+
+struct Case {
+  const char* name;
+  std::vector<tally::OpKind> ops;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = Parse(argc, argv);
+  const std::uint64_t n = static_cast<std::uint64_t>(flags.gib * (1ull << 30)) / sizeof(float);
+  std::vector<float> data(n);
+  std::uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (float& v : data) {  // xorshift64*: uniform [0, 1), like numpy's random(dtype=float32)
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    v = static_cast<float>((s * 0x2545f4914f6cdd1dull) >> 40) * (1.0f / 16777216.0f);
+  }
+  const auto backend = tally::MakeCpuBackend({.threads = flags.threads});
+  const std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(data));
+  const std::size_t piece = flags.piece_mib == 0 ? bytes.size() : flags.piece_mib << 20;
+
+  const Case cases[] = {
+      {"sum", {tally::OpKind::kSum}},
+      {"min", {tally::OpKind::kMin}},
+      {"max", {tally::OpKind::kMax}},
+      {"sum+min+max", {tally::OpKind::kSum, tally::OpKind::kMin, tally::OpKind::kMax}},
+  };
+  if (!flags.tsv) {
+    std::printf("tally cpu backend: %s, %.2f GiB float32 (%llu elements), %s, best of %d\n",
+                backend->device().c_str(), flags.gib, static_cast<unsigned long long>(n),
+                flags.piece_mib == 0 ? "one Consume()"
+                                     : (std::to_string(flags.piece_mib) + " MiB pieces").c_str(),
+                flags.reps);
+    std::printf("%-12s %10s %10s %22s\n", "op", "best s", "GB/s", "result");
+  }
+  for (const Case& c : cases) {
+    tally::AggregationPlan plan;
+    plan.array = {.dtype = tally::DType::kFloat32, .length = n, .row_length = 0};
+    for (tally::OpKind k : c.ops) plan.ops.push_back({.kind = k});
+    double best = 1e300, result = 0.0;
+    for (int r = 0; r < flags.reps; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto reduction = backend->Start(plan);
+      if (!reduction.ok()) return 1;
+      for (std::size_t off = 0; off < bytes.size(); off += piece) {
+        if (!(*reduction)->Consume(bytes.subspan(off, std::min(piece, bytes.size() - off))).ok()) {
+          return 1;
+        }
+      }
+      auto out = (*reduction)->Finish();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!out.ok()) return 1;
+      best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+      result = std::get<std::vector<double>>(out->values[0])[0];
+    }
+    const double gbps = static_cast<double>(bytes.size()) / best / 1e9;
+    if (flags.tsv) {
+      std::printf("%s\t%.6f\t%.3f\t%.17g\n", c.name, best, gbps, result);
+    } else {
+      std::printf("%-12s %10.4f %10.2f %22.10g\n", c.name, best, gbps, result);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,33 @@
+// A borrowed view of the array a client sends, and the dtype names the
+// command line accepts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "tally/ops/dtype.h"
+
+namespace tally::client {
+
+using ops::DType;
+
+// Does not own `data`: the caller keeps it alive (and unchanged) for the
+// whole call. Sizes are 64-bit throughout: arrays may be many GiB.
+struct ArrayRef {
+  DType dtype = DType::kFloat32;
+  const std::byte* data = nullptr;
+  std::uint64_t length = 0;      // elements
+  std::uint64_t row_length = 0;  // 0: the whole array; N: rows of N elements
+
+  std::uint64_t size_bytes() const { return length * ops::SizeOf(dtype); }
+  // Results per aggregation: one per row, or one for the whole array.
+  std::uint64_t rows() const { return row_length == 0 ? 1 : length / row_length; }
+};
+
+// "float32", "f4", "float64", "f8", "int32", "i4", "int64", "i8", "uint32",
+// "u4", "uint8", "u1".
+[[nodiscard]] absl::StatusOr<DType> ParseDType(absl::string_view name);
+
+}  // namespace tally::client

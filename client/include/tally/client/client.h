@@ -1,0 +1,91 @@
+// The tally client: sends an array to tally.v1.Aggregator and returns the
+// results, choosing the unary or the streaming RPC by size.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tally/client/array.h"
+#include "tally/v1/tally.pb.h"
+
+namespace tally::client {
+
+inline constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+
+struct ChannelOptions {
+  // Responses with one value per row of a large batch can be big.
+  int max_receive_message_bytes = 256 * 1024 * 1024;
+  // gRPC shares one connection among channels to the same target unless
+  // asked not to; a load generator wants one connection per client.
+  bool dedicated_connection = false;
+};
+
+// An insecure (plaintext) channel to `target` ("HOST:PORT").
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const ChannelOptions& options = {});
+
+enum class StreamMode {
+  kAuto,    // unary below CallOptions::stream_threshold_bytes, else stream
+  kAlways,  // AggregateStream
+  kNever,   // Aggregate (the server refuses arrays above its unary limit)
+};
+
+struct CallOptions {
+  StreamMode stream = StreamMode::kAuto;
+  // Well below the server's default unary limit of 64 MiB, so auto never
+  // sends a message the server refuses; large enough that small requests
+  // skip the streaming round trips.
+  std::uint64_t stream_threshold_bytes = 4 * kMiB;
+  // Bytes per AggregateStream chunk message.
+  std::uint64_t chunk_bytes = 4 * kMiB;
+  // absl::InfiniteDuration(): no deadline.
+  absl::Duration timeout = absl::InfiniteDuration();
+  // Called on the calling thread after each chunk is handed to gRPC (and
+  // once at the start and end of a unary call), with bytes sent so far and
+  // the array's size.
+  std::function<void(std::uint64_t sent, std::uint64_t total)> progress;
+};
+
+// Whether Aggregate() sends `array` with AggregateStream under `options`.
+bool UsesStream(const ArrayRef& array, const CallOptions& options);
+
+// Thread-safe: one Client may serve many threads at once; each call runs on
+// the calling thread.
+class Client {
+ public:
+  explicit Client(std::shared_ptr<grpc::Channel> channel);
+
+  // Sends the array (never copying it: its bytes go to gRPC as borrowed
+  // slices, so `array.data` must stay valid until this returns) and returns
+  // the server's response or its status (code and message kept).
+  [[nodiscard]] absl::StatusOr<v1::AggregateResponse> Aggregate(
+      const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
+      const CallOptions& options = {});
+
+  // Waits until the channel is connected, for tools that want connection
+  // setup out of their measurements.
+  bool WaitForConnected(absl::Duration timeout);
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  absl::StatusOr<v1::AggregateResponse> Unary(const ArrayRef& array,
+                                              const std::vector<v1::Aggregation>& aggregations,
+                                              const CallOptions& options);
+  absl::StatusOr<v1::AggregateResponse> Stream(const ArrayRef& array,
+                                               const std::vector<v1::Aggregation>& aggregations,
+                                               const CallOptions& options);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::GenericStub stub_;
+};
+
+}  // namespace tally::client

@@ -1,0 +1,41 @@
+// The inputs the tool sends: a .npy file, a raw binary file (both mapped,
+// never read whole) or generated random data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "absl/status/statusor.h"
+#include "tally/client/array.h"
+#include "tally/client/mapped_file.h"
+#include "tally/client/random_data.h"
+
+namespace tally::client {
+
+// An array and whatever keeps its bytes alive. Moving it keeps array().data
+// valid (the mapping and the heap buffer do not move).
+class InputArray {
+ public:
+  // A .npy file; a 2-D array sets row_length to its second dimension.
+  [[nodiscard]] static absl::StatusOr<InputArray> OpenNpy(const std::string& path);
+  // A file of raw little-endian elements; its size must be a multiple of
+  // the dtype's size.
+  [[nodiscard]] static absl::StatusOr<InputArray> OpenRaw(const std::string& path, DType dtype);
+  // `length` random elements (see FillRandom).
+  static InputArray Random(std::uint64_t length, DType dtype, std::uint64_t seed);
+
+  const ArrayRef& array() const { return array_; }
+  // Segments the array into rows of `row_length` elements (0: whole array).
+  // The server checks that it divides the length.
+  void set_row_length(std::uint64_t row_length) { array_.row_length = row_length; }
+  // e.g. "data.npy (float32, shape 1000x256)", for messages.
+  const std::string& description() const { return description_; }
+
+ private:
+  std::variant<std::monostate, MappedFile, HostBuffer> storage_;
+  ArrayRef array_;
+  std::string description_;
+};
+
+}  // namespace tally::client

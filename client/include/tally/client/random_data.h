@@ -1,0 +1,36 @@
+// Deterministic random arrays for trying and loading a server.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tally/ops/dtype.h"
+
+namespace tally::client {
+
+// An owned, uninitialised byte buffer: a random array of many GiB should not
+// be written twice (once with zeros, once with data).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(std::uint64_t bytes);
+
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  std::uint64_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::uint64_t size_ = 0;
+};
+
+// Fills `length` elements of `dtype` at `out` from a generator seeded with
+// `seed` (xoshiro256**, so the same seed gives the same bytes everywhere).
+// Values, uniform: floats in [-1, 1); int32 in [-2^20, 2^20); int64 in
+// [-2^32, 2^32) (beyond int32's range); uint32 in [0, 2^20); uint8 in
+// [0, 256). Never all zeros; integer sums cannot overflow for any array
+// below 2^30 elements.
+void FillRandom(ops::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length);
+
+}  // namespace tally::client

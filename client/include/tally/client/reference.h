@@ -1,0 +1,33 @@
+// A plain host implementation of every aggregation, following the wire
+// contract's rules, to check a server's answers (`tally bench --verify`, the
+// client tests' in-process server). Simple and sequential: correct, not fast.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tally/client/array.h"
+#include "tally/ops/op.h"
+#include "tally/v1/tally.pb.h"
+
+namespace tally::client {
+
+// Which AggregationResult field an op answers in, for a dtype (the rule
+// in tally.proto's Op comments).
+v1::AggregationResult::ValuesCase ResultCaseFor(ops::OpKind op, ops::DType dtype);
+
+// INVALID_ARGUMENT for requests the contract rejects (row length that does
+// not divide the length, min of an empty row, bad histogram spec, ...).
+// execution.backend is "reference".
+[[nodiscard]] absl::StatusOr<v1::AggregateResponse> ComputeReference(
+    const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations);
+
+// OK when `actual` answers the same aggregations with the same values:
+// integers, histograms, min/max and arg* exactly, other floats within a
+// relative 1e-6 (sums may be accumulated in any order). NaN matches NaN.
+// Otherwise the first difference, named by aggregation and row.
+[[nodiscard]] absl::Status CompareResults(const v1::AggregateResponse& expected,
+                                          const v1::AggregateResponse& actual);
+
+}  // namespace tally::client

@@ -1,0 +1,30 @@
+// Parsing dtype names given on the command line.
+#include "tally/client/array.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace tally::client {
+
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  struct Alias {
+    absl::string_view name;
+    absl::string_view short_name;  // numpy's kind + size
+    DType dtype;
+  };
+  static constexpr Alias kAliases[] = {
+      {"float32", "f4", DType::kFloat32}, {"float64", "f8", DType::kFloat64},
+      {"int32", "i4", DType::kInt32},     {"int64", "i8", DType::kInt64},
+      {"uint32", "u4", DType::kUInt32},   {"uint8", "u1", DType::kUInt8},
+  };
+  for (const Alias& a : kAliases) {
+    if (lower == a.name || lower == a.short_name) return a.dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype \"", name, "\"; expected float32, float64, int32, int64, uint32 or uint8"));
+}
+
+}  // namespace tally::client

@@ -1,0 +1,245 @@
+// The client's two paths: unary Aggregate for small arrays, client-streaming
+// AggregateStream for large ones. Both go through gRPC's generic stub so the
+// array's bytes reach gRPC as borrowed slices: the generated stubs would copy
+// every byte into a protobuf string and then again into the wire buffer,
+// which for a many-GiB array (or a load test measuring transport overhead)
+// is the dominant cost.
+#include "tally/client/client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tally/client/status.h"
+#include "tally/client/wire.h"
+
+namespace tally::client {
+namespace {
+
+// Both AggregateRequest.data and AggregateStreamRequest.chunk are field 2,
+// length-delimited; the hand-written field key below relies on it.
+static_assert(v1::AggregateRequest::kDataFieldNumber == 2);
+static_assert(v1::AggregateStreamRequest::kChunkFieldNumber == 2);
+constexpr char kBytesField2Key = (2 << 3) | 2;  // field 2, wire type LEN
+
+// The largest message protobuf parses (INT_MAX bytes).
+constexpr std::uint64_t kMaxMessageBytes = INT_MAX;
+constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{1} << 30;
+
+// The key and length that precede `length` bytes of field 2 on the wire.
+std::string BytesFieldPrefix(std::uint64_t length) {
+  std::string out(1, kBytesField2Key);
+  do {
+    const auto low = static_cast<char>(length & 0x7f);
+    length >>= 7;
+    out.push_back(static_cast<char>(low | (length != 0 ? 0x80 : 0)));
+  } while (length != 0);
+  return out;
+}
+
+// A message made of `head` (serialized protobuf fields, copied: it is small)
+// followed by field 2 holding the borrowed bytes [data, data + length).
+// Protobuf merges concatenated fields, so this parses exactly as if the
+// bytes had been set on the message. STATIC_SLICE tells gRPC not to free
+// them; the caller keeps them alive until the call completes.
+grpc::ByteBuffer MessageWithBorrowedBytes(std::string head, const std::byte* data,
+                                          std::uint64_t length) {
+  if (length == 0) {
+    grpc::Slice only(head);
+    return grpc::ByteBuffer(&only, 1);
+  }
+  head += BytesFieldPrefix(length);
+  grpc::Slice slices[2] = {grpc::Slice(head),
+                           grpc::Slice(data, length, grpc::Slice::STATIC_SLICE)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+v1::ArraySpec SpecOf(const ArrayRef& array) {
+  v1::ArraySpec spec;
+  spec.set_dtype(ToWire(array.dtype));
+  spec.set_length(array.length);
+  spec.set_row_length(array.row_length);
+  return spec;
+}
+
+absl::StatusOr<v1::AggregateResponse> ParseResponse(grpc::ByteBuffer* reply) {
+  v1::AggregateResponse response;
+  const grpc::Status parsed =
+      grpc::SerializationTraits<v1::AggregateResponse>::Deserialize(reply, &response);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot parse the server's response: ",
+                                            parsed.error_message()));
+  }
+  return response;
+}
+
+void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
+  if (timeout != absl::InfiniteDuration()) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+}
+
+// A completion queue for one call, driven from the calling thread with one
+// operation in flight at a time, which keeps the call synchronous (progress
+// callbacks run on the caller's thread) while allowing borrowed slices.
+class CallQueue {
+ public:
+  CallQueue() = default;
+  CallQueue(const CallQueue&) = delete;
+  CallQueue& operator=(const CallQueue&) = delete;
+  ~CallQueue() {
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+  }
+
+  grpc::CompletionQueue* get() { return &queue_; }
+  void* tag() { return this; }
+
+  // Waits for the operation in flight; false when it failed (the call is
+  // over: its status says why).
+  bool Wait() {
+    void* tag = nullptr;
+    bool ok = false;
+    return queue_.Next(&tag, &ok) && ok;
+  }
+
+ private:
+  grpc::CompletionQueue queue_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const ChannelOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+bool UsesStream(const ArrayRef& array, const CallOptions& options) {
+  switch (options.stream) {
+    case StreamMode::kAlways: return true;
+    case StreamMode::kNever: return false;
+    case StreamMode::kAuto: break;
+  }
+  return array.size_bytes() > options.stream_threshold_bytes;
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)), stub_(channel_) {}
+
+bool Client::WaitForConnected(absl::Duration timeout) {
+  return channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::StatusOr<v1::AggregateResponse> Client::Aggregate(
+    const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
+    const CallOptions& options) {
+  if (array.data == nullptr && array.length != 0) {
+    return absl::InvalidArgumentError("array has a length but no data");
+  }
+  return UsesStream(array, options) ? Stream(array, aggregations, options)
+                                    : Unary(array, aggregations, options);
+}
+
+absl::StatusOr<v1::AggregateResponse> Client::Unary(
+    const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
+    const CallOptions& options) {
+  v1::AggregateRequest head;
+  *head.mutable_spec() = SpecOf(array);
+  head.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
+  const std::string head_bytes = head.SerializeAsString();
+  const std::uint64_t total = array.size_bytes();
+  if (total > kMaxMessageBytes - head_bytes.size() - 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "array of ", total, " bytes is too large for the unary Aggregate call (one message holds "
+        "less than 2 GiB); stream it instead"));
+  }
+  const grpc::ByteBuffer request = MessageWithBorrowedBytes(head_bytes, array.data, total);
+
+  CallQueue queue;
+  grpc::ClientContext context;
+  SetDeadline(context, options.timeout);
+  if (options.progress) options.progress(0, total);
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub_.PrepareUnaryCall(&context, AggregateMethod(), request, queue.get());
+  call->StartCall();
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+  call->Finish(&reply, &status, queue.tag());
+  queue.Wait();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (options.progress) options.progress(total, total);
+  return ParseResponse(&reply);
+}
+
+absl::StatusOr<v1::AggregateResponse> Client::Stream(
+    const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
+    const CallOptions& options) {
+  if (options.chunk_bytes == 0 || options.chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size ", options.chunk_bytes, " bytes is outside [1, 1 GiB]"));
+  }
+  v1::AggregateStreamRequest header;
+  *header.mutable_header()->mutable_spec() = SpecOf(array);
+  header.mutable_header()->mutable_aggregations()->Assign(aggregations.begin(),
+                                                          aggregations.end());
+  const std::uint64_t total = array.size_bytes();
+
+  CallQueue queue;
+  grpc::ClientContext context;
+  SetDeadline(context, options.timeout);
+  // Client streaming has the same wire form as bidi streaming; the generic
+  // stub only offers the latter. We read exactly one response.
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub_.PrepareCall(&context, AggregateStreamMethod(), queue.get());
+  call->StartCall(queue.tag());
+  bool ok = queue.Wait();
+  if (ok) {
+    call->Write(MessageWithBorrowedBytes(header.SerializeAsString(), nullptr, 0), queue.tag());
+    ok = queue.Wait();
+  }
+  if (options.progress) options.progress(0, total);
+  std::uint64_t sent = 0;
+  while (ok && sent < total) {
+    const std::uint64_t n = std::min(options.chunk_bytes, total - sent);
+    call->Write(MessageWithBorrowedBytes(std::string(), array.data + sent, n), queue.tag());
+    ok = queue.Wait();
+    if (ok) {
+      sent += n;
+      if (options.progress) options.progress(sent, total);
+    }
+  }
+  // A failed write means the server has already ended the call (usually
+  // with an error for the header): skip to its status.
+  if (ok) {
+    call->WritesDone(queue.tag());
+    ok = queue.Wait();
+  }
+  grpc::ByteBuffer reply;
+  bool have_reply = false;
+  if (ok) {
+    call->Read(&reply, queue.tag());
+    have_reply = queue.Wait();
+  }
+  grpc::Status status;
+  call->Finish(&status, queue.tag());
+  queue.Wait();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (!have_reply) {
+    return absl::InternalError("the server ended AggregateStream with OK but sent no response");
+  }
+  return ParseResponse(&reply);
+}
+
+}  // namespace tally::client

@@ -1,0 +1,94 @@
+// The JSON result format (schema in tally/client/format.h).
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tally/client/aggregations.h"
+#include "tally/client/format.h"
+#include "tally/client/number_text.h"
+
+namespace tally::client {
+namespace {
+
+// DoubleText gives a valid JSON number for finite values; the three values
+// JSON cannot spell become strings.
+std::string JsonDouble(double v) {
+  std::string text = DoubleText(v);
+  if (!std::isfinite(v)) return absl::StrCat("\"", text, "\"");
+  return text;
+}
+
+template <typename Values, typename ToJson>
+void AppendArray(std::string* out, const Values& values, ToJson to_json) {
+  out->push_back('[');
+  bool first = true;
+  for (const auto& v : values) {
+    if (!first) out->push_back(',');
+    first = false;
+    absl::StrAppend(out, to_json(v));
+  }
+  out->push_back(']');
+}
+
+void AppendResult(std::string* out, const v1::AggregationResult& r) {
+  const v1::Aggregation& a = r.aggregation();
+  absl::StrAppend(out, "{\"op\":", JsonQuote(OpName(a.op())));
+  if (a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV) {
+    absl::StrAppend(out, ",\"ddof\":", JsonDouble(a.ddof()));
+  }
+  const auto integer = [](auto v) { return absl::StrCat(v); };
+  switch (r.values_case()) {
+    case v1::AggregationResult::kDoubles:
+      absl::StrAppend(out, ",\"type\":\"float64\",\"values\":");
+      AppendArray(out, r.doubles().values(), JsonDouble);
+      break;
+    case v1::AggregationResult::kInt64S:
+      absl::StrAppend(out, ",\"type\":\"int64\",\"values\":");
+      AppendArray(out, r.int64s().values(), integer);
+      break;
+    case v1::AggregationResult::kUint64S:
+      absl::StrAppend(out, ",\"type\":\"uint64\",\"values\":");
+      AppendArray(out, r.uint64s().values(), integer);
+      break;
+    case v1::AggregationResult::kHistograms:
+      absl::StrAppend(out, ",\"bins\":", a.histogram().bins(),
+                      ",\"lo\":", JsonDouble(a.histogram().lo()),
+                      ",\"hi\":", JsonDouble(a.histogram().hi()), ",\"histograms\":");
+      AppendArray(out, r.histograms().histograms(), [&](const v1::Histogram& h) {
+        std::string item = "{\"counts\":";
+        AppendArray(&item, h.counts(), integer);
+        absl::StrAppend(&item, ",\"below\":", h.below(), ",\"above\":", h.above(),
+                        ",\"nan\":", h.nan(), "}");
+        return item;
+      });
+      break;
+    case v1::AggregationResult::VALUES_NOT_SET:
+      absl::StrAppend(out, ",\"values\":[]");
+      break;
+  }
+  out->push_back('}');
+}
+
+}  // namespace
+
+std::string FormatJson(const v1::AggregateResponse& response, const FormatOptions& options) {
+  std::string out = "{\"results\":[";
+  for (int i = 0; i < response.results_size(); ++i) {
+    if (i > 0) out += ",\n  ";
+    else out += "\n  ";
+    AppendResult(&out, response.results(i));
+  }
+  const v1::Execution& e = response.execution();
+  absl::StrAppend(&out, "],\n\"execution\":{\"elements\":", e.elements(), ",\"bytes\":", e.bytes(),
+                  ",\"rows\":", e.rows(), ",\"backend\":", JsonQuote(e.backend()),
+                  ",\"device\":", JsonQuote(e.device()),
+                  ",\"server_seconds\":", JsonDouble(e.server_seconds()));
+  if (options.client_seconds) {
+    absl::StrAppend(&out, ",\"client_seconds\":", JsonDouble(*options.client_seconds));
+  }
+  if (options.transport) absl::StrAppend(&out, ",\"transport\":", JsonQuote(*options.transport));
+  out += "}}\n";
+  return out;
+}
+
+}  // namespace tally::client

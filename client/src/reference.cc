@@ -1,0 +1,305 @@
+// Sequential host reference for every op, built on the shared rules in
+// tally/ops (NaN handling, argmin/argmax ties, variance, histogram edges).
+#include "tally/client/reference.h"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "tally/client/aggregations.h"
+#include "tally/client/wire.h"
+#include "tally/ops/combine.h"
+#include "tally/ops/histogram_bin.h"
+
+namespace tally::client {
+namespace {
+
+template <typename V>
+V Load(const std::byte* data, std::uint64_t i) {
+  V v;
+  std::memcpy(&v, data + i * sizeof(V), sizeof(V));  // .npy data need not be aligned
+  return v;
+}
+
+absl::Status CheckAggregation(const v1::Aggregation& a) {
+  const std::optional<ops::OpKind> kind = FromWire(a.op());
+  if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown op ", a.op()));
+  if ((*kind == ops::OpKind::kVariance || *kind == ops::OpKind::kStddev) &&
+      !(std::isfinite(a.ddof()) && a.ddof() >= 0.0)) {
+    return absl::InvalidArgumentError("ddof must be finite and >= 0");
+  }
+  if (*kind == ops::OpKind::kHistogram) {
+    const v1::HistogramSpec& h = a.histogram();
+    if (h.bins() < 1 || h.bins() > ops::kMaxHistogramBins || !std::isfinite(h.lo()) ||
+        !std::isfinite(h.hi()) || !(h.lo() < h.hi())) {
+      return absl::InvalidArgumentError("bad histogram spec");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One aggregation over the rows of an array of dtype T.
+template <ops::DType T>
+absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
+                        v1::AggregationResult* out) {
+  using V = typename ops::Traits<T>::value;
+  using Extreme = typename ops::Traits<T>::extreme;
+  using Bin = typename ops::Traits<T>::bin;
+  const ops::OpKind kind = *FromWire(agg.op());
+  const std::uint64_t row_length = array.row_length == 0 ? array.length : array.row_length;
+  const std::uint64_t rows = array.row_length == 0 ? 1 : array.length / array.row_length;
+  if (ops::NeedsNonEmpty(kind) && row_length == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(NameOf(kind), " of an empty array"));
+  }
+  *out->mutable_aggregation() = agg;
+
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const std::byte* row = array.data + r * row_length * sizeof(V);
+    const auto at = [&](std::uint64_t i) { return Load<V>(row, i); };
+    const double n = static_cast<double>(row_length);
+    switch (kind) {
+      case ops::OpKind::kSum:
+        if constexpr (ops::IsFloat(T)) {
+          double s = 0.0;
+          for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<double>(at(i));
+          out->mutable_doubles()->add_values(s);
+        } else {
+          std::uint64_t s = 0;  // unsigned: wraps modulo 2^64 without UB, as numpy does
+          for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<std::uint64_t>(at(i));
+          if constexpr (ops::IsSigned(T)) {
+            out->mutable_int64s()->add_values(static_cast<std::int64_t>(s));
+          } else {
+            out->mutable_uint64s()->add_values(s);
+          }
+        }
+        break;
+      case ops::OpKind::kMin:
+      case ops::OpKind::kMax: {
+        Extreme e = static_cast<Extreme>(at(0));
+        for (std::uint64_t i = 1; i < row_length; ++i) {
+          const auto v = static_cast<Extreme>(at(i));
+          e = kind == ops::OpKind::kMin ? ops::MinNan(e, v) : ops::MaxNan(e, v);
+        }
+        if constexpr (ops::IsFloat(T)) {
+          out->mutable_doubles()->add_values(e);
+        } else if constexpr (ops::IsSigned(T)) {
+          out->mutable_int64s()->add_values(e);
+        } else {
+          out->mutable_uint64s()->add_values(e);
+        }
+        break;
+      }
+      case ops::OpKind::kMean: {
+        double s = 0.0;
+        for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<double>(at(i));
+        out->mutable_doubles()->add_values(row_length == 0 ? std::nan("") : s / n);
+        break;
+      }
+      case ops::OpKind::kCount:
+        out->mutable_uint64s()->add_values(row_length);
+        break;
+      case ops::OpKind::kSumSquares: {
+        double s = 0.0;
+        for (std::uint64_t i = 0; i < row_length; ++i) {
+          const auto x = static_cast<double>(at(i));
+          s += x * x;
+        }
+        out->mutable_doubles()->add_values(s);
+        break;
+      }
+      case ops::OpKind::kVariance:
+      case ops::OpKind::kStddev: {
+        // Two passes: the mean, then the squared deviations from it.
+        ops::Moments m;
+        m.count = n;
+        double s = 0.0;
+        for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<double>(at(i));
+        m.mean = row_length == 0 ? 0.0 : s / n;
+        for (std::uint64_t i = 0; i < row_length; ++i) {
+          const double d = static_cast<double>(at(i)) - m.mean;
+          m.m2 += d * d;
+        }
+        const double var = ops::VarianceOf(m, agg.ddof());
+        out->mutable_doubles()->add_values(kind == ops::OpKind::kVariance ? var : std::sqrt(var));
+        break;
+      }
+      case ops::OpKind::kArgmin:
+      case ops::OpKind::kArgmax: {
+        ops::ArgCandidate<V> best{at(0), 0};
+        for (std::uint64_t i = 1; i < row_length; ++i) {
+          const ops::ArgCandidate<V> c{at(i), static_cast<std::int64_t>(i)};
+          best = kind == ops::OpKind::kArgmax ? ops::PickArg<true>(best, c)
+                                              : ops::PickArg<false>(best, c);
+        }
+        out->mutable_int64s()->add_values(best.index);
+        break;
+      }
+      case ops::OpKind::kHistogram: {
+        const auto binner = ops::HistogramBinner<Bin>::Make(agg.histogram().bins(),
+                                                            agg.histogram().lo(),
+                                                            agg.histogram().hi());
+        std::vector<std::uint64_t> counts(agg.histogram().bins(), 0);
+        v1::Histogram* h = out->mutable_histograms()->add_histograms();
+        std::uint64_t below = 0, above = 0, nan = 0;
+        for (std::uint64_t i = 0; i < row_length; ++i) {
+          const std::int32_t b = binner.Bin(static_cast<Bin>(at(i)));
+          if (b >= 0) {
+            ++counts[b];
+          } else if (b == ops::kBinBelow) {
+            ++below;
+          } else if (b == ops::kBinAbove) {
+            ++above;
+          } else {
+            ++nan;
+          }
+        }
+        h->mutable_counts()->Assign(counts.begin(), counts.end());
+        h->set_below(below);
+        h->set_above(above);
+        h->set_nan(nan);
+        break;
+      }
+    }
+  }
+  // An empty batch (zero rows) still says which kind of values it holds.
+  if (rows == 0) {
+    switch (ResultCaseFor(kind, T)) {
+      case v1::AggregationResult::kDoubles: out->mutable_doubles(); break;
+      case v1::AggregationResult::kInt64S: out->mutable_int64s(); break;
+      case v1::AggregationResult::kUint64S: out->mutable_uint64s(); break;
+      default: out->mutable_histograms(); break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b) {
+  if (a.op() != b.op()) return false;
+  if ((a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV) && a.ddof() != b.ddof()) return false;
+  if (a.op() == v1::OP_HISTOGRAM) {
+    return a.histogram().bins() == b.histogram().bins() &&
+           a.histogram().lo() == b.histogram().lo() && a.histogram().hi() == b.histogram().hi();
+  }
+  return true;
+}
+
+bool DoublesMatch(double expected, double actual, bool exact) {
+  if (std::isnan(expected) || std::isnan(actual)) return std::isnan(expected) && std::isnan(actual);
+  if (expected == actual) return true;
+  if (exact || std::isinf(expected) || std::isinf(actual)) return false;
+  const double scale = std::max({1.0, std::fabs(expected), std::fabs(actual)});
+  return std::fabs(expected - actual) <= 1e-6 * scale;
+}
+
+}  // namespace
+
+v1::AggregationResult::ValuesCase ResultCaseFor(ops::OpKind op, ops::DType dtype) {
+  switch (op) {
+    case ops::OpKind::kSum:
+    case ops::OpKind::kMin:
+    case ops::OpKind::kMax:
+      if (ops::IsFloat(dtype)) return v1::AggregationResult::kDoubles;
+      return ops::IsSigned(dtype) ? v1::AggregationResult::kInt64S
+                                  : v1::AggregationResult::kUint64S;
+    case ops::OpKind::kCount: return v1::AggregationResult::kUint64S;
+    case ops::OpKind::kArgmin:
+    case ops::OpKind::kArgmax: return v1::AggregationResult::kInt64S;
+    case ops::OpKind::kHistogram: return v1::AggregationResult::kHistograms;
+    default: return v1::AggregationResult::kDoubles;
+  }
+}
+
+absl::StatusOr<v1::AggregateResponse> ComputeReference(
+    const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations) {
+  if (aggregations.empty()) return absl::InvalidArgumentError("no aggregations");
+  if (array.row_length != 0 && array.length % array.row_length != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("row_length ", array.row_length,
+                                                   " does not divide length ", array.length));
+  }
+  v1::AggregateResponse response;
+  for (const v1::Aggregation& agg : aggregations) {
+    if (absl::Status s = CheckAggregation(agg); !s.ok()) return s;
+    absl::Status s = ops::VisitDType(array.dtype, [&](auto t) {
+      return ComputeOne<decltype(t)::value>(array, agg, response.add_results());
+    });
+    if (!s.ok()) return s;
+  }
+  v1::Execution* e = response.mutable_execution();
+  e->set_elements(array.length);
+  e->set_bytes(array.size_bytes());
+  e->set_rows(array.row_length == 0 ? 1 : array.length / array.row_length);
+  e->set_backend("reference");
+  e->set_device("host");
+  return response;
+}
+
+absl::Status CompareResults(const v1::AggregateResponse& expected,
+                            const v1::AggregateResponse& actual) {
+  if (expected.results_size() != actual.results_size()) {
+    return absl::DataLossError(absl::StrCat("expected ", expected.results_size(),
+                                            " results, got ", actual.results_size()));
+  }
+  for (int k = 0; k < expected.results_size(); ++k) {
+    const v1::AggregationResult& e = expected.results(k);
+    const v1::AggregationResult& a = actual.results(k);
+    const std::string label = AggregationLabel(e.aggregation());
+    const auto differ = [&](auto&&... what) {
+      return absl::DataLossError(absl::StrCat(label, ": ", what...));
+    };
+    if (!SameAggregation(e.aggregation(), a.aggregation())) {
+      return differ("answered as ", AggregationLabel(a.aggregation()));
+    }
+    if (e.values_case() != a.values_case()) {
+      return differ("value type ", a.values_case(), ", expected ", e.values_case());
+    }
+    // min and max pick an element, so they are exact whatever the order.
+    const bool exact = e.aggregation().op() == v1::OP_MIN || e.aggregation().op() == v1::OP_MAX;
+    const auto compare = [&](const auto& ev, const auto& av, auto match) -> absl::Status {
+      if (ev.size() != av.size()) return differ(av.size(), " rows, expected ", ev.size());
+      for (int i = 0; i < ev.size(); ++i) {
+        if (!match(ev[i], av[i])) return differ("row ", i, " differs");
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    switch (e.values_case()) {
+      case v1::AggregationResult::kDoubles:
+        s = compare(e.doubles().values(), a.doubles().values(),
+                    [&](double x, double y) { return DoublesMatch(x, y, exact); });
+        if (!s.ok()) {
+          // Say by how much: the values are what a reader needs here.
+          for (int i = 0; i < e.doubles().values_size() && i < a.doubles().values_size(); ++i) {
+            if (!DoublesMatch(e.doubles().values(i), a.doubles().values(i), exact)) {
+              return differ("row ", i, ": got ", a.doubles().values(i), ", expected ",
+                            e.doubles().values(i));
+            }
+          }
+        }
+        break;
+      case v1::AggregationResult::kInt64S:
+        s = compare(e.int64s().values(), a.int64s().values(),
+                    [](std::int64_t x, std::int64_t y) { return x == y; });
+        break;
+      case v1::AggregationResult::kUint64S:
+        s = compare(e.uint64s().values(), a.uint64s().values(),
+                    [](std::uint64_t x, std::uint64_t y) { return x == y; });
+        break;
+      case v1::AggregationResult::kHistograms:
+        s = compare(e.histograms().histograms(), a.histograms().histograms(),
+                    [](const v1::Histogram& x, const v1::Histogram& y) {
+                      return x.below() == y.below() && x.above() == y.above() &&
+                             x.nan() == y.nan() &&
+                             std::equal(x.counts().begin(), x.counts().end(),
+                                        y.counts().begin(), y.counts().end());
+                    });
+        break;
+      case v1::AggregationResult::VALUES_NOT_SET:
+        break;
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tally::client

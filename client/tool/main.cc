@@ -1,0 +1,67 @@
+// The `tally` command line tool: dispatches to its subcommands.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "commands.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(usage: tally COMMAND [flags]
+
+Client for the tally aggregation service (gRPC tally.v1.Aggregator).
+
+Commands:
+  aggregate   send one array (.npy, raw file or random) and print its
+              aggregations: sum min max mean count sumsq var std argmin
+              argmax histogram, over the whole array or per row
+  bench       load-test a server with concurrent clients; throughput,
+              latency percentiles, failures
+  help        this text; `tally COMMAND --help` explains a command
+
+Flags are written --name=value. Examples:
+  tally aggregate data.npy --ops=sum,mean,std:1
+  tally aggregate --random=64M --ops=min,max,hist:10:-1:1 --json
+  tally bench --clients=8 --size=64M --mode=stream --duration=20
+)";
+
+bool WantsHelp(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h" || a == "--helpfull") return true;
+    if (a == "--") break;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tally::client::tool;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return kExitUsage;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "help" || command == "--help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (command == "aggregate") {
+    if (WantsHelp(args)) {
+      absl::PrintF("%s", kAggregateUsage);
+      return kExitOk;
+    }
+    return RunAggregate(args);
+  }
+  if (command == "bench") {
+    if (WantsHelp(args)) {
+      absl::PrintF("%s", kBenchUsage);
+      return kExitOk;
+    }
+    return RunBench(args);
+  }
+  absl::FPrintF(stderr, "tally: unknown command \"%s\"\n\n%s", command, kUsage);
+  return kExitUsage;
+}

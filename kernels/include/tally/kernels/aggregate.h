@@ -1,0 +1,170 @@
+// tally's GPU aggregation API: every op of the v1 wire contract, any subset
+// fused into one pass over the data, on whole arrays or on batches of equal
+// rows, fed chunk by chunk. Plain C++ (no nvcc needed to include it).
+//
+// Usage (the engine):
+//
+//   kernels::AggregatePlan plan;
+//   plan.dtype = ops::DType::kFloat32;
+//   plan.ops = ops::Bit(ops::OpKind::kSum) | ops::Bit(ops::OpKind::kArgmax);
+//   plan.length = total_elements;        // whole array
+//   plan.row_length = 0;                 // or N for rows of N elements
+//   if (kernels::Validate(plan) != cudaSuccess) ...   // INVALID_ARGUMENT
+//   const kernels::ResultLayout layout = kernels::LayoutOf(plan);
+//   size_t scratch = 0;
+//   (void)kernels::ScratchBytes(plan, max_chunk_elements, &scratch);
+//   // caller-owned: d_state (layout.bytes, device), d_scratch (scratch,
+//   // device), h_result (layout.bytes, pinned host)
+//   for (each chunk, in order)   // chunk = whole elements, device-resident
+//     kernels::Accumulate(plan, d_chunk, chunk_elements, chunk_offset,
+//                         d_state, d_scratch, scratch, stream);
+//   kernels::Finalize(plan, d_state, h_result, stream);
+//   cudaStreamSynchronize(stream);
+//   kernels::ResultView r(plan, h_result);
+//   double s = r.Sum(0).f64;  int64_t i = r.Argmax(0);  double v = r.Variance(0, 1.0);
+//
+// A whole array already on the device is one chunk: Aggregate() does
+// Accumulate(offset 0) + Finalize, the fast path.
+//
+// Rules:
+// - Chunks arrive in order with their global element offset; a row may span
+//   chunks. The chunk at offset 0 starts the state (no separate init), so an
+//   empty whole array still needs one Accumulate(n = 0, offset = 0).
+// - Same input and same chunk cuts on the same device: bitwise the same
+//   results (no floating-point atomics; fixed combine order).
+// - Nothing here allocates; scratch may be reused by the next call on the
+//   same stream. Calls are asynchronous on `stream`.
+// - Errors come back as cudaError_t (cudaErrorInvalidValue for a bad plan or
+//   argument); tally::cuda::LastErrorWhere() says where a CUDA call failed.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "tally/ops/combine.h"
+#include "tally/ops/dtype.h"
+#include "tally/ops/op.h"
+
+namespace tally::kernels {
+
+struct AggregatePlan {
+  ops::DType dtype = ops::DType::kFloat32;
+  // Any set of ops; kCount needs no pass (ResultView::Count derives it),
+  // kMean/kVariance/kStddev share one Moments state.
+  ops::OpMask ops = 0;
+  // At most one histogram per pass (read when ops has kHistogram).
+  ops::HistogramSpec histogram{};
+  // Total elements of the array (all chunks together).
+  std::uint64_t length = 0;
+  // 0: the whole array is one row. N > 0: rows of N elements; N divides length.
+  std::uint64_t row_length = 0;
+};
+
+// cudaSuccess, or cudaErrorInvalidValue when the plan breaks the v1 limits.
+[[nodiscard]] cudaError_t Validate(const AggregatePlan& plan);
+
+// Rows reported: 1 for a whole array, length / row_length when segmented.
+std::uint64_t RowsOf(const AggregatePlan& plan);
+
+// One 8-byte result slot; which member holds the value depends on the dtype:
+// f64 for float32/float64, i64 for int32/int64, u64 for uint32/uint8.
+union Scalar {
+  double f64;
+  std::int64_t i64;
+  std::uint64_t u64;
+};
+
+// The layout of both the device state and the host result (the same bytes):
+// structure of arrays, one array per stored field, each `rows` long, at the
+// byte offsets below (kAbsent when the plan does not need the field).
+//   sum          Scalar[rows]
+//   min, max     Scalar[rows]       (the extreme in Scalar's dtype member)
+//   moments      ops::Moments[rows] (count, mean, M2 as float64)
+//   sum_squares  double[rows]
+//   argmin/argmax               int64[rows], index from the row start
+//   argmin_value/argmax_value   Scalar[rows], the element at that index
+//   histograms   uint64[rows][histogram_stride]: counts[bins], below, above, nan
+// Absent ops leave their arrays out; nothing is stored for kCount.
+struct ResultLayout {
+  static constexpr std::size_t kAbsent = ~std::size_t{0};
+  std::uint64_t rows = 0;
+  std::size_t sum = kAbsent, min = kAbsent, max = kAbsent, moments = kAbsent,
+              sum_squares = kAbsent, argmin = kAbsent, argmin_value = kAbsent, argmax = kAbsent,
+              argmax_value = kAbsent, histograms = kAbsent;
+  std::uint32_t histogram_stride = 0;  // bins + 3
+  std::size_t bytes = 0;               // state bytes = result bytes
+};
+
+ResultLayout LayoutOf(const AggregatePlan& plan);
+
+// Device scratch one Accumulate of up to `max_chunk_elements` needs on the
+// current device (it may be 0; pass any pointer then).
+[[nodiscard]] cudaError_t ScratchBytes(const AggregatePlan& plan, std::uint64_t max_chunk_elements,
+                                       std::size_t* bytes);
+
+// Folds elements [offset, offset + elements) of the array, at d_chunk on the
+// device, into d_state (LayoutOf(plan).bytes, device memory).
+[[nodiscard]] cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk,
+                                     std::uint64_t elements, std::uint64_t offset, void* d_state,
+                                     void* d_scratch, std::size_t scratch_bytes,
+                                     cudaStream_t stream);
+
+// Copies the state into h_result (LayoutOf(plan).bytes; pinned for a truly
+// asynchronous copy). Read it after the stream has synchronized.
+[[nodiscard]] cudaError_t Finalize(const AggregatePlan& plan, const void* d_state, void* h_result,
+                                   cudaStream_t stream);
+
+// The whole array in one call: Accumulate(d_data, plan.length, 0) + Finalize.
+[[nodiscard]] cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_state,
+                                    void* d_scratch, std::size_t scratch_bytes, void* h_result,
+                                    cudaStream_t stream);
+
+// Reads a finished result (host bytes in the layout above) and derives the
+// ops that are functions of the stored state, as numpy defines them.
+class ResultView {
+ public:
+  ResultView(const AggregatePlan& plan, const void* result)
+      : plan_(plan), layout_(LayoutOf(plan)), base_(static_cast<const unsigned char*>(result)) {}
+
+  const ResultLayout& layout() const { return layout_; }
+  std::uint64_t Rows() const { return layout_.rows; }
+  std::uint64_t Count(std::uint64_t row) const {
+    (void)row;
+    return plan_.row_length == 0 ? plan_.length : plan_.row_length;
+  }
+  Scalar Sum(std::uint64_t r) const { return At<Scalar>(layout_.sum, r); }
+  Scalar Min(std::uint64_t r) const { return At<Scalar>(layout_.min, r); }
+  Scalar Max(std::uint64_t r) const { return At<Scalar>(layout_.max, r); }
+  ops::Moments Moments(std::uint64_t r) const { return At<ops::Moments>(layout_.moments, r); }
+  double Mean(std::uint64_t r) const {
+    const ops::Moments m = Moments(r);
+    return m.count == 0.0 ? std::nan("") : m.mean;
+  }
+  double Variance(std::uint64_t r, double ddof) const { return ops::VarianceOf(Moments(r), ddof); }
+  double Stddev(std::uint64_t r, double ddof) const { return std::sqrt(Variance(r, ddof)); }
+  double SumSquares(std::uint64_t r) const { return At<double>(layout_.sum_squares, r); }
+  std::int64_t Argmin(std::uint64_t r) const { return At<std::int64_t>(layout_.argmin, r); }
+  std::int64_t Argmax(std::uint64_t r) const { return At<std::int64_t>(layout_.argmax, r); }
+  // counts[0..bins), then below, above, nan.
+  const std::uint64_t* Histogram(std::uint64_t r) const {
+    return reinterpret_cast<const std::uint64_t*>(base_ + layout_.histograms) +
+           r * layout_.histogram_stride;
+  }
+  std::uint64_t HistogramBelow(std::uint64_t r) const { return Histogram(r)[layout_.histogram_stride - 3]; }
+  std::uint64_t HistogramAbove(std::uint64_t r) const { return Histogram(r)[layout_.histogram_stride - 2]; }
+  std::uint64_t HistogramNan(std::uint64_t r) const { return Histogram(r)[layout_.histogram_stride - 1]; }
+
+ private:
+  template <typename V>
+  V At(std::size_t offset, std::uint64_t r) const {
+    return reinterpret_cast<const V*>(base_ + offset)[r];
+  }
+  AggregatePlan plan_;
+  ResultLayout layout_;
+  const unsigned char* base_;
+};
+
+}  // namespace tally::kernels

@@ -1,0 +1,169 @@
+// What one thread does with its share of a range of elements: 16-byte vector
+// loads, kVecsPerThread of them issued before any is used, all requested ops
+// accumulated in registers, then turned into a Partial.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "../opfam/histogram.cuh"
+#include "../partial.cuh"
+#include "../policy.cuh"
+
+namespace tally::kernels::detail {
+
+template <ops::DType D>
+struct ThreadAgg {
+  using T = typename DevTraits<D>::T;
+  using S = typename DevTraits<D>::S;
+  using E = typename DevTraits<D>::E;
+  using B = typename DevTraits<D>::B;
+
+  Want w;
+  S sum;
+  T mn, mx;
+  T amin_v, amax_v;
+  std::int64_t amin_i, amax_i;
+  double sumsq;
+  ops::Moments mom;
+  HistThread<B>* hist;
+
+  TALLY_DEV ThreadAgg(const Want& want, HistThread<B>* h) : w(want), hist(h) {
+    sum = SumOp<D>::Identity();
+    mn = amin_v = ExtremeOp<D>::MinIdentity();
+    mx = amax_v = ExtremeOp<D>::MaxIdentity();
+    amin_i = amax_i = -1;
+    sumsq = 0.0;
+    mom = ops::Moments{};
+  }
+
+  // nvec of the V groups of K contiguous elements are valid (a prefix);
+  // group v starts at row index base[v]. Groups come in increasing index order.
+  template <int V, int K>
+  TALLY_DEV void Add(const T (&x)[V][K], const std::int64_t (&base)[V], int nvec) {
+    if (w.sum) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) sum = SumOp<D>::Merge(sum, SumOp<D>::template Group<K>(x[v]));
+    }
+    if (w.min || w.max) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) {
+            mn = ExtremeOp<D>::Min(mn, x[v][e]);
+            mx = ExtremeOp<D>::Max(mx, x[v][e]);
+          }
+        }
+    }
+    if (w.sumsq) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) sumsq += SumSquaresOp<D>::template Group<K>(x[v]);
+    }
+    if (w.moments) mom = ops::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
+    if (w.argmin) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) ArgOp<D, false>::Update(amin_v, amin_i, x[v][e], base[v] + e);
+        }
+    }
+    if (w.argmax) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) ArgOp<D, true>::Update(amax_v, amax_i, x[v][e], base[v] + e);
+        }
+    }
+    if (w.hist) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) hist->Add(x[v][e]);
+        }
+    }
+  }
+
+  TALLY_DEV void AddOne(T x, std::int64_t index) {
+    const T g[1][1] = {{x}};
+    const std::int64_t b[1] = {index};
+    Add<1, 1>(g, b, 1);
+  }
+
+  TALLY_DEV Partial<D> Finish() {
+    if (w.hist) hist->Flush();
+    Partial<D> p = IdentityPartial<D>();
+    p.sum = sum;
+    p.min = static_cast<E>(mn);
+    p.max = static_cast<E>(mx);
+    p.sumsq = sumsq;
+    p.mom = mom;
+    p.amin = {static_cast<E>(amin_v), amin_i};
+    p.amax = {static_cast<E>(amax_v), amax_i};
+    return p;
+  }
+};
+
+template <typename T, int K>
+TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
+  const uint4 raw = __ldg(src);
+  static_assert(sizeof(T) * K == 16);
+  std::memcpy(dst, &raw, 16);
+}
+
+// Elements [begin, end) of p, shared by `lanes` lanes (this one is `lane`);
+// element i has row index i + shift. Each lane sees its elements in
+// increasing order: a scalar head up to 16-byte alignment, full tiles of
+// lanes * kVecsPerThread vectors, one predicated partial tile, a scalar tail.
+template <ops::DType D>
+TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
+                               std::int64_t end, int lane, int lanes, std::int64_t shift,
+                               ThreadAgg<D>& agg) {
+  using T = typename DevTraits<D>::T;
+  constexpr int K = DevTraits<D>::kVec;
+  constexpr int U = Policy::kVecsPerThread;
+  if (begin >= end) return;
+  const auto addr = reinterpret_cast<std::uintptr_t>(p + begin);
+  const std::int64_t head = static_cast<std::int64_t>(((16 - (addr & 15)) & 15) / sizeof(T));
+  const std::int64_t a = begin + head < end ? begin + head : end;
+  for (std::int64_t i = begin + lane; i < a; i += lanes) agg.AddOne(p[i], i + shift);
+
+  const std::int64_t nv = (end - a) / K;
+  const uint4* vp = reinterpret_cast<const uint4*>(p + a);
+  const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
+  std::int64_t t = 0;
+  for (; t + tile <= nv; t += tile) {
+    T x[U][K];
+    std::int64_t base[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
+      LoadVec<T, K>(x[k], vp + j);
+      base[k] = a + j * K + shift;
+    }
+    agg.template Add<U, K>(x, base, U);
+  }
+  if (t < nv) {
+    T x[U][K];
+    std::int64_t base[U];
+    int nvec = 0;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
+      if (j < nv) {
+        LoadVec<T, K>(x[k], vp + j);
+        nvec = k + 1;
+      }
+      base[k] = a + j * K + shift;
+    }
+    if (nvec > 0) agg.template Add<U, K>(x, base, nvec);
+  }
+  for (std::int64_t i = a + nv * K + lane; i < end; i += lanes) agg.AddOne(p[i], i + shift);
+}
+
+}  // namespace tally::kernels::detail

@@ -1,0 +1,129 @@
+// The host API of tally/kernels/aggregate.h: plan checks, the state layout,
+// and the one dispatch over dtype to the per-dtype launchers.
+#include <cmath>
+
+#include "grid/dispatch.h"
+#include "tally/kernels/aggregate.h"
+#include "tally/kernels/cuda_error.h"
+
+namespace tally::kernels {
+namespace {
+
+using ops::Has;
+using ops::OpKind;
+
+constexpr ops::OpMask kAllOps = (ops::OpMask{1} << ops::kNumOpKinds) - 1;
+
+cudaError_t Invalid(const char* why) {
+  return cuda::Record(cudaErrorInvalidValue, why, __FILE__, __LINE__);
+}
+
+cudaError_t CurrentDevice(detail::DeviceInfo* info) {
+  int dev = 0;
+  TALLY_CUDA_TRY(cudaGetDevice(&dev));
+  TALLY_CUDA_TRY(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, dev));
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t Validate(const AggregatePlan& plan) {
+  switch (plan.dtype) {
+    case ops::DType::kFloat32: case ops::DType::kFloat64: case ops::DType::kInt32:
+    case ops::DType::kInt64: case ops::DType::kUInt32: case ops::DType::kUInt8: break;
+    default: return Invalid("plan.dtype is not a v1 dtype");
+  }
+  if (plan.ops == 0 || (plan.ops & ~kAllOps) != 0) return Invalid("plan.ops is empty or unknown");
+  if (Has(plan.ops, OpKind::kHistogram)) {
+    const ops::HistogramSpec& h = plan.histogram;
+    if (h.bins < 1 || h.bins > ops::kMaxHistogramBins) return Invalid("histogram.bins not in 1..65536");
+    if (!std::isfinite(h.lo) || !std::isfinite(h.hi) || !(h.lo < h.hi))
+      return Invalid("histogram range must be finite with lo < hi");
+  }
+  if (plan.row_length != 0 && plan.length % plan.row_length != 0)
+    return Invalid("row_length must divide length");
+  return cudaSuccess;
+}
+
+std::uint64_t RowsOf(const AggregatePlan& plan) {
+  return plan.row_length == 0 ? 1 : plan.length / plan.row_length;
+}
+
+ResultLayout LayoutOf(const AggregatePlan& plan) {
+  ResultLayout l;
+  l.rows = RowsOf(plan);
+  const std::size_t r = static_cast<std::size_t>(l.rows);
+  std::size_t at = 0;
+  auto take = [&](bool want, std::size_t bytes_per_row) {
+    if (!want) return ResultLayout::kAbsent;
+    const std::size_t off = at;
+    at += (r * bytes_per_row + 255) / 256 * 256;  // each array 256-byte aligned
+    return off;
+  };
+  const ops::OpMask m = plan.ops;
+  l.sum = take(Has(m, OpKind::kSum), 8);
+  l.min = take(Has(m, OpKind::kMin), 8);
+  l.max = take(Has(m, OpKind::kMax), 8);
+  l.moments = take(Has(m, OpKind::kMean) || Has(m, OpKind::kVariance) || Has(m, OpKind::kStddev),
+                   sizeof(ops::Moments));
+  l.sum_squares = take(Has(m, OpKind::kSumSquares), 8);
+  l.argmin = take(Has(m, OpKind::kArgmin), 8);
+  l.argmin_value = take(Has(m, OpKind::kArgmin), 8);
+  l.argmax = take(Has(m, OpKind::kArgmax), 8);
+  l.argmax_value = take(Has(m, OpKind::kArgmax), 8);
+  if (Has(m, OpKind::kHistogram)) {
+    l.histogram_stride = plan.histogram.bins + 3;
+    l.histograms = take(true, std::size_t{8} * l.histogram_stride);
+  }
+  l.bytes = at;
+  return l;
+}
+
+cudaError_t ScratchBytes(const AggregatePlan& plan, std::uint64_t max_chunk_elements,
+                         std::size_t* bytes) {
+  if (bytes == nullptr) return Invalid("bytes is null");
+  TALLY_CUDA_TRY(Validate(plan));
+  *bytes = 0;
+  if (max_chunk_elements == 0) return cudaSuccess;
+  detail::DeviceInfo dev{};
+  TALLY_CUDA_TRY(CurrentDevice(&dev));
+  return ops::VisitDType(plan.dtype, [&](auto d) {
+    return detail::ScratchBytesFor<decltype(d)::value>(plan, max_chunk_elements, dev, bytes);
+  });
+}
+
+cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint64_t elements,
+                       std::uint64_t offset, void* d_state, void* d_scratch,
+                       std::size_t scratch_bytes, cudaStream_t stream) {
+  TALLY_CUDA_TRY(Validate(plan));
+  if (offset > plan.length || elements > plan.length - offset)
+    return Invalid("chunk [offset, offset + elements) outside the array");
+  if (d_state == nullptr || (elements > 0 && d_chunk == nullptr)) return Invalid("null pointer");
+  if (elements == 0 && !(plan.row_length == 0 && offset == 0)) return cudaSuccess;
+  detail::DeviceInfo dev{};
+  TALLY_CUDA_TRY(CurrentDevice(&dev));
+  const ResultLayout lay = LayoutOf(plan);
+  return ops::VisitDType(plan.dtype, [&](auto d) {
+    return detail::LaunchAccumulate<decltype(d)::value>(plan, lay, d_chunk, elements, offset,
+                                                        d_state, d_scratch, scratch_bytes, dev,
+                                                        stream);
+  });
+}
+
+cudaError_t Finalize(const AggregatePlan& plan, const void* d_state, void* h_result,
+                     cudaStream_t stream) {
+  const ResultLayout lay = LayoutOf(plan);
+  if (lay.bytes == 0) return cudaSuccess;
+  if (d_state == nullptr || h_result == nullptr) return Invalid("null pointer");
+  TALLY_CUDA_TRY(cudaMemcpyAsync(h_result, d_state, lay.bytes, cudaMemcpyDeviceToHost, stream));
+  return cudaSuccess;
+}
+
+cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_state, void* d_scratch,
+                      std::size_t scratch_bytes, void* h_result, cudaStream_t stream) {
+  TALLY_CUDA_TRY(
+      Accumulate(plan, d_data, plan.length, 0, d_state, d_scratch, scratch_bytes, stream));
+  return Finalize(plan, d_state, h_result, stream);
+}
+
+}  // namespace tally::kernels

@@ -1,0 +1,60 @@
+// Per-dtype device types and the runtime set of stored fields a fused
+// kernel computes (uniform branches, not one instantiation per subset).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "tally/ops/dtype.h"
+#include "tally/ops/op.h"
+
+#define TALLY_DEV __device__ __forceinline__
+
+namespace tally::kernels::detail {
+
+template <ops::DType D>
+struct DevTraits {
+  using T = typename ops::Traits<D>::value;    // element
+  using S = typename ops::Traits<D>::sum;      // OP_SUM accumulator
+  using E = typename ops::Traits<D>::extreme;  // min/max/arg values as stored
+  using B = typename ops::Traits<D>::bin;      // histogram binning type
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
+  static constexpr bool kFloat = std::is_floating_point_v<T>;
+};
+
+// Which stored fields a pass computes; derived once from the OpMask.
+struct Want {
+  bool sum, min, max, sumsq, moments, argmin, argmax, hist;
+
+  static constexpr Want From(ops::OpMask m) {
+    using ops::Has;
+    using K = ops::OpKind;
+    return Want{Has(m, K::kSum),
+                Has(m, K::kMin),
+                Has(m, K::kMax),
+                Has(m, K::kSumSquares),
+                Has(m, K::kMean) || Has(m, K::kVariance) || Has(m, K::kStddev),
+                Has(m, K::kArgmin),
+                Has(m, K::kArgmax),
+                Has(m, K::kHistogram)};
+  }
+};
+
+// Device pointers to the state arrays (nullptr when absent); see
+// tally/kernels/aggregate.h ResultLayout.
+struct StateView {
+  void* sum;
+  void* min;
+  void* max;
+  void* moments;
+  double* sumsq;
+  std::int64_t* argmin;
+  void* argmin_value;
+  std::int64_t* argmax;
+  void* argmax_value;
+  unsigned long long* hist;
+  std::uint32_t hist_stride;
+};
+
+}  // namespace tally::kernels::detail

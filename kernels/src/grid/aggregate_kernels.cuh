@@ -1,0 +1,362 @@
+// Grid level: the two kernels of a fused pass over one chunk, and the host
+// code that sizes and launches them for one dtype (instantiated once per
+// dtype in aggregate_<dtype>.cu).
+//
+//   SliceKernel  one or more blocks per row segment ("slices"); whole arrays
+//                and rows longer than Policy::kTeamMaxRowBytes. With one slice
+//                the block writes the row's state; with several each block
+//                writes a partial and the last block of the row to finish
+//                (atomic counter) merges the partials in slice order.
+//   TeamKernel   short rows: a team of 1..32 lanes per row, many rows per
+//                warp, grid-stride over rows.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../agent/agent_aggregate.cuh"
+#include "../block/block_reduce.cuh"
+#include "tally/kernels/aggregate.h"
+#include "tally/kernels/cuda_error.h"
+#include "dispatch.h"
+
+namespace tally::kernels::detail {
+
+template <ops::DType D>
+struct AggArgs {
+  using T = typename DevTraits<D>::T;
+  using B = typename DevTraits<D>::B;
+  const T* chunk;
+  std::int64_t n;            // elements in the chunk
+  std::uint64_t offset;      // global index of chunk[0]
+  std::uint64_t row_length;  // 0: whole array
+  std::uint64_t first_row;   // row of chunk[0]
+  std::int64_t segments;     // rows the chunk touches
+  std::int64_t slices;       // SliceKernel: blocks per segment
+  int team_lanes;            // TeamKernel: lanes per row
+  Want want;
+  ops::HistogramBinner<B> binner;
+  std::uint32_t hist_stride;  // bins + 3
+  int cluster;                // blocks sharing one histogram (1: none)
+  std::uint32_t per_rank;     // counters each block of a cluster holds
+  bool edge_table;
+  StateView state;
+  Partial<D>* partials;  // [segments * slices] when slices > 1
+  unsigned* counters;    // [segments], zero at launch, when slices > 1
+};
+
+struct Segment {
+  std::int64_t begin, end;  // chunk-local element range
+  std::int64_t shift;       // chunk index + shift = index within the row
+  std::uint64_t row;
+  bool fresh;  // holds the row's first element: overwrite the state
+};
+
+template <ops::DType D>
+TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
+  if (a.row_length == 0) {
+    return Segment{0, a.n, static_cast<std::int64_t>(a.offset), 0, a.offset == 0};
+  }
+  const std::uint64_t row = a.first_row + static_cast<std::uint64_t>(j);
+  const std::uint64_t rs = row * a.row_length, re = rs + a.row_length;
+  const std::uint64_t cb = a.offset, ce = a.offset + static_cast<std::uint64_t>(a.n);
+  Segment s;
+  s.begin = static_cast<std::int64_t>((rs > cb ? rs : cb) - cb);
+  s.end = static_cast<std::int64_t>((re < ce ? re : ce) - cb);
+  s.shift = static_cast<std::int64_t>(cb) - static_cast<std::int64_t>(rs);
+  s.row = row;
+  s.fresh = rs >= cb;
+  return s;
+}
+
+template <ops::DType D>
+__global__ void __launch_bounds__(Policy::kThreads)
+    SliceKernel(const AggArgs<D> a) {
+  using B = typename DevTraits<D>::B;
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(16) unsigned char dyn_smem[];
+  __shared__ BlockReduceStorage<D> red;
+  __shared__ bool is_last;
+
+  const Want w = a.want;
+  const std::int64_t j = blockIdx.x / a.slices, s = blockIdx.x % a.slices;
+  const Segment seg = SegmentOf(a, j);
+  constexpr int K = DevTraits<D>::kVec;
+  const std::int64_t m = seg.end - seg.begin;
+  const std::int64_t q = ((m + a.slices - 1) / a.slices + K - 1) / K * K;
+  const std::int64_t b = seg.begin + (s * q < m ? s * q : m);
+  const std::int64_t e = seg.begin + ((s + 1) * q < m ? (s + 1) * q : m);
+
+  HistThread<B> hist{a.binner, nullptr, nullptr, nullptr, a.per_rank,
+                     a.cluster > 1 ? HistSink::kCluster : HistSink::kShared};
+  if (w.hist) {
+    hist.counts = reinterpret_cast<unsigned*>(dyn_smem);
+    for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) hist.counts[i] = 0;
+    if (a.edge_table) {
+      B* edges = reinterpret_cast<B*>(dyn_smem + (a.per_rank * 4 + 15) / 16 * 16);
+      for (std::int32_t i = threadIdx.x; i <= a.binner.bins; i += blockDim.x)
+        edges[i] = a.binner.Edge(i);
+      hist.edges = edges;
+    }
+    if (a.cluster > 1) cg::this_cluster().sync();
+    else __syncthreads();
+  }
+
+  ThreadAgg<D> agg(w, &hist);
+  AccumulateRange<D>(a.chunk, b, e, threadIdx.x, blockDim.x, seg.shift, agg);
+  Partial<D> p = BlockReduce(agg.Finish(), w, red);
+
+  if (w.hist) {
+    if (a.cluster > 1) cg::this_cluster().sync();
+    else __syncthreads();
+    const std::uint32_t rank = a.cluster > 1 ? cg::this_cluster().block_rank() : 0;
+    unsigned long long* row_hist = a.state.hist + seg.row * a.hist_stride;
+    for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) {
+      const std::uint32_t slot = rank * a.per_rank + i;
+      const unsigned c = hist.counts[i];
+      if (c != 0 && slot < a.hist_stride) atomicAdd(row_hist + slot, static_cast<unsigned long long>(c));
+    }
+  }
+
+  if (a.slices == 1) {
+    if (threadIdx.x == 0) StoreRow(a.state, seg.row, p, seg.fresh, w);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    StorePartialCg(a.partials + blockIdx.x, p);
+    __threadfence();
+    is_last = atomicAdd(a.counters + j, 1u) == static_cast<unsigned>(a.slices - 1);
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // Fixed order whichever block finishes last: thread t merges partials
+  // t, t + blockDim, ... in sequence, then the block tree.
+  Partial<D> r = IdentityPartial<D>();
+  for (std::int64_t k = threadIdx.x; k < a.slices; k += blockDim.x)
+    MergeInto(r, LoadPartialCg(a.partials + j * a.slices + k), w);
+  r = BlockReduce(r, w, red);
+  if (threadIdx.x == 0) StoreRow(a.state, seg.row, r, seg.fresh, w);
+}
+
+template <ops::DType D>
+__global__ void __launch_bounds__(Policy::kThreads)
+    TeamKernel(const AggArgs<D> a) {
+  using B = typename DevTraits<D>::B;
+  const Want w = a.want;
+  const int g = a.team_lanes;
+  const std::int64_t gtid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t team = gtid / g;
+  const int lane = static_cast<int>(gtid % g);
+  const std::int64_t teams = static_cast<std::int64_t>(gridDim.x) * blockDim.x / g;
+  const std::int64_t warp_team = (gtid & ~std::int64_t{31}) / g;  // first team of this warp
+  for (std::int64_t it = 0; warp_team + it * teams < a.segments; ++it) {
+    const std::int64_t j = team + it * teams;
+    const bool active = j < a.segments;
+    Segment seg = active ? SegmentOf(a, j) : Segment{0, 0, 0, 0, false};
+    HistThread<B> hist{a.binner, nullptr, nullptr,
+                       w.hist && active ? a.state.hist + seg.row * a.hist_stride : nullptr, 0,
+                       HistSink::kGlobal};
+    ThreadAgg<D> agg(w, &hist);
+    AccumulateRange<D>(a.chunk, seg.begin, seg.end, lane, g, seg.shift, agg);
+    const Partial<D> p = TeamReduce(agg.Finish(), g, w);
+    if (active && lane == 0) StoreRow(a.state, seg.row, p, seg.fresh, w);
+  }
+}
+
+// ---- host side -----------------------------------------------------------
+
+// How one chunk is processed; the same function sizes scratch and launches.
+struct LaunchShape {
+  bool team;
+  std::int64_t segments;
+  std::int64_t slices;
+  int team_lanes;
+  int cluster;
+  std::uint32_t per_rank;
+  bool edge_table;
+  std::size_t smem;
+  std::int64_t blocks;
+};
+
+inline std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+template <ops::DType D>
+cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t segments,
+                     const DeviceInfo& dev, LaunchShape* out) {
+  using T = typename DevTraits<D>::T;
+  using B = typename DevTraits<D>::B;
+  LaunchShape sh{};
+  sh.segments = segments;
+  const Want w = Want::From(plan.ops);
+  const std::int64_t row_bytes = static_cast<std::int64_t>(plan.row_length * sizeof(T));
+  sh.team = plan.row_length != 0 && row_bytes <= Policy::kTeamMaxRowBytes;
+  sh.cluster = 1;
+  if (sh.team) {
+    const std::int64_t vecs = CeilDiv(static_cast<std::int64_t>(plan.row_length), DevTraits<D>::kVec);
+    int g = 1;
+    while (g < 32 && g * Policy::kTeamVecsPerLane < vecs) g *= 2;
+    sh.team_lanes = g;
+    int per_sm = 0;
+    TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TeamKernel<D>,
+                                                                  Policy::kThreads, 0));
+    const std::int64_t rows_per_block = Policy::kThreads / g;
+    std::int64_t blocks = CeilDiv(segments, rows_per_block);
+    const std::int64_t resident = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * dev.sms;
+    sh.blocks = blocks < resident ? blocks : resident;
+    if (sh.blocks < 1) sh.blocks = 1;
+    *out = sh;
+    return cudaSuccess;
+  }
+  if (w.hist) {
+    const std::int64_t stride = plan.histogram.bins + 3;
+    while (CeilDiv(stride, sh.cluster) * 4 > Policy::kHistCountBytesPerBlock &&
+           sh.cluster < Policy::kMaxCluster)
+      sh.cluster *= 2;
+    sh.per_rank = static_cast<std::uint32_t>(CeilDiv(stride, sh.cluster));
+    sh.edge_table = sh.cluster == 1 && plan.histogram.bins <= Policy::kEdgeTableMaxBins;
+    sh.smem = (sh.per_rank * 4 + 15) / 16 * 16 +
+              (sh.edge_table ? (plan.histogram.bins + 1) * sizeof(B) : 0);
+    if (sh.smem > 48 * 1024) {  // before the occupancy query and the launch
+      TALLY_CUDA_TRY(cudaFuncSetAttribute(
+          SliceKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sh.smem)));
+    }
+  }
+  // Slices per segment: enough blocks to fill the GPU once, none smaller
+  // than kMinBytesPerBlock.
+  const std::int64_t seg_len = plan.row_length == 0 ? n : static_cast<std::int64_t>(plan.row_length);
+  const std::int64_t max_slices =
+      CeilDiv(seg_len * static_cast<std::int64_t>(sizeof(T)), Policy::kMinBytesPerBlock);
+  std::int64_t slices = 1;
+  if (max_slices > 1) {
+    int per_sm = 0;
+    TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, SliceKernel<D>,
+                                                                  Policy::kThreads, sh.smem));
+    const std::int64_t resident = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * dev.sms;
+    const std::int64_t rows = plan.row_length == 0 ? 1 : CeilDiv(n, seg_len);
+    slices = CeilDiv(resident, rows);
+    if (slices > max_slices) slices = max_slices;
+    if (slices < 1) slices = 1;
+  }
+  slices = CeilDiv(slices, sh.cluster) * sh.cluster;
+  sh.slices = slices;
+  sh.blocks = segments * slices;
+  *out = sh;
+  return cudaSuccess;
+}
+
+inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes) {
+  if (sh.team || sh.slices <= 1) return 0;
+  const std::size_t parts = static_cast<std::size_t>(sh.segments * sh.slices) * partial_bytes;
+  return (parts + 255) / 256 * 256 + static_cast<std::size_t>(sh.segments) * sizeof(unsigned);
+}
+
+template <ops::DType D>
+cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
+                            const DeviceInfo& dev, std::size_t* bytes) {
+  const std::int64_t n = static_cast<std::int64_t>(max_chunk);
+  const std::int64_t segs =
+      plan.row_length == 0 ? 1 : CeilDiv(n, static_cast<std::int64_t>(plan.row_length)) + 1;
+  LaunchShape sh{};
+  TALLY_CUDA_TRY(ShapeFor<D>(plan, n, segs, dev, &sh));
+  *bytes = ScratchOf(sh, sizeof(Partial<D>));
+  return cudaSuccess;
+}
+
+template <ops::DType D>
+cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay, const void* chunk,
+                             std::uint64_t n, std::uint64_t offset, void* state, void* scratch,
+                             std::size_t scratch_bytes, const DeviceInfo& dev,
+                             cudaStream_t stream) {
+  using T = typename DevTraits<D>::T;
+  using B = typename DevTraits<D>::B;
+  AggArgs<D> a{};
+  a.chunk = static_cast<const T*>(chunk);
+  a.n = static_cast<std::int64_t>(n);
+  a.offset = offset;
+  a.row_length = plan.row_length;
+  a.want = Want::From(plan.ops);
+  if (plan.row_length == 0) {
+    a.first_row = 0;
+    a.segments = 1;
+  } else {
+    a.first_row = offset / plan.row_length;
+    a.segments = static_cast<std::int64_t>((offset + n - 1) / plan.row_length - a.first_row + 1);
+  }
+  auto* base = static_cast<unsigned char*>(state);
+  auto at = [&](std::size_t off) -> void* {
+    return off == ResultLayout::kAbsent ? nullptr : base + off;
+  };
+  a.state = StateView{at(lay.sum),
+                      at(lay.min),
+                      at(lay.max),
+                      at(lay.moments),
+                      static_cast<double*>(at(lay.sum_squares)),
+                      static_cast<std::int64_t*>(at(lay.argmin)),
+                      at(lay.argmin_value),
+                      static_cast<std::int64_t*>(at(lay.argmax)),
+                      at(lay.argmax_value),
+                      static_cast<unsigned long long*>(at(lay.histograms)),
+                      lay.histogram_stride};
+  if (a.want.hist) {
+    a.binner = ops::HistogramBinner<B>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
+    a.hist_stride = lay.histogram_stride;
+    // Rows that start in this chunk begin with zero counters.
+    const std::uint64_t first_fresh =
+        plan.row_length == 0 ? (offset == 0 ? 0 : 1)
+                             : (offset + plan.row_length - 1) / plan.row_length;
+    const std::uint64_t end_row = plan.row_length == 0 ? 1 : a.first_row + a.segments;
+    if (first_fresh < end_row) {
+      TALLY_CUDA_TRY(cudaMemsetAsync(a.state.hist + first_fresh * lay.histogram_stride, 0,
+                                     (end_row - first_fresh) * lay.histogram_stride * 8, stream));
+    }
+  }
+
+  LaunchShape sh{};
+  TALLY_CUDA_TRY(ShapeFor<D>(plan, a.n, a.segments, dev, &sh));
+  a.slices = sh.slices;
+  a.team_lanes = sh.team_lanes;
+  a.cluster = sh.cluster;
+  a.per_rank = sh.per_rank;
+  a.edge_table = sh.edge_table;
+  if (sh.team) {
+    TeamKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, 0, stream>>>(a);
+    TALLY_CUDA_CHECK_LAUNCH();
+    return cudaSuccess;
+  }
+  const std::size_t need = ScratchOf(sh, sizeof(Partial<D>));
+  if (need > 0) {
+    if (scratch == nullptr || scratch_bytes < need) {
+      return cuda::Record(cudaErrorInvalidValue, "scratch smaller than ScratchBytes()", __FILE__,
+                          __LINE__);
+    }
+    a.partials = static_cast<Partial<D>*>(scratch);
+    const std::size_t parts = static_cast<std::size_t>(sh.segments * sh.slices) * sizeof(Partial<D>);
+    a.counters = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(scratch) +
+                                             (parts + 255) / 256 * 256);
+    TALLY_CUDA_TRY(cudaMemsetAsync(a.counters, 0, sh.segments * sizeof(unsigned), stream));
+  }
+  if (sh.cluster > 1) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(sh.blocks));
+    cfg.blockDim = dim3(Policy::kThreads);
+    cfg.dynamicSmemBytes = sh.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(sh.cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TALLY_CUDA_TRY(cudaLaunchKernelEx(&cfg, SliceKernel<D>, a));
+  } else {
+    SliceKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, sh.smem, stream>>>(a);
+  }
+  TALLY_CUDA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+}  // namespace tally::kernels::detail

@@ -1,0 +1,137 @@
+// The partial result of a fused pass over some elements of one row, how two
+// of them merge (a covers elements before b), and how a row's partial is
+// read from and written to the state arrays.
+#pragma once
+
+#include <cstdint>
+
+#include "device_traits.cuh"
+#include "opfam/arg.cuh"
+#include "opfam/extreme.cuh"
+#include "opfam/moments.cuh"
+#include "opfam/sum.cuh"
+
+namespace tally::kernels::detail {
+
+template <ops::DType D>
+struct Partial {
+  using S = typename DevTraits<D>::S;
+  using E = typename DevTraits<D>::E;
+  S sum;
+  E min;
+  E max;
+  double sumsq;
+  ops::Moments mom;
+  ops::ArgCandidate<E> amin;
+  ops::ArgCandidate<E> amax;
+};
+
+template <ops::DType D>
+TALLY_DEV Partial<D> IdentityPartial() {
+  using X = ExtremeOp<D>;
+  Partial<D> p;
+  p.sum = SumOp<D>::Identity();
+  p.min = static_cast<typename DevTraits<D>::E>(X::MinIdentity());
+  p.max = static_cast<typename DevTraits<D>::E>(X::MaxIdentity());
+  p.sumsq = 0.0;
+  p.mom = ops::Moments{};
+  p.amin = {p.min, -1};
+  p.amax = {p.max, -1};
+  return p;
+}
+
+template <ops::DType D>
+TALLY_DEV void MergeInto(Partial<D>& a, const Partial<D>& b, const Want& w) {
+  if (w.sum) a.sum = SumOp<D>::Merge(a.sum, b.sum);
+  if (w.min) a.min = ExtremeOp<D>::MergeMin(a.min, b.min);
+  if (w.max) a.max = ExtremeOp<D>::MergeMax(a.max, b.max);
+  if (w.sumsq) a.sumsq = a.sumsq + b.sumsq;
+  if (w.moments) a.mom = ops::MergeMoments(a.mom, b.mom);
+  if (w.argmin) a.amin = ArgOp<D, false>::Merge(a.amin, b.amin);
+  if (w.argmax) a.amax = ArgOp<D, true>::Merge(a.amax, b.amax);
+}
+
+template <typename V>
+TALLY_DEV V ShflXor(V v, int lane_mask, int width) {
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+}
+
+// The partner lane's partial (butterfly step), fields in `w` only.
+template <ops::DType D>
+TALLY_DEV Partial<D> ShflXor(const Partial<D>& p, int lane_mask, int width, const Want& w) {
+  Partial<D> q = p;
+  if (w.sum) q.sum = ShflXor(p.sum, lane_mask, width);
+  if (w.min) q.min = ShflXor(p.min, lane_mask, width);
+  if (w.max) q.max = ShflXor(p.max, lane_mask, width);
+  if (w.sumsq) q.sumsq = ShflXor(p.sumsq, lane_mask, width);
+  if (w.moments) {
+    q.mom.count = ShflXor(p.mom.count, lane_mask, width);
+    q.mom.mean = ShflXor(p.mom.mean, lane_mask, width);
+    q.mom.m2 = ShflXor(p.mom.m2, lane_mask, width);
+  }
+  if (w.argmin) {
+    q.amin.value = ShflXor(p.amin.value, lane_mask, width);
+    q.amin.index = ShflXor(p.amin.index, lane_mask, width);
+  }
+  if (w.argmax) {
+    q.amax.value = ShflXor(p.amax.value, lane_mask, width);
+    q.amax.index = ShflXor(p.amax.index, lane_mask, width);
+  }
+  return q;
+}
+
+// Partials written by one block and read by another in the same launch go
+// through L2 (st/ld .cg), never a stale L1 line.
+template <ops::DType D>
+TALLY_DEV void StorePartialCg(Partial<D>* dst, const Partial<D>& p) {
+  static_assert(sizeof(Partial<D>) % 8 == 0);
+  auto* d = reinterpret_cast<unsigned long long*>(dst);
+  const auto* s = reinterpret_cast<const unsigned long long*>(&p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i) __stcg(d + i, s[i]);
+}
+template <ops::DType D>
+TALLY_DEV Partial<D> LoadPartialCg(const Partial<D>* src) {
+  Partial<D> p;
+  const auto* s = reinterpret_cast<const unsigned long long*>(src);
+  auto* d = reinterpret_cast<unsigned long long*>(&p);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i) d[i] = __ldcg(s + i);
+  return p;
+}
+
+// Writes row `row` of the state: the partial itself when this pass saw the
+// row's first element (`fresh`), else merged after what the state holds.
+template <ops::DType D>
+TALLY_DEV void StoreRow(const StateView& st, std::uint64_t row, Partial<D> p, bool fresh,
+                        const Want& w) {
+  using S = typename DevTraits<D>::S;
+  using E = typename DevTraits<D>::E;
+  if (!fresh) {
+    Partial<D> old = p;
+    if (w.sum) old.sum = static_cast<S*>(st.sum)[row];
+    if (w.min) old.min = static_cast<E*>(st.min)[row];
+    if (w.max) old.max = static_cast<E*>(st.max)[row];
+    if (w.sumsq) old.sumsq = st.sumsq[row];
+    if (w.moments) old.mom = static_cast<ops::Moments*>(st.moments)[row];
+    if (w.argmin) old.amin = {static_cast<E*>(st.argmin_value)[row], st.argmin[row]};
+    if (w.argmax) old.amax = {static_cast<E*>(st.argmax_value)[row], st.argmax[row]};
+    MergeInto(old, p, w);
+    p = old;
+  }
+  if (w.sum) static_cast<S*>(st.sum)[row] = p.sum;
+  if (w.min) static_cast<E*>(st.min)[row] = p.min;
+  if (w.max) static_cast<E*>(st.max)[row] = p.max;
+  if (w.sumsq) st.sumsq[row] = p.sumsq;
+  if (w.moments) static_cast<ops::Moments*>(st.moments)[row] = p.mom;
+  if (w.argmin) {
+    st.argmin[row] = p.amin.index;
+    static_cast<E*>(st.argmin_value)[row] = p.amin.value;
+  }
+  if (w.argmax) {
+    st.argmax[row] = p.amax.index;
+    static_cast<E*>(st.argmax_value)[row] = p.amax.value;
+  }
+}
+
+}  // namespace tally::kernels::detail

@@ -1,0 +1,40 @@
+// Tuning numbers, one table per architecture, each with the measurement that
+// chose it (H100 SXM 80GB, CUDA 13.0, 1 GiB float32 random input unless
+// said otherwise; see docs/performance-kernels.md).
+#pragma once
+
+#include <cstdint>
+
+namespace tally::kernels::detail {
+
+struct PolicySm90 {
+  // Threads per block of every kernel. 256: 8 warps keep the block reduce to
+  // one shared step and let 2-4 blocks share an SM.
+  static constexpr int kThreads = 256;
+  // 16-byte loads each thread issues before it uses any (per tile). 4 (64 B in
+  // flight per thread) reached the read ceiling for sum/max in the fused
+  // kernel; see the tuning table.
+  static constexpr int kVecsPerThread = 4;
+  // Smallest slice one block takes: below this a whole array or row is one
+  // block (the latency path, one launch, no partials).
+  static constexpr std::int64_t kMinBytesPerBlock = 64 * 1024;
+  // Rows up to this many bytes go to the team kernel (a team of 1..32 lanes
+  // per row, many rows per warp); longer rows get one or more blocks each.
+  static constexpr std::int64_t kTeamMaxRowBytes = 16 * 1024;
+  // Team lanes are chosen so each lane loads about this many 16-byte vectors
+  // of its row at once.
+  static constexpr int kTeamVecsPerLane = 2;
+  // Shared-memory bytes of histogram counters one block may hold; more bins
+  // are spread over a thread-block cluster (distributed shared memory).
+  // 80 KB: 65536 bins take a cluster of 4 with 64 KB each, 3 blocks per SM.
+  static constexpr std::int64_t kHistCountBytesPerBlock = 80 * 1024;
+  // Bins up to this many get an edge table in shared memory (numpy's
+  // linspace edges, computed once per block) instead of per-element edges.
+  static constexpr std::uint32_t kEdgeTableMaxBins = 4096;
+  // Largest cluster (portable limit).
+  static constexpr int kMaxCluster = 8;
+};
+
+using Policy = PolicySm90;  // the only tuned architecture; used for all.
+
+}  // namespace tally::kernels::detail

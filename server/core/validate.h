@@ -1,0 +1,28 @@
+// Checks a request against the wire contract's rules and the server's
+// limits, before any backend sees it. Every error is INVALID_ARGUMENT (or
+// RESOURCE_EXHAUSTED for size limits) with a sentence naming the field.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/core/request.h"
+
+namespace tally {
+
+struct RequestLimits {
+  // Most aggregations in one request.
+  std::uint32_t max_aggregations = 64;
+  // Most result values in one response (rows x values per row, a histogram
+  // counting its bins): bounds the response and the per-row state.
+  std::uint64_t max_result_values = std::uint64_t{1} << 24;
+};
+
+// Values one row's results take in a response, for the result-size limit.
+std::uint64_t ResultValuesPerRow(const AggregationPlan& plan);
+
+// Checks ops, histogram specs, ddof, row length and result size. The array's
+// byte length is checked by the front end, which sees the bytes.
+[[nodiscard]] absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limits);
+
+}  // namespace tally

@@ -1,0 +1,65 @@
+#include "server/engine/backend_factory.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/null/null_backend.h"
+#include "spdlog/spdlog.h"
+
+#ifdef TALLY_HAVE_CUDA_BACKEND
+#include "server/engine/cuda/cuda_backend.h"
+#endif
+
+namespace tally {
+namespace {
+
+bool CudaBuilt() {
+#ifdef TALLY_HAVE_CUDA_BACKEND
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(const BackendOptions& options) {
+#ifdef TALLY_HAVE_CUDA_BACKEND
+  return MakeCudaBackend(options);
+#else
+  (void)options;
+  return absl::FailedPreconditionError(
+      "--backend=cuda: this build of tally has no CUDA backend (it was built without nvcc).");
+#endif
+}
+
+}  // namespace
+
+std::vector<std::string> AvailableBackendKinds() {
+  std::vector<std::string> kinds = {"auto", "cpu"};
+  if (CudaBuilt()) kinds.push_back("cuda");
+  kinds.push_back("null");
+  return kinds;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& options) {
+  if (options.kind == "cpu") return MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
+  if (options.kind == "null") return MakeNullBackend();
+  if (options.kind == "cuda") return MakeCuda(options);
+  if (options.kind == "auto") {
+#ifdef TALLY_HAVE_CUDA_BACKEND
+    const int gpus = VisibleCudaDevices();
+    if (gpus > 0) {
+      spdlog::info("backend auto: {} CUDA device(s) visible, using the cuda backend", gpus);
+      return MakeCuda(options);
+    }
+    spdlog::info("backend auto: no CUDA device visible, using the cpu backend");
+#else
+    spdlog::info("backend auto: built without CUDA, using the cpu backend");
+#endif
+    return MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--backend: unknown backend '", options.kind,
+                                                 "'; expected one of ",
+                                                 absl::StrJoin(AvailableBackendKinds(), ", "), "."));
+}
+
+}  // namespace tally

@@ -1,0 +1,69 @@
+// The CPU backend: a thread pool shared by all requests, and Reductions
+// (reduction.cc) that use it.
+#include "server/engine/cpu/cpu_backend.h"
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "server/engine/cpu/reduction.h"
+#include "server/engine/cpu/thread_pool.h"
+
+namespace tally {
+namespace {
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return "unknown CPU";
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads)
+      : pool_(threads),
+        device_(absl::StrCat(CpuModel(), " (", threads, threads == 1 ? " thread)" : " threads)")) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string device() const override { return device_; }
+
+  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
+    if (plan.ops.empty()) return absl::InvalidArgumentError("aggregations: at least one is required.");
+    if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", plan.array.row_length,
+                                                     " does not divide spec.length ",
+                                                     plan.array.length, "."));
+    }
+    for (const OpSpec& op : plan.ops) {
+      if (op.kind == OpKind::kHistogram &&
+          (op.histogram.bins == 0 || !(op.histogram.lo < op.histogram.hi))) {
+        return absl::InvalidArgumentError("histogram: needs bins >= 1 and lo < hi.");
+      }
+    }
+    return cpu::MakeReduction(plan, &pool_, device_);
+  }
+
+ private:
+  cpu::ThreadPool pool_;
+  const std::string device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
+  int threads = options.threads;
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads <= 0) threads = 1;
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace tally

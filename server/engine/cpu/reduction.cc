@@ -1,0 +1,483 @@
+// The CPU backend's Reduction. The array is cut at fixed row-relative
+// positions into blocks (CpuPolicy::kBlockElements) and chunks
+// (kChunkBlocks blocks). A block is reduced by one fixed algorithm
+// (block_kernels.h) into a Partial; a chunk folds its blocks' partials in
+// block order; a row folds its chunks' partials in chunk order. How Consume()
+// pieces the array and how many threads share the work therefore cannot
+// change a single bit of the results. Histogram counts are integers, so they
+// may be added up in any order.
+#include "server/engine/cpu/reduction.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "server/engine/cpu/block_kernels.h"
+#include "server/engine/cpu/tuning.h"
+#include "tally/ops/combine.h"
+#include "tally/ops/dtype.h"
+#include "tally/ops/histogram_bin.h"
+#include "tally/ops/op.h"
+
+namespace tally::cpu {
+namespace {
+
+constexpr std::uint64_t kBlock = CpuPolicy::kBlockElements;
+constexpr std::uint64_t kChunk = CpuPolicy::kChunkElements;
+
+// Everything any op needs from a block, a chunk or a row.
+template <typename V>
+struct Partial {
+  std::uint64_t count = 0;
+  double dsum = 0.0;       // float64 sum: floats' OP_SUM, mean, variance
+  std::uint64_t isum = 0;  // integers' OP_SUM, modulo 2^64
+  double sum_squares = 0.0;
+  V min = MinIdentity<V>();
+  V max = MaxIdentity<V>();
+  ops::Moments moments{};
+  ops::ArgCandidate<V> argmin{V{}, -1};
+  ops::ArgCandidate<V> argmax{V{}, -1};
+};
+
+// acc := acc followed by b. Every field is cheap, so all are folded.
+template <typename V>
+void Fold(Partial<V>& acc, const Partial<V>& b) {
+  acc.count += b.count;
+  acc.dsum += b.dsum;
+  acc.isum += b.isum;
+  acc.sum_squares += b.sum_squares;
+  acc.min = ops::MinNan(acc.min, b.min);
+  acc.max = ops::MaxNan(acc.max, b.max);
+  acc.moments = ops::MergeMoments(acc.moments, b.moments);
+  acc.argmin = ops::PickArg<false>(acc.argmin, b.argmin);
+  acc.argmax = ops::PickArg<true>(acc.argmax, b.argmax);
+}
+
+// What the plan's ops need computed per block.
+struct Needs {
+  bool native_sum = false;
+  bool dsum = false;
+  bool sum_squares = false;
+  bool min = false;
+  bool max = false;
+  bool moments = false;
+  bool argmin = false;
+  bool argmax = false;
+};
+
+Needs NeedsOf(const std::vector<OpSpec>& ops) {
+  Needs n;
+  for (const OpSpec& op : ops) {
+    switch (op.kind) {
+      case OpKind::kSum: n.native_sum = true; break;
+      case OpKind::kMin: n.min = true; break;
+      case OpKind::kMax: n.max = true; break;
+      case OpKind::kMean: n.dsum = true; break;
+      case OpKind::kCount: break;
+      case OpKind::kSumSquares: n.sum_squares = true; break;
+      case OpKind::kVariance:
+      case OpKind::kStddev: n.dsum = n.moments = true; break;
+      case OpKind::kArgmin: n.argmin = n.min = true; break;
+      case OpKind::kArgmax: n.argmax = n.max = true; break;
+      case OpKind::kHistogram: break;
+    }
+  }
+  return n;
+}
+
+template <typename V>
+using FusedFn = void (*)(const V*, std::size_t, LaneTotals<V>*);
+
+template <typename V, std::size_t... kMasks>
+constexpr std::array<FusedFn<V>, kLaneMasks> FusedTable(std::index_sequence<kMasks...>) {
+  return {&FusedLanes<V, static_cast<unsigned>(kMasks)>...};
+}
+
+// Elements of the piece that are not aligned for V are copied to this first.
+template <typename V>
+const V* AlignedBlock(const std::byte* p, std::size_t n) {
+  if (reinterpret_cast<std::uintptr_t>(p) % alignof(V) == 0) return reinterpret_cast<const V*>(p);
+  alignas(64) thread_local V bounce[kBlock];
+  std::memcpy(bounce, p, n * sizeof(V));
+  return bounce;
+}
+
+// Where one op's per-row results go.
+struct OpOut {
+  OpSpec spec;
+  double* d = nullptr;
+  std::int64_t* i = nullptr;
+  std::uint64_t* u = nullptr;
+  HistogramResult* h = nullptr;
+};
+
+template <DType kD>
+class CpuReduction final : public Reduction {
+  using V = typename ops::Traits<kD>::value;
+  using BinT = typename ops::Traits<kD>::bin;
+
+ public:
+  CpuReduction(const AggregationPlan& plan, ThreadPool* pool, std::string device)
+      : plan_(plan), pool_(pool), device_(std::move(device)), needs_(NeedsOf(plan.ops)) {
+    const ArraySpec& a = plan_.array;
+    row_len_ = a.segmented() ? a.row_length : a.length;
+    rows_ = a.segmented() ? a.length / a.row_length : 1;
+    short_rows_ = a.segmented() && a.row_length <= CpuPolicy::kShortRowElements;
+
+    unsigned mask = 0;
+    if (needs_.native_sum || (needs_.dsum && !std::is_same_v<V, std::int64_t>)) mask |= kLaneSum;
+    if (needs_.sum_squares) mask |= kLaneSumSq;
+    if (needs_.min) mask |= kLaneMin;
+    if (needs_.max) mask |= kLaneMax;
+    static constexpr auto kTable = FusedTable<V>(std::make_index_sequence<kLaneMasks>{});
+    fused_ = kTable[mask];
+
+    values_.reserve(plan_.ops.size());
+    for (const OpSpec& op : plan_.ops) {
+      OpOut out{.spec = op};
+      switch (ResultKindOf(op.kind, kD)) {
+        case ResultKind::kDouble:
+          out.d = std::get<0>(values_.emplace_back(std::vector<double>(rows_))).data();
+          break;
+        case ResultKind::kInt64:
+          out.i = std::get<1>(values_.emplace_back(std::vector<std::int64_t>(rows_))).data();
+          break;
+        case ResultKind::kUInt64:
+          out.u = std::get<2>(values_.emplace_back(std::vector<std::uint64_t>(rows_))).data();
+          break;
+        case ResultKind::kHistogram: {
+          auto& hists = std::get<3>(values_.emplace_back(std::vector<HistogramResult>(rows_)));
+          for (HistogramResult& h : hists) h.counts.assign(op.histogram.bins, 0);
+          out.h = hists.data();
+          binners_.push_back(ops::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
+                                                              op.histogram.hi));
+          hist_ops_.push_back(static_cast<int>(outs_.size()));
+          break;
+        }
+      }
+      outs_.push_back(out);
+    }
+    buffer_.resize(kBlock);
+  }
+
+  absl::Status Consume(std::span<const std::byte> bytes) override {
+    if (bytes.size() % sizeof(V) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data: ", bytes.size(), " bytes is not a whole number of ", ops::Name(kD), " elements."));
+    }
+    std::uint64_t n = bytes.size() / sizeof(V);
+    if (n > plan_.array.length - consumed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    consumed_ += n;
+    const std::byte* p = bytes.data();
+    while (n > 0) {
+      const std::uint64_t taken = Step(p, n);
+      p += taken * sizeof(V);
+      n -= taken;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<AggregationResult> Finish() override {
+    if (consumed_ != plan_.array.length) {
+      return absl::InvalidArgumentError(absl::StrCat("data: received ", consumed_, " of the ",
+                                                     plan_.array.length, " elements in spec.length."));
+    }
+    if (!plan_.array.segmented() && plan_.array.length == 0) {
+      for (const OpSpec& op : plan_.ops) {
+        if (ops::NeedsNonEmpty(op.kind)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ops::Name(op.kind), " of an empty array has no value."));
+        }
+      }
+      FinishRow(0, Partial<V>{});
+    }
+    AggregationResult result;
+    result.values = std::move(values_);
+    result.backend = "cpu";
+    result.device = device_;
+    return result;
+  }
+
+ private:
+  // Takes some of the n elements at p (at least one) and returns how many.
+  std::uint64_t Step(const std::byte* p, std::uint64_t n) {
+    const std::uint64_t in_block = pos_ % kBlock;
+    if (in_block != 0) {  // complete the buffered block
+      const std::uint64_t start = pos_ - in_block;
+      const std::uint64_t len = std::min(kBlock, row_len_ - start);
+      const std::uint64_t take = std::min(n, len - in_block);
+      std::memcpy(buffer_.data() + in_block, p, take * sizeof(V));
+      pos_ += take;
+      if (pos_ == start + len) SequentialBlock(buffer_.data(), len, start);
+      return take;
+    }
+    if (short_rows_ && pos_ == 0 && n >= row_len_) {
+      const std::uint64_t rows = n / row_len_;
+      ParallelRows(p, rows);
+      return rows * row_len_;
+    }
+    const std::uint64_t row_left = row_len_ - pos_;
+    if (!short_rows_ && pos_ % kChunk == 0 && (n >= kChunk || n >= row_left)) {
+      std::uint64_t elements = std::min(n, row_left);
+      if (elements < row_left) elements -= elements % kChunk;  // whole chunks only
+      elements = std::min<std::uint64_t>(elements, CpuPolicy::kMaxChunksPerDispatch * kChunk);
+      ParallelChunks(p, elements);
+      return elements;
+    }
+    const std::uint64_t len = std::min(kBlock, row_left);
+    if (n >= len) {
+      SequentialBlock(AlignedBlock<V>(p, len), len, pos_);
+      return len;
+    }
+    std::memcpy(buffer_.data(), p, n * sizeof(V));
+    pos_ += n;
+    return n;
+  }
+
+  // Reduces one block at row position `offset` into a Partial, binning it
+  // into `sinks` (one per histogram op).
+  Partial<V> ReduceBlock(const V* x, std::size_t n, std::uint64_t offset,
+                         const HistogramSink* sinks) const {
+    LaneTotals<V> t;
+    fused_(x, n, &t);
+    Partial<V> p;
+    p.count = n;
+    if constexpr (std::is_floating_point_v<V>) {
+      p.dsum = t.sum;
+    } else {
+      p.isum = static_cast<std::uint64_t>(t.sum);
+      if (needs_.dsum) {
+        // Exact block sums for the narrow types (no overflow in a block).
+        if constexpr (std::is_same_v<V, std::int64_t>) {
+          p.dsum = DoubleSumLanes(x, n);
+        } else if constexpr (std::is_signed_v<V>) {
+          p.dsum = static_cast<double>(static_cast<std::int64_t>(t.sum));
+        } else {
+          p.dsum = static_cast<double>(t.sum);
+        }
+      }
+    }
+    p.sum_squares = t.sum_squares;
+    p.min = t.min;
+    p.max = t.max;
+    if (needs_.moments) {
+      const double mean = p.dsum / static_cast<double>(n);
+      p.moments = {static_cast<double>(n), mean, SquaredDeviationLanes(x, n, mean)};
+    }
+    if (needs_.argmin) {
+      const std::size_t i = FirstIndexOf(x, n, t.min);
+      p.argmin = {x[i], static_cast<std::int64_t>(offset + i)};
+    }
+    if (needs_.argmax) {
+      const std::size_t i = FirstIndexOf(x, n, t.max);
+      p.argmax = {x[i], static_cast<std::int64_t>(offset + i)};
+    }
+    for (std::size_t h = 0; h < binners_.size(); ++h) BinBlock(x, n, binners_[h], sinks[h]);
+    return p;
+  }
+
+  // Reduces `len` elements of the row starting at row position `start`
+  // (at most one chunk) block by block, folding in block order.
+  Partial<V> ReduceChunk(const std::byte* p, std::uint64_t len, std::uint64_t start,
+                         const HistogramSink* sinks) const {
+    Partial<V> chunk;
+    for (std::uint64_t b = 0; b < len; b += kBlock) {
+      const std::uint64_t n = std::min(kBlock, len - b);
+      Fold(chunk, ReduceBlock(AlignedBlock<V>(p + b * sizeof(V), n), n, start + b, sinks));
+    }
+    return chunk;
+  }
+
+  // A block met one at a time: from the buffer, or around a piece's edges.
+  void SequentialBlock(const V* x, std::uint64_t len, std::uint64_t start) {
+    RowSinks(row_, sinks_);
+    Fold(chunk_acc_, ReduceBlock(x, len, start, sinks_.data()));
+    pos_ = start + len;
+    if (pos_ % kChunk == 0 || pos_ == row_len_) {
+      Fold(row_acc_, chunk_acc_);
+      chunk_acc_ = Partial<V>{};
+    }
+    if (pos_ == row_len_) EndRow();
+  }
+
+  // Whole short rows, in parallel, each reduced by one thread.
+  void ParallelRows(const std::byte* p, std::uint64_t rows) {
+    const std::uint64_t group = std::max<std::uint64_t>(1, CpuPolicy::kRowGroupElements / row_len_);
+    const std::uint64_t first = row_;
+    pool_->ParallelFor((rows + group - 1) / group, [&](std::size_t item, int) {
+      std::vector<HistogramSink> sinks(binners_.size());
+      const std::uint64_t end = std::min(rows, (item + 1) * group);
+      for (std::uint64_t r = item * group; r < end; ++r) {
+        RowSinks(first + r, sinks);
+        Partial<V> row;
+        Fold(row, ReduceChunk(p + r * row_len_ * sizeof(V), row_len_, 0, sinks.data()));
+        FinishRow(first + r, row);
+      }
+    });
+    row_ += rows;
+  }
+
+  // Whole chunks of one long row (the last may end the row short), in
+  // parallel; their partials are folded here in chunk order.
+  void ParallelChunks(const std::byte* p, std::uint64_t elements) {
+    const std::size_t chunks = (elements + kChunk - 1) / kChunk;
+    partials_.resize(chunks);
+    const bool scratch = chunks > 1 && !binners_.empty();
+    if (scratch) {
+      PrepareScratch();
+    } else {
+      RowSinks(row_, sinks_);
+    }
+    const std::uint64_t base = pos_;
+    pool_->ParallelFor(chunks, [&](std::size_t i, int slot) {
+      const HistogramSink* sinks =
+          scratch ? scratch_sinks_.data() + static_cast<std::size_t>(slot) * binners_.size()
+                  : sinks_.data();
+      const std::uint64_t start = i * kChunk;
+      const std::uint64_t len = std::min(kChunk, elements - start);
+      partials_[i] = ReduceChunk(p + start * sizeof(V), len, base + start, sinks);
+    });
+    for (const Partial<V>& c : partials_) Fold(row_acc_, c);
+    pos_ += elements;
+    if (pos_ == row_len_) EndRow();
+  }
+
+  void RowSinks(std::uint64_t row, std::vector<HistogramSink>& sinks) const {
+    sinks.resize(binners_.size());
+    for (std::size_t h = 0; h < binners_.size(); ++h) {
+      HistogramResult& r = outs_[static_cast<std::size_t>(hist_ops_[h])].h[row];
+      sinks[h] = {r.counts.data(), &r.below, &r.above, &r.nan};
+    }
+  }
+
+  // Per-thread histograms for a long row split across threads.
+  void PrepareScratch() {
+    if (scratch_.empty()) {
+      const std::size_t slots = static_cast<std::size_t>(pool_->participants());
+      scratch_.resize(slots * binners_.size());
+      scratch_sinks_.resize(scratch_.size());
+      for (std::size_t s = 0; s < slots; ++s) {
+        for (std::size_t h = 0; h < binners_.size(); ++h) {
+          HistogramResult& r = scratch_[s * binners_.size() + h];
+          r.counts.assign(static_cast<std::size_t>(binners_[h].bins), 0);
+          scratch_sinks_[s * binners_.size() + h] = {r.counts.data(), &r.below, &r.above, &r.nan};
+        }
+      }
+    }
+    scratch_dirty_ = true;
+  }
+
+  void MergeScratch(std::uint64_t row) {
+    for (std::size_t s = 0; s < scratch_.size(); ++s) {
+      HistogramResult& from = scratch_[s];
+      HistogramResult& to = outs_[static_cast<std::size_t>(hist_ops_[s % binners_.size()])].h[row];
+      for (std::size_t b = 0; b < from.counts.size(); ++b) to.counts[b] += from.counts[b];
+      to.below += from.below;
+      to.above += from.above;
+      to.nan += from.nan;
+      std::fill(from.counts.begin(), from.counts.end(), 0);
+      from.below = from.above = from.nan = 0;
+    }
+    scratch_dirty_ = false;
+  }
+
+  void EndRow() {
+    if (scratch_dirty_) MergeScratch(row_);
+    FinishRow(row_, row_acc_);
+    row_acc_ = Partial<V>{};
+    ++row_;
+    pos_ = 0;
+  }
+
+  static void PutExtreme(const OpOut& o, std::uint64_t row, V v) {
+    if constexpr (std::is_floating_point_v<V>) {
+      o.d[row] = static_cast<double>(v);
+    } else if constexpr (std::is_signed_v<V>) {
+      o.i[row] = static_cast<std::int64_t>(v);
+    } else {
+      o.u[row] = static_cast<std::uint64_t>(v);
+    }
+  }
+
+  // Writes every non-histogram op's value for `row` (histograms are binned
+  // in place as the blocks go by).
+  void FinishRow(std::uint64_t row, const Partial<V>& acc) const {
+    const double count = static_cast<double>(acc.count);
+    for (const OpOut& o : outs_) {
+      switch (o.spec.kind) {
+        case OpKind::kSum:
+          if constexpr (std::is_floating_point_v<V>) {
+            o.d[row] = acc.dsum;
+          } else if constexpr (std::is_signed_v<V>) {
+            o.i[row] = static_cast<std::int64_t>(acc.isum);
+          } else {
+            o.u[row] = acc.isum;
+          }
+          break;
+        case OpKind::kMin: PutExtreme(o, row, acc.min); break;
+        case OpKind::kMax: PutExtreme(o, row, acc.max); break;
+        case OpKind::kMean:
+          o.d[row] = acc.count == 0 ? std::numeric_limits<double>::quiet_NaN() : acc.dsum / count;
+          break;
+        case OpKind::kCount: o.u[row] = acc.count; break;
+        case OpKind::kSumSquares: o.d[row] = acc.sum_squares; break;
+        case OpKind::kVariance: o.d[row] = ops::VarianceOf(acc.moments, o.spec.ddof); break;
+        case OpKind::kStddev: o.d[row] = std::sqrt(ops::VarianceOf(acc.moments, o.spec.ddof)); break;
+        case OpKind::kArgmin: o.i[row] = acc.argmin.index; break;
+        case OpKind::kArgmax: o.i[row] = acc.argmax.index; break;
+        case OpKind::kHistogram: break;
+      }
+    }
+  }
+
+  const AggregationPlan plan_;
+  ThreadPool* const pool_;
+  const std::string device_;
+  const Needs needs_;
+  FusedFn<V> fused_ = nullptr;
+
+  std::uint64_t row_len_ = 0;  // the whole array when not segmented
+  std::uint64_t rows_ = 0;
+  bool short_rows_ = false;
+
+  std::vector<OpValues> values_;  // the results, one per op
+  std::vector<OpOut> outs_;       // raw views of values_
+  std::vector<ops::HistogramBinner<BinT>> binners_;
+  std::vector<int> hist_ops_;  // outs_ index of each binner
+
+  // Where the stream is: elements received, current row, position in it.
+  std::uint64_t consumed_ = 0;
+  std::uint64_t row_ = 0;
+  std::uint64_t pos_ = 0;
+  Partial<V> row_acc_{};    // the row's complete chunks, folded
+  Partial<V> chunk_acc_{};  // the current chunk's complete blocks, folded
+  std::vector<V> buffer_;   // the current block, while it is incomplete
+
+  std::vector<Partial<V>> partials_;  // one dispatch's chunk partials
+  std::vector<HistogramSink> sinks_;
+  std::vector<HistogramResult> scratch_;  // [slot][histogram op]
+  std::vector<HistogramSink> scratch_sinks_;
+  bool scratch_dirty_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Reduction> MakeReduction(const AggregationPlan& plan, ThreadPool* pool,
+                                         std::string device) {
+  return ops::VisitDType(plan.array.dtype, [&](auto dt) -> std::unique_ptr<Reduction> {
+    return std::make_unique<CpuReduction<decltype(dt)::value>>(plan, pool, std::move(device));
+  });
+}
+
+}  // namespace tally::cpu

@@ -1,0 +1,43 @@
+// A small persistent thread pool shared by every request on a CPU backend.
+// ParallelFor hands items out one at a time; the calling thread works too, so
+// a request always makes progress even when the workers are busy with others.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tally::cpu {
+
+class ThreadPool {
+ public:
+  // `threads` participants per ParallelFor: the caller and threads - 1
+  // workers.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Most participants in one ParallelFor: slots passed to `fn` are below it.
+  int participants() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(item, slot) for every item in [0, items), in any order and on
+  // any participant, and returns when all calls have returned. `slot` is the
+  // participant's number, unique within this call, for per-thread scratch.
+  void ParallelFor(std::size_t items, const std::function<void(std::size_t, int)>& fn);
+
+ private:
+  void WorkerLoop();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+};
+
+}  // namespace tally::cpu

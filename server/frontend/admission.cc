@@ -1,0 +1,66 @@
+#include "server/frontend/admission.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics/metrics.h"
+
+namespace tally {
+
+AdmissionController::Ticket& AdmissionController::Ticket::operator=(Ticket&& other) noexcept {
+  if (this != &other) {
+    if (owner_ != nullptr) owner_->Release(bytes_);
+    owner_ = other.owner_;
+    bytes_ = other.bytes_;
+    other.owner_ = nullptr;
+  }
+  return *this;
+}
+
+AdmissionController::Ticket::~Ticket() {
+  if (owner_ != nullptr) owner_->Release(bytes_);
+}
+
+bool AdmissionController::FitsLocked(std::uint64_t bytes) const {
+  return budget_ == 0 || in_flight_ == 0 || in_flight_ + bytes <= budget_;
+}
+
+absl::Status AdmissionController::Refusal(std::uint64_t bytes) const {
+  if (metrics_ != nullptr) metrics_->AdmissionRejected();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the server is busy: ", in_flight_, " bytes of requests are in progress and this one needs ", bytes,
+      " more, beyond the ", budget_, "-byte limit (--max_inflight_bytes) after waiting ", max_wait_.count(),
+      " ms; retry with backoff."));
+}
+
+absl::StatusOr<AdmissionController::Ticket> AdmissionController::TryAdmit(std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!FitsLocked(bytes)) return Refusal(bytes);
+  return Take(bytes);
+}
+
+absl::StatusOr<AdmissionController::Ticket> AdmissionController::Admit(std::uint64_t bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!freed_.wait_for(lock, max_wait_, [&] { return FitsLocked(bytes); })) return Refusal(bytes);
+  return Take(bytes);
+}
+
+AdmissionController::Ticket AdmissionController::Take(std::uint64_t bytes) {
+  in_flight_ += bytes;
+  if (metrics_ != nullptr) metrics_->InFlightBytes(static_cast<std::int64_t>(bytes));
+  return Ticket(this, bytes);
+}
+
+std::uint64_t AdmissionController::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+void AdmissionController::Release(std::uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ -= bytes;
+  }
+  if (metrics_ != nullptr) metrics_->InFlightBytes(-static_cast<std::int64_t>(bytes));
+  freed_.notify_all();
+}
+
+}  // namespace tally

@@ -1,0 +1,64 @@
+// Admission control: bounds the bytes held by requests in progress. A request
+// reserves its bytes before work starts; when the budget is spent it waits a
+// short while for others to finish, then is refused with RESOURCE_EXHAUSTED,
+// so a burst of large requests cannot exhaust the server's memory.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+#include "absl/status/statusor.h"
+
+namespace tally {
+
+class Metrics;
+
+class AdmissionController {
+ public:
+  // The reservation a request holds; gives its bytes back when destroyed.
+  class Ticket {
+   public:
+    Ticket() = default;
+    Ticket(Ticket&& other) noexcept : owner_(other.owner_), bytes_(other.bytes_) { other.owner_ = nullptr; }
+    Ticket& operator=(Ticket&& other) noexcept;
+    ~Ticket();
+    std::uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class AdmissionController;
+    Ticket(AdmissionController* owner, std::uint64_t bytes) : owner_(owner), bytes_(bytes) {}
+    AdmissionController* owner_ = nullptr;
+    std::uint64_t bytes_ = 0;
+  };
+
+  // budget_bytes 0: no limit. `metrics` (may be null) sees the bytes in
+  // flight and the refusals.
+  AdmissionController(std::uint64_t budget_bytes, std::chrono::milliseconds max_wait, Metrics* metrics)
+      : budget_(budget_bytes), max_wait_(max_wait), metrics_(metrics) {}
+
+  // Reserves `bytes` (a request larger than the whole budget may still run
+  // alone, when nothing else holds any). Without waiting: fails at once
+  // when the budget is spent.
+  [[nodiscard]] absl::StatusOr<Ticket> TryAdmit(std::uint64_t bytes);
+  // Waits up to the configured maximum for room.
+  [[nodiscard]] absl::StatusOr<Ticket> Admit(std::uint64_t bytes);
+
+  std::uint64_t in_flight() const;
+
+ private:
+  bool FitsLocked(std::uint64_t bytes) const;
+  absl::Status Refusal(std::uint64_t bytes) const;
+  Ticket Take(std::uint64_t bytes);
+  void Release(std::uint64_t bytes);
+
+  const std::uint64_t budget_;
+  const std::chrono::milliseconds max_wait_;
+  Metrics* const metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::uint64_t in_flight_ = 0;
+};
+
+}  // namespace tally

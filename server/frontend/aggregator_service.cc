@@ -1,0 +1,294 @@
+#include "server/frontend/aggregator_service.h"
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/frontend/convert.h"
+#include "server/frontend/element_aligner.h"
+#include "server/frontend/request_record.h"
+#include "server/frontend/status.h"
+
+namespace tally {
+namespace {
+
+std::vector<OpKind> OpKinds(const AggregationPlan& plan) {
+  std::vector<OpKind> kinds;
+  kinds.reserve(plan.ops.size());
+  for (const OpSpec& op : plan.ops) kinds.push_back(op.kind);
+  return kinds;
+}
+
+std::span<const std::byte> AsBytes(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+absl::Status TooLargeForUnary(std::uint64_t bytes, std::uint64_t limit) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("data: ", bytes, " bytes is over the ", limit,
+                   "-byte limit for Aggregate (--max_message_bytes); send larger arrays with AggregateStream."));
+}
+
+}  // namespace
+
+AggregatorService::AggregatorService(Backend& backend, Executor& executor, Metrics* metrics,
+                                     ServiceOptions options)
+    : backend_(backend),
+      executor_(executor),
+      metrics_(metrics),
+      options_(std::move(options)),
+      admission_(options_.max_inflight_bytes, options_.admission_wait, metrics) {}
+
+grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerContext* context,
+                                                       const v1::AggregateRequest* request,
+                                                       v1::AggregateResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto record = std::make_shared<RequestRecord>(metrics_, Metrics::Method::kAggregate);
+  record->AddBytes(request->data().size());
+  auto finish = [reactor, record](const absl::Status& status, std::uint64_t elements) {
+    record->Complete(status, elements);
+    reactor->Finish(ToGrpcStatus(status));
+  };
+
+  if (request->data().size() > options_.max_unary_bytes) {
+    finish(TooLargeForUnary(request->data().size(), options_.max_unary_bytes), 0);
+    return reactor;
+  }
+  absl::StatusOr<AggregationPlan> plan =
+      PlanFromProto(request->spec(), request->aggregations(), request->data().size(), options_.limits);
+  if (!plan.ok()) {
+    finish(plan.status(), 0);
+    return reactor;
+  }
+  record->SetOps(OpKinds(*plan));
+
+  // `ticket` is empty when admission must still wait for room.
+  auto run = [this, context, request, response, finish, record, plan = std::move(*plan)](
+                 AdmissionController::Ticket ticket) {
+    if (ticket.bytes() == 0 && !request->data().empty()) {
+      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(request->data().size());
+      if (!admitted.ok()) return finish(admitted.status(), 0);
+      ticket = std::move(*admitted);
+    }
+    if (context->IsCancelled()) return finish(absl::CancelledError("the client cancelled the request."), 0);
+    absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend_.Start(plan);
+    if (!reduction.ok()) return finish(reduction.status(), 0);
+    if (absl::Status s = (*reduction)->Consume(AsBytes(request->data())); !s.ok()) return finish(s, 0);
+    absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
+    if (!result.ok()) return finish(result.status(), 0);
+    ResultToProto(plan, request->aggregations(), std::move(*result), record->Seconds(), response);
+    finish(absl::OkStatus(), plan.array.length);
+  };
+  // Small requests that are admitted at once run right here; the rest go to
+  // a worker, which may also wait for admission.
+  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(request->data().size());
+  if (ticket.ok() && request->data().size() <= options_.inline_bytes) {
+    run(std::move(*ticket));
+  } else {
+    auto held = std::make_shared<AdmissionController::Ticket>(ticket.ok() ? std::move(*ticket)
+                                                                           : AdmissionController::Ticket());
+    executor_.Post([run = std::move(run), held] { run(std::move(*held)); });
+  }
+  return reactor;
+}
+
+// One AggregateStream call. gRPC threads deliver messages (OnReadDone); a
+// worker from the executor feeds queued chunks to the backend in order, so
+// receiving chunk k overlaps with reducing chunk k-1. At most
+// max_queued_chunks chunks wait; beyond that reading pauses until the worker
+// catches up. Finish() is called exactly once, and only when no worker task is
+// running, because OnDone() deletes the reactor.
+class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1::AggregateStreamRequest> {
+ public:
+  StreamReactor(AggregatorService& service, grpc::CallbackServerContext* context,
+                v1::AggregateResponse* response)
+      : service_(service),
+        context_(context),
+        response_(response),
+        record_(service.metrics_, Metrics::Method::kAggregateStream) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_) return;
+    if (!ok) {
+      // The client closed its side (or the call broke): no more chunks.
+      input_ended_ = true;
+      if (!worker_active_) FinishLocked(lock);
+      return;
+    }
+    if (!reduction_) {
+      if (absl::Status s = StartFromHeader(); !s.ok()) return FailLocked(lock, s);
+      const std::uint64_t hold = std::min(plan_.array.bytes(), service_.options_.stream_hold_bytes);
+      absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.TryAdmit(hold);
+      if (ticket.ok()) {
+        ticket_ = std::move(*ticket);
+        StartRead(&message_);
+      } else {
+        // Wait for room on a worker, not on this gRPC thread.
+        worker_active_ = true;
+        service_.executor_.Post([this, hold] { AwaitAdmission(hold); });
+      }
+      return;
+    }
+    if (message_.payload_case() != v1::AggregateStreamRequest::kChunk) {
+      return FailLocked(lock, absl::InvalidArgumentError(
+                                  "header: a stream carries one header, in its first message; every "
+                                  "later message must be a chunk."));
+    }
+    std::string chunk = std::move(*message_.mutable_chunk());
+    received_bytes_ += chunk.size();
+    record_.AddBytes(chunk.size());
+    if (received_bytes_ > plan_.array.bytes()) {
+      return FailLocked(lock, absl::InvalidArgumentError(absl::StrCat(
+                                  "chunk: the stream sent more than the ", plan_.array.bytes(),
+                                  " bytes that header.spec.length (", plan_.array.length, " ",
+                                  ops::Name(plan_.array.dtype), " elements) announced.")));
+    }
+    queue_.push_back(std::move(chunk));
+    if (!worker_active_) {
+      worker_active_ = true;
+      service_.executor_.Post([this] { Drain(); });
+    }
+    if (static_cast<int>(queue_.size()) < service_.options_.max_queued_chunks) {
+      StartRead(&message_);
+    } else {
+      read_paused_ = true;
+    }
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status StartFromHeader() {
+    if (message_.payload_case() != v1::AggregateStreamRequest::kHeader) {
+      return absl::InvalidArgumentError(
+          "chunk: the first message of AggregateStream must be the header (spec and aggregations), "
+          "not a chunk.");
+    }
+    const auto& header = message_.header();
+    absl::StatusOr<AggregationPlan> plan =
+        PlanFromProto(header.spec(), header.aggregations(), std::nullopt, service_.options_.limits);
+    if (!plan.ok()) return plan.status();
+    plan_ = std::move(*plan);
+    aggregations_ = header.aggregations();
+    record_.SetOps(OpKinds(plan_));
+    aligner_.emplace(ops::SizeOf(plan_.array.dtype));
+    absl::StatusOr<std::unique_ptr<Reduction>> reduction = service_.backend_.Start(plan_);
+    if (!reduction.ok()) return reduction.status();
+    reduction_ = std::move(*reduction);
+    return absl::OkStatus();
+  }
+
+  void AwaitAdmission(std::uint64_t hold) {
+    absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(hold);
+    std::unique_lock<std::mutex> lock(mu_);
+    worker_active_ = false;
+    if (!ticket.ok()) return FailLocked(lock, ticket.status());
+    ticket_ = std::move(*ticket);
+    if (cancelled_) return FinishLocked(lock);
+    StartRead(&message_);
+  }
+
+  // Worker: feeds queued chunks to the backend until the queue is empty.
+  void Drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!queue_.empty() && error_.ok() && !cancelled_) {
+      std::string chunk = std::move(queue_.front());
+      queue_.pop_front();
+      if (read_paused_ && !input_ended_) {
+        read_paused_ = false;
+        StartRead(&message_);
+      }
+      lock.unlock();
+      absl::Status s = aligner_->Push(AsBytes(chunk), [this](std::span<const std::byte> elements) {
+        return reduction_->Consume(elements);
+      });
+      lock.lock();
+      if (!s.ok() && error_.ok()) error_ = s;
+    }
+    worker_active_ = false;
+    queue_.clear();
+    if (input_ended_ || !error_.ok() || cancelled_) FinishLocked(lock);
+  }
+
+  void FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
+    if (error_.ok()) error_ = status;
+    if (!worker_active_) FinishLocked(lock);
+  }
+
+  // Ends the call; the caller holds mu_ and no worker is running.
+  void FinishLocked(std::unique_lock<std::mutex>& lock) {
+    if (done_) return;
+    done_ = true;
+    absl::Status status = Outcome();
+    if (status.ok()) {
+      absl::StatusOr<AggregationResult> result = reduction_->Finish();
+      if (result.ok()) {
+        ResultToProto(plan_, aggregations_, std::move(*result), record_.Seconds(), response_);
+      } else {
+        status = result.status();
+      }
+    }
+    reduction_.reset();
+    ticket_ = AdmissionController::Ticket();
+    lock.unlock();
+    record_.Complete(status, plan_.array.length);
+    Finish(ToGrpcStatus(status));
+  }
+
+  absl::Status Outcome() const {
+    if (cancelled_ || context_->IsCancelled()) {
+      return absl::CancelledError("the client cancelled the stream, or its deadline passed.");
+    }
+    if (!error_.ok()) return error_;
+    if (!reduction_) {
+      return absl::InvalidArgumentError("header: the stream ended before its header (spec and aggregations).");
+    }
+    if (received_bytes_ < plan_.array.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk: the stream ended early, after ", received_bytes_,
+                                                     " of the ", plan_.array.bytes(), " bytes that header.spec.length (",
+                                                     plan_.array.length, " elements) announced."));
+    }
+    return absl::OkStatus();
+  }
+
+  AggregatorService& service_;
+  grpc::CallbackServerContext* context_;
+  v1::AggregateResponse* response_;
+  RequestRecord record_;
+  v1::AggregateStreamRequest message_;  // the read in flight writes here
+
+  std::mutex mu_;
+  AggregationPlan plan_;
+  AggregationList aggregations_;
+  std::optional<ElementAligner> aligner_;
+  std::unique_ptr<Reduction> reduction_;
+  AdmissionController::Ticket ticket_;
+  std::deque<std::string> queue_;
+  std::uint64_t received_bytes_ = 0;
+  absl::Status error_;
+  bool worker_active_ = false;
+  bool read_paused_ = false;
+  bool input_ended_ = false;
+  bool cancelled_ = false;
+  bool done_ = false;
+};
+
+grpc::ServerReadReactor<v1::AggregateStreamRequest>* AggregatorService::AggregateStream(
+    grpc::CallbackServerContext* context, v1::AggregateResponse* response) {
+  return new StreamReactor(*this, context, response);
+}
+
+}  // namespace tally

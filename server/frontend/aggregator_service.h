@@ -1,0 +1,60 @@
+// The tally.v1.Aggregator gRPC service (callback API): turns requests into
+// plans, feeds the array's bytes to a Reduction of the configured backend,
+// and answers with the results. Validation errors never reach the backend.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "server/core/validate.h"
+#include "server/engine/backend.h"
+#include "server/frontend/admission.h"
+#include "server/frontend/executor.h"
+#include "tally/v1/tally.grpc.pb.h"
+
+namespace tally {
+
+class Metrics;
+
+struct ServiceOptions {
+  RequestLimits limits;
+  // Largest array Aggregate accepts inline; larger ones must be streamed.
+  std::uint64_t max_unary_bytes = std::uint64_t{64} << 20;
+  // Unary requests up to this size run on the gRPC thread that received
+  // them: a hop to a worker would cost more than the work.
+  std::uint64_t inline_bytes = std::uint64_t{256} << 10;
+  // Chunks of one stream waiting for the backend before reading pauses.
+  // Bounds a stream's memory to about (this + 2) chunks.
+  int max_queued_chunks = 2;
+  // Bytes that requests in progress may hold (0: no limit). A unary request
+  // holds its array's size; a stream holds min(its size, stream_hold_bytes),
+  // since it never buffers more than a few chunks at once.
+  std::uint64_t max_inflight_bytes = std::uint64_t{4} << 30;
+  std::uint64_t stream_hold_bytes = std::uint64_t{64} << 20;
+  // How long a request waits for room before RESOURCE_EXHAUSTED.
+  std::chrono::milliseconds admission_wait{2000};
+};
+
+class AggregatorService final : public v1::Aggregator::CallbackService {
+ public:
+  // `metrics` may be null. All references must outlive the service.
+  AggregatorService(Backend& backend, Executor& executor, Metrics* metrics, ServiceOptions options);
+
+  grpc::ServerUnaryReactor* Aggregate(grpc::CallbackServerContext* context,
+                                      const v1::AggregateRequest* request,
+                                      v1::AggregateResponse* response) override;
+
+  grpc::ServerReadReactor<v1::AggregateStreamRequest>* AggregateStream(
+      grpc::CallbackServerContext* context, v1::AggregateResponse* response) override;
+
+ private:
+  class StreamReactor;
+
+  Backend& backend_;
+  Executor& executor_;
+  Metrics* metrics_;
+  ServiceOptions options_;
+  AdmissionController admission_;
+};
+
+}  // namespace tally

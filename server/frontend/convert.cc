@@ -1,0 +1,134 @@
+#include "server/frontend/convert.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace tally {
+namespace {
+
+absl::StatusOr<DType> DTypeFromProto(v1::DType d) {
+  switch (d) {
+    case v1::DTYPE_FLOAT32: return DType::kFloat32;
+    case v1::DTYPE_FLOAT64: return DType::kFloat64;
+    case v1::DTYPE_INT32: return DType::kInt32;
+    case v1::DTYPE_INT64: return DType::kInt64;
+    case v1::DTYPE_UINT32: return DType::kUInt32;
+    case v1::DTYPE_UINT8: return DType::kUInt8;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "spec.dtype: ", d == v1::DTYPE_UNSPECIFIED ? std::string("no dtype was given") : absl::StrCat("unknown dtype ", static_cast<int>(d)),
+      "; expected one of float32, float64, int32, int64, uint32, uint8."));
+}
+
+absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
+  switch (op) {
+    case v1::OP_SUM: return OpKind::kSum;
+    case v1::OP_MIN: return OpKind::kMin;
+    case v1::OP_MAX: return OpKind::kMax;
+    case v1::OP_MEAN: return OpKind::kMean;
+    case v1::OP_COUNT: return OpKind::kCount;
+    case v1::OP_SUM_SQUARES: return OpKind::kSumSquares;
+    case v1::OP_VARIANCE: return OpKind::kVariance;
+    case v1::OP_STDDEV: return OpKind::kStddev;
+    case v1::OP_ARGMIN: return OpKind::kArgmin;
+    case v1::OP_ARGMAX: return OpKind::kArgmax;
+    case v1::OP_HISTOGRAM: return OpKind::kHistogram;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "aggregations[", index, "].op: ",
+      op == v1::OP_UNSPECIFIED ? std::string("no op was given") : absl::StrCat("unknown op ", static_cast<int>(op)),
+      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram."));
+}
+
+// NaN results go out as one canonical quiet NaN, so equal requests give
+// bitwise-equal responses whatever NaN payload the arithmetic produced.
+double Canonical(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
+
+void FillValues(std::vector<double>&& v, v1::AggregationResult* out) {
+  auto* f = out->mutable_doubles()->mutable_values();
+  f->Reserve(static_cast<int>(v.size()));
+  for (double x : v) f->Add(Canonical(x));
+}
+void FillValues(std::vector<std::int64_t>&& v, v1::AggregationResult* out) {
+  out->mutable_int64s()->mutable_values()->Add(v.begin(), v.end());
+}
+void FillValues(std::vector<std::uint64_t>&& v, v1::AggregationResult* out) {
+  out->mutable_uint64s()->mutable_values()->Add(v.begin(), v.end());
+}
+void FillValues(std::vector<HistogramResult>&& v, v1::AggregationResult* out) {
+  auto* hs = out->mutable_histograms()->mutable_histograms();
+  hs->Reserve(static_cast<int>(v.size()));
+  for (HistogramResult& h : v) {
+    v1::Histogram* p = hs->Add();
+    p->mutable_counts()->Add(h.counts.begin(), h.counts.end());
+    p->set_below(h.below);
+    p->set_above(h.above);
+    p->set_nan(h.nan);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const AggregationList& aggregations,
+                                              std::optional<std::uint64_t> data_bytes,
+                                              const RequestLimits& limits) {
+  AggregationPlan plan;
+  absl::StatusOr<DType> dtype = DTypeFromProto(spec.dtype());
+  if (!dtype.ok()) return dtype.status();
+  plan.array.dtype = *dtype;
+  const std::uint64_t size = ops::SizeOf(*dtype);
+  if (data_bytes.has_value()) {
+    if (*data_bytes % size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("data: ", *data_bytes, " bytes is not a whole number of ",
+                                                     ops::Name(*dtype), " elements (", size, " bytes each)."));
+    }
+    plan.array.length = *data_bytes / size;
+    if (spec.has_length() && spec.length() != plan.array.length) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.length: the spec says ", spec.length(),
+                                                     " elements, but data holds ", plan.array.length, " ",
+                                                     ops::Name(*dtype), " elements (", *data_bytes, " bytes)."));
+    }
+  } else {
+    if (!spec.has_length()) {
+      return absl::InvalidArgumentError(
+          "header.spec.length: AggregateStream needs the array's length in elements up front.");
+    }
+    plan.array.length = spec.length();
+  }
+  plan.array.row_length = spec.row_length();
+  plan.ops.reserve(aggregations.size());
+  for (int i = 0; i < aggregations.size(); ++i) {
+    const v1::Aggregation& a = aggregations[i];
+    absl::StatusOr<OpKind> kind = OpFromProto(i, a.op());
+    if (!kind.ok()) return kind.status();
+    OpSpec op;
+    op.kind = *kind;
+    op.ddof = a.ddof();
+    op.histogram = HistogramSpec{a.histogram().bins(), a.histogram().lo(), a.histogram().hi()};
+    plan.ops.push_back(op);
+  }
+  if (absl::Status s = ValidatePlan(plan, limits); !s.ok()) return s;
+  return plan;
+}
+
+void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregations, AggregationResult result,
+                   double server_seconds, v1::AggregateResponse* response) {
+  for (std::size_t i = 0; i < result.values.size(); ++i) {
+    v1::AggregationResult* out = response->add_results();
+    *out->mutable_aggregation() = aggregations[static_cast<int>(i)];
+    std::visit([out](auto&& values) { FillValues(std::move(values), out); }, std::move(result.values[i]));
+  }
+  v1::Execution* e = response->mutable_execution();
+  e->set_elements(plan.array.length);
+  e->set_bytes(plan.array.bytes());
+  e->set_rows(plan.array.segmented() ? plan.array.rows() : 1);
+  e->set_backend(std::move(result.backend));
+  e->set_device(std::move(result.device));
+  e->set_server_seconds(server_seconds);
+}
+
+}  // namespace tally

@@ -1,0 +1,30 @@
+// Conversion between the tally.v1 protobuf messages and the engine's request
+// and result model, with the checks that need the wire form (unknown enum
+// values, byte lengths).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "server/core/request.h"
+#include "server/core/validate.h"
+#include "tally/v1/tally.pb.h"
+
+namespace tally {
+
+using AggregationList = google::protobuf::RepeatedPtrField<v1::Aggregation>;
+
+// Builds and validates a plan. `data_bytes` is the inline data's size for
+// Aggregate (length then comes from it, and spec.length, if set, must agree);
+// std::nullopt for AggregateStream, where spec.length is required.
+[[nodiscard]] absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec,
+                                                            const AggregationList& aggregations,
+                                                            std::optional<std::uint64_t> data_bytes,
+                                                            const RequestLimits& limits);
+
+// Fills `response` with `result`'s values, echoing the request's aggregations.
+void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregations,
+                   AggregationResult result, double server_seconds, v1::AggregateResponse* response);
+
+}  // namespace tally

@@ -1,0 +1,41 @@
+#include "server/frontend/request_record.h"
+
+#include "spdlog/spdlog.h"
+
+namespace tally {
+
+RequestRecord::RequestRecord(Metrics* metrics, Metrics::Method method)
+    : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {
+  if (metrics_ != nullptr) metrics_->RequestStarted(method_);
+}
+
+void RequestRecord::AddBytes(std::uint64_t bytes) {
+  if (metrics_ != nullptr) metrics_->BytesReceived(bytes);
+}
+
+double RequestRecord::Seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kResourceExhausted:
+      // The client's doing (or a busy server's answer), returned with the
+      // reason and counted in the metrics: no line at info level.
+      if (!status.ok()) spdlog::debug("request refused: {}", status.ToString());
+      break;
+    default:
+      spdlog::error("request failed: {}", status.ToString());
+      break;
+  }
+  if (metrics_ != nullptr) {
+    if (status.ok()) metrics_->ElementsProcessed(elements);
+    metrics_->RequestFinished(method_, ops_, static_cast<int>(status.code()), Seconds());
+  }
+}
+
+}  // namespace tally

@@ -1,0 +1,33 @@
+// What the front end records about every request, in one place: the log line
+// for failures and the request metrics. Created when a request arrives,
+// completed exactly once with its final status.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/metrics/metrics.h"
+#include "tally/ops/op.h"
+
+namespace tally {
+
+class RequestRecord {
+ public:
+  RequestRecord(Metrics* metrics, Metrics::Method method);
+
+  void SetOps(std::vector<ops::OpKind> ops) { ops_ = std::move(ops); }
+  void AddBytes(std::uint64_t bytes);
+  double Seconds() const;
+  // Logs a failure at a level that matches its cause and updates metrics.
+  void Complete(const absl::Status& status, std::uint64_t elements);
+
+ private:
+  Metrics* metrics_;
+  Metrics::Method method_;
+  std::chrono::steady_clock::time_point start_;
+  std::vector<ops::OpKind> ops_;
+};
+
+}  // namespace tally

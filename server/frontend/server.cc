@@ -1,0 +1,83 @@
+#include "server/frontend/server.h"
+
+#include <algorithm>
+#include <climits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/metrics/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace tally {
+namespace {
+
+constexpr char kServiceName[] = "tally.v1.Aggregator";
+
+int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// gRPC reads messages up to this size. It is above the unary limit so that an
+// oversized Aggregate still reaches the service and gets an answer that says
+// to use AggregateStream; beyond it gRPC refuses the message itself.
+int TransportLimit(std::uint64_t max_unary_bytes) {
+  const std::uint64_t limit = std::max(2 * max_unary_bytes, max_unary_bytes + (std::uint64_t{16} << 20));
+  return static_cast<int>(std::min<std::uint64_t>(limit, INT_MAX));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConfig& config) {
+  std::unique_ptr<TallyServer> s(new TallyServer());
+  BackendOptions backend_options = config.backend;
+  if (backend_options.cpu_threads == 0) backend_options.cpu_threads = config.threads;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(backend_options);
+  if (!backend.ok()) return backend.status();
+  s->backend_ = std::move(*backend);
+  s->executor_ = std::make_unique<Executor>(config.threads > 0 ? config.threads : HardwareThreads());
+
+  s->metrics_ = std::make_unique<Metrics>(
+      Metrics::Options{s->backend_->name(), s->backend_->device(), TALLY_VERSION});
+  if (!config.metrics_listen.empty()) {
+    if (absl::Status st = s->metrics_->Serve(config.metrics_listen); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("--metrics_listen: ", st.message()));
+    }
+  }
+
+  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->executor_, s->metrics_.get(), config.service);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.SetMaxReceiveMessageSize(TransportLimit(config.service.max_unary_bytes));
+  builder.SetMaxSendMessageSize(INT_MAX);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("--listen: could not listen on ", config.listen,
+                                               " (address in use or not valid)."));
+  }
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus(true);
+  return s;
+}
+
+int TallyServer::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+
+void TallyServer::Drain(std::chrono::milliseconds grace) {
+  if (drained_) return;
+  drained_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  server_->Wait();
+}
+
+TallyServer::~TallyServer() {
+  if (server_) Drain(std::chrono::milliseconds(0));
+  // The executor drains its queue before the service and backend go away.
+  executor_.reset();
+}
+
+}  // namespace tally

@@ -1,0 +1,56 @@
+// A running tally server: backend, workers, metrics and the gRPC server with
+// the Aggregator, health and reflection services. Used by main() and by the
+// integration tests, which start it in-process on a free port.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/engine/backend_factory.h"
+#include "server/frontend/aggregator_service.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace tally {
+
+class Metrics;
+
+struct ServerConfig {
+  std::string listen = "0.0.0.0:50051";  // port 0 picks a free port
+  std::string metrics_listen;            // empty: no metrics endpoint
+  BackendOptions backend;
+  ServiceOptions service;
+  int threads = 0;  // request workers; 0: one per hardware thread
+};
+
+class TallyServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<TallyServer>> Start(const ServerConfig& config);
+  ~TallyServer();
+
+  int port() const { return port_; }
+  int metrics_port() const;
+  const Backend& backend() const { return *backend_; }
+  Metrics* metrics() { return metrics_.get(); }
+
+  // Graceful stop: health goes NOT_SERVING, new calls are refused, calls in
+  // flight get until `grace` to finish and are cancelled after that.
+  void Drain(std::chrono::milliseconds grace);
+
+ private:
+  TallyServer() = default;
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AggregatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool drained_ = false;
+};
+
+}  // namespace tally

@@ -1,0 +1,97 @@
+// tally-server: serves tally.v1.Aggregator over gRPC.
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "server/frontend/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "Address to serve gRPC on (host:port; port 0 picks a free port).");
+ABSL_FLAG(std::string, backend, "auto",
+          "What computes the aggregations: auto (cuda when a GPU is visible, else cpu), cpu, cuda, or "
+          "null (does all RPC work, discards the data, returns empty results; for measuring the "
+          "transport).");
+ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
+          "Largest array, in bytes, that the unary Aggregate call accepts; larger arrays must use "
+          "AggregateStream, whose chunks must each be below this size too.");
+ABSL_FLAG(int, threads, 0, "Worker threads for request work and the cpu backend; 0 means one per CPU.");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "Address of the Prometheus /metrics endpoint; empty disables it.");
+ABSL_FLAG(double, drain_grace_seconds, 30,
+          "On SIGTERM or SIGINT: health turns NOT_SERVING, new calls are refused, and calls in flight "
+          "get this long to finish before they are cancelled; then the process exits 0.");
+ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error.");
+
+namespace {
+
+constexpr char kUsage[] =
+    "tally-server: aggregates numeric arrays sent over gRPC (tally.v1.Aggregator): sums, min/max,\n"
+    "means, variances, argmin/argmax and histograms, whole or per row, on a GPU or the CPU.\n"
+    "\n"
+    "  tally-server                      # GPU if present, else CPU; gRPC on :50051, metrics on :9464\n"
+    "  tally-server --backend=cpu --listen=127.0.0.1:50051 --metrics_listen=\n"
+    "  tally-server --flagfile=/etc/tally/flags\n"
+    "\n"
+    "The gRPC health service (grpc.health.v1) and server reflection are on.";
+
+// Signals are blocked in every thread and taken synchronously by main(),
+// so no handler runs in an arbitrary thread.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const sigset_t stop_signals = BlockStopSignals();
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_helpshort_flags = [](absl::string_view file) { return absl::EndsWith(file, "server/main.cc"); };
+  usage_config.contains_help_flags = usage_config.contains_helpshort_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::ParseCommandLine(argc, argv);
+
+  const spdlog::level::level_enum level = spdlog::level::from_str(absl::GetFlag(FLAGS_log_level));
+  spdlog::set_level(level);
+
+  tally::ServerConfig config;
+  config.listen = absl::GetFlag(FLAGS_listen);
+  config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  config.backend.kind = absl::GetFlag(FLAGS_backend);
+  config.threads = absl::GetFlag(FLAGS_threads);
+  config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);
+
+  absl::StatusOr<std::unique_ptr<tally::TallyServer>> server = tally::TallyServer::Start(config);
+  if (!server.ok()) {
+    spdlog::critical("tally-server could not start: {}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info(
+      "tally-server listening on port {} (--listen={}); backend {} on {}; metrics {}; "
+      "max_message_bytes={} threads={} drain_grace_seconds={}",
+      (*server)->port(), config.listen, (*server)->backend().name(), (*server)->backend().device(),
+      config.metrics_listen.empty() ? std::string("off") : "port " + std::to_string((*server)->metrics_port()),
+      config.service.max_unary_bytes, config.threads, grace);
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  spdlog::info("received {}: draining (health NOT_SERVING, up to {} s for calls in flight)",
+               signal == SIGTERM ? "SIGTERM" : "SIGINT", grace);
+  (*server)->Drain(std::chrono::milliseconds(static_cast<long long>(grace * 1000)));
+  server->reset();
+  spdlog::info("tally-server stopped");
+  return 0;
+}

@@ -1,0 +1,287 @@
+// Metrics: builds every tally_ family in the constructor and records into
+// cached children afterwards.
+#include "server/metrics/metrics.h"
+
+#include <exception>
+#include <sstream>
+#include <string_view>
+
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
+
+namespace tally {
+namespace {
+
+constexpr const char* kCodeNames[] = {
+    "OK",           "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",       "DATA_LOSS",
+    "UNAUTHENTICATED"};
+
+prometheus::Histogram::BucketBoundaries Bounds(std::span<const double> b) {
+  return prometheus::Histogram::BucketBoundaries(b.begin(), b.end());
+}
+
+int ClampCode(int code) { return code >= 0 && code < 17 ? code : 2 /* UNKNOWN */; }
+
+}  // namespace
+
+const char* Metrics::CodeName(int grpc_status_code) {
+  return kCodeNames[ClampCode(grpc_status_code)];
+}
+
+const char* Metrics::MethodName(Method method) {
+  return method == Method::kAggregate ? "Aggregate" : "AggregateStream";
+}
+
+Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus::Registry>()) {
+  // The backend is a constant label on every family: one value per process,
+  // so it adds no series, and every panel can be split by it without a join.
+  // The device description is long and free-form; it lives on build_info
+  // only (join on instance when needed). Per-GPU families carry the ordinal.
+  const prometheus::Labels constant = {{"backend", options.backend}};
+  auto& r = *registry_;
+
+  prometheus::BuildGauge()
+      .Name("tally_build_info")
+      .Help("Always 1; the labels say which tally build, backend and device this is.")
+      .Register(r)
+      .Add({{"version", options.version}, {"backend", options.backend}, {"device", options.device}})
+      .Set(1);
+
+  requests_ = &prometheus::BuildCounter()
+                   .Name("tally_requests_total")
+                   .Help("Requests finished, by RPC method and gRPC status code.")
+                   .Labels(constant)
+                   .Register(r);
+  aggregations_ = &prometheus::BuildCounter()
+                       .Name("tally_aggregations_total")
+                       .Help("Aggregations requested, by RPC method, op and the gRPC status code "
+                             "of the request that carried them (a request with n ops counts n).")
+                       .Labels(constant)
+                       .Register(r);
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("tally_request_duration_seconds")
+                       .Help("Time from a request's first byte to its response, by RPC method.")
+                       .Labels(constant)
+                       .Register(r);
+  auto& in_flight = prometheus::BuildGauge()
+                        .Name("tally_requests_in_flight")
+                        .Help("Requests started and not yet finished, by RPC method.")
+                        .Labels(constant)
+                        .Register(r);
+  for (int m = 0; m < kNumMethods; ++m) {
+    const auto method = static_cast<Method>(m);
+    duration_[m] = &duration.Add({{"method", MethodName(method)}}, Bounds(kDurationBuckets));
+    in_flight_[m] = &in_flight.Add({{"method", MethodName(method)}});
+    // Successful series exist from the start, so rate() and dashboards see 0
+    // rather than nothing before the first request.
+    RequestCounter(m, 0);
+    for (int op = 0; op < ops::kNumOpKinds; ++op) OpCounter(m, op, 0);
+  }
+
+  admission_rejections_ = &prometheus::BuildCounter()
+                               .Name("tally_admission_rejections_total")
+                               .Help("Requests turned away by admission control (also counted "
+                                     "in tally_requests_total as RESOURCE_EXHAUSTED).")
+                               .Labels(constant)
+                               .Register(r)
+                               .Add({});
+  received_bytes_ = &prometheus::BuildCounter()
+                         .Name("tally_received_bytes_total")
+                         .Help("Array payload bytes received.")
+                         .Labels(constant)
+                         .Register(r)
+                         .Add({});
+  processed_elements_ = &prometheus::BuildCounter()
+                             .Name("tally_processed_elements_total")
+                             .Help("Array elements aggregated.")
+                             .Labels(constant)
+                             .Register(r)
+                             .Add({});
+  in_flight_bytes_ = &prometheus::BuildGauge()
+                          .Name("tally_in_flight_bytes")
+                          .Help("Payload bytes held by requests in progress.")
+                          .Labels(constant)
+                          .Register(r)
+                          .Add({});
+  queue_wait_ = &prometheus::BuildHistogram()
+                     .Name("tally_queue_wait_seconds")
+                     .Help("Time work waited for a worker, stream or pinned buffer.")
+                     .Labels(constant)
+                     .Register(r)
+                     .Add({}, Bounds(kQueueWaitBuckets));
+  pinned_capacity_ = &prometheus::BuildGauge()
+                          .Name("tally_pinned_pool_capacity_bytes")
+                          .Help("Size of the pinned host memory pool.")
+                          .Labels(constant)
+                          .Register(r)
+                          .Add({});
+  pinned_used_ = &prometheus::BuildGauge()
+                      .Name("tally_pinned_pool_used_bytes")
+                      .Help("Pinned host memory handed out to requests.")
+                      .Labels(constant)
+                      .Register(r)
+                      .Add({});
+
+  h2d_bytes_ = &prometheus::BuildCounter()
+                    .Name("tally_host_to_device_bytes_total")
+                    .Help("Bytes copied from host to device, by CUDA device ordinal.")
+                    .Labels(constant)
+                    .Register(r);
+  h2d_seconds_ = &prometheus::BuildCounter()
+                      .Name("tally_host_to_device_seconds_total")
+                      .Help("Time spent in host-to-device copies, by CUDA device ordinal.")
+                      .Labels(constant)
+                      .Register(r);
+  kernel_seconds_ = &prometheus::BuildCounter()
+                         .Name("tally_kernel_seconds_total")
+                         .Help("Time spent in aggregation kernels, by CUDA device ordinal.")
+                         .Labels(constant)
+                         .Register(r);
+  device_memory_used_ = &prometheus::BuildGauge()
+                             .Name("tally_device_memory_used_bytes")
+                             .Help("Device memory in use, by CUDA device ordinal and model name.")
+                             .Labels(constant)
+                             .Register(r);
+  device_memory_capacity_ = &prometheus::BuildGauge()
+                                 .Name("tally_device_memory_capacity_bytes")
+                                 .Help("Device memory in total, by CUDA device ordinal and model name.")
+                                 .Labels(constant)
+                                 .Register(r);
+}
+
+Metrics::~Metrics() = default;
+
+absl::Status Metrics::Serve(const std::string& address) {
+  if (address.empty()) return absl::OkStatus();
+  if (exposer_) return absl::FailedPreconditionError("metrics exposer already serving");
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    return absl::InvalidArgumentError("--metrics_listen must be HOST:PORT, got \"" + address +
+                                      "\"");
+  }
+  try {
+    // One thread is plenty for a scrape every few seconds.
+    exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError("cannot serve metrics on " + address + ": " + e.what());
+  }
+  exposer_->RegisterCollectable(registry_);
+  return absl::OkStatus();
+}
+
+int Metrics::port() const {
+  if (!exposer_) return 0;
+  const auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+std::string Metrics::Scrape() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+prometheus::Counter& Metrics::RequestCounter(int method, int code) {
+  auto& slot = request_children_[method * kNumCodes + code];
+  prometheus::Counter* c = slot.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    c = &requests_->Add({{"method", MethodName(static_cast<Method>(method))},
+                         {"code", kCodeNames[code]}});
+    slot.store(c, std::memory_order_release);
+  }
+  return *c;
+}
+
+prometheus::Counter& Metrics::OpCounter(int method, int op, int code) {
+  auto& slot = op_children_[(method * ops::kNumOpKinds + op) * kNumCodes + code];
+  prometheus::Counter* c = slot.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    c = &aggregations_->Add({{"method", MethodName(static_cast<Method>(method))},
+                             {"op", std::string(ops::Name(static_cast<ops::OpKind>(op)))},
+                             {"code", kCodeNames[code]}});
+    slot.store(c, std::memory_order_release);
+  }
+  return *c;
+}
+
+void Metrics::RequestStarted(Method method) { in_flight_[static_cast<int>(method)]->Increment(); }
+
+void Metrics::RequestFinished(Method method, std::span<const ops::OpKind> op_kinds,
+                              int grpc_status_code, double seconds) {
+  const int m = static_cast<int>(method);
+  const int code = ClampCode(grpc_status_code);
+  in_flight_[m]->Decrement();
+  RequestCounter(m, code).Increment();
+  for (const ops::OpKind k : op_kinds) {
+    const int op = static_cast<int>(k);
+    if (op >= 0 && op < ops::kNumOpKinds) OpCounter(m, op, code).Increment();
+  }
+  duration_[m]->Observe(seconds);
+}
+
+void Metrics::AdmissionRejected() { admission_rejections_->Increment(); }
+
+void Metrics::BytesReceived(std::uint64_t bytes) {
+  received_bytes_->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::ElementsProcessed(std::uint64_t elements) {
+  processed_elements_->Increment(static_cast<double>(elements));
+}
+
+void Metrics::InFlightBytes(std::int64_t delta) {
+  in_flight_bytes_->Increment(static_cast<double>(delta));
+}
+
+void Metrics::QueueWait(double seconds) { queue_wait_->Observe(seconds); }
+
+Metrics::DeviceChildren Metrics::Device(int device) {
+  const bool cached = device >= 0 && device < kCachedDevices;
+  if (cached) {
+    if (const DeviceChildren* d = device_children_[device].load(std::memory_order_acquire)) {
+      return *d;
+    }
+  }
+  const prometheus::Labels labels = {{"device", std::to_string(device)}};
+  DeviceChildren d{&h2d_bytes_->Add(labels), &h2d_seconds_->Add(labels),
+                   &kernel_seconds_->Add(labels)};
+  if (cached) {
+    std::lock_guard<std::mutex> lock(device_mutex_);
+    if (device_children_[device].load(std::memory_order_relaxed) == nullptr) {
+      device_storage_[device] = d;
+      device_children_[device].store(&device_storage_[device], std::memory_order_release);
+    }
+  }
+  return d;
+}
+
+void Metrics::HostToDevice(int device, std::uint64_t bytes, double seconds) {
+  const DeviceChildren d = Device(device);
+  d.h2d_bytes->Increment(static_cast<double>(bytes));
+  d.h2d_seconds->Increment(seconds);
+}
+
+void Metrics::KernelTime(int device, double seconds) { Device(device).kernel_seconds->Increment(seconds); }
+
+void Metrics::SetDeviceMemory(int device, const std::string& name, std::uint64_t used,
+                              std::uint64_t total) {
+  // Called from a periodic poll, not per request: the locked lookup is fine.
+  const prometheus::Labels labels = {{"device", std::to_string(device)}, {"device_name", name}};
+  device_memory_used_->Add(labels).Set(static_cast<double>(used));
+  device_memory_capacity_->Add(labels).Set(static_cast<double>(total));
+}
+
+void Metrics::SetPinnedPool(std::uint64_t total, std::uint64_t used) {
+  pinned_capacity_->Set(static_cast<double>(total));
+  pinned_used_->Set(static_cast<double>(used));
+}
+
+}  // namespace tally

@@ -1,0 +1,144 @@
+// tally's Prometheus metrics: the one owner of the registry. Every family is
+// built in Metrics' constructor; the rest of the server only calls the
+// recording methods below, which are cheap (cached children, no string
+// building) and safe to call from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "tally/ops/op.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace tally {
+
+class Metrics {
+ public:
+  // The RPCs of tally.v1.Aggregator, as the `method` label spells them.
+  enum class Method : std::uint8_t { kAggregate, kAggregateStream };
+  static constexpr int kNumMethods = 2;
+
+  struct Options {
+    std::string backend;  // "cpu", "cuda", "null": a constant label on every family
+    std::string device;   // e.g. "NVIDIA H100 80GB HBM3 (0)"; only on tally_build_info
+    std::string version;  // tally's version, on tally_build_info
+  };
+
+  // Upper bounds of tally_request_duration_seconds: 50 us to 60 s.
+  static constexpr std::array<double, 19> kDurationBuckets = {
+      50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+      0.1,   0.25,   0.5,    1.0,    2.5,  5.0,    10.0, 30.0,  60.0};
+  // Upper bounds of tally_queue_wait_seconds: 10 us to 10 s.
+  static constexpr std::array<double, 13> kQueueWaitBuckets = {
+      10e-6, 50e-6, 100e-6, 500e-6, 1e-3, 5e-3, 10e-3, 50e-3, 0.1, 0.5, 1.0, 5.0, 10.0};
+
+  explicit Metrics(const Options& options);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Starts the HTTP exposer on `address` ("0.0.0.0:9464"; port 0 picks a free
+  // one). Empty: metrics stay in-process only (Scrape() still works).
+  // Fails with UNAVAILABLE if the address can't be bound, INVALID_ARGUMENT
+  // if it is malformed, FAILED_PRECONDITION if already serving.
+  [[nodiscard]] absl::Status Serve(const std::string& address);
+  // The port the exposer listens on, or 0 when not serving.
+  int port() const;
+
+  // The registry in Prometheus' text exposition format.
+  std::string Scrape() const;
+
+  // Request lifecycle. Every RequestStarted() must be followed by exactly one
+  // RequestFinished() with the same method. `ops` are the aggregations the
+  // request asked for (empty when it failed before they were known);
+  // `grpc_status_code` is the grpc::StatusCode it ended with; `seconds` runs
+  // from the first byte received to the response.
+  void RequestStarted(Method method);
+  void RequestFinished(Method method, std::span<const ops::OpKind> ops, int grpc_status_code,
+                       double seconds);
+  // A request turned away by admission control (RESOURCE_EXHAUSTED). It is
+  // still counted by RequestFinished(); this counter says why.
+  void AdmissionRejected();
+
+  void BytesReceived(std::uint64_t bytes);
+  void ElementsProcessed(std::uint64_t elements);
+  // Payload bytes held by requests in progress: +n when taken, -n when freed.
+  void InFlightBytes(std::int64_t delta);
+  // Time a request (or chunk) waited for a worker, stream or pinned buffer.
+  void QueueWait(double seconds);
+
+  // Per-GPU work; `device` is the CUDA ordinal.
+  void HostToDevice(int device, std::uint64_t bytes, double seconds);
+  void KernelTime(int device, double seconds);
+  void SetDeviceMemory(int device, const std::string& name, std::uint64_t used,
+                       std::uint64_t total);
+  void SetPinnedPool(std::uint64_t total, std::uint64_t used);
+
+  // The gRPC canonical name of a status code ("OK", "INVALID_ARGUMENT");
+  // "UNKNOWN" for numbers outside 0..16.
+  static const char* CodeName(int grpc_status_code);
+  static const char* MethodName(Method method);
+
+ private:
+  static constexpr int kNumCodes = 17;
+  // Devices whose children are cached; higher ordinals still work through
+  // the family's own (locked) lookup.
+  static constexpr int kCachedDevices = 16;
+
+  struct DeviceChildren {
+    prometheus::Counter* h2d_bytes = nullptr;
+    prometheus::Counter* h2d_seconds = nullptr;
+    prometheus::Counter* kernel_seconds = nullptr;
+  };
+  DeviceChildren Device(int device);
+  prometheus::Counter& RequestCounter(int method, int code);
+  prometheus::Counter& OpCounter(int method, int op, int code);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* aggregations_;
+  prometheus::Family<prometheus::Counter>* h2d_bytes_;
+  prometheus::Family<prometheus::Counter>* h2d_seconds_;
+  prometheus::Family<prometheus::Counter>* kernel_seconds_;
+  prometheus::Family<prometheus::Gauge>* device_memory_used_;
+  prometheus::Family<prometheus::Gauge>* device_memory_capacity_;
+
+  std::array<prometheus::Histogram*, kNumMethods> duration_{};
+  std::array<prometheus::Gauge*, kNumMethods> in_flight_{};
+  prometheus::Counter* received_bytes_;
+  prometheus::Counter* processed_elements_;
+  prometheus::Counter* admission_rejections_;
+  prometheus::Gauge* in_flight_bytes_;
+  prometheus::Histogram* queue_wait_;
+  prometheus::Gauge* pinned_capacity_;
+  prometheus::Gauge* pinned_used_;
+
+  // Children created on first use and cached; Family::Add returns the same
+  // child for the same labels, so a race only stores the same pointer twice.
+  std::array<std::atomic<prometheus::Counter*>, kNumMethods * kNumCodes> request_children_{};
+  std::array<std::atomic<prometheus::Counter*>, kNumMethods * ops::kNumOpKinds * kNumCodes>
+      op_children_{};
+  // Filled once per device under device_mutex_, then published.
+  std::mutex device_mutex_;
+  std::array<std::atomic<const DeviceChildren*>, kCachedDevices> device_children_{};
+  std::array<DeviceChildren, kCachedDevices> device_storage_{};
+};
+
+}  // namespace tally

@@ -1,0 +1,30 @@
+// Prints the scrape of a tally::Metrics that has recorded one of everything,
+// GPU families included: what the dashboard check compares against when no
+// tally-server (or no GPU) is at hand.
+#include <array>
+#include <iostream>
+
+#include "server/metrics/metrics.h"
+
+int main() {
+  tally::Metrics m({.backend = "cuda", .device = "sample GPU (0)", .version = "sample"});
+  constexpr std::array ops = {tally::ops::OpKind::kSum, tally::ops::OpKind::kHistogram};
+  for (const auto method : {tally::Metrics::Method::kAggregate,
+                            tally::Metrics::Method::kAggregateStream}) {
+    m.RequestStarted(method);
+    m.RequestFinished(method, ops, 0, 0.002);
+    m.RequestStarted(method);
+    m.RequestFinished(method, ops, 3, 0.0001);
+  }
+  m.AdmissionRejected();
+  m.BytesReceived(4096);
+  m.ElementsProcessed(1024);
+  m.InFlightBytes(4096);
+  m.QueueWait(0.0005);
+  m.HostToDevice(0, 4096, 0.0001);
+  m.KernelTime(0, 0.00005);
+  m.SetDeviceMemory(0, "sample GPU", 1 << 20, 1 << 30);
+  m.SetPinnedPool(1 << 26, 1 << 12);
+  std::cout << m.Scrape();
+  return 0;
+}

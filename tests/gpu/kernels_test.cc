@@ -1,0 +1,493 @@
+// GPU tests of tally/kernels/aggregate.h: every op x dtype x size and row
+// shape against the host reference in reference.h, on fresh random inputs
+// with poisoned outputs, chunked feeding, NaN/tie/edge cases, determinism.
+// TALLY_GPU_TEST_SMALL=1 drops the largest sizes (for compute-sanitizer).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "reference.h"
+#include "tally/kernels/aggregate.h"
+#include "tally/kernels/cuda_error.h"
+
+namespace tally::testing {
+namespace {
+
+using kernels::AggregatePlan;
+using kernels::ResultLayout;
+using kernels::ResultView;
+using ops::DType;
+using ops::OpKind;
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cuda::LastErrorWhere()
+
+bool HaveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU kernel tests skipped"
+
+bool Small() {
+  const char* s = std::getenv("TALLY_GPU_TEST_SMALL");
+  return s != nullptr && s[0] == '1';
+}
+
+std::mt19937_64& Rng() {
+  static std::mt19937_64 rng([] {
+    const std::uint64_t seed = std::random_device{}();
+    std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));
+    return seed;
+  }());
+  return rng;
+}
+
+constexpr ops::OpMask kAllScalarOps =
+    ops::Bit(OpKind::kSum) | ops::Bit(OpKind::kMin) | ops::Bit(OpKind::kMax) |
+    ops::Bit(OpKind::kMean) | ops::Bit(OpKind::kCount) | ops::Bit(OpKind::kSumSquares) |
+    ops::Bit(OpKind::kVariance) | ops::Bit(OpKind::kStddev) | ops::Bit(OpKind::kArgmin) |
+    ops::Bit(OpKind::kArgmax);
+constexpr ops::OpMask kAllOps = kAllScalarOps | ops::Bit(OpKind::kHistogram);
+
+template <DType D>
+using V = typename ops::Traits<D>::value;
+
+// Random values spread over the dtype's range (floats: [-1000, 1000]).
+template <DType D>
+std::vector<V<D>> Random(std::uint64_t n) {
+  using T = V<D>;
+  std::vector<T> x(n);
+  auto& rng = Rng();
+  if constexpr (ops::IsFloat(D)) {
+    std::uniform_real_distribution<double> u(-1000.0, 1000.0);
+    for (auto& v : x) v = static_cast<T>(u(rng));
+  } else {
+    std::uniform_int_distribution<T> u(std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
+    for (auto& v : x) v = u(rng);
+  }
+  return x;
+}
+
+// A histogram range that leaves values below and above it.
+template <DType D>
+ops::HistogramSpec RangeFor(std::uint32_t bins) {
+  switch (D) {
+    case DType::kFloat32: case DType::kFloat64: return {bins, -600.0, 700.25};
+    case DType::kInt32: return {bins, -1.5e9, 1.7e9};
+    case DType::kInt64: return {bins, -7e18, 8e18};
+    case DType::kUInt32: return {bins, 3e8, 3.9e9};
+    case DType::kUInt8: return {bins, 12.0, 240.0};
+  }
+  return {bins, 0.0, 1.0};
+}
+
+// Device buffers for one plan, poisoned before each run.
+struct Run {
+  AggregatePlan plan;
+  ResultLayout layout;
+  void* d_data = nullptr;
+  void* d_state = nullptr;
+  void* d_scratch = nullptr;
+  std::size_t scratch = 0;
+  void* h_result = nullptr;
+  cudaStream_t stream = nullptr;
+  ~Run() {
+    TALLY_CUDA_CHECK_NOTHROW(cudaFree(d_data));
+    TALLY_CUDA_CHECK_NOTHROW(cudaFree(d_state));
+    TALLY_CUDA_CHECK_NOTHROW(cudaFree(d_scratch));
+    TALLY_CUDA_CHECK_NOTHROW(cudaFreeHost(h_result));
+    if (stream) TALLY_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream));
+  }
+};
+
+// Runs the plan over x fed in chunks of `chunk` elements (0: one call to
+// Aggregate); the result bytes land in `out`.
+void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
+             std::vector<unsigned char>* out) {
+  Run r;
+  r.plan = plan;
+  r.layout = kernels::LayoutOf(plan);
+  const std::size_t bytes = plan.length * ops::SizeOf(plan.dtype);
+  CUDA_OK(kernels::Validate(plan));
+  CUDA_OK(cudaStreamCreate(&r.stream));
+  CUDA_OK(cudaMalloc(&r.d_data, bytes + 16));
+  // Misaligned by one element in some runs, so head/tail paths are exercised.
+  const bool shift = (Rng()() & 1) && chunk != 0;
+  unsigned char* base = static_cast<unsigned char*>(r.d_data) + (shift ? ops::SizeOf(plan.dtype) : 0);
+  if (bytes) CUDA_OK(cudaMemcpy(base, x, bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc(&r.d_state, r.layout.bytes + 1));
+  CUDA_OK(cudaMemset(r.d_state, 0xA5, r.layout.bytes + 1));
+  const std::uint64_t max_chunk = chunk == 0 ? plan.length : chunk;
+  CUDA_OK(kernels::ScratchBytes(plan, max_chunk, &r.scratch));
+  CUDA_OK(cudaMalloc(&r.d_scratch, r.scratch + 1));
+  CUDA_OK(cudaMemset(r.d_scratch, 0x5A, r.scratch + 1));
+  CUDA_OK(cudaMallocHost(&r.h_result, r.layout.bytes + 1));
+  std::memset(r.h_result, 0x77, r.layout.bytes + 1);
+  if (chunk == 0) {
+    CUDA_OK(kernels::Aggregate(plan, base, r.d_state, r.d_scratch, r.scratch, r.h_result, r.stream));
+  } else {
+    std::uint64_t off = 0;
+    do {
+      const std::uint64_t n = std::min<std::uint64_t>(chunk, plan.length - off);
+      CUDA_OK(kernels::Accumulate(plan, base + off * ops::SizeOf(plan.dtype), n, off, r.d_state,
+                                  r.d_scratch, r.scratch, r.stream));
+      off += n;
+    } while (off < plan.length);
+    CUDA_OK(kernels::Finalize(plan, r.d_state, r.h_result, r.stream));
+  }
+  CUDA_OK(cudaStreamSynchronize(r.stream));
+  CUDA_OK(cudaGetLastError());
+  const auto* h = static_cast<const unsigned char*>(r.h_result);
+  out->assign(h, h + r.layout.bytes);
+}
+
+bool Close(long double got, long double want, long double tol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::fabs(got - want) <= tol;
+}
+
+// Compares every requested field of every row with the reference.
+template <DType D>
+void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
+           const std::vector<RefRow>& ref, const std::string& what) {
+  const ResultView view(plan, res.data());
+  ASSERT_EQ(view.Rows(), ref.size()) << what;
+  const ops::OpMask m = plan.ops;
+  int failures = 0;
+  for (std::uint64_t r = 0; r < ref.size() && failures < 5; ++r) {
+    const RefRow& o = ref[r];
+    const std::string at = what + " row " + std::to_string(r);
+    const long double n = static_cast<long double>(view.Count(r));
+    auto fail = [&](const std::string& field, long double got, long double want) {
+      ADD_FAILURE() << at << " " << field << ": got " << static_cast<double>(got) << " want "
+                    << static_cast<double>(want);
+      ++failures;
+    };
+    if (ops::Has(m, OpKind::kSum)) {
+      if constexpr (ops::IsFloat(D)) {
+        const long double got = view.Sum(r).f64;
+        if (!Close(got, o.fsum, 1e-12L * o.abs_sum + 1e-300L)) fail("sum", got, o.fsum);
+      } else if (view.Sum(r).u64 != o.isum) {
+        fail("sum", static_cast<long double>(view.Sum(r).u64), static_cast<long double>(o.isum));
+      }
+    }
+    if (n > 0 && (ops::Has(m, OpKind::kMin) || ops::Has(m, OpKind::kMax))) {
+      if constexpr (ops::IsFloat(D)) {
+        if (ops::Has(m, OpKind::kMin)) {
+          const double got = view.Min(r).f64;
+          if (o.min_nan ? !std::isnan(got) : got != static_cast<double>(o.min)) fail("min", got, o.min);
+        }
+        if (ops::Has(m, OpKind::kMax)) {
+          const double got = view.Max(r).f64;
+          if (o.max_nan ? !std::isnan(got) : got != static_cast<double>(o.max)) fail("max", got, o.max);
+        }
+      } else if constexpr (ops::IsSigned(D)) {
+        if (ops::Has(m, OpKind::kMin) && view.Min(r).i64 != o.imin) fail("min", view.Min(r).i64, o.imin);
+        if (ops::Has(m, OpKind::kMax) && view.Max(r).i64 != o.imax) fail("max", view.Max(r).i64, o.imax);
+      } else {
+        if (ops::Has(m, OpKind::kMin) && view.Min(r).u64 != o.umin) fail("min", view.Min(r).u64, o.umin);
+        if (ops::Has(m, OpKind::kMax) && view.Max(r).u64 != o.umax) fail("max", view.Max(r).u64, o.umax);
+      }
+    }
+    if (ops::Has(m, OpKind::kMean) || ops::Has(m, OpKind::kVariance)) {
+      const ops::Moments mo = view.Moments(r);
+      if (mo.count != static_cast<double>(n)) fail("moments.count", mo.count, n);
+      if (n == 0) {
+        if (!std::isnan(view.Mean(r))) fail("mean of empty", view.Mean(r), NAN);
+      } else {
+        const bool nan = std::isnan(static_cast<double>(o.mean));
+        if (!Close(mo.mean, o.mean, nan ? 0 : 1e-12L * o.max_abs + 1e-300L)) fail("mean", mo.mean, o.mean);
+        if (!Close(mo.m2, o.m2, nan ? 0 : 1e-10L * o.m2 + 1e-12L * o.max_abs * o.max_abs))
+          fail("m2", mo.m2, o.m2);
+      }
+    }
+    if (ops::Has(m, OpKind::kSumSquares)) {
+      const long double got = view.SumSquares(r);
+      if (!Close(got, o.sumsq, 1e-12L * o.sumsq + 1e-300L)) fail("sum_squares", got, o.sumsq);
+    }
+    if (n > 0 && ops::Has(m, OpKind::kArgmin) && view.Argmin(r) != o.argmin)
+      fail("argmin", view.Argmin(r), o.argmin);
+    if (n > 0 && ops::Has(m, OpKind::kArgmax) && view.Argmax(r) != o.argmax)
+      fail("argmax", view.Argmax(r), o.argmax);
+    if (ops::Has(m, OpKind::kHistogram)) {
+      const std::uint64_t* hc = view.Histogram(r);
+      for (std::uint32_t b = 0; b < plan.histogram.bins + 3; ++b) {
+        if (hc[b] != o.hist[b]) {
+          fail("histogram slot " + std::to_string(b) + " of " + std::to_string(plan.histogram.bins),
+               hc[b], o.hist[b]);
+          break;
+        }
+      }
+    }
+  }
+}
+
+template <DType D>
+void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, ops::OpMask mask,
+               std::uint32_t bins, std::uint64_t chunk, const std::string& label) {
+  AggregatePlan plan;
+  plan.dtype = D;
+  plan.ops = mask;
+  plan.length = x.size();
+  plan.row_length = row_length;
+  const bool hist = ops::Has(mask, OpKind::kHistogram);
+  if (hist) plan.histogram = RangeFor<D>(bins);
+  std::vector<unsigned char> res;
+  RunPlan(plan, x.data(), chunk, &res);
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto ref = Reference<D>(x, row_length, hist ? &plan.histogram : nullptr);
+  Check<D>(plan, res, ref,
+           std::string(ops::Name(D)) + " " + label + " n=" + std::to_string(x.size()) +
+               " row=" + std::to_string(row_length) + " chunk=" + std::to_string(chunk) +
+               " bins=" + std::to_string(hist ? bins : 0));
+}
+
+template <typename F>
+void ForEachDType(F&& f) {
+  for (DType d : ops::kAllDTypes) ops::VisitDType(d, [&](auto c) { f(c); });
+}
+
+// --- whole arrays ------------------------------------------------------
+
+TEST(Kernels, WholeArrayAllOpsFusedEverySize) {
+  REQUIRE_GPU();
+  std::vector<std::uint64_t> sizes = {0, 1, 2, 31, 33, 1000, 4099, 1000003};
+  if (!Small()) sizes.push_back(9000001);
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    for (std::uint64_t n : sizes) {
+      for (std::uint32_t bins : {1u, 256u, 65536u}) {
+        CheckCase<D>(Random<D>(n), 0, kAllOps, bins, 0, "fused");
+      }
+    }
+  });
+}
+
+TEST(Kernels, WholeArrayEachOpAlone) {
+  REQUIRE_GPU();
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    for (int k = 0; k < ops::kNumOpKinds; ++k) {
+      const auto kind = static_cast<OpKind>(k);
+      for (std::uint64_t n : {33ull, 1000003ull}) {
+        CheckCase<D>(Random<D>(n), 0, ops::Bit(kind), 4096, 0, std::string(ops::Name(kind)));
+      }
+    }
+  });
+}
+
+TEST(Kernels, HistogramBinCountsIncludingClusters) {
+  REQUIRE_GPU();
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    for (std::uint32_t bins : {2u, 7u, 100u, 4096u, 4097u, 20000u, 65535u, 65536u}) {
+      CheckCase<D>(Random<D>(300007), 0, ops::Bit(OpKind::kHistogram), bins, 0, "hist");
+    }
+  });
+}
+
+TEST(Kernels, LargeFloat32) {
+  REQUIRE_GPU();
+  const std::uint64_t n = Small() ? (1u << 20) + 5 : (1ull << 26) + 5;
+  const auto x = Random<DType::kFloat32>(n);
+  CheckCase<DType::kFloat32>(x, 0, kAllOps, 65536, 0, "large fused");
+  CheckCase<DType::kFloat32>(x, 0, kAllOps, 256, 0, "large fused");
+  CheckCase<DType::kFloat32>(x, 0, kAllScalarOps, 0, 16777259, "large chunked");
+}
+
+// float32 sums of one sign: relative error <= 1e-6 of the exact sum.
+TEST(Kernels, Float32SumPrecision) {
+  REQUIRE_GPU();
+  const std::uint64_t n = Small() ? (1u << 20) : 100000000ull;
+  std::vector<float> x(n);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (auto& v : x) v = u(Rng());
+  AggregatePlan plan;
+  plan.dtype = DType::kFloat32;
+  plan.ops = ops::Bit(OpKind::kSum);
+  plan.length = n;
+  std::vector<unsigned char> res;
+  RunPlan(plan, x.data(), 0, &res);
+  long double exact = 0;
+  for (float v : x) exact += v;
+  const double got = ResultView(plan, res.data()).Sum(0).f64;
+  EXPECT_LE(std::fabs(got - exact) / exact, 1e-6L);
+  EXPECT_LE(std::fabs(got - exact) / exact, 1e-12L) << "float64 accumulation expected";
+}
+
+// --- rows ----------------------------------------------------------------
+
+TEST(Kernels, SegmentedRowShapes) {
+  REQUIRE_GPU();
+  struct Shape { std::uint64_t rows, len; };
+  std::vector<Shape> shapes = {{1, 1}, {5, 1}, {1, 31}, {1000, 32}, {301, 33}, {64, 1000}, {33, 1024},
+                               {7, 4100}, {3, 5000}, {2, 65536}, {5, 70001}};
+  if (!Small()) shapes.push_back({2, 3000017});
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    for (const Shape& s : shapes) {
+      CheckCase<D>(Random<D>(s.rows * s.len), s.len, kAllOps, 256, 0, "rows");
+    }
+  });
+}
+
+TEST(Kernels, SegmentedEachOpAlone) {
+  REQUIRE_GPU();
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    for (int k = 0; k < ops::kNumOpKinds; ++k) {
+      const auto kind = static_cast<OpKind>(k);
+      for (std::uint64_t len : {32ull, 20000ull}) {
+        CheckCase<D>(Random<D>(6 * len), len, ops::Bit(kind), 64, 0, std::string(ops::Name(kind)));
+      }
+    }
+  });
+}
+
+// --- chunked feeding -----------------------------------------------------
+
+TEST(Kernels, ChunkedWholeAndRowsSpanningChunks) {
+  REQUIRE_GPU();
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    const auto x = Random<D>(1000003);
+    for (std::uint64_t chunk : {1ull, 4099ull, 65543ull, 500000ull}) {
+      if (chunk == 1 && Small()) continue;
+      const auto y = chunk == 1 ? Random<D>(3000) : x;
+      CheckCase<D>(y, 0, kAllOps, 300, chunk, "chunked whole");
+      if (y.size() % 3 == 0) CheckCase<D>(y, y.size() / 3, kAllOps, 300, chunk, "chunked rows");
+    }
+    // Rows of 33 and of 100001 over chunks that cut rows anywhere.
+    const auto z = Random<D>(33 * 100001);
+    CheckCase<D>(z, 33, kAllOps, 100, 70001, "chunked short rows");
+    CheckCase<D>(z, 100001, kAllOps, 5000, 1234567, "chunked long rows");
+  });
+}
+
+TEST(Kernels, DeterministicBitwise) {
+  REQUIRE_GPU();
+  const auto x = Random<DType::kFloat32>(Small() ? 1000003 : 20000003);
+  for (std::uint64_t row : {0ull, 1000003ull}) {
+    AggregatePlan plan;
+    plan.dtype = DType::kFloat32;
+    plan.ops = kAllOps;
+    plan.histogram = {1000, -500.0, 500.0};
+    plan.length = x.size();
+    plan.row_length = row == 0 ? 0 : (x.size() % row == 0 ? row : 0);
+    for (std::uint64_t chunk : {0ull, 3000017ull}) {
+      std::vector<unsigned char> a, b;
+      RunPlan(plan, x.data(), chunk, &a);
+      RunPlan(plan, x.data(), chunk, &b);
+      EXPECT_TRUE(a == b) << "results differ between two identical runs, chunk " << chunk;
+    }
+  }
+}
+
+// --- edge cases ----------------------------------------------------------
+
+template <DType D>
+void FloatEdges() {
+  using T = V<D>;
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  const T inf = std::numeric_limits<T>::infinity();
+  for (std::uint64_t n : {1ull, 33ull, 1000003ull}) {
+    // NaNs at random places: every NaN-aware op must see the first one.
+    auto x = Random<D>(n);
+    std::uniform_int_distribution<std::uint64_t> pos(0, n - 1);
+    for (int k = 0; k < 3; ++k) x[pos(Rng())] = nan;
+    CheckCase<D>(x, 0, kAllOps, 256, 0, "nan");
+    CheckCase<D>(x, 0, kAllOps, 256, 65537, "nan chunked");
+    // All NaN.
+    std::vector<T> all_nan(n, nan);
+    CheckCase<D>(all_nan, 0, kAllOps, 10, 0, "all nan");
+    // Infinities and ties: the first occurrence wins.
+    auto y = Random<D>(n);
+    y[pos(Rng())] = inf;
+    y[pos(Rng())] = -inf;
+    y[pos(Rng())] = inf;
+    y[pos(Rng())] = -inf;
+    CheckCase<D>(y, 0, kAllOps, 256, 0, "inf ties");
+    std::vector<T> same(n, T(2.5));
+    CheckCase<D>(same, 0, kAllOps, 256, 0, "all equal");
+    // Every value in one bin, on edges, and exactly on lo / hi.
+    std::vector<T> edges(n);
+    for (std::uint64_t i = 0; i < n; ++i) edges[i] = static_cast<T>(i % 7 == 0 ? -600.0 : (i % 7 == 1 ? 700.25 : -600.0 + 1300.25 * (i % 64) / 64.0));
+    CheckCase<D>(edges, 0, kAllOps, 64, 0, "edges");
+    CheckCase<D>(edges, 0, kAllOps, 256, 0, "edges");
+  }
+  // NaN rows.
+  auto r = Random<D>(64 * 33);
+  for (std::uint64_t i = 5; i < r.size(); i += 97) r[i] = nan;
+  CheckCase<D>(r, 33, kAllOps, 16, 0, "nan rows");
+  CheckCase<D>(r, 64 * 33 / 2, kAllOps, 16, 0, "nan rows");
+}
+
+TEST(Kernels, FloatNanInfTiesAndEdges) {
+  REQUIRE_GPU();
+  FloatEdges<DType::kFloat32>();
+  FloatEdges<DType::kFloat64>();
+}
+
+TEST(Kernels, IntegerExtremesAndTies) {
+  REQUIRE_GPU();
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    using T = V<D>;
+    if constexpr (!ops::IsFloat(D)) {
+      for (std::uint64_t n : {1ull, 33ull, 1000003ull}) {
+        std::vector<T> hi(n, std::numeric_limits<T>::max()), lo(n, std::numeric_limits<T>::lowest());
+        CheckCase<D>(hi, 0, kAllOps, 256, 0, "all max");  // sum wraps for 64-bit
+        CheckCase<D>(lo, 0, kAllOps, 256, 0, "all lowest");
+        auto x = Random<D>(n);
+        std::uniform_int_distribution<std::uint64_t> pos(0, n - 1);
+        x[pos(Rng())] = std::numeric_limits<T>::max();
+        x[pos(Rng())] = std::numeric_limits<T>::max();
+        x[pos(Rng())] = std::numeric_limits<T>::lowest();
+        x[pos(Rng())] = std::numeric_limits<T>::lowest();
+        CheckCase<D>(x, 0, kAllOps, 256, 0, "extreme ties");
+      }
+    }
+  });
+}
+
+TEST(Kernels, SkewedHistogramOneBin) {
+  REQUIRE_GPU();
+  std::vector<float> x(Small() ? 100003 : 5000011, 0.5f);
+  for (std::uint32_t bins : {256u, 4096u, 65536u}) {
+    CheckCase<DType::kFloat32>(x, 0, ops::Bit(OpKind::kHistogram), bins, 0, "skewed");
+  }
+}
+
+TEST(Kernels, RejectsBadPlans) {
+  AggregatePlan p;
+  p.ops = 0;
+  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
+  p.ops = ops::Bit(OpKind::kHistogram);
+  p.histogram = {0, 0.0, 1.0};
+  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
+  p.histogram = {65537, 0.0, 1.0};
+  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
+  p.histogram = {10, 1.0, 1.0};
+  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
+  p.histogram = {10, 0.0, INFINITY};
+  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
+  p.histogram = {10, 0.0, 1.0};
+  p.length = 10;
+  p.row_length = 3;
+  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
+  p.row_length = 5;
+  EXPECT_EQ(kernels::Validate(p), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace tally::testing

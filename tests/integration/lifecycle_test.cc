@@ -1,0 +1,82 @@
+// Deadlines, cancellation and draining: the server stops work it no longer
+// owes anyone, and finishes what it does owe before it exits.
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "server_fixture.h"
+
+namespace tally::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_F(ServerFixture, StreamPastItsDeadlineIsStoppedAndTheServerCarriesOn) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 300ms);
+  v1::AggregateResponse resp;
+  auto writer = stub_->AggregateStream(&ctx, &resp);
+  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, 1 << 20, {Op(v1::OP_SUM)})));
+  ASSERT_TRUE(writer->Write(Chunk(Bytes(RandomFloats(1024, 1)))));
+  std::this_thread::sleep_for(600ms);  // the rest never comes in time
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  v1::AggregateRequest req;
+  req.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
+  req.set_data(Bytes(std::vector<float>{1, 2}));
+  *req.add_aggregations() = Op(v1::OP_SUM);
+  v1::AggregateResponse ok;
+  ASSERT_TRUE(Unary(req, &ok).ok());
+  EXPECT_EQ(ok.results(0).doubles().values(0), 3.0);
+}
+
+TEST_F(ServerFixture, CancelledStreamFreesTheServer) {
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext ctx;
+    v1::AggregateResponse resp;
+    auto writer = stub_->AggregateStream(&ctx, &resp);
+    ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, 1 << 24, {Op(v1::OP_SUM)})));
+    writer->Write(Chunk(Bytes(RandomFloats(1 << 16, i))));
+    ctx.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  v1::AggregateResponse resp;
+  const std::string data = Bytes(std::vector<float>{5, 6});
+  ASSERT_TRUE(Stream({Header(v1::DTYPE_FLOAT32, 2, {Op(v1::OP_SUM)}), Chunk(data)}, &resp).ok());
+  EXPECT_EQ(resp.results(0).doubles().values(0), 11.0);
+}
+
+TEST_F(ServerFixture, DrainFinishesCallsInFlightAndRefusesNewOnes) {
+  grpc::ClientContext ctx;
+  v1::AggregateResponse resp;
+  auto writer = stub_->AggregateStream(&ctx, &resp);
+  const std::vector<float> x = RandomFloats(1 << 16, 9);
+  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), {Op(v1::OP_COUNT)})));
+  ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(0, 1000))));
+
+  auto drained = std::async(std::launch::async, [this] { server_->Drain(5s); });
+  std::this_thread::sleep_for(200ms);  // the drain has begun
+
+  // A new call is refused while the old one is still open.
+  {
+    grpc::ClientContext c2;
+    c2.set_deadline(std::chrono::system_clock::now() + 2s);
+    v1::AggregateRequest req;
+    req.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
+    req.set_data(Bytes(std::vector<float>{1}));
+    *req.add_aggregations() = Op(v1::OP_SUM);
+    v1::AggregateResponse r2;
+    EXPECT_FALSE(stub_->Aggregate(&c2, req, &r2).ok());
+  }
+  // The call in flight completes normally.
+  ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(1000))));
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.results(0).uint64s().values(0), x.size());
+  drained.get();
+}
+
+}  // namespace
+}  // namespace tally::testing
