@@ -9,7 +9,12 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-runtime_pkgs=(libgrpc++1.51 libprotobuf32 libspdlog1.10 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0)
+# Runtime libraries, as name patterns: their package names carry the library
+# version and, on Ubuntu 24.04, the t64 suffix (Debian 12: libgrpc++1.51,
+# libspdlog1.10; Ubuntu 24.04: libgrpc++1.51t64, libspdlog1.12).
+runtime_patterns=('libgrpc\+\+1\.[0-9]+(t64)?' 'libprotobuf[0-9]+(t64)?' 'libspdlog1\.[0-9]+(t64)?'
+                  'libabsl[0-9]+(t64)?' 'libprometheus-cpp-core1\.[0-9]+(t64)?'
+                  'libprometheus-cpp-pull1\.[0-9]+(t64)?')
 build_pkgs=(
   build-essential cmake pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -19,8 +24,23 @@ build_pkgs=(
   prometheus
 )
 
+# The highest-versioned package apt knows whose whole name matches $1 (the
+# t64 name sorts after the old one, so it wins where both are listed).
+pick_package() {
+  local name
+  name="$(apt-cache pkgnames | grep -E "^($1)\$" | sort -V | tail -n1)"
+  if [ -z "$name" ]; then
+    echo "install-deps.sh: no package matches ^($1)\$" >&2
+    exit 1
+  fi
+  echo "$name"
+}
+
 $SUDO apt-get update -qq
 if [ "${TALLY_RUNTIME_ONLY:-0}" = "1" ]; then
+  runtime_pkgs=()
+  for pattern in "${runtime_patterns[@]}"; do runtime_pkgs+=("$(pick_package "$pattern")"); done
+  echo "install-deps.sh: runtime packages: ${runtime_pkgs[*]}"
   $SUDO apt-get install -y -qq --no-install-recommends "${runtime_pkgs[@]}"
 else
   $SUDO apt-get install -y -qq --no-install-recommends "${build_pkgs[@]}"

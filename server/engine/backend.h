@@ -15,6 +15,8 @@
 
 namespace tally {
 
+class Metrics;
+
 // One request in progress.
 //
 // Consume() receives the array's elements in order, in pieces of any number
@@ -37,9 +39,19 @@ class Backend {
   virtual std::string name() const = 0;
   // Human-readable description of the hardware, e.g. the CPU model.
   virtual std::string device() const = 0;
-  // `plan` has been validated (see server/core/validate.h).
+  // `plan` has been validated (see server/core/validate.h). A Reduction
+  // that is destroyed without Finish() (cancelled, failed) releases what it
+  // holds.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> Start(
       const AggregationPlan& plan) = 0;
+
+  // OK while the backend can serve; otherwise why not (e.g. a GPU was lost).
+  // The server polls it and reports NOT_SERVING on the health service.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
+
+  // Where to report engine metrics (copy and kernel time, pinned pool,
+  // device memory); called once, before the first Start(). May stay unset.
+  virtual void SetMetrics(Metrics* metrics) { (void)metrics; }
 };
 
 }  // namespace tally

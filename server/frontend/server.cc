@@ -45,6 +45,8 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
     }
   }
 
+  s->backend_->SetMetrics(s->metrics_.get());
+
   s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->executor_, s->metrics_.get(), config.service);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -61,7 +63,34 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
   health->SetServingStatus(kServiceName, true);
   health->SetServingStatus(true);
+  s->watcher_ = std::thread([raw = s.get()] { raw->WatchHealth(); });
   return s;
+}
+
+void TallyServer::WatchHealth() {
+  bool serving = true;
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  while (!watch_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_watching_; })) {
+    const absl::Status health = backend_->Health();
+    if (health.ok() == serving) continue;
+    serving = health.ok();
+    if (serving) {
+      spdlog::info("backend {} is healthy again: health SERVING", backend_->name());
+    } else {
+      spdlog::error("backend {} cannot serve: {}; health NOT_SERVING", backend_->name(), health.ToString());
+    }
+    server_->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
+    server_->GetHealthCheckService()->SetServingStatus(serving);
+  }
+}
+
+void TallyServer::StopWatching() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    stop_watching_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
 }
 
 int TallyServer::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
@@ -69,6 +98,7 @@ int TallyServer::metrics_port() const { return metrics_ ? metrics_->port() : 0; 
 void TallyServer::Drain(std::chrono::milliseconds grace) {
   if (drained_) return;
   drained_ = true;
+  StopWatching();
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   server_->Wait();

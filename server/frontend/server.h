@@ -4,8 +4,11 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "server/engine/backend_factory.h"
@@ -43,6 +46,9 @@ class TallyServer {
 
  private:
   TallyServer() = default;
+  // Polls the backend's health and mirrors it on the health service.
+  void WatchHealth();
+  void StopWatching();
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Executor> executor_;
@@ -51,6 +57,11 @@ class TallyServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool drained_ = false;
+
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool stop_watching_ = false;
+  std::thread watcher_;
 };
 
 }  // namespace tally

@@ -273,7 +273,13 @@ async function main() {
       fail(`${rel}: render: ${e.message}`);
       continue;
     }
-    const real = kubectlKustomize(dir);
+    let real;
+    try {
+      real = kubectlKustomize(dir);
+    } catch (e) {
+      fail(`${rel}: kubectl kustomize: ${(e.stderr || e.message).toString().trim()}`);
+      continue;
+    }
     if (real) {
       // The same objects, field for field, as kustomize itself renders.
       const mine = new Map(objects.map((o) => [keyOf(o), o]));

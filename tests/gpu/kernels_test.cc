@@ -13,6 +13,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <algorithm>
 #include <vector>
 
 #include "reference.h"
@@ -71,8 +73,9 @@ std::vector<V<D>> Random(std::uint64_t n) {
     std::uniform_real_distribution<double> u(-1000.0, 1000.0);
     for (auto& v : x) v = static_cast<T>(u(rng));
   } else {
-    std::uniform_int_distribution<T> u(std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
-    for (auto& v : x) v = u(rng);
+    using W = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
+    std::uniform_int_distribution<W> u(std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
+    for (auto& v : x) v = static_cast<T>(u(rng));
   }
   return x;
 }
@@ -121,7 +124,7 @@ void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
   CUDA_OK(cudaStreamCreate(&r.stream));
   CUDA_OK(cudaMalloc(&r.d_data, bytes + 16));
   // Misaligned by one element in some runs, so head/tail paths are exercised.
-  const bool shift = (Rng()() & 1) && chunk != 0;
+  const bool shift = (Rng()() & 1) != 0;
   unsigned char* base = static_cast<unsigned char*>(r.d_data) + (shift ? ops::SizeOf(plan.dtype) : 0);
   if (bytes) CUDA_OK(cudaMemcpy(base, x, bytes, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMalloc(&r.d_state, r.layout.bytes + 1));

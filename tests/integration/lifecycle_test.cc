@@ -78,5 +78,43 @@ TEST_F(ServerFixture, DrainFinishesCallsInFlightAndRefusesNewOnes) {
   drained.get();
 }
 
+TEST_F(ServerFixture, OverTheInFlightBudgetARequestWaitsThenIsRefused) {
+  ServerConfig config;
+  config.service.max_inflight_bytes = 1 << 20;
+  config.service.stream_hold_bytes = 1 << 20;
+  config.service.admission_wait = 200ms;
+  server_.reset();
+  StartServer(config);
+
+  // A stream that holds the whole budget while it is open.
+  grpc::ClientContext ctx;
+  v1::AggregateResponse streamed;
+  auto writer = stub_->AggregateStream(&ctx, &streamed);
+  const std::vector<float> x = RandomFloats(1 << 20, 4);
+  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), {Op(v1::OP_COUNT)})));
+  ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(0, 4096))));
+  std::this_thread::sleep_for(100ms);
+
+  v1::AggregateRequest req;
+  req.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
+  req.set_data(Bytes(RandomFloats(1024, 5)));
+  *req.add_aggregations() = Op(v1::OP_COUNT);
+  v1::AggregateResponse resp;
+  const auto start = std::chrono::steady_clock::now();
+  grpc::Status refused = Unary(req, &resp);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("--max_inflight_bytes"), std::string::npos) << refused.error_message();
+  EXPECT_GE(waited, 150ms);  // it waited for room before giving up
+
+  // Once the stream finishes, its bytes are free again.
+  ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(4096))));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(streamed.results(0).uint64s().values(0), x.size());
+  ASSERT_TRUE(Unary(req, &resp).ok());
+  EXPECT_EQ(resp.results(0).uint64s().values(0), 1024u);
+}
+
 }  // namespace
 }  // namespace tally::testing

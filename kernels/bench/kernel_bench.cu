@@ -1,0 +1,288 @@
+// tally-kernel-bench: tally's kernels against CUB (the CCCL shipped with the
+// CUDA toolkit) and the memory ceiling, on one GPU in one run. 1 GiB float32
+// random input; CUDA events; median of kReps timed runs after warm-up.
+// Prints one table (markdown) with the issue's targets.
+#include <cub/cub.cuh>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tally/kernels/aggregate.h"
+#include "tally/kernels/cuda_error.h"
+
+namespace {
+
+using tally::kernels::AggregatePlan;
+using tally::ops::Bit;
+using tally::ops::DType;
+using tally::ops::OpKind;
+
+constexpr int kWarmup = 5;
+constexpr int kReps = 25;
+
+#define CHECK(expr)                                                                        \
+  do {                                                                                     \
+    const cudaError_t e_ = (expr);                                                         \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d %s: %s %s\n", __FILE__, __LINE__, #expr,                 \
+                   cudaGetErrorName(e_), tally::cuda::LastErrorWhere().c_str());           \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+__global__ void FillUniform(float* x, std::size_t n, unsigned seed) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    unsigned h = static_cast<unsigned>(i) * 0x9E3779B9u ^ seed ^ static_cast<unsigned>(i >> 32);
+    h ^= h >> 16; h *= 0x85EBCA6Bu; h ^= h >> 13; h *= 0xC2B2AE35u; h ^= h >> 16;
+    x[i] = (h >> 8) * (1.0f / 16777216.0f);  // [0, 1)
+  }
+}
+__global__ void FillConst(float* x, std::size_t n, float v) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = v;
+}
+// The read ceiling: 16-byte loads, four in flight, almost no arithmetic.
+__global__ void PlainRead(const float4* x, std::size_t n4, float* sink) {
+  float acc = 0.f;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  std::size_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n4; i += 4 * stride) {
+    const float4 a = __ldg(x + i), b = __ldg(x + i + stride), c = __ldg(x + i + 2 * stride),
+                 d = __ldg(x + i + 3 * stride);
+    acc += a.x + b.y + c.z + d.w;
+  }
+  for (; i < n4; i += stride) acc += __ldg(x + i).x;
+  if (acc == -1.f) *sink = acc;
+}
+
+// Median time in ms of f() over kReps runs after kWarmup, by CUDA events.
+double MedianMs(cudaStream_t s, const std::function<void()>& f) {
+  for (int i = 0; i < kWarmup; ++i) f();
+  CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ms(kReps);
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < kReps; ++i) {
+    CHECK(cudaEventRecord(a, s));
+    f();
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    CHECK(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[kReps / 2];
+}
+
+struct Tally {
+  AggregatePlan plan;
+  void* state = nullptr;
+  void* scratch = nullptr;
+  std::size_t scratch_bytes = 0;
+  void* host = nullptr;
+  Tally(DType dt, tally::ops::OpMask ops, std::uint64_t n, std::uint64_t row, std::uint32_t bins = 0) {
+    plan.dtype = dt;
+    plan.ops = ops;
+    plan.length = n;
+    plan.row_length = row;
+    if (bins) plan.histogram = {bins, 0.0, 1.0};
+    CHECK(tally::kernels::Validate(plan));
+    const auto lay = tally::kernels::LayoutOf(plan);
+    CHECK(cudaMalloc(&state, lay.bytes));
+    CHECK(tally::kernels::ScratchBytes(plan, n, &scratch_bytes));
+    CHECK(cudaMalloc(&scratch, scratch_bytes + 1));
+    CHECK(cudaMallocHost(&host, lay.bytes));
+  }
+  ~Tally() {
+    cudaFree(state);
+    cudaFree(scratch);
+    cudaFreeHost(host);
+  }
+  void Run(const void* d, cudaStream_t s) {
+    CHECK(tally::kernels::Accumulate(plan, d, plan.length, 0, state, scratch, scratch_bytes, s));
+  }
+};
+
+struct Row {
+  std::string name;
+  double ours_gbs, ref_gbs;
+  std::string ref_name, target;
+  bool met;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::size_t n = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (1ull << 30)) / 4;
+  const double bytes = static_cast<double>(n) * 4;
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  int rt = 0, drv = 0;
+  CHECK(cudaRuntimeGetVersion(&rt));
+  CHECK(cudaDriverGetVersion(&drv));
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::printf("device: %s (%d SMs), CUDA runtime %d.%d, driver %d.%d, CCCL %d.%d.%d, %s\n", prop.name,
+              prop.multiProcessorCount, rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,
+              CCCL_MAJOR_VERSION, CCCL_MINOR_VERSION, CCCL_PATCH_VERSION, date);
+  std::printf("input: %zu float32 (%.3f GiB), median of %d runs after %d warm-up\n\n", n,
+              bytes / (1ull << 30), kReps, kWarmup);
+
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  float *x, *skew, *copy_dst, *sink;
+  CHECK(cudaMalloc(&x, n * 4));
+  CHECK(cudaMalloc(&skew, n * 4));
+  CHECK(cudaMalloc(&copy_dst, n * 4));
+  CHECK(cudaMalloc(&sink, 64));
+  FillUniform<<<1024, 256, 0, s>>>(x, n, 12345u);
+  FillConst<<<1024, 256, 0, s>>>(skew, n, 0.3f);
+  CHECK(cudaStreamSynchronize(s));
+  auto gbs = [&](double ms) { return bytes / (ms * 1e-3) / 1e9; };
+
+  // Ceilings.
+  const double copy_ms = MedianMs(s, [&] { CHECK(cudaMemcpyAsync(copy_dst, x, n * 4, cudaMemcpyDeviceToDevice, s)); });
+  const double read_ms = MedianMs(s, [&] {
+    PlainRead<<<prop.multiProcessorCount * 8, 256, 0, s>>>(reinterpret_cast<const float4*>(x), n / 4, sink);
+  });
+  const double copy_gbs = 2 * bytes / (copy_ms * 1e-3) / 1e9, read_gbs = gbs(read_ms);
+  std::printf("ceiling: device-to-device copy %.0f GB/s (read+write), plain read %.0f GB/s\n\n",
+              copy_gbs, read_gbs);
+
+  // CUB.
+  void* cub_tmp = nullptr;
+  std::size_t cub_bytes = 0, t = 0;
+  float* f_out;
+  cuda::std::int64_t* i_out;
+  unsigned* h_out;
+  CHECK(cudaMalloc(&f_out, 64));
+  CHECK(cudaMalloc(&i_out, 64));
+  CHECK(cudaMalloc(&h_out, 65537 * 4));
+  CHECK(cub::DeviceReduce::Sum(nullptr, t, x, f_out, n, s)); cub_bytes = std::max(cub_bytes, t);
+  CHECK(cub::DeviceReduce::Max(nullptr, t, x, f_out, n, s)); cub_bytes = std::max(cub_bytes, t);
+  CHECK(cub::DeviceReduce::ArgMax(nullptr, t, x, f_out, i_out, n, s)); cub_bytes = std::max(cub_bytes, t);
+  for (int bins : {256, 4096, 65536}) {
+    CHECK(cub::DeviceHistogram::HistogramEven(nullptr, t, x, h_out, bins + 1, 0.f, 1.f, static_cast<long long>(n), s));
+    cub_bytes = std::max(cub_bytes, t);
+  }
+  CHECK(cudaMalloc(&cub_tmp, cub_bytes));
+  auto cub_sum = [&] { t = cub_bytes; CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, n, s)); };
+  auto cub_min = [&] { t = cub_bytes; CHECK(cub::DeviceReduce::Min(cub_tmp, t, x, f_out, n, s)); };
+  auto cub_max = [&] { t = cub_bytes; CHECK(cub::DeviceReduce::Max(cub_tmp, t, x, f_out, n, s)); };
+  auto cub_argmax = [&] { t = cub_bytes; CHECK(cub::DeviceReduce::ArgMax(cub_tmp, t, x, f_out, i_out, n, s)); };
+  auto cub_hist = [&](const float* d, int bins) {
+    t = cub_bytes;
+    CHECK(cub::DeviceHistogram::HistogramEven(cub_tmp, t, d, h_out, bins + 1, 0.f, 1.f, static_cast<long long>(n), s));
+  };
+
+  std::vector<Row> rows;
+  auto compare = [&](const std::string& name, tally::ops::OpMask ops, std::uint32_t bins,
+                     const float* d, const std::function<void()>& ref, const std::string& ref_name,
+                     double min_ratio, double min_gbs) {
+    Tally tl(DType::kFloat32, ops, n, 0, bins);
+    const double ours = gbs(MedianMs(s, [&] { tl.Run(d, s); }));
+    const double theirs = ref ? gbs(MedianMs(s, ref)) : 0.0;
+    std::string target;
+    bool met = true;
+    char buf[64];
+    if (min_ratio > 0) {
+      std::snprintf(buf, sizeof buf, ">= %.2fx %s", min_ratio, ref_name.c_str());
+      target = buf;
+      met = ours >= min_ratio * theirs;
+    }
+    if (min_gbs > 0) {
+      std::snprintf(buf, sizeof buf, ">= %.0f GB/s", min_gbs);
+      target = buf;
+      met = ours >= min_gbs;
+    }
+    rows.push_back({name, ours, theirs, ref_name, target, met});
+  };
+  const std::function<void()> none;
+  compare("sum", Bit(OpKind::kSum), 0, x, cub_sum, "CUB", 1.0, 0);
+  compare("min", Bit(OpKind::kMin), 0, x, cub_min, "CUB", 1.0, 0);
+  compare("max", Bit(OpKind::kMax), 0, x, cub_max, "CUB", 1.0, 0);
+  compare("argmax", Bit(OpKind::kArgmax), 0, x, cub_argmax, "CUB", 1.0, 0);
+  compare("argmin", Bit(OpKind::kArgmin), 0, x, none, "-", 0, 0);
+  compare("mean+variance", Bit(OpKind::kVariance), 0, x, none, "-", 0, 0);
+  compare("histogram 256", Bit(OpKind::kHistogram), 256, x, [&] { cub_hist(x, 256); }, "CUB", 1.0, 0);
+  compare("histogram 4096", Bit(OpKind::kHistogram), 4096, x, [&] { cub_hist(x, 4096); }, "CUB", 0, 2500);
+  compare("histogram 65536", Bit(OpKind::kHistogram), 65536, x, [&] { cub_hist(x, 65536); }, "CUB", 0, 1000);
+  const double uni256 = rows[6].ours_gbs, uni4k = rows[7].ours_gbs, uni64k = rows[8].ours_gbs;
+  compare("histogram 256 skewed", Bit(OpKind::kHistogram), 256, skew, [&] { cub_hist(skew, 256); }, "CUB", 0, 0.8 * uni256);
+  compare("histogram 4096 skewed", Bit(OpKind::kHistogram), 4096, skew, [&] { cub_hist(skew, 4096); }, "CUB", 0, 0.8 * uni4k);
+  compare("histogram 65536 skewed", Bit(OpKind::kHistogram), 65536, skew, [&] { cub_hist(skew, 65536); }, "CUB", 0, 0.8 * uni64k);
+  // Fused: five ops in one call vs five CUB calls back to back.
+  {
+    const tally::ops::OpMask five = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
+                                    Bit(OpKind::kArgmax) | Bit(OpKind::kHistogram);
+    Tally tl(DType::kFloat32, five, n, 0, 256);
+    const double ours_ms = MedianMs(s, [&] { tl.Run(x, s); });
+    const double cub_ms = MedianMs(s, [&] { cub_sum(); cub_min(); cub_max(); cub_argmax(); cub_hist(x, 256); });
+    rows.push_back({"fused sum+min+max+argmax+hist256 (speedup " + std::to_string(cub_ms / ours_ms).substr(0, 4) + "x)",
+                    gbs(ours_ms), gbs(cub_ms), "5 CUB calls", ">= 4x faster", cub_ms / ours_ms >= 4.0});
+    Tally all(DType::kFloat32, (1u << tally::ops::kNumOpKinds) - 1, n, 0, 256);
+    rows.push_back({"fused all 11 ops (hist 256)", gbs(MedianMs(s, [&] { all.Run(x, s); })), 0, "-", "", true});
+  }
+  // Segmented sums vs the read ceiling.
+  for (std::uint64_t len : {32ull, 1024ull, 65536ull, 16ull << 20}) {
+    if (n % len) continue;
+    Tally tl(DType::kFloat32, Bit(OpKind::kSum), n, len);
+    const double ours = gbs(MedianMs(s, [&] { tl.Run(x, s); }));
+    rows.push_back({"segmented sum, rows of " + std::to_string(len), ours, read_gbs, "plain read",
+                    ">= 85% of read", ours >= 0.85 * read_gbs});
+  }
+  {
+    Tally tl(DType::kFloat32, Bit(OpKind::kSum) | Bit(OpKind::kMax) | Bit(OpKind::kArgmin), n, 1024);
+    rows.push_back({"segmented sum+max+argmin, rows of 1024", gbs(MedianMs(s, [&] { tl.Run(x, s); })), read_gbs, "plain read", "", true});
+  }
+
+  std::printf("| op (float32, 1 GiB) | tally GB/s | reference GB/s | reference | target | met |\n");
+  std::printf("|---|---:|---:|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %.0f | %.0f | %s | %s | %s |\n", r.name.c_str(), r.ours_gbs, r.ref_gbs,
+                r.ref_name.c_str(), r.target.c_str(), r.target.empty() ? "" : (r.met ? "yes" : "NO"));
+
+  // Latency: 1K floats, launch to result on the host, p50 of wall time.
+  {
+    const std::size_t m = 1024;
+    Tally tl(DType::kFloat32, Bit(OpKind::kSum), m, 0);
+    float* h_f;
+    CHECK(cudaMallocHost(&h_f, 64));
+    auto p50 = [&](const std::function<void()>& f) {
+      std::vector<double> us;
+      for (int i = 0; i < 2200; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        CHECK(cudaStreamSynchronize(s));
+        const auto t1 = std::chrono::steady_clock::now();
+        if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    const double ours = p50([&] {
+      CHECK(tally::kernels::Aggregate(tl.plan, x, tl.state, tl.scratch, tl.scratch_bytes, tl.host, s));
+    });
+    const double theirs = p50([&] {
+      t = cub_bytes;
+      CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
+      CHECK(cudaMemcpyAsync(h_f, f_out, 4, cudaMemcpyDeviceToHost, s));
+    });
+    std::printf("\n| latency, sum of 1K float32 to host | tally p50 %.1f us | CUB p50 %.1f us | target: no slower | %s |\n",
+                ours, theirs, ours <= theirs ? "yes" : "NO");
+    cudaFreeHost(h_f);
+  }
+  return 0;
+}

@@ -1,0 +1,79 @@
+// The --ops language: every op and alias, arguments, and errors that name
+// the bad token.
+#include "tally/client/aggregations.h"
+
+#include <gtest/gtest.h>
+
+namespace tally::client {
+namespace {
+
+TEST(ParseAggregations, EveryOpAndAlias) {
+  absl::StatusOr<std::vector<v1::Aggregation>> got = ParseAggregations(
+      "sum,min,max,mean,count,sumsq,sum_squares,var,variance,std,stddev,argmin,argmax,"
+      "hist:256:-1:1,histogram:4:0:10");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const v1::Op expected[] = {v1::OP_SUM,         v1::OP_MIN,         v1::OP_MAX,
+                             v1::OP_MEAN,        v1::OP_COUNT,       v1::OP_SUM_SQUARES,
+                             v1::OP_SUM_SQUARES, v1::OP_VARIANCE,    v1::OP_VARIANCE,
+                             v1::OP_STDDEV,      v1::OP_STDDEV,      v1::OP_ARGMIN,
+                             v1::OP_ARGMAX,      v1::OP_HISTOGRAM,   v1::OP_HISTOGRAM};
+  ASSERT_EQ(got->size(), std::size(expected));
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].op(), expected[i]) << i;
+  EXPECT_EQ((*got)[13].histogram().bins(), 256u);
+  EXPECT_EQ((*got)[13].histogram().lo(), -1.0);
+  EXPECT_EQ((*got)[13].histogram().hi(), 1.0);
+  EXPECT_EQ((*got)[14].histogram().bins(), 4u);
+  EXPECT_EQ((*got)[14].histogram().hi(), 10.0);
+}
+
+TEST(ParseAggregations, DdofAndSpacesAndCase) {
+  absl::StatusOr<std::vector<v1::Aggregation>> got =
+      ParseAggregations(" var:1 , STD:0.5,variance , Hist:3:-2.5:1e3");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 4u);
+  EXPECT_EQ((*got)[0].op(), v1::OP_VARIANCE);
+  EXPECT_EQ((*got)[0].ddof(), 1.0);
+  EXPECT_EQ((*got)[1].op(), v1::OP_STDDEV);
+  EXPECT_EQ((*got)[1].ddof(), 0.5);
+  EXPECT_EQ((*got)[2].ddof(), 0.0);
+  EXPECT_EQ((*got)[3].histogram().lo(), -2.5);
+  EXPECT_EQ((*got)[3].histogram().hi(), 1000.0);
+}
+
+TEST(ParseAggregations, ErrorsNameTheToken) {
+  struct Case {
+    const char* text;
+    const char* token;  // must appear in the message
+  };
+  const Case cases[] = {
+      {"sum,median", "median"},      {"sum,,max", "sum,,max"},     {"", "\"\""},
+      {"sum:1", "sum:1"},            {"var:-1", "var:-1"},         {"var:x", "var:x"},
+      {"var:nan", "var:nan"},        {"std:1:2", "std:1:2"},       {"hist", "hist"},
+      {"hist:10:0", "hist:10:0"},    {"hist:0:0:1", "hist:0:0:1"}, {"hist:65537:0:1", "65537"},
+      {"hist:10:1:0", "hist:10:1:0"}, {"hist:10:1:1", "hist:10:1:1"}, {"hist:10:0:inf", "inf"},
+      {"hist:2.5:0:1", "hist:2.5"},  {"hist:-3:0:1", "hist:-3"},
+  };
+  for (const Case& c : cases) {
+    const absl::StatusOr<std::vector<v1::Aggregation>> got = ParseAggregations(c.text);
+    ASSERT_FALSE(got.ok()) << c.text;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find(c.token), absl::string_view::npos)
+        << c.text << " -> " << got.status();
+  }
+}
+
+TEST(ParseAggregations, HistogramBinLimitsInclusive) {
+  EXPECT_TRUE(ParseAggregations("hist:1:0:1").ok());
+  EXPECT_TRUE(ParseAggregations("hist:65536:0:1").ok());
+}
+
+TEST(AggregationLabel, ShowsParameters) {
+  const std::vector<v1::Aggregation> a = *ParseAggregations("sumsq,var:1,hist:8:-1:0.5");
+  EXPECT_EQ(AggregationLabel(a[0]), "sum_squares");
+  EXPECT_EQ(AggregationLabel(a[1]), "variance(ddof=1)");
+  EXPECT_EQ(AggregationLabel(a[2]), "histogram(bins=8, lo=-1, hi=0.5)");
+  EXPECT_EQ(OpName(static_cast<v1::Op>(99)), "unknown(99)");
+}
+
+}  // namespace
+}  // namespace tally::client
