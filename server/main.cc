@@ -21,6 +21,12 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "Largest array, in bytes, that the unary Aggregate call accepts; larger arrays must use "
           "AggregateStream, whose chunks must each be below this size too.");
+ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
+          "Bytes that requests in progress may hold together (a unary request its array, a stream "
+          "up to 64 MiB); past it a new request waits up to --admission_wait_ms, then gets "
+          "RESOURCE_EXHAUSTED. 0: no limit.");
+ABSL_FLAG(int, admission_wait_ms, 2000,
+          "How long a request waits for room under --max_inflight_bytes before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, threads, 0, "Worker threads for request work and the cpu backend; 0 means one per CPU.");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Address of the Prometheus /metrics endpoint; empty disables it.");
@@ -32,7 +38,7 @@ ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, 
 namespace {
 
 constexpr char kUsage[] =
-    "tally-server: aggregates numeric arrays sent over gRPC (tally.v1.Aggregator): sums, min/max,\n"
+    "aggregates numeric arrays sent over gRPC (tally.v1.Aggregator): sums, min/max,\n"
     "means, variances, argmin/argmax and histograms, whole or per row, on a GPU or the CPU.\n"
     "\n"
     "  tally-server                      # GPU if present, else CPU; gRPC on :50051, metrics on :9464\n"
@@ -72,6 +78,8 @@ int main(int argc, char** argv) {
   config.backend.kind = absl::GetFlag(FLAGS_backend);
   config.threads = absl::GetFlag(FLAGS_threads);
   config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  config.service.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));
   const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);
 
   absl::StatusOr<std::unique_ptr<tally::TallyServer>> server = tally::TallyServer::Start(config);
@@ -81,10 +89,10 @@ int main(int argc, char** argv) {
   }
   spdlog::info(
       "tally-server listening on port {} (--listen={}); backend {} on {}; metrics {}; "
-      "max_message_bytes={} threads={} drain_grace_seconds={}",
+      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}",
       (*server)->port(), config.listen, (*server)->backend().name(), (*server)->backend().device(),
       config.metrics_listen.empty() ? std::string("off") : "port " + std::to_string((*server)->metrics_port()),
-      config.service.max_unary_bytes, config.threads, grace);
+      config.service.max_unary_bytes, config.service.max_inflight_bytes, config.threads, grace);
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

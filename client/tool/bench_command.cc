@@ -450,6 +450,12 @@ int RunBench(const std::vector<std::string>& args) {
         shared ? shared : MakeChannel(c.target, ChannelOptions{.dedicated_connection = true})));
   }
 
+  // Fail fast on a wrong address instead of reporting a run of UNAVAILABLE.
+  if (!clients[0]->WaitForConnected(absl::Seconds(5))) {
+    absl::FPrintF(stderr, "tally bench: cannot connect to %s within 5 s\n", c.target);
+    return kExitFailure;
+  }
+
   std::vector<ClientStats> stats(c.clients);
   std::latch ready(c.clients);
   std::latch go(1);

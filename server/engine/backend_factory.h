@@ -2,6 +2,8 @@
 // (cuda when a GPU is present, else cpu).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,16 @@ namespace tally {
 struct BackendOptions {
   std::string kind = "auto";  // auto | cpu | cuda | null
   int cpu_threads = 0;        // 0: one per hardware thread
+
+  // The CUDA backend's (server/engine/cuda); the others ignore them. Why
+  // each default is what it is: server/engine/cuda/tuning.h.
+  std::vector<int> cuda_devices;                         // empty: every visible GPU
+  std::uint64_t pinned_pool_bytes = std::uint64_t{1} << 30;  // staging, all GPUs together
+  std::uint64_t chunk_bytes = std::uint64_t{8} << 20;        // one H2D copy / one Accumulate
+  int streams_per_device = 4;                            // lanes: concurrent requests per GPU
+  std::uint64_t small_request_bytes = std::uint64_t{1} << 20;  // below: the CPU backend
+  std::uint64_t max_state_bytes = std::uint64_t{16} << 20;     // per lane; above: CPU backend
+  std::chrono::milliseconds lane_wait{100};              // then RESOURCE_EXHAUSTED
 };
 
 // The backend kinds this build can run, for --help and error messages.

@@ -17,18 +17,32 @@
 namespace tally {
 namespace {
 
+// grpc::StatusCode's canonical names, indexed by code.
 constexpr const char* kCodeNames[] = {
-    "OK",           "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED", "NOT_FOUND",    "ALREADY_EXISTS",    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
-    "UNIMPLEMENTED", "INTERNAL",         "UNAVAILABLE",       "DATA_LOSS",
-    "UNAUTHENTICATED"};
+    "OK",  // 0
+    "CANCELLED",  // 1
+    "UNKNOWN",  // 2
+    "INVALID_ARGUMENT",  // 3
+    "DEADLINE_EXCEEDED",  // 4
+    "NOT_FOUND",  // 5
+    "ALREADY_EXISTS",  // 6
+    "PERMISSION_DENIED",  // 7
+    "RESOURCE_EXHAUSTED",  // 8
+    "FAILED_PRECONDITION",  // 9
+    "ABORTED",  // 10
+    "OUT_OF_RANGE",  // 11
+    "UNIMPLEMENTED",  // 12
+    "INTERNAL",  // 13
+    "UNAVAILABLE",  // 14
+    "DATA_LOSS",  // 15
+    "UNAUTHENTICATED",  // 16
+};
 
 prometheus::Histogram::BucketBoundaries Bounds(std::span<const double> b) {
   return prometheus::Histogram::BucketBoundaries(b.begin(), b.end());
 }
 
-int ClampCode(int code) { return code >= 0 && code < 17 ? code : 2 /* UNKNOWN */; }
+int ClampCode(int code) { return code >= 0 && code < 17 ? code : 2; }  // 2: UNKNOWN
 
 }  // namespace
 

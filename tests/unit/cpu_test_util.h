@@ -364,9 +364,11 @@ inline void ExpectMatchesReference(const Array& a, std::uint64_t row_length,
       ASSERT_EQ(static_cast<int>(v.index()), static_cast<int>(ResultKindOf(ops[k].kind, kD)));
       ASSERT_EQ(std::visit([](const auto& vec) { return vec.size(); }, v), rows);
       for (std::uint64_t r = 0; r < rows; ++r) {
-        SCOPED_TRACE(::testing::Message() << "row " << r);
         CheckRow<kD>(ops[k], all.subspan(r * len, len), v, r);
-        if (::testing::Test::HasFailure()) return;
+        if (::testing::Test::HasFailure()) {
+          ADD_FAILURE() << "first failure in row " << r << " of " << rows;
+          return;
+        }
       }
     }
   });

@@ -1,0 +1,54 @@
+// The CUDA engine's tuning numbers, each with the reasoning or measurement
+// behind it. The flag defaults in BackendOptions (backend_factory.h) cite
+// these; bench/engine measures them on a real host.
+#pragma once
+
+#include <cstdint>
+
+namespace tally::cuda {
+
+struct EnginePolicy {
+  // Device chunk buffers per lane: chunk k is staged on the host while k-1
+  // copies and k-2 is reduced, so three keep every stage busy; a fourth
+  // only adds latency (the host waits on chunk k-3's kernel before reusing
+  // its buffer, which is long done at PCIe rates: the kernel reads a chunk
+  // ~50x faster than PCIe delivers it).
+  static constexpr int kChunkSlots = 3;
+
+  // Pinned blocks one lane can hold at once: the block being filled plus one
+  // per chunk slot whose copy may still be in flight.
+  static constexpr int kBlocksPerLane = kChunkSlots + 1;
+
+  // Default chunk (BackendOptions::chunk_bytes): 8 MiB. A cudaMemcpyAsync
+  // costs ~5-10 us to issue and complete; at PCIe 5 x16 pinned H2D
+  // (~50 GB/s on H100 hosts) 8 MiB takes ~170 us, so the fixed cost is
+  // <6%, and Accumulate's launch overhead (a few us) hides behind the copy.
+  // Smaller chunks cost throughput; bigger ones cost pinned memory per lane
+  // (kBlocksPerLane x chunk) and first-byte latency.
+  static constexpr std::uint64_t kDefaultChunkBytes = std::uint64_t{8} << 20;
+
+  // Chunk sizes are kept a multiple of this (every dtype's size divides it,
+  // and the kernels' vector loads want 16-byte aligned chunks).
+  static constexpr std::uint64_t kChunkAlignment = 256;
+
+  // Default small_request_bytes: 1 MiB. The GPU path's floor is a lane
+  // checkout, a host memcpy into pinned memory (~10 GB/s), an H2D copy,
+  // one launch per pass, a D2H of the state and a stream sync: ~40-60 us
+  // plus ~140 us for 1 MiB. The CPU backend reduces 1 MiB in ~50-150 us
+  // (5-20 GB/s depending on ops and threads) with no copies at all. So
+  // below ~1 MiB the CPU is at least as fast; measure with bench/engine
+  // (--small_request_bytes overrides).
+  static constexpr std::uint64_t kDefaultSmallRequestBytes = std::uint64_t{1} << 20;
+
+  // How long a Consume may wait for a pinned block when the pool is empty
+  // (only when --pinned_pool_bytes is smaller than the lanes need; the
+  // backend sizes lanes so that it is not): then RESOURCE_EXHAUSTED.
+  static constexpr int kPinnedWaitMs = 2000;
+
+  // Scratch per lane beyond the largest a sampled plan needed at start
+  // (kernel tuning may change shapes slightly): x2 + 1 MiB.
+  static constexpr std::uint64_t kScratchHeadroomFactor = 2;
+  static constexpr std::uint64_t kScratchHeadroomBytes = std::uint64_t{1} << 20;
+};
+
+}  // namespace tally::cuda

@@ -1,0 +1,236 @@
+"""tally's answers against numpy's, over the wire: every op and dtype, NaNs,
+ties, empty arrays, rows, and numpy.histogram's bin edges exactly.
+
+usage: numpy_semantics_test.py TALLY_SERVER_BINARY PROTO_ROOT [--backend=cpu]
+"""
+import math
+import os
+import sys
+import unittest
+
+import warnings
+
+import numpy as np
+
+from tally_test_server import TallyServer, load_messages
+
+SERVER_BINARY = PROTO_ROOT = None
+BACKEND = "cpu"
+pb = None
+# numpy warns on ddof >= n; the test compares its answer (inf or NaN) instead.
+warnings.filterwarnings("ignore", message="Degrees of freedom <= 0")
+SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
+
+DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
+          "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8}
+
+
+def random_array(rng, dtype, n):
+    if dtype in (np.float32, np.float64):
+        return (rng.standard_normal(n) * 3 + 0.5).astype(dtype)
+    info = np.iinfo(dtype)
+    lo, hi = (max(info.min, -10**6), min(info.max, 10**6)) if dtype != np.uint8 else (0, 255)
+    return rng.integers(lo, hi, size=n, endpoint=True).astype(dtype)
+
+
+def agg(op, **kw):
+    a = pb.Aggregation(op=op)
+    if "ddof" in kw:
+        a.ddof = kw["ddof"]
+    if "bins" in kw:
+        a.histogram.bins, a.histogram.lo, a.histogram.hi = kw["bins"], kw["lo"], kw["hi"]
+    return a
+
+
+def values(result):
+    kind = result.WhichOneof("values")
+    if kind == "histograms":
+        return list(result.histograms.histograms)
+    return list(getattr(result, kind).values)
+
+
+def numpy_histogram(x, bins, lo, hi):
+    """numpy.histogram plus the three counters tally adds, in numpy's own arithmetic."""
+    counts, _ = np.histogram(x, bins=bins, range=(lo, hi))
+    work = x.astype(np.float64) if x.dtype.kind in "iu" else x
+    lo_t, hi_t = work.dtype.type(lo), work.dtype.type(hi)
+    return counts, int(np.sum(work < lo_t)), int(np.sum(work > hi_t)), int(np.sum(np.isnan(work)))
+
+
+class NumpySemantics(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = TallyServer(SERVER_BINARY, pb, [f"--backend={BACKEND}"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(SEED + hash(self.id()) % 1000)
+
+    def ask(self, x, aggregations, row_length=0, stream=False):
+        spec = pb.ArraySpec(dtype=pb.DType.Value("DTYPE_" + x.dtype.name.upper()), row_length=row_length)
+        data = np.ascontiguousarray(x).tobytes()
+        if not stream:
+            return self.server.aggregate(pb.AggregateRequest(spec=spec, data=data, aggregations=aggregations),
+                                         timeout=60)
+        spec.length = x.size
+
+        def messages():
+            yield pb.AggregateStreamRequest(header=pb.AggregateStreamRequest.Header(spec=spec,
+                                                                                  aggregations=aggregations))
+            for at in range(0, len(data), 1 << 20):
+                yield pb.AggregateStreamRequest(chunk=data[at:at + (1 << 20)])
+        return self.server.aggregate_stream(messages(), timeout=120)
+
+    def check_scalar_ops(self, x, label):
+        ops = [agg(pb.OP_SUM), agg(pb.OP_MIN), agg(pb.OP_MAX), agg(pb.OP_MEAN), agg(pb.OP_COUNT),
+               agg(pb.OP_SUM_SQUARES), agg(pb.OP_VARIANCE), agg(pb.OP_VARIANCE, ddof=1),
+               agg(pb.OP_STDDEV, ddof=1), agg(pb.OP_ARGMIN), agg(pb.OP_ARGMAX)]
+        r = self.ask(x, ops).results
+        f64 = x.astype(np.float64)
+        with np.errstate(all="ignore"):
+            if x.dtype.kind == "f":
+                expect_sum = np.sum(f64)
+                self.assertClose(values(r[0])[0], expect_sum, 1e-12, label + " sum")
+                # and the float32 answer numpy itself gives, to float32 precision
+                self.assertClose(values(r[0])[0], float(np.sum(x)), 1e-6 if x.dtype == np.float32 else 1e-12,
+                                 label + " sum vs numpy's own")
+            else:
+                acc = np.int64 if x.dtype.kind == "i" else np.uint64
+                self.assertEqual(values(r[0])[0], int(np.sum(x, dtype=acc)), label + " sum")
+            self.assertSame(values(r[1])[0], np.min(x), label + " min")
+            self.assertSame(values(r[2])[0], np.max(x), label + " max")
+            self.assertClose(values(r[3])[0], np.mean(f64), 1e-12, label + " mean")
+            self.assertEqual(values(r[4])[0], x.size, label + " count")
+            self.assertClose(values(r[5])[0], np.sum(f64 * f64), 1e-12, label + " sum_squares")
+            self.assertClose(values(r[6])[0], np.var(f64), 1e-9, label + " var")
+            self.assertClose(values(r[7])[0], np.var(f64, ddof=1), 1e-9, label + " var ddof=1")
+            self.assertClose(values(r[8])[0], np.std(f64, ddof=1), 1e-9, label + " std ddof=1")
+        self.assertEqual(values(r[9])[0], int(np.argmin(x)), label + " argmin")
+        self.assertEqual(values(r[10])[0], int(np.argmax(x)), label + " argmax")
+
+    def assertClose(self, got, want, rel, label):
+        want = float(want)
+        if math.isnan(want):
+            self.assertTrue(math.isnan(got), f"{label}: got {got}, numpy says NaN")
+        elif math.isinf(want):
+            self.assertEqual(got, want, label)
+        else:
+            self.assertLessEqual(abs(got - want), rel * max(abs(want), 1e-300) + 1e-300,
+                                 f"{label}: got {got!r}, numpy {want!r}")
+
+    def assertSame(self, got, want, label):
+        if isinstance(want, (np.floating, float)) and math.isnan(want):
+            self.assertTrue(math.isnan(got), f"{label}: got {got}, numpy says NaN")
+        else:
+            self.assertEqual(got, want.item() if hasattr(want, "item") else want, label)
+
+    def test_every_op_and_dtype_on_random_data(self):
+        for name, dtype in DTYPES.items():
+            for n in (1, 31, 32, 33, 1009, 100003):
+                with self.subTest(dtype=name, n=n):
+                    self.check_scalar_ops(random_array(self.rng, dtype, n), f"{name}[{n}] seed {SEED}")
+
+    def test_nan_rules(self):
+        for dtype in (np.float32, np.float64):
+            for where in ([0], [500], [999], [3, 700]):
+                x = random_array(self.rng, dtype, 1000)
+                x[where] = np.nan
+                with self.subTest(dtype=dtype.__name__, nan_at=where):
+                    self.check_scalar_ops(x, f"{dtype.__name__} NaN at {where}")
+
+    def test_ties_take_the_first_occurrence(self):
+        for name, dtype in DTYPES.items():
+            x = random_array(self.rng, dtype, 5000)
+            x[[17, 4000]] = x.max()
+            x[[123, 4444]] = x.min()
+            with self.subTest(dtype=name):
+                self.check_scalar_ops(x, f"{name} ties")
+
+    def test_empty_array(self):
+        r = self.ask(np.zeros(0, np.float32), [agg(pb.OP_SUM), agg(pb.OP_COUNT), agg(pb.OP_MEAN)]).results
+        self.assertEqual(values(r[0]), [0.0])
+        self.assertEqual(values(r[1]), [0])
+        self.assertTrue(math.isnan(values(r[2])[0]))
+
+    def check_histogram(self, x, bins, lo, hi, label):
+        r = self.ask(x, [agg(pb.OP_HISTOGRAM, bins=bins, lo=lo, hi=hi)]).results
+        h = values(r[0])[0]
+        counts, below, above, nans = numpy_histogram(x, bins, lo, hi)
+        self.assertEqual(list(h.counts), counts.tolist(), label)
+        self.assertEqual((h.below, h.above, h.nan), (below, above, nans), label)
+
+    def test_histogram_matches_numpy(self):
+        for name, dtype in DTYPES.items():
+            for bins, lo, hi in ((1, -2.0, 3.0), (10, -1.0, 1.0), (256, -5.0, 5.0), (4096, -7.3, 8.1),
+                                 (65536, -4.0, 4.0), (7, 0.0, 200.0)):
+                x = random_array(self.rng, dtype, 20011)
+                if dtype in (np.float32, np.float64):
+                    x[::97] = np.nan
+                with self.subTest(dtype=name, bins=bins):
+                    self.check_histogram(x, bins, lo, hi, f"{name} bins={bins} [{lo}, {hi}] seed {SEED}")
+
+    def test_histogram_values_on_and_next_to_every_edge(self):
+        # Edges as numpy computes them, in float32 for float32 input: values on
+        # an edge, one ulp either side, and the range's ends.
+        for dtype in (np.float32, np.float64):
+            for bins, lo, hi in ((10, -1.0, 1.0), (3, 0.1, 0.7), (1000, -3.3, 9.1)):
+                edges = np.linspace(lo, hi, bins + 1).astype(dtype)
+                x = np.concatenate([edges, np.nextafter(edges, dtype(-np.inf)), np.nextafter(edges, dtype(np.inf)),
+                                    np.array([lo, hi], dtype=dtype)]).astype(dtype)
+                with self.subTest(dtype=dtype.__name__, bins=bins):
+                    self.check_histogram(x, bins, lo, hi, f"{dtype.__name__} edges bins={bins}")
+
+    def test_rows(self):
+        for name, dtype in DTYPES.items():
+            for rows, n in ((1000, 1), (300, 32), (7, 1000), (2, 50000)):
+                x = random_array(self.rng, dtype, rows * n)
+                if dtype in (np.float32, np.float64):
+                    x[5] = np.nan
+                m = x.reshape(rows, n)
+                ops = [agg(pb.OP_SUM), agg(pb.OP_MAX), agg(pb.OP_ARGMIN), agg(pb.OP_VARIANCE, ddof=1),
+                       agg(pb.OP_HISTOGRAM, bins=16, lo=-3.0, hi=60.0)]
+                with self.subTest(dtype=name, rows=rows, n=n), np.errstate(all="ignore"):
+                    r = self.ask(x, ops, row_length=n).results
+                    got_sum, got_max, got_arg, got_var, got_hist = (values(v) for v in r)
+                    self.assertEqual(len(got_sum), rows)
+                    if x.dtype.kind == "f":
+                        np.testing.assert_allclose(got_sum, np.sum(m.astype(np.float64), axis=1), rtol=1e-12)
+                    else:
+                        acc = np.int64 if x.dtype.kind == "i" else np.uint64
+                        self.assertEqual(got_sum, np.sum(m, axis=1, dtype=acc).tolist())
+                    np.testing.assert_array_equal(np.array(got_max), np.max(m, axis=1).astype(np.float64))
+                    self.assertEqual(got_arg, np.argmin(m, axis=1).tolist())
+                    np.testing.assert_allclose(got_var, np.var(m.astype(np.float64), axis=1, ddof=1), rtol=1e-9)
+                    for i in (0, rows // 2, rows - 1):
+                        counts, below, above, nans = numpy_histogram(m[i], 16, -3.0, 60.0)
+                        self.assertEqual(list(got_hist[i].counts), counts.tolist(), f"row {i}")
+                        self.assertEqual((got_hist[i].below, got_hist[i].above, got_hist[i].nan),
+                                         (below, above, nans), f"row {i}")
+
+    def test_streamed_answers_equal_unary_answers(self):
+        x = random_array(self.rng, np.float32, 3_000_001)
+        ops = [agg(pb.OP_SUM), agg(pb.OP_MIN), agg(pb.OP_ARGMAX), agg(pb.OP_STDDEV),
+               agg(pb.OP_HISTOGRAM, bins=100, lo=-1.0, hi=1.0)]
+        unary = self.ask(x, ops).results
+        streamed = self.ask(x, ops, stream=True).results
+        for a, b in zip(unary, streamed):
+            self.assertEqual(a.SerializeToString(), b.SerializeToString())
+
+    def test_float32_sum_of_ten_million_positive_values_is_accurate(self):
+        x = self.rng.random(10_000_000, dtype=np.float32)
+        got = values(self.ask(x, [agg(pb.OP_SUM)], stream=True).results[0])[0]
+        exact = math.fsum(x.astype(np.float64).tolist())
+        self.assertLessEqual(abs(got - exact) / exact, 1e-6)
+
+
+if __name__ == "__main__":
+    SERVER_BINARY, PROTO_ROOT = sys.argv[1], sys.argv[2]
+    for arg in sys.argv[3:]:
+        if arg.startswith("--backend="):
+            BACKEND = arg.split("=", 1)[1]
+    pb = load_messages(PROTO_ROOT)
+    print(f"numpy {np.__version__}, backend {BACKEND}, seed {SEED} (set TALLY_TEST_SEED to repeat)")
+    unittest.main(argv=[sys.argv[0], "-v"])

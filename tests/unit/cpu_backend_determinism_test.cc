@@ -1,0 +1,94 @@
+// Bitwise determinism: the same request gives the same bits however
+// Consume() pieces the array (whole, one element at a time, uneven, primes)
+// and whatever the thread count, and when many requests share one backend.
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "tests/unit/cpu_test_util.h"
+
+namespace tally::testing {
+namespace {
+
+void ExpectSameBits(const AggregationResult& want, const AggregationResult& got,
+                    const std::string& what) {
+  ASSERT_EQ(want.values.size(), got.values.size());
+  for (std::size_t k = 0; k < want.values.size(); ++k) {
+    EXPECT_TRUE(SameBits(want.values[k], got.values[k])) << what << ", op " << k;
+  }
+}
+
+TEST(CpuDeterminism, PiecesAndThreadCountsDoNotChangeABit) {
+  TALLY_SEEDED_RNG(rng);
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int t : {1, 2, 3, 8}) backends.push_back(MakeCpuBackend({.threads = t}));
+  std::uniform_int_distribution<std::uint64_t> uneven(1, 150000);
+  std::vector<std::uint64_t> random_pieces;
+  for (int i = 0; i < 64; ++i) random_pieces.push_back(uneven(rng));
+  const std::vector<std::vector<std::uint64_t>> piecings = {
+      {}, {1}, random_pieces, {2039, 65521, 7}, {1000002, 1}, {65536}, {3, 1, 4, 1, 5, 9, 2, 6}};
+  struct Case {
+    DType dtype;
+    std::uint64_t n, row_length;
+  };
+  const Case cases[] = {{DType::kFloat32, 1000003, 0},    {DType::kFloat64, 1000003, 0},
+                        {DType::kInt64, 1000003, 0},      {DType::kFloat32, 1000000, 1000},
+                        {DType::kFloat64, 1000000, 200000}, {DType::kUInt8, 999999, 33}};
+  for (const Case& c : cases) {
+    const Array a = RandomArray(c.dtype, c.n, rng, Fill::kWide);
+    const auto ops = AllOps(c.dtype, Fill::kWide);
+    auto want = RunPieces(*backends[0], Plan(a, c.row_length, ops), a.bytes);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      for (std::size_t p = 0; p < piecings.size(); ++p) {
+        // One-element pieces are slow-ish; once per case is enough.
+        if (piecings[p] == std::vector<std::uint64_t>{1} && b != 1) continue;
+        auto got = RunPieces(*backends[b], Plan(a, c.row_length, ops), a.bytes, piecings[p]);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ExpectSameBits(*want, *got,
+                       ::testing::Message() << ops::Name(c.dtype) << " n=" << c.n << " rows of "
+                                            << c.row_length << " backend " << b << " piecing " << p);
+      }
+    }
+    // And right, not only repeatable.
+    ExpectMatchesReference(a, c.row_length, ops, *want);
+  }
+}
+
+TEST(CpuDeterminism, ConcurrentRequestsOnOneBackend) {
+  TALLY_SEEDED_RNG(rng);
+  auto shared = MakeCpuBackend({.threads = 2});
+  auto alone = MakeCpuBackend({.threads = 1});
+  constexpr int kClients = 4, kRequests = 4;
+  std::vector<Array> arrays;
+  for (int i = 0; i < kClients * kRequests; ++i) {
+    arrays.push_back(RandomArray(ops::kAllDTypes[i % 6], 150000 + 977 * i, rng, Fill::kWide));
+  }
+  std::vector<absl::StatusOr<AggregationResult>> got(arrays.size());
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kClients; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = t; i < kClients * kRequests; i += kClients) {
+        const std::uint64_t row = i % 3 == 0 ? 1000 : 0;
+        const Array& a = arrays[i];
+        got[i] = RunPieces(*shared, Plan(a, row == 0 || a.length % row ? 0 : row,
+                                         AllOps(a.dtype, Fill::kWide)),
+                           a.bytes, {4096 + static_cast<std::uint64_t>(i)});
+      }
+    });
+  }
+  for (std::thread& c : clients) c.join();
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    const std::uint64_t row = i % 3 == 0 ? 1000 : 0;
+    auto want = RunPieces(*alone, Plan(a, row == 0 || a.length % row ? 0 : row,
+                                       AllOps(a.dtype, Fill::kWide)), a.bytes);
+    ASSERT_TRUE(want.ok() && got[i].ok());
+    ExpectSameBits(*want, *got[i], ::testing::Message() << "request " << i);
+  }
+}
+
+}  // namespace
+}  // namespace tally::testing
