@@ -84,7 +84,7 @@ cudaError_t ScratchBytes(const AggregatePlan& plan, std::uint64_t max_chunk_elem
   if (bytes == nullptr) return Invalid("bytes is null");
   TALLY_CUDA_TRY(Validate(plan));
   *bytes = 0;
-  if (max_chunk_elements == 0) return cudaSuccess;
+  if (max_chunk_elements == 0 && plan.row_length != 0) return cudaSuccess;
   detail::DeviceInfo dev{};
   TALLY_CUDA_TRY(CurrentDevice(&dev));
   return ops::VisitDType(plan.dtype, [&](auto d) {

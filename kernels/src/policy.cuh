@@ -11,6 +11,9 @@ struct PolicySm90 {
   // Threads per block of every kernel. 256: 8 warps keep the block reduce to
   // one shared step and let 2-4 blocks share an SM.
   static constexpr int kThreads = 256;
+  // Blocks per SM the register budget is cut for (__launch_bounds__).
+  static constexpr int kSliceBlocksPerSm = SLICE_BPS;
+  static constexpr int kTeamBlocksPerSm = TEAM_BPS;
   // 16-byte loads each thread issues before it uses any (per tile). 4 (64 B in
   // flight per thread) reached the read ceiling for sum/max in the fused
   // kernel; see the tuning table.
@@ -22,8 +25,9 @@ struct PolicySm90 {
   // per row, many rows per warp); longer rows get one or more blocks each.
   static constexpr std::int64_t kTeamMaxRowBytes = 16 * 1024;
   // Team lanes are chosen so each lane loads about this many 16-byte vectors
-  // of its row at once.
-  static constexpr int kTeamVecsPerLane = 2;
+  // of its row: 8 makes rows of 32 float32 one lane each (no shuffles, 8
+  // loads in flight per lane); 2 gave 1012 GB/s there (4 lanes per row).
+  static constexpr int kTeamVecsPerLane = 8;
   // Shared-memory bytes of histogram counters one block may hold; more bins
   // are spread over a thread-block cluster (distributed shared memory).
   // 80 KB: 65536 bins take a cluster of 4 with 64 KB each, 3 blocks per SM.

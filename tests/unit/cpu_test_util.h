@@ -28,7 +28,7 @@ using ops::DType;
 
 // Fresh every run unless TALLY_TEST_SEED is set; tests print it on failure.
 inline std::uint64_t TestSeed() {
-  static const std::uint64_t seed = [] {
+  static const std::uint64_t seed = []() -> std::uint64_t {
     if (const char* s = std::getenv("TALLY_TEST_SEED")) return std::strtoull(s, nullptr, 0);
     std::random_device rd;
     return (std::uint64_t{rd()} << 32) ^ rd();

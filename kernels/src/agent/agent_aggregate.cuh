@@ -80,11 +80,18 @@ struct ThreadAgg {
         }
     }
     if (w.hist) {
+      // All bins first (independent work the scheduler can overlap), then
+      // the counting, which depends on the previous element's slot.
+      std::int32_t slot[V][K];
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int e = 0; e < K; ++e) slot[v][e] = v < nvec ? hist->SlotFor(x[v][e]) : 0;
 #pragma unroll
       for (int v = 0; v < V; ++v)
         if (v < nvec) {
 #pragma unroll
-          for (int e = 0; e < K; ++e) hist->Add(x[v][e]);
+          for (int e = 0; e < K; ++e) hist->Count(slot[v][e]);
         }
     }
   }

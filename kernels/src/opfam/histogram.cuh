@@ -21,20 +21,24 @@ TALLY_DEV std::int32_t SlotOf(std::int32_t bin, std::int32_t bins) {
   return bin >= 0 ? bin : bins - 1 - bin;  // kBinBelow -> bins, kBinAbove -> +1, kBinNan -> +2
 }
 
-// HistogramBinner::Bin with the edges read from a table (edges[i] ==
-// binner.Edge(i), edges[bins] == hi_t): the same guess and the same two
-// correction loops, so the same bin for every x.
+// HistogramBinner::Bin, fast. Bin walks from its guess g: down while
+// x < edge[i], then up while x >= edge[i+1]. Here both first edges are read
+// at once (from a shared table, edges[i] == binner.Edge(i) and edges[bins] ==
+// hi_t, or computed); when one step suffices the answer is the one Bin's
+// walk gives, and in the rare case of a longer walk Bin itself decides.
 template <typename B>
-TALLY_DEV std::int32_t BinFromTable(const ops::HistogramBinner<B>& b, const B* edges, B x) {
+TALLY_DEV std::int32_t BinFast(const ops::HistogramBinner<B>& b, const B* edges, B x) {
   if (x != x) return ops::kBinNan;
   if (x < b.lo_t) return ops::kBinBelow;
   if (x > b.hi_t) return ops::kBinAbove;
   const B f = (x - b.lo_t) * b.scale;
-  std::int32_t i = f >= static_cast<B>(b.bins) ? b.bins - 1 : static_cast<std::int32_t>(f);
-  if (i < 0) i = 0;
-  while (i > 0 && x < edges[i]) --i;
-  while (i < b.bins - 1 && x >= edges[i + 1]) ++i;
-  return i;
+  std::int32_t g = f >= static_cast<B>(b.bins) ? b.bins - 1 : static_cast<std::int32_t>(f);
+  if (g < 0) g = 0;
+  auto edge = [&](std::int32_t i) { return edges ? edges[i] : b.Edge(i); };
+  const B e0 = edge(g), e1 = edge(g + 1);
+  if (g > 0 && x < e0) return (g - 1 > 0 && x < edge(g - 1)) ? b.Bin(x) : g - 1;
+  if (g < b.bins - 1 && x >= e1) return (g + 1 < b.bins - 1 && x >= edge(g + 2)) ? b.Bin(x) : g + 1;
+  return g;
 }
 
 // Where one thread's counts go, plus a run-length counter in registers: a run
@@ -63,10 +67,10 @@ struct HistThread {
     }
   }
   template <typename T>
-  TALLY_DEV void Add(T x) {
-    const B xb = static_cast<B>(x);
-    const std::int32_t bin = edges ? BinFromTable(binner, edges, xb) : binner.Bin(xb);
-    const std::int32_t slot = SlotOf(bin, binner.bins);
+  TALLY_DEV std::int32_t SlotFor(T x) const {
+    return SlotOf(BinFast(binner, edges, static_cast<B>(x)), binner.bins);
+  }
+  TALLY_DEV void Count(std::int32_t slot) {
     if (slot == run_slot) {
       ++run_count;
     } else {
