@@ -1,7 +1,8 @@
 // tally-cpu-bench: throughput of the CPU backend on a large float32 array
-// (1 GiB by default) for sum, min, max and the three fused, driving the
-// Backend interface directly (no network). compare_numpy.py runs it next to
-// numpy on an array of the same size and prints both.
+// (1 GiB by default) for sum, min, max and the three fused, whole or in rows
+// (--row_length), driving the Backend interface directly (no network).
+// compare_numpy.py runs it next to numpy on an array of the same size and
+// prints both.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,7 @@ struct Flags {
   int reps = 5;
   int threads = 0;
   std::uint64_t piece_mib = 0;  // 0: the whole array in one Consume()
+  std::uint64_t row_length = 0;  // 0: not segmented
   bool tsv = false;
 };
 
@@ -40,12 +42,14 @@ Flags Parse(int argc, char** argv) {
       f.threads = std::atoi(v);
     } else if (const char* v = value("--piece_mib")) {
       f.piece_mib = std::strtoull(v, nullptr, 10);
+    } else if (const char* v = value("--row_length")) {
+      f.row_length = std::strtoull(v, nullptr, 10);
     } else if (a == "--tsv") {
       f.tsv = true;
     } else {
       std::fprintf(stderr,
                    "usage: tally-cpu-bench [--gib=1] [--reps=5] [--threads=0 (all)]\n"
-                   "                       [--piece_mib=0 (one piece)] [--tsv]\n");
+                   "                       [--piece_mib=0 (one piece)] [--row_length=0] [--tsv]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
   }
@@ -61,7 +65,8 @@ struct Case {
 
 int main(int argc, char** argv) {
   const Flags flags = Parse(argc, argv);
-  const std::uint64_t n = static_cast<std::uint64_t>(flags.gib * (1ull << 30)) / sizeof(float);
+  std::uint64_t n = static_cast<std::uint64_t>(flags.gib * (1ull << 30)) / sizeof(float);
+  if (flags.row_length > 0) n -= n % flags.row_length;
   std::vector<float> data(n);
   std::uint64_t s = 0x9e3779b97f4a7c15ull;
   for (float& v : data) {  // xorshift64*: uniform [0, 1), like numpy's random(dtype=float32)
@@ -81,8 +86,10 @@ int main(int argc, char** argv) {
       {"sum+min+max", {tally::OpKind::kSum, tally::OpKind::kMin, tally::OpKind::kMax}},
   };
   if (!flags.tsv) {
-    std::printf("tally cpu backend: %s, %.2f GiB float32 (%llu elements), %s, best of %d\n",
+    std::printf("tally cpu backend: %s, %.2f GiB float32 (%llu elements, rows of %llu), %s, "
+                "best of %d\n",
                 backend->device().c_str(), flags.gib, static_cast<unsigned long long>(n),
+                static_cast<unsigned long long>(flags.row_length),
                 flags.piece_mib == 0 ? "one Consume()"
                                      : (std::to_string(flags.piece_mib) + " MiB pieces").c_str(),
                 flags.reps);
@@ -90,7 +97,7 @@ int main(int argc, char** argv) {
   }
   for (const Case& c : cases) {
     tally::AggregationPlan plan;
-    plan.array = {.dtype = tally::DType::kFloat32, .length = n, .row_length = 0};
+    plan.array = {.dtype = tally::DType::kFloat32, .length = n, .row_length = flags.row_length};
     for (tally::OpKind k : c.ops) plan.ops.push_back({.kind = k});
     double best = 1e300, result = 0.0;
     for (int r = 0; r < flags.reps; ++r) {

@@ -11,6 +11,9 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include <algorithm>
 #include <climits>
 #include <utility>
@@ -116,7 +119,52 @@ class CallQueue {
   grpc::CompletionQueue queue_;
 };
 
+// grpc.health.v1 messages, encoded by hand: the service is two one-field
+// messages, and generating health.proto here would clash with the copy
+// inside libgrpc++. HealthCheckRequest{string service = 1}.
+grpc::ByteBuffer HealthCheckRequest(absl::string_view service) {
+  std::string bytes;
+  if (!service.empty()) {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    google::protobuf::internal::WireFormatLite::WriteString(1, std::string(service), &coded);
+  }
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// HealthCheckResponse{ServingStatus status = 1}; other fields are skipped.
+absl::StatusOr<ServingStatus> ParseHealthCheckResponse(const grpc::ByteBuffer& reply) {
+  std::vector<grpc::Slice> slices;
+  if (!reply.Dump(&slices).ok()) return absl::DataLossError("unreadable health response");
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const std::uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  std::uint32_t status = 0;
+  while (const std::uint32_t tag = in.ReadTag()) {
+    using Wire = google::protobuf::internal::WireFormatLite;
+    if (tag == Wire::MakeTag(1, Wire::WIRETYPE_VARINT)) {
+      if (!in.ReadVarint32(&status)) return absl::DataLossError("bad health response");
+    } else if (!Wire::SkipField(&in, tag)) {
+      return absl::DataLossError("bad health response");
+    }
+  }
+  if (status > 3) return ServingStatus::kUnknown;
+  return static_cast<ServingStatus>(status);
+}
+
 }  // namespace
+
+absl::string_view ServingStatusName(ServingStatus status) {
+  switch (status) {
+    case ServingStatus::kServing: return "SERVING";
+    case ServingStatus::kNotServing: return "NOT_SERVING";
+    case ServingStatus::kServiceUnknown: return "SERVICE_UNKNOWN";
+    case ServingStatus::kUnknown: break;
+  }
+  return "UNKNOWN";
+}
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            const ChannelOptions& options) {
@@ -140,6 +188,22 @@ Client::Client(std::shared_ptr<grpc::Channel> channel)
 
 bool Client::WaitForConnected(absl::Duration timeout) {
   return channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::StatusOr<ServingStatus> Client::CheckHealth(absl::string_view service,
+                                                  absl::Duration timeout) {
+  CallQueue queue;
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call = stub_.PrepareUnaryCall(
+      &context, "/grpc.health.v1.Health/Check", HealthCheckRequest(service), queue.get());
+  call->StartCall();
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+  call->Finish(&reply, &status, queue.tag());
+  queue.Wait();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return ParseHealthCheckResponse(reply);
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::Aggregate(

@@ -72,6 +72,8 @@ std::string ValuesText(const v1::AggregationResult& r, const FormatOptions& o) {
   return "(no values)";
 }
 
+bool IsBlock(const std::string& values) { return !values.empty() && values[0] == '\n'; }
+
 std::string Seconds(double s) {
   if (s < 1e-3) return absl::StrFormat("%.1f us", s * 1e6);
   if (s < 1.0) return absl::StrFormat("%.3f ms", s * 1e3);
@@ -81,7 +83,9 @@ std::string Seconds(double s) {
 }  // namespace
 
 std::string FormatText(const v1::AggregateResponse& response, const FormatOptions& options) {
-  std::vector<std::string> labels;
+  // Single-line results align their "=" signs; multi-line blocks (segmented
+  // histograms) put their rows underneath instead.
+  std::vector<std::string> labels, values;
   size_t width = 0;
   for (const v1::AggregationResult& r : response.results()) {
     std::string label = AggregationLabel(r.aggregation());
@@ -90,15 +94,18 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
                      : r.values_case() == v1::AggregationResult::kUint64S ? r.uint64s().values_size()
                      : r.histograms().histograms_size();
     if (rows != 1) absl::StrAppend(&label, " [", rows, " rows]");
-    width = std::max(width, label.size());
+    values.push_back(ValuesText(r, options));
+    if (!IsBlock(values.back())) width = std::max(width, label.size());
     labels.push_back(std::move(label));
   }
   std::string out;
-  for (int i = 0; i < response.results_size(); ++i) {
-    const std::string values = ValuesText(response.results(i), options);
-    const bool block = !values.empty() && values[0] == '\n';
-    absl::StrAppend(&out, labels[i], block ? ":" : std::string(width - labels[i].size(), ' '),
-                    block ? "" : " = ", values, "\n");
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (IsBlock(values[i])) {
+      absl::StrAppend(&out, labels[i], ":", values[i], "\n");
+    } else {
+      absl::StrAppend(&out, labels[i], std::string(width - labels[i].size(), ' '), " = ",
+                      values[i], "\n");
+    }
   }
   const v1::Execution& e = response.execution();
   absl::StrAppend(&out, "execution: ", e.elements(), " elements (", FormatBytes(e.bytes()), "), ",

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -34,8 +35,9 @@ Flags:
                         sum min max mean count argmin argmax
                         sumsq|sum_squares  var|variance[:DDOF]  std|stddev[:DDOF]
                         hist|histogram:BINS:LO:HI
-  --dtype=T           float32 (default) float64 int32 int64 uint32 uint8
-                      (for --raw and --random; a .npy file names its own)
+  --dtype=T           float32 float64 int32 int64 uint32 uint8: required
+                      with --raw; for --random (default float32); a .npy
+                      file names its own
   --seed=S            seed for --random (default 1)
   --rows=N            aggregate rows of N elements each (one result per row);
                       must divide the length. A 2-D .npy file sets it.
@@ -71,11 +73,21 @@ Examples:
 
 namespace {
 
+// Where the array comes from, as the command line says.
+struct InputSpec {
+  std::optional<std::string> npy_path;
+  std::optional<std::string> raw_path;
+  std::optional<std::uint64_t> random_length;
+  DType dtype = DType::kFloat32;
+  std::uint64_t seed = 1;
+  std::optional<std::uint64_t> row_length;
+};
+
 // What the command line asked for, checked.
 struct AggregateArgs {
   std::string target = "127.0.0.1:50051";
   std::vector<v1::Aggregation> aggregations;
-  InputArray input;
+  InputSpec input;
   bool json = false;
   FormatOptions format;
   CallOptions call;
@@ -89,8 +101,8 @@ absl::StatusOr<StreamMode> ParseStreamMode(absl::string_view text) {
       absl::StrCat("--stream=", text, ": expected auto, always or never"));
 }
 
-// Bad flags give INVALID_ARGUMENT; unreadable inputs keep their own codes
-// (NOT_FOUND, PERMISSION_DENIED, ...), which is how the caller tells them apart.
+// Only the command line: nothing is opened here, so every error is a usage
+// error.
 absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   AggregateArgs a;
   if (auto t = cl.TakeString("target")) a.target = *t;
@@ -99,13 +111,16 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   if (!aggs.ok()) return absl::InvalidArgumentError(absl::StrCat("--ops: ", aggs.status().message()));
   a.aggregations = *std::move(aggs);
 
+  InputSpec& in = a.input;
   const std::optional<std::string> dtype_flag = cl.TakeString("dtype");
-  const std::optional<std::string> raw = cl.TakeString("raw");
-  const absl::StatusOr<std::optional<std::uint64_t>> random = cl.TakeSize("random");
+  in.raw_path = cl.TakeString("raw");
+  absl::StatusOr<std::optional<std::uint64_t>> random = cl.TakeSize("random");
   if (!random.ok()) return random.status();
+  in.random_length = *random;
   const std::optional<std::string> seed_flag = cl.TakeString("seed");
-  const absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
+  absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
   if (!rows.ok()) return rows.status();
+  in.row_length = *rows;
   absl::StatusOr<bool> json = cl.TakeBool("json");
   if (!json.ok()) return json.status();
   a.json = *json;
@@ -131,46 +146,43 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   if (cl.positional().size() > 1) {
     return absl::InvalidArgumentError("more than one input file given");
   }
-  const bool npy = cl.positional().size() == 1;
-  if (int(npy) + int(raw.has_value()) + int(random->has_value()) != 1) {
+  if (cl.positional().size() == 1) in.npy_path = cl.positional()[0];
+  if (int(in.npy_path.has_value()) + int(in.raw_path.has_value()) +
+          int(in.random_length.has_value()) != 1) {
     return absl::InvalidArgumentError(
         "give exactly one input: FILE.npy, --raw=FILE --dtype=T or --random=N");
   }
-  if (npy && dtype_flag) {
+  if (in.npy_path && dtype_flag) {
     return absl::InvalidArgumentError("--dtype is for --raw and --random; a .npy file names its dtype");
   }
-  if (seed_flag && !random->has_value()) return absl::InvalidArgumentError("--seed is for --random");
-  DType dtype = DType::kFloat32;
+  // Raw bytes say nothing about their type, so guessing would be silent garbage.
+  if (in.raw_path && !dtype_flag) return absl::InvalidArgumentError("--raw needs --dtype");
+  if (seed_flag && !in.random_length) return absl::InvalidArgumentError("--seed is for --random");
   if (dtype_flag) {
     absl::StatusOr<DType> d = ParseDType(*dtype_flag);
     if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", d.status().message()));
-    dtype = *d;
+    in.dtype = *d;
   }
-  std::uint64_t seed = 1;
-  if (seed_flag && !absl::SimpleAtoi(*seed_flag, &seed)) {
+  if (seed_flag && !absl::SimpleAtoi(*seed_flag, &in.seed)) {
     return absl::InvalidArgumentError(absl::StrCat("--seed=", *seed_flag, ": expected an integer"));
   }
-
-  if (npy) {
-    absl::StatusOr<InputArray> in = InputArray::OpenNpy(cl.positional()[0]);
-    if (!in.ok()) return in.status();
-    a.input = *std::move(in);
-  } else if (raw) {
-    absl::StatusOr<InputArray> in = InputArray::OpenRaw(*raw, dtype);
-    if (!in.ok()) return in.status();
-    a.input = *std::move(in);
-  } else {
-    a.input = InputArray::Random(**random, dtype, seed);
-  }
-  if (*rows) {
-    const std::uint64_t from_shape = a.input.array().row_length;
-    if (from_shape != 0 && from_shape != **rows) {
-      return absl::InvalidArgumentError(absl::StrCat("--rows=", **rows, " disagrees with ",
-                                                     a.input.description()));
-    }
-    a.input.set_row_length(**rows);
-  }
   return a;
+}
+
+// Opens (maps) or generates the array.
+absl::StatusOr<InputArray> LoadInput(const InputSpec& spec) {
+  absl::StatusOr<InputArray> input = spec.npy_path   ? InputArray::OpenNpy(*spec.npy_path)
+                                     : spec.raw_path ? InputArray::OpenRaw(*spec.raw_path, spec.dtype)
+                                                     : InputArray::Random(*spec.random_length,
+                                                                          spec.dtype, spec.seed);
+  if (!input.ok() || !spec.row_length) return input;
+  const std::uint64_t from_shape = input->array().row_length;
+  if (from_shape != 0 && from_shape != *spec.row_length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rows=", *spec.row_length, " disagrees with ", input->description()));
+  }
+  input->set_row_length(*spec.row_length);
+  return input;
 }
 
 }  // namespace
@@ -183,14 +195,17 @@ int RunAggregate(const std::vector<std::string>& args) {
   }
   absl::StatusOr<AggregateArgs> a = ParseArgs(*cl);
   if (!a.ok()) {
-    absl::FPrintF(stderr, "tally aggregate: %s\n", a.status().message());
-    if (a.status().code() != absl::StatusCode::kInvalidArgument) return kExitFailure;
-    absl::FPrintF(stderr, "(see tally aggregate --help)\n");
+    absl::FPrintF(stderr, "tally aggregate: %s\n(see tally aggregate --help)\n", a.status().message());
     return kExitUsage;
+  }
+  absl::StatusOr<InputArray> input = LoadInput(a->input);
+  if (!input.ok()) {
+    absl::FPrintF(stderr, "tally aggregate: %s\n", input.status().message());
+    return kExitFailure;
   }
 
   Client client(MakeChannel(a->target));
-  const ArrayRef& array = a->input.array();
+  const ArrayRef& array = input->array();
   ProgressBar progress;
   a->call.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
     progress.Update(sent, total);
@@ -201,7 +216,7 @@ int RunAggregate(const std::vector<std::string>& args) {
   const absl::Duration elapsed = absl::Now() - start;
   progress.Finish();
   if (!response.ok()) {
-    absl::FPrintF(stderr, "tally aggregate: %s failed: %s: %s\n", a->input.description(),
+    absl::FPrintF(stderr, "tally aggregate: %s failed: %s: %s\n", input->description(),
                   absl::StatusCodeToString(response.status().code()), response.status().message());
     return kExitFailure;
   }

@@ -280,6 +280,16 @@ int main(int argc, char** argv) {
       CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
       CHECK(cudaMemcpyAsync(h_f, f_out, 4, cudaMemcpyDeviceToHost, s));
     });
+    const double accumulate_only = p50([&] {
+      CHECK(tally::kernels::Accumulate(tl.plan, x, m, 0, tl.state, tl.scratch, tl.scratch_bytes, s));
+    });
+    const double finalize_only = p50([&] { CHECK(tally::kernels::Finalize(tl.plan, tl.state, tl.host, s)); });
+    const double cub_only = p50([&] {
+      t = cub_bytes;
+      CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
+    });
+    std::printf("\nlatency parts (p50 us, each + sync): tally Accumulate %.1f, Finalize %.1f; CUB Sum %.1f\n",
+                accumulate_only, finalize_only, cub_only);
     std::printf("\n| latency, sum of 1K float32 to host | tally p50 %.1f us | CUB p50 %.1f us | target: no slower | %s |\n",
                 ours, theirs, ours <= theirs ? "yes" : "NO");
     cudaFreeHost(h_f);

@@ -36,6 +36,10 @@ absl::Status TooLargeForUnary(std::uint64_t bytes, std::uint64_t limit) {
 
 }  // namespace
 
+absl::Status AggregatorService::Draining() {
+  return absl::UnavailableError("tally-server is shutting down; send the request to another replica.");
+}
+
 AggregatorService::AggregatorService(Backend& backend, Executor& executor, Metrics* metrics,
                                      ServiceOptions options)
     : backend_(backend),
@@ -48,13 +52,17 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
                                                        const v1::AggregateRequest* request,
                                                        v1::AggregateResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto record = std::make_shared<RequestRecord>(metrics_, Metrics::Method::kAggregate);
+  auto record = std::make_shared<RequestRecord>(metrics_, Metrics::Method::kAggregate, in_flight_);
   record->AddBytes(request->data().size());
   auto finish = [reactor, record](const absl::Status& status, std::uint64_t elements) {
     record->Complete(status, elements);
     reactor->Finish(ToGrpcStatus(status));
   };
 
+  if (draining_.load()) {
+    finish(Draining(), 0);
+    return reactor;
+  }
   if (request->data().size() > options_.max_unary_bytes) {
     finish(TooLargeForUnary(request->data().size(), options_.max_unary_bytes), 0);
     return reactor;
@@ -110,7 +118,13 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
       : service_(service),
         context_(context),
         response_(response),
-        record_(service.metrics_, Metrics::Method::kAggregateStream) {
+        record_(service.metrics_, Metrics::Method::kAggregateStream, service.in_flight_) {
+    if (service.draining_.load()) {
+      done_ = true;
+      record_.Complete(Draining(), 0);
+      Finish(ToGrpcStatus(Draining()));
+      return;
+    }
     StartRead(&message_);
   }
 

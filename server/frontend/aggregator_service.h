@@ -3,6 +3,7 @@
 // and answers with the results. Validation errors never reach the backend.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -10,6 +11,7 @@
 #include "server/engine/backend.h"
 #include "server/frontend/admission.h"
 #include "server/frontend/executor.h"
+#include "server/frontend/request_record.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally {
@@ -47,7 +49,14 @@ class AggregatorService final : public v1::Aggregator::CallbackService {
   grpc::ServerReadReactor<v1::AggregateStreamRequest>* AggregateStream(
       grpc::CallbackServerContext* context, v1::AggregateResponse* response) override;
 
+  // From now on new calls are refused with UNAVAILABLE; calls in progress go on.
+  void BeginDrain() { draining_.store(true); }
+  // True once every call in progress has finished; false at the deadline.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline) { return in_flight_.WaitIdle(deadline); }
+
  private:
+  static absl::Status Draining();
+
   class StreamReactor;
 
   Backend& backend_;
@@ -55,6 +64,8 @@ class AggregatorService final : public v1::Aggregator::CallbackService {
   Metrics* metrics_;
   ServiceOptions options_;
   AdmissionController admission_;
+  InFlightTracker in_flight_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace tally

@@ -4,8 +4,24 @@
 
 namespace tally {
 
-RequestRecord::RequestRecord(Metrics* metrics, Metrics::Method method)
-    : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {
+void InFlightTracker::Begin() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++in_flight_;
+}
+
+void InFlightTracker::End() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+bool InFlightTracker::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+}
+
+RequestRecord::RequestRecord(Metrics* metrics, Metrics::Method method, InFlightTracker& tracker)
+    : metrics_(metrics), method_(method), tracker_(tracker), start_(std::chrono::steady_clock::now()) {
+  tracker_.Begin();
   if (metrics_ != nullptr) metrics_->RequestStarted(method_);
 }
 
@@ -36,6 +52,7 @@ void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements)
     if (status.ok()) metrics_->ElementsProcessed(elements);
     metrics_->RequestFinished(method_, ops_, static_cast<int>(status.code()), Seconds());
   }
+  tracker_.End();
 }
 
 }  // namespace tally

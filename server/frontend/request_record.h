@@ -4,7 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,9 +15,24 @@
 
 namespace tally {
 
+// Counts requests in progress, so a drain can wait for exactly those (and not
+// for long-lived calls such as health watches).
+class InFlightTracker {
+ public:
+  void Begin();
+  void End();
+  // True once no request is in progress; false if `deadline` came first.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int in_flight_ = 0;
+};
+
 class RequestRecord {
  public:
-  RequestRecord(Metrics* metrics, Metrics::Method method);
+  RequestRecord(Metrics* metrics, Metrics::Method method, InFlightTracker& tracker);
 
   void SetOps(std::vector<ops::OpKind> ops) { ops_ = std::move(ops); }
   void AddBytes(std::uint64_t bytes);
@@ -26,6 +43,7 @@ class RequestRecord {
  private:
   Metrics* metrics_;
   Metrics::Method method_;
+  InFlightTracker& tracker_;
   std::chrono::steady_clock::time_point start_;
   std::vector<ops::OpKind> ops_;
 };

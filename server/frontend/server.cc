@@ -99,8 +99,15 @@ void TallyServer::Drain(std::chrono::milliseconds grace) {
   if (drained_) return;
   drained_ = true;
   StopWatching();
+  // Load balancers learn first (health watches stay open until the end), new
+  // calls are refused, and only our own calls in flight are waited for:
+  // long-lived health watches must not hold the process for the whole grace.
   server_->GetHealthCheckService()->SetServingStatus(false);
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  service_->BeginDrain();
+  if (!service_->WaitIdle(std::chrono::steady_clock::now() + grace)) {
+    spdlog::warn("drain: calls still in flight after the {} ms grace are being cancelled", grace.count());
+  }
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
 }
 

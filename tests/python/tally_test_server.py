@@ -78,6 +78,11 @@ class TallyServer:
     def health_status(self, service=""):
         return _health_status(self._health(_health_request(service), timeout=1))
 
+    def watch_health(self, service=""):
+        """grpc.health.v1 Watch: an iterator of serving statuses, as they change."""
+        watch = self.channel.unary_stream("/grpc.health.v1.Health/Watch")
+        return (_health_status(m) for m in watch(_health_request(service), timeout=60))
+
     def stop(self, sig=None):
         """Stops the server (SIGTERM by default); returns its output."""
         import signal

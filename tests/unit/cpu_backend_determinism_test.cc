@@ -13,7 +13,7 @@ namespace tally::testing {
 namespace {
 
 void ExpectSameBits(const AggregationResult& want, const AggregationResult& got,
-                    const std::string& what) {
+                    const ::testing::Message& what) {
   ASSERT_EQ(want.values.size(), got.values.size());
   for (std::size_t k = 0; k < want.values.size(); ++k) {
     EXPECT_TRUE(SameBits(want.values[k], got.values[k])) << what << ", op " << k;

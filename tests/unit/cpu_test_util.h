@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <span>
 #include <string>
@@ -21,6 +22,11 @@
 #include "server/core/request.h"
 #include "server/engine/backend.h"
 #include "tally/ops/dtype.h"
+
+namespace tally::ops {
+// Test names and messages show "float32", not a byte.
+inline void PrintTo(DType t, std::ostream* os) { *os << Name(t); }
+}  // namespace tally::ops
 
 namespace tally::testing {
 

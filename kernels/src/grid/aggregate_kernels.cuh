@@ -71,8 +71,18 @@ TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
   return s;
 }
 
+// kFull: the pass may include moments or a histogram. The lean variant
+// (sum, min, max, sum of squares, argmin, argmax) compiles without them and
+// needs far fewer registers, so more blocks share an SM and more loads are
+// in flight. Two variants per dtype, not one per op subset.
 template <ops::DType D>
-__global__ void __launch_bounds__(Policy::kThreads, Policy::kSliceBlocksPerSm)
+TALLY_DEV Want VariantWant(Want w, bool full) {
+  if (!full) w.moments = w.hist = false;
+  return w;
+}
+
+template <ops::DType D, bool kFull>
+__global__ void __launch_bounds__(Policy::kThreads, kFull ? Policy::kFullBlocksPerSm : Policy::kLeanBlocksPerSm)
     SliceKernel(const AggArgs<D> a) {
   using B = typename DevTraits<D>::B;
   namespace cg = cooperative_groups;
@@ -80,7 +90,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kSliceBlocksPerSm)
   __shared__ BlockReduceStorage<D> red;
   __shared__ bool is_last;
 
-  const Want w = a.want;
+  const Want w = VariantWant<D>(a.want, kFull);
   const std::int64_t j = blockIdx.x / a.slices, s = blockIdx.x % a.slices;
   const Segment seg = SegmentOf(a, j);
   constexpr int K = DevTraits<D>::kVec;
@@ -141,11 +151,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kSliceBlocksPerSm)
   if (threadIdx.x == 0) StoreRow(a.state, seg.row, r, seg.fresh, w);
 }
 
-template <ops::DType D>
+template <ops::DType D, bool kFull>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kTeamBlocksPerSm)
     TeamKernel(const AggArgs<D> a) {
   using B = typename DevTraits<D>::B;
-  const Want w = a.want;
+  const Want w = VariantWant<D>(a.want, kFull);
   const int g = a.team_lanes;
   const std::int64_t gtid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t team = gtid / g;
@@ -183,6 +193,8 @@ struct LaunchShape {
 
 inline std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+inline bool NeedsFull(const Want& w) { return w.moments || w.hist; }
+
 template <ops::DType D>
 cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t segments,
                      const DeviceInfo& dev, LaunchShape* out) {
@@ -191,6 +203,9 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   LaunchShape sh{};
   sh.segments = segments;
   const Want w = Want::From(plan.ops);
+  const bool full = NeedsFull(w);
+  const auto team_kernel = full ? TeamKernel<D, true> : TeamKernel<D, false>;
+  const auto slice_kernel = full ? SliceKernel<D, true> : SliceKernel<D, false>;
   const std::int64_t row_bytes = static_cast<std::int64_t>(plan.row_length * sizeof(T));
   sh.team = plan.row_length != 0 && row_bytes <= Policy::kTeamMaxRowBytes;
   sh.cluster = 1;
@@ -200,7 +215,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
     while (g < 32 && g * Policy::kTeamVecsPerLane < vecs) g *= 2;
     sh.team_lanes = g;
     int per_sm = 0;
-    TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TeamKernel<D>,
+    TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, team_kernel,
                                                                   Policy::kThreads, 0));
     const std::int64_t rows_per_block = Policy::kThreads / g;
     std::int64_t blocks = CeilDiv(segments, rows_per_block);
@@ -221,7 +236,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
               (sh.edge_table ? (plan.histogram.bins + 1) * sizeof(B) : 0);
     if (sh.smem > 48 * 1024) {  // before the occupancy query and the launch
       TALLY_CUDA_TRY(cudaFuncSetAttribute(
-          SliceKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sh.smem)));
+          slice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sh.smem)));
     }
   }
   // Slices per segment: enough blocks to fill the GPU once, none smaller
@@ -232,7 +247,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   std::int64_t slices = 1;
   if (max_slices > 1) {
     int per_sm = 0;
-    TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, SliceKernel<D>,
+    TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, slice_kernel,
                                                                   Policy::kThreads, sh.smem));
     const std::int64_t resident = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * dev.sms;
     const std::int64_t rows = plan.row_length == 0 ? 1 : CeilDiv(n, seg_len);
@@ -324,8 +339,11 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   a.cluster = sh.cluster;
   a.per_rank = sh.per_rank;
   a.edge_table = sh.edge_table;
+  const bool full = NeedsFull(a.want);
+  const auto team_kernel = full ? TeamKernel<D, true> : TeamKernel<D, false>;
+  const auto slice_kernel = full ? SliceKernel<D, true> : SliceKernel<D, false>;
   if (sh.team) {
-    TeamKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, 0, stream>>>(a);
+    team_kernel<<<static_cast<unsigned>(sh.blocks), Policy::kThreads, 0, stream>>>(a);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   }
@@ -354,9 +372,9 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    TALLY_CUDA_TRY(cudaLaunchKernelEx(&cfg, SliceKernel<D>, a));
+    TALLY_CUDA_TRY(cudaLaunchKernelEx(&cfg, slice_kernel, a));
   } else {
-    SliceKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, sh.smem, stream>>>(a);
+    slice_kernel<<<static_cast<unsigned>(sh.blocks), Policy::kThreads, sh.smem, stream>>>(a);
   }
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;

@@ -25,7 +25,7 @@ cudaError_t Wait(const Event& e) {
   return cudaSuccess;
 }
 
-cudaError_t Record(const Event& e, StreamView s) {
+cudaError_t RecordOn(const Event& e, StreamView s) {
   TALLY_CUDA_TRY(cudaEventRecord(e.get(), s.get()));
   return cudaSuccess;
 }
@@ -79,7 +79,7 @@ absl::StatusOr<PinnedPool::Block> PinnedPool::Acquire(std::chrono::milliseconds 
 absl::Status PinnedPool::Release(Block block, StreamView stream) {
   if (!block) return absl::OkStatus();
   Slot& s = slots_[static_cast<std::size_t>(block.index)];
-  const cudaError_t err = Record(s.released, stream);
+  const cudaError_t err = RecordOn(s.released, stream);
   // Recorded or not, the block goes back: on failure the stream is broken
   // and the request fails; a later Acquire() then waits on nothing pending.
   s.pending = err == cudaSuccess;

@@ -12,6 +12,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tally/client/array.h"
 #include "tally/v1/tally.pb.h"
@@ -57,6 +58,11 @@ struct CallOptions {
 // Whether Aggregate() sends `array` with AggregateStream under `options`.
 bool UsesStream(const ArrayRef& array, const CallOptions& options);
 
+// grpc.health.v1.HealthCheckResponse.ServingStatus.
+enum class ServingStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceUnknown = 3 };
+// "UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN".
+absl::string_view ServingStatusName(ServingStatus status);
+
 // Thread-safe: one Client may serve many threads at once; each call runs on
 // the calling thread.
 class Client {
@@ -69,6 +75,11 @@ class Client {
   [[nodiscard]] absl::StatusOr<v1::AggregateResponse> Aggregate(
       const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
       const CallOptions& options = {});
+
+  // grpc.health.v1.Health/Check for `service` ("" asks about the server as
+  // a whole, "tally.v1.Aggregator" about the aggregation service).
+  [[nodiscard]] absl::StatusOr<ServingStatus> CheckHealth(absl::string_view service,
+                                                          absl::Duration timeout);
 
   // Waits until the channel is connected, for tools that want connection
   // setup out of their measurements.

@@ -16,6 +16,6 @@ inline constexpr absl::string_view kGrpcErrorDetailsTypeUrl =
 
 // Keeps the code (the two enums share the canonical numbering), the
 // server's message, and its error details as a payload.
-absl::Status FromGrpcStatus(const grpc::Status& status);
+[[nodiscard]] absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace tally::client

@@ -1,0 +1,201 @@
+// CudaBackend: option checks, routing (CPU for small requests and oversize
+// plans, else a GPU lane), health and metrics.
+#include "server/engine/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/cuda/cuda_reduction.h"
+#include "server/engine/cuda/device_pool.h"
+#include "server/engine/cuda/tuning.h"
+#include "server/metrics/metrics.h"
+#include "spdlog/spdlog.h"
+#include "tally/kernels/cuda_error.h"
+
+namespace tally {
+namespace {
+
+using cuda::EnginePolicy;
+
+// The same checks as the CPU backend: the front end validates, but a backend
+// driven directly (tests, benchmarks) must not trust its caller.
+absl::Status CheckPlan(const AggregationPlan& plan) {
+  if (plan.ops.empty()) return absl::InvalidArgumentError("aggregations: at least one is required.");
+  if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", plan.array.row_length,
+                                                   " does not divide spec.length ",
+                                                   plan.array.length, "."));
+  }
+  for (const OpSpec& op : plan.ops) {
+    if (op.kind == OpKind::kHistogram &&
+        (op.histogram.bins == 0 || op.histogram.bins > ops::kMaxHistogramBins ||
+         !(op.histogram.lo < op.histogram.hi))) {
+      return absl::InvalidArgumentError("histogram: needs 1 <= bins <= 65536 and lo < hi.");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "NVIDIA H100 80GB HBM3 x2 (0,1)"; mixed models are listed one by one.
+std::string Describe(const cuda::DevicePool& pool) {
+  std::map<std::string, std::vector<int>> by_model;
+  for (const int d : pool.ordinals()) by_model[pool.Model(d)].push_back(d);
+  std::vector<std::string> parts;
+  for (const auto& [model, ords] : by_model) {
+    parts.push_back(absl::StrCat(model, " x", ords.size(), " (", absl::StrJoin(ords, ","), ")"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::unique_ptr<cuda::DevicePool> pool, std::unique_ptr<Backend> cpu,
+              const BackendOptions& options)
+      : pool_(std::move(pool)),
+        cpu_(std::move(cpu)),
+        device_(Describe(*pool_)),
+        small_request_bytes_(options.small_request_bytes),
+        lane_wait_(options.lane_wait) {
+    engine_.devices = pool_.get();
+  }
+
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return device_; }
+
+  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
+    if (absl::Status s = CheckPlan(plan); !s.ok()) return s;
+    // Routing depends on the plan alone, never on load: the same request
+    // always runs on the same kind of hardware and gives the same bits.
+    if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan);
+    cuda::PassPlan passes = cuda::PlanPasses(plan);
+    if (passes.state_bytes > pool_->state_bytes()) {
+      spdlog::debug("cuda backend: {} state bytes exceed --cuda_max_state_bytes={}; using the cpu",
+                    passes.state_bytes, pool_->state_bytes());
+      return cpu_->Start(plan);
+    }
+    {
+      cuda::ScopedDevice on(pool_->ordinals().front());
+      std::size_t scratch = 0;
+      const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
+      if (cuda::ScratchNeeded(passes, chunk_elements, &scratch) != cudaSuccess) {
+        const std::string where = cuda::LastErrorWhere();
+        (void)cudaGetLastError();
+        spdlog::error("cuda backend: sizing scratch failed: {}", where);
+        return absl::InternalError(absl::StrCat("cuda backend: sizing kernel scratch: ", where));
+      }
+      if (scratch > pool_->scratch_bytes()) {
+        spdlog::warn("cuda backend: a plan needs {} scratch bytes, lanes have {}; using the cpu",
+                     scratch, pool_->scratch_bytes());
+        return cpu_->Start(plan);
+      }
+    }
+    double waited = 0.0;
+    absl::StatusOr<cuda::DevicePool::Lease> lease = pool_->Checkout(lane_wait_, &waited);
+    if (Metrics* m = engine_.metrics.load(std::memory_order_acquire)) m->QueueWait(waited);
+    if (!lease.ok()) return lease.status();
+    return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_);
+  }
+
+  absl::Status Health() const override { return pool_->Health(); }
+
+  void SetMetrics(Metrics* metrics) override {
+    engine_.metrics.store(metrics, std::memory_order_release);
+    cpu_->SetMetrics(metrics);
+    if (metrics == nullptr) return;
+    metrics->SetPinnedPool(pool_->pinned_total(), pool_->pinned_used());
+    for (const int d : pool_->ordinals()) {
+      cuda::ScopedDevice on(d);
+      std::size_t free = 0, total = 0;
+      if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+        metrics->SetDeviceMemory(d, pool_->Model(d), total - free, total);
+      } else {
+        (void)cudaGetLastError();
+      }
+    }
+  }
+
+ private:
+  std::unique_ptr<cuda::DevicePool> pool_;
+  std::unique_ptr<Backend> cpu_;
+  const std::string device_;
+  const std::uint64_t small_request_bytes_;
+  const std::chrono::milliseconds lane_wait_;
+  cuda::EngineContext engine_;
+};
+
+}  // namespace
+
+int VisibleCudaDevices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& options) {
+  const int visible = VisibleCudaDevices();
+  if (visible == 0) {
+    return absl::FailedPreconditionError("--backend=cuda: no CUDA device is visible.");
+  }
+  std::vector<int> devices = options.cuda_devices;
+  if (devices.empty()) {
+    for (int d = 0; d < visible; ++d) devices.push_back(d);
+  }
+  std::vector<int> sorted = devices;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError("--cuda_devices: a device is listed twice.");
+  }
+  for (const int d : devices) {
+    if (d < 0 || d >= visible) {
+      return absl::InvalidArgumentError(absl::StrCat("--cuda_devices: device ", d,
+                                                     " is not one of the ", visible,
+                                                     " visible CUDA devices (0..", visible - 1, ")."));
+    }
+  }
+  if (options.chunk_bytes < EnginePolicy::kChunkAlignment ||
+      options.chunk_bytes % EnginePolicy::kChunkAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--cuda_chunk_bytes: ", options.chunk_bytes,
+                                                   " is not a positive multiple of ",
+                                                   EnginePolicy::kChunkAlignment, "."));
+  }
+  if (options.streams_per_device < 1) {
+    return absl::InvalidArgumentError("--cuda_streams_per_device: must be at least 1.");
+  }
+  if (options.max_state_bytes == 0) {
+    return absl::InvalidArgumentError("--cuda_max_state_bytes: must be positive.");
+  }
+  if (options.lane_wait.count() < 0) {
+    return absl::InvalidArgumentError("--cuda_lane_wait_ms: must not be negative.");
+  }
+  absl::StatusOr<std::unique_ptr<cuda::DevicePool>> pool =
+      cuda::DevicePool::Create(cuda::DevicePoolOptions{
+          .devices = devices,
+          .pinned_pool_bytes = options.pinned_pool_bytes,
+          .chunk_bytes = options.chunk_bytes,
+          .lanes_per_device = options.streams_per_device,
+          .state_bytes = options.max_state_bytes,
+      });
+  if (!pool.ok()) return pool.status();
+  const cuda::DevicePool& p = **pool;
+  spdlog::info(
+      "cuda backend: {} lane(s) per GPU, {} KiB chunks, {} MiB pinned staging, {} KiB scratch "
+      "and {} KiB state per lane; requests under {} bytes go to the cpu backend",
+      p.lanes_per_device(), p.chunk_bytes() >> 10, p.pinned_total() >> 20, p.scratch_bytes() >> 10,
+      p.state_bytes() >> 10, options.small_request_bytes);
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
+  auto backend = std::make_unique<CudaBackend>(std::move(*pool), std::move(cpu), options);
+  spdlog::info("cuda backend: {}", backend->device());
+  return backend;
+}
+
+}  // namespace tally

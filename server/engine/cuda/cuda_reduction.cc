@@ -1,0 +1,461 @@
+// The CUDA Reduction. Received bytes are copied once, into pinned staging
+// blocks of exactly one device chunk each, cut at fixed global element
+// positions (multiples of the chunk): how Consume() pieces the array cannot
+// move a chunk boundary, so the kernels see the same chunks and give bitwise
+// the same results. A full block is copied to one of the lane's device chunk
+// buffers on the copy stream and folded by every pass on the compute stream,
+// so while block k is filled, chunk k-1 copies and chunk k-2 is reduced. The
+// host waits only before reusing a chunk buffer (for the kernels of chunk
+// k-3) and before refilling a pinned block (for the copy that read it):
+// memory per request is bounded by the lane, whatever the array's size.
+#include "server/engine/cuda/cuda_reduction.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "server/engine/cuda/tuning.h"
+#include "server/metrics/metrics.h"
+#include "spdlog/spdlog.h"
+#include "tally/kernels/cuda_error.h"
+
+namespace tally::cuda {
+namespace {
+
+using ops::Bit;
+
+ops::OpMask MaskOf(OpKind k) {
+  switch (k) {
+    case OpKind::kCount:
+    case OpKind::kHistogram: return 0;  // count is derived; histograms get their own pass
+    default: return Bit(k);
+  }
+}
+
+// Errors after which the device (its context) is unusable.
+bool IsSticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDeviceUninitialized:
+    case cudaErrorExternalDevice:
+    case cudaErrorTensorMemoryLeak: return true;
+    default: return false;
+  }
+}
+
+double ElapsedSeconds(const Event& from, const Event& to) {
+  float ms = 0.0f;
+  if (cudaEventElapsedTime(&ms, from.get(), to.get()) != cudaSuccess) {
+    (void)cudaGetLastError();  // timing is best effort
+    return 0.0;
+  }
+  return static_cast<double>(ms) * 1e-3;
+}
+
+class CudaReduction final : public Reduction {
+ public:
+  CudaReduction(const AggregationPlan& plan, PassPlan passes, DevicePool::Lease lease,
+                EngineContext* engine)
+      : plan_(plan),
+        passes_(std::move(passes)),
+        engine_(engine),
+        lease_(std::move(lease)),
+        lane_(lease_.lane()),
+        pinned_(&engine->devices->pinned(lane_->device())),
+        elem_(ops::SizeOf(plan.array.dtype)),
+        chunk_elems_(lane_->chunk_bytes() / elem_) {}
+
+  ~CudaReduction() override {
+    if (!lease_) return;
+    ScopedDevice on(lane_->device());
+    pinned_->ReleaseNow(std::exchange(block_, PinnedPool::Block{}));
+    Drain();
+    ReportMetrics(/*device_memory=*/false);
+  }
+
+  absl::Status Consume(std::span<const std::byte> bytes) override {
+    if (!failed_.ok()) return failed_;
+    if (!lease_) return absl::FailedPreconditionError("cuda backend: Consume() after Finish().");
+    if (bytes.size() % elem_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("data: ", bytes.size(),
+                                                     " bytes is not a whole number of ",
+                                                     ops::Name(plan_.array.dtype), " elements."));
+    }
+    std::uint64_t n = bytes.size() / elem_;
+    if (n > plan_.array.length - consumed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    consumed_ += n;
+    if (passes_.passes.empty() || n == 0) return absl::OkStatus();
+    ScopedDevice on(lane_->device());
+    const std::byte* p = bytes.data();
+    while (n > 0) {
+      if (!block_) {
+        absl::StatusOr<PinnedPool::Block> b =
+            pinned_->Acquire(std::chrono::milliseconds(EnginePolicy::kPinnedWaitMs));
+        if (!b.ok()) return failed_ = b.status();
+        block_ = *b;
+        ReportPinned();
+      }
+      const std::uint64_t take = std::min(n, chunk_elems_ - fill_);
+      std::memcpy(block_.data + fill_ * elem_, p, take * elem_);
+      fill_ += take;
+      p += take * elem_;
+      n -= take;
+      if (fill_ == chunk_elems_) {
+        if (absl::Status s = Submit(); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<AggregationResult> Finish() override {
+    if (!failed_.ok()) return failed_;
+    if (!lease_) return absl::FailedPreconditionError("cuda backend: Finish() called twice.");
+    const ArraySpec& a = plan_.array;
+    if (consumed_ != a.length) {
+      return absl::InvalidArgumentError(absl::StrCat("data: received ", consumed_, " of the ",
+                                                     a.length, " elements in spec.length."));
+    }
+    if (!a.segmented() && a.length == 0) {
+      for (const OpSpec& op : plan_.ops) {
+        if (ops::NeedsNonEmpty(op.kind)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(ops::Name(op.kind), " of an empty array has no value."));
+        }
+      }
+    }
+    if (!passes_.passes.empty()) {
+      ScopedDevice on(lane_->device());
+      if (fill_ > 0) {
+        if (absl::Status s = Submit(); !s.ok()) return s;
+      } else if (chunks_ == 0) {
+        // An empty array still needs its state started (aggregate.h).
+        if (absl::Status s = Launch(lane_->slot(0).chunk.data(), 0); !s.ok()) return s;
+      }
+      const cudaStream_t compute = lane_->compute_stream().get();
+      for (const Pass& pass : passes_.passes) {
+        const cudaError_t err =
+            kernels::Finalize(pass.plan, lane_->state() + pass.state_offset,
+                              lane_->result() + pass.state_offset, compute);
+        if (err != cudaSuccess) return Fail(err, "finalizing");
+      }
+      if (const cudaError_t err = Sync(compute); err != cudaSuccess) return Fail(err, "finishing");
+      for (DeviceLane::Slot& s : lane_->slots()) {
+        if (s.pending) {
+          if (absl::Status st = Retire(s); !st.ok()) return st;
+        }
+      }
+    }
+    AggregationResult result = Collect();
+    result.backend = "cuda";
+    result.device = engine_->devices->DeviceName(lane_->device());
+    {
+      ScopedDevice on(lane_->device());
+      Drain();
+      ReportMetrics(/*device_memory=*/true);
+    }
+    lease_.Reset();
+    return result;
+  }
+
+ private:
+  static cudaError_t Sync(cudaStream_t s) {
+    TALLY_CUDA_TRY(cudaStreamSynchronize(s));
+    return cudaSuccess;
+  }
+
+  // Copies the filled block to the next chunk buffer and folds it in.
+  absl::Status Submit() {
+    DeviceLane::Slot& s = lane_->slot(chunks_);
+    if (s.pending) {
+      if (absl::Status st = Retire(s); !st.ok()) return st;
+    }
+    const std::size_t bytes = fill_ * elem_;
+    const StreamView copy = lane_->copy_stream();
+    const cudaError_t err = [&] {
+      TALLY_CUDA_TRY(cudaEventRecord(s.copy_start.get(), copy.get()));
+      TALLY_CUDA_TRY(cudaMemcpyAsync(s.chunk.data(), block_.data, bytes, cudaMemcpyHostToDevice,
+                                     copy.get()));
+      TALLY_CUDA_TRY(cudaEventRecord(s.copy_done.get(), copy.get()));
+      return cudaSuccess;
+    }();
+    const absl::Status released = pinned_->Release(std::exchange(block_, PinnedPool::Block{}), copy);
+    ReportPinned();
+    if (err != cudaSuccess) return Fail(err, "copying a chunk to the device");
+    if (!released.ok()) return failed_ = released;
+    s.pending = true;  // from here the slot's events are recorded
+    s.bytes = bytes;
+    const cudaError_t wait = [&] {
+      TALLY_CUDA_TRY(cudaStreamWaitEvent(lane_->compute_stream().get(), s.copy_done.get(), 0));
+      TALLY_CUDA_TRY(cudaEventRecord(s.kernel_start.get(), lane_->compute_stream().get()));
+      return cudaSuccess;
+    }();
+    if (wait != cudaSuccess) return Fail(wait, "ordering a chunk's kernels after its copy");
+    if (absl::Status st = Launch(s.chunk.data(), fill_); !st.ok()) return st;
+    if (const cudaError_t e = cudaEventRecord(s.kernel_done.get(), lane_->compute_stream().get());
+        e != cudaSuccess) {
+      Record(e, "cudaEventRecord(kernel_done)", __FILE__, __LINE__);
+      return Fail(e, "recording a chunk's end");
+    }
+    fill_ = 0;
+    ++chunks_;
+    return absl::OkStatus();
+  }
+
+  // Every pass over the chunk at the next fixed offset.
+  absl::Status Launch(const void* d_chunk, std::uint64_t elements) {
+    const std::uint64_t offset = chunks_ * chunk_elems_;
+    for (const Pass& pass : passes_.passes) {
+      const cudaError_t err = kernels::Accumulate(
+          pass.plan, d_chunk, elements, offset, lane_->state() + pass.state_offset,
+          lane_->scratch(), lane_->scratch_bytes(), lane_->compute_stream().get());
+      if (err != cudaSuccess) return Fail(err, "accumulating a chunk");
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for a slot's kernels (and so its copy) and books their times.
+  absl::Status Retire(DeviceLane::Slot& s) {
+    if (const cudaError_t err = cudaEventSynchronize(s.kernel_done.get()); err != cudaSuccess) {
+      Record(err, "cudaEventSynchronize(kernel_done)", __FILE__, __LINE__);
+      return Fail(err, "reducing a chunk");
+    }
+    s.pending = false;
+    h2d_bytes_ += s.bytes;
+    h2d_seconds_ += ElapsedSeconds(s.copy_start, s.copy_done);
+    kernel_seconds_ += ElapsedSeconds(s.kernel_start, s.kernel_done);
+    return absl::OkStatus();
+  }
+
+  // Leaves the lane idle for the next request: its streams drained.
+  void Drain() {
+    for (DeviceLane::Slot& s : lane_->slots()) {
+      if (s.pending && failed_.ok()) (void)Retire(s);
+    }
+    if (const cudaError_t err = lane_->Synchronize(); err != cudaSuccess) {
+      (void)Fail(err, "draining the lane");
+    }
+  }
+
+  // Fails the request with INTERNAL and the CUDA call that failed; a sticky
+  // error also marks the device lost.
+  absl::Status Fail(cudaError_t err, const char* what) {
+    if (!failed_.ok()) return failed_;
+    const std::string where = LastErrorWhere();
+    (void)cudaGetLastError();  // clears an error that is not sticky
+    const cudaError_t probe = cudaStreamQuery(lane_->compute_stream().get());
+    const bool sticky = IsSticky(err) || (probe != cudaSuccess && probe != cudaErrorNotReady);
+    const std::string& device = engine_->devices->DeviceName(lane_->device());
+    spdlog::error("cuda backend: request on {} lane {} failed {}: {}{}", device, lane_->index(),
+                  what, where, sticky ? " (sticky: the device is lost)" : "");
+    if (sticky) engine_->devices->MarkLost(lane_->device(), where);
+    failed_ = absl::InternalError(absl::StrCat("CUDA error on ", device, " while ", what, ": ", where));
+    return failed_;
+  }
+
+  AggregationResult Collect() const {
+    const ArraySpec& a = plan_.array;
+    const std::uint64_t rows = a.rows();
+    const DType dt = a.dtype;
+    AggregationResult result;
+    result.values.reserve(plan_.ops.size());
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const OpSpec& op = plan_.ops[i];
+      if (op.kind == OpKind::kCount) {
+        result.values.emplace_back(
+            std::vector<std::uint64_t>(rows, a.segmented() ? a.row_length : a.length));
+        continue;
+      }
+      const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
+      const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
+      auto scalars = [&](auto get) -> OpValues {
+        switch (ResultKindOf(op.kind, dt)) {
+          case ResultKind::kDouble: {
+            std::vector<double> out(rows);
+            for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r).f64;
+            return out;
+          }
+          case ResultKind::kInt64: {
+            std::vector<std::int64_t> out(rows);
+            for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r).i64;
+            return out;
+          }
+          default: {
+            std::vector<std::uint64_t> out(rows);
+            for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r).u64;
+            return out;
+          }
+        }
+      };
+      auto doubles = [&](auto get) -> OpValues {
+        std::vector<double> out(rows);
+        for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r);
+        return out;
+      };
+      auto int64s = [&](auto get) -> OpValues {
+        std::vector<std::int64_t> out(rows);
+        for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r);
+        return out;
+      };
+      switch (op.kind) {
+        case OpKind::kSum: result.values.push_back(scalars([&](std::uint64_t r) { return v.Sum(r); })); break;
+        case OpKind::kMin: result.values.push_back(scalars([&](std::uint64_t r) { return v.Min(r); })); break;
+        case OpKind::kMax: result.values.push_back(scalars([&](std::uint64_t r) { return v.Max(r); })); break;
+        case OpKind::kMean: result.values.push_back(doubles([&](std::uint64_t r) { return v.Mean(r); })); break;
+        case OpKind::kSumSquares:
+          result.values.push_back(doubles([&](std::uint64_t r) { return v.SumSquares(r); }));
+          break;
+        case OpKind::kVariance:
+          result.values.push_back(doubles([&](std::uint64_t r) { return v.Variance(r, op.ddof); }));
+          break;
+        case OpKind::kStddev:
+          result.values.push_back(doubles([&](std::uint64_t r) { return v.Stddev(r, op.ddof); }));
+          break;
+        case OpKind::kArgmin: result.values.push_back(int64s([&](std::uint64_t r) { return v.Argmin(r); })); break;
+        case OpKind::kArgmax: result.values.push_back(int64s([&](std::uint64_t r) { return v.Argmax(r); })); break;
+        case OpKind::kHistogram: {
+          std::vector<HistogramResult> out(rows);
+          for (std::uint64_t r = 0; r < rows; ++r) {
+            const std::uint64_t* h = v.Histogram(r);
+            out[r].counts.assign(h, h + op.histogram.bins);
+            out[r].below = v.HistogramBelow(r);
+            out[r].above = v.HistogramAbove(r);
+            out[r].nan = v.HistogramNan(r);
+          }
+          result.values.emplace_back(std::move(out));
+          break;
+        }
+        case OpKind::kCount: break;
+      }
+    }
+    return result;
+  }
+
+  void ReportPinned() const {
+    if (Metrics* m = engine_->metrics.load(std::memory_order_acquire)) {
+      m->SetPinnedPool(engine_->devices->pinned_total(), engine_->devices->pinned_used());
+    }
+  }
+
+  void ReportMetrics(bool device_memory) {
+    Metrics* m = engine_->metrics.load(std::memory_order_acquire);
+    if (m == nullptr) return;
+    const int dev = lane_->device();
+    if (h2d_bytes_ > 0) m->HostToDevice(dev, h2d_bytes_, h2d_seconds_);
+    if (kernel_seconds_ > 0.0) m->KernelTime(dev, kernel_seconds_);
+    h2d_bytes_ = 0;
+    h2d_seconds_ = kernel_seconds_ = 0.0;
+    ReportPinned();
+    std::size_t free = 0, total = 0;
+    if (device_memory && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      m->SetDeviceMemory(dev, engine_->devices->Model(dev), total - free, total);
+    }
+  }
+
+  const AggregationPlan plan_;
+  const PassPlan passes_;
+  EngineContext* const engine_;
+  DevicePool::Lease lease_;
+  DeviceLane* const lane_;
+  PinnedPool* const pinned_;
+  const std::size_t elem_;
+  const std::uint64_t chunk_elems_;
+
+  std::uint64_t consumed_ = 0;  // elements received
+  std::uint64_t chunks_ = 0;    // chunks submitted; the next starts at chunks_ * chunk_elems_
+  PinnedPool::Block block_;     // the chunk being filled
+  std::uint64_t fill_ = 0;      // elements in block_
+  absl::Status failed_;
+
+  // Not yet reported to Metrics.
+  std::uint64_t h2d_bytes_ = 0;
+  double h2d_seconds_ = 0.0;
+  double kernel_seconds_ = 0.0;
+};
+
+}  // namespace
+
+PassPlan PlanPasses(const AggregationPlan& plan) {
+  PassPlan out;
+  kernels::AggregatePlan base;
+  base.dtype = plan.array.dtype;
+  base.length = plan.array.length;
+  base.row_length = plan.array.row_length;
+  ops::OpMask fused = 0;
+  for (const OpSpec& op : plan.ops) fused |= MaskOf(op.kind);
+
+  // Pass 0: the fused ops, with the first histogram if there is one.
+  out.op_pass.assign(plan.ops.size(), -1);
+  bool first_histogram = true;
+  if (fused != 0) {
+    Pass p;
+    p.plan = base;
+    p.plan.ops = fused;
+    out.passes.push_back(p);
+  }
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const OpSpec& op = plan.ops[i];
+    if (op.kind == OpKind::kCount) continue;
+    if (op.kind != OpKind::kHistogram) {
+      out.op_pass[i] = 0;
+      continue;
+    }
+    if (first_histogram && fused != 0) {
+      out.passes[0].plan.ops |= Bit(OpKind::kHistogram);
+      out.passes[0].plan.histogram = op.histogram;
+      out.op_pass[i] = 0;
+    } else {
+      Pass p;
+      p.plan = base;
+      p.plan.ops = Bit(OpKind::kHistogram);
+      p.plan.histogram = op.histogram;
+      out.op_pass[i] = static_cast<int>(out.passes.size());
+      out.passes.push_back(p);
+    }
+    first_histogram = false;
+  }
+  for (Pass& p : out.passes) {
+    p.layout = kernels::LayoutOf(p.plan);
+    p.state_offset = out.state_bytes;
+    out.state_bytes += (p.layout.bytes + 255) / 256 * 256;
+  }
+  return out;
+}
+
+cudaError_t ScratchNeeded(const PassPlan& passes, std::uint64_t chunk_elements,
+                          std::size_t* bytes) {
+  *bytes = 0;
+  for (const Pass& p : passes.passes) {
+    std::size_t b = 0;
+    TALLY_CUDA_TRY(kernels::ScratchBytes(p.plan, chunk_elements, &b));
+    *bytes = std::max(*bytes, b);
+  }
+  return cudaSuccess;
+}
+
+std::unique_ptr<Reduction> MakeCudaReduction(const AggregationPlan& plan, PassPlan passes,
+                                             DevicePool::Lease lease, EngineContext* engine) {
+  return std::make_unique<CudaReduction>(plan, std::move(passes), std::move(lease), engine);
+}
+
+}  // namespace tally::cuda

@@ -1,0 +1,56 @@
+// One request on the CUDA backend. The plan becomes one or more kernel
+// passes (the fused ops with the first histogram, then one per further
+// histogram); every chunk of the array is copied to the device once and
+// folded by each pass into its own state.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "server/core/request.h"
+#include "server/engine/backend.h"
+#include "server/engine/cuda/device_pool.h"
+#include "tally/kernels/aggregate.h"
+
+namespace tally {
+class Metrics;
+}
+
+namespace tally::cuda {
+
+// One kernel pass over every chunk, with its state at `state_offset` in the
+// lane's state (and the same offset in its pinned result buffer).
+struct Pass {
+  kernels::AggregatePlan plan;
+  kernels::ResultLayout layout;
+  std::size_t state_offset = 0;
+};
+
+struct PassPlan {
+  std::vector<Pass> passes;  // empty when only kCount is asked for
+  std::vector<int> op_pass;  // per op of the request: its pass; -1 for kCount
+  std::size_t state_bytes = 0;
+};
+
+PassPlan PlanPasses(const AggregationPlan& plan);
+
+// The scratch the passes need for chunks of `chunk_elements`, on the
+// current device (they run one after another, so the largest).
+[[nodiscard]] cudaError_t ScratchNeeded(const PassPlan& passes, std::uint64_t chunk_elements,
+                                        std::size_t* bytes);
+
+// What reductions share with their backend.
+struct EngineContext {
+  DevicePool* devices = nullptr;
+  std::atomic<Metrics*> metrics{nullptr};
+};
+
+// `lease` holds a lane of a device in engine->devices; passes fit its state
+// and scratch.
+std::unique_ptr<Reduction> MakeCudaReduction(const AggregationPlan& plan, PassPlan passes,
+                                             DevicePool::Lease lease, EngineContext* engine);
+
+}  // namespace tally::cuda

@@ -1,0 +1,194 @@
+// The CUDA backend's answers: equal to the CPU backend's for every op and
+// dtype, bitwise the same however the array is split, several histograms
+// and ddofs in one request, small requests on the CPU.
+#include <gtest/gtest.h>
+
+#include "tests/gpu/engine_test_util.h"
+
+namespace tally::engine_test {
+namespace {
+
+constexpr std::uint64_t kChunkBytes = 64 << 10;  // TestOptions().chunk_bytes
+
+class EngineResults : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TALLY_REQUIRE_GPU();
+    cuda_ = MakeCuda(TestOptions());
+    ASSERT_NE(cuda_, nullptr);
+    cpu_ = MakeCpu();
+  }
+
+  void Compare(const AggregationPlan& plan, const std::vector<std::byte>& data,
+               const std::string& what) {
+    absl::StatusOr<AggregationResult> want = RunRequest(*cpu_, plan, data);
+    absl::StatusOr<AggregationResult> got = RunRequest(*cuda_, plan, data);
+    ASSERT_TRUE(want.ok()) << what << ": " << want.status();
+    ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+    EXPECT_EQ(got->backend, "cuda") << what;
+    ExpectSame(plan, *want, *got, /*exact=*/false, what);
+  }
+
+  std::unique_ptr<Backend> cuda_;
+  std::unique_ptr<Backend> cpu_;
+};
+
+TEST_F(EngineResults, EveryOpAndDtypeMatchesCpuOnWholeArrays) {
+  for (const DType t : ops::kAllDTypes) {
+    const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
+    for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000},
+                                  (std::uint64_t{1} << 20) + 3, 3 * chunk + 5}) {
+      const std::string what = std::string(ops::Name(t)) + " n=" + std::to_string(n);
+      const std::vector<std::byte> data = RandomArray(t, n, 1000 + n);
+      Compare(Plan(t, n, 0, AllOps(t, n > 0)), data, what);
+    }
+  }
+}
+
+TEST_F(EngineResults, EveryOpAndDtypeMatchesCpuOnRows) {
+  for (const DType t : ops::kAllDTypes) {
+    const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
+    struct Shape { std::uint64_t row, rows; };
+    for (const Shape s : {Shape{32, 777}, Shape{1000, 301}, Shape{chunk + 7, 3},
+                          Shape{3 * chunk + 5, 2}, Shape{1, 5000}}) {
+      const std::uint64_t n = s.row * s.rows;
+      const std::string what = std::string(ops::Name(t)) + " row=" + std::to_string(s.row) +
+                               " rows=" + std::to_string(s.rows);
+      Compare(Plan(t, n, s.row, AllOps(t)), RandomArray(t, n, 7 * n + s.row), what);
+    }
+  }
+}
+
+TEST_F(EngineResults, NaNsFollowNumpyLikeTheCpu) {
+  for (const DType t : {DType::kFloat32, DType::kFloat64}) {
+    const std::uint64_t n = 5 * (kChunkBytes / ops::SizeOf(t)) + 11;
+    Compare(Plan(t, n, 0, AllOps(t)), RandomArray(t, n, 99, /*nans=*/true), "nan whole");
+    Compare(Plan(t, n, n / 11, AllOps(t)), RandomArray(t, n, 98, /*nans=*/true), "nan rows");
+  }
+}
+
+TEST_F(EngineResults, SameBitsWhateverTheSplit) {
+  for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kUInt8}) {
+    const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
+    const std::uint64_t n = 3 * chunk + 5;
+    const std::vector<std::byte> data = RandomArray(t, n, 4242);
+    for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{n / 5}}) {
+      const AggregationPlan plan = Plan(t, n, row, AllOps(t));
+      absl::StatusOr<AggregationResult> whole = RunRequest(*cuda_, plan, data);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      const std::vector<std::vector<std::uint64_t>> splits = {
+          {1}, {7}, {chunk - 1, 3, chunk + 2, 1, 5000}, {n - 1, 1}, {chunk}, {2 * chunk + 1}};
+      for (std::size_t s = 0; s < splits.size(); ++s) {
+        absl::StatusOr<AggregationResult> got = RunRequest(*cuda_, plan, data, splits[s]);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ExpectSame(plan, *whole, *got, /*exact=*/true,
+                   std::string(ops::Name(t)) + " split #" + std::to_string(s) +
+                       " row=" + std::to_string(row));
+      }
+    }
+  }
+}
+
+TEST_F(EngineResults, RepeatedRequestsGiveTheSameBits) {
+  const DType t = DType::kFloat32;
+  const std::uint64_t n = (std::uint64_t{1} << 20) + 3;
+  const std::vector<std::byte> data = RandomArray(t, n, 5);
+  const AggregationPlan plan = Plan(t, n, 0, AllOps(t));
+  absl::StatusOr<AggregationResult> first = RunRequest(*cuda_, plan, data);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<AggregationResult> again = RunRequest(*cuda_, plan, data, {12345});
+    ASSERT_TRUE(again.ok()) << again.status();
+    ExpectSame(plan, *first, *again, /*exact=*/true, "repeat " + std::to_string(i));
+  }
+}
+
+TEST_F(EngineResults, SeveralHistogramsAndDdofsInOneRequest) {
+  for (const DType t : ops::kAllDTypes) {
+    const std::uint64_t n = 4 * (kChunkBytes / ops::SizeOf(t)) + 4;
+    std::vector<OpSpec> ops = {
+        OpSpec{.kind = OpKind::kHistogram, .histogram = HistogramFor(t, 10)},
+        Op(OpKind::kVariance, 0.0),
+        Op(OpKind::kVariance, 1.0),
+        OpSpec{.kind = OpKind::kHistogram, .histogram = HistogramFor(t, 1000)},
+        Op(OpKind::kStddev, 2.0),
+        Op(OpKind::kStddev, 0.5),
+        OpSpec{.kind = OpKind::kHistogram, .histogram = HistogramFor(t, 65536)},
+        Op(OpKind::kSum),
+        Op(OpKind::kArgmax)};
+    const std::vector<std::byte> data = RandomArray(t, n, 77);
+    Compare(Plan(t, n, 0, ops), data, std::string(ops::Name(t)) + " whole");
+    Compare(Plan(t, n, n / 4, ops), data,  // rows spanning chunks
+            std::string(ops::Name(t)) + " rows");
+    // Histograms only: no fused pass at all.
+    std::vector<OpSpec> hists = {ops[0], ops[3], ops[6]};
+    Compare(Plan(t, n, 0, hists), data, std::string(ops::Name(t)) + " histograms only");
+  }
+}
+
+TEST_F(EngineResults, CountOnlyNeedsNoKernel) {
+  const DType t = DType::kInt32;
+  const std::uint64_t n = 3 * (kChunkBytes / 4) + 5;
+  Compare(Plan(t, n, 0, {Op(OpKind::kCount)}), RandomArray(t, n, 3), "count only");
+}
+
+TEST_F(EngineResults, WrongLengthIsInvalidArgument) {
+  const DType t = DType::kFloat64;
+  const std::vector<std::byte> data = RandomArray(t, 100, 1);
+  absl::StatusOr<AggregationResult> short_by_one = RunRequest(*cuda_, Plan(t, 101, 0, AllOps(t)), data);
+  EXPECT_EQ(short_by_one.status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<AggregationResult> too_long = RunRequest(*cuda_, Plan(t, 99, 0, AllOps(t)), data);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<AggregationResult> empty_min = RunRequest(*cuda_, Plan(t, 0, 0, {Op(OpKind::kMin)}), {});
+  EXPECT_EQ(empty_min.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EngineRouting, SmallRequestsRunOnTheCpuWithTheCpuAnswer) {
+  TALLY_REQUIRE_GPU();
+  BackendOptions o = TestOptions();
+  o.small_request_bytes = 1 << 20;
+  std::unique_ptr<Backend> cuda = MakeCuda(o);
+  ASSERT_NE(cuda, nullptr);
+  std::unique_ptr<Backend> cpu = MakeCpu();
+  for (const DType t : ops::kAllDTypes) {
+    for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000}}) {
+      const AggregationPlan plan = Plan(t, n, 0, AllOps(t, n > 0));
+      const std::vector<std::byte> data = RandomArray(t, n, n + 17);
+      absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
+      absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data);
+      ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
+      EXPECT_EQ(got->backend, "cpu");
+      ExpectSame(plan, *want, *got, /*exact=*/true, "small " + std::to_string(n));
+    }
+  }
+  // At the threshold the GPU takes over.
+  const std::uint64_t n = (1 << 20) / 4;
+  absl::StatusOr<AggregationResult> big =
+      RunRequest(*cuda, Plan(DType::kFloat32, n, 0, AllOps(DType::kFloat32)),
+          RandomArray(DType::kFloat32, n, 8));
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_EQ(big->backend, "cuda");
+}
+
+TEST(EngineRouting, DefaultOptionsServeALargeArray) {
+  TALLY_REQUIRE_GPU();
+  BackendOptions o;
+  o.kind = "cuda";
+  std::unique_ptr<Backend> cuda = MakeCuda(o);
+  ASSERT_NE(cuda, nullptr);
+  EXPECT_TRUE(cuda->Health().ok());
+  EXPECT_NE(cuda->device().find(" x"), std::string::npos) << cuda->device();
+  std::unique_ptr<Backend> cpu = MakeCpu();
+  const DType t = DType::kFloat32;
+  const std::uint64_t n = 5 * (std::uint64_t{8} << 20) / 4 + 3;  // 5 default chunks and a bit
+  const AggregationPlan plan = Plan(t, n, 0, AllOps(t));
+  const std::vector<std::byte> data = RandomArray(t, n, 31);
+  absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
+  absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, {(4u << 20) / 4});
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
+  EXPECT_EQ(got->backend, "cuda");
+  ExpectSame(plan, *want, *got, /*exact=*/false, "default options");
+}
+
+}  // namespace
+}  // namespace tally::engine_test
