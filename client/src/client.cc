@@ -12,6 +12,7 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
 #include <algorithm>
@@ -124,7 +125,7 @@ class CallQueue {
 // inside libgrpc++. HealthCheckRequest{string service = 1}.
 grpc::ByteBuffer HealthCheckRequest(absl::string_view service) {
   std::string bytes;
-  if (!service.empty()) {
+  if (!service.empty()) {  // the streams flush into `bytes` when they go
     google::protobuf::io::StringOutputStream out(&bytes);
     google::protobuf::io::CodedOutputStream coded(&out);
     google::protobuf::internal::WireFormatLite::WriteString(1, std::string(service), &coded);

@@ -15,8 +15,10 @@ inline constexpr int kExitUsage = 2;
 
 int RunAggregate(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
+int RunHealth(const std::vector<std::string>& args);
 
 extern const absl::string_view kAggregateUsage;
 extern const absl::string_view kBenchUsage;
+extern const absl::string_view kHealthUsage;
 
 }  // namespace tally::client::tool

@@ -18,12 +18,14 @@ Commands:
               argmax histogram, over the whole array or per row
   bench       load-test a server with concurrent clients; throughput,
               latency percentiles, failures
+  health      ask whether a server is serving (grpc.health.v1)
   help        this text; `tally COMMAND --help` explains a command
 
 Flags are written --name=value. Examples:
   tally aggregate data.npy --ops=sum,mean,std:1
   tally aggregate --random=64M --ops=min,max,hist:10:-1:1 --json
   tally bench --clients=8 --size=64M --mode=stream --duration=20
+  tally health --target=gpu-box:50051
 )";
 
 bool WantsHelp(const std::vector<std::string>& args) {
@@ -48,19 +50,21 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return kExitOk;
   }
-  if (command == "aggregate") {
+  struct Command {
+    const char* name;
+    int (*run)(const std::vector<std::string>&);
+    absl::string_view usage;
+  };
+  const Command commands[] = {{"aggregate", RunAggregate, kAggregateUsage},
+                              {"bench", RunBench, kBenchUsage},
+                              {"health", RunHealth, kHealthUsage}};
+  for (const Command& c : commands) {
+    if (command != c.name) continue;
     if (WantsHelp(args)) {
-      absl::PrintF("%s", kAggregateUsage);
+      absl::PrintF("%s", c.usage);
       return kExitOk;
     }
-    return RunAggregate(args);
-  }
-  if (command == "bench") {
-    if (WantsHelp(args)) {
-      absl::PrintF("%s", kBenchUsage);
-      return kExitOk;
-    }
-    return RunBench(args);
+    return c.run(args);
   }
   absl::FPrintF(stderr, "tally: unknown command \"%s\"\n\n%s", command, kUsage);
   return kExitUsage;

@@ -1,7 +1,7 @@
 # The CUDA engine's GPU tests (server/engine/cuda), label gpu; each test skips
 # with a message where no CUDA device is visible. Included from
 # tests/gpu/CMakeLists.txt: include(${CMAKE_CURRENT_LIST_DIR}/engine.cmake)
-if(NOT TALLY_HAVE_CUDA OR NOT TARGET tally_cuda_backend)
+if(NOT TALLY_HAVE_CUDA OR NOT TARGET tally_cuda_backend OR TARGET tally_engine_gpu_tests)
   return()
 endif()
 find_package(GTest REQUIRED)

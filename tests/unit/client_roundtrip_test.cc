@@ -2,6 +2,7 @@
 // reference: unary and streaming calls must deliver the same bytes (the
 // client hand-encodes the data field to avoid copies), errors must keep the
 // server's code and message, and deadlines and progress must work.
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -87,6 +88,7 @@ class FakeAggregator final : public v1::Aggregator::Service {
 class RoundTripTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -212,6 +214,16 @@ TEST_F(RoundTripTest, DeadlineExceeded) {
       *ParseAggregations("sum"), o);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
   service_.delay_ms = 0;
+}
+
+TEST_F(RoundTripTest, HealthCheck) {
+  absl::StatusOr<ServingStatus> whole = client_->CheckHealth("", absl::Seconds(5));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(*whole, ServingStatus::kServing);
+  EXPECT_EQ(ServingStatusName(*whole), "SERVING");
+  // gRPC's default health service answers NOT_FOUND for services it never heard of.
+  EXPECT_EQ(client_->CheckHealth("no.such.Service", absl::Seconds(5)).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(ClientOffline, UnreachableServerIsUnavailable) {

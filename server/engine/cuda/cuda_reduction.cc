@@ -202,7 +202,11 @@ class CudaReduction final : public Reduction {
     const absl::Status released = pinned_->Release(std::exchange(block_, PinnedPool::Block{}), copy);
     ReportPinned();
     if (err != cudaSuccess) return Fail(err, "copying a chunk to the device");
-    if (!released.ok()) return failed_ = released;
+    if (!released.ok()) {
+      spdlog::error("cuda backend: request on {} failed: {}",
+                    engine_->devices->DeviceName(lane_->device()), released.ToString());
+      return failed_ = released;
+    }
     s.pending = true;  // from here the slot's events are recorded
     s.bytes = bytes;
     const cudaError_t wait = [&] {

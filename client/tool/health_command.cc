@@ -1,0 +1,58 @@
+// `tally health`: ask a server whether it is serving (grpc.health.v1).
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "command_line.h"
+#include "commands.h"
+#include "tally/client/client.h"
+
+namespace tally::client::tool {
+
+const absl::string_view kHealthUsage = R"(usage: tally health [flags]
+
+Asks a tally server's gRPC health service (grpc.health.v1.Health/Check)
+whether it is serving, and prints the status: SERVING, NOT_SERVING (e.g.
+draining after SIGTERM), SERVICE_UNKNOWN or UNKNOWN.
+
+Flags:
+  --target=HOST:PORT  server address (default 127.0.0.1:50051)
+  --service=NAME      "" (default: the whole server) or tally.v1.Aggregator
+  --timeout=SECONDS   give up after this long (default 5)
+
+Exit status: 0 SERVING; 1 anything else, or no answer; 2 bad flags.
+
+Example:
+  tally health --target=gpu-box:50051 --service=tally.v1.Aggregator
+)";
+
+int RunHealth(const std::vector<std::string>& args) {
+  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
+  std::string target = "127.0.0.1:50051", service;
+  absl::Duration timeout = absl::Seconds(5);
+  absl::Status parsed = cl.status();
+  if (parsed.ok()) {
+    if (auto t = cl->TakeString("target")) target = *t;
+    if (auto s = cl->TakeString("service")) service = *s;
+    absl::StatusOr<std::optional<absl::Duration>> d = cl->TakeSeconds("timeout");
+    if (d.ok() && *d) timeout = **d;
+    parsed = d.ok() ? cl->CheckAllUsed() : d.status();
+    if (parsed.ok() && !cl->positional().empty()) {
+      parsed = absl::InvalidArgumentError("tally health takes no arguments");
+    }
+  }
+  if (!parsed.ok()) {
+    absl::FPrintF(stderr, "tally health: %s\n(see tally health --help)\n", parsed.message());
+    return kExitUsage;
+  }
+  Client client(MakeChannel(target));
+  const absl::StatusOr<ServingStatus> status = client.CheckHealth(service, timeout);
+  if (!status.ok()) {
+    absl::FPrintF(stderr, "tally health: %s: %s: %s\n", target,
+                  absl::StatusCodeToString(status.status().code()), status.status().message());
+    return kExitFailure;
+  }
+  absl::PrintF("%s\n", ServingStatusName(*status));
+  return *status == ServingStatus::kServing ? kExitOk : kExitFailure;
+}
+
+}  // namespace tally::client::tool
