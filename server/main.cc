@@ -3,12 +3,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "server/frontend/server.h"
 #include "spdlog/spdlog.h"
 
@@ -33,6 +35,26 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
 ABSL_FLAG(double, drain_grace_seconds, 30,
           "On SIGTERM or SIGINT: health turns NOT_SERVING, new calls are refused, and calls in flight "
           "get this long to finish before they are cancelled; then the process exits 0.");
+// The cuda backend's; why each default is what it is: server/engine/cuda/tuning.h.
+ABSL_FLAG(std::vector<std::string>, cuda_devices, {},
+          "Comma-separated CUDA device ordinals to use; empty: every visible GPU.");
+ABSL_FLAG(std::uint64_t, pinned_pool_bytes, std::uint64_t{1} << 30,
+          "Pinned host staging memory, allocated once at start and split evenly over the GPUs; each "
+          "lane needs 4 x --cuda_chunk_bytes.");
+ABSL_FLAG(std::uint64_t, cuda_chunk_bytes, std::uint64_t{8} << 20,
+          "Bytes per host-to-device copy and kernel call (multiple of 256); arrays are cut at fixed "
+          "multiples of it, so results do not depend on how a client chunks its stream.");
+ABSL_FLAG(int, cuda_streams_per_device, 4,
+          "Lanes per GPU: requests one GPU serves at once, each with its own streams, device buffers "
+          "and state.");
+ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
+          "With --backend=cuda or auto: arrays smaller than this run on the CPU (faster there for small "
+          "arrays); 0: everything on the GPU.");
+ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
+          "Per-lane device memory for results (rows x ops, histograms); requests needing more run on "
+          "the CPU backend.");
+ABSL_FLAG(int, cuda_lane_wait_ms, 100,
+          "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error.");
 
 namespace {
@@ -77,6 +99,20 @@ int main(int argc, char** argv) {
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   config.backend.kind = absl::GetFlag(FLAGS_backend);
   config.threads = absl::GetFlag(FLAGS_threads);
+  for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
+    int ordinal = 0;
+    if (!absl::SimpleAtoi(d, &ordinal) || ordinal < 0) {
+      spdlog::critical("--cuda_devices: '{}' is not a device ordinal (expected e.g. 0,1)", d);
+      return 2;
+    }
+    config.backend.cuda_devices.push_back(ordinal);
+  }
+  config.backend.pinned_pool_bytes = absl::GetFlag(FLAGS_pinned_pool_bytes);
+  config.backend.chunk_bytes = absl::GetFlag(FLAGS_cuda_chunk_bytes);
+  config.backend.streams_per_device = absl::GetFlag(FLAGS_cuda_streams_per_device);
+  config.backend.small_request_bytes = absl::GetFlag(FLAGS_small_request_bytes);
+  config.backend.max_state_bytes = absl::GetFlag(FLAGS_cuda_max_state_bytes);
+  config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
   config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.service.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));

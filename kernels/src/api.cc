@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "grid/dispatch.h"
+#include "policy.cuh"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
 
@@ -121,6 +122,22 @@ cudaError_t Finalize(const AggregatePlan& plan, const void* d_state, void* h_res
 
 cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_state, void* d_scratch,
                       std::size_t scratch_bytes, void* h_result, cudaStream_t stream) {
+  // The latency path: a small whole array is one block, which may write the
+  // results straight into a pinned h_result (no copy afterwards; d_state is
+  // then left as it was). Measured: 1K float32 sum to host, see
+  // docs/performance-kernels.md.
+  const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) &&
+                     plan.length * ops::SizeOf(plan.dtype) <=
+                         static_cast<std::uint64_t>(detail::Policy::kMinBytesPerBlock);
+  if (small && h_result != nullptr) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, h_result) == cudaSuccess &&
+        attr.type == cudaMemoryTypeHost && attr.devicePointer != nullptr) {
+      return Accumulate(plan, d_data, plan.length, 0, attr.devicePointer, d_scratch, scratch_bytes,
+                        stream);
+    }
+    (void)cudaGetLastError();  // not pinned: take the copy path
+  }
   TALLY_CUDA_TRY(
       Accumulate(plan, d_data, plan.length, 0, d_state, d_scratch, scratch_bytes, stream));
   return Finalize(plan, d_state, h_result, stream);

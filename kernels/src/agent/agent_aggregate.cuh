@@ -83,10 +83,22 @@ struct ThreadAgg {
       // All bins first (independent work the scheduler can overlap), then
       // the counting, which depends on the previous element's slot.
       std::int32_t slot[V][K];
+      bool all_exact = true;
 #pragma unroll
       for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int e = 0; e < K; ++e) slot[v][e] = v < nvec ? hist->SlotFor(x[v][e]) : 0;
+        for (int e = 0; e < K; ++e) {
+          bool exact = true;
+          slot[v][e] = hist->SlotFor(x[v][e], exact);
+          all_exact = all_exact && (exact || v >= nvec);
+        }
+      if (!all_exact) {  // rare: some guess was off; Bin decides those
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+#pragma unroll
+          for (int e = 0; e < K; ++e)
+            if (v < nvec) slot[v][e] = hist->SlotExact(x[v][e]);
+      }
 #pragma unroll
       for (int v = 0; v < V; ++v)
         if (v < nvec) {
@@ -156,7 +168,7 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
     agg.template Add<U, K>(x, base, U);
   }
   if (t < nv) {
-    T x[U][K];
+    T x[U][K] = {};
     std::int64_t base[U];
     int nvec = 0;
 #pragma unroll

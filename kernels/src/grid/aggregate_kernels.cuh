@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Policy::kThreads, kFull ? Policy::kFullBlocksP
 }
 
 template <ops::DType D, bool kFull>
-__global__ void __launch_bounds__(Policy::kThreads, Policy::kTeamBlocksPerSm)
+__global__ void __launch_bounds__(Policy::kThreads, kFull ? Policy::kTeamFullBlocksPerSm : Policy::kTeamLeanBlocksPerSm)
     TeamKernel(const AggArgs<D> a) {
   using B = typename DevTraits<D>::B;
   const Want w = VariantWant<D>(a.want, kFull);

@@ -21,24 +21,28 @@ TALLY_DEV std::int32_t SlotOf(std::int32_t bin, std::int32_t bins) {
   return bin >= 0 ? bin : bins - 1 - bin;  // kBinBelow -> bins, kBinAbove -> +1, kBinNan -> +2
 }
 
-// HistogramBinner::Bin, fast. Bin walks from its guess g: down while
-// x < edge[i], then up while x >= edge[i+1]. Here both first edges are read
-// at once (from a shared table, edges[i] == binner.Edge(i) and edges[bins] ==
-// hi_t, or computed); when one step suffices the answer is the one Bin's
-// walk gives, and in the rare case of a longer walk Bin itself decides.
+// HistogramBinner::Bin, fast and branch-free. Bin walks from its guess g:
+// down while x < edge[i], then up while x >= edge[i+1]. When the walk takes
+// no step, both edges read here (from a shared table, edges[i] ==
+// binner.Edge(i) and edges[bins] == hi_t, or computed) show it, and g is
+// Bin's answer. A walk of a step or more (x within rounding of an edge) is
+// rare: the caller then asks Bin itself (`exact` false).
 template <typename B>
-TALLY_DEV std::int32_t BinFast(const ops::HistogramBinner<B>& b, const B* edges, B x) {
-  if (x != x) return ops::kBinNan;
-  if (x < b.lo_t) return ops::kBinBelow;
-  if (x > b.hi_t) return ops::kBinAbove;
+TALLY_DEV std::int32_t SlotFast(const ops::HistogramBinner<B>& b, const B* edges, B x, bool& exact) {
   const B f = (x - b.lo_t) * b.scale;
   std::int32_t g = f >= static_cast<B>(b.bins) ? b.bins - 1 : static_cast<std::int32_t>(f);
-  if (g < 0) g = 0;
-  auto edge = [&](std::int32_t i) { return edges ? edges[i] : b.Edge(i); };
-  const B e0 = edge(g), e1 = edge(g + 1);
-  if (g > 0 && x < e0) return (g - 1 > 0 && x < edge(g - 1)) ? b.Bin(x) : g - 1;
-  if (g < b.bins - 1 && x >= e1) return (g + 1 < b.bins - 1 && x >= edge(g + 2)) ? b.Bin(x) : g + 1;
-  return g;
+  g = g < 0 ? 0 : g;  // also NaN: cvt gives 0
+  const B e0 = edges ? edges[g] : b.Edge(g);
+  const B e1 = edges ? edges[g + 1] : b.Edge(g + 1);
+  const bool down = g > 0 && x < e0;
+  const bool up = g < b.bins - 1 && x >= e1;
+  const bool nan = x != x, below = x < b.lo_t, above = x > b.hi_t;
+  exact = nan || below || above || !(down || up);
+  std::int32_t slot = g;
+  slot = above ? b.bins + 1 : slot;
+  slot = below ? b.bins : slot;
+  slot = nan ? b.bins + 2 : slot;
+  return slot;
 }
 
 // Where one thread's counts go, plus a run-length counter in registers: a run
@@ -67,8 +71,12 @@ struct HistThread {
     }
   }
   template <typename T>
-  TALLY_DEV std::int32_t SlotFor(T x) const {
-    return SlotOf(BinFast(binner, edges, static_cast<B>(x)), binner.bins);
+  TALLY_DEV std::int32_t SlotFor(T x, bool& exact) const {
+    return SlotFast(binner, edges, static_cast<B>(x), exact);
+  }
+  template <typename T>
+  TALLY_DEV std::int32_t SlotExact(T x) const {
+    return SlotOf(binner.Bin(static_cast<B>(x)), binner.bins);
   }
   TALLY_DEV void Count(std::int32_t slot) {
     if (slot == run_slot) {

@@ -22,7 +22,7 @@ std::uint64_t AlignUp(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAli
 // sample each dtype with the heaviest op sets over row lengths that cross
 // every shape boundary (whole array, team rows, the team limit, long rows,
 // rows near the chunk size). Requests are still checked one by one.
-cudaError_t SampledScratch(std::uint64_t chunk_bytes, std::size_t* out) {
+std::size_t SampledScratch(std::uint64_t chunk_bytes) {
   using ops::Bit;
   using ops::OpKind;
   const ops::OpMask fused = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
@@ -48,14 +48,19 @@ cudaError_t SampledScratch(std::uint64_t chunk_bytes, std::size_t* out) {
           p.row_length = r;
           p.length = r == 0 ? 4 * chunk : r * (4 * chunk / r + 2);
           std::size_t bytes = 0;
-          TALLY_CUDA_TRY(kernels::ScratchBytes(p, chunk, &bytes));
+          // A sample the kernels refuse only loses its vote: every request
+          // is sized again at Start().
+          if (kernels::ScratchBytes(p, chunk, &bytes) != cudaSuccess) {
+            spdlog::debug("cuda backend: scratch sample refused: {}", LastErrorWhere());
+            (void)cudaGetLastError();
+            continue;
+          }
           most = std::max(most, bytes);
         }
       }
     }
   }
-  *out = most;
-  return cudaSuccess;
+  return most;
 }
 
 }  // namespace
@@ -92,16 +97,14 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     d.ordinal = o.devices[i];
     ScopedDevice on(d.ordinal);
     cudaDeviceProp prop{};
-    std::size_t scratch = 0;
     if (Record(cudaGetDeviceProperties(&prop, d.ordinal), "cudaGetDeviceProperties", __FILE__,
-               __LINE__) != cudaSuccess ||
-        SampledScratch(o.chunk_bytes, &scratch) != cudaSuccess) {
+               __LINE__) != cudaSuccess) {
       return absl::InternalError(
           absl::StrCat("cuda backend: device ", d.ordinal, ": ", LastErrorWhere()));
     }
     d.name = prop.name;
     d.label = absl::StrCat(d.name, " (", d.ordinal, ")");
-    pool->scratch_bytes_ = std::max(pool->scratch_bytes_, scratch);
+    pool->scratch_bytes_ = std::max(pool->scratch_bytes_, SampledScratch(o.chunk_bytes));
   }
   pool->scratch_bytes_ = AlignUp(pool->scratch_bytes_ * EnginePolicy::kScratchHeadroomFactor +
                                  EnginePolicy::kScratchHeadroomBytes);

@@ -118,6 +118,9 @@ ResultLayout LayoutOf(const AggregatePlan& plan);
                                    cudaStream_t stream);
 
 // The whole array in one call: Accumulate(d_data, plan.length, 0) + Finalize.
+// For a small array (one block's worth, no histogram) and a pinned h_result
+// the kernel writes the results straight into h_result (no copy; d_state is
+// not touched): the latency path.
 [[nodiscard]] cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_state,
                                     void* d_scratch, std::size_t scratch_bytes, void* h_result,
                                     cudaStream_t stream);
