@@ -15,10 +15,16 @@ import grpc
 
 
 def load_messages(proto_root, out_dir=None):
-    """Compiles tally/v1/tally.proto with protoc; returns the tally_pb2 module."""
-    out_dir = out_dir or tempfile.mkdtemp(prefix="tally-pb2-")
-    subprocess.run(["protoc", f"--proto_path={proto_root}", f"--python_out={out_dir}", "tally/v1/tally.proto"],
-                   check=True)
+    """Compiles tally/v1/tally.proto with protoc; returns the tally_pb2 module.
+
+    Where protoc is missing (a GPU host with only Python), set TALLY_PB2_DIR to
+    a folder holding an already generated tally/v1/tally_pb2.py.
+    """
+    out_dir = out_dir or os.environ.get("TALLY_PB2_DIR")
+    if not out_dir:
+        out_dir = tempfile.mkdtemp(prefix="tally-pb2-")
+        subprocess.run(["protoc", f"--proto_path={proto_root}", f"--python_out={out_dir}",
+                        "tally/v1/tally.proto"], check=True)
     sys.path.insert(0, out_dir)
     from tally.v1 import tally_pb2  # noqa: E402
     return tally_pb2
