@@ -12,20 +12,28 @@ struct PolicySm90 {
   // one shared step and let 2-4 blocks share an SM.
   static constexpr int kThreads = 256;
   // Blocks per SM each kernel's register budget is cut for
-  // (__launch_bounds__). Full slice kernel (moments/histogram): 2 (110
-  // registers, no spills). Lean slice kernel: 4 (64 registers, no spills:
+  // (__launch_bounds__). Full slice kernel (moments, with or without a
+  // histogram): 2 (114 registers, no spills). Lean slice kernel: 4 (64 registers, no spills:
   // 64 KB of loads in flight per SM; at 2 blocks it reached 2741 GB/s for sum
-  // vs CUB 3036, at 4 blocks 2766: occupancy is not what holds it back).
+  // vs CUB 3036, at 4 blocks 2766: occupancy was not what held it back; the
+  // contiguous slice per block was, see AccumulateRange).
   // Team kernels: full 2 (128 registers), lean 3 (80 registers, 82 bytes of
   // spills outside the load loop; at 2 blocks rows of 32 float32 summed at
   // 2378 GB/s).
   static constexpr int kFullBlocksPerSm = 2;
+  // Slice kernel with a histogram but no moments (kHist variant): 4 (64
+  // registers; spills 36 bytes for float32, up to 144 for uint8, untimed): hist
+  // 256 bins 2500 GB/s, 4096 bins 2025; at 3 (78 registers, no spills) 2328
+  // and 1888.
+  static constexpr int kHistBlocksPerSm = 4;
   static constexpr int kLeanBlocksPerSm = 4;
   static constexpr int kTeamFullBlocksPerSm = 2;
   static constexpr int kTeamLeanBlocksPerSm = 3;
-  // 16-byte loads each thread issues before it uses any (per tile). 4 (64 B in
-  // flight per thread); 8 spills in both variants.
-  static constexpr int kVecsPerThread = 4;
+  // 16-byte loads each thread issues before it uses any (per tile), by
+  // element size. 4 (64 B in flight per thread); 8 spills in both variants;
+  // uint8 takes 2 (32 elements per tile), since 4 spilled 4 KB in the full
+  // kernel (64 histogram slots live at once).
+  static constexpr int VecsPerThread(int elem_bytes) { return elem_bytes == 1 ? 2 : 4; }
   // Smallest slice one block takes: below this a whole array or row is one
   // block (the latency path, one launch, no partials).
   static constexpr std::int64_t kMinBytesPerBlock = 64 * 1024;
@@ -36,6 +44,13 @@ struct PolicySm90 {
   // of its row: 8 makes rows of 32 float32 one lane each (no shuffles, 8
   // loads in flight per lane); 2 gave 1012 GB/s there (4 lanes per row).
   static constexpr int kTeamVecsPerLane = 8;
+  // RowVecKernel (rows of 2, 4 or 8 whole 16-byte vectors, lean ops): loads
+  // per lane per round (8: 128 B in flight per lane, 48 KB of staging per
+  // block), and blocks per SM its registers are cut for (3: 80 registers,
+  // no spills; 4 spilled 32 bytes). Rows of 32 float32: 2720 and 2670 GB/s
+  // in two runs (the team kernel, one lane per row: 2419).
+  static constexpr int kRowVecLoads = 8;
+  static constexpr int kRowVecBlocksPerSm = 3;
   // Shared-memory bytes of histogram counters one block may hold; more bins
   // are spread over a thread-block cluster (distributed shared memory).
   // 80 KB: 65536 bins take a cluster of 4 with 64 KB each, 3 blocks per SM.
@@ -43,6 +58,13 @@ struct PolicySm90 {
   // Bins up to this many get an edge table in shared memory (numpy's
   // linspace edges, computed once per block) instead of per-element edges.
   static constexpr std::uint32_t kEdgeTableMaxBins = 4096;
+  // Run-length counting (one atomic per run of equal slots) for a block's
+  // own shared counters. Off: one shared atomic per element. Uniform data
+  // has no runs, and the compare-and-branch per element cost more than it
+  // saved: hist 256 uniform 2093 -> 2328 GB/s, skewed (every value in one
+  // bin, same-address atomics) 2473 -> 2391. Cluster and global counters
+  // always use it (remote atomics are dear).
+  static constexpr bool kSharedRunLength = false;
   // Largest cluster (portable limit).
   static constexpr int kMaxCluster = 8;
 };

@@ -240,7 +240,8 @@ void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
 
 template <DType D>
 void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, ops::OpMask mask,
-               std::uint32_t bins, std::uint64_t chunk, const std::string& label) {
+               std::uint32_t bins, std::uint64_t chunk, const std::string& label,
+               int misalign = -1) {
   AggregatePlan plan;
   plan.dtype = D;
   plan.ops = mask;
@@ -249,7 +250,7 @@ void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, ops::OpMask
   const bool hist = ops::Has(mask, OpKind::kHistogram);
   if (hist) plan.histogram = RangeFor<D>(bins);
   std::vector<unsigned char> res;
-  RunPlan(plan, x.data(), chunk, &res);
+  RunPlan(plan, x.data(), chunk, &res, misalign);
   if (::testing::Test::HasFatalFailure()) return;
   const auto ref = Reference<D>(x, row_length, hist ? &plan.histogram : nullptr);
   Check<D>(plan, res, ref,
@@ -343,6 +344,31 @@ TEST(Kernels, SegmentedRowShapes) {
     constexpr DType D = decltype(c)::value;
     for (const Shape& s : shapes) {
       CheckCase<D>(Random<D>(s.rows * s.len), s.len, kAllOps, 256, 0, "rows");
+    }
+  });
+}
+
+// Short rows of whole 16-byte vectors with lean ops (the coalesced
+// one-vector-per-lane path when the data is aligned and chunks hold whole
+// rows; the team path otherwise), many rows, whole and chunked.
+TEST(Kernels, SegmentedShortVectorRows) {
+  REQUIRE_GPU();
+  const ops::OpMask lean = ops::Bit(OpKind::kSum) | ops::Bit(OpKind::kMin) |
+                           ops::Bit(OpKind::kMax) | ops::Bit(OpKind::kSumSquares) |
+                           ops::Bit(OpKind::kArgmin) | ops::Bit(OpKind::kArgmax);
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    constexpr std::uint64_t k = 16 / sizeof(V<D>);
+    for (std::uint64_t vecs : {1ull, 2ull, 8ull, 32ull}) {
+      const std::uint64_t len = vecs * k;
+      const std::uint64_t rows = Small() ? 3001 : 100003;
+      const auto x = Random<D>(rows * len);
+      for (int misalign : {0, 1}) {
+        CheckCase<D>(x, len, lean, 0, 0, "vector rows", misalign);
+        CheckCase<D>(x, len, ops::Bit(OpKind::kArgmax), 0, 0, "vector rows argmax", misalign);
+      }
+      CheckCase<D>(x, len, lean, 0, len * 1000, "vector rows chunked", 0);
+      CheckCase<D>(x, len, lean, 0, len * 1000 + 1, "vector rows cut", 0);
     }
   });
 }
@@ -463,6 +489,50 @@ TEST(Kernels, IntegerExtremesAndTies) {
         CheckCase<D>(x, 0, kAllOps, 256, 0, "extreme ties");
       }
     }
+  });
+}
+
+// Values on every edge, one ulp either side, and at fractions of a bin near
+// its edges: the quick guess must hand every one of them to the edge check.
+template <DType D>
+void EdgeNeighbours(std::uint32_t bins) {
+  using T = V<D>;
+  using B = typename ops::Traits<D>::bin;
+  const ops::HistogramSpec h = RangeFor<D>(bins);
+  const auto binner = ops::HistogramBinner<B>::Make(h.bins, h.lo, h.hi);
+  const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+  const double hi = static_cast<double>(std::numeric_limits<T>::max());
+  std::vector<T> x;
+  auto push = [&](double v) {
+    if constexpr (ops::IsFloat(D)) {
+      x.push_back(static_cast<T>(v));
+    } else {
+      v = std::floor(v);
+      if (v >= lo && v < hi) x.push_back(static_cast<T>(v));
+    }
+  };
+  const double step = (h.hi - h.lo) / bins;
+  for (std::uint32_t i = 0; i <= bins; ++i) {
+    const B e = binner.Edge(static_cast<std::int32_t>(i));
+    push(static_cast<double>(e));
+    if constexpr (ops::IsFloat(D)) {
+      push(static_cast<double>(std::nextafter(e, -std::numeric_limits<B>::infinity())));
+      push(static_cast<double>(std::nextafter(e, std::numeric_limits<B>::infinity())));
+    } else {
+      push(static_cast<double>(e) - 1);
+      push(static_cast<double>(e) + 1);
+    }
+    for (double f : {1e-7, 1e-5, 1e-3, 0.01, 0.5, 0.99, 0.999, 0.99999, 0.9999999})
+      push(h.lo + (i + f) * step);
+  }
+  CheckCase<D>(x, 0, ops::Bit(OpKind::kHistogram), bins, 0, "edge neighbours");
+}
+
+TEST(Kernels, HistogramValuesAtAndAroundEdges) {
+  REQUIRE_GPU();
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    for (std::uint32_t bins : {3u, 256u, 4096u, 65536u}) EdgeNeighbours<D>(bins);
   });
 }
 

@@ -1,5 +1,5 @@
 // What one thread does with its share of a range of elements: 16-byte vector
-// loads, kVecsPerThread of them issued before any is used, all requested ops
+// loads, Policy::VecsPerThread of them issued before any is used, all requested ops
 // accumulated in registers, then turned into a Partial.
 #pragma once
 
@@ -81,24 +81,14 @@ struct ThreadAgg {
     }
     if (w.hist) {
       // All bins first (independent work the scheduler can overlap), then
-      // the counting, which depends on the previous element's slot.
+      // the counting, which depends on the previous element's slot. Almost
+      // every element takes the quick guess (no edge loads); the few near an
+      // edge branch to the edge table and, rarer still, to Bin.
       std::int32_t slot[V][K];
-      bool all_exact = true;
 #pragma unroll
       for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int e = 0; e < K; ++e) {
-          bool exact = true;
-          slot[v][e] = hist->SlotFor(x[v][e], exact);
-          all_exact = all_exact && (exact || v >= nvec);
-        }
-      if (!all_exact) {  // rare: some guess was off; Bin decides those
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-#pragma unroll
-          for (int e = 0; e < K; ++e)
-            if (v < nvec) slot[v][e] = hist->SlotExact(x[v][e]);
-      }
+        for (int e = 0; e < K; ++e) slot[v][e] = hist->Slot(x[v][e]);
 #pragma unroll
       for (int v = 0; v < V; ++v)
         if (v < nvec) {
@@ -135,28 +125,36 @@ TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
   std::memcpy(dst, &raw, 16);
 }
 
-// Elements [begin, end) of p, shared by `lanes` lanes (this one is `lane`);
+// Elements [begin, end) of p, shared by `lanes` lanes (this one is `lane`)
+// of `parts` groups (this one is `part`; blocks of a slice kernel);
 // element i has row index i + shift. Each lane sees its elements in
-// increasing order: a scalar head up to 16-byte alignment, full tiles of
-// lanes * kVecsPerThread vectors, one predicated partial tile, a scalar tail.
+// increasing order: a scalar head up to 16-byte alignment (part 0), full
+// tiles of lanes * VecsPerThread vectors dealt round-robin to the parts (all
+// parts stream through the same neighbourhood of memory, as a grid-stride
+// loop does: contiguous slices per block ran at 0.91x CUB), one predicated
+// partial tile and a scalar tail (the part whose turn it is).
 template <ops::DType D>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
-                               ThreadAgg<D>& agg) {
+                               ThreadAgg<D>& agg, std::int64_t part = 0,
+                               std::int64_t parts = 1) {
   using T = typename DevTraits<D>::T;
   constexpr int K = DevTraits<D>::kVec;
-  constexpr int U = Policy::kVecsPerThread;
+  constexpr int U = Policy::VecsPerThread(static_cast<int>(sizeof(T)));
   if (begin >= end) return;
   const auto addr = reinterpret_cast<std::uintptr_t>(p + begin);
   const std::int64_t head = static_cast<std::int64_t>(((16 - (addr & 15)) & 15) / sizeof(T));
   const std::int64_t a = begin + head < end ? begin + head : end;
-  for (std::int64_t i = begin + lane; i < a; i += lanes) agg.AddOne(p[i], i + shift);
+  if (part == 0) {
+    for (std::int64_t i = begin + lane; i < a; i += lanes) agg.AddOne(p[i], i + shift);
+  }
 
   const std::int64_t nv = (end - a) / K;
   const uint4* vp = reinterpret_cast<const uint4*>(p + a);
   const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
-  std::int64_t t = 0;
-  for (; t + tile <= nv; t += tile) {
+  const std::int64_t full = nv / tile;  // full tiles
+  std::int64_t t = part * tile;
+  for (; t + tile <= nv; t += parts * tile) {
     T x[U][K];
     std::int64_t base[U];
 #pragma unroll
@@ -167,6 +165,7 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
     }
     agg.template Add<U, K>(x, base, U);
   }
+  if (full % parts != part) return;  // the partial tile and the tail are another part's
   if (t < nv) {
     T x[U][K] = {};
     std::int64_t base[U];

@@ -7,10 +7,13 @@
 
 #include <cooperative_groups.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "tally/ops/histogram_bin.h"
 #include "../device_traits.cuh"
+#include "../policy.cuh"
 
 namespace tally::kernels::detail {
 
@@ -19,6 +22,58 @@ enum class HistSink : int { kShared, kCluster, kGlobal };
 // The slot of a bin from HistogramBinner::Bin.
 TALLY_DEV std::int32_t SlotOf(std::int32_t bin, std::int32_t bins) {
   return bin >= 0 ? bin : bins - 1 - bin;  // kBinBelow -> bins, kBinAbove -> +1, kBinNan -> +2
+}
+
+// Rounding to the nearest integer without a conversion instruction: adding
+// 1.5 * 2^(mantissa bits) leaves round(f) in the low bits (|f| < 2^22).
+template <typename B>
+struct RoundMagic;
+template <>
+struct RoundMagic<float> {
+  static TALLY_DEV float Add(float a, float b) { return __fadd_rn(a, b); }
+  static TALLY_DEV float Sub(float a, float b) { return __fsub_rn(a, b); }
+  static TALLY_DEV float Mul(float a, float b) { return __fmul_rn(a, b); }
+  static constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  static TALLY_DEV std::int32_t Bits(float y) { return __float_as_int(y) - 0x4B400000; }
+};
+template <>
+struct RoundMagic<double> {
+  static TALLY_DEV double Add(double a, double b) { return __dadd_rn(a, b); }
+  static TALLY_DEV double Sub(double a, double b) { return __dsub_rn(a, b); }
+  static TALLY_DEV double Mul(double a, double b) { return __dmul_rn(a, b); }
+  static constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2^52
+  static TALLY_DEV std::int32_t Bits(double y) {
+    return static_cast<std::int32_t>(__double_as_longlong(y) - 0x4338000000000000LL);
+  }
+};
+
+// The margin (in bins) that makes the quick guess exact, HistMargin below.
+// With t = (x - lo) / step the exact position and e_i = (Edge(i) - lo) /
+// step, the guess f = (x - lo_t) * scale (3 roundings) is within
+// u*A/step + 3u*bins of t (float32; u the unit roundoff of B, A = max(|lo|,
+// |hi|)), and each e_i within u*A/step (+ the float64 linspace rounding,
+// 3*2^-53*bins) of i; float64 binning: within 4u*bins and u*A/step + 3u*bins.
+// So when f is at least 4u*A/step + 8u*bins (twice the sum, or more) away
+// from every integer, floor(f) = g satisfies Edge(g) <= x < Edge(g + 1):
+// g is Bin's answer (and x lies inside [lo_t, hi_t]).
+template <typename B>
+B HistMargin(const ops::HistogramBinner<B>& b, double lo, double hi) {
+  const double u = static_cast<double>(std::numeric_limits<B>::epsilon()) / 2;
+  const double a = std::fmax(std::fabs(lo), std::fabs(hi));
+  const double m = 4 * u * (a / b.step + 2 * static_cast<double>(b.bins)) + 1e-300;
+  return m < 0.25 ? static_cast<B>(m) : static_cast<B>(1);  // 1: never safe
+}
+
+// The quick guess: true (and the slot in `slot`) when x is safely inside
+// one bin; false when x is near an edge, outside [lo, hi] or NaN.
+template <typename B>
+TALLY_DEV bool SlotQuick(const ops::HistogramBinner<B>& b, B margin, B x, std::int32_t& slot) {
+  using R = RoundMagic<B>;
+  const B f = R::Mul(R::Sub(x, b.lo_t), b.scale);
+  const B y = R::Add(f, R::kMagic);
+  const B d = R::Sub(f, R::Sub(y, R::kMagic));  // f - round(f), exact
+  slot = R::Bits(y) - (d < B(0) ? 1 : 0);
+  return f > B(0) && f < static_cast<B>(b.bins) && (d >= margin || d <= -margin);
 }
 
 // HistogramBinner::Bin, fast and branch-free. Bin walks from its guess g:
@@ -56,6 +111,7 @@ struct HistThread {
   unsigned long long* global;    // kGlobal: the row's counters in the state
   std::uint32_t per_rank;        // kCluster: slots held by each block
   HistSink sink;
+  B margin;                      // HistMargin
   std::int32_t run_slot = -1;
   unsigned run_count = 0;
 
@@ -70,15 +126,26 @@ struct HistThread {
       atomicAdd(global + slot, static_cast<unsigned long long>(n));
     }
   }
+  // The slot of x: the quick guess, else the edges, else Bin itself.
   template <typename T>
-  TALLY_DEV std::int32_t SlotFor(T x, bool& exact) const {
-    return SlotFast(binner, edges, static_cast<B>(x), exact);
+  TALLY_DEV std::int32_t Slot(T x) const {
+    std::int32_t slot;
+    if (!SlotQuick(binner, margin, static_cast<B>(x), slot)) {
+      bool exact = true;
+      slot = SlotFast(binner, edges, static_cast<B>(x), exact);
+      if (!exact) slot = SlotExact(x);
+    }
+    return slot;
   }
   template <typename T>
   TALLY_DEV std::int32_t SlotExact(T x) const {
     return SlotOf(binner.Bin(static_cast<B>(x)), binner.bins);
   }
   TALLY_DEV void Count(std::int32_t slot) {
+    if (!Policy::kSharedRunLength && sink == HistSink::kShared) {
+      atomicAdd(counts + slot, 1u);  // same-address shared atomics are cheap on sm_90
+      return;
+    }
     if (slot == run_slot) {
       ++run_count;
     } else {

@@ -34,12 +34,14 @@ enum : unsigned {
 inline constexpr unsigned kLaneMasks = 16;
 
 // Accumulator type of the native sum lanes. uint8 sums a block exactly in
-// 32 bits (2048 * 255 < 2^32); int32, uint32 and int64 in 64 bits (two's
+// 32 bits (kBlockElements * 255 < 2^32); int32, uint32 and int64 in 64 bits (two's
 // complement for the signed ones, so overflow wraps as numpy's does).
 template <typename V>
 using SumLane = std::conditional_t<
     std::is_floating_point_v<V>, double,
     std::conditional_t<std::is_same_v<V, std::uint8_t>, std::uint32_t, std::uint64_t>>;
+
+static_assert(CpuPolicy::kBlockElements * 255 < (std::uint64_t{1} << 32));
 
 template <typename V>
 inline constexpr int kLanesOf = std::is_same_v<V, std::uint8_t> ? CpuPolicy::kByteLanes

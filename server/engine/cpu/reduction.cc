@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -47,9 +48,15 @@ struct Partial {
   ops::ArgCandidate<V> argmax{V{}, -1};
 };
 
-// acc := acc followed by b. Every field is cheap, so all are folded.
+// acc := acc followed by b. Every field is cheap, so all are folded. An
+// empty acc takes b as it is (one rule for every path, so still bitwise
+// deterministic): cheaper for short rows, and a lone -0.0 stays -0.0.
 template <typename V>
 void Fold(Partial<V>& acc, const Partial<V>& b) {
+  if (acc.count == 0) {
+    acc = b;
+    return;
+  }
   acc.count += b.count;
   acc.dsum += b.dsum;
   acc.isum += b.isum;
@@ -101,13 +108,16 @@ constexpr std::array<FusedFn<V>, kLaneMasks> FusedTable(std::index_sequence<kMas
   return {&FusedLanes<V, static_cast<unsigned>(kMasks)>...};
 }
 
-// Elements of the piece that are not aligned for V are copied to this first.
+// Elements of the piece that are not aligned for V are copied to `bounce`
+// first (allocated on first need). Not thread_local: static TLS is reserved in
+// every thread of the process, the small stacks of other libraries' threads
+// (e.g. the metrics HTTP server's) included.
 template <typename V>
-const V* AlignedBlock(const std::byte* p, std::size_t n) {
+const V* AlignedBlock(const std::byte* p, std::size_t n, std::unique_ptr<V[]>& bounce) {
   if (reinterpret_cast<std::uintptr_t>(p) % alignof(V) == 0) return reinterpret_cast<const V*>(p);
-  alignas(64) thread_local V bounce[kBlock];
-  std::memcpy(bounce, p, n * sizeof(V));
-  return bounce;
+  if (!bounce) bounce = std::make_unique_for_overwrite<V[]>(kBlock);
+  std::memcpy(bounce.get(), p, n * sizeof(V));
+  return bounce.get();
 }
 
 // Where one op's per-row results go.
@@ -237,7 +247,7 @@ class CpuReduction final : public Reduction {
     }
     const std::uint64_t len = std::min(kBlock, row_left);
     if (n >= len) {
-      SequentialBlock(AlignedBlock<V>(p, len), len, pos_);
+      SequentialBlock(AlignedBlock<V>(p, len, bounce_), len, pos_);
       return len;
     }
     std::memcpy(buffer_.data(), p, n * sizeof(V));
@@ -292,9 +302,10 @@ class CpuReduction final : public Reduction {
   Partial<V> ReduceChunk(const std::byte* p, std::uint64_t len, std::uint64_t start,
                          const HistogramSink* sinks) const {
     Partial<V> chunk;
+    std::unique_ptr<V[]> bounce;
     for (std::uint64_t b = 0; b < len; b += kBlock) {
       const std::uint64_t n = std::min(kBlock, len - b);
-      Fold(chunk, ReduceBlock(AlignedBlock<V>(p + b * sizeof(V), n), n, start + b, sinks));
+      Fold(chunk, ReduceBlock(AlignedBlock<V>(p + b * sizeof(V), n, bounce), n, start + b, sinks));
     }
     return chunk;
   }
@@ -463,6 +474,7 @@ class CpuReduction final : public Reduction {
   Partial<V> row_acc_{};    // the row's complete chunks, folded
   Partial<V> chunk_acc_{};  // the current chunk's complete blocks, folded
   std::vector<V> buffer_;   // the current block, while it is incomplete
+  std::unique_ptr<V[]> bounce_;  // misaligned pieces of a block met one at a time
 
   std::vector<Partial<V>> partials_;  // one dispatch's chunk partials
   std::vector<HistogramSink> sinks_;
