@@ -44,7 +44,7 @@ ABSL_FLAG(std::uint64_t, pinned_pool_bytes, std::uint64_t{1} << 30,
 ABSL_FLAG(std::uint64_t, cuda_chunk_bytes, std::uint64_t{8} << 20,
           "Bytes per host-to-device copy and kernel call (multiple of 256); arrays are cut at fixed "
           "multiples of it, so results do not depend on how a client chunks its stream.");
-ABSL_FLAG(int, cuda_streams_per_device, 4,
+ABSL_FLAG(int, cuda_streams_per_device, 16,
           "Lanes per GPU: requests one GPU serves at once, each with its own streams, device buffers "
           "and state.");
 ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
@@ -53,7 +53,7 @@ ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
 ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
           "Per-lane device memory for results (rows x ops, histograms); requests needing more run on "
           "the CPU backend.");
-ABSL_FLAG(int, cuda_lane_wait_ms, 100,
+ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error.");
 

@@ -22,10 +22,10 @@ struct BackendOptions {
   std::vector<int> cuda_devices;                         // empty: every visible GPU
   std::uint64_t pinned_pool_bytes = std::uint64_t{1} << 30;  // staging, all GPUs together
   std::uint64_t chunk_bytes = std::uint64_t{8} << 20;        // one H2D copy / one Accumulate
-  int streams_per_device = 4;                            // lanes: concurrent requests per GPU
+  int streams_per_device = 16;                           // lanes: concurrent requests per GPU
   std::uint64_t small_request_bytes = std::uint64_t{1} << 20;  // below: the CPU backend
   std::uint64_t max_state_bytes = std::uint64_t{16} << 20;     // per lane; above: CPU backend
-  std::chrono::milliseconds lane_wait{100};              // then RESOURCE_EXHAUSTED
+  std::chrono::milliseconds lane_wait{2000};            // then RESOURCE_EXHAUSTED
 };
 
 // The backend kinds this build can run, for --help and error messages.

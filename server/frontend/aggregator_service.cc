@@ -40,10 +40,11 @@ absl::Status AggregatorService::Draining() {
   return absl::UnavailableError("tally-server is shutting down; send the request to another replica.");
 }
 
-AggregatorService::AggregatorService(Backend& backend, Executor& executor, Metrics* metrics,
-                                     ServiceOptions options)
+AggregatorService::AggregatorService(Backend& backend, Executor& request_workers,
+                                     Executor& chunk_workers, Metrics* metrics, ServiceOptions options)
     : backend_(backend),
-      executor_(executor),
+      request_workers_(request_workers),
+      chunk_workers_(chunk_workers),
       metrics_(metrics),
       options_(std::move(options)),
       admission_(options_.max_inflight_bytes, options_.admission_wait, metrics) {}
@@ -100,7 +101,7 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   } else {
     auto held = std::make_shared<AdmissionController::Ticket>(ticket.ok() ? std::move(*ticket)
                                                                            : AdmissionController::Ticket());
-    executor_.Post([run = std::move(run), held] { run(std::move(*held)); });
+    request_workers_.Post([run = std::move(run), held] { run(std::move(*held)); });
   }
   return reactor;
 }
@@ -137,18 +138,14 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
       if (!worker_active_) FinishLocked(lock);
       return;
     }
-    if (!reduction_) {
-      if (absl::Status s = StartFromHeader(); !s.ok()) return FailLocked(lock, s);
-      const std::uint64_t hold = std::min(plan_.array.bytes(), service_.options_.stream_hold_bytes);
-      absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.TryAdmit(hold);
-      if (ticket.ok()) {
-        ticket_ = std::move(*ticket);
-        StartRead(&message_);
-      } else {
-        // Wait for room on a worker, not on this gRPC thread.
-        worker_active_ = true;
-        service_.executor_.Post([this, hold] { AwaitAdmission(hold); });
-      }
+    if (!header_seen_) {
+      header_seen_ = true;
+      if (absl::Status s = ReadHeader(); !s.ok()) return FailLocked(lock, s);
+      // Admission and the backend may wait (for room, for a GPU lane): on a
+      // request worker, not on this gRPC thread. The first chunk is read once
+      // the backend is ready.
+      worker_active_ = true;
+      service_.request_workers_.Post([this] { StartBackend(); });
       return;
     }
     if (message_.payload_case() != v1::AggregateStreamRequest::kChunk) {
@@ -168,7 +165,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
     queue_.push_back(std::move(chunk));
     if (!worker_active_) {
       worker_active_ = true;
-      service_.executor_.Post([this] { Drain(); });
+      service_.chunk_workers_.Post([this] { Drain(); });
     }
     if (static_cast<int>(queue_.size()) < service_.options_.max_queued_chunks) {
       StartRead(&message_);
@@ -185,7 +182,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
   void OnDone() override { delete this; }
 
  private:
-  absl::Status StartFromHeader() {
+  absl::Status ReadHeader() {
     if (message_.payload_case() != v1::AggregateStreamRequest::kHeader) {
       return absl::InvalidArgumentError(
           "chunk: the first message of AggregateStream must be the header (spec and aggregations), "
@@ -199,18 +196,23 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
     aggregations_ = header.aggregations();
     record_.SetOps(OpKinds(plan_));
     aligner_.emplace(ops::SizeOf(plan_.array.dtype));
-    absl::StatusOr<std::unique_ptr<Reduction>> reduction = service_.backend_.Start(plan_);
-    if (!reduction.ok()) return reduction.status();
-    reduction_ = std::move(*reduction);
     return absl::OkStatus();
   }
 
-  void AwaitAdmission(std::uint64_t hold) {
+  // Request worker: takes the stream's share of the in-flight budget and a
+  // Reduction from the backend, waiting for either if need be, then starts
+  // reading chunks. plan_ is not written after ReadHeader(), so it is read
+  // here without the lock.
+  void StartBackend() {
+    const std::uint64_t hold = std::min(plan_.array.bytes(), service_.options_.stream_hold_bytes);
     absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(hold);
+    absl::StatusOr<std::unique_ptr<Reduction>> reduction =
+        ticket.ok() ? service_.backend_.Start(plan_) : ticket.status();
     std::unique_lock<std::mutex> lock(mu_);
     worker_active_ = false;
-    if (!ticket.ok()) return FailLocked(lock, ticket.status());
+    if (!reduction.ok()) return FailLocked(lock, reduction.status());
     ticket_ = std::move(*ticket);
+    reduction_ = std::move(*reduction);
     if (cancelled_) return FinishLocked(lock);
     StartRead(&message_);
   }
@@ -267,7 +269,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
       return absl::CancelledError("the client cancelled the stream, or its deadline passed.");
     }
     if (!error_.ok()) return error_;
-    if (!reduction_) {
+    if (!header_seen_) {
       return absl::InvalidArgumentError("header: the stream ended before its header (spec and aggregations).");
     }
     if (received_bytes_ < plan_.array.bytes()) {
@@ -293,6 +295,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
   std::deque<std::string> queue_;
   std::uint64_t received_bytes_ = 0;
   absl::Status error_;
+  bool header_seen_ = false;
   bool worker_active_ = false;
   bool read_paused_ = false;
   bool input_ended_ = false;

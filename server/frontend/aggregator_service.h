@@ -39,8 +39,13 @@ struct ServiceOptions {
 
 class AggregatorService final : public v1::Aggregator::CallbackService {
  public:
+  // Two pools of workers, so that requests waiting for room can never hold
+  // up the streams whose progress frees it: `request_workers` run unary
+  // requests and wait for admission and backend lanes; `chunk_workers` feed
+  // stream chunks to the backend and never wait for admission.
   // `metrics` may be null. All references must outlive the service.
-  AggregatorService(Backend& backend, Executor& executor, Metrics* metrics, ServiceOptions options);
+  AggregatorService(Backend& backend, Executor& request_workers, Executor& chunk_workers,
+                    Metrics* metrics, ServiceOptions options);
 
   grpc::ServerUnaryReactor* Aggregate(grpc::CallbackServerContext* context,
                                       const v1::AggregateRequest* request,
@@ -60,7 +65,8 @@ class AggregatorService final : public v1::Aggregator::CallbackService {
   class StreamReactor;
 
   Backend& backend_;
-  Executor& executor_;
+  Executor& request_workers_;
+  Executor& chunk_workers_;
   Metrics* metrics_;
   ServiceOptions options_;
   AdmissionController admission_;

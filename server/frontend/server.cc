@@ -35,7 +35,9 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(backend_options);
   if (!backend.ok()) return backend.status();
   s->backend_ = std::move(*backend);
-  s->executor_ = std::make_unique<Executor>(config.threads > 0 ? config.threads : HardwareThreads());
+  const int threads = config.threads > 0 ? config.threads : HardwareThreads();
+  s->chunk_workers_ = std::make_unique<Executor>(threads);
+  s->request_workers_ = std::make_unique<Executor>(std::max(config.request_threads, threads));
 
   s->metrics_ = std::make_unique<Metrics>(
       Metrics::Options{s->backend_->name(), s->backend_->device(), TALLY_VERSION});
@@ -47,7 +49,8 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
 
   s->backend_->SetMetrics(s->metrics_.get());
 
-  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->executor_, s->metrics_.get(), config.service);
+  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->request_workers_, *s->chunk_workers_,
+                                                    s->metrics_.get(), config.service);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -113,8 +116,9 @@ void TallyServer::Drain(std::chrono::milliseconds grace) {
 
 TallyServer::~TallyServer() {
   if (server_) Drain(std::chrono::milliseconds(0));
-  // The executor drains its queue before the service and backend go away.
-  executor_.reset();
+  // The workers drain their queues before the service and backend go away.
+  request_workers_.reset();
+  chunk_workers_.reset();
 }
 
 }  // namespace tally

@@ -27,7 +27,9 @@ struct ServerConfig {
   std::string metrics_listen;            // empty: no metrics endpoint
   BackendOptions backend;
   ServiceOptions service;
-  int threads = 0;  // request workers; 0: one per hardware thread
+  int threads = 0;  // stream chunk workers; 0: one per hardware thread
+  // Unary-request and admission workers (they may sit waiting for room).
+  int request_threads = 64;
 };
 
 class TallyServer {
@@ -51,7 +53,8 @@ class TallyServer {
   void StopWatching();
 
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Executor> request_workers_;
+  std::unique_ptr<Executor> chunk_workers_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<AggregatorService> service_;
   std::unique_ptr<grpc::Server> server_;

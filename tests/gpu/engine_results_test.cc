@@ -63,14 +63,15 @@ TEST_F(EngineResults, NaNsFollowNumpyLikeTheCpu) {
   for (const DType t : {DType::kFloat32, DType::kFloat64}) {
     const std::uint64_t n = 5 * (kChunkBytes / ops::SizeOf(t)) + 11;
     Compare(Plan(t, n, 0, AllOps(t)), RandomArray(t, n, 99, /*nans=*/true), "nan whole");
-    Compare(Plan(t, n, n / 11, AllOps(t)), RandomArray(t, n, 98, /*nans=*/true), "nan rows");
+    const std::uint64_t row = kChunkBytes / ops::SizeOf(t) / 3 + 1;  // rows span chunks
+    Compare(Plan(t, 11 * row, row, AllOps(t)), RandomArray(t, 11 * row, 98, /*nans=*/true), "nan rows");
   }
 }
 
 TEST_F(EngineResults, SameBitsWhateverTheSplit) {
   for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kUInt8}) {
     const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
-    const std::uint64_t n = 3 * chunk + 5;
+    const std::uint64_t n = 5 * (3 * chunk / 5 + 7);  // over three chunks, five whole rows
     const std::vector<std::byte> data = RandomArray(t, n, 4242);
     for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{n / 5}}) {
       const AggregationPlan plan = Plan(t, n, row, AllOps(t));

@@ -116,8 +116,10 @@ struct Run {
 // Aggregate); the result bytes land in `out`.
 // `misalign`: start the data one element past a 16-byte boundary (-1: at
 // random), so head/tail paths are exercised.
+// scratch_chunk: size scratch for chunks of this many elements (0: `chunk`),
+// as an engine does once for its largest chunk.
 void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
-             std::vector<unsigned char>* out, int misalign = -1) {
+             std::vector<unsigned char>* out, int misalign = -1, std::uint64_t scratch_chunk = 0) {
   Run r;
   r.plan = plan;
   r.layout = kernels::LayoutOf(plan);
@@ -132,7 +134,7 @@ void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
   }
   CUDA_OK(cudaMalloc(&r.d_state, r.layout.bytes + 1));
   CUDA_OK(cudaMemset(r.d_state, 0xA5, r.layout.bytes + 1));
-  const std::uint64_t max_chunk = chunk == 0 ? plan.length : chunk;
+  const std::uint64_t max_chunk = scratch_chunk != 0 ? scratch_chunk : chunk == 0 ? plan.length : chunk;
   CUDA_OK(kernels::ScratchBytes(plan, max_chunk, &r.scratch));
   CUDA_OK(cudaMalloc(&r.d_scratch, r.scratch + 1));
   CUDA_OK(cudaMemset(r.d_scratch, 0x5A, r.scratch + 1));
@@ -404,6 +406,29 @@ TEST(Kernels, ChunkedWholeAndRowsSpanningChunks) {
     CheckCase<D>(z, 33, kAllOps, 100, 70001, "chunked short rows");
     CheckCase<D>(z, 100001, kAllOps, 5000, 1234567, "chunked long rows");
   });
+}
+
+// Scratch sized once for the largest chunk must do for every smaller chunk
+// (a short array, a stream's tail), whose rows get more slices each.
+TEST(Kernels, ScratchForTheLargestChunkServesSmallerOnes) {
+  REQUIRE_GPU();
+  const std::uint64_t largest = std::uint64_t{8} << 20;  // elements
+  for (std::uint64_t row : {16391ull, 65543ull, 1000003ull}) {
+    const auto x = Random<DType::kFloat32>(3 * row);
+    AggregatePlan plan;
+    plan.dtype = DType::kFloat32;
+    plan.ops = kAllOps;
+    plan.histogram = {64, -1.0, 1.0};
+    plan.length = x.size();
+    plan.row_length = row;
+    for (std::uint64_t chunk : {x.size(), row / 2 + 1}) {
+      std::vector<unsigned char> out;
+      RunPlan(plan, x.data(), chunk, &out, 0, largest);  // CUDA_OK fails the test on a refusal
+      std::vector<unsigned char> reference;
+      RunPlan(plan, x.data(), chunk, &reference, 0);
+      EXPECT_TRUE(out == reference) << "row " << row << ", chunk " << chunk;
+    }
+  }
 }
 
 TEST(Kernels, DeterministicBitwise) {

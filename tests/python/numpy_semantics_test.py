@@ -60,7 +60,10 @@ def numpy_histogram(x, bins, lo, hi):
 class NumpySemantics(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.server = TallyServer(SERVER_BINARY, pb, [f"--backend={BACKEND}"])
+        # TALLY_SERVER_ARGS adds server flags, e.g. --small_request_bytes=0 to
+        # send even the smallest arrays to the GPU.
+        extra = os.environ.get("TALLY_SERVER_ARGS", "").split()
+        cls.server = TallyServer(SERVER_BINARY, pb, [f"--backend={BACKEND}", *extra])
 
     @classmethod
     def tearDownClass(cls):

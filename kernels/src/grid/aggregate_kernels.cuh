@@ -377,6 +377,15 @@ cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
       plan.row_length == 0 ? 1 : CeilDiv(n, static_cast<std::int64_t>(plan.row_length)) + 1;
   LaunchShape sh{};
   TALLY_CUDA_TRY(ShapeFor<D>(plan, n, segs, dev, false, &sh));
+  if (!sh.team && plan.row_length != 0) {
+    // A shorter chunk (a stream's tail, a piece of a long row) spreads each of
+    // its fewer rows over more slices: size for the most segments a chunk can
+    // touch times the most slices one row can get.
+    LaunchShape one_row{};
+    const std::int64_t n1 = std::min<std::int64_t>(n, static_cast<std::int64_t>(plan.row_length));
+    TALLY_CUDA_TRY(ShapeFor<D>(plan, n1, 1, dev, false, &one_row));
+    if (one_row.slices > sh.slices) sh.slices = one_row.slices;
+  }
   *bytes = ScratchOf(sh, sizeof(Partial<D>));
   return cudaSuccess;
 }

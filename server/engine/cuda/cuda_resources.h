@@ -110,6 +110,16 @@ inline cudaError_t FreeDevice(void* p) { return cudaFree(p); }
 template <cudaError_t (*kFree)(void*)>
 class Buffer : public Owned<void*, kFree> {
  public:
+  Buffer() = default;
+  // The size moves with the bytes (the source is left empty, size 0).
+  Buffer(Buffer&& o) noexcept : Owned<void*, kFree>(std::move(o)), size_(std::exchange(o.size_, 0)) {}
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      Owned<void*, kFree>::operator=(std::move(o));
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
   std::size_t size() const { return size_; }
   std::byte* data() const { return static_cast<std::byte*>(this->handle_); }
 
@@ -128,13 +138,6 @@ class DeviceBuffer : public Buffer<FreeDevice> {
     *out = std::move(b);
     return cudaSuccess;
   }
-  DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : Buffer(std::move(o)) { size_ = std::exchange(o.size_, 0); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    size_ = std::exchange(o.size_, 0);
-    Buffer::operator=(std::move(o));
-    return *this;
-  }
 };
 
 // Page-locked host memory usable from every device (cudaHostAlloc: only at
@@ -148,13 +151,6 @@ class PinnedBuffer : public Buffer<FreeHost> {
     b.size_ = bytes;
     *out = std::move(b);
     return cudaSuccess;
-  }
-  PinnedBuffer() = default;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : Buffer(std::move(o)) { size_ = std::exchange(o.size_, 0); }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    size_ = std::exchange(o.size_, 0);
-    Buffer::operator=(std::move(o));
-    return *this;
   }
 };
 

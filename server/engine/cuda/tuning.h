@@ -40,22 +40,24 @@ struct EnginePolicy {
   // (--small_request_bytes overrides).
   static constexpr std::uint64_t kDefaultSmallRequestBytes = std::uint64_t{1} << 20;
 
-  // The other BackendOptions defaults (backend_factory.h), reasoned, not
-  // yet measured on the H100 host (bench/engine does):
-  // - streams_per_device 4: one lane already keeps PCIe busy while its
-  //   kernels run on a fraction of the SMs; 4 lets four requests share a
-  //   GPU, and bounds per-GPU in-flight bytes at 4 x kChunkSlots chunks
-  //   (96 MiB at the default chunk).
-  // - pinned_pool_bytes 1 GiB: 8 GPUs x 4 lanes x kBlocksPerLane x 8 MiB;
-  //   on fewer GPUs the spare blocks are shared, on more the lanes shrink
-  //   to fit (logged).
+  // The other BackendOptions defaults (backend_factory.h):
+  // - streams_per_device 16: a lane is held for a whole request (a 4 GiB
+  //   stream at the ~2.5 GB/s one gRPC stream delivers: ~1.6 s), so lanes
+  //   bound the concurrent requests per GPU, not the bandwidth. Measured on
+  //   the H100 host (2026-11-22): with 4 lanes and a 100 ms wait, 8
+  //   concurrent 4 GiB streams saw 12 of 16 requests refused, and 64 clients
+  //   mixing 1 KiB..256 MiB saw 5114 of 13636 refused. 16 lanes take 16 x
+  //   kBlocksPerLane x 8 MiB = 512 MiB of pinned staging and ~42 MiB of
+  //   device memory each (3 chunk buffers, state, scratch).
+  // - pinned_pool_bytes 1 GiB: the 16 lanes of one GPU, twice over; on more
+  //   GPUs the lanes shrink to fit (logged).
   // - max_state_bytes 16 MiB: per lane on the device and pinned; holds
   //   every non-histogram op for ~200K rows, or a 65536-bin histogram for
   //   32 rows. Larger states go to the CPU backend (decided by the plan
   //   alone, so a request always gets the same bits).
-  // - lane_wait 100 ms: long enough to absorb a burst (a lane frees as soon
-  //   as one 8 MiB chunk finishes), short enough that a client told
-  //   RESOURCE_EXHAUSTED can retry elsewhere well within any deadline.
+  // - lane_wait 2 s: as long as the front end's admission wait; a busy GPU
+  //   frees a lane every few hundred ms under the load above, and a client
+  //   told RESOURCE_EXHAUSTED after 2 s can still retry within a deadline.
 
   // How long a Consume may wait for a pinned block when the pool is empty
   // (only when --pinned_pool_bytes is smaller than the lanes need; the
