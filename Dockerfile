@@ -30,6 +30,8 @@ RUN ! ldd /usr/local/bin/tally-server /usr/local/bin/tally | grep 'not found'
 RUN groupadd --system --gid 10001 tally \
  && useradd --system --uid 10001 --gid tally --no-create-home --shell /usr/sbin/nologin tally
 USER 10001:10001
+# Bounded allocator growth under many concurrent clients (docs/performance.md).
+ENV MALLOC_ARENA_MAX=4
 EXPOSE 50051 9464
 # grpc.health.v1 over the serving port, via the tally CLI (Kubernetes uses its
 # native gRPC probes instead; see deploy/).

@@ -125,7 +125,7 @@ cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_sta
   // The latency path: a small whole array is one block, which may write the
   // results straight into a pinned h_result (no copy afterwards; d_state is
   // then left as it was). Measured: 1K float32 sum to host, see
-  // docs/performance-kernels.md.
+  // docs/performance.md.
   const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) &&
                      plan.length * ops::SizeOf(plan.dtype) <=
                          static_cast<std::uint64_t>(detail::Policy::kMinBytesPerBlock);

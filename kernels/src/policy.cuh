@@ -1,6 +1,6 @@
 // Tuning numbers, one table per architecture, each with the measurement that
 // chose it (H100 SXM 80GB, CUDA 13.0, 1 GiB float32 random input unless
-// said otherwise; see docs/performance-kernels.md).
+// said otherwise; see docs/performance.md).
 #pragma once
 
 #include <cstdint>
