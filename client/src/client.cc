@@ -155,6 +155,23 @@ absl::StatusOr<ServingStatus> ParseHealthCheckResponse(const grpc::ByteBuffer& r
   return static_cast<ServingStatus>(status);
 }
 
+// One unary call through the generic stub, waited for.
+absl::StatusOr<grpc::ByteBuffer> CallUnary(grpc::GenericStub& stub, const std::string& method,
+                                           const grpc::ByteBuffer& request, absl::Duration timeout) {
+  CallQueue queue;
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&context, method, request, queue.get());
+  call->StartCall();
+  grpc::ByteBuffer reply;
+  grpc::Status status;
+  call->Finish(&reply, &status, queue.tag());
+  queue.Wait();
+  if (!status.ok()) return FromGrpcStatus(status);
+  return reply;
+}
+
 }  // namespace
 
 absl::string_view ServingStatusName(ServingStatus status) {
@@ -193,18 +210,10 @@ bool Client::WaitForConnected(absl::Duration timeout) {
 
 absl::StatusOr<ServingStatus> Client::CheckHealth(absl::string_view service,
                                                   absl::Duration timeout) {
-  CallQueue queue;
-  grpc::ClientContext context;
-  SetDeadline(context, timeout);
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call = stub_.PrepareUnaryCall(
-      &context, "/grpc.health.v1.Health/Check", HealthCheckRequest(service), queue.get());
-  call->StartCall();
-  grpc::ByteBuffer reply;
-  grpc::Status status;
-  call->Finish(&reply, &status, queue.tag());
-  queue.Wait();
-  if (!status.ok()) return FromGrpcStatus(status);
-  return ParseHealthCheckResponse(reply);
+  absl::StatusOr<grpc::ByteBuffer> reply =
+      CallUnary(stub_, "/grpc.health.v1.Health/Check", HealthCheckRequest(service), timeout);
+  if (!reply.ok()) return reply.status();
+  return ParseHealthCheckResponse(*reply);
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::Aggregate(
@@ -232,20 +241,11 @@ absl::StatusOr<v1::AggregateResponse> Client::Unary(
   }
   const grpc::ByteBuffer request = MessageWithBorrowedBytes(head_bytes, array.data, total);
 
-  CallQueue queue;
-  grpc::ClientContext context;
-  SetDeadline(context, options.timeout);
   if (options.progress) options.progress(0, total);
-  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
-      stub_.PrepareUnaryCall(&context, AggregateMethod(), request, queue.get());
-  call->StartCall();
-  grpc::ByteBuffer reply;
-  grpc::Status status;
-  call->Finish(&reply, &status, queue.tag());
-  queue.Wait();
-  if (!status.ok()) return FromGrpcStatus(status);
+  absl::StatusOr<grpc::ByteBuffer> reply = CallUnary(stub_, AggregateMethod(), request, options.timeout);
+  if (!reply.ok()) return reply.status();
   if (options.progress) options.progress(total, total);
-  return ParseResponse(&reply);
+  return ParseResponse(&*reply);
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::Stream(

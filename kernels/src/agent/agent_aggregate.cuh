@@ -133,14 +133,13 @@ TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
 // parts stream through the same neighbourhood of memory, as a grid-stride
 // loop does: contiguous slices per block ran at 0.91x CUB), one predicated
 // partial tile and a scalar tail (the part whose turn it is).
-template <ops::DType D>
+template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)))>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
                                ThreadAgg<D>& agg, std::int64_t part = 0,
                                std::int64_t parts = 1) {
   using T = typename DevTraits<D>::T;
   constexpr int K = DevTraits<D>::kVec;
-  constexpr int U = Policy::VecsPerThread(static_cast<int>(sizeof(T)));
   if (begin >= end) return;
   const auto addr = reinterpret_cast<std::uintptr_t>(p + begin);
   const std::int64_t head = static_cast<std::int64_t>(((16 - (addr & 15)) & 15) / sizeof(T));

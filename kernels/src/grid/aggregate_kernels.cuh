@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "../agent/agent_aggregate.cuh"
 #include "../block/block_reduce.cuh"
@@ -94,8 +95,9 @@ constexpr int SliceBlocksPerSm(int variant) {
                           : (variant == kHist ? Policy::kHistBlocksPerSm : Policy::kFullBlocksPerSm);
 }
 
-template <ops::DType D, int kVariant>
-__global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
+template <ops::DType D, int kVariant, int kBps = SliceBlocksPerSm(kVariant),
+          int kU = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)))>
+__global__ void __launch_bounds__(Policy::kThreads, kBps)
     SliceKernel(const AggArgs<D> a) {
   using B = typename DevTraits<D>::B;
   namespace cg = cooperative_groups;
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
   }
 
   ThreadAgg<D> agg(w, &hist);
-  AccumulateRange<D>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s,
+  AccumulateRange<D, kU>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s,
                      a.slices);
   Partial<D> p = BlockReduce(agg.Finish(), w, red);
 
@@ -270,6 +272,15 @@ using KernelFn = void (*)(AggArgs<D>);
 template <ops::DType D>
 KernelFn<D> SliceKernelFor(const Want& w) {
   if (w.moments) return SliceKernel<D, kFull>;
+  if constexpr (D == ops::DType::kFloat32) {
+    static const int exp = [] {
+      const char* e = std::getenv("TALLY_K_EXP");
+      return e ? std::atoi(e) : 0;
+    }();
+    if (exp == 1) return w.hist ? SliceKernel<D, kHist, 3, 8> : SliceKernel<D, kLean, 3, 8>;
+    if (exp == 2) return w.hist ? SliceKernel<D, kHist, 5, 4> : SliceKernel<D, kLean, 8, 4>;
+    if (exp == 3) return w.hist ? SliceKernel<D, kHist, 4, 2> : SliceKernel<D, kLean, 6, 4>;
+  }
   if (w.hist) return SliceKernel<D, kHist>;
   return SliceKernel<D, kLean>;
 }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "server/core/validate.h"
 #include "server/engine/cpu/reduction.h"
 #include "server/engine/cpu/thread_pool.h"
 
@@ -37,18 +38,9 @@ class CpuBackend final : public Backend {
   std::string device() const override { return device_; }
 
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
-    if (plan.ops.empty()) return absl::InvalidArgumentError("aggregations: at least one is required.");
-    if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", plan.array.row_length,
-                                                     " does not divide spec.length ",
-                                                     plan.array.length, "."));
-    }
-    for (const OpSpec& op : plan.ops) {
-      if (op.kind == OpKind::kHistogram &&
-          (op.histogram.bins == 0 || !(op.histogram.lo < op.histogram.hi))) {
-        return absl::InvalidArgumentError("histogram: needs bins >= 1 and lo < hi.");
-      }
-    }
+    // The front end has validated the plan, but a backend driven directly
+    // (tests, benchmarks) must not trust its caller.
+    if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
     return cpu::MakeReduction(plan, &pool_, device_);
   }
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/validate.h"
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/cuda/cuda_reduction.h"
 #include "server/engine/cuda/device_pool.h"
@@ -23,25 +24,6 @@ namespace tally {
 namespace {
 
 using cuda::EnginePolicy;
-
-// The same checks as the CPU backend: the front end validates, but a backend
-// driven directly (tests, benchmarks) must not trust its caller.
-absl::Status CheckPlan(const AggregationPlan& plan) {
-  if (plan.ops.empty()) return absl::InvalidArgumentError("aggregations: at least one is required.");
-  if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", plan.array.row_length,
-                                                   " does not divide spec.length ",
-                                                   plan.array.length, "."));
-  }
-  for (const OpSpec& op : plan.ops) {
-    if (op.kind == OpKind::kHistogram &&
-        (op.histogram.bins == 0 || op.histogram.bins > ops::kMaxHistogramBins ||
-         !(op.histogram.lo < op.histogram.hi))) {
-      return absl::InvalidArgumentError("histogram: needs 1 <= bins <= 65536 and lo < hi.");
-    }
-  }
-  return absl::OkStatus();
-}
 
 // "NVIDIA H100 80GB HBM3 x2 (0,1)"; mixed models are listed one by one.
 std::string Describe(const cuda::DevicePool& pool) {
@@ -70,7 +52,9 @@ class CudaBackend final : public Backend {
   std::string device() const override { return device_; }
 
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
-    if (absl::Status s = CheckPlan(plan); !s.ok()) return s;
+    // The front end has validated the plan, but a backend driven directly
+    // (tests, benchmarks) must not trust its caller.
+    if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
     // Routing depends on the plan alone, never on load: the same request
     // always runs on the same kind of hardware and gives the same bits.
     if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan);
