@@ -5,8 +5,9 @@
 //   SliceKernel  one or more blocks per row segment ("slices"); whole arrays
 //                and rows longer than Policy::kTeamMaxRowBytes. With one slice
 //                the block writes the row's state; with several each block
-//                writes a partial and the last block of the row to finish
-//                (atomic counter) merges the partials in slice order.
+//                writes a partial and sets its flag to the call's nonce; the
+//                block that sees all its row's flags set and wins the claim
+//                merges the partials in slice order (no zeroing launch).
 //   TeamKernel   short rows: a team of 1..32 lanes per row, many rows per
 //                warp, grid-stride over rows.
 //   RowVecKernel short rows of 2, 4 or 8 whole 16-byte vectors, lean ops,
@@ -18,7 +19,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
+#include <atomic>
+#include <chrono>
+#include <random>
 
 #include "../agent/agent_aggregate.cuh"
 #include "../block/block_reduce.cuh"
@@ -49,7 +52,14 @@ struct AggArgs {
   typename DevTraits<D>::B margin;  // HistMargin
   StateView state;
   Partial<D>* partials;  // [segments * slices] when slices > 1
-  unsigned* counters;    // [segments], zero at launch, when slices > 1
+  // When slices > 1 (no zeroing launch: the caller's scratch holds anything):
+  // each block sets its flag to this call's nonce after writing its partial;
+  // a block that then sees every flag of its segment set claims the merge
+  // by exchanging the nonce into the segment's claim word (exactly one
+  // block gets back a value that is not the nonce).
+  unsigned long long* flags;   // [segments * slices]
+  unsigned long long* claims;  // [segments]
+  unsigned long long nonce;    // unique per call in this process (64-bit)
 };
 
 struct Segment {
@@ -95,10 +105,12 @@ constexpr int SliceBlocksPerSm(int variant) {
                           : (variant == kHist ? Policy::kHistBlocksPerSm : Policy::kFullBlocksPerSm);
 }
 
-template <ops::DType D, int kVariant, int kBps = SliceBlocksPerSm(kVariant),
-          int kU = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)))>
-__global__ void __launch_bounds__(Policy::kThreads, kBps)
+template <ops::DType D, int kVariant>
+__global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
     SliceKernel(const AggArgs<D> a) {
+  constexpr int kU = kVariant == kHist
+                         ? Policy::kHistVecsPerThread
+                         : Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)));
   using B = typename DevTraits<D>::B;
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
@@ -148,8 +160,16 @@ __global__ void __launch_bounds__(Policy::kThreads, kBps)
   if (threadIdx.x == 0) {
     StorePartialCg(a.partials + blockIdx.x, p);
     __threadfence();
-    is_last = atomicAdd(a.counters + j, 1u) == static_cast<unsigned>(a.slices - 1);
+    __stcg(a.flags + blockIdx.x, a.nonce);
+    __threadfence();
   }
+  __syncthreads();
+  __threadfence();
+  bool all = true;
+  for (std::int64_t k = threadIdx.x; k < a.slices; k += blockDim.x)
+    all = all && __ldcg(a.flags + j * a.slices + k) == a.nonce;
+  if (!__syncthreads_and(all)) return;
+  if (threadIdx.x == 0) is_last = atomicExch(a.claims + j, a.nonce) != a.nonce;
   __syncthreads();
   if (!is_last) return;
   __threadfence();
@@ -272,15 +292,6 @@ using KernelFn = void (*)(AggArgs<D>);
 template <ops::DType D>
 KernelFn<D> SliceKernelFor(const Want& w) {
   if (w.moments) return SliceKernel<D, kFull>;
-  if constexpr (D == ops::DType::kFloat32) {
-    static const int exp = [] {
-      const char* e = std::getenv("TALLY_K_EXP");
-      return e ? std::atoi(e) : 0;
-    }();
-    if (exp == 1) return w.hist ? SliceKernel<D, kHist, 3, 8> : SliceKernel<D, kLean, 3, 8>;
-    if (exp == 2) return w.hist ? SliceKernel<D, kHist, 5, 4> : SliceKernel<D, kLean, 8, 4>;
-    if (exp == 3) return w.hist ? SliceKernel<D, kHist, 4, 2> : SliceKernel<D, kLean, 6, 4>;
-  }
   if (w.hist) return SliceKernel<D, kHist>;
   return SliceKernel<D, kLean>;
 }
@@ -374,10 +385,23 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   return cudaSuccess;
 }
 
+// Unique per call within the process; the random start makes a match with
+// whatever an earlier process left in the scratch as good as impossible.
+inline unsigned long long NextNonce() {
+  static std::atomic<unsigned long long> next{[] {
+    std::random_device rd;
+    const auto t = static_cast<unsigned long long>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    return (static_cast<unsigned long long>(rd()) << 32 ^ rd()) ^ (t * 0x9E3779B97F4A7C15ull);
+  }()};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes) {
   if (sh.team || sh.slices <= 1) return 0;
   const std::size_t parts = static_cast<std::size_t>(sh.segments * sh.slices) * partial_bytes;
-  return (parts + 255) / 256 * 256 + static_cast<std::size_t>(sh.segments) * sizeof(unsigned);
+  const std::size_t flags = static_cast<std::size_t>(sh.segments * sh.slices) * 8;
+  return (parts + 255) / 256 * 256 + flags + static_cast<std::size_t>(sh.segments) * 8;
 }
 
 template <ops::DType D>
@@ -482,9 +506,11 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
     }
     a.partials = static_cast<Partial<D>*>(scratch);
     const std::size_t parts = static_cast<std::size_t>(sh.segments * sh.slices) * sizeof(Partial<D>);
-    a.counters = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(scratch) +
-                                             (parts + 255) / 256 * 256);
-    TALLY_CUDA_TRY(cudaMemsetAsync(a.counters, 0, sh.segments * sizeof(unsigned), stream));
+    auto* flags = reinterpret_cast<unsigned long long*>(static_cast<unsigned char*>(scratch) +
+                                                        (parts + 255) / 256 * 256);
+    a.flags = flags;
+    a.claims = flags + sh.segments * sh.slices;
+    a.nonce = NextNonce();
   }
   if (sh.cluster > 1) {
     cudaLaunchConfig_t cfg{};
