@@ -135,12 +135,7 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
     if (!m.ok()) return m.status();
     a.call.stream = *m;
   }
-  absl::StatusOr<std::optional<std::uint64_t>> threshold = cl.TakeSize("stream-threshold");
-  if (!threshold.ok()) return threshold.status();
-  if (*threshold) a.call.stream_threshold_bytes = **threshold;
-  absl::StatusOr<std::optional<std::uint64_t>> chunk = cl.TakeSize("chunk");
-  if (!chunk.ok()) return chunk.status();
-  if (*chunk) a.call.chunk_bytes = **chunk;
+  if (absl::Status s = TakeChunkingFlags(cl, a.call); !s.ok()) return s;
   if (absl::Status s = cl.CheckAllUsed(); !s.ok()) return s;
 
   if (cl.positional().size() > 1) {

@@ -170,12 +170,7 @@ absl::StatusOr<BenchConfig> ParseConfig(CommandLine& cl) {
   c.call.stream = c.mode == BenchMode::kUnary    ? StreamMode::kNever
                   : c.mode == BenchMode::kStream ? StreamMode::kAlways
                                                  : StreamMode::kAuto;
-  absl::StatusOr<std::optional<std::uint64_t>> threshold = cl.TakeSize("stream-threshold");
-  if (!threshold.ok()) return threshold.status();
-  if (*threshold) c.call.stream_threshold_bytes = **threshold;
-  absl::StatusOr<std::optional<std::uint64_t>> chunk = cl.TakeSize("chunk");
-  if (!chunk.ok()) return chunk.status();
-  if (*chunk) c.call.chunk_bytes = **chunk;
+  if (absl::Status s = TakeChunkingFlags(cl, c.call); !s.ok()) return s;
 
   absl::StatusOr<std::optional<absl::Duration>> duration = cl.TakeSeconds("duration");
   if (!duration.ok()) return duration.status();

@@ -83,4 +83,14 @@ absl::Status CommandLine::CheckAllUsed() const {
                                                  absl::StrJoin(names, ", ")));
 }
 
+absl::Status TakeChunkingFlags(CommandLine& cl, CallOptions& call) {
+  absl::StatusOr<std::optional<std::uint64_t>> threshold = cl.TakeSize("stream-threshold");
+  if (!threshold.ok()) return threshold.status();
+  if (*threshold) call.stream_threshold_bytes = **threshold;
+  absl::StatusOr<std::optional<std::uint64_t>> chunk = cl.TakeSize("chunk");
+  if (!chunk.ok()) return chunk.status();
+  if (*chunk) call.chunk_bytes = **chunk;
+  return absl::OkStatus();
+}
+
 }  // namespace tally::client::tool

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "tally/client/client.h"
 
 namespace tally::client::tool {
 
@@ -39,5 +40,9 @@ class CommandLine {
   std::map<std::string, std::string, std::less<>> flags_;
   std::vector<std::string> positional_;
 };
+
+// --stream-threshold and --chunk, which aggregate and bench share: sets the
+// fields of `call` that were given.
+[[nodiscard]] absl::Status TakeChunkingFlags(CommandLine& cl, CallOptions& call);
 
 }  // namespace tally::client::tool
