@@ -9,8 +9,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/frontend/convert.h"
 #include "server/frontend/element_aligner.h"
+#include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/status.h"
 
@@ -24,8 +26,22 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan) {
   return kinds;
 }
 
-std::span<const std::byte> AsBytes(const std::string& s) {
-  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+// Feeds `bytes` to `reduction` in order, re-blocked into whole elements: the
+// pieces are cut where the receive buffers were, not between elements.
+absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Reduction& reduction) {
+  for (std::span<const std::byte> piece : bytes.pieces()) {
+    absl::Status s =
+        aligner.Push(piece, [&reduction](std::span<const std::byte> elements) { return reduction.Consume(elements); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SerializeResponse(const v1::AggregateResponse& message, grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  grpc::Status s = grpc::SerializationTraits<v1::AggregateResponse>::Serialize(message, out, &own_buffer);
+  if (!s.ok()) return absl::InternalError(absl::StrCat("the response could not be serialized: ", s.error_message()));
+  return absl::OkStatus();
 }
 
 absl::Status TooLargeForUnary(std::uint64_t bytes, std::uint64_t limit) {
@@ -50,26 +66,35 @@ AggregatorService::AggregatorService(Backend& backend, Executor& request_workers
       admission_(options_.max_inflight_bytes, options_.admission_wait, metrics) {}
 
 grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerContext* context,
-                                                       const v1::AggregateRequest* request,
-                                                       v1::AggregateResponse* response) {
+                                                       const grpc::ByteBuffer* raw_request,
+                                                       grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto record = std::make_shared<RequestRecord>(metrics_, Metrics::Method::kAggregate, in_flight_);
-  record->AddBytes(request->data().size());
   auto finish = [reactor, record](const absl::Status& status, std::uint64_t elements) {
     record->Complete(status, elements);
     reactor->Finish(ToGrpcStatus(status));
   };
 
+  // Everything but the data is parsed; the data stays in the receive buffers.
+  auto request = std::make_shared<v1::AggregateRequest>();
+  absl::StatusOr<SlicedBytes> parsed =
+      ParseWithBytesInPlace(*raw_request, v1::AggregateRequest::kDataFieldNumber, request.get());
+  if (!parsed.ok()) {
+    finish(parsed.status(), 0);
+    return reactor;
+  }
+  auto data = std::make_shared<SlicedBytes>(std::move(*parsed));
+  record->AddBytes(data->size());
   if (draining_.load()) {
     finish(Draining(), 0);
     return reactor;
   }
-  if (request->data().size() > options_.max_unary_bytes) {
-    finish(TooLargeForUnary(request->data().size(), options_.max_unary_bytes), 0);
+  if (data->size() > options_.max_unary_bytes) {
+    finish(TooLargeForUnary(data->size(), options_.max_unary_bytes), 0);
     return reactor;
   }
   absl::StatusOr<AggregationPlan> plan =
-      PlanFromProto(request->spec(), request->aggregations(), request->data().size(), options_.limits);
+      PlanFromProto(request->spec(), request->aggregations(), data->size(), options_.limits);
   if (!plan.ok()) {
     finish(plan.status(), 0);
     return reactor;
@@ -77,26 +102,29 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   record->SetOps(OpKinds(*plan));
 
   // `ticket` is empty when admission must still wait for room.
-  auto run = [this, context, request, response, finish, record, plan = std::move(*plan)](
+  auto run = [this, context, request, data, response, finish, record, plan = std::move(*plan)](
                  AdmissionController::Ticket ticket) {
-    if (ticket.bytes() == 0 && !request->data().empty()) {
-      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(request->data().size());
+    if (ticket.bytes() == 0 && !data->empty()) {
+      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(data->size());
       if (!admitted.ok()) return finish(admitted.status(), 0);
       ticket = std::move(*admitted);
     }
     if (context->IsCancelled()) return finish(absl::CancelledError("the client cancelled the request."), 0);
     absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend_.Start(plan);
     if (!reduction.ok()) return finish(reduction.status(), 0);
-    if (absl::Status s = (*reduction)->Consume(AsBytes(request->data())); !s.ok()) return finish(s, 0);
+    ElementAligner aligner(ops::SizeOf(plan.array.dtype));
+    if (absl::Status s = ConsumePieces(*data, aligner, **reduction); !s.ok()) return finish(s, 0);
     absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
     if (!result.ok()) return finish(result.status(), 0);
-    ResultToProto(plan, request->aggregations(), std::move(*result), record->Seconds(), response);
+    v1::AggregateResponse message;
+    ResultToProto(plan, request->aggregations(), std::move(*result), record->Seconds(), &message);
+    if (absl::Status s = SerializeResponse(message, response); !s.ok()) return finish(s, 0);
     finish(absl::OkStatus(), plan.array.length);
   };
   // Small requests that are admitted at once run right here; the rest go to
   // a worker, which may also wait for admission.
-  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(request->data().size());
-  if (ticket.ok() && request->data().size() <= options_.inline_bytes) {
+  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(data->size());
+  if (ticket.ok() && data->size() <= options_.inline_bytes) {
     run(std::move(*ticket));
   } else {
     auto held = std::make_shared<AdmissionController::Ticket>(ticket.ok() ? std::move(*ticket)
@@ -106,16 +134,16 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   return reactor;
 }
 
-// One AggregateStream call. gRPC threads deliver messages (OnReadDone); a
+// One AggregateStream call. gRPC threads deliver messages (OnReadDone),
+// whose chunks are queued as they arrived, in gRPC's receive buffers; a
 // worker from the executor feeds queued chunks to the backend in order, so
 // receiving chunk k overlaps with reducing chunk k-1. At most
 // max_queued_chunks chunks wait; beyond that reading pauses until the worker
 // catches up. Finish() is called exactly once, and only when no worker task is
 // running, because OnDone() deletes the reactor.
-class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1::AggregateStreamRequest> {
+class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  StreamReactor(AggregatorService& service, grpc::CallbackServerContext* context,
-                v1::AggregateResponse* response)
+  StreamReactor(AggregatorService& service, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
       : service_(service),
         context_(context),
         response_(response),
@@ -138,9 +166,15 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
       if (!worker_active_) FinishLocked(lock);
       return;
     }
+    v1::AggregateStreamRequest message;
+    absl::StatusOr<SlicedBytes> chunk =
+        ParseWithBytesInPlace(message_, v1::AggregateStreamRequest::kChunkFieldNumber, &message);
+    // The chunk holds its own references to the receive buffers.
+    message_.Clear();
+    if (!chunk.ok()) return FailLocked(lock, chunk.status());
     if (!header_seen_) {
       header_seen_ = true;
-      if (absl::Status s = ReadHeader(); !s.ok()) return FailLocked(lock, s);
+      if (absl::Status s = ReadHeader(message); !s.ok()) return FailLocked(lock, s);
       // Admission and the backend may wait (for room, for a GPU lane): on a
       // request worker, not on this gRPC thread. The first chunk is read once
       // the backend is ready.
@@ -148,21 +182,20 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
       service_.request_workers_.Post([this] { StartBackend(); });
       return;
     }
-    if (message_.payload_case() != v1::AggregateStreamRequest::kChunk) {
+    if (message.payload_case() != v1::AggregateStreamRequest::kChunk) {
       return FailLocked(lock, absl::InvalidArgumentError(
                                   "header: a stream carries one header, in its first message; every "
                                   "later message must be a chunk."));
     }
-    std::string chunk = std::move(*message_.mutable_chunk());
-    received_bytes_ += chunk.size();
-    record_.AddBytes(chunk.size());
+    received_bytes_ += chunk->size();
+    record_.AddBytes(chunk->size());
     if (received_bytes_ > plan_.array.bytes()) {
       return FailLocked(lock, absl::InvalidArgumentError(absl::StrCat(
                                   "chunk: the stream sent more than the ", plan_.array.bytes(),
                                   " bytes that header.spec.length (", plan_.array.length, " ",
                                   ops::Name(plan_.array.dtype), " elements) announced.")));
     }
-    queue_.push_back(std::move(chunk));
+    queue_.push_back(std::move(*chunk));
     if (!worker_active_) {
       worker_active_ = true;
       service_.chunk_workers_.Post([this] { Drain(); });
@@ -182,13 +215,13 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
   void OnDone() override { delete this; }
 
  private:
-  absl::Status ReadHeader() {
-    if (message_.payload_case() != v1::AggregateStreamRequest::kHeader) {
+  absl::Status ReadHeader(const v1::AggregateStreamRequest& message) {
+    if (message.payload_case() != v1::AggregateStreamRequest::kHeader) {
       return absl::InvalidArgumentError(
           "chunk: the first message of AggregateStream must be the header (spec and aggregations), "
           "not a chunk.");
     }
-    const auto& header = message_.header();
+    const auto& header = message.header();
     absl::StatusOr<AggregationPlan> plan =
         PlanFromProto(header.spec(), header.aggregations(), std::nullopt, service_.options_.limits);
     if (!plan.ok()) return plan.status();
@@ -221,16 +254,14 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
   void Drain() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!queue_.empty() && error_.ok() && !cancelled_) {
-      std::string chunk = std::move(queue_.front());
+      SlicedBytes chunk = std::move(queue_.front());
       queue_.pop_front();
       if (read_paused_ && !input_ended_) {
         read_paused_ = false;
         StartRead(&message_);
       }
       lock.unlock();
-      absl::Status s = aligner_->Push(AsBytes(chunk), [this](std::span<const std::byte> elements) {
-        return reduction_->Consume(elements);
-      });
+      absl::Status s = ConsumePieces(chunk, *aligner_, *reduction_);
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
     }
@@ -252,7 +283,9 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
     if (status.ok()) {
       absl::StatusOr<AggregationResult> result = reduction_->Finish();
       if (result.ok()) {
-        ResultToProto(plan_, aggregations_, std::move(*result), record_.Seconds(), response_);
+        v1::AggregateResponse message;
+        ResultToProto(plan_, aggregations_, std::move(*result), record_.Seconds(), &message);
+        status = SerializeResponse(message, response_);
       } else {
         status = result.status();
       }
@@ -282,9 +315,9 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
 
   AggregatorService& service_;
   grpc::CallbackServerContext* context_;
-  v1::AggregateResponse* response_;
+  grpc::ByteBuffer* response_;
   RequestRecord record_;
-  v1::AggregateStreamRequest message_;  // the read in flight writes here
+  grpc::ByteBuffer message_;  // the read in flight writes here
 
   std::mutex mu_;
   AggregationPlan plan_;
@@ -292,7 +325,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
   std::optional<ElementAligner> aligner_;
   std::unique_ptr<Reduction> reduction_;
   AdmissionController::Ticket ticket_;
-  std::deque<std::string> queue_;
+  std::deque<SlicedBytes> queue_;
   std::uint64_t received_bytes_ = 0;
   absl::Status error_;
   bool header_seen_ = false;
@@ -303,8 +336,8 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<v1
   bool done_ = false;
 };
 
-grpc::ServerReadReactor<v1::AggregateStreamRequest>* AggregatorService::AggregateStream(
-    grpc::CallbackServerContext* context, v1::AggregateResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::AggregateStream(grpc::CallbackServerContext* context,
+                                                                            grpc::ByteBuffer* response) {
   return new StreamReactor(*this, context, response);
 }
 

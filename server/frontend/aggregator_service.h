@@ -1,6 +1,8 @@
 // The tally.v1.Aggregator gRPC service (callback API): turns requests into
 // plans, feeds the array's bytes to a Reduction of the configured backend,
 // and answers with the results. Validation errors never reach the backend.
+// Both methods take their messages raw, so that the array's bytes go to the
+// backend from gRPC's receive buffers, never copied into a protobuf string.
 #pragma once
 
 #include <atomic>
@@ -37,7 +39,9 @@ struct ServiceOptions {
   std::chrono::milliseconds admission_wait{2000};
 };
 
-class AggregatorService final : public v1::Aggregator::CallbackService {
+class AggregatorService final
+    : public v1::Aggregator::WithRawCallbackMethod_Aggregate<
+          v1::Aggregator::WithRawCallbackMethod_AggregateStream<v1::Aggregator::Service>> {
  public:
   // Two pools of workers, so that requests waiting for room can never hold
   // up the streams whose progress frees it: `request_workers` run unary
@@ -47,12 +51,14 @@ class AggregatorService final : public v1::Aggregator::CallbackService {
   AggregatorService(Backend& backend, Executor& request_workers, Executor& chunk_workers,
                     Metrics* metrics, ServiceOptions options);
 
-  grpc::ServerUnaryReactor* Aggregate(grpc::CallbackServerContext* context,
-                                      const v1::AggregateRequest* request,
-                                      v1::AggregateResponse* response) override;
+  // `request` is a serialized v1::AggregateRequest, `response` receives a
+  // serialized v1::AggregateResponse.
+  grpc::ServerUnaryReactor* Aggregate(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
-  grpc::ServerReadReactor<v1::AggregateStreamRequest>* AggregateStream(
-      grpc::CallbackServerContext* context, v1::AggregateResponse* response) override;
+  // Reads serialized v1::AggregateStreamRequest messages.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* AggregateStream(grpc::CallbackServerContext* context,
+                                                             grpc::ByteBuffer* response) override;
 
   // From now on new calls are refused with UNAVAILABLE; calls in progress go on.
   void BeginDrain() { draining_.store(true); }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "grpcpp/generic/generic_stub.h"
 #include "server_fixture.h"
 
 namespace tally::testing {
@@ -34,7 +35,46 @@ class BadInputTest : public ServerFixture {
     EXPECT_EQ(resp.results(0).doubles().values(0), 2.5);
     EXPECT_EQ(resp.results(1).doubles().values(0), 3.5);
   }
+
+  // Sends `messages` byte for byte, with no protobuf in between, on one call
+  // of `method` and returns its status; `response` gets the answer's bytes.
+  grpc::Status RawCall(const std::string& method, const std::vector<std::string>& messages, std::string* response) {
+    grpc::GenericStub stub(channel_);
+    grpc::CompletionQueue cq;
+    grpc::ClientContext ctx;
+    void* tag = nullptr;
+    bool ok = false;
+    auto next = [&] { return cq.Next(&tag, &ok) && ok; };
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(&ctx, method, &cq);
+    call->StartCall(nullptr);
+    if (next()) {
+      for (const std::string& m : messages) {
+        grpc::Slice slice(m);
+        call->Write(grpc::ByteBuffer(&slice, 1), nullptr);
+        if (!next()) break;  // the server already answered
+      }
+      call->WritesDone(nullptr);
+      next();
+      grpc::ByteBuffer answer;
+      call->Read(&answer, nullptr);
+      if (next()) {
+        std::vector<grpc::Slice> slices;
+        EXPECT_TRUE(answer.Dump(&slices).ok());
+        for (const grpc::Slice& s : slices) response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    next();
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  }
 };
+
+constexpr char kAggregate[] = "/tally.v1.Aggregator/Aggregate";
+constexpr char kAggregateStream[] = "/tally.v1.Aggregator/AggregateStream";
 
 const double kNan = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
@@ -170,6 +210,53 @@ TEST_F(BadInputTest, MalformedStreamsAreRejected) {
   v1::AggregateResponse resp;
   ASSERT_TRUE(Stream({header, Chunk(data.substr(0, 3)), Chunk(data.substr(3))}, &resp).ok());
   EXPECT_EQ(resp.results(0).doubles().values(0), 10.0);
+}
+
+TEST_F(BadInputTest, BytesThatAreNotAMessageAreRejected) {
+  std::string resp;
+  grpc::Status st = RawCall(kAggregate, {std::string("\x12\x05" "abc")}, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("tally.v1.AggregateRequest: not a valid protobuf message: at byte 2, field 2 "
+                                    "(data) needs 5 bytes, but only 3 are left"),
+            std::string::npos)
+      << st.error_message();
+  ExpectStillServing();
+
+  const std::string header = Header(v1::DTYPE_FLOAT32, 4, {Op(v1::OP_SUM)}).SerializeAsString();
+  st = RawCall(kAggregateStream, {header, std::string("\x12\x80")}, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("tally.v1.AggregateStreamRequest: not a valid protobuf message: at byte 1, the "
+                                    "message ends inside the length of field 2 (chunk)"),
+            std::string::npos)
+      << st.error_message();
+  ExpectStillServing();
+}
+
+// The server reads messages as protobuf would: of two data fields in one
+// request the last counts, and a message whose chunk follows its header is a
+// chunk.
+TEST_F(BadInputTest, RepeatedFieldsCountAsInProtobuf) {
+  v1::AggregateRequest later;
+  later.set_data(Bytes(std::vector<float>{10.0f, 20.0f}));
+  std::string resp;
+  grpc::Status st = RawCall(kAggregate, {GoodRequest().SerializeAsString() + later.SerializeAsString()}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  v1::AggregateResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(resp));
+  EXPECT_EQ(parsed.execution().elements(), 2u);
+  EXPECT_EQ(parsed.results(0).doubles().values(0), 30.0);
+  EXPECT_EQ(parsed.results(1).doubles().values(0), 20.0);
+
+  const std::string header = Header(v1::DTYPE_FLOAT32, 2, {Op(v1::OP_SUM)}).SerializeAsString();
+  const std::string chunk = Chunk(Bytes(std::vector<float>{1.5f, 2.0f})).SerializeAsString();
+  st = RawCall(kAggregateStream, {header + chunk}, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("must be the header"), std::string::npos) << st.error_message();
+  resp.clear();
+  st = RawCall(kAggregateStream, {chunk + header, chunk}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_TRUE(parsed.ParseFromString(resp));
+  EXPECT_EQ(parsed.results(0).doubles().values(0), 3.5);
 }
 
 }  // namespace
