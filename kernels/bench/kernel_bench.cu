@@ -25,7 +25,13 @@ using tally::ops::DType;
 using tally::ops::OpKind;
 
 constexpr int kWarmup = 5;
-constexpr int kReps = 25;
+int kReps = 25;  // TALLY_BENCH_REPS overrides (a profiler needs few)
+// Timing mode. Queued (the default): a spin kernel keeps the stream busy
+// while the host enqueues the start event, the work and the end event, so
+// the events bracket device time only, for tally and CUB alike. Direct
+// (TALLY_BENCH_DIRECT=1): the host's own launch cost (argument checks,
+// occupancy queries, CUB's two launches) falls between the events too.
+bool g_queued = true;
 
 #define CHECK(expr)                                                                        \
   do {                                                                                     \
@@ -64,6 +70,16 @@ __global__ void PlainRead(const float4* x, std::size_t n4, float* sink) {
   if (acc == -1.f) *sink = acc;
 }
 
+// Holds the stream for about `ns` nanoseconds.
+__global__ void Spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 // Median time in ms of f() over kReps runs after kWarmup, by CUDA events.
 double MedianMs(cudaStream_t s, const std::function<void()>& f) {
   for (int i = 0; i < kWarmup; ++i) f();
@@ -73,6 +89,10 @@ double MedianMs(cudaStream_t s, const std::function<void()>& f) {
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   for (int i = 0; i < kReps; ++i) {
+    if (g_queued) {
+      Spin<<<1, 32, 0, s>>>(200000);
+      CHECK(cudaGetLastError());
+    }
     CHECK(cudaEventRecord(a, s));
     f();
     CHECK(cudaEventRecord(b, s));
@@ -123,8 +143,18 @@ struct Row {
 
 }  // namespace
 
+// Usage: tally-kernel-bench [bytes [filter]]. Rows whose name does not
+// contain `filter` are skipped ("latency" selects the latency table); a
+// filter "=name" keeps only the row named exactly so.
 int main(int argc, char** argv) {
   const std::size_t n = (argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (1ull << 30)) / 4;
+  const std::string filter = argc > 2 ? argv[2] : "";
+  auto wanted = [&](const std::string& name) {
+    if (!filter.empty() && filter[0] == '=') return name == filter.substr(1);
+    return name.find(filter) != std::string::npos;
+  };
+  if (const char* r = std::getenv("TALLY_BENCH_REPS")) kReps = std::max(1, std::atoi(r));
+  if (const char* d = std::getenv("TALLY_BENCH_DIRECT")) g_queued = std::atoi(d) == 0;
   const double bytes = static_cast<double>(n) * 4;
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -137,8 +167,10 @@ int main(int argc, char** argv) {
   std::printf("device: %s (%d SMs), CUDA runtime %d.%d, driver %d.%d, CCCL %d.%d.%d, %s\n", prop.name,
               prop.multiProcessorCount, rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,
               CCCL_MAJOR_VERSION, CCCL_MINOR_VERSION, CCCL_PATCH_VERSION, date);
-  std::printf("input: %zu float32 (%.3f GiB), median of %d runs after %d warm-up\n\n", n,
-              bytes / (1ull << 30), kReps, kWarmup);
+  std::printf("input: %zu float32 (%.3f GiB), median of %d runs after %d warm-up, %s\n\n", n,
+              bytes / (1ull << 30), kReps, kWarmup,
+              g_queued ? "device time (launches queued behind a busy stream)"
+                       : "direct (host launch cost included)");
 
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
@@ -191,6 +223,7 @@ int main(int argc, char** argv) {
   auto compare = [&](const std::string& name, tally::ops::OpMask ops, std::uint32_t bins,
                      const float* d, const std::function<void()>& ref, const std::string& ref_name,
                      double min_ratio, double min_gbs) {
+    if (!wanted(name)) return;
     Tally tl(DType::kFloat32, ops, n, 0, bins);
     const double ours = gbs(MedianMs(s, [&] { tl.Run(d, s); }));
     const double theirs = ref ? gbs(MedianMs(s, ref)) : 0.0;
@@ -219,12 +252,18 @@ int main(int argc, char** argv) {
   compare("histogram 256", Bit(OpKind::kHistogram), 256, x, [&] { cub_hist(x, 256); }, "CUB", 1.0, 0);
   compare("histogram 4096", Bit(OpKind::kHistogram), 4096, x, [&] { cub_hist(x, 4096); }, "CUB", 0, 2500);
   compare("histogram 65536", Bit(OpKind::kHistogram), 65536, x, [&] { cub_hist(x, 65536); }, "CUB", 0, 1000);
-  const double uni256 = rows[6].ours_gbs, uni4k = rows[7].ours_gbs, uni64k = rows[8].ours_gbs;
+  auto ours_of = [&](const std::string& name) {
+    for (const Row& r : rows)
+      if (r.name == name) return r.ours_gbs;
+    return 0.0;
+  };
+  const double uni256 = ours_of("histogram 256"), uni4k = ours_of("histogram 4096"),
+               uni64k = ours_of("histogram 65536");
   compare("histogram 256 skewed", Bit(OpKind::kHistogram), 256, skew, [&] { cub_hist(skew, 256); }, "CUB", 0, 0.8 * uni256);
   compare("histogram 4096 skewed", Bit(OpKind::kHistogram), 4096, skew, [&] { cub_hist(skew, 4096); }, "CUB", 0, 0.8 * uni4k);
   compare("histogram 65536 skewed", Bit(OpKind::kHistogram), 65536, skew, [&] { cub_hist(skew, 65536); }, "CUB", 0, 0.8 * uni64k);
   // Fused: five ops in one call vs five CUB calls back to back.
-  {
+  if (wanted("fused")) {
     const tally::ops::OpMask five = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
                                     Bit(OpKind::kArgmax) | Bit(OpKind::kHistogram);
     Tally tl(DType::kFloat32, five, n, 0, 256);
@@ -237,13 +276,13 @@ int main(int argc, char** argv) {
   }
   // Segmented sums vs the read ceiling.
   for (std::uint64_t len : {32ull, 1024ull, 65536ull, 16ull << 20}) {
-    if (n % len) continue;
+    if (n % len || !wanted("segmented sum, rows of " + std::to_string(len))) continue;
     Tally tl(DType::kFloat32, Bit(OpKind::kSum), n, len);
     const double ours = gbs(MedianMs(s, [&] { tl.Run(x, s); }));
     rows.push_back({"segmented sum, rows of " + std::to_string(len), ours, read_gbs, "plain read",
                     ">= 85% of read", ours >= 0.85 * read_gbs});
   }
-  {
+  if (wanted("segmented sum+max+argmin")) {
     Tally tl(DType::kFloat32, Bit(OpKind::kSum) | Bit(OpKind::kMax) | Bit(OpKind::kArgmin), n, 1024);
     rows.push_back({"segmented sum+max+argmin, rows of 1024", gbs(MedianMs(s, [&] { tl.Run(x, s); })), read_gbs, "plain read", "", true});
   }
@@ -255,7 +294,7 @@ int main(int argc, char** argv) {
                 r.ref_name.c_str(), r.target.c_str(), r.target.empty() ? "" : (r.met ? "yes" : "NO"));
 
   // Latency: 1K floats, launch to result on the host, p50 of wall time.
-  {
+  if (wanted("latency")) {
     const std::size_t m = 1024;
     Tally tl(DType::kFloat32, Bit(OpKind::kSum), m, 0);
     float* h_f;

@@ -569,6 +569,31 @@ TEST(Kernels, SkewedHistogramOneBin) {
   }
 }
 
+// Histograms too large for one block's u32 counters count in 16-bit
+// fields and carry every 0x8000 to the state: two neighbouring bins that
+// share one 32-bit word (float32) or sit in different words (uint8) get
+// millions of counts each, so every block carries in both fields several
+// times, from many threads at once.
+TEST(Kernels, WideHistogramCarries) {
+  REQUIRE_GPU();
+  const std::size_t n = Small() ? 1200001 : 12000001;
+  {
+    const ops::HistogramSpec h = RangeFor<DType::kFloat32>(65536);
+    const double step = (h.hi - h.lo) / h.bins;
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = static_cast<float>(h.lo + (32768.5 + static_cast<double>(i % 2)) * step);
+    CheckCase<DType::kFloat32>(x, 0, ops::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
+    CheckCase<DType::kFloat32>(x, 0, ops::Bit(OpKind::kHistogram) | ops::Bit(OpKind::kArgmax), 40000,
+                               0, "wide carries, 40000 bins");
+  }
+  {
+    std::vector<std::uint8_t> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<std::uint8_t>(100 + i % 2);
+    CheckCase<DType::kUInt8>(x, 0, ops::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
+  }
+}
+
 TEST(Kernels, RejectsBadPlans) {
   AggregatePlan p;
   p.ops = 0;

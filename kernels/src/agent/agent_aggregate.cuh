@@ -63,38 +63,68 @@ struct ThreadAgg {
         if (v < nvec) sumsq += SumSquaresOp<D>::template Group<K>(x[v]);
     }
     if (w.moments) mom = ops::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
-    if (w.argmin) {
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        if (v < nvec) {
-#pragma unroll
-          for (int e = 0; e < K; ++e) ArgOp<D, false>::Update(amin_v, amin_i, x[v][e], base[v] + e);
-        }
-    }
-    if (w.argmax) {
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        if (v < nvec) {
-#pragma unroll
-          for (int e = 0; e < K; ++e) ArgOp<D, true>::Update(amax_v, amax_i, x[v][e], base[v] + e);
-        }
-    }
+    if (w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, x, base, nvec);
+    if (w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, x, base, nvec);
     if (w.hist) {
-      // All bins first (independent work the scheduler can overlap), then
-      // the counting, which depends on the previous element's slot. Almost
-      // every element takes the quick guess (no edge loads); the few near an
-      // edge branch to the edge table and, rarer still, to Bin.
+      // Every slot by the quick guess first: independent work the
+      // scheduler can overlap, no edge loads, one branch per group. When
+      // some element is near an edge, outside the range or NaN (rare on
+      // data inside the range), the group takes the exact path.
+      // (uint8, 16 elements a vector, always branches per element, since
+      // a group's exact path unrolled over 32 elements costs registers.)
       std::int32_t slot[V][K];
+      if (K > 4 || hist->quick.per_element) {
 #pragma unroll
-      for (int v = 0; v < V; ++v)
+        for (int v = 0; v < V; ++v)
 #pragma unroll
-        for (int e = 0; e < K; ++e) slot[v][e] = hist->Slot(x[v][e]);
+          for (int e = 0; e < K; ++e)
+            if (!hist->Quick(x[v][e], slot[v][e])) slot[v][e] = hist->SlotSlow(x[v][e]);
+      } else {
+        unsigned quick = 1;  // (a bool here became byte shuffling in SASS)
 #pragma unroll
-      for (int v = 0; v < V; ++v)
-        if (v < nvec) {
+        for (int v = 0; v < V; ++v)
 #pragma unroll
-          for (int e = 0; e < K; ++e) hist->Count(slot[v][e]);
+          for (int e = 0; e < K; ++e) quick &= static_cast<unsigned>(hist->Quick(x[v][e], slot[v][e]));
+        if (!quick) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+#pragma unroll
+            for (int e = 0; e < K; ++e) slot[v][e] = hist->SlotSlow(x[v][e]);
         }
+      }
+      if (hist->Direct()) {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          if (v < nvec) {
+#pragma unroll
+            for (int e = 0; e < K; ++e) atomicAdd(hist->counts + slot[v][e], 1u);
+          }
+      } else if (hist->sink == HistSink::kShared16) {
+        // A group all in one slot (skewed data) is one add of V * K: 32
+        // lanes adding to one field with returned values serialize.
+        bool same = nvec == V;
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+#pragma unroll
+          for (int e = 0; e < K; ++e) same &= slot[v][e] == slot[0][0];
+        if (same) {
+          hist->Count16(slot[0][0], V * K);
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            if (v < nvec) {
+#pragma unroll
+              for (int e = 0; e < K; ++e) hist->Count16(slot[v][e], 1);
+            }
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          if (v < nvec) {
+#pragma unroll
+            for (int e = 0; e < K; ++e) hist->Count(slot[v][e]);
+          }
+      }
     }
   }
 
@@ -132,8 +162,12 @@ TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
 // tiles of lanes * VecsPerThread vectors dealt round-robin to the parts (all
 // parts stream through the same neighbourhood of memory, as a grid-stride
 // loop does: contiguous slices per block ran at 0.91x CUB), one predicated
-// partial tile and a scalar tail (the part whose turn it is).
-template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)))>
+// partial tile and a scalar tail (the part whose turn it is). With
+// kSyncTiles > 0 the block meets at a barrier after every kSyncTiles full
+// tiles (every thread of a block runs the same tiles), which bounds the
+// work done between two barriers (HistThread::Count16).
+template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
+          int kSyncTiles = 0>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
                                ThreadAgg<D>& agg, std::int64_t part = 0,
@@ -153,7 +187,14 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
   const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
   const std::int64_t full = nv / tile;  // full tiles
   std::int64_t t = part * tile;
+  int since_sync = 0;
   for (; t + tile <= nv; t += parts * tile) {
+    if constexpr (kSyncTiles > 0) {
+      if (++since_sync > kSyncTiles) {
+        __syncthreads();
+        since_sync = 1;
+      }
+    }
     T x[U][K];
     std::int64_t base[U];
 #pragma unroll

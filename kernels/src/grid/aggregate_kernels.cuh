@@ -49,7 +49,7 @@ struct AggArgs {
   int cluster;                // blocks sharing one histogram (1: none)
   std::uint32_t per_rank;     // counters each block of a cluster holds
   bool edge_table;
-  typename DevTraits<D>::B margin;  // HistMargin
+  HistQuick<typename DevTraits<D>::B> quick;
   StateView state;
   Partial<D>* partials;  // [segments * slices] when slices > 1
   // When slices > 1 (no zeroing launch: the caller's scratch holds anything):
@@ -89,28 +89,53 @@ TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
 // Variants: the lean one (sum, min, max, sum of squares, argmin, argmax)
 // compiles without moments and histogram and needs far fewer registers, so
 // more blocks share an SM and more loads are in flight; kHist adds the
-// histogram (no moments); kFull has everything. Three slice variants and two
-// team variants per dtype, not one per op subset.
-enum Variant : int { kLean = 0, kHist = 1, kFull = 2 };
+// histogram (no moments); kHistWide is kHist for histograms too large for
+// one block's u32 counters (HistSink::kShared16, one 1024-thread block per
+// SM); kFull has everything. Four slice variants and two team variants per
+// dtype, not one per op subset.
+enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3 };
 
 template <ops::DType D>
 TALLY_DEV Want VariantWant(Want w, int variant) {
   if (variant == kLean) w.moments = w.hist = false;
-  if (variant == kHist) w.moments = false;
+  if (variant == kHist || variant == kHistWide) w.moments = false;
   return w;
 }
 
 constexpr int SliceBlocksPerSm(int variant) {
-  return variant == kLean ? Policy::kLeanBlocksPerSm
-                          : (variant == kHist ? Policy::kHistBlocksPerSm : Policy::kFullBlocksPerSm);
+  return variant == kLean   ? Policy::kLeanBlocksPerSm
+         : variant == kHist ? Policy::kHistBlocksPerSm
+         : variant == kFull ? Policy::kFullBlocksPerSm
+                            : 1;
+}
+constexpr int SliceThreads(int variant) {
+  return variant == kHistWide ? Policy::kHistWideThreads : Policy::kThreads;
+}
+template <ops::DType D>
+constexpr int SliceVecs(int variant) {
+  constexpr int kBytes = static_cast<int>(sizeof(typename DevTraits<D>::T));
+  return variant == kHist       ? Policy::kHistVecsPerThread
+         : variant == kHistWide ? Policy::HistWideVecs(kBytes)
+                                : Policy::VecsPerThread(kBytes);
+}
+// kHistWide: full tiles between barriers. A window between two barriers
+// holds at most (tiles + 1) * tile - 1 elements (after the last barrier: the
+// tiles, a partial tile and the scalar tail), which must stay within the
+// 0x7FFF increments HistThread::Count16 allows.
+template <ops::DType D>
+constexpr int WideSyncTiles() {
+  constexpr int kTile = Policy::kHistWideThreads * SliceVecs<D>(kHistWide) * DevTraits<D>::kVec;
+  return 0x8000 / kTile - 1;
 }
 
 template <ops::DType D, int kVariant>
-__global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
+__global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVariant))
     SliceKernel(const AggArgs<D> a) {
-  constexpr int kU = kVariant == kHist
-                         ? Policy::kHistVecsPerThread
-                         : Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)));
+  constexpr int kU = SliceVecs<D>(kVariant);
+  constexpr int kSync = kVariant == kHistWide ? WideSyncTiles<D>() : 0;
+  static_assert(kVariant != kHistWide || kSync >= 1, "kShared16 needs a barrier at least every tile");
+  static_assert(kVariant != kHistWide ||
+                (kSync + 1) * Policy::kHistWideThreads * kU * DevTraits<D>::kVec - 1 <= 0x7FFF);
   using B = typename DevTraits<D>::B;
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char dyn_smem[];
@@ -122,9 +147,13 @@ __global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
   const Segment seg = SegmentOf(a, j);
 
   HistThread<B> hist{a.binner, nullptr, nullptr, nullptr, a.per_rank,
-                     a.cluster > 1 ? HistSink::kCluster : HistSink::kShared, a.margin};
+                     kVariant == kHistWide ? HistSink::kShared16
+                     : a.cluster > 1       ? HistSink::kCluster
+                                           : HistSink::kShared,
+                     a.quick};
   if (w.hist) {
     hist.counts = reinterpret_cast<unsigned*>(dyn_smem);
+    if (kVariant == kHistWide) hist.global = a.state.hist + seg.row * a.hist_stride;
     for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) hist.counts[i] = 0;
     if (a.edge_table) {
       B* edges = reinterpret_cast<B*>(dyn_smem + (a.per_rank * 4 + 15) / 16 * 16);
@@ -137,8 +166,8 @@ __global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
   }
 
   ThreadAgg<D> agg(w, &hist);
-  AccumulateRange<D, kU>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s,
-                     a.slices);
+  AccumulateRange<D, kU, kSync>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg,
+                                s, a.slices);
   Partial<D> p = BlockReduce(agg.Finish(), w, red);
 
   if (w.hist) {
@@ -146,10 +175,25 @@ __global__ void __launch_bounds__(Policy::kThreads, SliceBlocksPerSm(kVariant))
     else __syncthreads();
     const std::uint32_t rank = a.cluster > 1 ? cg::this_cluster().block_rank() : 0;
     unsigned long long* row_hist = a.state.hist + seg.row * a.hist_stride;
-    for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) {
-      const std::uint32_t slot = rank * a.per_rank + i;
-      const unsigned c = hist.counts[i];
-      if (c != 0 && slot < a.hist_stride) atomicAdd(row_hist + slot, static_cast<unsigned long long>(c));
+    if (kVariant == kHistWide) {
+      // per_rank words: (bins + 1) / 2 packed pairs, then below/above/nan.
+      const std::uint32_t pairs = (static_cast<std::uint32_t>(a.binner.bins) + 1) / 2;
+      for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) {
+        const unsigned c = hist.counts[i];
+        if (c == 0) continue;
+        if (i < pairs) {
+          if (c & 0xFFFFu) atomicAdd(row_hist + 2 * i, static_cast<unsigned long long>(c & 0xFFFFu));
+          if (c >> 16) atomicAdd(row_hist + 2 * i + 1, static_cast<unsigned long long>(c >> 16));
+        } else {
+          atomicAdd(row_hist + a.binner.bins + (i - pairs), static_cast<unsigned long long>(c));
+        }
+      }
+    } else {
+      for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) {
+        const std::uint32_t slot = rank * a.per_rank + i;
+        const unsigned c = hist.counts[i];
+        if (c != 0 && slot < a.hist_stride) atomicAdd(row_hist + slot, static_cast<unsigned long long>(c));
+      }
     }
   }
 
@@ -199,7 +243,7 @@ __global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBloc
     Segment seg = active ? SegmentOf(a, j) : Segment{0, 0, 0, 0, false};
     HistThread<B> hist{a.binner, nullptr, nullptr,
                        w.hist && active ? a.state.hist + seg.row * a.hist_stride : nullptr, 0,
-                       HistSink::kGlobal, a.margin};
+                       HistSink::kGlobal, a.quick};
     ThreadAgg<D> agg(w, &hist);
     AccumulateRange<D>(a.chunk, seg.begin, seg.end, lane, g, seg.shift, agg);
     const Partial<D> p = TeamReduce(agg.Finish(), g, w);
@@ -280,6 +324,8 @@ struct LaunchShape {
   bool edge_table;
   std::size_t smem;
   std::int64_t blocks;
+  int threads;  // per block
+  bool wide;    // SliceKernel<kHistWide>
 };
 
 inline std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -290,10 +336,17 @@ template <ops::DType D>
 using KernelFn = void (*)(AggArgs<D>);
 
 template <ops::DType D>
-KernelFn<D> SliceKernelFor(const Want& w) {
+KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
   if (w.moments) return SliceKernel<D, kFull>;
-  if (w.hist) return SliceKernel<D, kHist>;
+  if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
   return SliceKernel<D, kLean>;
+}
+
+// Histograms whose u32 counters do not fit one block and that need no
+// moments take SliceKernel<kHistWide> (Policy::kHistWideThreads).
+inline bool WideHistogram(const AggregatePlan& plan, const Want& w) {
+  return w.hist && !w.moments &&
+         static_cast<std::int64_t>(plan.histogram.bins + 3) * 4 > Policy::kHistCountBytesPerBlock;
 }
 
 // whole_rows: the chunk is 16-byte aligned and holds whole rows only (the
@@ -309,7 +362,9 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   const Want w = Want::From(plan.ops);
   const bool full = NeedsFull(w);
   const auto team_kernel = full ? TeamKernel<D, true> : TeamKernel<D, false>;
-  const auto slice_kernel = SliceKernelFor<D>(w);
+  sh.wide = WideHistogram(plan, w);
+  sh.threads = sh.wide ? Policy::kHistWideThreads : Policy::kThreads;
+  const auto slice_kernel = SliceKernelFor<D>(w, sh.wide);
   const std::int64_t row_bytes = static_cast<std::int64_t>(plan.row_length * sizeof(T));
   sh.team = plan.row_length != 0 && row_bytes <= Policy::kTeamMaxRowBytes;
   sh.cluster = 1;
@@ -345,7 +400,13 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
     *out = sh;
     return cudaSuccess;
   }
-  if (w.hist) {
+  if (sh.wide) {
+    // (bins + 1) / 2 words of 16-bit pairs, then below, above, nan.
+    sh.per_rank = static_cast<std::uint32_t>((plan.histogram.bins + 1) / 2 + 3);
+    sh.smem = (sh.per_rank * 4 + 15) / 16 * 16;
+    TALLY_CUDA_TRY(cudaFuncSetAttribute(slice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(sh.smem)));
+  } else if (w.hist) {
     const std::int64_t stride = plan.histogram.bins + 3;
     while (CeilDiv(stride, sh.cluster) * 4 > Policy::kHistCountBytesPerBlock &&
            sh.cluster < Policy::kMaxCluster)
@@ -368,7 +429,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   if (max_slices > 1) {
     int per_sm = 0;
     TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, slice_kernel,
-                                                                  Policy::kThreads, sh.smem));
+                                                                  sh.threads, sh.smem));
     const std::int64_t resident = static_cast<std::int64_t>(per_sm > 0 ? per_sm : 1) * dev.sms;
     const std::int64_t rows = plan.row_length == 0 ? 1 : CeilDiv(n, seg_len);
     // One wave: rounding up would leave a few blocks for a second wave
@@ -463,7 +524,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   if (a.want.hist) {
     a.binner = ops::HistogramBinner<B>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
     a.hist_stride = lay.histogram_stride;
-    a.margin = HistMargin(a.binner, plan.histogram.lo, plan.histogram.hi);
+    a.quick = HistQuick<B>::Make(a.binner, plan.histogram.lo, plan.histogram.hi);
     // Rows that start in this chunk begin with zero counters.
     const std::uint64_t first_fresh =
         plan.row_length == 0 ? (offset == 0 ? 0 : 1)
@@ -487,7 +548,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   a.edge_table = sh.edge_table;
   const bool full = NeedsFull(a.want);
   const auto team_kernel = full ? TeamKernel<D, true> : TeamKernel<D, false>;
-  const auto slice_kernel = SliceKernelFor<D>(a.want);
+  const auto slice_kernel = SliceKernelFor<D>(a.want, sh.wide);
   if (sh.rowvec) {
     RowVecKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, 0, stream>>>(a);
     TALLY_CUDA_CHECK_LAUNCH();
@@ -515,7 +576,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   if (sh.cluster > 1) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(sh.blocks));
-    cfg.blockDim = dim3(Policy::kThreads);
+    cfg.blockDim = dim3(static_cast<unsigned>(sh.threads));
     cfg.dynamicSmemBytes = sh.smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
@@ -527,7 +588,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
     cfg.numAttrs = 1;
     TALLY_CUDA_TRY(cudaLaunchKernelEx(&cfg, slice_kernel, a));
   } else {
-    slice_kernel<<<static_cast<unsigned>(sh.blocks), Policy::kThreads, sh.smem, stream>>>(a);
+    slice_kernel<<<static_cast<unsigned>(sh.blocks), static_cast<unsigned>(sh.threads), sh.smem, stream>>>(a);
   }
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;

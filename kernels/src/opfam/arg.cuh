@@ -8,6 +8,7 @@
 
 #include "tally/ops/combine.h"
 #include "../device_traits.cuh"
+#include "extreme.cuh"
 
 namespace tally::kernels::detail {
 
@@ -25,6 +26,51 @@ struct ArgOp {
       best = x;
       at = i;
     }
+  }
+  // Visit a group of nvec vectors of K elements (group v starts at index
+  // base[v]; indices above the thread's earlier ones). The group's extreme
+  // (NaN-propagating) decides whether the candidate changes at all, one
+  // min/max per element; only then is its first occurrence looked for. On
+  // random data a thread's candidate changes a few times per thousand
+  // elements, so the search is rare.
+  template <int V, int K>
+  static TALLY_DEV void UpdateGroup(T& best, std::int64_t& at, const T (&x)[V][K],
+                                    const std::int64_t (&base)[V], int nvec) {
+    if constexpr (K > 4) {
+      // uint8 (16 elements a vector): the search unrolled over a group
+      // costs more registers than it saves; visit element by element.
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) Update(best, at, x[v][e], base[v] + e);
+        }
+      return;
+    }
+    T m = x[0][0];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (v < nvec) {
+#pragma unroll
+        for (int e = 0; e < K; ++e) m = kMax ? ExtremeOp<D>::Max(m, x[v][e]) : ExtremeOp<D>::Min(m, x[v][e]);
+      }
+    bool take = kMax ? (m > best) : (m < best);
+    if constexpr (DevTraits<D>::kFloat) take = take || (m != m && best == best);
+    if (!(take || at < 0)) return;
+    // The first element equal to m (the first NaN when m is NaN).
+    bool found = false;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < K; ++e) {
+        bool hit = v < nvec && x[v][e] == m;
+        if constexpr (DevTraits<D>::kFloat) hit = hit || (v < nvec && m != m && x[v][e] != x[v][e]);
+        if (hit && !found) {
+          found = true;
+          best = x[v][e];
+          at = base[v] + e;
+        }
+      }
   }
   static TALLY_DEV ops::ArgCandidate<E> Merge(const ops::ArgCandidate<E>& a,
                                               const ops::ArgCandidate<E>& b) {

@@ -17,63 +17,104 @@
 
 namespace tally::kernels::detail {
 
-enum class HistSink : int { kShared, kCluster, kGlobal };
+// kShared: one block's u32 counters. kCluster: a cluster's, in distributed
+// shared memory. kGlobal: the state's u64 counters. kShared16: one block's
+// counters packed two to a word (16 bits each, 65536 bins in 128 KB), with
+// carries to the state's u64 counters (Count16 below).
+enum class HistSink : int { kShared, kCluster, kGlobal, kShared16 };
 
 // The slot of a bin from HistogramBinner::Bin.
 TALLY_DEV std::int32_t SlotOf(std::int32_t bin, std::int32_t bins) {
   return bin >= 0 ? bin : bins - 1 - bin;  // kBinBelow -> bins, kBinAbove -> +1, kBinNan -> +2
 }
 
-// Rounding to the nearest integer without a conversion instruction: adding
-// 1.5 * 2^(mantissa bits) leaves round(f) in the low bits (|f| < 2^22).
+// floor(f) without a conversion instruction: adding 1.5 * 2^(mantissa bits)
+// rounding down leaves floor(f) in the low bits (|f| < 2^22 for float,
+// 2^51 for double); FADD.RM runs at the full FP32 rate, F2I.FLOOR at a
+// quarter of it.
 template <typename B>
 struct RoundMagic;
 template <>
 struct RoundMagic<float> {
-  static TALLY_DEV float Add(float a, float b) { return __fadd_rn(a, b); }
+  static TALLY_DEV float Fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+  static TALLY_DEV float AddDown(float a, float b) { return __fadd_rd(a, b); }
   static TALLY_DEV float Sub(float a, float b) { return __fsub_rn(a, b); }
-  static TALLY_DEV float Mul(float a, float b) { return __fmul_rn(a, b); }
   static constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  static TALLY_DEV std::int32_t Bits(float y) { return __float_as_int(y) - 0x4B400000; }
+  // floor(f) for y = AddDown(f, kMagic), |f| < 2^22. Any other f (NaN and
+  // infinities too) gives a difference of at least 2^22 in magnitude, so
+  // an unsigned compare with bins < 2^22 sees it out of range.
+  static TALLY_DEV std::uint32_t Floor(float y) {
+    return static_cast<std::uint32_t>(__float_as_int(y)) - 0x4B400000u;
+  }
 };
 template <>
 struct RoundMagic<double> {
-  static TALLY_DEV double Add(double a, double b) { return __dadd_rn(a, b); }
+  static TALLY_DEV double Fma(double a, double b, double c) { return __fma_rn(a, b, c); }
+  static TALLY_DEV double AddDown(double a, double b) { return __dadd_rd(a, b); }
   static TALLY_DEV double Sub(double a, double b) { return __dsub_rn(a, b); }
-  static TALLY_DEV double Mul(double a, double b) { return __dmul_rn(a, b); }
   static constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2^52
-  static TALLY_DEV std::int32_t Bits(double y) {
-    return static_cast<std::int32_t>(__double_as_longlong(y) - 0x4338000000000000LL);
+  static TALLY_DEV std::uint64_t Floor(double y) {
+    return static_cast<std::uint64_t>(__double_as_longlong(y)) - 0x4338000000000000ull;
   }
 };
 
-// The margin (in bins) that makes the quick guess exact, HistMargin below.
-// With t = (x - lo) / step the exact position and e_i = (Edge(i) - lo) /
-// step, the guess f = (x - lo_t) * scale (3 roundings) is within
-// u*A/step + 3u*bins of t (float32; u the unit roundoff of B, A = max(|lo|,
-// |hi|)), and each e_i within u*A/step (+ the float64 linspace rounding,
-// 3*2^-53*bins) of i; float64 binning: within 4u*bins and u*A/step + 3u*bins.
-// So when f is at least 4u*A/step + 8u*bins (twice the sum, or more) away
-// from every integer, floor(f) = g satisfies Edge(g) <= x < Edge(g + 1):
-// g is Bin's answer (and x lies inside [lo_t, hi_t]).
+// The quick guess and the margin (in bins) that makes it exact.
+//
+// Units of bins; t = (x - lo) / step is the exact position, u the unit
+// roundoff of B, A = max(|lo|, |hi|). The guess f = fma(x, scale, offset),
+// offset = RN(-lo_t * scale), is within 2u*|lo|/step + 2u*bins of t for f
+// in [0, bins): lo_t's and offset's roundings, scale's (relative u, times
+// f < bins) and the fma's (u*f). Each edge e_i = (Edge(i) - lo) / step is
+// within u*A/step + u*bins of i: float32 edges are float64 linspace values
+// rounded once (u*A/step, plus 2^-52 relative in float64); float64 edges
+// round i*step and the sum. So with m at least the sum of the two,
+// 3u*(A/step + bins) (times 1 + 2^-10 for the second-order terms), a
+// fraction of f inside (m, 1 - m) puts t strictly between e_g and e_{g+1}
+// for g = floor(f), and g is HistogramBinner::Bin's answer. The test is
+// lo_safe < frac(f) < hi_safe, with lo_safe = m rounded up and hi_safe =
+// 1 - m rounded down (frac(f) itself is exact). The edge tests of the GPU
+// suite put values on and one ulp around every edge.
 template <typename B>
-B HistMargin(const ops::HistogramBinner<B>& b, double lo, double hi) {
-  const double u = static_cast<double>(std::numeric_limits<B>::epsilon()) / 2;
-  const double a = std::fmax(std::fabs(lo), std::fabs(hi));
-  const double m = 4 * u * (a / b.step + 2 * static_cast<double>(b.bins)) + 1e-300;
-  return m < 0.25 ? static_cast<B>(m) : static_cast<B>(1);  // 1: never safe
-}
+struct HistQuick {
+  B offset;   // RN(-lo_t * scale)
+  B lo_safe;  // m rounded up; 2 (never safe) for margins over a quarter bin
+  B hi_safe;  // 1 - m rounded down; -1 then
+  // The chance that an element is near an edge (2m): with more than
+  // Policy::kHistGroupMaxNearEdge, groups of elements would take the exact
+  // path too often, and each element branches on its own instead.
+  bool per_element;
 
-// The quick guess: true (and the slot in `slot`) when x is safely inside
-// one bin; false when x is near an edge, outside [lo, hi] or NaN.
+  static HistQuick Make(const ops::HistogramBinner<B>& b, double lo, double hi) {
+    const double u = static_cast<double>(std::numeric_limits<B>::epsilon()) / 2;
+    const double a = std::fmax(std::fabs(lo), std::fabs(hi));
+    const double m = 3 * u * (a / b.step + static_cast<double>(b.bins)) * (1 + 0x1p-10);
+    HistQuick q;
+    q.offset = -(b.lo_t * b.scale);
+    B lo_safe = static_cast<B>(m);
+    if (static_cast<double>(lo_safe) < m) lo_safe = std::nextafter(lo_safe, B(2));
+    B hi_safe = static_cast<B>(1 - m);
+    if (static_cast<double>(hi_safe) > 1 - m) hi_safe = std::nextafter(hi_safe, B(-1));
+    const bool usable = m < 0.25;  // else always ask Bin
+    q.lo_safe = usable ? lo_safe : B(2);
+    q.hi_safe = usable ? hi_safe : B(-1);
+    q.per_element = 2 * m > Policy::kHistGroupMaxNearEdge;
+    return q;
+  }
+};
+
+// True (and the slot in `slot`) when x is safely inside one bin; false when
+// x is near an edge, outside [lo, hi] or NaN (then `slot` is meaningless).
 template <typename B>
-TALLY_DEV bool SlotQuick(const ops::HistogramBinner<B>& b, B margin, B x, std::int32_t& slot) {
+TALLY_DEV bool SlotQuick(const ops::HistogramBinner<B>& b, const HistQuick<B>& q, B x,
+                         std::int32_t& slot) {
   using R = RoundMagic<B>;
-  const B f = R::Mul(R::Sub(x, b.lo_t), b.scale);
-  const B y = R::Add(f, R::kMagic);
-  const B d = R::Sub(f, R::Sub(y, R::kMagic));  // f - round(f), exact
-  slot = R::Bits(y) - (d < B(0) ? 1 : 0);
-  return f > B(0) && f < static_cast<B>(b.bins) && (d >= margin || d <= -margin);
+  const B f = R::Fma(x, b.scale, q.offset);
+  const B y = R::AddDown(f, R::kMagic);
+  const auto g = R::Floor(y);  // floor(f), or out of range (see Floor)
+  const B d = R::Sub(f, R::Sub(y, R::kMagic));  // frac(f), exact
+  slot = static_cast<std::int32_t>(g);
+  // Every test evaluated, no short circuit: predicates, no branch.
+  return (g < static_cast<decltype(g)>(b.bins)) & (d > q.lo_safe) & (d < q.hi_safe);
 }
 
 // HistogramBinner::Bin, fast and branch-free. Bin walks from its guess g:
@@ -111,7 +152,7 @@ struct HistThread {
   unsigned long long* global;    // kGlobal: the row's counters in the state
   std::uint32_t per_rank;        // kCluster: slots held by each block
   HistSink sink;
-  B margin;                      // HistMargin
+  HistQuick<B> quick;
   std::int32_t run_slot = -1;
   unsigned run_count = 0;
 
@@ -126,22 +167,47 @@ struct HistThread {
       atomicAdd(global + slot, static_cast<unsigned long long>(n));
     }
   }
-  // The slot of x: the quick guess, else the edges, else Bin itself.
+  // The slot of x by the quick guess; false when it cannot tell.
   template <typename T>
-  TALLY_DEV std::int32_t Slot(T x) const {
-    std::int32_t slot;
-    if (!SlotQuick(binner, margin, static_cast<B>(x), slot)) {
-      bool exact = true;
-      slot = SlotFast(binner, edges, static_cast<B>(x), exact);
-      if (!exact) slot = SlotExact(x);
-    }
-    return slot;
+  TALLY_DEV bool Quick(T x, std::int32_t& slot) const {
+    return SlotQuick(binner, quick, static_cast<B>(x), slot);
   }
+  // The slot of x when the quick guess could not tell: the edges, else Bin.
+  template <typename T>
+  TALLY_DEV std::int32_t SlotSlow(T x) const {
+    bool exact = true;
+    const std::int32_t slot = SlotFast(binner, edges, static_cast<B>(x), exact);
+    return exact ? slot : SlotExact(x);
+  }
+  // kShared16: n more in the slot's 16-bit field. The add that takes a
+  // field from below 0x8000 to 0x8000 or above (exactly one does, for each
+  // crossing) moves 0x8000 to the u64 counter in `global` at once. Between
+  // two of the block's barriers fewer than 0x8000 elements are counted
+  // (WideSyncTiles), and a crossing is moved before its thread reaches the
+  // next barrier, so a field stays below 0x8000 + 0x7FFF and never carries
+  // into its neighbour. Below/above/NaN have u32 counters of their own
+  // after the packed words.
+  TALLY_DEV void Count16(std::int32_t slot, unsigned n) {
+    if (slot >= binner.bins) {
+      atomicAdd(counts + (binner.bins + 1) / 2 + (slot - binner.bins), n);
+      return;
+    }
+    unsigned* word = counts + (slot >> 1);
+    const unsigned shift = (static_cast<unsigned>(slot) & 1u) * 16u;
+    const unsigned old = (atomicAdd(word, n << shift) >> shift) & 0xFFFFu;
+    if (old < 0x8000u && old + n >= 0x8000u) {
+      atomicSub(word, 0x8000u << shift);
+      atomicAdd(global + slot, 0x8000ull);
+    }
+  }
+  // Counts go straight to this block's shared counters, one atomic each.
+  TALLY_DEV bool Direct() const { return !Policy::kSharedRunLength && sink == HistSink::kShared; }
   template <typename T>
   TALLY_DEV std::int32_t SlotExact(T x) const {
     return SlotOf(binner.Bin(static_cast<B>(x)), binner.bins);
   }
   TALLY_DEV void Count(std::int32_t slot) {
+    if (sink == HistSink::kShared16) return Count16(slot, 1);
     if (!Policy::kSharedRunLength && sink == HistSink::kShared) {
       atomicAdd(counts + slot, 1u);  // same-address shared atomics are cheap on sm_90
       return;
