@@ -27,6 +27,11 @@ struct PolicySm90 {
   // and 1888.
   static constexpr int kHistBlocksPerSm = 4;
   static constexpr int kLeanBlocksPerSm = 4;
+  // Sum, min and max alone (kSimple): 6 blocks per SM (40 registers, no
+  // spills in the loop). sum/min/max at 6: 3049/3041/3045 GB/s (CUB
+  // 3078/3073/3072); at 8 (32 registers, spills): 2982/2968/2966; the
+  // general lean kernel at 4: 3025/3022/3023.
+  static constexpr int kSimpleBlocksPerSm = 6;
   static constexpr int kTeamFullBlocksPerSm = 2;
   static constexpr int kTeamLeanBlocksPerSm = 3;
   // 16-byte loads each thread issues before it uses any (per tile), by

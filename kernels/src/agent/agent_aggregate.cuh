@@ -46,7 +46,23 @@ struct ThreadAgg {
       for (int v = 0; v < V; ++v)
         if (v < nvec) sum = SumOp<D>::Merge(sum, SumOp<D>::template Group<K>(x[v]));
     }
-    if (w.min || w.max) {
+    // float32 and integers: min and argmin (max and argmax) share one group
+    // extreme, one min (max) per element for both. (Their min/max does not
+    // depend on order; float64's software NaN rule is kept element by
+    // element.)
+    constexpr bool kShare = K <= 4 && D != ops::DType::kFloat64;
+    if (kShare) {
+      if (w.min || w.argmin) {
+        const T g = ArgOp<D, false>::template GroupExtreme<V, K>(x, nvec);
+        if (w.min) mn = ExtremeOp<D>::Min(mn, g);
+        if (w.argmin) ArgOp<D, false>::template UpdateGroupWith<V, K>(amin_v, amin_i, x, base, nvec, g);
+      }
+      if (w.max || w.argmax) {
+        const T g = ArgOp<D, true>::template GroupExtreme<V, K>(x, nvec);
+        if (w.max) mx = ExtremeOp<D>::Max(mx, g);
+        if (w.argmax) ArgOp<D, true>::template UpdateGroupWith<V, K>(amax_v, amax_i, x, base, nvec, g);
+      }
+    } else if (w.min || w.max) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
         if (v < nvec) {
@@ -63,8 +79,8 @@ struct ThreadAgg {
         if (v < nvec) sumsq += SumSquaresOp<D>::template Group<K>(x[v]);
     }
     if (w.moments) mom = ops::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
-    if (w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, x, base, nvec);
-    if (w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, x, base, nvec);
+    if (!kShare && w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, x, base, nvec);
+    if (!kShare && w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, x, base, nvec);
     if (w.hist) {
       // Every slot by the quick guess first: independent work the
       // scheduler can overlap, no edge loads, one branch per group. When

@@ -91,14 +91,16 @@ TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
 // more blocks share an SM and more loads are in flight; kHist adds the
 // histogram (no moments); kHistWide is kHist for histograms too large for
 // one block's u32 counters (HistSink::kShared16, one 1024-thread block per
-// SM); kFull has everything. Four slice variants and two team variants per
-// dtype, not one per op subset.
-enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3 };
+// SM); kFull has everything; kSimple is sum, min and max alone, lean enough
+// for twice kLean's blocks per SM. Five slice variants and two team
+// variants per dtype, not one per op subset.
+enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3, kSimple = 4 };
 
 template <ops::DType D>
 TALLY_DEV Want VariantWant(Want w, int variant) {
   if (variant == kLean) w.moments = w.hist = false;
   if (variant == kHist || variant == kHistWide) w.moments = false;
+  if (variant == kSimple) w.sumsq = w.moments = w.argmin = w.argmax = w.hist = false;
   return w;
 }
 
@@ -106,6 +108,7 @@ constexpr int SliceBlocksPerSm(int variant) {
   return variant == kLean   ? Policy::kLeanBlocksPerSm
          : variant == kHist ? Policy::kHistBlocksPerSm
          : variant == kFull ? Policy::kFullBlocksPerSm
+         : variant == kSimple ? Policy::kSimpleBlocksPerSm
                             : 1;
 }
 constexpr int SliceThreads(int variant) {
@@ -339,6 +342,7 @@ template <ops::DType D>
 KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
   if (w.moments) return SliceKernel<D, kFull>;
   if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
+  if (!w.sumsq && !w.argmin && !w.argmax) return SliceKernel<D, kSimple>;
   return SliceKernel<D, kLean>;
 }
 

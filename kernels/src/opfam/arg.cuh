@@ -47,6 +47,11 @@ struct ArgOp {
         }
       return;
     }
+    UpdateGroupWith<V, K>(best, at, x, base, nvec, GroupExtreme<V, K>(x, nvec));
+  }
+  // The group's extreme, NaN-propagating (the first nvec vectors).
+  template <int V, int K>
+  static TALLY_DEV T GroupExtreme(const T (&x)[V][K], int nvec) {
     T m = x[0][0];
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -54,24 +59,41 @@ struct ArgOp {
 #pragma unroll
         for (int e = 0; e < K; ++e) m = kMax ? ExtremeOp<D>::Max(m, x[v][e]) : ExtremeOp<D>::Min(m, x[v][e]);
       }
+    return m;
+  }
+  // UpdateGroup with the group's extreme m already known (K <= 4).
+  template <int V, int K>
+  static TALLY_DEV void UpdateGroupWith(T& best, std::int64_t& at, const T (&x)[V][K],
+                                        const std::int64_t (&base)[V], int nvec, T m) {
     bool take = kMax ? (m > best) : (m < best);
     if constexpr (DevTraits<D>::kFloat) take = take || (m != m && best == best);
     if (!(take || at < 0)) return;
-    // The first element equal to m (the first NaN when m is NaN).
-    bool found = false;
+    // The first element equal to m (the first NaN when m is NaN): a bit per
+    // element, then the lowest set bit. V * K <= 32 (K <= 4 here).
+    static_assert(V * K <= 32);
+    const bool nan = m != m;
+    unsigned hits = 0;
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
       for (int e = 0; e < K; ++e) {
-        bool hit = v < nvec && x[v][e] == m;
-        if constexpr (DevTraits<D>::kFloat) hit = hit || (v < nvec && m != m && x[v][e] != x[v][e]);
-        if (hit && !found) {
-          found = true;
-          best = x[v][e];
-          at = base[v] + e;
-        }
+        const bool hit = nan ? x[v][e] != x[v][e] : x[v][e] == m;
+        hits |= (v < nvec && hit) ? 1u << (v * K + e) : 0u;
       }
+    const int i = __ffs(static_cast<int>(hits)) - 1;  // hits != 0: m is one of them
+    const int vi = i / K;
+    std::int64_t b = base[0];
+#pragma unroll
+    for (int v = 1; v < V; ++v) b = vi == v ? base[v] : b;
+    at = b + (i - vi * K);
+    T bx = x[0][0];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < K; ++e) bx = i == v * K + e ? x[v][e] : bx;
+    best = bx;
   }
+
   static TALLY_DEV ops::ArgCandidate<E> Merge(const ops::ArgCandidate<E>& a,
                                               const ops::ArgCandidate<E>& b) {
     return ops::PickArg<kMax>(a, b);
