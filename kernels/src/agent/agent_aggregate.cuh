@@ -24,11 +24,18 @@ struct ThreadAgg {
   T mn, mx;
   T amin_v, amax_v;
   std::int64_t amin_i, amax_i;
+  int amin_pending = 0, amax_pending = 0;  // ArgOp::UpdateGroup
+  bool defer_args;                         // ArgOp::UpdateGroup
+  // Most vectors in one Add() group: Policy::VecsPerThread (lean and full
+  // slice kernels, team kernels) or fewer (histogram variants, RowVec).
+  static constexpr int kMaxGroupVecs = Policy::VecsPerThread(static_cast<int>(sizeof(T)));
   double sumsq;
   ops::Moments mom;
   HistThread<B>* hist;
 
-  TALLY_DEV ThreadAgg(const Want& want, HistThread<B>* h) : w(want), hist(h) {
+  // `defer`: argmin/argmax resolve their group at Finish() (ArgOp::UpdateGroup).
+  TALLY_DEV ThreadAgg(const Want& want, HistThread<B>* h, bool defer = false)
+      : w(want), defer_args(defer), hist(h) {
     sum = SumOp<D>::Identity();
     mn = amin_v = ExtremeOp<D>::MinIdentity();
     mx = amax_v = ExtremeOp<D>::MaxIdentity();
@@ -55,12 +62,12 @@ struct ThreadAgg {
       if (w.min || w.argmin) {
         const T g = ArgOp<D, false>::template GroupExtreme<V, K>(x, nvec);
         if (w.min) mn = ExtremeOp<D>::Min(mn, g);
-        if (w.argmin) ArgOp<D, false>::template UpdateGroupWith<V, K>(amin_v, amin_i, x, base, nvec, g);
+        if (w.argmin) ArgOp<D, false>::template UpdateGroupWith<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec, g);
       }
       if (w.max || w.argmax) {
         const T g = ArgOp<D, true>::template GroupExtreme<V, K>(x, nvec);
         if (w.max) mx = ExtremeOp<D>::Max(mx, g);
-        if (w.argmax) ArgOp<D, true>::template UpdateGroupWith<V, K>(amax_v, amax_i, x, base, nvec, g);
+        if (w.argmax) ArgOp<D, true>::template UpdateGroupWith<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec, g);
       }
     } else if (w.min || w.max) {
 #pragma unroll
@@ -79,8 +86,8 @@ struct ThreadAgg {
         if (v < nvec) sumsq += SumSquaresOp<D>::template Group<K>(x[v]);
     }
     if (w.moments) mom = ops::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
-    if (!kShare && w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, x, base, nvec);
-    if (!kShare && w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, x, base, nvec);
+    if (!kShare && w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec);
+    if (!kShare && w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec);
     if (w.hist) {
       // Every slot by the quick guess first: independent work the
       // scheduler can overlap, no edge loads, one branch per group. When
@@ -150,7 +157,12 @@ struct ThreadAgg {
     Add<1, 1>(g, b, 1);
   }
 
-  TALLY_DEV Partial<D> Finish() {
+  // `data`, `shift` and `stride` say where the elements Add() saw are: row
+  // index i at data[i - shift], a group's vectors `stride` elements apart
+  // (ArgOp::Resolve).
+  TALLY_DEV Partial<D> Finish(const T* data, std::int64_t shift, std::int64_t stride) {
+    if (w.argmin) ArgOp<D, false>::template Resolve<DevTraits<D>::kVec, kMaxGroupVecs>(amin_v, amin_i, amin_pending, data, shift, stride);
+    if (w.argmax) ArgOp<D, true>::template Resolve<DevTraits<D>::kVec, kMaxGroupVecs>(amax_v, amax_i, amax_pending, data, shift, stride);
     if (w.hist) hist->Flush();
     Partial<D> p = IdentityPartial<D>();
     p.sum = sum;

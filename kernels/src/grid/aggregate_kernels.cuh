@@ -168,10 +168,11 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
     else __syncthreads();
   }
 
-  ThreadAgg<D> agg(w, &hist);
+  // The histogram variants defer the argmin/argmax search (ArgOp::UpdateGroup).
+  ThreadAgg<D> agg(w, &hist, kVariant == kHist || kVariant == kHistWide || kVariant == kFull);
   AccumulateRange<D, kU, kSync>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg,
                                 s, a.slices);
-  Partial<D> p = BlockReduce(agg.Finish(), w, red);
+  Partial<D> p = BlockReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(blockDim.x) * DevTraits<D>::kVec), w, red);
 
   if (w.hist) {
     if (a.cluster > 1) cg::this_cluster().sync();
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBloc
                        HistSink::kGlobal, a.quick};
     ThreadAgg<D> agg(w, &hist);
     AccumulateRange<D>(a.chunk, seg.begin, seg.end, lane, g, seg.shift, agg);
-    const Partial<D> p = TeamReduce(agg.Finish(), g, w);
+    const Partial<D> p = TeamReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(g) * DevTraits<D>::kVec), g, w);
     if (active && lane == 0) StoreRow(a.state, seg.row, p, seg.fresh, w);
   }
 }
@@ -308,7 +309,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kRowVecBlocksPerSm)
         const std::int64_t base[1] = {static_cast<std::int64_t>(c) * K};
         agg.template Add<1, K>(e, base, 1);
       }
-      StoreRow(a.state, a.first_row + j, agg.Finish(), true, w);
+      // Row j's elements: a.chunk + j * g * K, indices from 0.
+      StoreRow(a.state, a.first_row + j, agg.Finish(a.chunk + j * g * K, 0, 0), true, w);
     }
   }
 }
