@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -22,6 +23,14 @@ struct DevTraits {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
   static constexpr bool kFloat = std::is_floating_point_v<T>;
 };
+
+// One 16-byte load of K elements, through the read-only path.
+template <typename T, int K>
+TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
+  const uint4 raw = __ldg(src);
+  static_assert(sizeof(T) * K == 16);
+  std::memcpy(dst, &raw, 16);
+}
 
 // Which stored fields a pass computes; derived once from the OpMask.
 struct Want {

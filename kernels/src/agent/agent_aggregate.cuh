@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "../opfam/histogram.cuh"
 #include "../partial.cuh"
@@ -115,39 +114,7 @@ struct ThreadAgg {
             for (int e = 0; e < K; ++e) slot[v][e] = hist->SlotSlow(x[v][e]);
         }
       }
-      if (hist->Direct()) {
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          if (v < nvec) {
-#pragma unroll
-            for (int e = 0; e < K; ++e) atomicAdd(hist->counts + slot[v][e], 1u);
-          }
-      } else if (hist->sink == HistSink::kShared16) {
-        // A group all in one slot (skewed data) is one add of V * K: 32
-        // lanes adding to one field with returned values serialize.
-        bool same = nvec == V;
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-#pragma unroll
-          for (int e = 0; e < K; ++e) same &= slot[v][e] == slot[0][0];
-        if (same) {
-          hist->Count16(slot[0][0], V * K);
-        } else {
-#pragma unroll
-          for (int v = 0; v < V; ++v)
-            if (v < nvec) {
-#pragma unroll
-              for (int e = 0; e < K; ++e) hist->Count16(slot[v][e], 1);
-            }
-        }
-      } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          if (v < nvec) {
-#pragma unroll
-            for (int e = 0; e < K; ++e) hist->Count(slot[v][e]);
-          }
-      }
+      hist->template CountGroup<V, K>(slot, nvec);
     }
   }
 
@@ -175,13 +142,6 @@ struct ThreadAgg {
     return p;
   }
 };
-
-template <typename T, int K>
-TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
-  const uint4 raw = __ldg(src);
-  static_assert(sizeof(T) * K == 16);
-  std::memcpy(dst, &raw, 16);
-}
 
 // Elements [begin, end) of p, shared by `lanes` lanes (this one is `lane`)
 // of `parts` groups (this one is `part`; blocks of a slice kernel);

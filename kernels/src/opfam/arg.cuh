@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "tally/ops/combine.h"
 #include "../device_traits.cuh"
@@ -82,8 +81,20 @@ struct ArgOp {
       pending = nvec;
       return;
     }
-    // The first element equal to m (the first NaN when m is NaN): a bit per
-    // element, then the lowest set bit. V * K <= 32 (K <= 4 here).
+    const int i = FirstHit<V, K>(x, nvec, m);
+    const int vi = i / K;
+    std::int64_t b = base[0];
+#pragma unroll
+    for (int v = 1; v < V; ++v) b = vi == v ? base[v] : b;
+    at = b + (i - vi * K);
+    best = Pick<V, K>(x, i);
+    pending = 0;
+  }
+  // The flat index v * K + e of the first of the first nvec vectors' elements
+  // equal to m (the first NaN when m is NaN): a bit per element, then the
+  // lowest set bit. m must be one of them.
+  template <int V, int K>
+  static TALLY_DEV int FirstHit(const T (&x)[V][K], int nvec, T m) {
     static_assert(V * K <= 32);
     const bool nan = m != m;
     unsigned hits = 0;
@@ -94,55 +105,33 @@ struct ArgOp {
         const bool hit = nan ? x[v][e] != x[v][e] : x[v][e] == m;
         hits |= (v < nvec && hit) ? 1u << (v * K + e) : 0u;
       }
-    const int i = __ffs(static_cast<int>(hits)) - 1;  // hits != 0: m is one of them
-    const int vi = i / K;
-    std::int64_t b = base[0];
-#pragma unroll
-    for (int v = 1; v < V; ++v) b = vi == v ? base[v] : b;
-    at = b + (i - vi * K);
-    T bx = x[0][0];
+    return __ffs(static_cast<int>(hits)) - 1;  // hits != 0: m is one of them
+  }
+  // x's element at flat index i, without indexing registers by a variable.
+  template <int V, int K>
+  static TALLY_DEV T Pick(const T (&x)[V][K], int i) {
+    T r = x[0][0];
 #pragma unroll
     for (int v = 0; v < V; ++v)
 #pragma unroll
-      for (int e = 0; e < K; ++e) bx = i == v * K + e ? x[v][e] : bx;
-    best = bx;
-    pending = 0;
+      for (int e = 0; e < K; ++e) r = i == v * K + e ? x[v][e] : r;
+    return r;
   }
   // Replaces a pending group by its first element equal to `best` (the
   // first NaN when best is NaN); vector v of the group is the 16 bytes at
   // data + (at - shift) + v * stride. All its vectors are loaded at once
-  // (one memory latency, not one per element), then searched in order.
+  // (one memory latency, not one per element), then searched as at once.
   template <int K, int kMaxV>
   static TALLY_DEV void Resolve(T& best, std::int64_t& at, int& pending, const T* data,
                                 std::int64_t shift, std::int64_t stride) {
     if (pending == 0) return;
     T x[kMaxV][K];
 #pragma unroll
-    for (int v = 0; v < kMaxV; ++v) {
-      if (v < pending) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(data + (at - shift) + v * stride));
-        static_assert(sizeof(T) * K == 16);
-        std::memcpy(&x[v][0], &raw, 16);
-      }
-    }
-    const bool nan = best != best;
-    bool found = false;
-    std::int64_t hit_at = at;
-    T hit = best;
-#pragma unroll
     for (int v = 0; v < kMaxV; ++v)
-#pragma unroll
-      for (int e = 0; e < K; ++e) {
-        const bool match = v < pending && (nan ? x[v][e] != x[v][e] : x[v][e] == best);
-        if (match && !found) {
-          found = true;
-          hit = x[v][e];
-          hit_at = at + v * stride + e;
-        }
-      }
-    if (!found) __trap();  // unreachable: best is one of the group's elements
-    best = hit;
-    at = hit_at;
+      if (v < pending) LoadVec<T, K>(x[v], reinterpret_cast<const uint4*>(data + (at - shift) + v * stride));
+    const int i = FirstHit<kMaxV, K>(x, pending, best);
+    best = Pick<kMaxV, K>(x, i);
+    at += (i / K) * stride + i % K;
     pending = 0;
   }
   static TALLY_DEV ops::ArgCandidate<E> Merge(const ops::ArgCandidate<E>& a,

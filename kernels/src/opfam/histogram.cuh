@@ -200,18 +200,50 @@ struct HistThread {
       atomicAdd(global + slot, 0x8000ull);
     }
   }
-  // Counts go straight to this block's shared counters, one atomic each.
-  TALLY_DEV bool Direct() const { return !Policy::kSharedRunLength && sink == HistSink::kShared; }
   template <typename T>
   TALLY_DEV std::int32_t SlotExact(T x) const {
     return SlotOf(binner.Bin(static_cast<B>(x)), binner.bins);
   }
-  TALLY_DEV void Count(std::int32_t slot) {
-    if (sink == HistSink::kShared16) return Count16(slot, 1);
+  // Counts a group of slots (the first nvec of V vectors of K): one shared
+  // atomic per element into this block's counters; 16-bit fields, a group
+  // all in one slot (skewed data) as one add, since 32 lanes adding to one
+  // field with returned values serialize; else (cluster, global) one
+  // atomic per run of equal slots, since remote atomics are dear.
+  template <int V, int K>
+  TALLY_DEV void CountGroup(const std::int32_t (&slot)[V][K], int nvec) {
     if (!Policy::kSharedRunLength && sink == HistSink::kShared) {
-      atomicAdd(counts + slot, 1u);  // same-address shared atomics are cheap on sm_90
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) atomicAdd(counts + slot[v][e], 1u);
+        }
       return;
     }
+    if (sink == HistSink::kShared16) {
+      bool same = nvec == V;
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int e = 0; e < K; ++e) same &= slot[v][e] == slot[0][0];
+      if (same) return Count16(slot[0][0], V * K);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) Count16(slot[v][e], 1);
+        }
+      return;
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (v < nvec) {
+#pragma unroll
+        for (int e = 0; e < K; ++e) CountRun(slot[v][e]);
+      }
+  }
+  // One more in `slot`, counted by runs (Emit at each change of slot).
+  TALLY_DEV void CountRun(std::int32_t slot) {
     if (slot == run_slot) {
       ++run_count;
     } else {
