@@ -106,7 +106,6 @@ class CudaReduction final : public Reduction {
     }
     consumed_ += n;
     if (passes_.passes.empty() || n == 0) return absl::OkStatus();
-    ScopedDevice on(lane_->device());
     const std::byte* p = bytes.data();
     while (n > 0) {
       if (!block_) {
@@ -122,6 +121,9 @@ class CudaReduction final : public Reduction {
       p += take * elem_;
       n -= take;
       if (fill_ == chunk_elems_) {
+        // The device only for the copy and kernels: Consume() is called once
+        // per receive slice, most of which only fill the pinned block.
+        ScopedDevice on(lane_->device());
         if (absl::Status s = Submit(); !s.ok()) return s;
       }
     }
