@@ -3,6 +3,7 @@
 // read from and written to the state arrays.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "device_traits.cuh"
@@ -80,23 +81,48 @@ TALLY_DEV Partial<D> ShflXor(const Partial<D>& p, int lane_mask, int width, cons
   return q;
 }
 
-// Partials written by one block and read by another in the same launch go
-// through L2 (st/ld .cg), never a stale L1 line.
+// The 8-byte words of a Partial that the fields in `w` occupy (bit i: word
+// i). Partials cross blocks as these words only: kSimple's sum, min and max
+// are 2 of Partial<float32>'s 10 words.
+TALLY_HD constexpr unsigned WordSpan(std::size_t offset, std::size_t size) {
+  unsigned m = 0;
+  for (std::size_t i = offset / 8; i < (offset + size + 7) / 8; ++i) m |= 1u << i;
+  return m;
+}
 template <ops::DType D>
-TALLY_DEV void StorePartialCg(Partial<D>* dst, const Partial<D>& p) {
-  static_assert(sizeof(Partial<D>) % 8 == 0);
+TALLY_DEV unsigned PartialWords(const Want& w) {
+  using P = Partial<D>;
+  static_assert(sizeof(P) % 8 == 0 && sizeof(P) / 8 <= 32);
+  unsigned m = 0;
+  if (w.sum) m |= WordSpan(offsetof(P, sum), sizeof(P::sum));
+  if (w.min) m |= WordSpan(offsetof(P, min), sizeof(P::min));
+  if (w.max) m |= WordSpan(offsetof(P, max), sizeof(P::max));
+  if (w.sumsq) m |= WordSpan(offsetof(P, sumsq), sizeof(P::sumsq));
+  if (w.moments) m |= WordSpan(offsetof(P, mom), sizeof(P::mom));
+  if (w.argmin) m |= WordSpan(offsetof(P, amin), sizeof(P::amin));
+  if (w.argmax) m |= WordSpan(offsetof(P, amax), sizeof(P::amax));
+  return m;
+}
+
+// Partials written by one block and read by another in the same launch go
+// through L2 (st/ld .cg), never a stale L1 line; only the words in `words`
+// (PartialWords), the rest of a loaded partial is the identity.
+template <ops::DType D>
+TALLY_DEV void StorePartialCg(Partial<D>* dst, const Partial<D>& p, unsigned words) {
   auto* d = reinterpret_cast<unsigned long long*>(dst);
   const auto* s = reinterpret_cast<const unsigned long long*>(&p);
 #pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i) __stcg(d + i, s[i]);
+  for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i)
+    if (words >> i & 1u) __stcg(d + i, s[i]);
 }
 template <ops::DType D>
-TALLY_DEV Partial<D> LoadPartialCg(const Partial<D>* src) {
-  Partial<D> p;
+TALLY_DEV Partial<D> LoadPartialCg(const Partial<D>* src, unsigned words) {
+  Partial<D> p = IdentityPartial<D>();
   const auto* s = reinterpret_cast<const unsigned long long*>(src);
   auto* d = reinterpret_cast<unsigned long long*>(&p);
 #pragma unroll
-  for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i) d[i] = __ldcg(s + i);
+  for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i)
+    if (words >> i & 1u) d[i] = __ldcg(s + i);
   return p;
 }
 

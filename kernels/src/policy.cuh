@@ -13,25 +13,54 @@ struct PolicySm90 {
   static constexpr int kThreads = 256;
   // Blocks per SM each kernel's register budget is cut for
   // (__launch_bounds__). Full slice kernel (moments, with or without a
-  // histogram): 2 (114 registers, no spills). Lean slice kernel: 4 (64 registers, no spills:
-  // 64 KB of loads in flight per SM; at 2 blocks it reached 2741 GB/s for sum
-  // vs CUB 3036, at 4 blocks 2766: occupancy was not what held it back; the
-  // contiguous slice per block was, see AccumulateRange).
+  // histogram): 2 (114 registers, no spills). The lean, histogram and simple
+  // slice kernels: below, with their measurements. What decides their speed
+  // is the bytes of loads each SM keeps in flight: blocks x threads x
+  // vectors per thread x 16 bytes (x 2 when the tiles are pipelined).
   // Team kernels: full 2 (128 registers), lean 3 (80 registers, 82 bytes of
   // spills outside the load loop; at 2 blocks rows of 32 float32 summed at
   // 2378 GB/s).
   static constexpr int kFullBlocksPerSm = 2;
-  // Slice kernel with a histogram but no moments (kHist variant): 4 (64
-  // registers; spills 36 bytes for float32, up to 144 for uint8, untimed): hist
-  // 256 bins 2500 GB/s, 4096 bins 2025; at 3 (78 registers, no spills) 2328
-  // and 1888.
-  static constexpr int kHistBlocksPerSm = 4;
-  static constexpr int kLeanBlocksPerSm = 4;
-  // Sum, min and max alone (kSimple): 6 blocks per SM (40 registers, no
-  // spills in the loop). sum/min/max at 6: 3049/3041/3045 GB/s (CUB
-  // 3078/3073/3072); at 8 (32 registers, spills): 2982/2968/2966; the
-  // general lean kernel at 4: 3025/3022/3023.
-  static constexpr int kSimpleBlocksPerSm = 6;
+  // Slice kernel with a histogram but no moments (kHist variant): 3 blocks
+  // per SM (85 registers), HistVecs 3 and kHistPipelined: 72 KB
+  // of loads in flight per SM. Measured (2026-11-22, three runs each, CUB
+  // 256 bins 2992-3010 in the same runs): 4 blocks x 2 vectors, not
+  // pipelined (32 KB): 256 bins 2870, 4096 2695, fused five 4.30x; 3 x 4
+  // not pipelined (48 KB, spills 28 bytes): 2819-2824 and 2655-2661; 3 x 2
+  // pipelined (48 KB): 2894-2899 and 2812-2815; 4 x 2 pipelined (64 KB,
+  // spills 68 bytes): 2909-2922 and 2771-2788; 3 x 3 pipelined (spills 20
+  // bytes): 2934-2936,
+  // 2837-2843, fused 4.59-4.60x. The integer and uint8 histogram kernels
+  // spill more with it (int32 56 -> 104 bytes, uint8 68 -> 148; untimed). (Earlier, before the binning was cut to
+  // 20 instructions per element: 4 x 2 beat 4 x 4 and 3 x 8, which spilled.)
+  static constexpr int kHistBlocksPerSm = 3;
+  static constexpr bool kHistPipelined = true;
+  // Lean slice kernel (sum of squares, argmin, argmax and the rest): 3
+  // blocks per SM (85 registers), VecsPerThread vectors, pipelined (96 KB in
+  // flight per SM). argmax, CUB 2999-3007 in the same runs: 4 blocks x 4
+  // not pipelined (64 KB) 2979-2986; 3 x 8 not pipelined 2987-2998; 2 x 8
+  // pipelined 2992-3001; 4 x 8 (spills 24 bytes) 2975-2977; 3 x 4
+  // pipelined 3000-3004.
+  static constexpr int kLeanBlocksPerSm = 3;
+  static constexpr bool kLeanPipelined = true;
+  // Sum, min and max alone (kSimple): 3 blocks per SM (85 registers, no
+  // spills), SimpleVecs 8 vectors per thread, not pipelined: 96 KB of loads
+  // in flight per SM. sum/min/max against CUB in the same runs (2026-11-22,
+  // three runs each): 6 blocks x 4 vectors 3058-3064 / 3052-3057 /
+  // 3053-3061 (CUB 3071-3076); 4 x 8 3072-3080 / 3076-3079 / 3073-3077; 3 x 8
+  // 3073-3080 / 3075-3082 / 3069-3080; pipelined 4 x 4 and 3 x 4 3054-3065;
+  // 8 x 4 spills (2982). More blocks than fit at once (2x, 4x, 8x the
+  // resident count, each then merging more partials) lost: 3025, 2996, 2928.
+  static constexpr int kSimpleBlocksPerSm = 3;
+  static constexpr int SimpleVecs(int elem_bytes) { return elem_bytes == 1 ? 4 : 8; }
+  // The slice kernel's tail: flags each thread loads before it checks any,
+  // and partials kSimple's merging block loads at a time (2 keeps kSimple
+  // free of spills; 4 spilled 48 bytes; the other variants load one at a
+  // time for the same reason). With the loads one after another, sum
+  // measured 3045-3049 GB/s, with these 3051-3057 (one run); 3058-3064 and
+  // 3074-3075 (another).
+  static constexpr int kTailFlagLoads = 4;
+  static constexpr int kTailPartialLoadsSimple = 2;
   static constexpr int kTeamFullBlocksPerSm = 2;
   static constexpr int kTeamLeanBlocksPerSm = 3;
   // 16-byte loads each thread issues before it uses any (per tile), by
@@ -39,12 +68,9 @@ struct PolicySm90 {
   // uint8 takes 2 (32 elements per tile), since 4 spilled 4 KB in the full
   // kernel (64 histogram slots live at once).
   static constexpr int VecsPerThread(int elem_bytes) { return elem_bytes == 1 ? 2 : 4; }
-  // The histogram slice variant (kHist) takes 2 for every dtype: at 4
-  // blocks/SM its spills drop (float32 36 -> 4 bytes) and hist 4096 bins
-  // went 2035 -> 2238 GB/s, 65536 262 -> 301, fused five 2.89x -> 3.02x,
-  // 256 bins unchanged (2532 vs 2519); 8 at 3 blocks/SM lost (256 bins
-  // 2134).
-  static constexpr int kHistVecsPerThread = 2;
+  // The histogram slice variant (kHist): see kHistBlocksPerSm. uint8 keeps
+  // 2 (32 elements a group, ArgOp's bit mask).
+  static constexpr int HistVecs(int elem_bytes) { return elem_bytes == 1 ? 2 : 3; }
   // Smallest slice one block takes: below this a whole array or row is one
   // block (the latency path, one launch, no partials).
   static constexpr std::int64_t kMinBytesPerBlock = 64 * 1024;

@@ -25,8 +25,9 @@ struct ThreadAgg {
   std::int64_t amin_i, amax_i;
   int amin_pending = 0, amax_pending = 0;  // ArgOp::UpdateGroup
   bool defer_args;                         // ArgOp::UpdateGroup
-  // Most vectors in one Add() group: Policy::VecsPerThread (lean and full
-  // slice kernels, team kernels) or fewer (histogram variants, RowVec).
+  // Most vectors in a group whose argmin/argmax search is deferred
+  // (histogram and full slice kernels: Policy::HistVecs,
+  // VecsPerThread or fewer). kSimple's larger groups have no arg ops.
   static constexpr int kMaxGroupVecs = Policy::VecsPerThread(static_cast<int>(sizeof(T)));
   double sumsq;
   ops::Moments mom;
@@ -57,7 +58,7 @@ struct ThreadAgg {
     // depend on order; float64's software NaN rule is kept element by
     // element.)
     constexpr bool kShare = K <= 4 && D != ops::DType::kFloat64;
-    if (kShare) {
+    if constexpr (kShare) {
       if (w.min || w.argmin) {
         const T g = ArgOp<D, false>::template GroupExtreme<V, K>(x, nvec);
         if (w.min) mn = ExtremeOp<D>::Min(mn, g);
@@ -155,7 +156,7 @@ struct ThreadAgg {
 // tiles (every thread of a block runs the same tiles), which bounds the
 // work done between two barriers (HistThread::Count16).
 template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
-          int kSyncTiles = 0>
+          int kSyncTiles = 0, bool kPipe = false>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
                                ThreadAgg<D>& agg, std::int64_t part = 0,
@@ -176,7 +177,36 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
   const std::int64_t full = nv / tile;  // full tiles
   std::int64_t t = part * tile;
   int since_sync = 0;
-  for (; t + tile <= nv; t += parts * tile) {
+  if constexpr (kPipe) {
+    // Registers double-buffer the tiles: the next tile's loads are issued
+    // before this one is added, so they are in flight during the work.
+    static_assert(kSyncTiles == 0);
+    T nx[U][K];
+    bool have = t + tile <= nv;
+    if (have) {
+#pragma unroll
+      for (int k = 0; k < U; ++k) LoadVec<T, K>(nx[k], vp + t + static_cast<std::int64_t>(k) * lanes + lane);
+    }
+    while (have) {
+      T x[U][K];
+      std::int64_t base[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+#pragma unroll
+        for (int e = 0; e < K; ++e) x[k][e] = nx[k][e];
+        base[k] = a + (t + static_cast<std::int64_t>(k) * lanes + lane) * K + shift;
+      }
+      const std::int64_t tn = t + parts * tile;
+      have = tn + tile <= nv;
+      if (have) {
+#pragma unroll
+        for (int k = 0; k < U; ++k) LoadVec<T, K>(nx[k], vp + tn + static_cast<std::int64_t>(k) * lanes + lane);
+      }
+      agg.template Add<U, K>(x, base, U);
+      t = tn;
+    }
+  }
+  for (; !kPipe && t + tile <= nv; t += parts * tile) {
     if constexpr (kSyncTiles > 0) {
       if (++since_sync > kSyncTiles) {
         __syncthreads();

@@ -111,14 +111,20 @@ constexpr int SliceBlocksPerSm(int variant) {
          : variant == kSimple ? Policy::kSimpleBlocksPerSm
                             : 1;
 }
+// Whether the variant's loop keeps the next tile's loads in flight while it
+// adds this one (AccumulateRange's kPipe).
+constexpr bool SlicePipelined(int variant) {
+  return variant == kLean ? Policy::kLeanPipelined : variant == kHist ? Policy::kHistPipelined : false;
+}
 constexpr int SliceThreads(int variant) {
   return variant == kHistWide ? Policy::kHistWideThreads : Policy::kThreads;
 }
 template <ops::DType D>
 constexpr int SliceVecs(int variant) {
   constexpr int kBytes = static_cast<int>(sizeof(typename DevTraits<D>::T));
-  return variant == kHist       ? Policy::kHistVecsPerThread
+  return variant == kHist       ? Policy::HistVecs(kBytes)
          : variant == kHistWide ? Policy::HistWideVecs(kBytes)
+         : variant == kSimple   ? Policy::SimpleVecs(kBytes)
                                 : Policy::VecsPerThread(kBytes);
 }
 // kHistWide: full tiles between barriers. A window between two barriers
@@ -169,8 +175,11 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   }
 
   // The histogram variants defer the argmin/argmax search (ArgOp::UpdateGroup).
-  ThreadAgg<D> agg(w, &hist, kVariant == kHist || kVariant == kHistWide || kVariant == kFull);
-  AccumulateRange<D, kU, kSync>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg,
+  constexpr bool kDefer = kVariant == kHist || kVariant == kHistWide || kVariant == kFull;
+  static_assert(!kDefer || DevTraits<D>::kVec > 4 || kU <= ThreadAgg<D>::kMaxGroupVecs,
+                "a deferred group must fit ArgOp::Resolve's loads");
+  ThreadAgg<D> agg(w, &hist, kDefer);
+  AccumulateRange<D, kU, kSync, SlicePipelined(kVariant)>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg,
                                 s, a.slices);
   Partial<D> p = BlockReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(blockDim.x) * DevTraits<D>::kVec), w, red);
 
@@ -205,18 +214,35 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
     if (threadIdx.x == 0) StoreRow(a.state, seg.row, p, seg.fresh, w);
     return;
   }
+  // Several blocks per segment: publish this block's partial, and merge
+  // the segment's partials if every flag is set and this block wins the
+  // claim. Each step below is one round trip to L2 for the whole block (the
+  // flags and the partials are loaded kPartialLoads at a time per thread):
+  // every block ends here at about the same moment, so the last one's tail
+  // is time the whole GPU waits.
+  constexpr int kFlagLoads = Policy::kTailFlagLoads;
+  constexpr int kPartialLoads = kVariant == kSimple ? Policy::kTailPartialLoadsSimple : 1;
+  const unsigned words = PartialWords<D>(w);
   if (threadIdx.x == 0) {
-    StorePartialCg(a.partials + blockIdx.x, p);
+    StorePartialCg(a.partials + blockIdx.x, p, words);
     __threadfence();
     __stcg(a.flags + blockIdx.x, a.nonce);
     __threadfence();
   }
   __syncthreads();
   __threadfence();
-  bool all = true;
-  for (std::int64_t k = threadIdx.x; k < a.slices; k += blockDim.x)
-    all = all && __ldcg(a.flags + j * a.slices + k) == a.nonce;
-  if (!__syncthreads_and(all)) return;
+  unsigned missing = 0;
+  for (std::int64_t k0 = threadIdx.x; k0 < a.slices; k0 += kFlagLoads * blockDim.x) {
+    unsigned long long f[kFlagLoads];
+#pragma unroll
+    for (int u = 0; u < kFlagLoads; ++u) {
+      const std::int64_t k = k0 + static_cast<std::int64_t>(u) * blockDim.x;
+      f[u] = k < a.slices ? __ldcg(a.flags + j * a.slices + k) : a.nonce;
+    }
+#pragma unroll
+    for (int u = 0; u < kFlagLoads; ++u) missing |= f[u] != a.nonce;
+  }
+  if (!__syncthreads_and(missing == 0)) return;
   if (threadIdx.x == 0) is_last = atomicExch(a.claims + j, a.nonce) != a.nonce;
   __syncthreads();
   if (!is_last) return;
@@ -224,8 +250,17 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   // Fixed order whichever block finishes last: thread t merges partials
   // t, t + blockDim, ... in sequence, then the block tree.
   Partial<D> r = IdentityPartial<D>();
-  for (std::int64_t k = threadIdx.x; k < a.slices; k += blockDim.x)
-    MergeInto(r, LoadPartialCg(a.partials + j * a.slices + k), w);
+  for (std::int64_t k0 = threadIdx.x; k0 < a.slices; k0 += kPartialLoads * blockDim.x) {
+    Partial<D> q[kPartialLoads];
+#pragma unroll
+    for (int u = 0; u < kPartialLoads; ++u) {
+      const std::int64_t k = k0 + static_cast<std::int64_t>(u) * blockDim.x;
+      q[u] = k < a.slices ? LoadPartialCg(a.partials + j * a.slices + k, words) : IdentityPartial<D>();
+    }
+#pragma unroll
+    for (int u = 0; u < kPartialLoads; ++u)
+      if (k0 + static_cast<std::int64_t>(u) * blockDim.x < a.slices) MergeInto(r, q[u], w);
+  }
   r = BlockReduce(r, w, red);
   if (threadIdx.x == 0) StoreRow(a.state, seg.row, r, seg.fresh, w);
 }

@@ -51,9 +51,9 @@ struct ArgOp {
 #pragma unroll
           for (int e = 0; e < K; ++e) Update(best, at, x[v][e], base[v] + e);
         }
-      return;
+    } else {
+      UpdateGroupWith<V, K>(best, at, pending, defer, x, base, nvec, GroupExtreme<V, K>(x, nvec));
     }
-    UpdateGroupWith<V, K>(best, at, pending, defer, x, base, nvec, GroupExtreme<V, K>(x, nvec));
   }
   // The group's extreme, NaN-propagating (the first nvec vectors).
   template <int V, int K>
