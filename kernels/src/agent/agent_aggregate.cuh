@@ -148,13 +148,15 @@ struct ThreadAgg {
 // of `parts` groups (this one is `part`; blocks of a slice kernel);
 // element i has row index i + shift. Each lane sees its elements in
 // increasing order: a scalar head up to 16-byte alignment (part 0), full
-// tiles of lanes * VecsPerThread vectors dealt round-robin to the parts (all
+// tiles of lanes * U vectors dealt round-robin to the parts (all
 // parts stream through the same neighbourhood of memory, as a grid-stride
 // loop does: contiguous slices per block ran at 0.91x CUB), one predicated
 // partial tile and a scalar tail (the part whose turn it is). With
 // kSyncTiles > 0 the block meets at a barrier after every kSyncTiles full
 // tiles (every thread of a block runs the same tiles), which bounds the
-// work done between two barriers (HistThread::Count16).
+// work done between two barriers (HistThread::Count16). With kPipe each
+// lane issues its next tile's loads before it adds the current one, which
+// keeps twice the bytes in flight for twice the registers.
 template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
           int kSyncTiles = 0, bool kPipe = false>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,

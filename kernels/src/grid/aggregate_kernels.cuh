@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   static_assert(!kDefer || DevTraits<D>::kVec > 4 || kU <= ThreadAgg<D>::kMaxGroupVecs,
                 "a deferred group must fit ArgOp::Resolve's loads");
   ThreadAgg<D> agg(w, &hist, kDefer);
-  AccumulateRange<D, kU, kSync, SlicePipelined(kVariant)>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg,
-                                s, a.slices);
+  AccumulateRange<D, kU, kSync, SlicePipelined(kVariant)>(a.chunk, seg.begin, seg.end, threadIdx.x,
+                                                          blockDim.x, seg.shift, agg, s, a.slices);
   Partial<D> p = BlockReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(blockDim.x) * DevTraits<D>::kVec), w, red);
 
   if (w.hist) {
@@ -216,10 +216,11 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   }
   // Several blocks per segment: publish this block's partial, and merge
   // the segment's partials if every flag is set and this block wins the
-  // claim. Each step below is one round trip to L2 for the whole block (the
-  // flags and the partials are loaded kPartialLoads at a time per thread):
-  // every block ends here at about the same moment, so the last one's tail
-  // is time the whole GPU waits.
+  // claim. Every block ends here at about the same moment, so the last
+  // one's tail is time the whole GPU waits: each thread issues several
+  // flag loads (and the merging block several partial loads, of the wanted
+  // words only) before it uses any, so that each step costs about one
+  // round trip to L2 rather than one per load.
   constexpr int kFlagLoads = Policy::kTailFlagLoads;
   constexpr int kPartialLoads = kVariant == kSimple ? Policy::kTailPartialLoadsSimple : 1;
   const unsigned words = PartialWords<D>(w);
