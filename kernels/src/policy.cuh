@@ -34,6 +34,17 @@ struct PolicySm90 {
   // spill more with it (int32 56 -> 104 bytes, uint8 68 -> 148; untimed). (Earlier, before the binning was cut to
   // 20 instructions per element: 4 x 2 beat 4 x 4 and 3 x 8, which spilled.)
   static constexpr int kHistBlocksPerSm = 3;
+  // A histogram alone (kHistOnly): no sum, extremes or arg state, so 4
+  // blocks per SM of HistOnlyVecs 3 pipelined fit in 64 registers without
+  // spills (96 KB in flight per SM); 3 x 4 pipelined also spills nothing,
+  // 5 x 2 spills 24 bytes. Measured beside the kHist variant (3 x 3
+  // pipelined, which served histograms alone until then) and CUB in three
+  // runs (2026-11-22): 256 bins 4 x 3 3060-3065, 3 x 4 3059-3065, 5 x 2
+  // 3037-3043, kHist 2932-2936 (CUB 2983-3015); 4096 bins 3000-3002,
+  // 2987-2995, 2955-2965, 2829-2839. Part of the gain is the tail: with no
+  // partial fields a block returns once its counts are added (no flags).
+  static constexpr int kHistOnlyBlocksPerSm = 4;
+  static constexpr int HistOnlyVecs(int elem_bytes) { return elem_bytes == 1 ? 2 : 3; }
   static constexpr bool kHistPipelined = true;
   // Lean slice kernel (sum of squares, argmin, argmax and the rest): 3
   // blocks per SM (85 registers), VecsPerThread vectors, pipelined (96 KB in

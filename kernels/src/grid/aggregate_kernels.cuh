@@ -92,15 +92,17 @@ TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
 // histogram (no moments); kHistWide is kHist for histograms too large for
 // one block's u32 counters (HistSink::kShared16, one 1024-thread block per
 // SM); kFull has everything; kSimple is sum, min and max alone, lean enough
-// for twice kLean's blocks per SM. Five slice variants and two team
-// variants per dtype, not one per op subset.
-enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3, kSimple = 4 };
+// for long groups of loads; kHistOnly is a histogram alone (the common
+// request), lean enough for 4 blocks per SM. Six slice variants and two
+// team variants per dtype, not one per op subset.
+enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3, kSimple = 4, kHistOnly = 5 };
 
 template <ops::DType D>
 TALLY_DEV Want VariantWant(Want w, int variant) {
   if (variant == kLean) w.moments = w.hist = false;
   if (variant == kHist || variant == kHistWide) w.moments = false;
   if (variant == kSimple) w.sumsq = w.moments = w.argmin = w.argmax = w.hist = false;
+  if (variant == kHistOnly) w.sum = w.min = w.max = w.sumsq = w.moments = w.argmin = w.argmax = false;
   return w;
 }
 
@@ -109,12 +111,14 @@ constexpr int SliceBlocksPerSm(int variant) {
          : variant == kHist ? Policy::kHistBlocksPerSm
          : variant == kFull ? Policy::kFullBlocksPerSm
          : variant == kSimple ? Policy::kSimpleBlocksPerSm
+         : variant == kHistOnly ? Policy::kHistOnlyBlocksPerSm
                             : 1;
 }
 // Whether the variant's loop keeps the next tile's loads in flight while it
 // adds this one (AccumulateRange's kPipe).
 constexpr bool SlicePipelined(int variant) {
-  return variant == kLean ? Policy::kLeanPipelined : variant == kHist ? Policy::kHistPipelined : false;
+  return variant == kLean ? Policy::kLeanPipelined
+         : (variant == kHist || variant == kHistOnly) ? Policy::kHistPipelined : false;
 }
 constexpr int SliceThreads(int variant) {
   return variant == kHistWide ? Policy::kHistWideThreads : Policy::kThreads;
@@ -123,6 +127,7 @@ template <ops::DType D>
 constexpr int SliceVecs(int variant) {
   constexpr int kBytes = static_cast<int>(sizeof(typename DevTraits<D>::T));
   return variant == kHist       ? Policy::HistVecs(kBytes)
+         : variant == kHistOnly ? Policy::HistOnlyVecs(kBytes)
          : variant == kHistWide ? Policy::HistWideVecs(kBytes)
          : variant == kSimple   ? Policy::SimpleVecs(kBytes)
                                 : Policy::VecsPerThread(kBytes);
@@ -224,6 +229,7 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   constexpr int kFlagLoads = Policy::kTailFlagLoads;
   constexpr int kPartialLoads = kVariant == kSimple ? Policy::kTailPartialLoadsSimple : 1;
   const unsigned words = PartialWords<D>(w);
+  if (words == 0) return;  // a histogram alone: its counts are in the state already
   if (threadIdx.x == 0) {
     StorePartialCg(a.partials + blockIdx.x, p, words);
     __threadfence();
@@ -379,6 +385,8 @@ using KernelFn = void (*)(AggArgs<D>);
 template <ops::DType D>
 KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
   if (w.moments) return SliceKernel<D, kFull>;
+  if (w.hist && !wide && !w.sum && !w.min && !w.max && !w.sumsq && !w.argmin && !w.argmax)
+    return SliceKernel<D, kHistOnly>;
   if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
   if (!w.sumsq && !w.argmin && !w.argmax) return SliceKernel<D, kSimple>;
   return SliceKernel<D, kLean>;
