@@ -65,13 +65,15 @@ struct PolicySm90 {
   static constexpr int kSimpleBlocksPerSm = 3;
   static constexpr int SimpleVecs(int elem_bytes) { return elem_bytes == 1 ? 4 : 8; }
   // The slice kernel's tail: flags each thread loads before it checks any,
-  // and partials kSimple's merging block loads at a time (2 keeps kSimple
-  // free of spills; 4 spilled 48 bytes; the other variants load one at a
-  // time for the same reason). With the loads one after another, sum
-  // measured 3045-3049 GB/s, with these 3051-3057 (one run); 3058-3064 and
-  // 3074-3075 (another).
+  // and partials the merging block loads at a time in kSimple and the lean
+  // kernel (2: no spills in either; 4 spilled 48 bytes in kSimple at 6
+  // blocks per SM; the histogram and full kernels load one at a time, for
+  // their registers). With the loads one after another, sum measured
+  // 3045-3049 GB/s, with these 3051-3057 (one run); 3058-3064 and 3074-3075
+  // (another). The lean kernel's 2 at a time, on a faster H100 (CUB argmax
+  // 3101-3105): argmax 3050-3051 -> 3053-3054 in five runs each.
   static constexpr int kTailFlagLoads = 4;
-  static constexpr int kTailPartialLoadsSimple = 2;
+  static constexpr int kTailPartialLoads = 2;
   static constexpr int kTeamFullBlocksPerSm = 2;
   static constexpr int kTeamLeanBlocksPerSm = 3;
   // 16-byte loads each thread issues before it uses any (per tile), by

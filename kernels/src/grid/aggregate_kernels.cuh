@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   // words only) before it uses any, so that each step costs about one
   // round trip to L2 rather than one per load.
   constexpr int kFlagLoads = Policy::kTailFlagLoads;
-  constexpr int kPartialLoads = kVariant == kSimple ? Policy::kTailPartialLoadsSimple : 1;
+  constexpr int kPartialLoads = (kVariant == kSimple || kVariant == kLean) ? Policy::kTailPartialLoads : 1;
   const unsigned words = PartialWords<D>(w);
   if (words == 0) return;  // a histogram alone: its counts are in the state already
   if (threadIdx.x == 0) {
