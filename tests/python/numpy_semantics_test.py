@@ -94,18 +94,23 @@ class NumpySemantics(unittest.TestCase):
         r = self.ask(x, ops).results
         f64 = x.astype(np.float64)
         with np.errstate(all="ignore"):
+            # Rounding in a sum scales with the sum of magnitudes, not with the
+            # result: with values of both signs the result can be far smaller
+            # than what its rounding errors are relative to.
+            magnitude = float(np.sum(np.abs(f64)))
             if x.dtype.kind == "f":
                 expect_sum = np.sum(f64)
-                self.assertClose(values(r[0])[0], expect_sum, 1e-12, label + " sum")
+                self.assertClose(values(r[0])[0], expect_sum, 1e-12, label + " sum", scale=magnitude)
                 # and the float32 answer numpy itself gives, to float32 precision
                 self.assertClose(values(r[0])[0], float(np.sum(x)), 1e-6 if x.dtype == np.float32 else 1e-12,
-                                 label + " sum vs numpy's own")
+                                 label + " sum vs numpy's own", scale=magnitude)
             else:
                 acc = np.int64 if x.dtype.kind == "i" else np.uint64
                 self.assertEqual(values(r[0])[0], int(np.sum(x, dtype=acc)), label + " sum")
             self.assertSame(values(r[1])[0], np.min(x), label + " min")
             self.assertSame(values(r[2])[0], np.max(x), label + " max")
-            self.assertClose(values(r[3])[0], np.mean(f64), 1e-12, label + " mean")
+            self.assertClose(values(r[3])[0], np.mean(f64), 1e-12, label + " mean",
+                             scale=magnitude / max(x.size, 1))
             self.assertEqual(values(r[4])[0], x.size, label + " count")
             self.assertClose(values(r[5])[0], np.sum(f64 * f64), 1e-12, label + " sum_squares")
             self.assertClose(values(r[6])[0], np.var(f64), 1e-9, label + " var")
@@ -114,14 +119,16 @@ class NumpySemantics(unittest.TestCase):
         self.assertEqual(values(r[9])[0], int(np.argmin(x)), label + " argmin")
         self.assertEqual(values(r[10])[0], int(np.argmax(x)), label + " argmax")
 
-    def assertClose(self, got, want, rel, label):
+    def assertClose(self, got, want, rel, label, scale=0.0):
+        """|got - want| <= rel * max(|want|, scale): `scale` is what the
+        rounding is relative to, when that exceeds |want| (a sum's magnitudes)."""
         want = float(want)
         if math.isnan(want):
             self.assertTrue(math.isnan(got), f"{label}: got {got}, numpy says NaN")
         elif math.isinf(want):
             self.assertEqual(got, want, label)
         else:
-            self.assertLessEqual(abs(got - want), rel * max(abs(want), 1e-300) + 1e-300,
+            self.assertLessEqual(abs(got - want), rel * max(abs(want), scale, 1e-300) + 1e-300,
                                  f"{label}: got {got!r}, numpy {want!r}")
 
     def assertSame(self, got, want, label):
