@@ -21,31 +21,32 @@ struct PolicySm90 {
   // spills outside the load loop; at 2 blocks rows of 32 float32 summed at
   // 2378 GB/s).
   static constexpr int kFullBlocksPerSm = 2;
-  // Slice kernel with a histogram but no moments (kHist variant): 3 blocks
-  // per SM (85 registers), HistVecs 3 and kHistPipelined: 72 KB
-  // of loads in flight per SM. Measured (2026-11-22, three runs each, CUB
-  // 256 bins 2992-3010 in the same runs): 4 blocks x 2 vectors, not
-  // pipelined (32 KB): 256 bins 2870, 4096 2695, fused five 4.30x; 3 x 4
-  // not pipelined (48 KB, spills 28 bytes): 2819-2824 and 2655-2661; 3 x 2
-  // pipelined (48 KB): 2894-2899 and 2812-2815; 4 x 2 pipelined (64 KB,
-  // spills 68 bytes): 2909-2922 and 2771-2788; 3 x 3 pipelined (spills 20
-  // bytes): 2934-2936,
-  // 2837-2843, fused 4.59-4.60x. The integer and uint8 histogram kernels
-  // spill more with it (int32 56 -> 104 bytes, uint8 68 -> 148; untimed). (Earlier, before the binning was cut to
-  // 20 instructions per element: 4 x 2 beat 4 x 4 and 3 x 8, which spilled.)
+  // Slice kernel with a histogram and other ops but no moments (kHist): 3
+  // blocks per SM (85 registers), HistVecs 3, pipelined: 72 KB of loads in
+  // flight per SM. Measured with a histogram alone, before kHistOnly took
+  // those (2026-11-22, three runs each, CUB 256 bins 2992-3010 in the same
+  // runs), 256 bins / 4096 bins GB/s:
+  //   4 blocks x 2 vectors, not pipelined (32 KB)   2870      / 2695
+  //   3 x 4, not pipelined (48 KB, 28 bytes spilled) 2819-2824 / 2655-2661
+  //   3 x 2, pipelined (48 KB)                      2894-2899 / 2812-2815
+  //   4 x 2, pipelined (64 KB, 68 bytes spilled)    2909-2922 / 2771-2788
+  //   3 x 3, pipelined (72 KB, 20 bytes spilled)    2934-2936 / 2837-2843
+  // and the fused five went from 4.30x to 4.59-4.60x the CUB calls. The
+  // integer and uint8 kernels spill more with it (int32 56 -> 104 bytes,
+  // uint8 68 -> 92; untimed). (Earlier, before the binning was cut to 20
+  // instructions per element, 4 x 2 beat 4 x 4 and 3 x 8, which spilled.)
   static constexpr int kHistBlocksPerSm = 3;
+  static constexpr bool kHistPipelined = true;  // kHist and kHistOnly
   // A histogram alone (kHistOnly): no sum, extremes or arg state, so 4
   // blocks per SM of HistOnlyVecs 3 pipelined fit in 64 registers without
   // spills (96 KB in flight per SM); 3 x 4 pipelined also spills nothing,
-  // 5 x 2 spills 24 bytes. Measured beside the kHist variant (3 x 3
-  // pipelined, which served histograms alone until then) and CUB in three
-  // runs (2026-11-22): 256 bins 4 x 3 3060-3065, 3 x 4 3059-3065, 5 x 2
-  // 3037-3043, kHist 2932-2936 (CUB 2983-3015); 4096 bins 3000-3002,
+  // 5 x 2 spills 24 bytes. Measured beside kHist (3 x 3 pipelined) and CUB
+  // in three runs (2026-11-22): 256 bins 4 x 3 3060-3065, 3 x 4 3059-3065,
+  // 5 x 2 3037-3043, kHist 2932-2936 (CUB 2983-3015); 4096 bins 3000-3002,
   // 2987-2995, 2955-2965, 2829-2839. Part of the gain is the tail: with no
   // partial fields a block returns once its counts are added (no flags).
   static constexpr int kHistOnlyBlocksPerSm = 4;
   static constexpr int HistOnlyVecs(int elem_bytes) { return elem_bytes == 1 ? 2 : 3; }
-  static constexpr bool kHistPipelined = true;
   // Lean slice kernel (sum of squares, argmin, argmax and the rest): 3
   // blocks per SM (85 registers), VecsPerThread vectors, pipelined (96 KB in
   // flight per SM). argmax, CUB 2999-3007 in the same runs: 4 blocks x 4
