@@ -36,6 +36,12 @@ class BadInputTest : public ServerFixture {
     EXPECT_EQ(resp.results(1).doubles().values(0), 3.5);
   }
 
+  // The call was refused as INVALID_ARGUMENT with a message containing `says`.
+  static void ExpectRefusedSaying(const grpc::Status& st, const std::string& says) {
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find(says), std::string::npos) << st.error_message();
+  }
+
   // Sends `messages` byte for byte, with no protobuf in between, on one call
   // of `method` and returns its status; `response` gets the answer's bytes.
   grpc::Status RawCall(const std::string& method, const std::vector<std::string>& messages, std::string* response) {
@@ -202,8 +208,7 @@ TEST_F(BadInputTest, MalformedStreamsAreRejected) {
     SCOPED_TRACE(bad.name);
     v1::AggregateResponse resp;
     grpc::Status st = Stream(bad.messages, &resp);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-    EXPECT_NE(st.error_message().find(bad.says), std::string::npos) << st.error_message();
+    ExpectRefusedSaying(st, bad.says);
     ExpectStillServing();
   }
   // And a good stream still works.
@@ -215,20 +220,14 @@ TEST_F(BadInputTest, MalformedStreamsAreRejected) {
 TEST_F(BadInputTest, BytesThatAreNotAMessageAreRejected) {
   std::string resp;
   grpc::Status st = RawCall(kAggregate, {std::string("\x12\x05" "abc")}, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_NE(st.error_message().find("tally.v1.AggregateRequest: not a valid protobuf message: at byte 2, field 2 "
-                                    "(data) needs 5 bytes, but only 3 are left"),
-            std::string::npos)
-      << st.error_message();
+  ExpectRefusedSaying(st, "tally.v1.AggregateRequest: not a valid protobuf message: at byte 2, field 2 "
+                          "(data) needs 5 bytes, but only 3 are left");
   ExpectStillServing();
 
   const std::string header = Header(v1::DTYPE_FLOAT32, 4, {Op(v1::OP_SUM)}).SerializeAsString();
   st = RawCall(kAggregateStream, {header, std::string("\x12\x80")}, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_NE(st.error_message().find("tally.v1.AggregateStreamRequest: not a valid protobuf message: at byte 1, the "
-                                    "message ends inside the length of field 2 (chunk)"),
-            std::string::npos)
-      << st.error_message();
+  ExpectRefusedSaying(st, "tally.v1.AggregateStreamRequest: not a valid protobuf message: at byte 1, the "
+                          "message ends inside the length of field 2 (chunk)");
   ExpectStillServing();
 }
 
@@ -250,8 +249,7 @@ TEST_F(BadInputTest, RepeatedFieldsCountAsInProtobuf) {
   const std::string header = Header(v1::DTYPE_FLOAT32, 2, {Op(v1::OP_SUM)}).SerializeAsString();
   const std::string chunk = Chunk(Bytes(std::vector<float>{1.5f, 2.0f})).SerializeAsString();
   st = RawCall(kAggregateStream, {header + chunk}, &resp);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
-  EXPECT_NE(st.error_message().find("must be the header"), std::string::npos) << st.error_message();
+  ExpectRefusedSaying(st, "must be the header");
   resp.clear();
   st = RawCall(kAggregateStream, {chunk + header, chunk}, &resp);
   ASSERT_TRUE(st.ok()) << st.error_message();

@@ -1,7 +1,7 @@
-// Helpers for the CPU backend's tests: a per-run random seed, random arrays
-// of every dtype, a driver that feeds the Backend interface in chosen pieces,
-// and plain references computed in higher precision (long double, __int128,
-// searchsorted over the edges).
+// Helpers for the CPU backend's tests: random arrays of every dtype (seeded
+// by TALLY_SEEDED_RNG, test_seed.h), a driver that feeds the Backend
+// interface in chosen pieces, and plain references computed in higher
+// precision (long double, __int128, searchsorted over the edges).
 #pragma once
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "server/core/request.h"
 #include "server/engine/backend.h"
 #include "tally/ops/dtype.h"
+#include "tests/unit/test_seed.h"
 
 namespace tally::ops {
 // Test names and messages show "float32", not a byte.
@@ -31,24 +32,6 @@ inline void PrintTo(DType t, std::ostream* os) { *os << Name(t); }
 namespace tally::testing {
 
 using ops::DType;
-
-// Fresh every run unless TALLY_TEST_SEED is set; tests print it on failure.
-inline std::uint64_t TestSeed() {
-  static const std::uint64_t seed = []() -> std::uint64_t {
-    if (const char* s = std::getenv("TALLY_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-    std::random_device rd;
-    return (std::uint64_t{rd()} << 32) ^ rd();
-  }();
-  return seed;
-}
-
-// An rng for one test, seeded from the run's seed and the test's name, and a
-// trace line that shows the seed in any failure below it.
-#define TALLY_SEEDED_RNG(rng)                                                                  \
-  SCOPED_TRACE(::testing::Message() << "TALLY_TEST_SEED=" << ::tally::testing::TestSeed());    \
-  std::mt19937_64 rng(::tally::testing::TestSeed() ^                                           \
-                      std::hash<std::string>{}(                                                \
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name()))
 
 struct Array {
   DType dtype = DType::kFloat32;

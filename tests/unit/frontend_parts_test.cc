@@ -12,6 +12,7 @@
 #include "server/core/validate.h"
 #include "server/frontend/admission.h"
 #include "server/frontend/element_aligner.h"
+#include "tests/unit/test_seed.h"
 
 namespace tally {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(ElementAligner, AnyChunkingGivesTheSameWholeElementsInOrder) {
-  std::mt19937_64 rng(std::random_device{}());
+  TALLY_SEEDED_RNG(rng);
   for (std::size_t size : {1u, 4u, 8u}) {
     std::vector<std::byte> bytes(size * 1001);
     for (auto& b : bytes) b = static_cast<std::byte>(rng());

@@ -12,6 +12,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "server/frontend/raw_message.h"
 #include "tally/v1/tally.pb.h"
+#include "tests/unit/test_seed.h"
 
 namespace tally {
 namespace {
@@ -240,9 +241,7 @@ void CheckUnaryMessage(const std::string& wire, Rng& rng) {
 }
 
 TEST(ParseWithBytesInPlace, RandomStreamMessagesGiveProtobufsAnswer) {
-  const auto seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  Rng rng(seed);
+  TALLY_SEEDED_RNG(rng);
   int chunks = 0, headers = 0;
   for (int i = 0; i < 400; ++i) {
     const std::string wire = RandomStreamMessage(rng);
@@ -259,9 +258,7 @@ TEST(ParseWithBytesInPlace, RandomStreamMessagesGiveProtobufsAnswer) {
 }
 
 TEST(ParseWithBytesInPlace, RandomUnaryMessagesGiveProtobufsAnswer) {
-  const auto seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  Rng rng(seed);
+  TALLY_SEEDED_RNG(rng);
   for (int i = 0; i < 400; ++i) {
     CheckUnaryMessage(RandomUnaryMessage(rng), rng);
     if (HasFatalFailure()) return;
@@ -307,7 +304,7 @@ TEST(ParseWithBytesInPlace, TheLastOccurrenceDecides) {
 }
 
 TEST(ParseWithBytesInPlace, ThePiecesPointIntoTheReceivedSlices) {
-  Rng rng(std::random_device{}());
+  TALLY_SEEDED_RNG(rng);
   const std::string data = RandomBytes(rng, 100000);
   v1::AggregateRequest request;
   *request.mutable_spec() = RandomSpec(rng);
@@ -387,7 +384,7 @@ TEST(ParseWithBytesInPlace, MalformedMessagesAreRefused) {
       {"bad header after a chunk", "\x12\x01x\x0a\x01\x80"_b, "the fields other than field 2 (chunk) do not parse",
        true},
   };
-  Rng rng(std::random_device{}());
+  TALLY_SEEDED_RNG(rng);
   for (const Malformed& bad : cases) {
     SCOPED_TRACE(bad.name);
     v1::AggregateStreamRequest reference;
@@ -409,9 +406,7 @@ TEST(ParseWithBytesInPlace, MalformedMessagesAreRefused) {
 // when protobuf refuses it (but for groups and over-long tags, which protobuf
 // lets through), and otherwise parsed as protobuf parses it.
 TEST(ParseWithBytesInPlace, DamagedMessagesGiveProtobufsAnswer) {
-  const auto seed = std::random_device{}();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  Rng rng(seed);
+  TALLY_SEEDED_RNG(rng);
   int refused = 0, accepted = 0;
   for (int i = 0; i < 3000; ++i) {
     std::string wire = Uniform(rng, 0, 1) ? RandomStreamMessage(rng) : RandomUnaryMessage(rng);
