@@ -177,53 +177,49 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
   const uint4* vp = reinterpret_cast<const uint4*>(p + a);
   const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
   const std::int64_t full = nv / tile;  // full tiles
+  // A full tile at vector t: this lane's vectors t + k * lanes + lane, and
+  // their row indices.
+  auto load_tile = [&](std::int64_t t, T (&x)[U][K]) {
+#pragma unroll
+    for (int k = 0; k < U; ++k) LoadVec<T, K>(x[k], vp + t + static_cast<std::int64_t>(k) * lanes + lane);
+  };
+  auto tile_bases = [&](std::int64_t t, std::int64_t (&base)[U]) {
+#pragma unroll
+    for (int k = 0; k < U; ++k) base[k] = a + (t + static_cast<std::int64_t>(k) * lanes + lane) * K + shift;
+  };
   std::int64_t t = part * tile;
-  int since_sync = 0;
   if constexpr (kPipe) {
     // Registers double-buffer the tiles: the next tile's loads are issued
     // before this one is added, so they are in flight during the work.
     static_assert(kSyncTiles == 0);
-    T nx[U][K];
+    T next[U][K];
     bool have = t + tile <= nv;
-    if (have) {
-#pragma unroll
-      for (int k = 0; k < U; ++k) LoadVec<T, K>(nx[k], vp + t + static_cast<std::int64_t>(k) * lanes + lane);
-    }
+    if (have) load_tile(t, next);
     while (have) {
       T x[U][K];
       std::int64_t base[U];
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-#pragma unroll
-        for (int e = 0; e < K; ++e) x[k][e] = nx[k][e];
-        base[k] = a + (t + static_cast<std::int64_t>(k) * lanes + lane) * K + shift;
-      }
-      const std::int64_t tn = t + parts * tile;
-      have = tn + tile <= nv;
-      if (have) {
-#pragma unroll
-        for (int k = 0; k < U; ++k) LoadVec<T, K>(nx[k], vp + tn + static_cast<std::int64_t>(k) * lanes + lane);
-      }
+      std::memcpy(x, next, sizeof x);
+      tile_bases(t, base);
+      t += parts * tile;
+      have = t + tile <= nv;
+      if (have) load_tile(t, next);
       agg.template Add<U, K>(x, base, U);
-      t = tn;
     }
-  }
-  for (; !kPipe && t + tile <= nv; t += parts * tile) {
-    if constexpr (kSyncTiles > 0) {
-      if (++since_sync > kSyncTiles) {
-        __syncthreads();
-        since_sync = 1;
+  } else {
+    int since_sync = 0;
+    for (; t + tile <= nv; t += parts * tile) {
+      if constexpr (kSyncTiles > 0) {
+        if (++since_sync > kSyncTiles) {
+          __syncthreads();
+          since_sync = 1;
+        }
       }
+      T x[U][K];
+      std::int64_t base[U];
+      load_tile(t, x);
+      tile_bases(t, base);
+      agg.template Add<U, K>(x, base, U);
     }
-    T x[U][K];
-    std::int64_t base[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
-      LoadVec<T, K>(x[k], vp + j);
-      base[k] = a + j * K + shift;
-    }
-    agg.template Add<U, K>(x, base, U);
   }
   if (full % parts != part) return;  // the partial tile and the tail are another part's
   if (t < nv) {
