@@ -327,8 +327,52 @@ int main(int argc, char** argv) {
       t = cub_bytes;
       CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
     });
-    std::printf("\nlatency parts (p50 us, each + sync): tally Accumulate %.1f, Finalize %.1f; CUB Sum %.1f\n",
-                accumulate_only, finalize_only, cub_only);
+    // Where the time goes: the host's share (the call returning, before the
+    // sync), the device's (events around the work queued behind a spin), and
+    // the floor (an empty kernel, launch plus sync).
+    auto p50_host = [&](const std::function<void()>& f) {
+      std::vector<double> us;
+      for (int i = 0; i < 2200; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        f();
+        const auto t1 = std::chrono::steady_clock::now();
+        CHECK(cudaStreamSynchronize(s));
+        if (i >= 200) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    const double accumulate_host = p50_host([&] {
+      CHECK(tally::kernels::Accumulate(tl.plan, x, m, 0, tl.state, tl.scratch, tl.scratch_bytes, s));
+    });
+    const double cub_host = p50_host([&] {
+      t = cub_bytes;
+      CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
+    });
+    const double empty = p50([&] {
+      Spin<<<1, 32, 0, s>>>(0);
+      CHECK(cudaGetLastError());
+    });
+    const int reps = kReps;
+    kReps = 301;
+    const double accumulate_dev = 1e3 * MedianMs(s, [&] {
+      CHECK(tally::kernels::Accumulate(tl.plan, x, m, 0, tl.state, tl.scratch, tl.scratch_bytes, s));
+    });
+    const double cub_dev = 1e3 * MedianMs(s, [&] {
+      t = cub_bytes;
+      CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
+    });
+    const double empty_dev = 1e3 * MedianMs(s, [&] {
+      Spin<<<1, 32, 0, s>>>(0);
+      CHECK(cudaGetLastError());
+    });
+    kReps = reps;
+    std::printf("\nlatency parts (p50 us, each + sync): tally Accumulate %.1f, Finalize %.1f; CUB Sum %.1f; "
+                "empty kernel %.1f\n",
+                accumulate_only, finalize_only, cub_only, empty);
+    std::printf("latency parts (us): host call alone: tally Accumulate %.2f, CUB Sum %.2f; "
+                "device (events, median of 301): tally %.2f, CUB %.2f, empty kernel %.2f\n",
+                accumulate_host, cub_host, accumulate_dev, cub_dev, empty_dev);
     std::printf("\n| latency, sum of 1K float32 to host | tally p50 %.1f us | CUB p50 %.1f us | target: no slower | %s |\n",
                 ours, theirs, ours <= theirs ? "yes" : "NO");
     cudaFreeHost(h_f);

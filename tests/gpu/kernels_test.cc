@@ -295,6 +295,44 @@ TEST(Kernels, WholeArrayEachOpAlone) {
   });
 }
 
+// Small whole arrays with only sum, min and max take their own one-block
+// kernel (the latency path): sizes around its 16-byte vectors and its size
+// limit (Policy::kSmallMaxBytes, 64 KiB; one past it is the slice kernel),
+// both alignments, fed in one call to Aggregate and in one Accumulate, with
+// NaNs and with the integer extremes.
+TEST(Kernels, SmallWholeArraysSumMinMax) {
+  REQUIRE_GPU();
+  const ops::OpMask sum = ops::Bit(OpKind::kSum), mn = ops::Bit(OpKind::kMin),
+                    mx = ops::Bit(OpKind::kMax);
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    using T = V<D>;
+    const std::uint64_t limit = 64 * 1024 / sizeof(T);
+    for (std::uint64_t n : std::vector<std::uint64_t>{0, 1, 2, 3, 15, 16, 17, 255, 1024, 4097,
+                                                      limit - 1, limit, limit + 1}) {
+      auto x = Random<D>(n);
+      auto odd = x;
+      if (n > 2) {
+        if constexpr (ops::IsFloat(D)) {
+          odd[n / 3] = std::numeric_limits<T>::quiet_NaN();
+        } else {
+          odd[n / 3] = std::numeric_limits<T>::lowest();
+          odd[2 * n / 3] = std::numeric_limits<T>::max();
+        }
+      }
+      for (const auto* data : {&x, &odd}) {
+        for (ops::OpMask m : {sum, mn, mx, sum | mn | mx}) {
+          for (int misalign : {0, 1}) {
+            const std::string label = data == &x ? "small" : "small, nan or extremes";
+            CheckCase<D>(*data, 0, m, 0, 0, label, misalign);
+            if (n > 0) CheckCase<D>(*data, 0, m, 0, n, label + ", one Accumulate", misalign);
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(Kernels, HistogramBinCountsIncludingClusters) {
   REQUIRE_GPU();
   ForEachDType([&](auto c) {

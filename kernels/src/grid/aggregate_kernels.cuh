@@ -13,6 +13,9 @@
 //   RowVecKernel short rows of 2, 4 or 8 whole 16-byte vectors, lean ops,
 //                whole rows in an aligned chunk: coalesced warp loads staged
 //                in shared memory, then one lane per row.
+//   SmallKernel  a small whole array (one block) with sum, min and max only:
+//                the latency path, lean enough to cost what an empty launch
+//                does.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -357,6 +360,84 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kRowVecBlocksPerSm)
   }
 }
 
+// A whole array of at most Policy::kSmallMaxBytes, sum, min and max only, in
+// one block. SliceKernel<kSimple> gives the same kind of answer, but on one
+// block its generality (64-bit tile arithmetic, the full Partial through
+// the block reduction, the histogram and tail paths it branches around) is
+// the latency: 5850 warp instructions and ~2 us more device time than an
+// empty kernel for 1K float32; this one takes about what CUB's single-tile
+// kernel does (docs/performance.md). Deterministic: a fixed split over the
+// threads and a fixed reduction tree.
+template <ops::DType D>
+__global__ void __launch_bounds__(Policy::kThreads) SmallKernel(const AggArgs<D> a) {
+  using T = typename DevTraits<D>::T;
+  using S = typename DevTraits<D>::S;
+  using E = typename DevTraits<D>::E;
+  using X = ExtremeOp<D>;
+  constexpr int K = DevTraits<D>::kVec;
+  const Want w = VariantWant<D>(a.want, kSimple);
+  const int n = static_cast<int>(a.n);
+  const auto addr = reinterpret_cast<std::uintptr_t>(a.chunk);
+  const int to_aligned = static_cast<int>(((16 - (addr & 15)) & 15) / sizeof(T));
+  const int head = to_aligned < n ? to_aligned : n;
+  const int nv = (n - head) / K;
+  S sum = SumOp<D>::Identity();
+  T mn = X::MinIdentity(), mx = X::MaxIdentity();
+  auto add = [&](T x) {
+    sum = SumOp<D>::Merge(sum, SumOp<D>::Lift(x));
+    mn = X::Min(mn, x);
+    mx = X::Max(mx, x);
+  };
+  for (int i = threadIdx.x; i < head; i += blockDim.x) add(a.chunk[i]);
+  const uint4* vp = reinterpret_cast<const uint4*>(a.chunk + head);
+#pragma unroll 4
+  for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+    T x[K];
+    LoadVec<T, K>(x, vp + v);
+    sum = SumOp<D>::Merge(sum, SumOp<D>::template Group<K>(x));
+#pragma unroll
+    for (int e = 0; e < K; ++e) {
+      mn = X::Min(mn, x[e]);
+      mx = X::Max(mx, x[e]);
+    }
+  }
+  for (int i = head + nv * K + threadIdx.x; i < n; i += blockDim.x) add(a.chunk[i]);
+
+  // Warps by shuffles, then warp 0 over the warps' results; the fields in
+  // `w` only (the others were computed above for free but are not stored).
+  __shared__ S warp_sum[Policy::kThreads / 32];
+  __shared__ E warp_min[Policy::kThreads / 32], warp_max[Policy::kThreads / 32];
+  E lo = static_cast<E>(mn), hi = static_cast<E>(mx);
+  auto reduce_warp = [&] {
+    for (int m = 16; m > 0; m >>= 1) {
+      if (w.sum) sum = SumOp<D>::Merge(sum, ShflXor(sum, m, 32));
+      if (w.min) lo = X::MergeMin(lo, ShflXor(lo, m, 32));
+      if (w.max) hi = X::MergeMax(hi, ShflXor(hi, m, 32));
+    }
+  };
+  reduce_warp();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    warp_sum[warp] = sum;
+    warp_min[warp] = lo;
+    warp_max[warp] = hi;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const bool have = lane < static_cast<int>(blockDim.x >> 5);
+  sum = have ? warp_sum[lane] : SumOp<D>::Identity();
+  lo = have ? warp_min[lane] : static_cast<E>(X::MinIdentity());
+  hi = have ? warp_max[lane] : static_cast<E>(X::MaxIdentity());
+  reduce_warp();
+  if (lane == 0) {
+    Partial<D> p = IdentityPartial<D>();
+    p.sum = sum;
+    p.min = lo;
+    p.max = hi;
+    StoreRow(a.state, 0, p, /*fresh=*/true, w);
+  }
+}
+
 // ---- host side -----------------------------------------------------------
 
 // How one chunk is processed; the same function sizes scratch and launches.
@@ -390,6 +471,16 @@ KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
   if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
   if (!w.sumsq && !w.argmin && !w.argmax) return SliceKernel<D, kSimple>;
   return SliceKernel<D, kLean>;
+}
+
+// The whole array in one call, small, and sum, min and max only: SmallKernel.
+// Decided by the plan alone (a whole array's one chunk), so a request
+// always takes the same kernel and gets the same bits.
+template <ops::DType D>
+bool Small(const AggregatePlan& plan, std::uint64_t n, std::uint64_t offset, const Want& w) {
+  return plan.row_length == 0 && offset == 0 && n == plan.length &&
+         n * sizeof(typename DevTraits<D>::T) <= static_cast<std::uint64_t>(Policy::kSmallMaxBytes) &&
+         !w.sumsq && !w.moments && !w.argmin && !w.argmax && !w.hist;
 }
 
 // Histograms whose u32 counters do not fit one block and that need no
@@ -584,6 +675,12 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
       TALLY_CUDA_TRY(cudaMemsetAsync(a.state.hist + first_fresh * lay.histogram_stride, 0,
                                      (end_row - first_fresh) * lay.histogram_stride * 8, stream));
     }
+  }
+
+  if (Small<D>(plan, n, offset, a.want)) {
+    SmallKernel<D><<<1, Policy::kThreads, 0, stream>>>(a);
+    TALLY_CUDA_CHECK_LAUNCH();
+    return cudaSuccess;
   }
 
   const bool whole_rows = plan.row_length != 0 && offset % plan.row_length == 0 &&
