@@ -14,8 +14,7 @@
 //                whole rows in an aligned chunk: coalesced warp loads staged
 //                in shared memory, then one lane per row.
 //   SmallKernel  a small whole array (one block) with sum, min and max only:
-//                the latency path, lean enough to cost what an empty launch
-//                does.
+//                the latency path, as lean as CUB's single-tile kernel.
 #pragma once
 
 #include <cooperative_groups.h>
