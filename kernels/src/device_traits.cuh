@@ -48,6 +48,12 @@ struct Want {
                 Has(m, K::kArgmax),
                 Has(m, K::kHistogram)};
   }
+  // Sum, min and max at most (kSimple, SmallKernel).
+  constexpr bool OnlySumMinMax() const { return !sumsq && !moments && !argmin && !argmax && !hist; }
+  // A histogram and nothing else (kHistOnly).
+  constexpr bool OnlyHistogram() const {
+    return hist && !sum && !min && !max && !sumsq && !moments && !argmin && !argmax;
+  }
 };
 
 // Device pointers to the state arrays (nullptr when absent); see

@@ -465,10 +465,9 @@ using KernelFn = void (*)(AggArgs<D>);
 template <ops::DType D>
 KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
   if (w.moments) return SliceKernel<D, kFull>;
-  if (w.hist && !wide && !w.sum && !w.min && !w.max && !w.sumsq && !w.argmin && !w.argmax)
-    return SliceKernel<D, kHistOnly>;
+  if (w.OnlyHistogram() && !wide) return SliceKernel<D, kHistOnly>;
   if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
-  if (!w.sumsq && !w.argmin && !w.argmax) return SliceKernel<D, kSimple>;
+  if (w.OnlySumMinMax()) return SliceKernel<D, kSimple>;
   return SliceKernel<D, kLean>;
 }
 
@@ -479,7 +478,7 @@ template <ops::DType D>
 bool Small(const AggregatePlan& plan, std::uint64_t n, std::uint64_t offset, const Want& w) {
   return plan.row_length == 0 && offset == 0 && n == plan.length &&
          n * sizeof(typename DevTraits<D>::T) <= static_cast<std::uint64_t>(Policy::kSmallMaxBytes) &&
-         !w.sumsq && !w.moments && !w.argmin && !w.argmax && !w.hist;
+         w.OnlySumMinMax();
 }
 
 // Histograms whose u32 counters do not fit one block and that need no
