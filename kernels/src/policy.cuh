@@ -48,13 +48,21 @@ struct PolicySm90 {
   static constexpr int kHistOnlyBlocksPerSm = 4;
   static constexpr int HistOnlyVecs(int elem_bytes) { return elem_bytes == 1 ? 2 : 3; }
   // Lean slice kernel (sum of squares, argmin, argmax and the rest): 3
-  // blocks per SM (85 registers), VecsPerThread vectors, pipelined (96 KB in
+  // blocks per SM, LeanVecs vectors per thread, not pipelined (96 KB in
   // flight per SM). argmax, CUB 2999-3007 in the same runs: 4 blocks x 4
   // not pipelined (64 KB) 2979-2986; 3 x 8 not pipelined 2987-2998; 2 x 8
   // pipelined 2992-3001; 4 x 8 (spills 24 bytes) 2975-2977; 3 x 4
-  // pipelined 3000-3004.
+  // pipelined 3000-3004, which was kept then. Once the warps shared their
+  // argmax floor (ThreadAgg::ShareWarp: 96 -> 72 million warp
+  // instructions for 1 GiB), side by side in two runs (2026-11-22, CUB
+  // 3001-3007): 3 x 8 not pipelined 3022-3023 (4 GiB: 3109), 2 x 8
+  // pipelined 3012-3016 (3096), 3 x 4 pipelined 3007-3010 (3085), 4 x 8
+  // not pipelined 2985-2986 (3108), 4 x 4 pipelined 2977-2981 (3088).
+  // 8-byte elements take 6 vectors (8 spilled 212 bytes in float64, whose
+  // NaN rule is software; untimed), uint8 2 (elements one by one).
   static constexpr int kLeanBlocksPerSm = 3;
-  static constexpr bool kLeanPipelined = true;
+  static constexpr bool kLeanPipelined = false;
+  static constexpr int LeanVecs(int elem_bytes) { return elem_bytes == 1 ? 2 : elem_bytes == 8 ? 6 : 8; }
   // Sum, min and max alone (kSimple): 3 blocks per SM (85 registers, no
   // spills), SimpleVecs 8 vectors per thread, not pipelined: 96 KB of loads
   // in flight per SM. sum/min/max against CUB in the same runs (2026-11-22,

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,7 +15,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
-#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "reference.h"
@@ -550,6 +551,57 @@ TEST(Kernels, IntegerExtremesAndTies) {
         x[pos(Rng())] = std::numeric_limits<T>::lowest();
         x[pos(Rng())] = std::numeric_limits<T>::lowest();
         CheckCase<D>(x, 0, kAllOps, 256, 0, "extreme ties");
+      }
+    }
+  });
+}
+
+// argmin and argmax alone (the lean slice kernel) and beside the moments
+// (the full one). Their warps skip groups no better than the best value any
+// lane has seen so far (ThreadAgg::ShareWarp), so the first occurrence must
+// survive ties between lanes and blocks, NaNs, and data whose extreme moves
+// at every tile (ramps) or recurs once a period (a sawtooth).
+TEST(Kernels, ArgExtremesTiesNansAndMovingBests) {
+  REQUIRE_GPU();
+  const ops::OpMask args = ops::Bit(OpKind::kArgmin) | ops::Bit(OpKind::kArgmax);
+  const ops::OpMask with_moments = args | ops::Bit(OpKind::kVariance);
+  ForEachDType([&](auto c) {
+    constexpr DType D = decltype(c)::value;
+    using T = V<D>;
+    const std::uint64_t n = Small() ? 300007 : 3000017;
+    // i's place on a ramp over [0, top], top below every dtype's maximum
+    // (and, for float32, exact).
+    auto ramp = [&](std::uint64_t i, std::uint64_t top) {
+      const std::uint64_t hi = sizeof(T) == 1 ? 255 : std::min<std::uint64_t>(top, 1u << 24);
+      return static_cast<T>(i * hi / top);
+    };
+    std::vector<std::pair<std::string, std::vector<T>>> cases;
+    std::vector<T> few(n), up(n), down(n), saw(n);
+    std::uniform_int_distribution<int> four(0, 3);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      few[i] = static_cast<T>(four(Rng()));
+      up[i] = ramp(i, n - 1);
+      down[i] = ramp(n - 1 - i, n - 1);
+      saw[i] = ramp(i % 100003, 100002);
+    }
+    cases.emplace_back("four values", few);
+    cases.emplace_back("ascending", up);
+    cases.emplace_back("descending", down);
+    cases.emplace_back("sawtooth", saw);
+    if constexpr (ops::IsFloat(D)) {
+      const T nan = std::numeric_limits<T>::quiet_NaN();
+      std::uniform_int_distribution<std::uint64_t> pos(0, n - 1);
+      auto nans = few;
+      for (int k = 0; k < 3; ++k) nans[pos(Rng())] = nan;
+      cases.emplace_back("four values, nans", nans);
+      auto late = up;
+      late[n - 2] = nan;
+      cases.emplace_back("ascending, a late nan", late);
+    }
+    for (const auto& [label, x] : cases) {
+      for (ops::OpMask mask : {args, with_moments}) {
+        CheckCase<D>(x, 0, mask, 0, 0, label);
+        CheckCase<D>(x, 0, mask, 0, n / 3 + 1, label + " chunked");
       }
     }
   });

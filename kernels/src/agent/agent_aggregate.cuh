@@ -24,6 +24,7 @@ struct ThreadAgg {
   T amin_v, amax_v;
   std::int64_t amin_i, amax_i;
   int amin_pending = 0, amax_pending = 0;  // ArgOp::UpdateGroup
+  T amin_floor, amax_floor;                // ShareWarp
   bool defer_args;                         // ArgOp::UpdateGroup
   // Most vectors in a group whose argmin/argmax search is deferred
   // (histogram and full slice kernels: Policy::HistVecs,
@@ -37,8 +38,8 @@ struct ThreadAgg {
   TALLY_DEV ThreadAgg(const Want& want, HistThread<B>* h, bool defer = false)
       : w(want), defer_args(defer), hist(h) {
     sum = SumOp<D>::Identity();
-    mn = amin_v = ExtremeOp<D>::MinIdentity();
-    mx = amax_v = ExtremeOp<D>::MaxIdentity();
+    mn = amin_v = amin_floor = ExtremeOp<D>::MinIdentity();
+    mx = amax_v = amax_floor = ExtremeOp<D>::MaxIdentity();
     amin_i = amax_i = -1;
     sumsq = 0.0;
     mom = ops::Moments{};
@@ -62,12 +63,12 @@ struct ThreadAgg {
       if (w.min || w.argmin) {
         const T g = ArgOp<D, false>::template GroupExtreme<V, K>(x, nvec);
         if (w.min) mn = ExtremeOp<D>::Min(mn, g);
-        if (w.argmin) ArgOp<D, false>::template UpdateGroupWith<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec, g);
+        if (w.argmin) ArgOp<D, false>::template UpdateGroupWith<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec, g, amin_floor);
       }
       if (w.max || w.argmax) {
         const T g = ArgOp<D, true>::template GroupExtreme<V, K>(x, nvec);
         if (w.max) mx = ExtremeOp<D>::Max(mx, g);
-        if (w.argmax) ArgOp<D, true>::template UpdateGroupWith<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec, g);
+        if (w.argmax) ArgOp<D, true>::template UpdateGroupWith<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec, g, amax_floor);
       }
     } else if (w.min || w.max) {
 #pragma unroll
@@ -86,8 +87,8 @@ struct ThreadAgg {
         if (v < nvec) sumsq += SumSquaresOp<D>::template Group<K>(x[v]);
     }
     if (w.moments) mom = ops::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
-    if (!kShare && w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec);
-    if (!kShare && w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec);
+    if (!kShare && w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec, amin_floor);
+    if (!kShare && w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec, amax_floor);
     if (w.hist) {
       // Every slot by the quick guess first: independent work the
       // scheduler can overlap, no edge loads, one branch per group. When
@@ -117,6 +118,33 @@ struct ThreadAgg {
       }
       hist->template CountGroup<V, K>(slot, nvec);
     }
+  }
+
+  // Raises argmin's and argmax's floors to the best candidate any lane of
+  // the warp holds, when some lane's beats them: from then on a group no
+  // better than the floor costs its lane one comparison (ArgOp::Worse), not
+  // a search. Each lane alone takes a new candidate in about 1 of k groups
+  // at its k-th, so, lane by lane, some lane of a warp searched in most
+  // groups (a warp waits for its slowest lane); against the warp's best the
+  // chance is about 1 in k for the whole warp. Every lane of the warp must
+  // call it together.
+  TALLY_DEV void ShareWarp() {
+    if (w.argmin) ShareFloor<false>(amin_v, amin_floor);
+    if (w.argmax) ShareFloor<true>(amax_v, amax_floor);
+  }
+  template <bool kMax>
+  static TALLY_DEV void ShareFloor(T best, T& floor) {
+    if (!__any_sync(0xffffffffu, ArgOp<D, kMax>::Worse(floor, best))) return;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const T other = ShuffleXor(best, o);
+      best = kMax ? ExtremeOp<D>::Max(best, other) : ExtremeOp<D>::Min(best, other);
+    }
+    floor = best;
+  }
+  static TALLY_DEV T ShuffleXor(T v, int mask) {
+    if constexpr (sizeof(T) < 4) return static_cast<T>(__shfl_xor_sync(0xffffffffu, static_cast<int>(v), mask));
+    else return __shfl_xor_sync(0xffffffffu, v, mask);
   }
 
   TALLY_DEV void AddOne(T x, std::int64_t index) {
@@ -156,9 +184,12 @@ struct ThreadAgg {
 // tiles (every thread of a block runs the same tiles), which bounds the
 // work done between two barriers (HistThread::Count16). With kPipe each
 // lane issues its next tile's loads before it adds the current one, which
-// keeps twice the bytes in flight for twice the registers.
+// keeps twice the bytes in flight for twice the registers. With kWarpShare
+// the lanes of each warp pool their argmin/argmax candidates after every
+// full tile (ThreadAgg::ShareWarp): only where every lane of a warp runs
+// the same full tiles, as the threads of a slice kernel's block do.
 template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
-          int kSyncTiles = 0, bool kPipe = false>
+          int kSyncTiles = 0, bool kPipe = false, bool kWarpShare = false>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
                                ThreadAgg<D>& agg, std::int64_t part = 0,
@@ -204,6 +235,7 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
       have = t + tile <= nv;
       if (have) load_tile(t, next);
       agg.template Add<U, K>(x, base, U);
+      if constexpr (kWarpShare) agg.ShareWarp();
     }
   } else {
     int since_sync = 0;
@@ -219,6 +251,7 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
       load_tile(t, x);
       tile_bases(t, base);
       agg.template Add<U, K>(x, base, U);
+      if constexpr (kWarpShare) agg.ShareWarp();
     }
   }
   if (full % parts != part) return;  // the partial tile and the tail are another part's

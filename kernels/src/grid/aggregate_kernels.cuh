@@ -122,6 +122,12 @@ constexpr bool SlicePipelined(int variant) {
   return variant == kLean ? Policy::kLeanPipelined
          : (variant == kHist || variant == kHistOnly) ? Policy::kHistPipelined : false;
 }
+// Whether the variant's warps pool their argmin/argmax candidates
+// (ThreadAgg::ShareWarp): the lean kernel, which searches a new candidate's
+// group at once. The others defer that search (a new candidate costs them
+// a few moves), and the floors' registers raised their spills (float32
+// kHist 20 -> 36 bytes, kHistWide 12 -> 28; kFull, integers 0 -> 4).
+constexpr bool SliceWarpShare(int variant) { return variant == kLean; }
 constexpr int SliceThreads(int variant) {
   return variant == kHistWide ? Policy::kHistWideThreads : Policy::kThreads;
 }
@@ -132,6 +138,7 @@ constexpr int SliceVecs(int variant) {
          : variant == kHistOnly ? Policy::HistOnlyVecs(kBytes)
          : variant == kHistWide ? Policy::HistWideVecs(kBytes)
          : variant == kSimple   ? Policy::SimpleVecs(kBytes)
+         : variant == kLean     ? Policy::LeanVecs(kBytes)
                                 : Policy::VecsPerThread(kBytes);
 }
 // kHistWide: full tiles between barriers. A window between two barriers
@@ -186,8 +193,8 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   static_assert(!kDefer || DevTraits<D>::kVec > 4 || kU <= ThreadAgg<D>::kMaxGroupVecs,
                 "a deferred group must fit ArgOp::Resolve's loads");
   ThreadAgg<D> agg(w, &hist, kDefer);
-  AccumulateRange<D, kU, kSync, SlicePipelined(kVariant)>(a.chunk, seg.begin, seg.end, threadIdx.x,
-                                                          blockDim.x, seg.shift, agg, s, a.slices);
+  AccumulateRange<D, kU, kSync, SlicePipelined(kVariant), SliceWarpShare(kVariant)>(
+      a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s, a.slices);
   Partial<D> p = BlockReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(blockDim.x) * DevTraits<D>::kVec), w, red);
 
   if (w.hist) {

@@ -17,6 +17,16 @@ struct ArgOp {
   using T = typename DevTraits<D>::T;
   using E = typename DevTraits<D>::E;
 
+  // Is m certainly not the answer, given that an element already seen
+  // holds `floor`? It is when it is strictly worse: a number when floor is
+  // NaN, or a number beyond floor on the losing side. An equal value is not
+  // worse (it may sit at a lower index), nor is a NaN.
+  static TALLY_DEV bool Worse(T m, T floor) {
+    if constexpr (DevTraits<D>::kFloat) {
+      if (floor != floor) return m == m;
+    }
+    return kMax ? m < floor : m > floor;
+  }
   // Visit x at index i (indices increase along a thread's calls).
   static TALLY_DEV void Update(T& best, std::int64_t& at, T x, std::int64_t i) {
     bool take = kMax ? (x > best) : (x < best);
@@ -30,7 +40,10 @@ struct ArgOp {
   // Visit a group of nvec vectors of K elements (vector v starts at index
   // base[v] = base[0] + v * stride; indices above the thread's earlier
   // ones). The group's extreme (NaN-propagating) decides whether the
-  // candidate changes at all, one min/max per element. When it does:
+  // candidate changes at all, one min/max per element: not when it is
+  // Worse() than `floor` (a value some element already seen holds; see
+  // ThreadAgg::ShareWarp), nor when it does not beat the thread's own
+  // candidate. When it does:
   // - `defer` false: the first occurrence is found at once (a bit per
   //   element, find-first-set);
   // - `defer` true: the candidate becomes the group (`best` its extreme,
@@ -42,7 +55,8 @@ struct ArgOp {
   //   GB/s at once, 2877-2919 deferred).
   template <int V, int K>
   static TALLY_DEV void UpdateGroup(T& best, std::int64_t& at, int& pending, bool defer,
-                                    const T (&x)[V][K], const std::int64_t (&base)[V], int nvec) {
+                                    const T (&x)[V][K], const std::int64_t (&base)[V], int nvec,
+                                    T floor) {
     if constexpr (K > 4) {
       // uint8 (16 elements a vector): element by element, no group.
 #pragma unroll
@@ -52,7 +66,7 @@ struct ArgOp {
           for (int e = 0; e < K; ++e) Update(best, at, x[v][e], base[v] + e);
         }
     } else {
-      UpdateGroupWith<V, K>(best, at, pending, defer, x, base, nvec, GroupExtreme<V, K>(x, nvec));
+      UpdateGroupWith<V, K>(best, at, pending, defer, x, base, nvec, GroupExtreme<V, K>(x, nvec), floor);
     }
   }
   // The group's extreme, NaN-propagating (the first nvec vectors).
@@ -71,7 +85,8 @@ struct ArgOp {
   template <int V, int K>
   static TALLY_DEV void UpdateGroupWith(T& best, std::int64_t& at, int& pending, bool defer,
                                         const T (&x)[V][K], const std::int64_t (&base)[V], int nvec,
-                                        T m) {
+                                        T m, T floor) {
+    if (Worse(m, floor)) return;
     bool take = kMax ? (m > best) : (m < best);
     if constexpr (DevTraits<D>::kFloat) take = take || (m != m && best == best);
     if (!(take || at < 0)) return;
