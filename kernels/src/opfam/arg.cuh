@@ -102,7 +102,7 @@ struct ArgOp {
 #pragma unroll
     for (int v = 1; v < V; ++v) b = vi == v ? base[v] : b;
     at = b + (i - vi * K);
-    best = Pick<V, K>(x, i);
+    best = m;  // the element at `at` compares equal to m (and is NaN if m is)
     pending = 0;
   }
   // The flat index v * K + e of the first of the first nvec vectors' elements
@@ -122,17 +122,7 @@ struct ArgOp {
       }
     return __ffs(static_cast<int>(hits)) - 1;  // hits != 0: m is one of them
   }
-  // x's element at flat index i, without indexing registers by a variable.
-  template <int V, int K>
-  static TALLY_DEV T Pick(const T (&x)[V][K], int i) {
-    T r = x[0][0];
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-#pragma unroll
-      for (int e = 0; e < K; ++e) r = i == v * K + e ? x[v][e] : r;
-    return r;
-  }
-  // Replaces a pending group by its first element equal to `best` (the
+  // Points `at` at a pending group's first element equal to `best` (the
   // first NaN when best is NaN); vector v of the group is the 16 bytes at
   // data + (at - shift) + v * stride. All its vectors are loaded at once
   // (one memory latency, not one per element), then searched as at once.
@@ -145,7 +135,6 @@ struct ArgOp {
     for (int v = 0; v < kMaxV; ++v)
       if (v < pending) LoadVec<T, K>(x[v], reinterpret_cast<const uint4*>(data + (at - shift) + v * stride));
     const int i = FirstHit<kMaxV, K>(x, pending, best);
-    best = Pick<kMaxV, K>(x, i);
     at += (i / K) * stride + i % K;
     pending = 0;
   }
