@@ -126,6 +126,24 @@ TALLY_DEV Partial<D> LoadPartialCg(const Partial<D>* src, unsigned words) {
   return p;
 }
 
+// The slice tail's flags and fences (SliceKernel), in the PTX memory
+// model's terms. Flags are relaxed GPU-scope accesses: coherent in L2, as
+// .cg is, and strong, so fences order them. A release fence (acq_rel) puts
+// a block's partial before its flag, an acquire fence the merging block's
+// partial loads after the flags it saw; only a flag's store followed by
+// the loads of the others' needs a sequentially consistent fence, so that
+// two blocks finishing together cannot both miss each other's flag.
+TALLY_DEV void StoreFlag(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" : : "l"(p), "l"(v) : "memory");
+}
+TALLY_DEV unsigned long long LoadFlag(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+TALLY_DEV void FenceAcqRel() { asm volatile("fence.acq_rel.gpu;" : : : "memory"); }
+TALLY_DEV void FenceSc() { asm volatile("fence.sc.gpu;" : : : "memory"); }
+
 // Writes row `row` of the state: the partial itself when this pass saw the
 // row's first element (`fresh`), else merged after what the state holds.
 template <ops::DType D>
