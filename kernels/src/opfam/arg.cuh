@@ -43,7 +43,8 @@ struct ArgOp {
   // candidate changes at all, one min/max per element: not when it is
   // Worse() than `floor` (a value some element already seen holds; see
   // ThreadAgg::ShareWarp), nor when it does not beat the thread's own
-  // candidate. When it does:
+  // candidate. (uint8 goes element by element and does not use the floor.)
+  // When it does:
   // - `defer` false: the first occurrence is found at once (a bit per
   //   element, find-first-set);
   // - `defer` true: the candidate becomes the group (`best` its extreme,
@@ -125,7 +126,7 @@ struct ArgOp {
   // Points `at` at a pending group's first element equal to `best` (the
   // first NaN when best is NaN); vector v of the group is the 16 bytes at
   // data + (at - shift) + v * stride. All its vectors are loaded at once
-  // (one memory latency, not one per element), then searched as at once.
+  // (one memory latency, not one per element), then searched as above.
   template <int K, int kMaxV>
   static TALLY_DEV void Resolve(T& best, std::int64_t& at, int& pending, const T* data,
                                 std::int64_t shift, std::int64_t stride) {
