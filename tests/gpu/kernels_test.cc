@@ -470,6 +470,32 @@ TEST(Kernels, ScratchForTheLargestChunkServesSmallerOnes) {
   }
 }
 
+// A histogram alone needs no scratch however many blocks share the array
+// (they add their counts straight to the state); any other op does. The
+// histogram tests above then run with none.
+TEST(Kernels, ScratchOnlyWhereBlocksMergePartials) {
+  REQUIRE_GPU();
+  AggregatePlan plan;
+  plan.dtype = DType::kFloat32;
+  plan.length = std::uint64_t{1} << 24;
+  plan.histogram = {256, 0.0, 1.0};
+  const std::uint32_t bins[] = {256, 65536};
+  for (std::uint32_t b : bins) {
+    plan.histogram.bins = b;
+    std::size_t bytes = 1;
+    plan.ops = ops::Bit(OpKind::kHistogram);
+    CUDA_OK(kernels::ScratchBytes(plan, plan.length, &bytes));
+    EXPECT_EQ(bytes, 0u) << b << " bins alone";
+    plan.ops = ops::Bit(OpKind::kHistogram) | ops::Bit(OpKind::kMax);
+    CUDA_OK(kernels::ScratchBytes(plan, plan.length, &bytes));
+    EXPECT_GT(bytes, 0u) << b << " bins and max";
+  }
+  plan.ops = ops::Bit(OpKind::kSum);
+  std::size_t bytes = 0;
+  CUDA_OK(kernels::ScratchBytes(plan, plan.length, &bytes));
+  EXPECT_GT(bytes, 0u) << "sum";
+}
+
 TEST(Kernels, DeterministicBitwise) {
   REQUIRE_GPU();
   const auto x = Random<DType::kFloat32>(Small() ? 1000003 : 20000003);

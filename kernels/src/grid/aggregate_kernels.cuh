@@ -608,8 +608,10 @@ inline unsigned long long NextNonce() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes) {
-  if (sh.team || sh.slices <= 1) return 0;
+// A histogram alone needs none: its blocks add their counts to the state and
+// return before the tail (SliceKernel), so no partial or flag is written.
+inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes, const Want& w) {
+  if (sh.team || sh.slices <= 1 || w.OnlyHistogram()) return 0;
   const std::size_t parts = static_cast<std::size_t>(sh.segments * sh.slices) * partial_bytes;
   const std::size_t flags = static_cast<std::size_t>(sh.segments * sh.slices) * 8;
   return (parts + 255) / 256 * 256 + flags + static_cast<std::size_t>(sh.segments) * 8;
@@ -632,7 +634,7 @@ cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
     TALLY_CUDA_TRY(ShapeFor<D>(plan, n1, 1, dev, false, &one_row));
     if (one_row.slices > sh.slices) sh.slices = one_row.slices;
   }
-  *bytes = ScratchOf(sh, sizeof(Partial<D>));
+  *bytes = ScratchOf(sh, sizeof(Partial<D>), Want::From(plan.ops));
   return cudaSuccess;
 }
 
@@ -715,7 +717,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   }
-  const std::size_t need = ScratchOf(sh, sizeof(Partial<D>));
+  const std::size_t need = ScratchOf(sh, sizeof(Partial<D>), a.want);
   if (need > 0) {
     if (scratch == nullptr || scratch_bytes < need) {
       return cuda::Record(cudaErrorInvalidValue, "scratch smaller than ScratchBytes()", __FILE__,
