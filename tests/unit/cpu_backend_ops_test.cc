@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -112,15 +113,20 @@ TEST_P(CpuOpsTest, ConstantArrays) {
 TEST_P(CpuOpsTest, TiesPickTheFirstOccurrence) {
   TALLY_SEEDED_RNG(rng);
   for (std::uint64_t n : {40ull, 5000ull, 300000ull}) {
-    // Plant the extremes at a few random places, at least two each, in
-    // different blocks and chunks where n allows.
+    // Plant each extreme at three random places (six distinct places before
+    // the last two, so that no plant overwrites another) and again at the
+    // end: in different blocks and chunks where n allows.
     Array a = RandomArray(GetParam(), n, rng, Fill::kNarrow);
     ops::VisitDType(a.dtype, [&](auto dt) {
       using V = typename ops::Traits<decltype(dt)::value>::value;
       V* x = reinterpret_cast<V*>(a.bytes.data());
-      std::uniform_int_distribution<std::uint64_t> pos(0, n - 1);
-      for (int i = 0; i < 3; ++i) x[pos(rng)] = std::numeric_limits<V>::max();
-      for (int i = 0; i < 3; ++i) x[pos(rng)] = std::numeric_limits<V>::lowest();
+      std::uniform_int_distribution<std::uint64_t> pos(0, n - 3);
+      std::set<std::uint64_t> places;
+      while (places.size() < 6) places.insert(pos(rng));
+      int i = 0;
+      for (std::uint64_t p : places) {
+        x[p] = i++ % 2 == 0 ? std::numeric_limits<V>::max() : std::numeric_limits<V>::lowest();
+      }
       x[n - 1] = std::numeric_limits<V>::max();
       x[n - 2] = std::numeric_limits<V>::lowest();
     });
