@@ -322,41 +322,32 @@ int main(int argc, char** argv) {
       CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
       CHECK(cudaMemcpyAsync(h_f, f_out, 4, cudaMemcpyDeviceToHost, s));
     });
-    const double accumulate_only = p50([&] {
+    // Each measured three ways below.
+    const std::function<void()> accumulate = [&] {
       CHECK(tally::kernels::Accumulate(tl.plan, x, m, 0, tl.state, tl.scratch, tl.scratch_bytes, s));
-    });
-    const double finalize_only = p50([&] { CHECK(tally::kernels::Finalize(tl.plan, tl.state, tl.host, s)); });
-    const double cub_only = p50([&] {
+    };
+    const std::function<void()> cub_sum_small = [&] {
       t = cub_bytes;
       CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
-    });
+    };
+    const std::function<void()> empty_kernel = [&] {
+      Spin<<<1, 32, 0, s>>>(0);
+      CHECK(cudaGetLastError());
+    };
+    const double accumulate_only = p50(accumulate);
+    const double finalize_only = p50([&] { CHECK(tally::kernels::Finalize(tl.plan, tl.state, tl.host, s)); });
+    const double cub_only = p50(cub_sum_small);
     // Where the time goes: the host's share (the call returning, before the
     // sync), the device's (events around the work queued behind a spin), and
     // the floor (an empty kernel, launch plus sync).
-    const double accumulate_host = p50([&] {
-      CHECK(tally::kernels::Accumulate(tl.plan, x, m, 0, tl.state, tl.scratch, tl.scratch_bytes, s));
-    }, /*timed_sync=*/false);
-    const double cub_host = p50([&] {
-      t = cub_bytes;
-      CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
-    }, /*timed_sync=*/false);
-    const double empty = p50([&] {
-      Spin<<<1, 32, 0, s>>>(0);
-      CHECK(cudaGetLastError());
-    });
+    const double accumulate_host = p50(accumulate, /*timed_sync=*/false);
+    const double cub_host = p50(cub_sum_small, /*timed_sync=*/false);
+    const double empty = p50(empty_kernel);
     const int reps = kReps;
     kReps = 301;
-    const double accumulate_dev = 1e3 * MedianMs(s, [&] {
-      CHECK(tally::kernels::Accumulate(tl.plan, x, m, 0, tl.state, tl.scratch, tl.scratch_bytes, s));
-    });
-    const double cub_dev = 1e3 * MedianMs(s, [&] {
-      t = cub_bytes;
-      CHECK(cub::DeviceReduce::Sum(cub_tmp, t, x, f_out, m, s));
-    });
-    const double empty_dev = 1e3 * MedianMs(s, [&] {
-      Spin<<<1, 32, 0, s>>>(0);
-      CHECK(cudaGetLastError());
-    });
+    const double accumulate_dev = 1e3 * MedianMs(s, accumulate);
+    const double cub_dev = 1e3 * MedianMs(s, cub_sum_small);
+    const double empty_dev = 1e3 * MedianMs(s, empty_kernel);
     kReps = reps;
     std::printf("\nlatency parts (p50 us, each + sync): tally Accumulate %.1f, Finalize %.1f; CUB Sum %.1f; "
                 "empty kernel %.1f\n",

@@ -52,9 +52,14 @@ TALLY_DEV void MergeInto(Partial<D>& a, const Partial<D>& b, const Want& w) {
   if (w.argmax) a.amax = ArgOp<D, true>::Merge(a.amax, b.amax);
 }
 
+// The partner lane's value; types narrower than 32 bits travel as an int.
 template <typename V>
 TALLY_DEV V ShflXor(V v, int lane_mask, int width) {
-  return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+  if constexpr (sizeof(V) < 4) {
+    return static_cast<V>(__shfl_xor_sync(0xffffffffu, static_cast<int>(v), lane_mask, width));
+  } else {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+  }
 }
 
 // The partner lane's partial (butterfly step), fields in `w` only.
@@ -90,7 +95,7 @@ TALLY_HD constexpr unsigned WordSpan(std::size_t offset, std::size_t size) {
   return m;
 }
 template <ops::DType D>
-TALLY_DEV unsigned PartialWords(const Want& w) {
+TALLY_HD unsigned PartialWords(const Want& w) {
   using P = Partial<D>;
   static_assert(sizeof(P) % 8 == 0 && sizeof(P) / 8 <= 32);
   unsigned m = 0;

@@ -137,14 +137,10 @@ struct ThreadAgg {
     if (!__any_sync(0xffffffffu, ArgOp<D, kMax>::Worse(floor, best))) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      const T other = ShuffleXor(best, o);
+      const T other = ShflXor(best, o, 32);
       best = kMax ? ExtremeOp<D>::Max(best, other) : ExtremeOp<D>::Min(best, other);
     }
     floor = best;
-  }
-  static TALLY_DEV T ShuffleXor(T v, int mask) {
-    if constexpr (sizeof(T) < 4) return static_cast<T>(__shfl_xor_sync(0xffffffffu, static_cast<int>(v), mask));
-    else return __shfl_xor_sync(0xffffffffu, v, mask);
   }
 
   TALLY_DEV void AddOne(T x, std::int64_t index) {

@@ -608,10 +608,11 @@ inline unsigned long long NextNonce() {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
-// A histogram alone needs none: its blocks add their counts to the state and
+// A pass whose ops have no partial fields (`words`, PartialWords: a
+// histogram alone) needs none: its blocks add their counts to the state and
 // return before the tail (SliceKernel), so no partial or flag is written.
-inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes, const Want& w) {
-  if (sh.team || sh.slices <= 1 || w.OnlyHistogram()) return 0;
+inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes, unsigned words) {
+  if (sh.team || sh.slices <= 1 || words == 0) return 0;
   const std::size_t parts = static_cast<std::size_t>(sh.segments * sh.slices) * partial_bytes;
   const std::size_t flags = static_cast<std::size_t>(sh.segments * sh.slices) * 8;
   return (parts + 255) / 256 * 256 + flags + static_cast<std::size_t>(sh.segments) * 8;
@@ -634,7 +635,7 @@ cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
     TALLY_CUDA_TRY(ShapeFor<D>(plan, n1, 1, dev, false, &one_row));
     if (one_row.slices > sh.slices) sh.slices = one_row.slices;
   }
-  *bytes = ScratchOf(sh, sizeof(Partial<D>), Want::From(plan.ops));
+  *bytes = ScratchOf(sh, sizeof(Partial<D>), PartialWords<D>(Want::From(plan.ops)));
   return cudaSuccess;
 }
 
@@ -717,7 +718,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   }
-  const std::size_t need = ScratchOf(sh, sizeof(Partial<D>), a.want);
+  const std::size_t need = ScratchOf(sh, sizeof(Partial<D>), PartialWords<D>(a.want));
   if (need > 0) {
     if (scratch == nullptr || scratch_bytes < need) {
       return cuda::Record(cudaErrorInvalidValue, "scratch smaller than ScratchBytes()", __FILE__,
