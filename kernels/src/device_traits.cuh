@@ -27,11 +27,11 @@ struct DevTraits {
 // One 16-byte load of K elements of input, through the read-only path
 // without allocating in L1 (L1::no_allocate): the kernels read each input
 // byte once, so L1 lines would only be filled and evicted. Against __ldg,
-// side by side in nine sittings on one H100 (2026-11-22, 1 GiB float32, CUB
-// in the same runs): sum 3069-3075 -> 3075-3083 GB/s (0.998-1.001x ->
-// 1.001-1.003x CUB), max 3074-3080 -> 3074-3085, argmax 3018-3027 ->
-// 3025-3031; histograms, fused and segmented rows unchanged within the
-// spread. Adding the L2::256B prefetch hint gained nothing more.
+// side by side on three H100s (2026-11-22, 1 GiB float32, 16-17 runs each,
+// CUB in the same runs): sum 0.998-1.001x -> 0.999-1.003x CUB (median
+// 1.002x), max and argmax up 4-5 GB/s; histograms, fused and segmented
+// rows unchanged within the spread (docs/performance.md). Adding the
+// L2::256B prefetch hint gained nothing more.
 template <typename T, int K>
 TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
   uint4 raw;
