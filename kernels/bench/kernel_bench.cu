@@ -80,15 +80,16 @@ __global__ void Spin(unsigned long long ns) {
   } while (t - t0 < ns);
 }
 
-// Median time in ms of f() over kReps runs after kWarmup, by CUDA events.
-double MedianMs(cudaStream_t s, const std::function<void()>& f) {
+// Median time in ms of f() over `reps` runs (kReps unless given) after
+// kWarmup, by CUDA events.
+double MedianMs(cudaStream_t s, const std::function<void()>& f, int reps = kReps) {
   for (int i = 0; i < kWarmup; ++i) f();
   CHECK(cudaStreamSynchronize(s));
-  std::vector<float> ms(kReps);
+  std::vector<float> ms(reps);
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < kReps; ++i) {
+  for (int i = 0; i < reps; ++i) {
     if (g_queued) {
       Spin<<<1, 32, 0, s>>>(200000);
       CHECK(cudaGetLastError());
@@ -102,7 +103,7 @@ double MedianMs(cudaStream_t s, const std::function<void()>& f) {
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
-  return ms[kReps / 2];
+  return ms[reps / 2];
 }
 
 struct Tally {
@@ -343,12 +344,9 @@ int main(int argc, char** argv) {
     const double accumulate_host = p50(accumulate, /*timed_sync=*/false);
     const double cub_host = p50(cub_sum_small, /*timed_sync=*/false);
     const double empty = p50(empty_kernel);
-    const int reps = kReps;
-    kReps = 301;
-    const double accumulate_dev = 1e3 * MedianMs(s, accumulate);
-    const double cub_dev = 1e3 * MedianMs(s, cub_sum_small);
-    const double empty_dev = 1e3 * MedianMs(s, empty_kernel);
-    kReps = reps;
+    const double accumulate_dev = 1e3 * MedianMs(s, accumulate, 301);
+    const double cub_dev = 1e3 * MedianMs(s, cub_sum_small, 301);
+    const double empty_dev = 1e3 * MedianMs(s, empty_kernel, 301);
     std::printf("\nlatency parts (p50 us, each + sync): tally Accumulate %.1f, Finalize %.1f; CUB Sum %.1f; "
                 "empty kernel %.1f\n",
                 accumulate_only, finalize_only, cub_only, empty);

@@ -322,9 +322,9 @@ TEST(Kernels, SmallWholeArraysSumMinMax) {
         }
       }
       for (const auto* data : {&x, &odd}) {
+        const std::string label = data == &x ? "small" : "small, nan or extremes";
         for (ops::OpMask m : {sum, mn, mx, sum | mn | mx}) {
           for (int misalign : {0, 1}) {
-            const std::string label = data == &x ? "small" : "small, nan or extremes";
             CheckCase<D>(*data, 0, m, 0, 0, label, misalign);
             if (n > 0) CheckCase<D>(*data, 0, m, 0, n, label + ", one Accumulate", misalign);
           }

@@ -393,10 +393,13 @@ __global__ void __launch_bounds__(Policy::kThreads) SmallKernel(const AggArgs<D>
   const int nv = (n - head) / K;
   S sum = SumOp<D>::Identity();
   T mn = X::MinIdentity(), mx = X::MaxIdentity();
-  auto add = [&](T x) {
-    sum = SumOp<D>::Merge(sum, SumOp<D>::Lift(x));
+  auto extremes = [&](T x) {
     mn = X::Min(mn, x);
     mx = X::Max(mx, x);
+  };
+  auto add = [&](T x) {
+    sum = SumOp<D>::Merge(sum, SumOp<D>::Lift(x));
+    extremes(x);
   };
   for (int i = threadIdx.x; i < head; i += blockDim.x) add(a.chunk[i]);
   const uint4* vp = reinterpret_cast<const uint4*>(a.chunk + head);
@@ -406,10 +409,7 @@ __global__ void __launch_bounds__(Policy::kThreads) SmallKernel(const AggArgs<D>
     LoadVec<T, K>(x, vp + v);
     sum = SumOp<D>::Merge(sum, SumOp<D>::template Group<K>(x));
 #pragma unroll
-    for (int e = 0; e < K; ++e) {
-      mn = X::Min(mn, x[e]);
-      mx = X::Max(mx, x[e]);
-    }
+    for (int e = 0; e < K; ++e) extremes(x[e]);
   }
   for (int i = head + nv * K + threadIdx.x; i < n; i += blockDim.x) add(a.chunk[i]);
 
