@@ -57,13 +57,20 @@ class PinnedPool {
   };
   PinnedPool() = default;
   void PushFree(int index);
+  // Removes a block from free_ and returns it: the most recently released
+  // one whose copy has completed (among the last kWarmScan), else the oldest.
+  int TakeWarmestLocked();
 
   int device_ = 0;
   std::size_t block_bytes_ = 0;
   std::vector<Slot> slots_;
   mutable std::mutex mutex_;
   std::condition_variable freed_;
-  std::deque<int> free_;  // FIFO: the oldest release is the likeliest done
+  // Released blocks, oldest first. The newest done one is reused first: its
+  // lines are the likeliest still in the CPU's cache, so refilling it costs
+  // less memory traffic than a block untouched since the pool last cycled.
+  std::deque<int> free_;
+  static constexpr int kWarmScan = 8;
 };
 
 }  // namespace tally::cuda

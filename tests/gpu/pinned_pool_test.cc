@@ -1,0 +1,141 @@
+// The pinned staging pool: it never hands out a block that a stream may still
+// read, and among the blocks that are free and done it reuses the one
+// released last (the one whose lines are likeliest still in the CPU's cache).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "server/engine/cuda/cuda_resources.h"
+#include "server/engine/cuda/pinned_pool.h"
+#include "tests/gpu/engine_test_util.h"
+
+namespace tally::cuda {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kBlock = 1 << 20;
+
+struct PoolOnDevice0 {
+  PinnedBuffer upstream;
+  Stream stream;
+  std::unique_ptr<PinnedPool> pool;
+};
+
+// A pool of `blocks` blocks and a stream on device 0.
+void MakePool(int blocks, PoolOnDevice0* out) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(PinnedBuffer::Create(blocks * kBlock, &out->upstream), cudaSuccess);
+  ASSERT_EQ(Stream::Create(&out->stream), cudaSuccess);
+  absl::StatusOr<std::unique_ptr<PinnedPool>> pool = PinnedPool::Create(
+      std::span(out->upstream.data(), out->upstream.size()), kBlock, /*device=*/0);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  out->pool = std::move(*pool);
+}
+
+// Holds `stream` for `ms` (a host function in stream order), then sets `done`.
+void HoldStream(StreamView stream, int ms, std::atomic<bool>* done) {
+  struct Hold {
+    int ms;
+    std::atomic<bool>* done;
+  };
+  auto* hold = new Hold{ms, done};
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream.get(),
+                [](void* p) {
+                  std::unique_ptr<Hold> h(static_cast<Hold*>(p));
+                  std::this_thread::sleep_for(milliseconds(h->ms));
+                  h->done->store(true);
+                },
+                hold),
+            cudaSuccess);
+}
+
+PinnedPool::Block MustAcquire(PinnedPool& pool) {
+  absl::StatusOr<PinnedPool::Block> b = pool.Acquire(milliseconds(2000));
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *b : PinnedPool::Block{};
+}
+
+TEST(PinnedPool, ReusesTheBlockReleasedLast) {
+  TALLY_REQUIRE_GPU();
+  PoolOnDevice0 p;
+  ASSERT_NO_FATAL_FAILURE(MakePool(4, &p));
+  PinnedPool::Block a = MustAcquire(*p.pool);
+  PinnedPool::Block b = MustAcquire(*p.pool);
+  PinnedPool::Block c = MustAcquire(*p.pool);
+  ASSERT_TRUE(a && b && c);
+  const std::byte* b_data = b.data;
+  const std::byte* c_data = c.data;
+  p.pool->ReleaseNow(a);
+  p.pool->ReleaseNow(b);
+  ASSERT_TRUE(p.pool->Release(c, p.stream.view()).ok());  // no work pending: done at once
+  ASSERT_EQ(cudaStreamSynchronize(p.stream.get()), cudaSuccess);
+  PinnedPool::Block again = MustAcquire(*p.pool);
+  EXPECT_EQ(again.data, c_data) << "the block released last, and done, comes back first";
+  PinnedPool::Block next = MustAcquire(*p.pool);
+  EXPECT_EQ(next.data, b_data);
+  EXPECT_EQ(p.pool->used_bytes(), 2 * kBlock);
+  p.pool->ReleaseNow(again);
+  p.pool->ReleaseNow(next);
+}
+
+TEST(PinnedPool, SkipsABlockAStreamStillReads) {
+  TALLY_REQUIRE_GPU();
+  PoolOnDevice0 p;
+  ASSERT_NO_FATAL_FAILURE(MakePool(2, &p));
+  PinnedPool::Block a = MustAcquire(*p.pool);
+  PinnedPool::Block b = MustAcquire(*p.pool);
+  ASSERT_TRUE(a && b);
+  const std::byte* a_data = a.data;
+  std::atomic<bool> copied{false};
+  p.pool->ReleaseNow(a);
+  HoldStream(p.stream.view(), 400, &copied);  // stands for a copy still reading b
+  ASSERT_TRUE(p.pool->Release(b, p.stream.view()).ok());
+
+  const Clock::time_point start = Clock::now();
+  PinnedPool::Block got = MustAcquire(*p.pool);
+  EXPECT_EQ(got.data, a_data) << "b was released last but its stream still reads it";
+  EXPECT_LT(Clock::now() - start, milliseconds(200)) << "a was free and done: no wait";
+  EXPECT_FALSE(copied.load());
+  // The engine checks launches with cudaPeekAtLastError: finding b busy
+  // must not leave an error behind.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  p.pool->ReleaseNow(got);
+  ASSERT_EQ(cudaStreamSynchronize(p.stream.get()), cudaSuccess);
+}
+
+TEST(PinnedPool, WaitsForTheStreamWhenOnlyBusyBlocksAreFree) {
+  TALLY_REQUIRE_GPU();
+  PoolOnDevice0 p;
+  ASSERT_NO_FATAL_FAILURE(MakePool(1, &p));
+  PinnedPool::Block a = MustAcquire(*p.pool);
+  ASSERT_TRUE(a);
+  std::atomic<bool> copied{false};
+  HoldStream(p.stream.view(), 300, &copied);
+  ASSERT_TRUE(p.pool->Release(a, p.stream.view()).ok());
+  PinnedPool::Block again = MustAcquire(*p.pool);
+  EXPECT_EQ(again.data, a.data);
+  EXPECT_TRUE(copied.load()) << "handed out before the stream that reads it was done";
+  p.pool->ReleaseNow(again);
+}
+
+TEST(PinnedPool, EmptyPoolIsResourceExhaustedAfterTheWait) {
+  TALLY_REQUIRE_GPU();
+  PoolOnDevice0 p;
+  ASSERT_NO_FATAL_FAILURE(MakePool(1, &p));
+  PinnedPool::Block a = MustAcquire(*p.pool);
+  ASSERT_TRUE(a);
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<PinnedPool::Block> none = p.pool->Acquire(milliseconds(50));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted) << none.status();
+  EXPECT_GE(Clock::now() - start, milliseconds(45));
+  p.pool->ReleaseNow(a);
+}
+
+}  // namespace
+}  // namespace tally::cuda
