@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and a build (scripts/build.sh): the GPU
 # tests, compute-sanitizer memcheck and racecheck on reduced sizes, and the
-# kernel and engine benchmarks. Logs go to LOG_DIR (default /tmp) too.
+# kernel, engine and staging-copy benchmarks. Logs go to LOG_DIR (default
+# /tmp) too.
 #   scripts/gpu-checks.sh [tests|sanitize|bench]...   (all three by default)
 #   BUILD=build-other scripts/gpu-checks.sh bench
 set -uo pipefail
@@ -29,7 +30,8 @@ for step in "${steps[@]}"; do
       done ;;
     bench)
       "$build/kernels/src/tally-kernel-bench" 2>&1 | tee "$logs/kernel-bench.log" || rc=1
-      "$build/bench/engine/tally-engine-bench" 2>&1 | tee "$logs/engine-bench.log" || rc=1 ;;
+      "$build/bench/engine/tally-engine-bench" 2>&1 | tee "$logs/engine-bench.log" || rc=1
+      "$build/bench/engine/tally-staging-copy-bench" 2>&1 | tee "$logs/staging-copy-bench.log" || rc=1 ;;
     *) echo "unknown step '$step' (tests, sanitize, bench)" >&2; exit 2 ;;
   esac
 done

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/cuda/tuning.h"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::cuda {
@@ -90,7 +91,8 @@ absl::Status PinnedPool::Release(Block block, StreamView stream) {
 
 int PinnedPool::TakeWarmestLocked() {
   int scanned = 0;
-  for (auto it = free_.rbegin(); it != free_.rend() && scanned < kWarmScan; ++it, ++scanned) {
+  for (auto it = free_.rbegin();
+       it != free_.rend() && scanned < EnginePolicy::kPinnedReuseScan; ++it, ++scanned) {
     Slot& s = slots_[static_cast<std::size_t>(*it)];
     if (s.pending && cudaEventQuery(s.released.get()) != cudaSuccess) continue;  // still read, or broken
     s.pending = false;

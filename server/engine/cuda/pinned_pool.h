@@ -58,7 +58,8 @@ class PinnedPool {
   PinnedPool() = default;
   void PushFree(int index);
   // Removes a block from free_ and returns it: the most recently released
-  // one whose copy has completed (among the last kWarmScan), else the oldest.
+  // one whose copy has completed (among the last
+  // EnginePolicy::kPinnedReuseScan), else the oldest.
   int TakeWarmestLocked();
 
   int device_ = 0;
@@ -70,7 +71,6 @@ class PinnedPool {
   // lines are the likeliest still in the CPU's cache, so refilling it costs
   // less memory traffic than a block untouched since the pool last cycled.
   std::deque<int> free_;
-  static constexpr int kWarmScan = 8;
 };
 
 }  // namespace tally::cuda

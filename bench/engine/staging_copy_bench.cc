@@ -1,0 +1,171 @@
+// tally-staging-copy-bench: the CUDA backend's one host copy in isolation.
+// Each thread stands for one stream: it writes a 4 MiB "message" (as gRPC's
+// receive does), copies it in 16 KiB pieces into 8 MiB pinned blocks from a
+// shared 1 GiB pool, and sends each full block to the GPU with
+// cudaMemcpyAsync, as CudaReduction does. Two ways to pick the next block:
+//   oldest  the block released longest ago (a FIFO over the whole pool)
+//   newest  the block released last whose copy to the GPU is done
+// Prints GB/s copied per thread count and way; no gRPC, no kernels.
+//
+//   tally-staging-copy-bench [SECONDS [THREADS...]]   (default 2; 1 2 4 8 16)
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t kPool = std::size_t{1} << 30;
+constexpr std::size_t kBlock = std::size_t{8} << 20;
+constexpr std::size_t kMessage = std::size_t{4} << 20;
+constexpr std::size_t kPiece = 16 << 10;
+constexpr int kDeviceSlots = 3;
+
+#define CHECK(call)                                                                   \
+  do {                                                                                \
+    const cudaError_t err_ = (call);                                                  \
+    if (err_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,              \
+                   cudaGetErrorString(err_));                                         \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+class Pool {
+ public:
+  Pool(std::byte* base, bool newest) : newest_(newest) {
+    for (std::size_t i = 0; i < kPool / kBlock; ++i) {
+      blocks_.push_back({base + i * kBlock, nullptr});
+      CHECK(cudaEventCreateWithFlags(&blocks_.back().released, cudaEventDisableTiming));
+      free_.push_back(static_cast<int>(i));
+    }
+  }
+  ~Pool() {
+    for (Block& b : blocks_) (void)cudaEventDestroy(b.released);
+  }
+
+  int Acquire() {
+    int index = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (newest_) {
+        for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+          if (cudaEventQuery(blocks_[*it].released) == cudaSuccess) {
+            index = *it;
+            free_.erase(std::next(it).base());
+            break;
+          }
+        }
+      }
+      if (index < 0) {
+        index = free_.front();
+        free_.pop_front();
+      }
+    }
+    CHECK(cudaEventSynchronize(blocks_[index].released));
+    return index;
+  }
+  void Release(int index, cudaStream_t stream) {
+    CHECK(cudaEventRecord(blocks_[index].released, stream));
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(index);
+  }
+  std::byte* data(int index) const { return blocks_[index].data; }
+
+ private:
+  struct Block {
+    std::byte* data;
+    cudaEvent_t released;
+  };
+  const bool newest_;
+  std::vector<Block> blocks_;
+  std::mutex mu_;
+  std::deque<int> free_;
+};
+
+// One stream's loop until `stop`; returns bytes copied.
+std::size_t Stream(Pool& pool, const std::atomic<bool>& stop) {
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<void*> device(kDeviceSlots);
+  for (void*& d : device) CHECK(cudaMalloc(&d, kBlock));
+  std::vector<std::byte> message(kMessage);
+  std::size_t copied = 0;
+  int block = pool.Acquire();
+  std::size_t fill = 0;
+  int chunk = 0;
+  for (unsigned round = 0; !stop.load(std::memory_order_relaxed); ++round) {
+    std::memset(message.data(), static_cast<int>(round), kMessage);  // the receive writes it
+    for (std::size_t off = 0; off < kMessage; off += kPiece) {
+      std::memcpy(pool.data(block) + fill, message.data() + off, kPiece);
+      fill += kPiece;
+      if (fill == kBlock) {
+        CHECK(cudaMemcpyAsync(device[chunk % kDeviceSlots], pool.data(block), kBlock,
+                              cudaMemcpyHostToDevice, stream));
+        pool.Release(block, stream);
+        block = pool.Acquire();
+        fill = 0;
+        ++chunk;
+      }
+    }
+    copied += kMessage;
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  pool.Release(block, stream);
+  for (void* d : device) CHECK(cudaFree(d));
+  CHECK(cudaStreamDestroy(stream));
+  return copied;
+}
+
+double Run(std::byte* pinned, bool newest, int threads, double seconds) {
+  Pool pool(pinned, newest);
+  std::atomic<bool> stop{false};
+  std::vector<std::size_t> bytes(threads);
+  std::vector<std::thread> workers;
+  const auto start = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] { bytes[t] = Stream(pool, stop); });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (std::thread& w : workers) w.join();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::size_t total = 0;
+  for (std::size_t b : bytes) total += b;
+  return static_cast<double>(total) / elapsed * 1e-9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
+  std::vector<int> threads;
+  for (int i = 2; i < argc; ++i) threads.push_back(std::atoi(argv[i]));
+  if (threads.empty()) threads = {1, 2, 4, 8, 16};
+  void* pinned = nullptr;
+  CHECK(cudaHostAlloc(&pinned, kPool, cudaHostAllocPortable));
+  std::memset(pinned, 0, kPool);
+  std::printf("| threads | oldest block GB/s | newest done block GB/s | newest / oldest |\n");
+  std::printf("|---:|---:|---:|---:|\n");
+  for (int t : threads) {
+    // Each way twice, interleaved, so that drift shows.
+    double oldest = 0, newest = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      oldest += Run(static_cast<std::byte*>(pinned), false, t, seconds) / 2;
+      newest += Run(static_cast<std::byte*>(pinned), true, t, seconds) / 2;
+    }
+    std::printf("| %d | %.2f | %.2f | %.3f |\n", t, oldest, newest, newest / oldest);
+    std::fflush(stdout);
+  }
+  CHECK(cudaFreeHost(pinned));
+  return 0;
+}
