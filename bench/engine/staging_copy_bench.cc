@@ -3,8 +3,11 @@
 // receive does), copies it in 16 KiB pieces into 8 MiB pinned blocks from a
 // shared 1 GiB pool, and sends each full block to the GPU with
 // cudaMemcpyAsync, as CudaReduction does. Two ways to pick the next block:
-//   oldest  the block released longest ago (a FIFO over the whole pool)
-//   newest  the block released last whose copy to the GPU is done
+//   oldest  the block released longest ago (a FIFO over the whole pool, as
+//           PinnedPool does)
+//   newest  the block released last whose copy to the GPU is done (its
+//           lines likelier in the CPU's cache; faster here, but no better
+//           through gRPC: docs/performance.md)
 // Prints GB/s copied per thread count and way; no gRPC, no kernels.
 //
 //   tally-staging-copy-bench [SECONDS [THREADS...]]   (default 2; 1 2 4 8 16)

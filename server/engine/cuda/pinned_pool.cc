@@ -1,12 +1,10 @@
-// PinnedPool: fixed blocks, the most recently freed reused first, each
-// block's event says when the GPU is done with it.
+// PinnedPool: fixed blocks, FIFO reuse, each block's event says when the GPU
+// is done with it.
 #include "server/engine/cuda/pinned_pool.h"
 
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/cuda/tuning.h"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::cuda {
@@ -63,7 +61,8 @@ absl::StatusOr<PinnedPool::Block> PinnedPool::Acquire(std::chrono::milliseconds 
           "pinned pool: all ", slots_.size(), " staging blocks of ", block_bytes_,
           " bytes stayed busy for ", wait.count(), " ms; raise --pinned_pool_bytes."));
     }
-    index = TakeWarmestLocked();
+    index = free_.front();
+    free_.pop_front();
   }
   Slot& s = slots_[static_cast<std::size_t>(index)];
   if (s.pending) {
@@ -87,22 +86,6 @@ absl::Status PinnedPool::Release(Block block, StreamView stream) {
   PushFree(block.index);
   if (err != cudaSuccess) return Internal(err, "recording a block's release");
   return absl::OkStatus();
-}
-
-int PinnedPool::TakeWarmestLocked() {
-  int scanned = 0;
-  for (auto it = free_.rbegin();
-       it != free_.rend() && scanned < EnginePolicy::kPinnedReuseScan; ++it, ++scanned) {
-    Slot& s = slots_[static_cast<std::size_t>(*it)];
-    if (s.pending && cudaEventQuery(s.released.get()) != cudaSuccess) continue;  // still read, or broken
-    s.pending = false;
-    const int index = *it;
-    free_.erase(std::next(it).base());
-    return index;
-  }
-  const int index = free_.front();
-  free_.pop_front();
-  return index;
 }
 
 void PinnedPool::ReleaseNow(Block block) {

@@ -64,16 +64,6 @@ struct EnginePolicy {
   // backend sizes lanes so that it is not): then RESOURCE_EXHAUSTED.
   static constexpr int kPinnedWaitMs = 2000;
 
-  // PinnedPool hands out the newest released block whose copy to the GPU is
-  // done, looking at up to this many of the newest (a cudaEventQuery each,
-  // under the pool's lock) before it falls back to the oldest. A lane
-  // releases a block right after queuing its copy, so only the blocks of
-  // lanes copying at that moment are still busy. Measured on the H100 host
-  // (tally-staging-copy-bench, 2026-11-22): the copy into a block reused
-  // this way ran 1.2-1.5x faster than into the oldest block with 1-8
-  // threads copying (the same at 16, where memory bandwidth is the limit).
-  static constexpr int kPinnedReuseScan = 8;
-
   // Scratch per lane beyond the largest a sampled plan needed at start
   // (kernel tuning may change shapes slightly): x2 + 1 MiB.
   static constexpr std::uint64_t kScratchHeadroomFactor = 2;
