@@ -43,7 +43,7 @@ void HoldStream(StreamView stream, int ms, std::atomic<bool>* done) {
     int ms;
     std::atomic<bool>* done;
   };
-  auto* hold = new Hold{ms, done};
+  auto hold = std::make_unique<Hold>(Hold{ms, done});
   ASSERT_EQ(cudaLaunchHostFunc(
                 stream.get(),
                 [](void* p) {
@@ -51,8 +51,9 @@ void HoldStream(StreamView stream, int ms, std::atomic<bool>* done) {
                   std::this_thread::sleep_for(milliseconds(h->ms));
                   h->done->store(true);
                 },
-                hold),
+                hold.get()),
             cudaSuccess);
+  hold.release();  // the host function owns it now
 }
 
 PinnedPool::Block MustAcquire(PinnedPool& pool) {
@@ -76,10 +77,14 @@ TEST(PinnedPool, HandsOutTheOldestReleaseFirst) {
   p.pool->ReleaseNow(b);
   ASSERT_TRUE(p.pool->Release(c, p.stream.view()).ok());
   p.pool->ReleaseNow(a);
-  EXPECT_EQ(MustAcquire(*p.pool).data, b_data);
-  EXPECT_EQ(MustAcquire(*p.pool).data, c_data);
+  const PinnedPool::Block first = MustAcquire(*p.pool);
+  const PinnedPool::Block second = MustAcquire(*p.pool);
+  EXPECT_EQ(first.data, b_data);
+  EXPECT_EQ(second.data, c_data);
   EXPECT_EQ(p.pool->used_bytes(), 2 * kBlock);  // a is still free
-  ASSERT_EQ(cudaStreamSynchronize(p.stream.get()), cudaSuccess);
+  p.pool->ReleaseNow(first);
+  p.pool->ReleaseNow(second);
+  EXPECT_EQ(p.pool->used_bytes(), 0u);
 }
 
 TEST(PinnedPool, WaitsForTheCopyThatStillReadsTheBlock) {
@@ -89,7 +94,7 @@ TEST(PinnedPool, WaitsForTheCopyThatStillReadsTheBlock) {
   PinnedPool::Block a = MustAcquire(*p.pool);
   ASSERT_TRUE(a);
   std::atomic<bool> copied{false};
-  HoldStream(p.stream.view(), 300, &copied);
+  ASSERT_NO_FATAL_FAILURE(HoldStream(p.stream.view(), 300, &copied));
   ASSERT_TRUE(p.pool->Release(a, p.stream.view()).ok());
   PinnedPool::Block again = MustAcquire(*p.pool);
   EXPECT_EQ(again.data, a.data);
