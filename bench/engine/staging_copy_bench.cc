@@ -3,8 +3,7 @@
 // receive does), copies it in 16 KiB pieces into 8 MiB pinned blocks from a
 // shared 1 GiB pool, and sends each full block to the GPU with
 // cudaMemcpyAsync, as CudaReduction does. Two ways to pick the next block:
-//   oldest  the block released longest ago (a FIFO over the whole pool, as
-//           PinnedPool does)
+//   oldest  the block released longest ago: the server's own PinnedPool
 //   newest  the block released last whose copy to the GPU is done (its
 //           lines likelier in the CPU's cache; faster here, but no better
 //           through gRPC: docs/performance.md)
@@ -20,9 +19,14 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/cuda/cuda_resources.h"
+#include "server/engine/cuda/pinned_pool.h"
 
 namespace {
 
@@ -42,30 +46,33 @@ constexpr int kDeviceSlots = 3;
     }                                                                                 \
   } while (0)
 
-class Pool {
+using tally::cuda::PinnedPool;
+using Block = PinnedPool::Block;
+
+// The way the server does not take: the newest released block whose copy
+// is done, else the oldest. Same blocks and events as PinnedPool.
+class NewestDonePool {
  public:
-  Pool(std::byte* base, bool newest) : newest_(newest) {
+  explicit NewestDonePool(std::byte* base) {
     for (std::size_t i = 0; i < kPool / kBlock; ++i) {
-      blocks_.push_back({base + i * kBlock, nullptr});
-      CHECK(cudaEventCreateWithFlags(&blocks_.back().released, cudaEventDisableTiming));
+      slots_.push_back({base + i * kBlock, nullptr});
+      CHECK(cudaEventCreateWithFlags(&slots_.back().released, cudaEventDisableTiming));
       free_.push_back(static_cast<int>(i));
     }
   }
-  ~Pool() {
-    for (Block& b : blocks_) (void)cudaEventDestroy(b.released);
+  ~NewestDonePool() {
+    for (Slot& s : slots_) (void)cudaEventDestroy(s.released);
   }
 
-  int Acquire() {
+  Block Acquire() {
     int index = -1;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (newest_) {
-        for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
-          if (cudaEventQuery(blocks_[*it].released) == cudaSuccess) {
-            index = *it;
-            free_.erase(std::next(it).base());
-            break;
-          }
+      for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
+        if (cudaEventQuery(slots_[*it].released) == cudaSuccess) {
+          index = *it;
+          free_.erase(std::next(it).base());
+          break;
         }
       }
       if (index < 0) {
@@ -73,28 +80,45 @@ class Pool {
         free_.pop_front();
       }
     }
-    CHECK(cudaEventSynchronize(blocks_[index].released));
-    return index;
+    CHECK(cudaEventSynchronize(slots_[index].released));
+    return Block{slots_[index].data, kBlock, index};
   }
-  void Release(int index, cudaStream_t stream) {
-    CHECK(cudaEventRecord(blocks_[index].released, stream));
+  void Release(Block b, cudaStream_t stream) {
+    CHECK(cudaEventRecord(slots_[b.index].released, stream));
     std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(index);
+    free_.push_back(b.index);
   }
-  std::byte* data(int index) const { return blocks_[index].data; }
 
  private:
-  struct Block {
+  struct Slot {
     std::byte* data;
     cudaEvent_t released;
   };
-  const bool newest_;
-  std::vector<Block> blocks_;
+  std::vector<Slot> slots_;
   std::mutex mu_;
   std::deque<int> free_;
 };
 
+// The server's pool (oldest first), failing loudly.
+Block Acquire(PinnedPool& pool) {
+  absl::StatusOr<Block> b = pool.Acquire(std::chrono::milliseconds(2000));
+  if (!b.ok()) {
+    std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *b;
+}
+void Release(PinnedPool& pool, Block b, cudaStream_t stream) {
+  if (absl::Status s = pool.Release(b, tally::cuda::StreamView(stream)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+}
+Block Acquire(NewestDonePool& pool) { return pool.Acquire(); }
+void Release(NewestDonePool& pool, Block b, cudaStream_t stream) { pool.Release(b, stream); }
+
 // One stream's loop until `stop`; returns bytes copied.
+template <typename Pool>
 std::size_t Stream(Pool& pool, const std::atomic<bool>& stop) {
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -102,19 +126,19 @@ std::size_t Stream(Pool& pool, const std::atomic<bool>& stop) {
   for (void*& d : device) CHECK(cudaMalloc(&d, kBlock));
   std::vector<std::byte> message(kMessage);
   std::size_t copied = 0;
-  int block = pool.Acquire();
+  Block block = Acquire(pool);
   std::size_t fill = 0;
   int chunk = 0;
   for (unsigned round = 0; !stop.load(std::memory_order_relaxed); ++round) {
     std::memset(message.data(), static_cast<int>(round), kMessage);  // the receive writes it
     for (std::size_t off = 0; off < kMessage; off += kPiece) {
-      std::memcpy(pool.data(block) + fill, message.data() + off, kPiece);
+      std::memcpy(block.data + fill, message.data() + off, kPiece);
       fill += kPiece;
       if (fill == kBlock) {
-        CHECK(cudaMemcpyAsync(device[chunk % kDeviceSlots], pool.data(block), kBlock,
+        CHECK(cudaMemcpyAsync(device[chunk % kDeviceSlots], block.data, kBlock,
                               cudaMemcpyHostToDevice, stream));
-        pool.Release(block, stream);
-        block = pool.Acquire();
+        Release(pool, block, stream);
+        block = Acquire(pool);
         fill = 0;
         ++chunk;
       }
@@ -122,14 +146,15 @@ std::size_t Stream(Pool& pool, const std::atomic<bool>& stop) {
     copied += kMessage;
   }
   CHECK(cudaStreamSynchronize(stream));
-  pool.Release(block, stream);
+  Release(pool, block, stream);
   for (void* d : device) CHECK(cudaFree(d));
   CHECK(cudaStreamDestroy(stream));
   return copied;
 }
 
-double Run(std::byte* pinned, bool newest, int threads, double seconds) {
-  Pool pool(pinned, newest);
+// GB/s copied by `threads` streams sharing `pool` for `seconds`.
+template <typename Pool>
+double Run(Pool& pool, int threads, double seconds) {
   std::atomic<bool> stop{false};
   std::vector<std::size_t> bytes(threads);
   std::vector<std::thread> workers;
@@ -145,6 +170,21 @@ double Run(std::byte* pinned, bool newest, int threads, double seconds) {
   std::size_t total = 0;
   for (std::size_t b : bytes) total += b;
   return static_cast<double>(total) / elapsed * 1e-9;
+}
+
+double RunOldest(std::byte* pinned, int threads, double seconds) {
+  absl::StatusOr<std::unique_ptr<PinnedPool>> pool =
+      PinnedPool::Create(std::span(pinned, kPool), kBlock, /*device=*/0);
+  if (!pool.ok()) {
+    std::fprintf(stderr, "%s\n", pool.status().ToString().c_str());
+    std::exit(1);
+  }
+  return Run(**pool, threads, seconds);
+}
+
+double RunNewest(std::byte* pinned, int threads, double seconds) {
+  NewestDonePool pool(pinned);
+  return Run(pool, threads, seconds);
 }
 
 }  // namespace
@@ -163,8 +203,8 @@ int main(int argc, char** argv) {
     // Each way twice, interleaved, so that drift shows.
     double oldest = 0, newest = 0;
     for (int rep = 0; rep < 2; ++rep) {
-      oldest += Run(static_cast<std::byte*>(pinned), false, t, seconds) / 2;
-      newest += Run(static_cast<std::byte*>(pinned), true, t, seconds) / 2;
+      oldest += RunOldest(static_cast<std::byte*>(pinned), t, seconds) / 2;
+      newest += RunNewest(static_cast<std::byte*>(pinned), t, seconds) / 2;
     }
     std::printf("| %d | %.2f | %.2f | %.3f |\n", t, oldest, newest, newest / oldest);
     std::fflush(stdout);
