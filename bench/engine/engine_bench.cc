@@ -1,14 +1,18 @@
 // tally-engine-bench [GiB to stream, default 4] [Consume piece MiB, default 4]
 // Streams float32 through the CUDA backend in pieces (as the streaming RPC
-// delivers them) and reports GB/s; then times CPU and GPU on requests of
+// delivers them) and reports GB/s, for 1, 2, 4, 8 and 16 requests at once
+// (each on its own thread, as the server's chunk workers run them): the
+// engine's own ceiling, with no gRPC; then times CPU and GPU on requests of
 // growing size, the measurement behind --small_request_bytes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
+#include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "server/engine/backend_factory.h"
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/cuda/cuda_backend.h"
@@ -57,21 +61,44 @@ int main(int argc, char** argv) {
   auto cpu = tally::MakeCpuBackend({});
   std::printf("%s | %s\n", (*cuda)->device().c_str(), cpu->device().c_str());
 
-  // Streaming: one piece-sized buffer sent over and over.
-  std::vector<float> buf(piece / 4);
-  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 1000) * 0.5f;
+  // Streaming: each request sends one piece-sized buffer of its own over
+  // and over; the clock runs from the first Start() to the last Finish().
   const std::uint64_t pieces = static_cast<std::uint64_t>(gib * (1ull << 30) / piece);
-  {
-    auto r = (*cuda)->Start(Plan(pieces * buf.size()));
-    if (!r.ok()) return 1;
-    const auto t0 = Clock::now();
-    for (std::uint64_t p = 0; p < pieces; ++p) {
-      if (!(*r)->Consume(std::as_bytes(std::span(buf))).ok()) return 1;
+  for (const int streams : {1, 2, 4, 8, 16}) {
+    std::vector<std::vector<float>> bufs(static_cast<std::size_t>(streams),
+                                         std::vector<float>(piece / 4));
+    for (std::vector<float>& buf : bufs) {
+      for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 1000) * 0.5f;
     }
-    if (!(*r)->Finish().ok()) return 1;
+    std::vector<absl::Status> status(static_cast<std::size_t>(streams));
+    const auto t0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < streams; ++t) {
+      threads.emplace_back([&, t] {
+        const std::vector<float>& buf = bufs[static_cast<std::size_t>(t)];
+        absl::Status& st = status[static_cast<std::size_t>(t)];
+        auto r = (*cuda)->Start(Plan(pieces * buf.size()));
+        if (!r.ok()) {
+          st = r.status();
+          return;
+        }
+        for (std::uint64_t p = 0; p < pieces && st.ok(); ++p) {
+          st = (*r)->Consume(std::as_bytes(std::span(buf)));
+        }
+        if (st.ok()) st = (*r)->Finish().status();
+      });
+    }
+    for (std::thread& t : threads) t.join();
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::printf("stream %.2f GiB in %zu-byte pieces: %.3f s, %.2f GB/s\n", gib, piece, s,
-                static_cast<double>(pieces * piece) / s / 1e9);
+    for (const absl::Status& st : status) {
+      if (!st.ok()) {
+        std::fprintf(stderr, "%d streams: %s\n", streams, st.ToString().c_str());
+        return 1;
+      }
+    }
+    std::printf("%2d stream(s) of %.2f GiB in %zu-byte pieces: %.3f s, %.2f GB/s\n", streams, gib,
+                piece, s, static_cast<double>(pieces * piece) * streams / s / 1e9);
+    std::fflush(stdout);
   }
 
   // Latency by size, median of 21: where the GPU starts to win.
