@@ -1,17 +1,22 @@
 // The narrow interface between the front end and whatever computes: a
-// Backend starts Reductions, a Reduction takes the array's bytes in order and
-// produces the results. The CPU, CUDA and null backends implement it; tests
-// and benchmarks drive it directly, with no network in between.
+// Backend starts Reductions, a Reduction takes the array's bytes in order, as
+// Extents that say where they lie (server/engine/source.h), and produces the
+// results; a Backend also holds resident arrays (server/engine/resident.h).
+// The CPU, CUDA and null backends implement it; tests and benchmarks drive
+// it directly, with no network in between.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
+#include "server/engine/resident.h"
+#include "server/engine/source.h"
 
 namespace tally {
 
@@ -21,14 +26,21 @@ class Metrics;
 //
 // Consume() receives the array's elements in order, in pieces of any number
 // of whole elements (the front end re-blocks byte chunks that split an
-// element). It is called from one thread at a time, but not always the same
-// thread. Finish() is called once, after the last Consume(), and only if every
-// Consume() succeeded. The result must not depend on how the array was split
-// into pieces: the same request gives bitwise the same answer every time.
+// element), each where the Start() placement said they would be. It is
+// called from one thread at a time, but not always the same thread. Finish()
+// is called once, after the last Consume(), and only if every Consume()
+// succeeded. The result must not depend on how host bytes were split into
+// pieces: the same request from the same kind of memory gives bitwise the
+// same answer every time (docs/architecture.md says where device memory
+// differs).
 class Reduction {
  public:
   virtual ~Reduction() = default;
-  [[nodiscard]] virtual absl::Status Consume(std::span<const std::byte> elements) = 0;
+  [[nodiscard]] virtual absl::Status Consume(const Extent& elements) = 0;
+  // Bytes in ordinary host memory: what arrives over the network.
+  [[nodiscard]] absl::Status Consume(std::span<const std::byte> elements) {
+    return Consume(Extent::PageableHost(elements));
+  }
   [[nodiscard]] virtual absl::StatusOr<AggregationResult> Finish() = 0;
 };
 
@@ -39,11 +51,29 @@ class Backend {
   virtual std::string name() const = 0;
   // Human-readable description of the hardware, e.g. the CPU model.
   virtual std::string device() const = 0;
-  // `plan` has been validated (see server/core/validate.h). A Reduction
-  // that is destroyed without Finish() (cancelled, failed) releases what it
-  // holds.
-  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> Start(
-      const AggregationPlan& plan) = 0;
+  // `plan` has been validated (see server/core/validate.h); its bytes will
+  // come from `from` (a backend that cannot read there says so with
+  // FAILED_PRECONDITION). A Reduction that is destroyed without Finish()
+  // (cancelled, failed) releases what it holds.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
+                                                                         const Placement& from) = 0;
+  // Bytes that arrive over the network.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) {
+    return Start(plan, Placement::PageableHost());
+  }
+
+  // Where this backend keeps resident arrays, each place with its own
+  // budget. Empty: it keeps none.
+  virtual std::vector<ResidentPlace> ResidentPlaces() const { return {}; }
+  // Memory for a resident array of `bytes` in place `place` (an index into
+  // ResidentPlaces()). RESOURCE_EXHAUSTED when the memory is not there.
+  // Allocates: called on the upload path, never on the query path.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(
+      std::uint64_t bytes, int place) {
+    (void)bytes;
+    (void)place;
+    return absl::FailedPreconditionError(name() + " backend keeps no resident datasets.");
+  }
 
   // OK while the backend can serve; otherwise why not (e.g. a GPU was lost).
   // The server polls it and reports NOT_SERVING on the health service.

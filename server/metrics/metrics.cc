@@ -51,7 +51,21 @@ const char* Metrics::CodeName(int grpc_status_code) {
 }
 
 const char* Metrics::MethodName(Method method) {
-  return method == Method::kAggregate ? "Aggregate" : "AggregateStream";
+  switch (method) {
+    case Method::kAggregate: return "Aggregate";
+    case Method::kAggregateStream: return "AggregateStream";
+    case Method::kPutDataset: return "PutDataset";
+    case Method::kAggregateDataset: return "AggregateDataset";
+    case Method::kListDatasets: return "ListDatasets";
+    case Method::kDescribeDataset: return "DescribeDataset";
+    case Method::kDeleteDataset: return "DeleteDataset";
+  }
+  return "unknown";
+}
+
+bool Metrics::CarriesOps(Method method) {
+  return method == Method::kAggregate || method == Method::kAggregateStream ||
+         method == Method::kAggregateDataset;
 }
 
 Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus::Registry>()) {
@@ -97,6 +111,7 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
     // Successful series exist from the start, so rate() and dashboards see 0
     // rather than nothing before the first request.
     RequestCounter(m, 0);
+    if (!CarriesOps(method)) continue;
     for (int op = 0; op < ops::kNumOpKinds; ++op) OpCounter(m, op, 0);
   }
 
@@ -169,6 +184,32 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
                                  .Help("Device memory in total, by CUDA device ordinal and model name.")
                                  .Labels(constant)
                                  .Register(r);
+
+  resident_bytes_ = &prometheus::BuildGauge()
+                         .Name("tally_dataset_resident_bytes")
+                         .Help("Bytes of resident datasets charged to a place (\"cuda:0\", \"host\"): "
+                               "published, uploading, or deleted and still being read.")
+                         .Labels(constant)
+                         .Register(r);
+  resident_datasets_ = &prometheus::BuildGauge()
+                            .Name("tally_datasets")
+                            .Help("Resident datasets published, by place.")
+                            .Labels(constant)
+                            .Register(r);
+  resident_limit_ = &prometheus::BuildGauge()
+                         .Name("tally_dataset_limit_bytes")
+                         .Help("Resident bytes allowed per place (--max_dataset_bytes; 0: no limit).")
+                         .Labels(constant)
+                         .Register(r);
+  auto dataset_counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Labels(constant).Register(r).Add({});
+  };
+  dataset_uploads_ = dataset_counter("tally_dataset_uploads_total", "Dataset uploads committed.");
+  dataset_queries_ = dataset_counter("tally_dataset_queries_total", "Queries started on resident datasets.");
+  dataset_evictions_ = dataset_counter("tally_dataset_evictions_total",
+                                       "Datasets evicted, least recently used first, to fit an upload.");
+  dataset_expiries_ = dataset_counter("tally_dataset_expiries_total", "Datasets removed when their TTL ran out.");
+  dataset_deletions_ = dataset_counter("tally_dataset_deletions_total", "Datasets deleted by a client.");
 }
 
 Metrics::~Metrics() = default;
@@ -292,6 +333,21 @@ void Metrics::SetDeviceMemory(int device, const std::string& name, std::uint64_t
   device_memory_used_->Add(labels).Set(static_cast<double>(used));
   device_memory_capacity_->Add(labels).Set(static_cast<double>(total));
 }
+
+void Metrics::SetResidentDatasets(const std::string& place, std::uint64_t bytes, std::uint64_t datasets,
+                                  std::uint64_t limit_bytes) {
+  // Called when datasets change, not per query: the locked lookup is fine.
+  const prometheus::Labels labels = {{"place", place}};
+  resident_bytes_->Add(labels).Set(static_cast<double>(bytes));
+  resident_datasets_->Add(labels).Set(static_cast<double>(datasets));
+  resident_limit_->Add(labels).Set(static_cast<double>(limit_bytes));
+}
+
+void Metrics::DatasetUploaded() { dataset_uploads_->Increment(); }
+void Metrics::DatasetQueried() { dataset_queries_->Increment(); }
+void Metrics::DatasetEvicted() { dataset_evictions_->Increment(); }
+void Metrics::DatasetExpired() { dataset_expiries_->Increment(); }
+void Metrics::DatasetDeleted() { dataset_deletions_->Increment(); }
 
 void Metrics::SetPinnedPool(std::uint64_t total, std::uint64_t used) {
   pinned_capacity_->Set(static_cast<double>(total));

@@ -30,8 +30,16 @@ namespace tally {
 class Metrics {
  public:
   // The RPCs of tally.v1.Aggregator, as the `method` label spells them.
-  enum class Method : std::uint8_t { kAggregate, kAggregateStream };
-  static constexpr int kNumMethods = 2;
+  enum class Method : std::uint8_t {
+    kAggregate,
+    kAggregateStream,
+    kPutDataset,
+    kAggregateDataset,
+    kListDatasets,
+    kDescribeDataset,
+    kDeleteDataset,
+  };
+  static constexpr int kNumMethods = 7;
 
   struct Options {
     std::string backend;  // "cpu", "cuda", "null": a constant label on every family
@@ -89,10 +97,22 @@ class Metrics {
                        std::uint64_t total);
   void SetPinnedPool(std::uint64_t total, std::uint64_t used);
 
+  // Resident datasets. `place` is where they live ("cuda:0", "host"):
+  // bytes charged there, datasets published, and the limit (0: none).
+  void SetResidentDatasets(const std::string& place, std::uint64_t bytes, std::uint64_t datasets,
+                           std::uint64_t limit_bytes);
+  void DatasetUploaded();
+  void DatasetQueried();
+  void DatasetEvicted();
+  void DatasetExpired();
+  void DatasetDeleted();
+
   // The gRPC canonical name of a status code ("OK", "INVALID_ARGUMENT");
   // "UNKNOWN" for numbers outside 0..16.
   static const char* CodeName(int grpc_status_code);
   static const char* MethodName(Method method);
+  // Whether requests of `method` carry aggregations (and so op series).
+  static bool CarriesOps(Method method);
 
  private:
   static constexpr int kNumCodes = 17;
@@ -128,6 +148,14 @@ class Metrics {
   prometheus::Gauge* in_flight_bytes_;
   prometheus::Histogram* queue_wait_;
   prometheus::Gauge* pinned_capacity_;
+  prometheus::Family<prometheus::Gauge>* resident_bytes_;
+  prometheus::Family<prometheus::Gauge>* resident_datasets_;
+  prometheus::Family<prometheus::Gauge>* resident_limit_;
+  prometheus::Counter* dataset_uploads_;
+  prometheus::Counter* dataset_queries_;
+  prometheus::Counter* dataset_evictions_;
+  prometheus::Counter* dataset_expiries_;
+  prometheus::Counter* dataset_deletions_;
   prometheus::Gauge* pinned_used_;
 
   // Children created on first use and cached; Family::Add returns the same

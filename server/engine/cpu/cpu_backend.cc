@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "server/core/validate.h"
+#include "server/engine/cpu/host_resident.h"
 #include "server/engine/cpu/reduction.h"
 #include "server/engine/cpu/thread_pool.h"
 
@@ -37,11 +38,24 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string device() const override { return device_; }
 
-  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
+  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
+                                                    const Placement& from) override {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
+    if (!from.host()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the cpu backend cannot read ", from.Describe(), "."));
+    }
     return cpu::MakeReduction(plan, &pool_, device_);
+  }
+
+  std::vector<ResidentPlace> ResidentPlaces() const override { return {{0, "host"}}; }
+
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(std::uint64_t bytes,
+                                                                   int place) override {
+    if (place != 0) return absl::InvalidArgumentError("the cpu backend has one resident place, 0.");
+    return cpu::AllocateHostResident(bytes);
   }
 
  private:

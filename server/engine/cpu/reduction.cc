@@ -178,7 +178,12 @@ class CpuReduction final : public Reduction {
     buffer_.resize(kBlock);
   }
 
-  absl::Status Consume(std::span<const std::byte> bytes) override {
+  absl::Status Consume(const Extent& piece) override {
+    if (!piece.placement.host()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the cpu backend cannot read ", piece.placement.Describe(), "."));
+    }
+    const std::span<const std::byte> bytes = piece.bytes;
     if (bytes.size() % sizeof(V) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data: ", bytes.size(), " bytes is not a whole number of ", ops::Name(kD), " elements."));

@@ -15,6 +15,7 @@
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/cuda/cuda_reduction.h"
 #include "server/engine/cuda/device_pool.h"
+#include "server/engine/cuda/device_resident.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
@@ -51,42 +52,44 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string device() const override { return device_; }
 
-  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
+  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
+                                                    const Placement& from) override {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
+    if (from.memory == Memory::kDevice) return StartOnDevice(plan, from.device);
     // Routing depends on the plan alone, never on load: the same request
     // always runs on the same kind of hardware and gives the same bits.
-    if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan);
+    if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan, from);
     cuda::PassPlan passes = cuda::PlanPasses(plan);
     if (passes.state_bytes > pool_->state_bytes()) {
       spdlog::debug("cuda backend: {} state bytes exceed --cuda_max_state_bytes={}; using the cpu",
                     passes.state_bytes, pool_->state_bytes());
-      return cpu_->Start(plan);
+      return cpu_->Start(plan, from);
     }
-    {
-      cuda::ScopedDevice on(pool_->ordinals().front());
-      std::size_t scratch = 0;
-      const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
-      if (cuda::ScratchNeeded(passes, chunk_elements, &scratch) != cudaSuccess) {
-        const std::string where = cuda::LastErrorWhere();
-        (void)cudaGetLastError();
-        spdlog::error("cuda backend: sizing scratch failed: {}", where);
-        return absl::InternalError(absl::StrCat("cuda backend: sizing kernel scratch: ", where));
-      }
-      if (scratch > pool_->scratch_bytes()) {
-        spdlog::warn("cuda backend: a plan needs {} scratch bytes, lanes have {}; using the cpu",
-                     scratch, pool_->scratch_bytes());
-        return cpu_->Start(plan);
-      }
+    const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
+    absl::StatusOr<std::size_t> scratch = Scratch(passes, chunk_elements);
+    if (!scratch.ok()) return scratch.status();
+    if (*scratch > pool_->scratch_bytes()) {
+      spdlog::warn("cuda backend: a plan needs {} scratch bytes, lanes have {}; using the cpu",
+                   *scratch, pool_->scratch_bytes());
+      return cpu_->Start(plan, from);
     }
-    double waited = 0.0;
-    absl::StatusOr<cuda::DevicePool::Lease> lease = pool_->Checkout(lane_wait_, &waited);
-    if (Metrics* m = engine_.metrics.load(std::memory_order_acquire)) m->QueueWait(waited);
+    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(-1);
     if (!lease.ok()) return lease.status();
-    return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_);
+    return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, chunk_elements);
   }
 
+  std::vector<ResidentPlace> ResidentPlaces() const override {
+    std::vector<ResidentPlace> places;
+    for (const int d : pool_->ordinals()) places.push_back({d, absl::StrCat("cuda:", d)});
+    return places;
+  }
+
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(std::uint64_t bytes,
+                                                                   int place) override {
+    return cuda::AllocateDeviceResident(pool_.get(), place, bytes, lane_wait_);
+  }
   absl::Status Health() const override { return pool_->Health(); }
 
   void SetMetrics(Metrics* metrics) override {
@@ -106,6 +109,53 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Bytes already on `device` are reduced there, in place: never on the CPU,
+  // whatever their size. Launches over them are as long as the lane's
+  // scratch allows, up to the whole array: decided by the plan alone, so a
+  // request gives the same bits every time.
+  absl::StatusOr<std::unique_ptr<Reduction>> StartOnDevice(const AggregationPlan& plan, int device) {
+    cuda::PassPlan passes = cuda::PlanPasses(plan);
+    if (passes.state_bytes > pool_->state_bytes()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the results of this request need ", passes.state_bytes,
+          " bytes of GPU state, over --cuda_max_state_bytes=", pool_->state_bytes(),
+          ": ask for fewer rows, ops or histogram bins at once."));
+    }
+    const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
+    std::uint64_t cut = std::max(plan.array.length, chunk_elements);
+    for (;;) {
+      cuda::ScopedDevice on(device);
+      absl::StatusOr<std::size_t> scratch = Scratch(passes, cut);
+      if (!scratch.ok()) return scratch.status();
+      if (*scratch <= pool_->scratch_bytes() || cut <= chunk_elements) break;
+      cut = std::max(chunk_elements, (cut / 2 + chunk_elements - 1) / chunk_elements * chunk_elements);
+    }
+    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(device);
+    if (!lease.ok()) return lease.status();
+    return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, cut);
+  }
+
+  // The kernel scratch `passes` need for launches of `elements`, on the
+  // first device (every lane has the same scratch).
+  absl::StatusOr<std::size_t> Scratch(const cuda::PassPlan& passes, std::uint64_t elements) {
+    cuda::ScopedDevice on(pool_->ordinals().front());
+    std::size_t scratch = 0;
+    if (cuda::ScratchNeeded(passes, elements, &scratch) != cudaSuccess) {
+      const std::string where = cuda::LastErrorWhere();
+      (void)cudaGetLastError();
+      spdlog::error("cuda backend: sizing scratch failed: {}", where);
+      return absl::InternalError(absl::StrCat("cuda backend: sizing kernel scratch: ", where));
+    }
+    return scratch;
+  }
+
+  absl::StatusOr<cuda::DevicePool::Lease> Checkout(int device) {
+    double waited = 0.0;
+    absl::StatusOr<cuda::DevicePool::Lease> lease = pool_->Checkout(lane_wait_, &waited, device);
+    if (Metrics* m = engine_.metrics.load(std::memory_order_acquire)) m->QueueWait(waited);
+    return lease;
+  }
+
   std::unique_ptr<cuda::DevicePool> pool_;
   std::unique_ptr<Backend> cpu_;
   const std::string device_;

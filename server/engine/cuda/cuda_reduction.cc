@@ -1,13 +1,22 @@
-// The CUDA Reduction. Received bytes are copied once, into pinned staging
-// blocks of exactly one device chunk each, cut at fixed global element
-// positions (multiples of the chunk): how Consume() pieces the array cannot
-// move a chunk boundary, so the kernels see the same chunks and give bitwise
-// the same results. A full block is copied to one of the lane's device chunk
-// buffers on the copy stream and folded by every pass on the compute stream,
-// so while block k is filled, chunk k-1 copies and chunk k-2 is reduced. The
-// host waits only before reusing a chunk buffer (for the kernels of chunk
-// k-3) and before refilling a pinned block (for the copy that read it):
-// memory per request is bounded by the lane, whatever the array's size.
+// The CUDA Reduction, reading each kind of memory (server/engine/source.h)
+// the cheapest way it can:
+// - Pageable host bytes (the network's) are copied once, into pinned staging
+//   blocks of exactly one device chunk each, cut at fixed global element
+//   positions (multiples of the chunk): how Consume() pieces the array cannot
+//   move a chunk boundary, so the kernels see the same chunks and give
+//   bitwise the same results. A full block is copied to one of the lane's
+//   device chunk buffers on the copy stream and folded by every pass on the
+//   compute stream, so while block k is filled, chunk k-1 copies and chunk
+//   k-2 is reduced. The host waits only before reusing a chunk buffer (for
+//   the kernels of chunk k-3) and before refilling a pinned block (for the
+//   copy that read it): memory per request is bounded by the lane, whatever
+//   the array's size.
+// - Pinned host bytes take the same chunks, but whole chunks are copied to
+//   the device straight from where they lie, with no host copy; only a
+//   piece's ragged ends are staged. Same cuts, so the same bits.
+// - Device bytes on the lane's GPU are reduced in place, in cuts of
+//   `device_cut` elements (the whole array when its scratch fits the lane):
+//   no copy at all.
 #include "server/engine/cuda/cuda_reduction.h"
 
 #include <algorithm>
@@ -73,7 +82,7 @@ double ElapsedSeconds(const Event& from, const Event& to) {
 class CudaReduction final : public Reduction {
  public:
   CudaReduction(const AggregationPlan& plan, PassPlan passes, DevicePool::Lease lease,
-                EngineContext* engine)
+                EngineContext* engine, std::uint64_t device_cut)
       : plan_(plan),
         passes_(std::move(passes)),
         engine_(engine),
@@ -81,7 +90,8 @@ class CudaReduction final : public Reduction {
         lane_(lease_.lane()),
         pinned_(&engine->devices->pinned(lane_->device())),
         elem_(ops::SizeOf(plan.array.dtype)),
-        chunk_elems_(lane_->chunk_bytes() / elem_) {}
+        chunk_elems_(lane_->chunk_bytes() / elem_),
+        device_cut_(std::max<std::uint64_t>(device_cut, 1)) {}
 
   ~CudaReduction() override {
     if (!lease_) return;
@@ -91,43 +101,31 @@ class CudaReduction final : public Reduction {
     ReportMetrics(/*device_memory=*/false);
   }
 
-  absl::Status Consume(std::span<const std::byte> bytes) override {
+  absl::Status Consume(const Extent& piece) override {
     if (!failed_.ok()) return failed_;
     if (!lease_) return absl::FailedPreconditionError("cuda backend: Consume() after Finish().");
-    if (bytes.size() % elem_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("data: ", bytes.size(),
+    if (piece.size() % elem_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("data: ", piece.size(),
                                                      " bytes is not a whole number of ",
                                                      ops::Name(plan_.array.dtype), " elements."));
     }
-    std::uint64_t n = bytes.size() / elem_;
+    const std::uint64_t n = piece.size() / elem_;
     if (n > plan_.array.length - consumed_) {
       return absl::InvalidArgumentError(
           absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
     }
+    const bool on_device = piece.placement.memory == Memory::kDevice;
+    if (on_device && piece.placement.device != lane_->device()) {
+      return absl::FailedPreconditionError(absl::StrCat("cuda backend: a request on GPU ", lane_->device(),
+                                                        " cannot read ", piece.placement.Describe(), "."));
+    }
+    if (on_device && fill_ > 0) {
+      return absl::FailedPreconditionError("cuda backend: device bytes after host bytes in one request.");
+    }
     consumed_ += n;
     if (passes_.passes.empty() || n == 0) return absl::OkStatus();
-    const std::byte* p = bytes.data();
-    while (n > 0) {
-      if (!block_) {
-        absl::StatusOr<PinnedPool::Block> b =
-            pinned_->Acquire(std::chrono::milliseconds(EnginePolicy::kPinnedWaitMs));
-        if (!b.ok()) return failed_ = b.status();
-        block_ = *b;
-        ReportPinned();
-      }
-      const std::uint64_t take = std::min(n, chunk_elems_ - fill_);
-      std::memcpy(block_.data + fill_ * elem_, p, take * elem_);
-      fill_ += take;
-      p += take * elem_;
-      n -= take;
-      if (fill_ == chunk_elems_) {
-        // The device only for the copy and kernels: Consume() is called once
-        // per receive slice, most of which only fill the pinned block.
-        ScopedDevice on(lane_->device());
-        if (absl::Status s = Submit(); !s.ok()) return s;
-      }
-    }
-    return absl::OkStatus();
+    if (on_device) return ReduceInPlace(piece.bytes.data(), n);
+    return ConsumeHost(piece.bytes.data(), n, piece.placement.memory == Memory::kPinnedHost);
   }
 
   absl::StatusOr<AggregationResult> Finish() override {
@@ -149,8 +147,8 @@ class CudaReduction final : public Reduction {
     if (!passes_.passes.empty()) {
       ScopedDevice on(lane_->device());
       if (fill_ > 0) {
-        if (absl::Status s = Submit(); !s.ok()) return s;
-      } else if (chunks_ == 0) {
+        if (absl::Status s = SubmitStaged(); !s.ok()) return s;
+      } else if (!launched_) {
         // An empty array still needs its state started (aggregate.h).
         if (absl::Status s = Launch(lane_->slot(0).chunk.data(), 0); !s.ok()) return s;
       }
@@ -186,23 +184,70 @@ class CudaReduction final : public Reduction {
     return cudaSuccess;
   }
 
-  // Copies the filled block to the next chunk buffer and folds it in.
-  absl::Status Submit() {
+  // Host bytes, cut into chunks at fixed multiples of the chunk size. From
+  // pinned memory a whole chunk goes to the device as it lies; everything
+  // else is gathered into a staging block first.
+  absl::Status ConsumeHost(const std::byte* p, std::uint64_t n, bool pinned) {
+    while (n > 0) {
+      if (pinned && fill_ == 0 && n >= chunk_elems_) {
+        ScopedDevice on(lane_->device());
+        if (absl::Status s = SubmitChunk(p, chunk_elems_, PinnedPool::Block{}); !s.ok()) return s;
+        p += chunk_elems_ * elem_;
+        n -= chunk_elems_;
+        continue;
+      }
+      if (!block_) {
+        absl::StatusOr<PinnedPool::Block> b =
+            pinned_->Acquire(std::chrono::milliseconds(EnginePolicy::kPinnedWaitMs));
+        if (!b.ok()) return failed_ = b.status();
+        block_ = *b;
+        ReportPinned();
+      }
+      const std::uint64_t take = std::min(n, chunk_elems_ - fill_);
+      std::memcpy(block_.data + fill_ * elem_, p, take * elem_);
+      fill_ += take;
+      p += take * elem_;
+      n -= take;
+      if (fill_ == chunk_elems_) {
+        // The device only for the copy and kernels: Consume() is called once
+        // per receive slice, most of which only fill the pinned block.
+        ScopedDevice on(lane_->device());
+        if (absl::Status s = SubmitStaged(); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SubmitStaged() {
+    const std::uint64_t elements = std::exchange(fill_, 0);
+    PinnedPool::Block block = std::exchange(block_, PinnedPool::Block{});
+    return SubmitChunk(block.data, elements, block);
+  }
+
+  // Copies `elements` at host address `src` (pinned) to the next chunk
+  // buffer and folds them in. `staged`, when set, is the pool block `src`
+  // lies in; it goes back to the pool once the copy has read it.
+  absl::Status SubmitChunk(const std::byte* src, std::uint64_t elements, PinnedPool::Block staged) {
     DeviceLane::Slot& s = lane_->slot(chunks_);
     if (s.pending) {
-      if (absl::Status st = Retire(s); !st.ok()) return st;
+      if (absl::Status st = Retire(s); !st.ok()) {
+        if (staged) pinned_->ReleaseNow(staged);
+        return st;
+      }
     }
-    const std::size_t bytes = fill_ * elem_;
+    const std::size_t bytes = elements * elem_;
     const StreamView copy = lane_->copy_stream();
     const cudaError_t err = [&] {
       TALLY_CUDA_TRY(cudaEventRecord(s.copy_start.get(), copy.get()));
-      TALLY_CUDA_TRY(cudaMemcpyAsync(s.chunk.data(), block_.data, bytes, cudaMemcpyHostToDevice,
-                                     copy.get()));
+      TALLY_CUDA_TRY(cudaMemcpyAsync(s.chunk.data(), src, bytes, cudaMemcpyHostToDevice, copy.get()));
       TALLY_CUDA_TRY(cudaEventRecord(s.copy_done.get(), copy.get()));
       return cudaSuccess;
     }();
-    const absl::Status released = pinned_->Release(std::exchange(block_, PinnedPool::Block{}), copy);
-    ReportPinned();
+    absl::Status released;
+    if (staged) {
+      released = pinned_->Release(staged, copy);
+      ReportPinned();
+    }
     if (err != cudaSuccess) return Fail(err, "copying a chunk to the device");
     if (!released.ok()) {
       spdlog::error("cuda backend: request on {} failed: {}",
@@ -217,26 +262,56 @@ class CudaReduction final : public Reduction {
       return cudaSuccess;
     }();
     if (wait != cudaSuccess) return Fail(wait, "ordering a chunk's kernels after its copy");
-    if (absl::Status st = Launch(s.chunk.data(), fill_); !st.ok()) return st;
+    if (absl::Status st = Launch(s.chunk.data(), elements); !st.ok()) return st;
     if (const cudaError_t e = cudaEventRecord(s.kernel_done.get(), lane_->compute_stream().get());
         e != cudaSuccess) {
       Record(e, "cudaEventRecord(kernel_done)", __FILE__, __LINE__);
       return Fail(e, "recording a chunk's end");
     }
-    fill_ = 0;
     ++chunks_;
     return absl::OkStatus();
   }
 
-  // Every pass over the chunk at the next fixed offset.
-  absl::Status Launch(const void* d_chunk, std::uint64_t elements) {
-    const std::uint64_t offset = chunks_ * chunk_elems_;
+  // Device bytes on the lane's GPU: every pass over them where they lie, in
+  // cuts of device_cut_ elements, timed as one slot's kernels.
+  absl::Status ReduceInPlace(const std::byte* d, std::uint64_t n) {
+    ScopedDevice on(lane_->device());
+    DeviceLane::Slot& s = lane_->slot(chunks_);
+    if (s.pending) {
+      if (absl::Status st = Retire(s); !st.ok()) return st;
+    }
+    const cudaStream_t compute = lane_->compute_stream().get();
+    if (const cudaError_t e = cudaEventRecord(s.kernel_start.get(), compute); e != cudaSuccess) {
+      Record(e, "cudaEventRecord(kernel_start)", __FILE__, __LINE__);
+      return Fail(e, "recording a reduction's start");
+    }
+    s.pending = true;
+    s.bytes = 0;  // nothing copied
+    while (n > 0) {
+      const std::uint64_t cut = std::min(n, device_cut_);
+      if (absl::Status st = Launch(d, cut); !st.ok()) return st;
+      d += cut * elem_;
+      n -= cut;
+    }
+    if (const cudaError_t e = cudaEventRecord(s.kernel_done.get(), compute); e != cudaSuccess) {
+      Record(e, "cudaEventRecord(kernel_done)", __FILE__, __LINE__);
+      return Fail(e, "recording a reduction's end");
+    }
+    ++chunks_;
+    return absl::OkStatus();
+  }
+
+  // Every pass over `elements` at `d_data` on the device, the array's next
+  // elements.
+  absl::Status Launch(const void* d_data, std::uint64_t elements) {
     for (const Pass& pass : passes_.passes) {
       const cudaError_t err = kernels::Accumulate(
-          pass.plan, d_chunk, elements, offset, lane_->state() + pass.state_offset,
+          pass.plan, d_data, elements, offset_, lane_->state() + pass.state_offset,
           lane_->scratch(), lane_->scratch_bytes(), lane_->compute_stream().get());
       if (err != cudaSuccess) return Fail(err, "accumulating a chunk");
     }
+    offset_ += elements;
+    launched_ = true;
     return absl::OkStatus();
   }
 
@@ -247,8 +322,10 @@ class CudaReduction final : public Reduction {
       return Fail(err, "reducing a chunk");
     }
     s.pending = false;
-    h2d_bytes_ += s.bytes;
-    h2d_seconds_ += ElapsedSeconds(s.copy_start, s.copy_done);
+    if (s.bytes > 0) {
+      h2d_bytes_ += s.bytes;
+      h2d_seconds_ += ElapsedSeconds(s.copy_start, s.copy_done);
+    }
     kernel_seconds_ += ElapsedSeconds(s.kernel_start, s.kernel_done);
     return absl::OkStatus();
   }
@@ -387,8 +464,12 @@ class CudaReduction final : public Reduction {
   const std::size_t elem_;
   const std::uint64_t chunk_elems_;
 
+  const std::uint64_t device_cut_;  // elements per launch over device bytes
+
   std::uint64_t consumed_ = 0;  // elements received
-  std::uint64_t chunks_ = 0;    // chunks submitted; the next starts at chunks_ * chunk_elems_
+  std::uint64_t offset_ = 0;    // elements handed to the kernels
+  std::uint64_t chunks_ = 0;    // slots used so far (the next is slot(chunks_))
+  bool launched_ = false;       // the state has been started
   PinnedPool::Block block_;     // the chunk being filled
   std::uint64_t fill_ = 0;      // elements in block_
   absl::Status failed_;
@@ -460,8 +541,10 @@ cudaError_t ScratchNeeded(const PassPlan& passes, std::uint64_t chunk_elements,
 }
 
 std::unique_ptr<Reduction> MakeCudaReduction(const AggregationPlan& plan, PassPlan passes,
-                                             DevicePool::Lease lease, EngineContext* engine) {
-  return std::make_unique<CudaReduction>(plan, std::move(passes), std::move(lease), engine);
+                                             DevicePool::Lease lease, EngineContext* engine,
+                                             std::uint64_t device_cut) {
+  return std::make_unique<CudaReduction>(plan, std::move(passes), std::move(lease), engine,
+                                         device_cut);
 }
 
 }  // namespace tally::cuda

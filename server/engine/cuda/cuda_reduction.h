@@ -49,8 +49,13 @@ struct EngineContext {
 };
 
 // `lease` holds a lane of a device in engine->devices; passes fit its state
-// and scratch.
+// and scratch for chunks of the lane's chunk size and for cuts of
+// `device_cut` elements (the launch size over bytes already on the device).
+// Pinned host and device bytes given to Consume() must stay where they are
+// until Finish() returns or the reduction is destroyed: they are read
+// asynchronously.
 std::unique_ptr<Reduction> MakeCudaReduction(const AggregationPlan& plan, PassPlan passes,
-                                             DevicePool::Lease lease, EngineContext* engine);
+                                             DevicePool::Lease lease, EngineContext* engine,
+                                             std::uint64_t device_cut);
 
 }  // namespace tally::cuda

@@ -146,9 +146,13 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
 DevicePool::~DevicePool() = default;
 
 absl::StatusOr<DevicePool::Lease> DevicePool::Checkout(std::chrono::milliseconds wait,
-                                                       double* waited) {
+                                                       double* waited, int only_device) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock lock(mutex_);
+  if (only_device >= 0 && Find(only_device) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda backend: GPU ", only_device, " is not one of the devices in use."));
+  }
   Device* chosen = nullptr;
   bool all_lost = false;
   auto pick = [&] {
@@ -156,6 +160,7 @@ absl::StatusOr<DevicePool::Lease> DevicePool::Checkout(std::chrono::milliseconds
     all_lost = true;
     for (std::size_t k = 0; k < devices_.size(); ++k) {
       Device& d = devices_[(next_ + k) % devices_.size()];
+      if (only_device >= 0 && d.ordinal != only_device) continue;
       if (d.lost) continue;
       all_lost = false;
       if (!d.free.empty() && (chosen == nullptr || d.free.size() > chosen->free.size())) chosen = &d;
@@ -167,7 +172,9 @@ absl::StatusOr<DevicePool::Lease> DevicePool::Checkout(std::chrono::milliseconds
   if (all_lost) {
     std::string why;
     for (const Device& d : devices_) absl::StrAppend(&why, why.empty() ? "" : "; ", d.lost_why);
-    return absl::UnavailableError(absl::StrCat("cuda backend: every GPU is lost: ", why));
+    return absl::UnavailableError(absl::StrCat(
+        only_device >= 0 ? "cuda backend: the GPU that holds the data is lost: " : "cuda backend: every GPU is lost: ",
+        why));
   }
   if (!ready) {
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -38,8 +38,10 @@ class DevicePool {
 
   // A lane, waiting up to `wait` for one to be free: RESOURCE_EXHAUSTED
   // after that, UNAVAILABLE when every device is lost. `waited` gets the
-  // seconds spent waiting.
-  [[nodiscard]] absl::StatusOr<Lease> Checkout(std::chrono::milliseconds wait, double* waited);
+  // seconds spent waiting. `only_device` >= 0: a lane of that device (the
+  // one that holds the data), UNAVAILABLE when it is lost.
+  [[nodiscard]] absl::StatusOr<Lease> Checkout(std::chrono::milliseconds wait, double* waited,
+                                               int only_device = -1);
 
   // A sticky error: no new request goes to `device`, and Health() says why.
   void MarkLost(int device, const std::string& why);

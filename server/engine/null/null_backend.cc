@@ -30,7 +30,7 @@ AggregationResult EmptyResults(const AggregationPlan& plan) {
 class NullReduction final : public Reduction {
  public:
   explicit NullReduction(const AggregationPlan& plan) : plan_(plan) {}
-  absl::Status Consume(std::span<const std::byte>) override { return absl::OkStatus(); }
+  absl::Status Consume(const Extent&) override { return absl::OkStatus(); }
   absl::StatusOr<AggregationResult> Finish() override { return EmptyResults(plan_); }
 
  private:
@@ -41,7 +41,8 @@ class NullBackend final : public Backend {
  public:
   std::string name() const override { return "null"; }
   std::string device() const override { return "none (data discarded)"; }
-  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) override {
+  absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
+                                                    const Placement&) override {
     return std::make_unique<NullReduction>(plan);
   }
 };

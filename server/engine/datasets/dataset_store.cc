@@ -1,0 +1,347 @@
+#include "server/engine/datasets/dataset_store.h"
+
+#include <algorithm>
+#include <deque>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/metrics/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace tally {
+
+struct DatasetStore::Reclaimer {
+  std::mutex mu;
+  std::condition_variable wake;
+  DatasetStore* store = nullptr;  // null once the store is going away
+  bool stopping = false;
+  std::deque<Dataset*> freed;
+
+  // A dataset's last reference is gone (on whatever thread dropped it).
+  void Push(Dataset* d) {
+    {
+      std::lock_guard lock(mu);
+      if (store != nullptr) {
+        freed.push_back(d);
+        wake.notify_one();
+        return;
+      }
+    }
+    delete d;
+  }
+};
+
+DatasetStore::DatasetStore(Backend& backend, DatasetOptions options, Metrics* metrics)
+    : backend_(backend), options_(options), metrics_(metrics), reclaimer_(std::make_shared<Reclaimer>()) {
+  for (const ResidentPlace& p : backend_.ResidentPlaces()) places_.push_back(Place{p});
+  reclaimer_->store = this;
+  {
+    std::lock_guard lock(mu_);
+    ReportLocked();
+  }
+  sweeper_ = std::thread([this] { Sweep(); });
+}
+
+DatasetStore::~DatasetStore() {
+  {
+    std::lock_guard lock(reclaimer_->mu);
+    reclaimer_->stopping = true;
+  }
+  reclaimer_->wake.notify_all();
+  sweeper_.join();
+  std::deque<Dataset*> left;
+  {
+    std::lock_guard lock(reclaimer_->mu);
+    reclaimer_->store = nullptr;
+    left.swap(reclaimer_->freed);
+  }
+  for (Dataset* d : left) delete d;
+  // entries_ go with the members; their deleters now free inline.
+}
+
+absl::Status DatasetStore::CheckName(const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("name: a dataset name must not be empty.");
+  if (name.size() > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: ", name.size(), " bytes is over the 256-byte limit for a dataset name."));
+  }
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "name: byte ", i, " (0x", absl::Hex(c, absl::kZeroPad2),
+          ") is not printable ASCII; dataset names are 1 to 256 printable ASCII characters."));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DatasetStore::Fullness(const Place& p) const {
+  return absl::StrCat(p.where.label, " holds ", p.charged, " bytes in ", p.datasets, " dataset(s) of its ",
+                      options_.max_bytes_per_place, "-byte limit (--max_dataset_bytes)");
+}
+
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
+    const std::string& name, DType dtype, std::uint64_t length, bool replace,
+    std::optional<std::chrono::seconds> ttl) {
+  if (absl::Status s = CheckName(name); !s.ok()) return s;
+  if (places_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", backend_.name(), " backend keeps no resident datasets."));
+  }
+  const std::uint64_t size = ops::SizeOf(dtype);
+  if (length > ~std::uint64_t{0} / size) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.length: ", length, " elements is too many bytes."));
+  }
+  const std::uint64_t bytes = length * size;
+  auto upload = std::unique_ptr<Upload>(new Upload());
+  upload->store_ = this;
+  upload->name_ = name;
+  upload->replace_ = replace;
+  upload->ttl_ = ttl;
+  upload->spec_.dtype = dtype;
+  upload->spec_.length = length;
+  upload->bytes_ = bytes;
+  std::vector<std::shared_ptr<Dataset>> evicted;  // dropped outside the lock
+  {
+    std::lock_guard lock(mu_);
+    if (uploading_.contains(name)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("name: an upload of dataset '", name, "' is already in progress; one upload of a name at a time."));
+    }
+    if (!replace && entries_.contains(name)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("name: dataset '", name, "' exists; set replace to upload a new version."));
+    }
+    // The place with the most room.
+    Place* best = &places_.front();
+    for (Place& p : places_) {
+      if (p.charged < best->charged) best = &p;
+    }
+    const std::uint64_t limit = options_.max_bytes_per_place;
+    if (limit != 0 && bytes > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat("spec.length: ", bytes, " bytes is over the ", limit,
+                                                       "-byte limit per place (--max_dataset_bytes)."));
+    }
+    if (limit != 0 && best->charged + bytes > limit && options_.evict_lru) {
+      // Least recently used first, of this place, never the name being
+      // replaced (its new version must not lose the old one before commit).
+      for (auto it = lru_.rbegin(); it != lru_.rend() && best->charged + bytes > limit;) {
+        auto e = entries_.find(*it);
+        ++it;
+        if (e == entries_.end() || e->second.dataset->place_ != static_cast<int>(best - places_.data()) ||
+            e->first == name) {
+          continue;
+        }
+        evicted.push_back(e->second.dataset);
+        spdlog::info("dataset '{}' evicted ({} bytes, least recently used) to fit an upload of '{}'", e->first,
+                     e->second.dataset->info_.bytes, name);
+        if (metrics_ != nullptr) metrics_->DatasetEvicted();
+        // Its bytes stay charged until the last query on it ends; usually now.
+        RemoveLocked(e);
+      }
+    }
+    if (limit != 0 && best->charged + bytes > limit) {
+      // Evicted datasets may still be read for a moment; their bytes then
+      // free on the store's thread.
+      return absl::ResourceExhaustedError(absl::StrCat("dataset '", name, "' needs ", bytes, " bytes; ",
+                                                       Fullness(*best),
+                                                       options_.evict_lru ? "" : "; delete datasets or set --dataset_evict_lru"));
+    }
+    best->charged += bytes;
+    uploading_[name] = true;
+    upload->place_ = static_cast<int>(best - places_.data());
+    ReportLocked();
+  }
+  evicted.clear();
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> memory =
+      backend_.AllocateResident(bytes, places_[static_cast<std::size_t>(upload->place_)].where.index);
+  if (!memory.ok()) {
+    upload->done_ = true;
+    Abandon(*upload);
+    return memory.status();
+  }
+  upload->memory_ = std::move(*memory);
+  return upload;
+}
+
+DatasetStore::Upload::~Upload() {
+  if (!done_ && store_ != nullptr) store_->Abandon(*this);
+}
+
+absl::Status DatasetStore::Upload::Append(const Extent& piece) {
+  if (done_) return absl::FailedPreconditionError("the upload has ended.");
+  return memory_->Append(piece);
+}
+
+absl::StatusOr<DatasetInfo> DatasetStore::Upload::Commit() {
+  if (done_) return absl::FailedPreconditionError("the upload has ended.");
+  if (absl::Status s = memory_->Seal(); !s.ok()) return s;
+  done_ = true;
+  return store_->Publish(*this)->info_;
+}
+
+void DatasetStore::Abandon(Upload& upload) {
+  upload.done_ = true;
+  upload.memory_.reset();
+  std::lock_guard lock(mu_);
+  uploading_.erase(upload.name_);
+  places_[static_cast<std::size_t>(upload.place_)].charged -= upload.bytes_;
+  ReportLocked();
+}
+
+std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
+  auto* d = new Dataset();
+  d->place_ = upload.place_;
+  d->memory_ = std::move(upload.memory_);
+  d->info_.name = upload.name_;
+  d->info_.dtype = upload.spec_.dtype;
+  d->info_.length = upload.spec_.length;
+  d->info_.bytes = upload.bytes_;
+  d->info_.place = places_[static_cast<std::size_t>(upload.place_)].where.label;
+  d->info_.created = std::chrono::system_clock::now();
+  if (upload.ttl_) d->info_.expires = d->info_.created + *upload.ttl_;
+  std::shared_ptr<Dataset> dataset(d, [rec = reclaimer_](Dataset* p) { rec->Push(p); });
+  std::shared_ptr<Dataset> old;  // dropped outside the lock
+  {
+    std::lock_guard lock(mu_);
+    d->info_.version = next_version_++;
+    uploading_.erase(upload.name_);
+    auto it = entries_.find(upload.name_);
+    if (it != entries_.end()) {
+      old = it->second.dataset;
+      RemoveLocked(it);
+    }
+    lru_.push_front(upload.name_);
+    entries_.emplace(upload.name_, Entry{dataset, lru_.begin()});
+    ++places_[static_cast<std::size_t>(d->place_)].datasets;
+    ReportLocked();
+  }
+  if (metrics_ != nullptr) metrics_->DatasetUploaded();
+  return dataset;
+}
+
+void DatasetStore::RemoveLocked(std::map<std::string, Entry>::iterator it) {
+  --places_[static_cast<std::size_t>(it->second.dataset->place_)].datasets;
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+  ReportLocked();
+}
+
+absl::StatusOr<std::shared_ptr<const Dataset>> DatasetStore::Acquire(const std::string& name) {
+  if (absl::Status s = CheckName(name); !s.ok()) return s;
+  std::shared_ptr<const Dataset> d;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(name);
+    const auto now = std::chrono::system_clock::now();
+    if (it != entries_.end() && it->second.dataset->info_.expires && *it->second.dataset->info_.expires <= now) {
+      RemoveLocked(it);
+      if (metrics_ != nullptr) metrics_->DatasetExpired();
+      it = entries_.end();
+    }
+    if (it == entries_.end()) {
+      return absl::NotFoundError(absl::StrCat("name: there is no dataset '", name, "'."));
+    }
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    ++it->second.dataset->info_.queries;
+    d = it->second.dataset;
+  }
+  if (metrics_ != nullptr) metrics_->DatasetQueried();
+  return d;
+}
+
+absl::StatusOr<DatasetInfo> DatasetStore::Describe(const std::string& name) {
+  if (absl::Status s = CheckName(name); !s.ok()) return s;
+  ExpireNow();
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("name: there is no dataset '", name, "'."));
+  return it->second.dataset->info_;
+}
+
+std::vector<DatasetInfo> DatasetStore::List() {
+  ExpireNow();
+  std::lock_guard lock(mu_);
+  std::vector<DatasetInfo> out;
+  out.reserve(entries_.size());
+  for (const auto& [name, e] : entries_) out.push_back(e.dataset->info_);
+  return out;
+}
+
+absl::StatusOr<DatasetInfo> DatasetStore::Delete(const std::string& name) {
+  if (absl::Status s = CheckName(name); !s.ok()) return s;
+  std::shared_ptr<Dataset> gone;  // dropped outside the lock
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(name);
+    if (it == entries_.end()) return absl::NotFoundError(absl::StrCat("name: there is no dataset '", name, "'."));
+    gone = it->second.dataset;
+    RemoveLocked(it);
+  }
+  if (metrics_ != nullptr) metrics_->DatasetDeleted();
+  return gone->info_;
+}
+
+std::vector<DatasetStore::PlaceUsage> DatasetStore::Usage() {
+  std::lock_guard lock(mu_);
+  std::vector<PlaceUsage> out;
+  for (const Place& p : places_) out.push_back({p.where.label, p.charged, p.datasets, options_.max_bytes_per_place});
+  return out;
+}
+
+void DatasetStore::ExpireNow() {
+  std::vector<std::shared_ptr<Dataset>> expired;  // dropped outside the lock
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::system_clock::now();
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      auto next = std::next(it);
+      const auto& expires = it->second.dataset->info_.expires;
+      if (expires && *expires <= now) {
+        spdlog::info("dataset '{}' expired ({} bytes)", it->first, it->second.dataset->info_.bytes);
+        expired.push_back(it->second.dataset);
+        RemoveLocked(it);
+        if (metrics_ != nullptr) metrics_->DatasetExpired();
+      }
+      it = next;
+    }
+  }
+}
+
+void DatasetStore::Charge(int place, std::int64_t bytes) {
+  std::lock_guard lock(mu_);
+  places_[static_cast<std::size_t>(place)].charged += static_cast<std::uint64_t>(bytes);
+  ReportLocked();
+}
+
+void DatasetStore::ReportLocked() {
+  if (metrics_ == nullptr) return;
+  for (const Place& p : places_) {
+    metrics_->SetResidentDatasets(p.where.label, p.charged, p.datasets, options_.max_bytes_per_place);
+  }
+}
+
+// The store's thread: frees the memory of datasets no one reads any more
+// (so a query never frees on its own path) and expires datasets.
+void DatasetStore::Sweep() {
+  std::unique_lock lock(reclaimer_->mu);
+  for (;;) {
+    reclaimer_->wake.wait_for(lock, options_.sweep_interval,
+                              [this] { return reclaimer_->stopping || !reclaimer_->freed.empty(); });
+    if (reclaimer_->stopping) return;
+    std::deque<Dataset*> freed;
+    freed.swap(reclaimer_->freed);
+    lock.unlock();
+    for (Dataset* d : freed) {
+      const int place = d->place_;
+      const std::uint64_t bytes = d->info_.bytes;
+      delete d;
+      Charge(place, -static_cast<std::int64_t>(bytes));
+    }
+    ExpireNow();
+    lock.lock();
+  }
+}
+
+}  // namespace tally

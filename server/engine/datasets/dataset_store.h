@@ -1,0 +1,184 @@
+// Resident datasets: arrays uploaded once under a name and kept in a
+// backend's resident memory (the GPU's on the cuda backend, the host's on the
+// cpu backend) for any number of queries. The store owns the names, the
+// per-place byte budgets, replacement, time-to-live and LRU eviction; the
+// memory itself comes from the backend (Backend::AllocateResident).
+//
+// Safety rules:
+// - A query holds a shared reference to the version it started on: delete,
+//   replace, expiry and eviction only unpublish a name, and the bytes go when
+//   the last query on them ends. Freeing happens on the store's own thread,
+//   never on the query path.
+// - A name is published only after its upload sealed: no query sees a
+//   half-uploaded dataset. An upload that ends early, sends too much or is
+//   cancelled leaves nothing behind.
+// - One upload per name at a time: a second upload of a name being uploaded
+//   is refused (exactly one of two concurrent uploads wins).
+// - Bytes are charged to their place from the upload's start until the
+//   memory is freed, so a replacement needs room for both versions while it
+//   uploads, and a deleted dataset still read by a query still counts.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/core/request.h"
+#include "server/engine/backend.h"
+
+namespace tally {
+
+class Metrics;
+
+struct DatasetOptions {
+  // Resident bytes allowed per place (per GPU, or the host); 0: no limit
+  // beyond the memory itself.
+  std::uint64_t max_bytes_per_place = 0;
+  // When an upload does not fit: false refuses it (RESOURCE_EXHAUSTED);
+  // true evicts the least recently used datasets of its place first.
+  bool evict_lru = false;
+  // How often expired datasets are looked for.
+  std::chrono::milliseconds sweep_interval{1000};
+};
+
+// What a client may know of a dataset.
+struct DatasetInfo {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::uint64_t length = 0;  // elements
+  std::uint64_t bytes = 0;
+  std::string place;         // "cuda:0", "host"
+  std::uint64_t version = 0; // increases with every upload of the store
+  std::chrono::system_clock::time_point created;
+  std::optional<std::chrono::system_clock::time_point> expires;
+  std::uint64_t queries = 0;
+};
+
+// One published version: immutable, read by any number of queries.
+class Dataset {
+ public:
+  const DatasetInfo& info() const { return info_; }
+  // The whole array where it lies.
+  Extent extent() const { return memory_->extent(); }
+
+ private:
+  friend class DatasetStore;
+  DatasetInfo info_;
+  int place_ = 0;
+  std::unique_ptr<ResidentMemory> memory_;
+};
+
+class DatasetStore {
+ public:
+  // An upload in progress. Destroying it without Commit() discards it.
+  class Upload {
+   public:
+    ~Upload();
+    Upload(const Upload&) = delete;
+    Upload& operator=(const Upload&) = delete;
+    // The next bytes of the array, in order.
+    [[nodiscard]] absl::Status Append(const Extent& piece);
+    // Seals the bytes and publishes the dataset under its name (replacing
+    // the old version when the upload asked to).
+    [[nodiscard]] absl::StatusOr<DatasetInfo> Commit();
+    std::uint64_t bytes() const { return bytes_; }
+
+   private:
+    friend class DatasetStore;
+    Upload() = default;
+    DatasetStore* store_ = nullptr;
+    std::string name_;
+    bool replace_ = false;
+    std::optional<std::chrono::seconds> ttl_;
+    ArraySpec spec_;
+    std::uint64_t bytes_ = 0;
+    int place_ = 0;
+    std::unique_ptr<ResidentMemory> memory_;
+    bool done_ = false;
+  };
+
+  // `backend` and `metrics` (may be null) outlive the store.
+  DatasetStore(Backend& backend, DatasetOptions options, Metrics* metrics);
+  ~DatasetStore();
+  DatasetStore(const DatasetStore&) = delete;
+  DatasetStore& operator=(const DatasetStore&) = delete;
+
+  // Checks the name, reserves it and the bytes, and allocates the memory.
+  // ALREADY_EXISTS when the name exists and `replace` is false, or another
+  // upload of it is in progress; RESOURCE_EXHAUSTED when it does not fit.
+  // `ttl`: the dataset expires that long after its upload is committed.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(
+      const std::string& name, DType dtype, std::uint64_t length, bool replace,
+      std::optional<std::chrono::seconds> ttl);
+
+  // The current version, for a query (NOT_FOUND when there is none). Counts
+  // the query and makes the dataset the most recently used.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const Dataset>> Acquire(const std::string& name);
+  [[nodiscard]] absl::StatusOr<DatasetInfo> Describe(const std::string& name);
+  std::vector<DatasetInfo> List();
+  // Unpublishes the name; queries reading it finish on it.
+  [[nodiscard]] absl::StatusOr<DatasetInfo> Delete(const std::string& name);
+
+  struct PlaceUsage {
+    std::string place;
+    std::uint64_t bytes = 0;     // charged: resident, uploading, or still read after removal
+    std::uint64_t datasets = 0;  // published
+    std::uint64_t limit = 0;     // 0: none
+  };
+  std::vector<PlaceUsage> Usage();
+
+  // Removes expired datasets now (the store's thread does it periodically).
+  void ExpireNow();
+
+  // The rules on a dataset name: 1 to 256 bytes of printable ASCII.
+  [[nodiscard]] static absl::Status CheckName(const std::string& name);
+
+ private:
+  struct Place {
+    ResidentPlace where;
+    std::uint64_t charged = 0;
+    std::uint64_t datasets = 0;
+  };
+  struct Entry {
+    std::shared_ptr<Dataset> dataset;
+    std::list<std::string>::iterator lru;  // position in lru_
+  };
+  // Freed memory waits here for the store's thread; shared with datasets'
+  // deleters, which may run after the store is gone.
+  struct Reclaimer;
+
+  // Unpublishes `it` (caller holds mu_); why: "deletion", "expiry", ...
+  void RemoveLocked(std::map<std::string, Entry>::iterator it);
+  void Charge(int place, std::int64_t bytes);
+  void ReportLocked();
+  void Sweep();
+  std::shared_ptr<Dataset> Publish(Upload& upload);
+  void Abandon(Upload& upload);
+  std::string Fullness(const Place& p) const;
+
+  Backend& backend_;
+  const DatasetOptions options_;
+  Metrics* const metrics_;
+
+  std::mutex mu_;
+  std::vector<Place> places_;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, bool> uploading_;
+  std::list<std::string> lru_;  // front: most recently used
+  std::uint64_t next_version_ = 1;
+
+  std::shared_ptr<Reclaimer> reclaimer_;
+  std::thread sweeper_;
+};
+
+}  // namespace tally
