@@ -55,6 +55,13 @@ ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
           "the CPU backend.");
 ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
+          "Resident datasets (PutDataset): bytes they may take per GPU on the cuda backend, or in host "
+          "memory on the cpu backend. An upload that does not fit is refused with RESOURCE_EXHAUSTED "
+          "(or evicts, with --dataset_evict_lru). 0: no limit but the memory itself.");
+ABSL_FLAG(bool, dataset_evict_lru, false,
+          "When an upload does not fit under --max_dataset_bytes, evict the least recently queried "
+          "datasets of that GPU (or the host) until it does, instead of refusing the upload.");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error.");
 
 namespace {
@@ -62,6 +69,8 @@ namespace {
 constexpr char kUsage[] =
     "aggregates numeric arrays sent over gRPC (tally.v1.Aggregator): sums, min/max,\n"
     "means, variances, argmin/argmax and histograms, whole or per row, on a GPU or the CPU.\n"
+    "Arrays come inline, streamed, or from resident datasets uploaded once (PutDataset) and\n"
+    "kept in GPU memory (host memory on the cpu backend) for any number of queries.\n"
     "\n"
     "  tally-server                      # GPU if present, else CPU; gRPC on :50051, metrics on :9464\n"
     "  tally-server --backend=cpu --listen=127.0.0.1:50051 --metrics_listen=\n"
@@ -113,6 +122,8 @@ int main(int argc, char** argv) {
   config.backend.small_request_bytes = absl::GetFlag(FLAGS_small_request_bytes);
   config.backend.max_state_bytes = absl::GetFlag(FLAGS_cuda_max_state_bytes);
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
+  config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
+  config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
   config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.service.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));

@@ -10,39 +10,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
+#include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
 #include "server/frontend/element_aligner.h"
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/status.h"
+#include "server/frontend/stream_reactor.h"
 
 namespace tally {
+
 namespace {
-
-std::vector<OpKind> OpKinds(const AggregationPlan& plan) {
-  std::vector<OpKind> kinds;
-  kinds.reserve(plan.ops.size());
-  for (const OpSpec& op : plan.ops) kinds.push_back(op.kind);
-  return kinds;
-}
-
-// Feeds `bytes` to `reduction` in order, re-blocked into whole elements: the
-// pieces are cut where the receive buffers were, not between elements.
-absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Reduction& reduction) {
-  for (std::span<const std::byte> piece : bytes.pieces()) {
-    absl::Status s =
-        aligner.Push(piece, [&reduction](std::span<const std::byte> elements) { return reduction.Consume(elements); });
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SerializeResponse(const v1::AggregateResponse& message, grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  grpc::Status s = grpc::SerializationTraits<v1::AggregateResponse>::Serialize(message, out, &own_buffer);
-  if (!s.ok()) return absl::InternalError(absl::StrCat("the response could not be serialized: ", s.error_message()));
-  return absl::OkStatus();
-}
 
 absl::Status TooLargeForUnary(std::uint64_t bytes, std::uint64_t limit) {
   return absl::ResourceExhaustedError(
@@ -56,9 +34,10 @@ absl::Status AggregatorService::Draining() {
   return absl::UnavailableError("tally-server is shutting down; send the request to another replica.");
 }
 
-AggregatorService::AggregatorService(Backend& backend, Executor& request_workers,
+AggregatorService::AggregatorService(Backend& backend, DatasetStore& datasets, Executor& request_workers,
                                      Executor& chunk_workers, Metrics* metrics, ServiceOptions options)
     : backend_(backend),
+      datasets_(datasets),
       request_workers_(request_workers),
       chunk_workers_(chunk_workers),
       metrics_(metrics),
@@ -134,211 +113,91 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   return reactor;
 }
 
-// One AggregateStream call. gRPC threads deliver messages (OnReadDone),
-// whose chunks are queued as they arrived, in gRPC's receive buffers; a
-// worker from the executor feeds queued chunks to the backend in order, so
-// receiving chunk k overlaps with reducing chunk k-1. At most
-// max_queued_chunks chunks wait; beyond that reading pauses until the worker
-// catches up. Finish() is called exactly once, and only when no worker task is
-// running, because OnDone() deletes the reactor.
-class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+// One AggregateStream call: the header becomes a plan, admission and a
+// Reduction are taken on a request worker, and chunks are fed to the
+// Reduction re-blocked into whole elements.
+class AggregatorService::AggregateStreamJob final : public StreamJob {
  public:
-  StreamReactor(AggregatorService& service, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
-      : service_(service),
-        context_(context),
-        response_(response),
-        record_(service.metrics_, Metrics::Method::kAggregateStream, service.in_flight_) {
-    if (service.draining_.load()) {
-      done_ = true;
-      record_.Complete(Draining(), 0);
-      Finish(ToGrpcStatus(Draining()));
-      return;
-    }
-    StartRead(&message_);
-  }
+  explicit AggregateStreamJob(AggregatorService& service) : service_(service) {}
 
-  void OnReadDone(bool ok) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (done_) return;
-    if (!ok) {
-      // The client closed its side (or the call broke): no more chunks.
-      input_ended_ = true;
-      if (!worker_active_) FinishLocked(lock);
-      return;
-    }
-    v1::AggregateStreamRequest message;
-    absl::StatusOr<SlicedBytes> chunk =
-        ParseWithBytesInPlace(message_, v1::AggregateStreamRequest::kChunkFieldNumber, &message);
-    // The chunk holds its own references to the receive buffers.
+  absl::StatusOr<SlicedBytes> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
     message_.Clear();
-    if (!chunk.ok()) return FailLocked(lock, chunk.status());
-    if (!header_seen_) {
-      header_seen_ = true;
-      if (absl::Status s = ReadHeader(message); !s.ok()) return FailLocked(lock, s);
-      // Admission and the backend may wait (for room, for a GPU lane): on a
-      // request worker, not on this gRPC thread. The first chunk is read once
-      // the backend is ready.
-      worker_active_ = true;
-      service_.request_workers_.Post([this] { StartBackend(); });
-      return;
-    }
-    if (message.payload_case() != v1::AggregateStreamRequest::kChunk) {
-      return FailLocked(lock, absl::InvalidArgumentError(
-                                  "header: a stream carries one header, in its first message; every "
-                                  "later message must be a chunk."));
-    }
-    received_bytes_ += chunk->size();
-    record_.AddBytes(chunk->size());
-    if (received_bytes_ > plan_.array.bytes()) {
-      return FailLocked(lock, absl::InvalidArgumentError(absl::StrCat(
-                                  "chunk: the stream sent more than the ", plan_.array.bytes(),
-                                  " bytes that header.spec.length (", plan_.array.length, " ",
-                                  ops::Name(plan_.array.dtype), " elements) announced.")));
-    }
-    queue_.push_back(std::move(*chunk));
-    if (!worker_active_) {
-      worker_active_ = true;
-      service_.chunk_workers_.Post([this] { Drain(); });
-    }
-    if (static_cast<int>(queue_.size()) < service_.options_.max_queued_chunks) {
-      StartRead(&message_);
-    } else {
-      read_paused_ = true;
-    }
+    absl::StatusOr<SlicedBytes> chunk =
+        ParseWithBytesInPlace(raw, v1::AggregateStreamRequest::kChunkFieldNumber, &message_);
+    *is_header = message_.payload_case() != v1::AggregateStreamRequest::kChunk;
+    return chunk;
   }
 
-  void OnCancel() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_ = true;
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  absl::Status ReadHeader(const v1::AggregateStreamRequest& message) {
-    if (message.payload_case() != v1::AggregateStreamRequest::kHeader) {
+  absl::Status TakeHeader() override {
+    if (message_.payload_case() != v1::AggregateStreamRequest::kHeader) {
       return absl::InvalidArgumentError(
           "chunk: the first message of AggregateStream must be the header (spec and aggregations), "
           "not a chunk.");
     }
-    const auto& header = message.header();
+    const auto& header = message_.header();
     absl::StatusOr<AggregationPlan> plan =
         PlanFromProto(header.spec(), header.aggregations(), std::nullopt, service_.options_.limits);
     if (!plan.ok()) return plan.status();
     plan_ = std::move(*plan);
     aggregations_ = header.aggregations();
-    record_.SetOps(OpKinds(plan_));
     aligner_.emplace(ops::SizeOf(plan_.array.dtype));
     return absl::OkStatus();
   }
 
-  // Request worker: takes the stream's share of the in-flight budget and a
-  // Reduction from the backend, waiting for either if need be, then starts
-  // reading chunks. plan_ is not written after ReadHeader(), so it is read
-  // here without the lock.
-  void StartBackend() {
+  std::uint64_t declared_bytes() const override { return plan_.array.bytes(); }
+  std::string Declared() const override {
+    return absl::StrCat("header.spec.length (", plan_.array.length, " ", ops::Name(plan_.array.dtype),
+                        " elements)");
+  }
+  std::vector<OpKind> ops() const override { return OpKinds(plan_); }
+
+  // The stream's share of the in-flight budget, then a Reduction.
+  absl::Status Start() override {
     const std::uint64_t hold = std::min(plan_.array.bytes(), service_.options_.stream_hold_bytes);
     absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(hold);
-    absl::StatusOr<std::unique_ptr<Reduction>> reduction =
-        ticket.ok() ? service_.backend_.Start(plan_) : ticket.status();
-    std::unique_lock<std::mutex> lock(mu_);
-    worker_active_ = false;
-    if (!reduction.ok()) return FailLocked(lock, reduction.status());
+    if (!ticket.ok()) return ticket.status();
+    absl::StatusOr<std::unique_ptr<Reduction>> reduction = service_.backend_.Start(plan_);
+    if (!reduction.ok()) return reduction.status();
     ticket_ = std::move(*ticket);
     reduction_ = std::move(*reduction);
-    if (cancelled_) return FinishLocked(lock);
-    StartRead(&message_);
-  }
-
-  // Worker: feeds queued chunks to the backend until the queue is empty.
-  void Drain() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!queue_.empty() && error_.ok() && !cancelled_) {
-      SlicedBytes chunk = std::move(queue_.front());
-      queue_.pop_front();
-      if (read_paused_ && !input_ended_) {
-        read_paused_ = false;
-        StartRead(&message_);
-      }
-      lock.unlock();
-      absl::Status s = ConsumePieces(chunk, *aligner_, *reduction_);
-      lock.lock();
-      if (!s.ok() && error_.ok()) error_ = s;
-    }
-    worker_active_ = false;
-    queue_.clear();
-    if (input_ended_ || !error_.ok() || cancelled_) FinishLocked(lock);
-  }
-
-  void FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
-    if (error_.ok()) error_ = status;
-    if (!worker_active_) FinishLocked(lock);
-  }
-
-  // Ends the call; the caller holds mu_ and no worker is running.
-  void FinishLocked(std::unique_lock<std::mutex>& lock) {
-    if (done_) return;
-    done_ = true;
-    absl::Status status = Outcome();
-    if (status.ok()) {
-      absl::StatusOr<AggregationResult> result = reduction_->Finish();
-      if (result.ok()) {
-        v1::AggregateResponse message;
-        ResultToProto(plan_, aggregations_, std::move(*result), record_.Seconds(), &message);
-        status = SerializeResponse(message, response_);
-      } else {
-        status = result.status();
-      }
-    }
-    reduction_.reset();
-    ticket_ = AdmissionController::Ticket();
-    lock.unlock();
-    record_.Complete(status, plan_.array.length);
-    Finish(ToGrpcStatus(status));
-  }
-
-  absl::Status Outcome() const {
-    if (cancelled_ || context_->IsCancelled()) {
-      return absl::CancelledError("the client cancelled the stream, or its deadline passed.");
-    }
-    if (!error_.ok()) return error_;
-    if (!header_seen_) {
-      return absl::InvalidArgumentError("header: the stream ended before its header (spec and aggregations).");
-    }
-    if (received_bytes_ < plan_.array.bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk: the stream ended early, after ", received_bytes_,
-                                                     " of the ", plan_.array.bytes(), " bytes that header.spec.length (",
-                                                     plan_.array.length, " elements) announced."));
-    }
     return absl::OkStatus();
   }
 
-  AggregatorService& service_;
-  grpc::CallbackServerContext* context_;
-  grpc::ByteBuffer* response_;
-  RequestRecord record_;
-  grpc::ByteBuffer message_;  // the read in flight writes here
+  absl::Status Consume(const SlicedBytes& chunk) override {
+    return ConsumePieces(chunk, *aligner_, *reduction_);
+  }
 
-  std::mutex mu_;
+  absl::Status Finish(double server_seconds, grpc::ByteBuffer* response) override {
+    absl::StatusOr<AggregationResult> result = reduction_->Finish();
+    if (!result.ok()) return result.status();
+    v1::AggregateResponse message;
+    ResultToProto(plan_, aggregations_, std::move(*result), server_seconds, &message);
+    return SerializeResponse(message, response);
+  }
+
+  std::uint64_t elements() const override { return plan_.array.length; }
+
+ private:
+  AggregatorService& service_;
+  v1::AggregateStreamRequest message_;
   AggregationPlan plan_;
   AggregationList aggregations_;
   std::optional<ElementAligner> aligner_;
-  std::unique_ptr<Reduction> reduction_;
+  // The Reduction goes before the ticket: its buffers are what the ticket
+  // accounts for.
   AdmissionController::Ticket ticket_;
-  std::deque<SlicedBytes> queue_;
-  std::uint64_t received_bytes_ = 0;
-  absl::Status error_;
-  bool header_seen_ = false;
-  bool worker_active_ = false;
-  bool read_paused_ = false;
-  bool input_ended_ = false;
-  bool cancelled_ = false;
-  bool done_ = false;
+  std::unique_ptr<Reduction> reduction_;
 };
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::AggregateStream(grpc::CallbackServerContext* context,
                                                                             grpc::ByteBuffer* response) {
-  return new StreamReactor(*this, context, response);
+  return new ClientStreamReactor(std::make_unique<AggregateStreamJob>(*this), StreamOptions(), context, response,
+                                 RequestRecord(metrics_, Metrics::Method::kAggregateStream, in_flight_),
+                                 draining_.load() ? Draining() : absl::OkStatus());
+}
+
+StreamReactorOptions AggregatorService::StreamOptions() {
+  return StreamReactorOptions{&request_workers_, &chunk_workers_, options_.max_queued_chunks};
 }
 
 }  // namespace tally

@@ -1,8 +1,9 @@
 // The tally.v1.Aggregator gRPC service (callback API): turns requests into
 // plans, feeds the array's bytes to a Reduction of the configured backend,
 // and answers with the results. Validation errors never reach the backend.
-// Both methods take their messages raw, so that the array's bytes go to the
-// backend from gRPC's receive buffers, never copied into a protobuf string.
+// The methods that carry arrays take their messages raw, so that the array's
+// bytes go to the backend from gRPC's receive buffers, never copied into a
+// protobuf string. The resident-dataset methods are in dataset_calls.cc.
 #pragma once
 
 #include <atomic>
@@ -11,9 +12,11 @@
 
 #include "server/core/validate.h"
 #include "server/engine/backend.h"
+#include "server/engine/datasets/dataset_store.h"
 #include "server/frontend/admission.h"
 #include "server/frontend/executor.h"
 #include "server/frontend/request_record.h"
+#include "server/frontend/stream_reactor.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally {
@@ -39,17 +42,23 @@ struct ServiceOptions {
   std::chrono::milliseconds admission_wait{2000};
 };
 
-class AggregatorService final
-    : public v1::Aggregator::WithRawCallbackMethod_Aggregate<
-          v1::Aggregator::WithRawCallbackMethod_AggregateStream<v1::Aggregator::Service>> {
+namespace detail {
+using AggregatorBase = v1::Aggregator::WithRawCallbackMethod_Aggregate<
+    v1::Aggregator::WithRawCallbackMethod_AggregateStream<v1::Aggregator::WithRawCallbackMethod_PutDataset<
+        v1::Aggregator::WithCallbackMethod_AggregateDataset<v1::Aggregator::WithCallbackMethod_ListDatasets<
+            v1::Aggregator::WithCallbackMethod_DescribeDataset<
+                v1::Aggregator::WithCallbackMethod_DeleteDataset<v1::Aggregator::Service>>>>>>>;
+}  // namespace detail
+
+class AggregatorService final : public detail::AggregatorBase {
  public:
   // Two pools of workers, so that requests waiting for room can never hold
   // up the streams whose progress frees it: `request_workers` run unary
   // requests and wait for admission and backend lanes; `chunk_workers` feed
   // stream chunks to the backend and never wait for admission.
   // `metrics` may be null. All references must outlive the service.
-  AggregatorService(Backend& backend, Executor& request_workers, Executor& chunk_workers,
-                    Metrics* metrics, ServiceOptions options);
+  AggregatorService(Backend& backend, DatasetStore& datasets, Executor& request_workers,
+                    Executor& chunk_workers, Metrics* metrics, ServiceOptions options);
 
   // `request` is a serialized v1::AggregateRequest, `response` receives a
   // serialized v1::AggregateResponse.
@@ -60,6 +69,21 @@ class AggregatorService final
   grpc::ServerReadReactor<grpc::ByteBuffer>* AggregateStream(grpc::CallbackServerContext* context,
                                                              grpc::ByteBuffer* response) override;
 
+  // Reads serialized v1::PutDatasetRequest messages.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PutDataset(grpc::CallbackServerContext* context,
+                                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* AggregateDataset(grpc::CallbackServerContext* context,
+                                             const v1::AggregateDatasetRequest* request,
+                                             v1::AggregateResponse* response) override;
+  grpc::ServerUnaryReactor* ListDatasets(grpc::CallbackServerContext* context, const v1::ListDatasetsRequest* request,
+                                         v1::ListDatasetsResponse* response) override;
+  grpc::ServerUnaryReactor* DescribeDataset(grpc::CallbackServerContext* context,
+                                            const v1::DescribeDatasetRequest* request,
+                                            v1::DatasetInfo* response) override;
+  grpc::ServerUnaryReactor* DeleteDataset(grpc::CallbackServerContext* context,
+                                          const v1::DeleteDatasetRequest* request,
+                                          v1::DeleteDatasetResponse* response) override;
+
   // From now on new calls are refused with UNAVAILABLE; calls in progress go on.
   void BeginDrain() { draining_.store(true); }
   // True once every call in progress has finished; false at the deadline.
@@ -67,10 +91,13 @@ class AggregatorService final
 
  private:
   static absl::Status Draining();
+  StreamReactorOptions StreamOptions();
 
-  class StreamReactor;
+  class AggregateStreamJob;
+  class PutDatasetJob;
 
   Backend& backend_;
+  DatasetStore& datasets_;
   Executor& request_workers_;
   Executor& chunk_workers_;
   Metrics* metrics_;

@@ -1,12 +1,12 @@
 #include "server/frontend/convert.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 
 namespace tally {
-namespace {
 
 absl::StatusOr<DType> DTypeFromProto(v1::DType d) {
   switch (d) {
@@ -22,6 +22,20 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType d) {
       "spec.dtype: ", d == v1::DTYPE_UNSPECIFIED ? std::string("no dtype was given") : absl::StrCat("unknown dtype ", static_cast<int>(d)),
       "; expected one of float32, float64, int32, int64, uint32, uint8."));
 }
+
+v1::DType DTypeToProto(DType d) {
+  switch (d) {
+    case DType::kFloat32: return v1::DTYPE_FLOAT32;
+    case DType::kFloat64: return v1::DTYPE_FLOAT64;
+    case DType::kInt32: return v1::DTYPE_INT32;
+    case DType::kInt64: return v1::DTYPE_INT64;
+    case DType::kUInt32: return v1::DTYPE_UINT32;
+    case DType::kUInt8: return v1::DTYPE_UINT8;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+namespace {
 
 absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
   switch (op) {
@@ -100,6 +114,11 @@ absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const A
     plan.array.length = spec.length();
   }
   plan.array.row_length = spec.row_length();
+  return FinishPlan(std::move(plan), aggregations, limits);
+}
+
+absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const AggregationList& aggregations,
+                                           const RequestLimits& limits) {
   plan.ops.reserve(aggregations.size());
   for (int i = 0; i < aggregations.size(); ++i) {
     const v1::Aggregation& a = aggregations[i];
@@ -129,6 +148,24 @@ void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregati
   e->set_backend(std::move(result.backend));
   e->set_device(std::move(result.device));
   e->set_server_seconds(server_seconds);
+}
+
+namespace {
+double UnixSeconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+void DatasetInfoToProto(const DatasetInfo& info, v1::DatasetInfo* out) {
+  out->set_name(info.name);
+  out->set_dtype(DTypeToProto(info.dtype));
+  out->set_length(info.length);
+  out->set_bytes(info.bytes);
+  out->set_place(info.place);
+  out->set_version(info.version);
+  out->set_created_unix_seconds(UnixSeconds(info.created));
+  out->set_expires_unix_seconds(info.expires ? UnixSeconds(*info.expires) : 0.0);
+  out->set_queries(info.queries);
 }
 
 }  // namespace tally

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
 #include "server/core/validate.h"
+#include "server/engine/datasets/dataset_store.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally {
@@ -22,6 +23,16 @@ using AggregationList = google::protobuf::RepeatedPtrField<v1::Aggregation>;
                                                             const AggregationList& aggregations,
                                                             std::optional<std::uint64_t> data_bytes,
                                                             const RequestLimits& limits);
+
+// `plan` with its array set: adds the aggregations and validates the whole.
+[[nodiscard]] absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const AggregationList& aggregations,
+                                                         const RequestLimits& limits);
+
+// INVALID_ARGUMENT naming spec.dtype for an unknown or missing dtype.
+[[nodiscard]] absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
+v1::DType DTypeToProto(DType dtype);
+
+void DatasetInfoToProto(const DatasetInfo& info, v1::DatasetInfo* out);
 
 // Fills `response` with `result`'s values, echoing the request's aggregations.
 void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregations,

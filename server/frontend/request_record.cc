@@ -40,6 +40,8 @@ void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements)
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
       // The client's doing (or a busy server's answer), returned with the
       // reason and counted in the metrics: no line at info level.
       if (!status.ok()) spdlog::debug("request refused: {}", status.ToString());

@@ -49,8 +49,9 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
 
   s->backend_->SetMetrics(s->metrics_.get());
 
-  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->request_workers_, *s->chunk_workers_,
-                                                    s->metrics_.get(), config.service);
+  s->datasets_ = std::make_unique<DatasetStore>(*s->backend_, config.datasets, s->metrics_.get());
+  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->request_workers_,
+                                                    *s->chunk_workers_, s->metrics_.get(), config.service);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -119,6 +120,8 @@ TallyServer::~TallyServer() {
   // The workers drain their queues before the service and backend go away.
   request_workers_.reset();
   chunk_workers_.reset();
+  service_.reset();
+  datasets_.reset();
 }
 
 }  // namespace tally

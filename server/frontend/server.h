@@ -27,6 +27,7 @@ struct ServerConfig {
   std::string metrics_listen;            // empty: no metrics endpoint
   BackendOptions backend;
   ServiceOptions service;
+  DatasetOptions datasets;
   int threads = 0;  // stream chunk workers; 0: one per hardware thread
   // Unary-request and admission workers (they may sit waiting for room).
   int request_threads = 64;
@@ -41,6 +42,7 @@ class TallyServer {
   int metrics_port() const;
   const Backend& backend() const { return *backend_; }
   Metrics* metrics() { return metrics_.get(); }
+  DatasetStore& datasets() { return *datasets_; }
 
   // Graceful stop: health goes NOT_SERVING, new calls are refused, calls in
   // flight get until `grace` to finish and are cancelled after that.
@@ -56,6 +58,7 @@ class TallyServer {
   std::unique_ptr<Executor> request_workers_;
   std::unique_ptr<Executor> chunk_workers_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<DatasetStore> datasets_;  // before the backend goes: its memory is the backend's
   std::unique_ptr<AggregatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
