@@ -87,7 +87,7 @@ namespace {
 enum class BenchMode { kAuto, kUnary, kStream };
 
 struct BenchConfig {
-  std::string target = "127.0.0.1:50051";
+  std::string target{kDefaultTarget};
   int clients = 1;
   DType dtype = DType::kFloat32;
   std::string ops_text = "sum";
