@@ -72,7 +72,7 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     length_ = h.spec().length();
     replace_ = h.replace();
     if (h.ttl_seconds() > 0) {
-      ttl_ = std::chrono::seconds(static_cast<std::int64_t>(std::ceil(std::min(h.ttl_seconds(), 1e12))));
+      ttl_ = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(h.ttl_seconds(), 1e12) * 1e3)));
     }
     return absl::OkStatus();
   }
@@ -119,7 +119,7 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   DType dtype_ = DType::kFloat32;
   std::uint64_t length_ = 0;
   bool replace_ = false;
-  std::optional<std::chrono::seconds> ttl_;
+  std::optional<std::chrono::milliseconds> ttl_;
   AdmissionController::Ticket ticket_;
   std::unique_ptr<DatasetStore::Upload> upload_;  // discarded unless committed
 };

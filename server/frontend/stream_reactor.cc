@@ -33,10 +33,7 @@ void ClientStreamReactor::OnReadDone(bool ok) {
   message_.Clear();
   if (!chunk.ok()) return FailLocked(lock, chunk.status());
   if (!header_seen_) {
-    if (!is_header) {
-      return FailLocked(lock, absl::InvalidArgumentError(
-                                  "chunk: the first message of the stream must be the header, not a chunk."));
-    }
+    // The job says what its header should have held when this is not one.
     header_seen_ = true;
     if (absl::Status s = job_->TakeHeader(); !s.ok()) return FailLocked(lock, s);
     record_.SetOps(job_->ops());

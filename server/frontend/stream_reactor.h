@@ -32,7 +32,8 @@ class StreamJob {
   // Parses a message: the chunk's bytes in place; *is_header tells whether
   // it was the header instead (its fields are then kept by the job).
   [[nodiscard]] virtual absl::StatusOr<SlicedBytes> Parse(const grpc::ByteBuffer& raw, bool* is_header) = 0;
-  // Checks the header just parsed, on the gRPC thread: no waiting here.
+  // Checks the first message, just parsed, which must be the header; on the
+  // gRPC thread: no waiting here.
   [[nodiscard]] virtual absl::Status TakeHeader() = 0;
   // The bytes the header announced, and how it said so, for messages.
   virtual std::uint64_t declared_bytes() const = 0;

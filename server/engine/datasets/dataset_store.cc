@@ -83,7 +83,7 @@ std::string DatasetStore::Fullness(const Place& p) const {
 
 absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     const std::string& name, DType dtype, std::uint64_t length, bool replace,
-    std::optional<std::chrono::seconds> ttl) {
+    std::optional<std::chrono::milliseconds> ttl) {
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (places_.empty()) {
     return absl::FailedPreconditionError(
@@ -95,19 +95,23 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   }
   const std::uint64_t bytes = length * size;
   auto upload = std::unique_ptr<Upload>(new Upload());
-  upload->store_ = this;
   upload->name_ = name;
   upload->replace_ = replace;
   upload->ttl_ = ttl;
   upload->spec_.dtype = dtype;
   upload->spec_.length = length;
   upload->bytes_ = bytes;
-  std::vector<std::shared_ptr<Dataset>> evicted;  // dropped outside the lock
-  {
-    std::lock_guard lock(mu_);
+  const std::uint64_t limit = options_.max_bytes_per_place;
+  if (limit != 0 && bytes > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat("spec.length: ", bytes, " bytes is over the ", limit,
+                                                     "-byte limit per place (--max_dataset_bytes)."));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
+  std::unique_lock lock(mu_);
+  for (;;) {
     if (uploading_.contains(name)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("name: an upload of dataset '", name, "' is already in progress; one upload of a name at a time."));
+      return absl::AlreadyExistsError(absl::StrCat("name: an upload of dataset '", name,
+                                                   "' is already in progress; one upload of a name at a time."));
     }
     if (!replace && entries_.contains(name)) {
       return absl::AlreadyExistsError(
@@ -118,42 +122,48 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     for (Place& p : places_) {
       if (p.charged < best->charged) best = &p;
     }
-    const std::uint64_t limit = options_.max_bytes_per_place;
-    if (limit != 0 && bytes > limit) {
-      return absl::ResourceExhaustedError(absl::StrCat("spec.length: ", bytes, " bytes is over the ", limit,
-                                                       "-byte limit per place (--max_dataset_bytes)."));
+    if (limit == 0 || best->charged + bytes <= limit) {
+      best->charged += bytes;
+      upload->store_ = this;  // from here its destruction gives the name and bytes back
+      upload->place_ = static_cast<int>(best - places_.data());
+      uploading_[name] = true;
+      ReportLocked();
+      break;
     }
-    if (limit != 0 && best->charged + bytes > limit && options_.evict_lru) {
-      // Least recently used first, of this place, never the name being
-      // replaced (its new version must not lose the old one before commit).
-      for (auto it = lru_.rbegin(); it != lru_.rend() && best->charged + bytes > limit;) {
-        auto e = entries_.find(*it);
-        ++it;
-        if (e == entries_.end() || e->second.dataset->place_ != static_cast<int>(best - places_.data()) ||
-            e->first == name) {
-          continue;
-        }
-        evicted.push_back(e->second.dataset);
-        spdlog::info("dataset '{}' evicted ({} bytes, least recently used) to fit an upload of '{}'", e->first,
+    // Over the budget: with --dataset_evict_lru, unpublish the least recently
+    // used datasets of this place (never the one being replaced), then wait
+    // for their memory, which goes as soon as no query reads it.
+    std::vector<std::shared_ptr<Dataset>> evicted;
+    std::uint64_t freeing = 0;
+    if (options_.evict_lru) {
+      std::vector<std::string> victims;
+      for (auto it = lru_.rbegin(); it != lru_.rend() && best->charged + bytes > limit + freeing; ++it) {
+        const Entry& e = entries_.at(*it);
+        if (e.dataset->place_ != static_cast<int>(best - places_.data()) || *it == name) continue;
+        victims.push_back(*it);
+        freeing += e.dataset->info_.bytes;
+      }
+      for (const std::string& v : victims) {
+        auto e = entries_.find(v);
+        spdlog::info("dataset '{}' evicted ({} bytes, least recently used) to fit an upload of '{}'", v,
                      e->second.dataset->info_.bytes, name);
         if (metrics_ != nullptr) metrics_->DatasetEvicted();
-        // Its bytes stay charged until the last query on it ends; usually now.
+        evicted.push_back(e->second.dataset);
         RemoveLocked(e);
       }
     }
-    if (limit != 0 && best->charged + bytes > limit) {
-      // Evicted datasets may still be read for a moment; their bytes then
-      // free on the store's thread.
-      return absl::ResourceExhaustedError(absl::StrCat("dataset '", name, "' needs ", bytes, " bytes; ",
-                                                       Fullness(*best),
-                                                       options_.evict_lru ? "" : "; delete datasets or set --dataset_evict_lru"));
+    if (evicted.empty() &&
+        (!options_.evict_lru || freed_.wait_until(lock, give_up) == std::cv_status::timeout)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("dataset '", name, "' needs ", bytes, " bytes; ", Fullness(*best),
+                       options_.evict_lru ? " (the rest is still being read)"
+                                          : "; delete datasets, or run the server with --dataset_evict_lru"));
     }
-    best->charged += bytes;
-    uploading_[name] = true;
-    upload->place_ = static_cast<int>(best - places_.data());
-    ReportLocked();
+    lock.unlock();
+    evicted.clear();  // their memory goes on the store's thread, which then wakes us
+    lock.lock();
   }
-  evicted.clear();
+  lock.unlock();
   absl::StatusOr<std::unique_ptr<ResidentMemory>> memory =
       backend_.AllocateResident(bytes, places_[static_cast<std::size_t>(upload->place_)].where.index);
   if (!memory.ok()) {
@@ -310,9 +320,12 @@ void DatasetStore::ExpireNow() {
 }
 
 void DatasetStore::Charge(int place, std::int64_t bytes) {
-  std::lock_guard lock(mu_);
-  places_[static_cast<std::size_t>(place)].charged += static_cast<std::uint64_t>(bytes);
-  ReportLocked();
+  {
+    std::lock_guard lock(mu_);
+    places_[static_cast<std::size_t>(place)].charged += static_cast<std::uint64_t>(bytes);
+    ReportLocked();
+  }
+  freed_.notify_all();
 }
 
 void DatasetStore::ReportLocked() {

@@ -47,6 +47,9 @@ struct DatasetOptions {
   // When an upload does not fit: false refuses it (RESOURCE_EXHAUSTED);
   // true evicts the least recently used datasets of its place first.
   bool evict_lru = false;
+  // How long an upload waits for evicted datasets' memory (it goes when
+  // the queries reading them end) before RESOURCE_EXHAUSTED.
+  std::chrono::milliseconds eviction_wait{2000};
   // How often expired datasets are looked for.
   std::chrono::milliseconds sweep_interval{1000};
 };
@@ -99,7 +102,7 @@ class DatasetStore {
     DatasetStore* store_ = nullptr;
     std::string name_;
     bool replace_ = false;
-    std::optional<std::chrono::seconds> ttl_;
+    std::optional<std::chrono::milliseconds> ttl_;
     ArraySpec spec_;
     std::uint64_t bytes_ = 0;
     int place_ = 0;
@@ -119,7 +122,7 @@ class DatasetStore {
   // `ttl`: the dataset expires that long after its upload is committed.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(
       const std::string& name, DType dtype, std::uint64_t length, bool replace,
-      std::optional<std::chrono::seconds> ttl);
+      std::optional<std::chrono::milliseconds> ttl);
 
   // The current version, for a query (NOT_FOUND when there is none). Counts
   // the query and makes the dataset the most recently used.
@@ -171,6 +174,7 @@ class DatasetStore {
   Metrics* const metrics_;
 
   std::mutex mu_;
+  std::condition_variable freed_;  // a place's charge went down
   std::vector<Place> places_;
   std::map<std::string, Entry> entries_;
   std::map<std::string, bool> uploading_;

@@ -1,0 +1,166 @@
+// The cuda backend reading each kind of memory (server/engine/source.h):
+// resident datasets in device memory, reduced in place, and pinned host
+// bytes copied without staging, each against the same request streamed from
+// pageable memory and against the cpu backend.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include "server/engine/datasets/dataset_store.h"
+#include "tests/gpu/engine_test_util.h"
+
+namespace tally::engine_test {
+namespace {
+
+// Uploads `data` into the backend's resident memory on GPU 0, in pieces of
+// `piece` bytes.
+std::unique_ptr<ResidentMemory> Upload(Backend& b, std::span<const std::byte> data, std::size_t piece) {
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> m = b.AllocateResident(data.size(), 0);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  for (std::size_t at = 0; at < data.size(); at += piece) {
+    const absl::Status s = (*m)->Append(Extent::PageableHost(data.subspan(at, std::min(piece, data.size() - at))));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  const absl::Status s = (*m)->Seal();
+  EXPECT_TRUE(s.ok()) << s;
+  return std::move(*m);
+}
+
+absl::StatusOr<AggregationResult> RunOn(Backend& b, const AggregationPlan& plan, const Extent& e) {
+  absl::StatusOr<std::unique_ptr<Reduction>> r = b.Start(plan, e.placement);
+  if (!r.ok()) return r.status();
+  if (absl::Status s = (*r)->Consume(e); !s.ok()) return s;
+  return (*r)->Finish();
+}
+
+TEST(EngineResident, DeviceBytesGiveTheStreamedAnswerEveryDtypeAndShape) {
+  TALLY_REQUIRE_GPU();
+  BackendOptions o = TestOptions();
+  auto cuda = MakeCuda(o);
+  auto cpu = MakeCpu();
+  ASSERT_NE(cuda, nullptr);
+  std::mt19937_64 seeds(std::random_device{}());
+  for (const DType dt : ops::kAllDTypes) {
+    // Several chunks of the lanes' 64 KiB, a ragged end, rows that span chunks.
+    const std::uint64_t n = 3 * (64 << 10) / ops::SizeOf(dt) + 12345;
+    const std::vector<std::byte> data = RandomArray(dt, n, seeds(), true);
+    std::unique_ptr<ResidentMemory> m = Upload(*cuda, data, 10007);
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->extent().placement, Placement::Device(0));
+    // The bytes landed where they belong.
+    std::vector<std::byte> back(data.size(), std::byte{0x5a});
+    ASSERT_EQ(cudaMemcpy(back.data(), m->extent().bytes.data(), back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(back, data) << ops::Name(dt);
+    for (const std::uint64_t rows : {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{1} << 16 >> 3}) {
+      // A range that starts off any alignment, cut into rows.
+      const std::uint64_t begin = 3, len = rows == 0 ? n - 10 : (n - 10) / rows * rows;
+      const AggregationPlan plan = Plan(dt, len, rows == 0 ? 0 : len / rows, AllOps(dt));
+      const std::size_t es = ops::SizeOf(dt);
+      const Extent range = m->extent().Sub(begin * es, len * es);
+      absl::StatusOr<AggregationResult> dev = RunOn(*cuda, plan, range);
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      absl::StatusOr<AggregationResult> again = RunOn(*cuda, plan, range);
+      ASSERT_TRUE(again.ok()) << again.status();
+      const std::span<const std::byte> host = std::span(data).subspan(begin * es, len * es);
+      absl::StatusOr<AggregationResult> streamed = RunRequest(*cuda, plan, host, {777, 10000, 1});
+      ASSERT_TRUE(streamed.ok()) << streamed.status();
+      absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, host);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      const std::string what = std::string(ops::Name(dt)) + " rows " + std::to_string(rows);
+      EXPECT_EQ(dev->backend, "cuda");
+      ExpectSame(plan, *dev, *again, /*exact=*/true, what + " (twice)");
+      ExpectSame(plan, *streamed, *dev, /*exact=*/false, what + " (streamed)");
+      ExpectSame(plan, *ref, *dev, /*exact=*/false, what + " (cpu)");
+    }
+  }
+}
+
+TEST(EngineResident, PinnedHostBytesGiveBitwiseTheStagedAnswer) {
+  TALLY_REQUIRE_GPU();
+  auto cuda = MakeCuda(TestOptions());
+  ASSERT_NE(cuda, nullptr);
+  const std::uint64_t n = 5 * (64 << 10) / 4 + 999;
+  const std::vector<std::byte> data = RandomArray(DType::kFloat32, n, std::random_device{}());
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, data.size(), cudaHostAllocPortable), cudaSuccess);
+  std::memcpy(pinned, data.data(), data.size());
+  const AggregationPlan plan = Plan(DType::kFloat32, n, 0, AllOps(DType::kFloat32));
+  absl::StatusOr<AggregationResult> staged = RunRequest(*cuda, plan, data, {4099, 70000});
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  // Pieces that start mid-chunk, so both the direct and the staged copy run.
+  auto r = cuda->Start(plan, Placement::PinnedHost());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::span<const std::byte> all(static_cast<const std::byte*>(pinned), data.size());
+  const std::size_t cuts[] = {0, 4 * 1000, 4 * 40000, 4 * 200000, data.size()};
+  for (int i = 0; i + 1 < 5; ++i) {
+    ASSERT_TRUE((*r)->Consume(Extent{all.subspan(cuts[i], cuts[i + 1] - cuts[i]), Placement::PinnedHost()}).ok());
+  }
+  absl::StatusOr<AggregationResult> direct = (*r)->Finish();
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  ExpectSame(plan, *staged, *direct, /*exact=*/true, "pinned vs staged");
+  ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
+TEST(EngineResident, AQueryDroppedMidwayGivesItsLaneBack) {
+  TALLY_REQUIRE_GPU();
+  BackendOptions o = TestOptions();
+  o.streams_per_device = 1;
+  auto cuda = MakeCuda(o);
+  ASSERT_NE(cuda, nullptr);
+  const std::uint64_t n = 1 << 20;
+  const std::vector<std::byte> data = RandomArray(DType::kFloat32, n, 7);
+  std::unique_ptr<ResidentMemory> m = Upload(*cuda, data, 1 << 20);
+  ASSERT_NE(m, nullptr);
+  const AggregationPlan plan = Plan(DType::kFloat32, n, 0, AllOps(DType::kFloat32));
+  for (int i = 0; i < 3; ++i) {
+    auto r = cuda->Start(plan, m->extent().placement);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE((*r)->Consume(m->extent().Sub(0, n * 2)).ok());
+    // Dropped before Finish (a cancelled or timed-out call): with one lane,
+    // the next Start only succeeds if the lane came back.
+  }
+  absl::StatusOr<AggregationResult> done = RunOn(*cuda, plan, m->extent());
+  ASSERT_TRUE(done.ok()) << done.status();
+}
+
+TEST(EngineResident, WrongPlacesAreRefusedClearly) {
+  TALLY_REQUIRE_GPU();
+  auto cuda = MakeCuda(TestOptions());
+  ASSERT_NE(cuda, nullptr);
+  const AggregationPlan plan = Plan(DType::kFloat32, 4, 0, {Op(OpKind::kSum)});
+  EXPECT_EQ(cuda->Start(plan, Placement::Device(GpuCount())).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(cuda->AllocateResident(16, GpuCount()).ok());
+  // More than the GPU has: RESOURCE_EXHAUSTED, and the backend still serves.
+  auto huge = cuda->AllocateResident(std::uint64_t{1} << 50, 0);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  const std::vector<std::byte> data = RandomArray(DType::kFloat32, 4, 3);
+  EXPECT_TRUE(RunRequest(*cuda, plan, data).ok());
+}
+
+TEST(EngineResident, TheStoreKeepsDatasetsInGpuMemory) {
+  TALLY_REQUIRE_GPU();
+  auto cuda = MakeCuda(TestOptions());
+  ASSERT_NE(cuda, nullptr);
+  DatasetStore store(*cuda, DatasetOptions{}, nullptr);
+  const std::vector<std::byte> data = RandomArray(DType::kInt32, 100000, 11);
+  auto up = store.BeginUpload("ints", DType::kInt32, 100000, false, std::nullopt);
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE((*up)->Append(Extent::PageableHost(data)).ok());
+  absl::StatusOr<DatasetInfo> info = (*up)->Commit();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->place, "cuda:0");
+  auto d = store.Acquire("ints");
+  ASSERT_TRUE(d.ok());
+  const AggregationPlan plan = Plan(DType::kInt32, 100000, 1000, AllOps(DType::kInt32));
+  absl::StatusOr<AggregationResult> got = RunOn(*cuda, plan, (*d)->extent());
+  ASSERT_TRUE(got.ok()) << got.status();
+  auto cpu = MakeCpu();
+  absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
+  ASSERT_TRUE(want.ok());
+  ExpectSame(plan, *want, *got, /*exact=*/false, "int32 rows of 1000 from the store");
+}
+
+}  // namespace
+}  // namespace tally::engine_test

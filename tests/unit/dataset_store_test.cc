@@ -1,0 +1,251 @@
+// The dataset store over the cpu backend: names, uploads that must leave
+// nothing behind, replacement under readers, the byte budget, LRU eviction,
+// expiry, and memory that goes only when its last reader does.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/datasets/dataset_store.h"
+#include "tests/unit/test_seed.h"
+
+namespace tally {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<float> Random(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::span<const std::byte> AsBytes(const std::vector<float>& v) {
+  return std::as_bytes(std::span<const float>(v));
+}
+
+class DatasetStoreTest : public ::testing::Test {
+ protected:
+  void Make(DatasetOptions options = {}) {
+    options.sweep_interval = milliseconds(20);
+    store_ = std::make_unique<DatasetStore>(*backend_, options, nullptr);
+  }
+  void SetUp() override { Make(); }
+
+  // Uploads `v` in pieces of 1000 bytes (an element split across pieces
+  // too) and commits.
+  absl::StatusOr<DatasetInfo> Put(const std::string& name, const std::vector<float>& v, bool replace = false,
+                                  std::optional<milliseconds> ttl = std::nullopt) {
+    absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> up =
+        store_->BeginUpload(name, DType::kFloat32, v.size(), replace, ttl);
+    if (!up.ok()) return up.status();
+    const std::span<const std::byte> b = AsBytes(v);
+    for (std::size_t at = 0; at < b.size(); at += 1000) {
+      absl::Status s = (*up)->Append(Extent::PageableHost(b.subspan(at, std::min<std::size_t>(1000, b.size() - at))));
+      if (!s.ok()) return s;
+    }
+    return (*up)->Commit();
+  }
+
+  static bool Holds(const Dataset& d, const std::vector<float>& v) {
+    const Extent e = d.extent();
+    return e.size() == v.size() * sizeof(float) && std::memcmp(e.bytes.data(), v.data(), e.size()) == 0;
+  }
+
+  std::uint64_t ChargedBytes() { return store_->Usage().front().bytes; }
+
+  // The store frees on its own thread: wait (boundedly) for the charge.
+  bool ChargeBecomes(std::uint64_t bytes) {
+    for (int i = 0; i < 200; ++i) {
+      if (ChargedBytes() == bytes) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
+
+  std::unique_ptr<Backend> backend_ = MakeCpuBackend(CpuBackendOptions{.threads = 2});
+  std::unique_ptr<DatasetStore> store_;
+};
+
+TEST_F(DatasetStoreTest, UploadedBytesAreWhatIsRead) {
+  const std::vector<float> v = Random(100003, testing::TestSeed());
+  absl::StatusOr<DatasetInfo> info = Put("a", v);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->length, v.size());
+  EXPECT_EQ(info->bytes, v.size() * 4);
+  EXPECT_EQ(info->place, "host");
+  absl::StatusOr<std::shared_ptr<const Dataset>> d = store_->Acquire("a");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(Holds(**d, v));
+  EXPECT_EQ((*d)->extent().placement, Placement::PageableHost());
+  EXPECT_EQ(store_->Describe("a")->queries, 1u);
+}
+
+TEST_F(DatasetStoreTest, NamesMustBePrintableAndShort) {
+  const std::vector<float> v = Random(10, testing::TestSeed());
+  EXPECT_EQ(Put("", v).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Put(std::string(257, 'x'), v).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Put("tab\there", v).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Put("caf\xc3\xa9", v).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Put(std::string(256, 'x'), v).ok());
+  EXPECT_TRUE(Put("with spaces/and:punct~", v).ok());
+  EXPECT_EQ(store_->Acquire("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DatasetStoreTest, AnUnfinishedUploadLeavesNothing) {
+  const std::vector<float> v = Random(5000, testing::TestSeed());
+  {
+    auto up = store_->BeginUpload("short", DType::kFloat32, v.size(), false, std::nullopt);
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE((*up)->Append(Extent::PageableHost(AsBytes(v).first(400))).ok());
+    const absl::Status s = (*up)->Commit().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  }
+  {
+    auto up = store_->BeginUpload("long", DType::kFloat32, v.size() - 1, false, std::nullopt);
+    ASSERT_TRUE(up.ok());
+    EXPECT_EQ((*up)->Append(Extent::PageableHost(AsBytes(v))).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto up = store_->BeginUpload("dropped", DType::kFloat32, v.size(), false, std::nullopt);
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE((*up)->Append(Extent::PageableHost(AsBytes(v).first(400))).ok());
+  }  // destroyed: a cancelled upload
+  EXPECT_TRUE(store_->List().empty());
+  EXPECT_EQ(ChargedBytes(), 0u);
+  // The names are free again.
+  EXPECT_TRUE(Put("short", v).ok());
+  EXPECT_TRUE(Put("dropped", v).ok());
+}
+
+TEST_F(DatasetStoreTest, ExistingNamesNeedReplaceAndReadersKeepTheirVersion) {
+  const std::vector<float> v1 = Random(3000, testing::TestSeed());
+  const std::vector<float> v2 = Random(7000, testing::TestSeed() + 1);
+  ASSERT_TRUE(Put("x", v1).ok());
+  EXPECT_EQ(Put("x", v2).status().code(), absl::StatusCode::kAlreadyExists);
+  absl::StatusOr<std::shared_ptr<const Dataset>> reader = store_->Acquire("x");
+  ASSERT_TRUE(reader.ok());
+  absl::StatusOr<DatasetInfo> replaced = Put("x", v2, /*replace=*/true);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_GT(replaced->version, (*reader)->info().version);
+  // The query that started on the old version still reads it, whole.
+  EXPECT_TRUE(Holds(**reader, v1));
+  EXPECT_TRUE(Holds(**store_->Acquire("x"), v2));
+  EXPECT_EQ(ChargedBytes(), (v1.size() + v2.size()) * 4);
+  reader->reset();
+  EXPECT_TRUE(ChargeBecomes(v2.size() * 4));
+}
+
+TEST_F(DatasetStoreTest, OfTwoConcurrentUploadsOfANameExactlyOneWins) {
+  const std::vector<float> v = Random(1000, testing::TestSeed());
+  auto first = store_->BeginUpload("same", DType::kFloat32, v.size(), false, std::nullopt);
+  ASSERT_TRUE(first.ok());
+  auto second = store_->BeginUpload("same", DType::kFloat32, v.size(), true, std::nullopt);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE((*first)->Append(Extent::PageableHost(AsBytes(v))).ok());
+  ASSERT_TRUE((*first)->Commit().ok());
+
+  // Racing threads: one commit, the rest refused, nothing half-made.
+  std::atomic<int> won{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      absl::StatusOr<DatasetInfo> r = Put("race", v);
+      if (r.ok()) {
+        ++won;
+      } else if (r.status().code() == absl::StatusCode::kAlreadyExists) {
+        ++refused;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(refused.load(), 7);
+}
+
+TEST_F(DatasetStoreTest, TheBudgetRefusesWhatDoesNotFitAndSaysWhy) {
+  DatasetOptions o;
+  o.max_bytes_per_place = 10000;
+  Make(o);
+  ASSERT_TRUE(Put("a", Random(2000, testing::TestSeed())).ok());  // 8000 bytes
+  const absl::Status s = Put("b", Random(1000, testing::TestSeed())).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("10000-byte limit"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("holds 8000 bytes in 1 dataset"), std::string::npos) << s;
+  EXPECT_EQ(Put("huge", Random(3000, testing::TestSeed())).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store_->List().size(), 1u);  // nothing evicted without the flag
+  ASSERT_TRUE(store_->Delete("a").ok());
+  EXPECT_TRUE(ChargeBecomes(0));
+  EXPECT_TRUE(Put("b", Random(1000, testing::TestSeed())).ok());
+}
+
+TEST_F(DatasetStoreTest, LruEvictionTakesTheLeastRecentlyQueried) {
+  DatasetOptions o;
+  o.max_bytes_per_place = 12000;
+  o.evict_lru = true;
+  Make(o);
+  ASSERT_TRUE(Put("old", Random(1000, 1)).ok());
+  ASSERT_TRUE(Put("mid", Random(1000, 2)).ok());
+  ASSERT_TRUE(Put("new", Random(1000, 3)).ok());
+  ASSERT_TRUE(store_->Acquire("old").ok());  // now the most recently used
+  ASSERT_TRUE(Put("next", Random(1000, 4)).ok());
+  std::vector<std::string> names;
+  for (const DatasetInfo& i : store_->List()) names.push_back(i.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"new", "next", "old"}));
+  // Larger than the whole budget: refused, nothing evicted for it.
+  EXPECT_EQ(Put("huge", Random(4000, 5)).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store_->List().size(), 3u);
+}
+
+TEST_F(DatasetStoreTest, ExpiredDatasetsGoAndTheirMemoryWithThem) {
+  ASSERT_TRUE(Put("brief", Random(1000, testing::TestSeed()), false, milliseconds(100)).ok());
+  ASSERT_TRUE(Put("kept", Random(1000, testing::TestSeed())).ok());
+  const DatasetInfo brief = *store_->Describe("brief");
+  ASSERT_TRUE(brief.expires.has_value());
+  EXPECT_EQ(*brief.expires - brief.created, milliseconds(100));
+  std::this_thread::sleep_for(milliseconds(150));
+  EXPECT_EQ(store_->Acquire("brief").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(store_->List().size(), 1u);
+  EXPECT_TRUE(ChargeBecomes(4000));
+}
+
+TEST_F(DatasetStoreTest, DeleteWhileReadLeavesTheReaderWhole) {
+  const std::vector<float> v = Random(50000, testing::TestSeed());
+  ASSERT_TRUE(Put("d", v).ok());
+  absl::StatusOr<std::shared_ptr<const Dataset>> reader = store_->Acquire("d");
+  ASSERT_TRUE(reader.ok());
+  ASSERT_TRUE(store_->Delete("d").ok());
+  EXPECT_EQ(store_->Delete("d").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Acquire("d").status().code(), absl::StatusCode::kNotFound);
+  // Still charged, still readable: a query on it finishes normally.
+  EXPECT_EQ(ChargedBytes(), v.size() * 4);
+  AggregationPlan plan;
+  plan.array = {DType::kFloat32, v.size(), 0};
+  plan.ops = {OpSpec{OpKind::kSum}};
+  auto r = backend_->Start(plan, (*reader)->extent().placement);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*r)->Consume((*reader)->extent()).ok());
+  absl::StatusOr<AggregationResult> result = (*r)->Finish();
+  ASSERT_TRUE(result.ok());
+  double want = 0;
+  for (float x : v) want += x;
+  EXPECT_NEAR(std::get<0>(result->values[0])[0], want, 1e-6 * v.size());
+  reader->reset();
+  EXPECT_TRUE(ChargeBecomes(0));
+}
+
+TEST_F(DatasetStoreTest, DeviceBytesAreRefusedByTheCpuBackend) {
+  AggregationPlan plan;
+  plan.array = {DType::kFloat32, 4, 0};
+  plan.ops = {OpSpec{OpKind::kSum}};
+  EXPECT_EQ(backend_->Start(plan, Placement::Device(0)).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace tally
