@@ -1,5 +1,7 @@
 """The tally CLI and tally-server binaries end to end: every input kind, JSON
-checked against numpy, errors and exit codes, --help, and SIGTERM draining.
+checked against numpy, errors and exit codes, --help, SIGTERM draining, and
+resident datasets (put, aggregate --dataset, datasets, rm, bench's resident
+and upload modes).
 
 usage: cli_test.py TALLY_CLI TALLY_SERVER PROTO_ROOT
 """
@@ -130,10 +132,16 @@ class Cli(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
 
     def test_help_explains_itself(self):
-        for args in (["--help"], ["aggregate", "--help"], ["bench", "--help"]):
+        for args in (["--help"], ["aggregate", "--help"], ["bench", "--help"], ["put", "--help"],
+                     ["datasets", "--help"], ["rm", "--help"]):
             r = run(*args)
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("tally", r.stdout + r.stderr)
+        usage = run("help").stdout
+        for command in ("put", "datasets", "rm", "--dataset"):
+            self.assertIn(command, usage)
+        self.assertIn("--range=A:B", run("aggregate", "--help").stdout)
+        self.assertIn("--mode=resident", run("bench", "--help").stdout)
         r = subprocess.run([SERVER, "--help"], capture_output=True, text=True)
         self.assertIn("--backend", r.stdout + r.stderr)
         self.assertIn("--max_message_bytes", r.stdout + r.stderr)
@@ -149,6 +157,244 @@ class Cli(unittest.TestCase):
             self.assertIn("latency", json.dumps(report))
         finally:
             null.stop()
+
+
+LIMIT = 64 << 20  # the Datasets server's --max_dataset_bytes
+
+
+class Datasets(unittest.TestCase):
+    """Resident datasets through the CLI against a CPU server, whose results
+    are bitwise those of sending the same array (tally.proto says so)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = TallyServer(SERVER, pb, ["--backend=cpu", f"--max_dataset_bytes={LIMIT}"])
+        cls.target = f"--target=127.0.0.1:{cls.server.port}"
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def ok(self, *args):
+        r = run(*args, self.target)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r
+
+    def json_of(self, *args):
+        return json.loads(self.ok(*args, "--json").stdout)
+
+    def query(self, *args):
+        return self.json_of("aggregate", *args)["results"]
+
+    def fails(self, code, *args):
+        r = run(*args, self.target)
+        self.assertEqual(r.returncode, code, r.stdout + r.stderr)
+        return r.stderr
+
+    def test_put_and_aggregate_match_numpy_whole_and_in_ranges(self):
+        x = np.random.default_rng(11).standard_normal(100_003).astype(np.float32)
+        np.save(self.path("x.npy"), x)
+        put = self.json_of("put", "x", self.path("x.npy"))
+        self.assertEqual(put["dataset"]["name"], "x")
+        self.assertEqual(put["dataset"]["dtype"], "float32")
+        self.assertEqual(put["dataset"]["length"], x.size)
+        self.assertEqual(put["dataset"]["bytes"], x.nbytes)
+        self.assertEqual(put["dataset"]["place"], "host")
+        self.assertEqual(put["row_length"], 0)
+        ops = "--ops=sum,min,max,argmin,argmax,count,std:1,hist:16:-2:2"
+        for flag, part in ((None, x), ("--range=1000:51000", x[1000:51000]), ("--range=99000:", x[99000:]),
+                           ("--range=:7", x[:7]), ("--range=1K:2K", x[1024:2048])):
+            res = self.query("--dataset=x", ops, *([flag] if flag else []))
+            self.assertAlmostEqual(res[0]["values"][0], float(np.sum(part, dtype=np.float64)), delta=1e-9, msg=flag)
+            self.assertEqual(res[1]["values"], [float(part.min())], flag)
+            self.assertEqual(res[2]["values"], [float(part.max())], flag)
+            self.assertEqual(res[3]["values"], [int(np.argmin(part))], flag)  # from the range's start
+            self.assertEqual(res[4]["values"], [int(np.argmax(part))], flag)
+            self.assertEqual(res[5]["values"], [part.size], flag)
+            self.assertAlmostEqual(res[6]["values"][0], float(np.std(part.astype(np.float64), ddof=1)),
+                                   delta=1e-12, msg=flag)
+            self.assertEqual(res[7]["histograms"][0]["counts"], np.histogram(part, 16, range=(-2, 2))[0].tolist())
+        # The cpu backend answers a dataset bitwise as it answers the array sent.
+        sent = self.query(self.path("x.npy"), ops)
+        self.assertEqual(self.query("--dataset=x", ops), sent)
+        out = self.json_of("aggregate", "--dataset=x", "--range=10:20", "--ops=count")
+        self.assertEqual(out["execution"]["transport"], "dataset")
+        self.assertEqual(out["execution"]["elements"], 10)
+        text = self.ok("aggregate", "--dataset=x", "--ops=sum,hist:4:-1:1").stdout
+        self.assertIn("sum", text)
+        self.assertIn("(dataset)", text)
+
+    def test_two_dimensional_npy_is_uploaded_flat_with_a_rows_hint(self):
+        m = np.random.default_rng(12).integers(-1000, 1000, (40, 25)).astype(np.int64)
+        np.save(self.path("m.npy"), m)
+        put = self.ok("put", "m", self.path("m.npy")).stdout
+        self.assertIn("--dataset=m --rows=25", put)
+        self.assertIn("1000 elements", put)
+        res = self.query("--dataset=m", "--rows=25", "--ops=sum,argmin,max")
+        self.assertEqual(res[0]["values"], m.sum(axis=1).tolist())
+        self.assertEqual(res[1]["values"], m.argmin(axis=1).tolist())
+        self.assertEqual(res[2]["values"], m.max(axis=1).tolist())
+        res = self.query("--dataset=m", "--range=250:500", "--rows=50", "--ops=sum")
+        self.assertEqual(res[0]["values"], m.reshape(-1)[250:500].reshape(5, 50).sum(axis=1).tolist())
+        self.assertEqual(self.json_of("put", "m2", self.path("m.npy"))["row_length"], 25)
+
+    def test_raw_and_random_inputs(self):
+        x = np.random.default_rng(13).integers(0, 255, 70_000, endpoint=True).astype(np.uint8)
+        x.tofile(self.path("x.u8"))
+        self.ok("put", "raw", f"--raw={self.path('x.u8')}", "--dtype=uint8")
+        res = self.query("--dataset=raw", "--ops=sum,max,count")
+        self.assertEqual(res[0]["values"], [int(x.sum(dtype=np.uint64))])
+        self.assertEqual(res[1]["values"], [int(x.max())])
+        self.assertEqual(res[2]["values"], [x.size])
+        # --random makes the same array for put as for aggregate.
+        self.ok("put", "rnd", "--random=300K", "--dtype=float64", "--seed=9")
+        sent = self.query("--random=300K", "--dtype=float64", "--seed=9", "--ops=sum,var,argmax")
+        self.assertEqual(self.query("--dataset=rnd", "--ops=sum,var,argmax"), sent)
+
+    def test_datasets_lists_each_dataset_and_the_place_usage(self):
+        self.ok("put", "list-a", "--random=1000", "--ttl=3600")
+        self.ok("put", "list-b", "--random=2000", "--dtype=int32")
+        self.ok("aggregate", "--dataset=list-a", "--ops=sum")
+        self.ok("aggregate", "--dataset=list-a", "--ops=max")
+        listing = self.json_of("datasets")
+        by_name = {d["name"]: d for d in listing["datasets"]}
+        a, b = by_name["list-a"], by_name["list-b"]
+        self.assertEqual((a["dtype"], a["length"], a["bytes"], a["place"]), ("float32", 1000, 4000, "host"))
+        self.assertEqual((b["dtype"], b["length"], b["bytes"]), ("int32", 2000, 8000))
+        self.assertGreater(b["version"], a["version"])
+        self.assertAlmostEqual(a["expires_unix_seconds"] - a["created_unix_seconds"], 3600, delta=1)
+        self.assertEqual(b["expires_unix_seconds"], 0)
+        self.assertEqual(a["queries"], 2)
+        self.assertEqual(b["queries"], 0)
+        self.assertEqual([d["name"] for d in listing["datasets"]], sorted(by_name))
+        [host] = listing["places"]
+        self.assertEqual(host["place"], "host")
+        self.assertEqual(host["limit_bytes"], LIMIT)
+        self.assertEqual(host["datasets"], len(listing["datasets"]))
+        self.assertEqual(host["bytes"], sum(d["bytes"] for d in listing["datasets"]))
+
+        text = self.ok("datasets").stdout
+        for word in ("NAME", "DTYPE", "LENGTH", "BYTES", "PLACE", "VERSION", "EXPIRES", "QUERIES",
+                     "list-a", "list-b", "LIMIT", "64.0 MiB"):
+            self.assertIn(word, text)
+        self.assertRegex(text, r"list-a .* in (1h00m|59m[0-5][0-9]s) ")
+        one = self.ok("datasets", "list-b").stdout
+        self.assertIn("list-b: int32, 2000 elements", one)
+        self.assertNotIn("list-a", one)
+        described = self.json_of("datasets", "list-a")["datasets"]
+        self.assertEqual([d["name"] for d in described], ["list-a"])
+
+    def test_replace_gives_a_new_version_and_new_results(self):
+        self.ok("put", "rep", "--random=5000", "--seed=1")
+        first = self.query("--dataset=rep", "--ops=sum")
+        stderr = self.fails(1, "put", "rep", "--random=5000", "--seed=2")
+        self.assertIn("ALREADY_EXISTS", stderr)
+        self.assertIn("rep", stderr)
+        self.assertEqual(self.query("--dataset=rep", "--ops=sum"), first)  # the old one is untouched
+        old = self.json_of("datasets", "rep")["datasets"][0]["version"]
+        put = self.json_of("put", "rep", "--random=6000", "--seed=2", "--replace")
+        self.assertGreater(put["dataset"]["version"], old)
+        self.assertEqual(put["dataset"]["length"], 6000)
+        self.assertEqual(self.query("--dataset=rep", "--ops=sum"),
+                         self.query("--random=6000", "--seed=2", "--ops=sum"))
+
+    def test_rm_removes_and_reports_unknown_names(self):
+        self.ok("put", "gone-1", "--random=10")
+        self.ok("put", "gone-2", "--random=10")
+        r = run("rm", "gone-1", "no-such-dataset", "gone-2", self.target)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("removed gone-1", r.stdout)
+        self.assertIn("removed gone-2", r.stdout)  # the names after a failure still go
+        self.assertIn("NOT_FOUND", r.stderr)
+        self.assertIn("no-such-dataset", r.stderr)
+        names = [d["name"] for d in self.json_of("datasets")["datasets"]]
+        self.assertNotIn("gone-1", names)
+        self.assertNotIn("gone-2", names)
+        stderr = self.fails(1, "aggregate", "--dataset=gone-1", "--ops=sum")
+        self.assertIn("NOT_FOUND", stderr)
+
+    def test_server_errors_exit_1_with_code_and_message(self):
+        self.ok("put", "small", "--random=100")
+        for args, code, words in (
+                (["aggregate", "--dataset=nope"], "NOT_FOUND", ["nope"]),
+                (["aggregate", "--dataset=small", "--range=50:101"], "INVALID_ARGUMENT", ["range", "100"]),
+                (["aggregate", "--dataset=small", "--range=200:"], "INVALID_ARGUMENT", ["range"]),
+                (["aggregate", "--dataset=small", "--rows=7"], "INVALID_ARGUMENT", ["row_length"]),
+                (["aggregate", "--dataset=small", "--range=5:5", "--ops=min"], "INVALID_ARGUMENT", ["empty"]),
+                (["datasets", "nope"], "NOT_FOUND", ["nope"]),
+                (["rm", "nope"], "NOT_FOUND", ["nope"]),
+                (["put", "bad\tname", "--random=10"], "INVALID_ARGUMENT", ["name"]),
+                (["put", "x" * 257, "--random=10"], "INVALID_ARGUMENT", ["name", "256"]),
+                (["put", "too-big", "--random=20M"], "RESOURCE_EXHAUSTED", ["max_dataset_bytes"])):
+            stderr = self.fails(1, *args)
+            self.assertIn(code, stderr, args)
+            for w in words:
+                self.assertIn(w, stderr, args)
+        names = [d["name"] for d in self.json_of("datasets")["datasets"]]
+        self.assertNotIn("too-big", names)
+
+    def test_bad_flags_exit_2(self):
+        for args in (["aggregate", "--dataset=x", "--range=9:3"],
+                     ["aggregate", "--dataset=x", "--range=a:b"],
+                     ["aggregate", "--random=10", "--range=0:5"],
+                     ["aggregate", "--dataset=x", "--random=10"],
+                     ["aggregate", "--dataset=x", "--stream=always"],
+                     ["put"],
+                     ["put", "x"],
+                     ["put", "x", "--random=10", "--ttl=-1"],
+                     ["put", "x", "--raw=f"],
+                     ["rm"],
+                     ["datasets", "--frobnicate"],
+                     ["bench", "--mode=resident", "--sizes=1K:1M"],
+                     ["bench", "--mode=upload", "--ops=sum"],
+                     ["bench", "--keep"]):
+            r = run(*args, self.target)
+            self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
+            self.assertIn("--help", r.stderr, args)
+
+    def test_ttl_expires(self):
+        self.ok("put", "brief", "--random=100", "--ttl=1")
+        self.ok("aggregate", "--dataset=brief", "--ops=count")
+        time.sleep(2.0)
+        self.assertIn("NOT_FOUND", self.fails(1, "aggregate", "--dataset=brief", "--ops=count"))
+
+    def test_bench_resident_and_upload_modes_clean_up(self):
+        report = self.json_of("bench", "--mode=resident", "--sizes=64K,1M", "--clients=2", "--requests=24",
+                              "--ops=sum;min,max,argmax", "--verify", "--dataset-prefix=bench-r")
+        self.assertEqual(report["mode"], "resident")
+        self.assertEqual(report["requests"], {"ok": 24, "failed": 0, "wrong": 0})
+        self.assertEqual([d["bytes"] for d in report["datasets"]], [64 << 10, 1 << 20])
+        self.assertEqual(report["upload"]["bytes"], (64 << 10) + (1 << 20))
+        # Each query reads one whole dataset; the clients alternate between them.
+        self.assertEqual(report["bytes"], 12 * ((64 << 10) + (1 << 20)))
+        self.assertGreater(report["gb_per_s"], 0)
+        self.assertGreater(report["server_seconds"]["p50"], 0)
+        names = [d["name"] for d in self.json_of("datasets")["datasets"]]
+        self.assertFalse([n for n in names if n.startswith("bench-r")], names)
+
+        text = self.ok("bench", "--mode=resident", "--size=256K", "--requests=4", "--keep",
+                       "--dataset-prefix=bench-k").stdout
+        self.assertIn("scan rate", text)
+        self.assertIn("GB/s", text)
+        self.assertIn("bench-k-0-256K", [d["name"] for d in self.json_of("datasets")["datasets"]])
+        self.ok("rm", "bench-k-0-256K")
+
+        report = self.json_of("bench", "--mode=upload", "--size=512K", "--clients=2", "--requests=6",
+                              "--dataset-prefix=bench-u")
+        self.assertEqual(report["requests"], {"ok": 6, "failed": 0})
+        self.assertEqual(report["bytes"], 6 * (512 << 10))
+        self.assertEqual(report["place"], "host")
+        names = [d["name"] for d in self.json_of("datasets")["datasets"]]
+        self.assertFalse([n for n in names if n.startswith("bench-u")], names)
+
+        r = run("bench", "--mode=resident", "--size=80M", "--requests=1", self.target)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("RESOURCE_EXHAUSTED", r.stderr)
 
 
 class Drain(unittest.TestCase):
