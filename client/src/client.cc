@@ -1,9 +1,10 @@
-// The client's two paths: unary Aggregate for small arrays, client-streaming
-// AggregateStream for large ones. Both go through gRPC's generic stub so the
-// array's bytes reach gRPC as borrowed slices: the generated stubs would copy
-// every byte into a protobuf string and then again into the wire buffer,
-// which for a many-GiB array (or a load test measuring transport overhead)
-// is the dominant cost.
+// The client's calls: unary Aggregate for small arrays, client-streaming
+// AggregateStream for large ones and PutDataset for uploads, and the small
+// unary dataset calls. All go through gRPC's generic stub so an array's bytes
+// reach gRPC as borrowed slices: the generated stubs would copy every byte
+// into a protobuf string and then again into the wire buffer, which for a
+// many-GiB array (or a load test measuring transport overhead) is the
+// dominant cost.
 #include "tally/client/client.h"
 
 #include <grpcpp/create_channel.h>
@@ -26,10 +27,12 @@
 namespace tally::client {
 namespace {
 
-// Both AggregateRequest.data and AggregateStreamRequest.chunk are field 2,
-// length-delimited; the hand-written field key below relies on it.
+// AggregateRequest.data, AggregateStreamRequest.chunk and
+// PutDatasetRequest.chunk are all field 2, length-delimited; the
+// hand-written field key below relies on it.
 static_assert(v1::AggregateRequest::kDataFieldNumber == 2);
 static_assert(v1::AggregateStreamRequest::kChunkFieldNumber == 2);
+static_assert(v1::PutDatasetRequest::kChunkFieldNumber == 2);
 constexpr char kBytesField2Key = (2 << 3) | 2;  // field 2, wire type LEN
 
 // The largest message protobuf parses (INT_MAX bytes).
@@ -72,10 +75,10 @@ v1::ArraySpec SpecOf(const ArrayRef& array) {
   return spec;
 }
 
-absl::StatusOr<v1::AggregateResponse> ParseResponse(grpc::ByteBuffer* reply) {
-  v1::AggregateResponse response;
-  const grpc::Status parsed =
-      grpc::SerializationTraits<v1::AggregateResponse>::Deserialize(reply, &response);
+template <typename Response>
+absl::StatusOr<Response> ParseResponse(grpc::ByteBuffer* reply) {
+  Response response;
+  const grpc::Status parsed = grpc::SerializationTraits<Response>::Deserialize(reply, &response);
   if (!parsed.ok()) {
     return absl::DataLossError(absl::StrCat("cannot parse the server's response: ",
                                             parsed.error_message()));
@@ -172,6 +175,91 @@ absl::StatusOr<grpc::ByteBuffer> CallUnary(grpc::GenericStub& stub, const std::s
   return reply;
 }
 
+// A unary call of small protobuf messages (no borrowed bytes).
+template <typename Response, typename Request>
+absl::StatusOr<Response> CallMessage(grpc::GenericStub& stub, const std::string& method,
+                                     const Request& request, absl::Duration timeout) {
+  grpc::ByteBuffer buffer;
+  bool own_buffer = false;
+  const grpc::Status serialized =
+      grpc::SerializationTraits<Request>::Serialize(request, &buffer, &own_buffer);
+  if (!serialized.ok()) {
+    return absl::InternalError(absl::StrCat("cannot serialize the request: ", serialized.error_message()));
+  }
+  absl::StatusOr<grpc::ByteBuffer> reply = CallUnary(stub, method, buffer, timeout);
+  if (!reply.ok()) return reply.status();
+  return ParseResponse<Response>(&*reply);
+}
+
+// What a client-streaming upload (AggregateStream, PutDataset) sends after
+// its header: `total` bytes from `data` in chunks of `chunk_bytes`.
+struct StreamedBytes {
+  const std::byte* data = nullptr;
+  std::uint64_t total = 0;
+  std::uint64_t chunk_bytes = 0;
+  absl::Duration timeout = absl::InfiniteDuration();
+  const std::function<void(std::uint64_t, std::uint64_t)>* progress = nullptr;
+};
+
+// One client-streaming call: `header` (a serialized first message), then the
+// bytes as chunk messages (field 2) borrowing from `bytes.data`; returns the
+// one response message. `rpc` names the call in errors.
+absl::StatusOr<grpc::ByteBuffer> CallStreaming(grpc::GenericStub& stub, const std::string& method,
+                                               absl::string_view rpc, std::string header,
+                                               const StreamedBytes& bytes) {
+  if (bytes.chunk_bytes == 0 || bytes.chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size ", bytes.chunk_bytes, " bytes is outside [1, 1 GiB]"));
+  }
+  const auto progress = [&](std::uint64_t sent) {
+    if (bytes.progress != nullptr && *bytes.progress) (*bytes.progress)(sent, bytes.total);
+  };
+  CallQueue queue;
+  grpc::ClientContext context;
+  SetDeadline(context, bytes.timeout);
+  // Client streaming has the same wire form as bidi streaming; the generic
+  // stub only offers the latter. We read exactly one response.
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, method, queue.get());
+  call->StartCall(queue.tag());
+  bool ok = queue.Wait();
+  if (ok) {
+    call->Write(MessageWithBorrowedBytes(std::move(header), nullptr, 0), queue.tag());
+    ok = queue.Wait();
+  }
+  progress(0);
+  std::uint64_t sent = 0;
+  while (ok && sent < bytes.total) {
+    const std::uint64_t n = std::min(bytes.chunk_bytes, bytes.total - sent);
+    call->Write(MessageWithBorrowedBytes(std::string(), bytes.data + sent, n), queue.tag());
+    ok = queue.Wait();
+    if (ok) {
+      sent += n;
+      progress(sent);
+    }
+  }
+  // A failed write means the server has already ended the call (usually
+  // with an error for the header): skip to its status.
+  if (ok) {
+    call->WritesDone(queue.tag());
+    ok = queue.Wait();
+  }
+  grpc::ByteBuffer reply;
+  bool have_reply = false;
+  if (ok) {
+    call->Read(&reply, queue.tag());
+    have_reply = queue.Wait();
+  }
+  grpc::Status status;
+  call->Finish(&status, queue.tag());
+  queue.Wait();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (!have_reply) {
+    return absl::InternalError(absl::StrCat("the server ended ", rpc, " with OK but sent no response"));
+  }
+  return reply;
+}
+
 }  // namespace
 
 absl::string_view ServingStatusName(ServingStatus status) {
@@ -245,66 +333,86 @@ absl::StatusOr<v1::AggregateResponse> Client::Unary(
   absl::StatusOr<grpc::ByteBuffer> reply = CallUnary(stub_, AggregateMethod(), request, options.timeout);
   if (!reply.ok()) return reply.status();
   if (options.progress) options.progress(total, total);
-  return ParseResponse(&*reply);
+  return ParseResponse<v1::AggregateResponse>(&*reply);
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::Stream(
     const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
     const CallOptions& options) {
-  if (options.chunk_bytes == 0 || options.chunk_bytes > kMaxChunkBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk size ", options.chunk_bytes, " bytes is outside [1, 1 GiB]"));
-  }
   v1::AggregateStreamRequest header;
   *header.mutable_header()->mutable_spec() = SpecOf(array);
   header.mutable_header()->mutable_aggregations()->Assign(aggregations.begin(),
                                                           aggregations.end());
-  const std::uint64_t total = array.size_bytes();
+  absl::StatusOr<grpc::ByteBuffer> reply =
+      CallStreaming(stub_, AggregateStreamMethod(), "AggregateStream", header.SerializeAsString(),
+                    {array.data, array.size_bytes(), options.chunk_bytes, options.timeout,
+                     &options.progress});
+  if (!reply.ok()) return reply.status();
+  return ParseResponse<v1::AggregateResponse>(&*reply);
+}
 
-  CallQueue queue;
-  grpc::ClientContext context;
-  SetDeadline(context, options.timeout);
-  // Client streaming has the same wire form as bidi streaming; the generic
-  // stub only offers the latter. We read exactly one response.
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      stub_.PrepareCall(&context, AggregateStreamMethod(), queue.get());
-  call->StartCall(queue.tag());
-  bool ok = queue.Wait();
-  if (ok) {
-    call->Write(MessageWithBorrowedBytes(header.SerializeAsString(), nullptr, 0), queue.tag());
-    ok = queue.Wait();
+absl::StatusOr<v1::PutDatasetResponse> Client::PutDataset(absl::string_view name,
+                                                          const ArrayRef& array,
+                                                          const PutOptions& options) {
+  if (array.data == nullptr && array.length != 0) {
+    return absl::InvalidArgumentError("array has a length but no data");
   }
-  if (options.progress) options.progress(0, total);
-  std::uint64_t sent = 0;
-  while (ok && sent < total) {
-    const std::uint64_t n = std::min(options.chunk_bytes, total - sent);
-    call->Write(MessageWithBorrowedBytes(std::string(), array.data + sent, n), queue.tag());
-    ok = queue.Wait();
-    if (ok) {
-      sent += n;
-      if (options.progress) options.progress(sent, total);
-    }
+  // The server would refuse these too, but only after the connection is up;
+  // a local mistake should not look like a server's answer.
+  if (options.ttl < absl::ZeroDuration() || options.ttl == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl ", absl::FormatDuration(options.ttl), " is not a finite duration >= 0"));
   }
-  // A failed write means the server has already ended the call (usually
-  // with an error for the header): skip to its status.
-  if (ok) {
-    call->WritesDone(queue.tag());
-    ok = queue.Wait();
+  v1::PutDatasetRequest header;
+  v1::PutDatasetRequest::Header* h = header.mutable_header();
+  h->set_name(std::string(name));
+  // A dataset is flat; each query says how to cut it into rows.
+  h->mutable_spec()->set_dtype(ToWire(array.dtype));
+  h->mutable_spec()->set_length(array.length);
+  h->set_replace(options.replace);
+  h->set_ttl_seconds(absl::ToDoubleSeconds(options.ttl));
+  absl::StatusOr<grpc::ByteBuffer> reply =
+      CallStreaming(stub_, PutDatasetMethod(), "PutDataset", header.SerializeAsString(),
+                    {array.data, array.size_bytes(), options.chunk_bytes, options.timeout,
+                     &options.progress});
+  if (!reply.ok()) return reply.status();
+  return ParseResponse<v1::PutDatasetResponse>(&*reply);
+}
+
+absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
+    absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
+    const std::vector<v1::Aggregation>& aggregations, absl::Duration timeout) {
+  v1::AggregateDatasetRequest request;
+  request.set_name(std::string(name));
+  if (range) {
+    request.mutable_range()->set_begin(range->begin);
+    request.mutable_range()->set_end(range->end);
   }
-  grpc::ByteBuffer reply;
-  bool have_reply = false;
-  if (ok) {
-    call->Read(&reply, queue.tag());
-    have_reply = queue.Wait();
-  }
-  grpc::Status status;
-  call->Finish(&status, queue.tag());
-  queue.Wait();
-  if (!status.ok()) return FromGrpcStatus(status);
-  if (!have_reply) {
-    return absl::InternalError("the server ended AggregateStream with OK but sent no response");
-  }
-  return ParseResponse(&reply);
+  request.set_row_length(row_length);
+  request.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
+  return CallMessage<v1::AggregateResponse>(stub_, AggregateDatasetMethod(), request, timeout);
+}
+
+absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasets(absl::Duration timeout) {
+  return CallMessage<v1::ListDatasetsResponse>(stub_, ListDatasetsMethod(),
+                                               v1::ListDatasetsRequest(), timeout);
+}
+
+absl::StatusOr<v1::DatasetInfo> Client::DescribeDataset(absl::string_view name,
+                                                        absl::Duration timeout) {
+  v1::DescribeDatasetRequest request;
+  request.set_name(std::string(name));
+  return CallMessage<v1::DatasetInfo>(stub_, DescribeDatasetMethod(), request, timeout);
+}
+
+absl::StatusOr<v1::DatasetInfo> Client::DeleteDataset(absl::string_view name,
+                                                      absl::Duration timeout) {
+  v1::DeleteDatasetRequest request;
+  request.set_name(std::string(name));
+  absl::StatusOr<v1::DeleteDatasetResponse> response =
+      CallMessage<v1::DeleteDatasetResponse>(stub_, DeleteDatasetMethod(), request, timeout);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_dataset());
 }
 
 }  // namespace tally::client

@@ -51,17 +51,42 @@ std::optional<ops::OpKind> FromWire(v1::Op op) {
   return std::nullopt;
 }
 
+namespace {
+
 // Built from the generated service name so a package rename cannot leave
 // the client calling a method that no longer exists.
-const std::string& AggregateMethod() {
-  static const std::string name =
-      std::string("/") + v1::Aggregator::service_full_name() + "/Aggregate";
-  return name;
+std::string MethodName(const char* method) {
+  return std::string("/") + v1::Aggregator::service_full_name() + "/" + method;
 }
 
+}  // namespace
+
+const std::string& AggregateMethod() {
+  static const std::string name = MethodName("Aggregate");
+  return name;
+}
 const std::string& AggregateStreamMethod() {
-  static const std::string name =
-      std::string("/") + v1::Aggregator::service_full_name() + "/AggregateStream";
+  static const std::string name = MethodName("AggregateStream");
+  return name;
+}
+const std::string& PutDatasetMethod() {
+  static const std::string name = MethodName("PutDataset");
+  return name;
+}
+const std::string& AggregateDatasetMethod() {
+  static const std::string name = MethodName("AggregateDataset");
+  return name;
+}
+const std::string& ListDatasetsMethod() {
+  static const std::string name = MethodName("ListDatasets");
+  return name;
+}
+const std::string& DescribeDatasetMethod() {
+  static const std::string name = MethodName("DescribeDataset");
+  return name;
+}
+const std::string& DeleteDatasetMethod() {
+  static const std::string name = MethodName("DeleteDataset");
   return name;
 }
 

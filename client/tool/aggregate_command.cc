@@ -1,25 +1,29 @@
-// `tally aggregate`: send one array, print its results.
+// `tally aggregate`: send one array, or name a resident dataset, and print
+// the results.
 #include <cstdio>
 #include <optional>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "command_line.h"
 #include "commands.h"
+#include "input_flags.h"
 #include "progress_bar.h"
 #include "tally/client/aggregations.h"
 #include "tally/client/client.h"
+#include "tally/client/element_range.h"
 #include "tally/client/format.h"
 #include "tally/client/input.h"
 
 namespace tally::client::tool {
 
 const absl::string_view kAggregateUsage = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
+       tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N]
 
-Sends one array to a tally server and prints the aggregations it computed.
+Sends one array to a tally server, or names a dataset already resident there
+(see tally put), and prints the aggregations it computed.
 
 Input (exactly one):
   FILE.npy            a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D;
@@ -28,6 +32,7 @@ Input (exactly one):
   --raw=FILE          raw little-endian elements of --dtype (mapped, not read)
   --random=N          N random elements of --dtype (K/M/G suffixes allowed):
                       floats uniform in [-1, 1), integers spread over a range
+  --dataset=NAME      a resident dataset: nothing is sent but the query
 
 Flags:
   --target=HOST:PORT  server address (default 127.0.0.1:50051)
@@ -40,7 +45,12 @@ Flags:
                       file names its own
   --seed=S            seed for --random (default 1)
   --rows=N            aggregate rows of N elements each (one result per row);
-                      must divide the length. A 2-D .npy file sets it.
+                      must divide the length (of the range, with --dataset).
+                      A 2-D .npy file sets it.
+  --range=A:B         with --dataset: only elements A to B-1 (A: from A to
+                      the end; :B from 0). Indices may take K/M/G suffixes;
+                      argmin/argmax then count from A, as if the range were
+                      the array sent. Default: the whole dataset.
   --json              print JSON instead of text (schema below)
   --full              text: print every row and every histogram count
   --timeout=SECONDS   give up after this long (default: no limit)
@@ -59,35 +69,33 @@ JSON: {"results":[{"op":"sum","type":"float64","values":[...]},
        "execution":{"elements":N,"bytes":N,"rows":N,"backend":"cpu","device":"...",
                     "server_seconds":S,"client_seconds":S,"transport":"unary"}}
   one "values"/"histograms" entry per row; integers exact; NaN and infinities
-  as the strings "nan", "inf", "-inf".
+  as the strings "nan", "inf", "-inf". "transport" is "unary", "stream" or,
+  with --dataset, "dataset".
 
 Exit status: 0 success; 1 the request failed (the server's status code and
-message are printed on stderr) or the input could not be read; 2 bad flags.
+message are printed on stderr: NOT_FOUND for an unknown dataset,
+INVALID_ARGUMENT for a range outside it) or the input could not be read;
+2 bad flags.
 
 Examples:
   tally aggregate data.npy --ops=sum,mean,std:1
   tally aggregate --random=1G --dtype=float64 --ops=min,max,hist:100:-1:1
   tally aggregate --raw=/data/x.f32 --dtype=float32 --rows=1024 --json
   tally aggregate --target=gpu-box:50051 big.npy --stream=always --timeout=60
+  tally aggregate --dataset=temps --range=1M:2M --ops=mean,hist:64:-40:60
 )";
 
 namespace {
 
-// Where the array comes from, as the command line says.
-struct InputSpec {
-  std::optional<std::string> npy_path;
-  std::optional<std::string> raw_path;
-  std::optional<std::uint64_t> random_length;
-  DType dtype = DType::kFloat32;
-  std::uint64_t seed = 1;
-  std::optional<std::uint64_t> row_length;
-};
-
 // What the command line asked for, checked.
 struct AggregateArgs {
-  std::string target = "127.0.0.1:50051";
+  std::string target{kDefaultTarget};
   std::vector<v1::Aggregation> aggregations;
+  // Exactly one of `input` (an array to send) and `dataset` (a resident one).
   InputSpec input;
+  std::optional<std::string> dataset;
+  std::optional<RangeText> range;
+  std::optional<std::uint64_t> row_length;
   bool json = false;
   FormatOptions format;
   CallOptions call;
@@ -101,6 +109,16 @@ absl::StatusOr<StreamMode> ParseStreamMode(absl::string_view text) {
       absl::StrCat("--stream=", text, ": expected auto, always or never"));
 }
 
+// The flags that say how to send an array, taken only when there is one.
+absl::Status TakeSendingFlags(CommandLine& cl, CallOptions& call) {
+  if (auto mode = cl.TakeString("stream")) {
+    absl::StatusOr<StreamMode> m = ParseStreamMode(*mode);
+    if (!m.ok()) return m.status();
+    call.stream = *m;
+  }
+  return TakeChunkingFlags(cl, call);
+}
+
 // Only the command line: nothing is opened here, so every error is a usage
 // error.
 absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
@@ -111,16 +129,29 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   if (!aggs.ok()) return absl::InvalidArgumentError(absl::StrCat("--ops: ", aggs.status().message()));
   a.aggregations = *std::move(aggs);
 
-  InputSpec& in = a.input;
-  const std::optional<std::string> dtype_flag = cl.TakeString("dtype");
-  in.raw_path = cl.TakeString("raw");
-  absl::StatusOr<std::optional<std::uint64_t>> random = cl.TakeSize("random");
-  if (!random.ok()) return random.status();
-  in.random_length = *random;
-  const std::optional<std::string> seed_flag = cl.TakeString("seed");
+  a.dataset = cl.TakeString("dataset");
+  if (auto r = cl.TakeString("range")) {
+    if (!a.dataset) return absl::InvalidArgumentError("--range is for --dataset");
+    absl::StatusOr<RangeText> range = ParseElementRange(*r);
+    if (!range.ok()) return absl::InvalidArgumentError(absl::StrCat("--range: ", range.status().message()));
+    a.range = *range;
+  }
+  absl::StatusOr<InputSpec> input = TakeInputFlags(cl, cl.positional());
+  if (!input.ok()) return input.status();
+  a.input = *std::move(input);
+  if (a.dataset && a.input.given()) {
+    return absl::InvalidArgumentError(
+        "--dataset names an array already on the server; give no FILE.npy, --raw or --random with it");
+  }
+  if (!a.dataset && !a.input.given()) {
+    return absl::InvalidArgumentError(
+        "give exactly one input: FILE.npy, --raw=FILE --dtype=T, --random=N or --dataset=NAME");
+  }
+  if (a.dataset && a.dataset->empty()) return absl::InvalidArgumentError("--dataset: empty name");
+
   absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
   if (!rows.ok()) return rows.status();
-  in.row_length = *rows;
+  a.row_length = *rows;
   absl::StatusOr<bool> json = cl.TakeBool("json");
   if (!json.ok()) return json.status();
   a.json = *json;
@@ -130,84 +161,52 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
   if (!timeout.ok()) return timeout.status();
   if (*timeout) a.call.timeout = **timeout;
-  if (auto mode = cl.TakeString("stream")) {
-    absl::StatusOr<StreamMode> m = ParseStreamMode(*mode);
-    if (!m.ok()) return m.status();
-    a.call.stream = *m;
+  // Left untaken with --dataset, so CheckAllUsed names them: nothing is sent.
+  if (!a.dataset) {
+    if (absl::Status s = TakeSendingFlags(cl, a.call); !s.ok()) return s;
   }
-  if (absl::Status s = TakeChunkingFlags(cl, a.call); !s.ok()) return s;
-  if (absl::Status s = cl.CheckAllUsed(); !s.ok()) return s;
-
-  if (cl.positional().size() > 1) {
-    return absl::InvalidArgumentError("more than one input file given");
-  }
-  if (cl.positional().size() == 1) in.npy_path = cl.positional()[0];
-  if (int(in.npy_path.has_value()) + int(in.raw_path.has_value()) +
-          int(in.random_length.has_value()) != 1) {
-    return absl::InvalidArgumentError(
-        "give exactly one input: FILE.npy, --raw=FILE --dtype=T or --random=N");
-  }
-  if (in.npy_path && dtype_flag) {
-    return absl::InvalidArgumentError("--dtype is for --raw and --random; a .npy file names its dtype");
-  }
-  // Raw bytes say nothing about their type, so guessing would be silent garbage.
-  if (in.raw_path && !dtype_flag) return absl::InvalidArgumentError("--raw needs --dtype");
-  if (seed_flag && !in.random_length) return absl::InvalidArgumentError("--seed is for --random");
-  if (dtype_flag) {
-    absl::StatusOr<DType> d = ParseDType(*dtype_flag);
-    if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", d.status().message()));
-    in.dtype = *d;
-  }
-  if (seed_flag && !absl::SimpleAtoi(*seed_flag, &in.seed)) {
-    return absl::InvalidArgumentError(absl::StrCat("--seed=", *seed_flag, ": expected an integer"));
+  if (absl::Status s = cl.CheckAllUsed(); !s.ok()) {
+    if (!a.dataset) return s;
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), " (not used with --dataset)"));
   }
   return a;
 }
 
-// Opens (maps) or generates the array.
-absl::StatusOr<InputArray> LoadInput(const InputSpec& spec) {
-  absl::StatusOr<InputArray> input = spec.npy_path   ? InputArray::OpenNpy(*spec.npy_path)
-                                     : spec.raw_path ? InputArray::OpenRaw(*spec.raw_path, spec.dtype)
-                                                     : InputArray::Random(*spec.random_length,
-                                                                          spec.dtype, spec.seed);
-  if (!input.ok() || !spec.row_length) return input;
+// Opens (maps) or generates the array, and cuts it into rows.
+absl::StatusOr<InputArray> LoadArray(const AggregateArgs& a) {
+  absl::StatusOr<InputArray> input = LoadInput(a.input);
+  if (!input.ok() || !a.row_length) return input;
   const std::uint64_t from_shape = input->array().row_length;
-  if (from_shape != 0 && from_shape != *spec.row_length) {
+  if (from_shape != 0 && from_shape != *a.row_length) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--rows=", *spec.row_length, " disagrees with ", input->description()));
+        absl::StrCat("--rows=", *a.row_length, " disagrees with ", input->description()));
   }
-  input->set_row_length(*spec.row_length);
+  input->set_row_length(*a.row_length);
   return input;
 }
 
-}  // namespace
+void PrintResponse(AggregateArgs& a, const v1::AggregateResponse& response, absl::Duration elapsed,
+                   std::string transport) {
+  a.format.client_seconds = absl::ToDoubleSeconds(elapsed);
+  a.format.transport = std::move(transport);
+  const std::string text = a.json ? FormatJson(response, a.format) : FormatText(response, a.format);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+}
 
-int RunAggregate(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  if (!cl.ok()) {
-    absl::FPrintF(stderr, "tally aggregate: %s\n(see tally aggregate --help)\n", cl.status().message());
-    return kExitUsage;
-  }
-  absl::StatusOr<AggregateArgs> a = ParseArgs(*cl);
-  if (!a.ok()) {
-    absl::FPrintF(stderr, "tally aggregate: %s\n(see tally aggregate --help)\n", a.status().message());
-    return kExitUsage;
-  }
-  absl::StatusOr<InputArray> input = LoadInput(a->input);
+int SendArray(AggregateArgs& a) {
+  absl::StatusOr<InputArray> input = LoadArray(a);
   if (!input.ok()) {
     absl::FPrintF(stderr, "tally aggregate: %s\n", input.status().message());
     return kExitFailure;
   }
-
-  Client client(MakeChannel(a->target));
+  Client client(MakeChannel(a.target));
   const ArrayRef& array = input->array();
   ProgressBar progress;
-  a->call.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
+  a.call.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
     progress.Update(sent, total);
   };
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::AggregateResponse> response =
-      client.Aggregate(array, a->aggregations, a->call);
+  absl::StatusOr<v1::AggregateResponse> response = client.Aggregate(array, a.aggregations, a.call);
   const absl::Duration elapsed = absl::Now() - start;
   progress.Finish();
   if (!response.ok()) {
@@ -215,12 +214,47 @@ int RunAggregate(const std::vector<std::string>& args) {
                   absl::StatusCodeToString(response.status().code()), response.status().message());
     return kExitFailure;
   }
-  a->format.client_seconds = absl::ToDoubleSeconds(elapsed);
-  a->format.transport = UsesStream(array, a->call) ? "stream" : "unary";
-  const std::string text =
-      a->json ? FormatJson(*response, a->format) : FormatText(*response, a->format);
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  PrintResponse(a, *response, elapsed, UsesStream(array, a.call) ? "stream" : "unary");
   return kExitOk;
+}
+
+int QueryDataset(AggregateArgs& a) {
+  Client client(MakeChannel(a.target));
+  const auto fail = [&](const absl::Status& s) {
+    absl::FPrintF(stderr, "tally aggregate: dataset \"%s\" failed: %s: %s\n", *a.dataset,
+                  absl::StatusCodeToString(s.code()), s.message());
+    return kExitFailure;
+  };
+  const absl::Time start = absl::Now();
+  std::optional<ElementRange> range;
+  if (a.range) {
+    // An open end needs the dataset's length, which only the server knows.
+    std::uint64_t length = 0;
+    if (!a.range->end) {
+      absl::StatusOr<v1::DatasetInfo> info = client.DescribeDataset(*a.dataset, a.call.timeout);
+      if (!info.ok()) return fail(info.status());
+      length = info->length();
+    }
+    range = a.range->Resolve(length);
+  }
+  absl::StatusOr<v1::AggregateResponse> response = client.AggregateDataset(
+      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return fail(response.status());
+  PrintResponse(a, *response, elapsed, "dataset");
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunAggregate(const std::vector<std::string>& args) {
+  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
+  absl::StatusOr<AggregateArgs> a = cl.ok() ? ParseArgs(*cl) : cl.status();
+  if (!a.ok()) {
+    absl::FPrintF(stderr, "tally aggregate: %s\n(see tally aggregate --help)\n", a.status().message());
+    return kExitUsage;
+  }
+  return a->dataset ? QueryDataset(*a) : SendArray(*a);
 }
 
 }  // namespace tally::client::tool

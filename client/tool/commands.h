@@ -13,12 +13,21 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// Where the subcommands look for a server without --target.
+inline constexpr absl::string_view kDefaultTarget = "127.0.0.1:50051";
+
 int RunAggregate(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunHealth(const std::vector<std::string>& args);
+int RunPut(const std::vector<std::string>& args);
+int RunDatasets(const std::vector<std::string>& args);
+int RunRm(const std::vector<std::string>& args);
 
 extern const absl::string_view kAggregateUsage;
 extern const absl::string_view kBenchUsage;
 extern const absl::string_view kHealthUsage;
+extern const absl::string_view kPutUsage;
+extern const absl::string_view kDatasetsUsage;
+extern const absl::string_view kRmUsage;
 
 }  // namespace tally::client::tool

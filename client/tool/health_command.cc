@@ -27,7 +27,7 @@ Example:
 
 int RunHealth(const std::vector<std::string>& args) {
   absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  std::string target = "127.0.0.1:50051", service;
+  std::string target{kDefaultTarget}, service;
   absl::Duration timeout = absl::Seconds(5);
   absl::Status parsed = cl.status();
   if (parsed.ok()) {

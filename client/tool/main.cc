@@ -13,18 +13,28 @@ constexpr char kUsage[] = R"(usage: tally COMMAND [flags]
 Client for the tally aggregation service (gRPC tally.v1.Aggregator).
 
 Commands:
-  aggregate   send one array (.npy, raw file or random) and print its
-              aggregations: sum min max mean count sumsq var std argmin
-              argmax histogram, over the whole array or per row
+  aggregate   send one array (.npy, raw file or random), or name a resident
+              dataset, and print its aggregations: sum min max mean count
+              sumsq var std argmin argmax histogram, over the whole array
+              (or a range of a dataset) or per row
+  put         upload an array as a named dataset the server keeps resident
+              (GPU or host memory), to aggregate many times without resending
+  datasets    list the resident datasets, and each place's usage and limit
+  rm          remove resident datasets
   bench       load-test a server with concurrent clients; throughput,
-              latency percentiles, failures
+              latency percentiles, failures; resident-dataset scan rates
   health      ask whether a server is serving (grpc.health.v1)
   help        this text; `tally COMMAND --help` explains a command
 
 Flags are written --name=value. Examples:
   tally aggregate data.npy --ops=sum,mean,std:1
   tally aggregate --random=64M --ops=min,max,hist:10:-1:1 --json
+  tally put temps temps.npy --ttl=3600
+  tally aggregate --dataset=temps --range=0:1M --ops=mean,max
+  tally datasets
+  tally rm temps
   tally bench --clients=8 --size=64M --mode=stream --duration=20
+  tally bench --mode=resident --sizes=1M,64M,1G --clients=64 --ops=sum,max
   tally health --target=gpu-box:50051
 )";
 
@@ -56,6 +66,9 @@ int main(int argc, char** argv) {
     absl::string_view usage;
   };
   const Command commands[] = {{"aggregate", RunAggregate, kAggregateUsage},
+                              {"put", RunPut, kPutUsage},
+                              {"datasets", RunDatasets, kDatasetsUsage},
+                              {"rm", RunRm, kRmUsage},
                               {"bench", RunBench, kBenchUsage},
                               {"health", RunHealth, kHealthUsage}};
   for (const Command& c : commands) {

@@ -1,6 +1,6 @@
 # Unit tests of the client library (tally_client), label unit. Included from
 # tests/unit/CMakeLists.txt, after GTest is found and GoogleTest included.
-foreach(name aggregations format npy reference roundtrip sizes)
+foreach(name aggregations datasets format npy reference roundtrip sizes)
   add_executable(tally_client_${name}_test ${CMAKE_CURRENT_LIST_DIR}/client_${name}_test.cc)
   target_link_libraries(tally_client_${name}_test PRIVATE tally_client GTest::gtest GTest::gtest_main)
   gtest_discover_tests(tally_client_${name}_test PROPERTIES LABELS unit)

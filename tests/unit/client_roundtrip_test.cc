@@ -1,7 +1,8 @@
 // The client against an in-process Aggregator that answers with the host
 // reference: unary and streaming calls must deliver the same bytes (the
 // client hand-encodes the data field to avoid copies), errors must keep the
-// server's code and message, and deadlines and progress must work.
+// server's code and message, and deadlines and progress must work. The
+// dataset calls go to a map of uploaded bytes.
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
@@ -11,6 +12,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "tally/client/aggregations.h"
@@ -31,6 +34,9 @@ class FakeAggregator final : public v1::Aggregator::Service {
   std::atomic<int> stream_calls{0};
   std::atomic<int> chunks{0};
   std::atomic<int> delay_ms{0};
+  std::atomic<int> put_chunks{0};
+  // The last upload's header, for checking what the client put in it.
+  v1::PutDatasetRequest::Header last_put;
 
   grpc::Status Aggregate(grpc::ServerContext*, const v1::AggregateRequest* request,
                          v1::AggregateResponse* response) override {
@@ -65,7 +71,100 @@ class FakeAggregator final : public v1::Aggregator::Service {
                   data, response);
   }
 
+  grpc::Status PutDataset(grpc::ServerContext*, grpc::ServerReader<v1::PutDatasetRequest>* reader,
+                          v1::PutDatasetResponse* response) override {
+    v1::PutDatasetRequest message;
+    if (!reader->Read(&message) || !message.has_header()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "header first");
+    }
+    const v1::PutDatasetRequest::Header header = message.header();
+    std::string data;
+    while (reader->Read(&message)) {
+      if (!message.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "second header");
+      ++put_chunks;
+      data += message.chunk();
+    }
+    const std::optional<ops::DType> dtype = FromWire(header.spec().dtype());
+    if (!dtype || data.size() != header.spec().length() * ops::SizeOf(*dtype)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "length does not match the data");
+    }
+    std::lock_guard lock(mu_);
+    last_put = header;
+    if (datasets_.contains(header.name()) && !header.replace()) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "dataset '" + header.name() + "' exists");
+    }
+    Stored& d = datasets_[header.name()];
+    d.spec = header.spec();
+    d.data = std::move(data);
+    d.info.set_name(header.name());
+    d.info.set_dtype(header.spec().dtype());
+    d.info.set_length(header.spec().length());
+    d.info.set_bytes(d.data.size());
+    d.info.set_place("host");
+    d.info.set_version(++version_);
+    *response->mutable_dataset() = d.info;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AggregateDataset(grpc::ServerContext*, const v1::AggregateDatasetRequest* request,
+                                v1::AggregateResponse* response) override {
+    std::lock_guard lock(mu_);
+    const auto it = datasets_.find(request->name());
+    if (it == datasets_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no dataset " + request->name());
+    const Stored& d = it->second;
+    std::uint64_t begin = 0, end = d.spec.length();
+    if (request->has_range()) {
+      begin = request->range().begin();
+      end = request->range().end();
+      if (begin > end || end > d.spec.length()) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "range outside the dataset");
+      }
+    }
+    const std::uint64_t size = ops::SizeOf(*FromWire(d.spec.dtype()));
+    v1::ArraySpec spec = d.spec;
+    spec.set_length(end - begin);
+    spec.set_row_length(request->row_length());
+    return Answer(spec, {request->aggregations().begin(), request->aggregations().end()},
+                  d.data.substr(begin * size, (end - begin) * size), response);
+  }
+
+  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest*,
+                            v1::ListDatasetsResponse* response) override {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, d] : datasets_) *response->add_datasets() = d.info;
+    response->add_places()->set_place("host");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DescribeDataset(grpc::ServerContext*, const v1::DescribeDatasetRequest* request,
+                               v1::DatasetInfo* response) override {
+    std::lock_guard lock(mu_);
+    const auto it = datasets_.find(request->name());
+    if (it == datasets_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no dataset " + request->name());
+    *response = it->second.info;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteDataset(grpc::ServerContext*, const v1::DeleteDatasetRequest* request,
+                             v1::DeleteDatasetResponse* response) override {
+    std::lock_guard lock(mu_);
+    const auto it = datasets_.find(request->name());
+    if (it == datasets_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no dataset " + request->name());
+    *response->mutable_dataset() = it->second.info;
+    datasets_.erase(it);
+    return grpc::Status::OK;
+  }
+
  private:
+  struct Stored {
+    v1::ArraySpec spec;
+    std::string data;
+    v1::DatasetInfo info;
+  };
+  std::mutex mu_;
+  std::map<std::string, Stored> datasets_;
+  std::uint64_t version_ = 0;
+
   grpc::Status Answer(const v1::ArraySpec& spec, const std::vector<v1::Aggregation>& aggs,
                       const std::string& data, v1::AggregateResponse* response) {
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
@@ -226,6 +325,90 @@ TEST_F(RoundTripTest, HealthCheck) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
+  const std::vector<v1::Aggregation> aggs = *ParseAggregations(kAllOps);
+  for (ops::DType dtype : ops::kAllDTypes) {
+    const std::uint64_t length = 30'011;
+    HostBuffer buffer(length * ops::SizeOf(dtype));
+    FillRandom(dtype, 17, buffer.data(), length);
+    // The array's rows are not the dataset's: they must not be sent.
+    const ArrayRef array{dtype, buffer.data(), length, 11};
+    PutOptions put;
+    put.replace = true;
+    put.ttl = absl::Milliseconds(2500);
+    put.chunk_bytes = 1001;  // chunks that split elements
+    const absl::StatusOr<v1::PutDatasetResponse> stored = client_->PutDataset("x", array, put);
+    ASSERT_TRUE(stored.ok()) << NameOf(dtype) << ": " << stored.status();
+    EXPECT_EQ(stored->dataset().length(), length);
+    EXPECT_EQ(service_.last_put.name(), "x");
+    EXPECT_EQ(service_.last_put.spec().row_length(), 0u);
+    EXPECT_TRUE(service_.last_put.replace());
+    EXPECT_EQ(service_.last_put.ttl_seconds(), 2.5);
+
+    // The whole dataset, and a range in rows: the fake answers with the
+    // reference on the bytes it stored, so equality means they arrived intact.
+    const ArrayRef whole{dtype, buffer.data(), length, 0};
+    absl::StatusOr<v1::AggregateResponse> got = client_->AggregateDataset("x", std::nullopt, 0, aggs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->SerializeAsString(), ComputeReference(whole, aggs)->SerializeAsString()) << NameOf(dtype);
+    const ArrayRef part{dtype, buffer.data() + 1000 * ops::SizeOf(dtype), 7000, 700};
+    got = client_->AggregateDataset("x", ElementRange{1000, 8000}, 700, aggs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->SerializeAsString(), ComputeReference(part, aggs)->SerializeAsString()) << NameOf(dtype);
+  }
+  EXPECT_EQ(service_.put_chunks, [] {
+    int chunks = 0;
+    for (ops::DType d : ops::kAllDTypes) chunks += (30'011 * ops::SizeOf(d) + 1000) / 1001;
+    return chunks;
+  }());
+}
+
+TEST_F(RoundTripTest, DatasetCallsListDescribeDeleteAndKeepErrors) {
+  std::vector<std::int32_t> x = {3, 1, 4, 1, 5};
+  const ArrayRef array{ops::DType::kInt32, reinterpret_cast<const std::byte*>(x.data()), 5, 0};
+  ASSERT_TRUE(client_->PutDataset("pi", array).ok());
+  EXPECT_FALSE(service_.last_put.replace());
+  EXPECT_EQ(service_.last_put.ttl_seconds(), 0.0);
+  const absl::Status again = client_->PutDataset("pi", array).status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(again.message(), "dataset 'pi' exists");
+
+  const absl::StatusOr<v1::ListDatasetsResponse> list = client_->ListDatasets(absl::Seconds(5));
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->datasets_size(), 1);
+  EXPECT_EQ(list->datasets(0).name(), "pi");
+  EXPECT_EQ(list->places(0).place(), "host");
+  const absl::StatusOr<v1::DatasetInfo> info = client_->DescribeDataset("pi");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->length(), 5u);
+  EXPECT_EQ(info->dtype(), v1::DTYPE_INT32);
+
+  const absl::Status range = client_->AggregateDataset("pi", ElementRange{2, 9}, 0, *ParseAggregations("sum")).status();
+  EXPECT_EQ(range.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(range.message(), "range outside the dataset");
+
+  const absl::StatusOr<v1::DatasetInfo> removed = client_->DeleteDataset("pi");
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(removed->name(), "pi");
+  for (const absl::Status& s : {client_->DeleteDataset("pi").status(), client_->DescribeDataset("pi").status(),
+                                client_->AggregateDataset("pi", std::nullopt, 0, *ParseAggregations("sum")).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_EQ(s.message(), "no dataset pi");
+  }
+}
+
+TEST_F(RoundTripTest, PutDatasetRejectsABadTtlOrChunkLocally) {
+  std::vector<double> x = {1};
+  const ArrayRef array{ops::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 1, 0};
+  PutOptions negative;
+  negative.ttl = absl::Seconds(-1);
+  EXPECT_EQ(client_->PutDataset("x", array, negative).status().code(), absl::StatusCode::kInvalidArgument);
+  PutOptions no_chunk;
+  no_chunk.chunk_bytes = 0;
+  EXPECT_EQ(client_->PutDataset("x", array, no_chunk).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(service_.put_chunks, 0);
+}
+
 TEST(ClientOffline, UnreachableServerIsUnavailable) {
   // Port 1 on localhost: nothing listens there.
   Client client(MakeChannel("127.0.0.1:1"));
@@ -259,6 +442,11 @@ TEST(FromGrpcStatus, KeepsCodeMessageAndDetails) {
 TEST(MethodNames, MatchTheService) {
   EXPECT_EQ(AggregateMethod(), "/tally.v1.Aggregator/Aggregate");
   EXPECT_EQ(AggregateStreamMethod(), "/tally.v1.Aggregator/AggregateStream");
+  EXPECT_EQ(PutDatasetMethod(), "/tally.v1.Aggregator/PutDataset");
+  EXPECT_EQ(AggregateDatasetMethod(), "/tally.v1.Aggregator/AggregateDataset");
+  EXPECT_EQ(ListDatasetsMethod(), "/tally.v1.Aggregator/ListDatasets");
+  EXPECT_EQ(DescribeDatasetMethod(), "/tally.v1.Aggregator/DescribeDataset");
+  EXPECT_EQ(DeleteDatasetMethod(), "/tally.v1.Aggregator/DeleteDataset");
 }
 
 }  // namespace

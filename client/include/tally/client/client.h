@@ -1,10 +1,12 @@
 // The tally client: sends an array to tally.v1.Aggregator and returns the
-// results, choosing the unary or the streaming RPC by size.
+// results, choosing the unary or the streaming RPC by size; uploads resident
+// datasets and aggregates, lists, describes and deletes them.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tally/client/array.h"
+#include "tally/client/element_range.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally::client {
@@ -55,6 +58,23 @@ struct CallOptions {
   std::function<void(std::uint64_t sent, std::uint64_t total)> progress;
 };
 
+// How PutDataset sends a dataset.
+struct PutOptions {
+  // Replace a dataset of the same name (atomically: queries already running
+  // finish on the old version) instead of failing with ALREADY_EXISTS.
+  bool replace = false;
+  // > 0: the server removes the dataset this long after the upload
+  // completes; 0: it stays until deleted (or evicted). Whole and fractional
+  // seconds go to the server as they are.
+  absl::Duration ttl = absl::ZeroDuration();
+  // Bytes per chunk message, as CallOptions::chunk_bytes.
+  std::uint64_t chunk_bytes = 4 * kMiB;
+  // absl::InfiniteDuration(): no deadline.
+  absl::Duration timeout = absl::InfiniteDuration();
+  // As CallOptions::progress.
+  std::function<void(std::uint64_t sent, std::uint64_t total)> progress;
+};
+
 // Whether Aggregate() sends `array` with AggregateStream under `options`.
 bool UsesStream(const ArrayRef& array, const CallOptions& options);
 
@@ -75,6 +95,37 @@ class Client {
   [[nodiscard]] absl::StatusOr<v1::AggregateResponse> Aggregate(
       const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations,
       const CallOptions& options = {});
+
+  // Uploads `array` as the resident dataset `name` with PutDataset, never
+  // copying its bytes (as Aggregate's stream). The dataset is flat:
+  // array.row_length is not sent, since rows are chosen by each query. The
+  // server's status is returned with its code and message kept: e.g.
+  // ALREADY_EXISTS without `replace`, RESOURCE_EXHAUSTED when the server's
+  // --max_dataset_bytes leaves no room.
+  [[nodiscard]] absl::StatusOr<v1::PutDatasetResponse> PutDataset(absl::string_view name,
+                                                                  const ArrayRef& array,
+                                                                  const PutOptions& options = {});
+
+  // Aggregates the dataset `name`, or elements `range` of it, cut into rows
+  // of `row_length` elements (0: one result per aggregation). Results are
+  // those Aggregate gives on the same elements (tally.proto says to what
+  // precision); arg* indices count from the range's start. NOT_FOUND for an
+  // unknown name.
+  [[nodiscard]] absl::StatusOr<v1::AggregateResponse> AggregateDataset(
+      absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
+      const std::vector<v1::Aggregation>& aggregations,
+      absl::Duration timeout = absl::InfiniteDuration());
+
+  // Every dataset, by name, and what each place (GPU or host) holds.
+  [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(
+      absl::Duration timeout = absl::InfiniteDuration());
+  // NOT_FOUND for an unknown name.
+  [[nodiscard]] absl::StatusOr<v1::DatasetInfo> DescribeDataset(
+      absl::string_view name, absl::Duration timeout = absl::InfiniteDuration());
+  // Removes the name at once and returns what it held; queries reading the
+  // dataset finish on it. NOT_FOUND for an unknown name.
+  [[nodiscard]] absl::StatusOr<v1::DatasetInfo> DeleteDataset(
+      absl::string_view name, absl::Duration timeout = absl::InfiniteDuration());
 
   // grpc.health.v1.Health/Check for `service` ("" asks about the server as
   // a whole, "tally.v1.Aggregator" about the aggregation service).

@@ -1,9 +1,11 @@
-// Turning an AggregateResponse into text for people or JSON for programs.
+// Turning an AggregateResponse, and what the server says about its resident
+// datasets, into text for people or JSON for programs.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "absl/time/time.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally::client {
@@ -17,7 +19,7 @@ struct FormatOptions {
   int max_bins_shown = 16;
   // Client-side facts added to "execution" when known.
   std::optional<double> client_seconds;
-  std::optional<std::string> transport;  // "unary" or "stream"
+  std::optional<std::string> transport;  // "unary", "stream" or "dataset"
 };
 
 // One line per aggregation ("sum = 12.5"; rows as "[1, 2, 3, ... (997 more)]";
@@ -34,6 +36,7 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
 //    "execution": {"elements": N, "bytes": N, "rows": N, "backend": "cpu",
 //                  "device": "...", "server_seconds": 0.01,
 //                  "client_seconds": 0.02, "transport": "unary"}}
+// ("transport" is "dataset" for a query of a resident dataset.)
 // "op" is the name from tally/ops/op.h. "values" and "histograms" hold one
 // entry per row (one for an unsegmented array). "ddof" appears for variance
 // and stddev only; client_seconds and transport only when known.
@@ -42,5 +45,27 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
 // NaN, +inf and -inf, which JSON lacks, are the strings "nan", "inf", "-inf".
 // Histogram counts are always complete. Ends with a newline.
 std::string FormatJson(const v1::AggregateResponse& response, const FormatOptions& options = {});
+
+// One dataset on one line, e.g. "temps: float32, 1000000 elements (3.81 MiB)
+// on cuda:0, version 7, expires in 9m59s, 12 queries". The time left is
+// taken against `now` (the client's clock). No newline.
+std::string FormatDatasetText(const v1::DatasetInfo& dataset, absl::Time now);
+
+// ListDatasets as two tables: the datasets (name, dtype, length, bytes,
+// place, version, expiry, queries), then each place's datasets, bytes and
+// limit. Ends with a newline.
+std::string FormatDatasetsText(const v1::ListDatasetsResponse& list, absl::Time now);
+
+// One dataset as a JSON object, no newline. Schema (fields only ever added):
+//   {"name": "temps", "dtype": "float32", "length": N, "bytes": N,
+//    "place": "cuda:0", "version": N, "created_unix_seconds": S,
+//    "expires_unix_seconds": S, "queries": N}
+// expires_unix_seconds is 0 for a dataset without a TTL.
+std::string DatasetJson(const v1::DatasetInfo& dataset);
+
+// ListDatasets as JSON: {"datasets": [DatasetJson, ...],
+//   "places": [{"place": "host", "datasets": N, "bytes": N, "limit_bytes": N}]}
+// limit_bytes 0 means no limit. Ends with a newline.
+std::string FormatDatasetsJson(const v1::ListDatasetsResponse& list);
 
 }  // namespace tally::client

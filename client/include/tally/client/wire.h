@@ -33,5 +33,10 @@ inline absl::string_view NameOf(ops::OpKind op) {
 // The fully qualified method names (e.g. "/tally.v1.Aggregator/Aggregate").
 const std::string& AggregateMethod();
 const std::string& AggregateStreamMethod();
+const std::string& PutDatasetMethod();
+const std::string& AggregateDatasetMethod();
+const std::string& ListDatasetsMethod();
+const std::string& DescribeDatasetMethod();
+const std::string& DeleteDatasetMethod();
 
 }  // namespace tally::client
