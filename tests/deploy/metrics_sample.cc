@@ -25,6 +25,7 @@ int main() {
   m.KernelTime(0, 0.00005);
   m.SetDeviceMemory(0, "sample GPU", 1 << 20, 1 << 30);
   m.SetPinnedPool(1 << 26, 1 << 12);
+  m.SetResidentDatasets("cuda:0", 1 << 30, 1, 0);
   std::cout << m.Scrape();
   return 0;
 }

@@ -92,7 +92,8 @@ TEST(EngineResident, PinnedHostBytesGiveBitwiseTheStagedAnswer) {
   auto r = cuda->Start(plan, Placement::PinnedHost());
   ASSERT_TRUE(r.ok()) << r.status();
   const std::span<const std::byte> all(static_cast<const std::byte*>(pinned), data.size());
-  const std::size_t cuts[] = {0, 4 * 1000, 4 * 40000, 4 * 200000, data.size()};
+  // Chunks are 64 KiB: a staged head, then a whole chunk copied directly.
+  const std::size_t cuts[] = {0, 4000, 140000, 300000, data.size()};
   for (int i = 0; i + 1 < 5; ++i) {
     ASSERT_TRUE((*r)->Consume(Extent{all.subspan(cuts[i], cuts[i + 1] - cuts[i]), Placement::PinnedHost()}).ok());
   }

@@ -103,6 +103,7 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
   Metrics m(Cpu());
   m.HostToDevice(0, 1, 0.1);  // families with per-device children need one
   m.SetDeviceMemory(0, "G", 1, 2);
+  m.SetResidentDatasets("cuda:0", 1, 1, 0);
   const std::string text = m.Scrape();
   const std::vector<std::string> families = {
       "tally_build_info",           "tally_requests_total",
@@ -113,7 +114,11 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_pinned_pool_capacity_bytes", "tally_pinned_pool_used_bytes",
       "tally_host_to_device_bytes_total", "tally_host_to_device_seconds_total",
       "tally_kernel_seconds_total", "tally_device_memory_used_bytes",
-      "tally_device_memory_capacity_bytes"};
+      "tally_device_memory_capacity_bytes", "tally_dataset_resident_bytes",
+      "tally_datasets",             "tally_dataset_limit_bytes",
+      "tally_dataset_uploads_total", "tally_dataset_queries_total",
+      "tally_dataset_evictions_total", "tally_dataset_expiries_total",
+      "tally_dataset_deletions_total"};
   for (const auto& f : families) {
     EXPECT_NE(text.find("# HELP " + f + " "), std::string::npos) << f;
     EXPECT_NE(text.find("# TYPE " + f + " "), std::string::npos) << f;
@@ -137,8 +142,13 @@ TEST(Metrics, SuccessSeriesExistBeforeAnyRequest) {
   EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "Aggregate"}, {"code", "OK"}}), 0.0);
   EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "AggregateStream"}, {"code", "OK"}}),
             0.0);
-  EXPECT_EQ(CountSamples(text, "tally_requests_total"), 2);
-  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 2 * ops::kNumOpKinds);
+  EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "PutDataset"}, {"code", "OK"}}), 0.0);
+  EXPECT_EQ(CountSamples(text, "tally_requests_total"), Metrics::kNumMethods);
+  // Op series for the methods that carry aggregations only.
+  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 3 * ops::kNumOpKinds);
+  EXPECT_EQ(Value(text, "tally_aggregations_total",
+                  {{"method", "AggregateDataset"}, {"op", "histogram"}, {"code", "OK"}}),
+            0.0);
   EXPECT_EQ(Value(text, "tally_aggregations_total",
                   {{"method", "AggregateStream"}, {"op", "sum_squares"}, {"code", "OK"}}),
             0.0);

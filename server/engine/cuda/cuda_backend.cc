@@ -114,6 +114,11 @@ class CudaBackend final : public Backend {
   // scratch allows, up to the whole array: decided by the plan alone, so a
   // request gives the same bits every time.
   absl::StatusOr<std::unique_ptr<Reduction>> StartOnDevice(const AggregationPlan& plan, int device) {
+    const std::vector<int>& in_use = pool_->ordinals();
+    if (std::find(in_use.begin(), in_use.end(), device) == in_use.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cuda backend: GPU ", device, " is not one of the devices in use."));
+    }
     cuda::PassPlan passes = cuda::PlanPasses(plan);
     if (passes.state_bytes > pool_->state_bytes()) {
       return absl::ResourceExhaustedError(absl::StrCat(

@@ -152,16 +152,20 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
         RemoveLocked(e);
       }
     }
-    if (evicted.empty() &&
-        (!options_.evict_lru || freed_.wait_until(lock, give_up) == std::cv_status::timeout)) {
+    auto refuse = [&] {
       return absl::ResourceExhaustedError(
           absl::StrCat("dataset '", name, "' needs ", bytes, " bytes; ", Fullness(*best),
-                       options_.evict_lru ? " (the rest is still being read)"
+                       options_.evict_lru ? " (what could be evicted is still being read)"
                                           : "; delete datasets, or run the server with --dataset_evict_lru"));
+    };
+    if (evicted.empty()) {
+      if (!options_.evict_lru || freed_.wait_until(lock, give_up) == std::cv_status::timeout) return refuse();
+      continue;
     }
     lock.unlock();
     evicted.clear();  // their memory goes on the store's thread, which then wakes us
     lock.lock();
+    if (!freed_.wait_until(lock, give_up, [&] { return best->charged + bytes <= limit; })) return refuse();
   }
   lock.unlock();
   absl::StatusOr<std::unique_ptr<ResidentMemory>> memory =
