@@ -15,6 +15,7 @@
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/status.h"
+#include "server/frontend/stream_watchdog.h"
 
 namespace tally {
 namespace {
@@ -50,6 +51,20 @@ absl::Status TooLargeForUnary(std::uint64_t bytes, std::uint64_t limit) {
                    "-byte limit for Aggregate (--max_message_bytes); send larger arrays with AggregateStream."));
 }
 
+// How often the watchdog looks at the streams: a small part of the shortest
+// time it enforces, so a stream is ended soon after its time is up, but no
+// more often than every 10 ms (0: nothing to enforce).
+std::chrono::milliseconds WatchdogPeriod(const ServiceOptions& o) {
+  std::chrono::milliseconds shortest{0};
+  for (std::chrono::milliseconds t : {o.stream_idle_timeout, o.stream_min_bytes_per_second > 0
+                                                                 ? o.stream_rate_window
+                                                                 : std::chrono::milliseconds(0)}) {
+    if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+  }
+  if (shortest.count() == 0) return shortest;
+  return std::clamp(shortest / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+}
+
 }  // namespace
 
 absl::Status AggregatorService::Draining() {
@@ -63,7 +78,8 @@ AggregatorService::AggregatorService(Backend& backend, Executor& request_workers
       chunk_workers_(chunk_workers),
       metrics_(metrics),
       options_(std::move(options)),
-      admission_(options_.max_inflight_bytes, options_.admission_wait, metrics) {}
+      admission_(options_.max_inflight_bytes, options_.admission_wait, metrics),
+      watchdog_(WatchdogPeriod(options_)) {}
 
 grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* raw_request,
@@ -139,32 +155,49 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
 // worker from the executor feeds queued chunks to the backend in order, so
 // receiving chunk k overlaps with reducing chunk k-1. At most
 // max_queued_chunks chunks wait; beyond that reading pauses until the worker
-// catches up. Finish() is called exactly once, and only when no worker task is
-// running, because OnDone() deletes the reactor.
-class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+// catches up.
+//
+// What a stream holds is charged to the bytes that actually arrive: nothing
+// is taken at the header; the first chunk brings admission and the backend's
+// Reduction (on the cuda backend, a GPU lane); every chunk holds its own
+// bytes of the in-flight budget from arrival until the backend has consumed
+// it. So a client that sends a header and then nothing, or a byte now and
+// then, holds no budget and no lane, and the watchdog ends such streams:
+// while the server waits for a message, none may take longer than
+// stream_idle_timeout, and the bytes must keep up stream_min_bytes_per_second
+// over each stream_rate_window.
+//
+// Finish() is called exactly once, and only when no worker task is running
+// (workers touch the reactor, and OnDone() ends its life).
+class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
+                                               public StreamWatchdog::Watched {
  public:
+  using Clock = StreamWatchdog::Clock;
+
   StreamReactor(AggregatorService& service, grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
       : service_(service),
         context_(context),
         response_(response),
         record_(service.metrics_, Metrics::Method::kAggregateStream, service.in_flight_) {
+    service_.watchdog_.Add(this);
+    std::unique_lock<std::mutex> lock(mu_);
     if (service.draining_.load()) {
-      done_ = true;
-      record_.Complete(Draining(), 0);
-      Finish(ToGrpcStatus(Draining()));
-      return;
+      FailLocked(lock, Draining());
+    } else {
+      ReadLocked();
     }
-    StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (done_) return;
+    const Clock::time_point now = Clock::now();
+    window_waited_ += now - window_mark_;
+    read_since_.reset();
     if (!ok) {
       // The client closed its side (or the call broke): no more chunks.
       input_ended_ = true;
-      if (!worker_active_) FinishLocked(lock);
-      return;
+      return EndOfInputLocked(lock);
     }
     v1::AggregateStreamRequest message;
     absl::StatusOr<SlicedBytes> chunk =
@@ -175,12 +208,11 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
     if (!header_seen_) {
       header_seen_ = true;
       if (absl::Status s = ReadHeader(message); !s.ok()) return FailLocked(lock, s);
-      // Admission and the backend may wait (for room, for a GPU lane): on a
-      // request worker, not on this gRPC thread. The first chunk is read once
-      // the backend is ready.
-      worker_active_ = true;
-      service_.request_workers_.Post([this] { StartBackend(); });
-      return;
+      // Nothing is reserved until the first chunk arrives; the rate is
+      // judged from here.
+      window_waited_ = Clock::duration::zero();
+      window_bytes_ = 0;
+      return ReadLocked();
     }
     if (message.payload_case() != v1::AggregateStreamRequest::kChunk) {
       return FailLocked(lock, absl::InvalidArgumentError(
@@ -188,6 +220,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
                                   "later message must be a chunk."));
     }
     received_bytes_ += chunk->size();
+    window_bytes_ += chunk->size();
     record_.AddBytes(chunk->size());
     if (received_bytes_ > plan_.array.bytes()) {
       return FailLocked(lock, absl::InvalidArgumentError(absl::StrCat(
@@ -195,16 +228,11 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
                                   " bytes that header.spec.length (", plan_.array.length, " ",
                                   ops::Name(plan_.array.dtype), " elements) announced.")));
     }
-    queue_.push_back(std::move(*chunk));
-    if (!worker_active_) {
-      worker_active_ = true;
-      service_.chunk_workers_.Post([this] { Drain(); });
-    }
-    if (static_cast<int>(queue_.size()) < service_.options_.max_queued_chunks) {
-      StartRead(&message_);
-    } else {
-      read_paused_ = true;
-    }
+    if (absl::Status s = CheckRateLocked(now, window_waited_); !s.ok()) return FailLocked(lock, s);
+    if (reduction_ == nullptr) return AdmitOnWorkerLocked(std::move(*chunk));
+    absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.TryAdmit(chunk->size());
+    if (!ticket.ok()) return AdmitOnWorkerLocked(std::move(*chunk));
+    QueueLocked(std::move(*chunk), std::move(*ticket));
   }
 
   void OnCancel() override {
@@ -212,9 +240,34 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
     cancelled_ = true;
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_.watchdog_.Remove(this);
+    Unref();
+  }
+
+  void CheckProgress(Clock::time_point now) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (done_ || !read_since_.has_value()) return;  // not waiting for the client
+    const ServiceOptions& o = service_.options_;
+    if (o.stream_idle_timeout.count() > 0 && now - *read_since_ >= o.stream_idle_timeout) {
+      return FailLocked(lock, absl::DeadlineExceededError(absl::StrCat(
+                                  "the stream sent no message for ", o.stream_idle_timeout.count(),
+                                  " ms (--stream_idle_timeout_ms); it was ended and what it held was freed.")));
+    }
+    if (absl::Status s = CheckRateLocked(now, window_waited_ + (now - window_mark_)); !s.ok()) {
+      return FailLocked(lock, s);
+    }
+  }
 
  private:
+  // A received chunk, with its share of the in-flight budget.
+  struct Queued {
+    SlicedBytes bytes;
+    AdmissionController::Ticket ticket;
+  };
+
+  void Destroy() override { delete this; }
+
   absl::Status ReadHeader(const v1::AggregateStreamRequest& message) {
     if (message.payload_case() != v1::AggregateStreamRequest::kHeader) {
       return absl::InvalidArgumentError(
@@ -232,53 +285,117 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
     return absl::OkStatus();
   }
 
-  // Request worker: takes the stream's share of the in-flight budget and a
-  // Reduction from the backend, waiting for either if need be, then starts
-  // reading chunks. plan_ is not written after ReadHeader(), so it is read
-  // here without the lock.
-  void StartBackend() {
-    const std::uint64_t hold = std::min(plan_.array.bytes(), service_.options_.stream_hold_bytes);
-    absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(hold);
-    absl::StatusOr<std::unique_ptr<Reduction>> reduction =
-        ticket.ok() ? service_.backend_.Start(plan_) : ticket.status();
-    std::unique_lock<std::mutex> lock(mu_);
-    worker_active_ = false;
-    if (!reduction.ok()) return FailLocked(lock, reduction.status());
-    ticket_ = std::move(*ticket);
-    reduction_ = std::move(*reduction);
-    if (cancelled_) return FinishLocked(lock);
+  // Asks the client for its next message; the watchdog times the wait.
+  void ReadLocked() {
+    read_since_ = window_mark_ = Clock::now();
     StartRead(&message_);
+  }
+
+  // Once the header has come, each stream_rate_window of waiting for the
+  // client must bring stream_min_bytes_per_second; `waited` is the time
+  // waited in this window so far. A window that did is forgotten.
+  absl::Status CheckRateLocked(Clock::time_point now, Clock::duration waited) {
+    const ServiceOptions& o = service_.options_;
+    if (!header_seen_ || o.stream_min_bytes_per_second == 0 || o.stream_rate_window.count() <= 0) {
+      return absl::OkStatus();
+    }
+    if (waited < o.stream_rate_window) return absl::OkStatus();
+    const double seconds = std::chrono::duration<double>(waited).count();
+    if (static_cast<double>(window_bytes_) < static_cast<double>(o.stream_min_bytes_per_second) * seconds) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the stream sent ", window_bytes_, " bytes in ", absl::SixDigits(seconds),
+          " s, below the minimum of ", o.stream_min_bytes_per_second,
+          " bytes per second (--stream_min_bytes_per_second); it was ended and what it held was freed."));
+    }
+    window_waited_ = Clock::duration::zero();
+    window_bytes_ = 0;
+    window_mark_ = now;
+    return absl::OkStatus();
+  }
+
+  // The chunk is queued for the backend once admitted (and, for the first
+  // chunk, once the backend has given a Reduction): both may wait, so on a
+  // request worker, not on this gRPC thread. Reading pauses meanwhile.
+  void AdmitOnWorkerLocked(SlicedBytes chunk) {
+    admitting_ = true;
+    const bool first = reduction_ == nullptr;
+    auto held = std::make_shared<SlicedBytes>(std::move(chunk));
+    service_.request_workers_.Post([this, held, first] { AdmitAndQueue(std::move(*held), first); });
+  }
+
+  void AdmitAndQueue(SlicedBytes chunk, bool first) {
+    absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(chunk.size());
+    absl::StatusOr<std::unique_ptr<Reduction>> reduction;
+    if (first) reduction = ticket.ok() ? service_.backend_.Start(plan_) : ticket.status();
+    std::unique_lock<std::mutex> lock(mu_);
+    admitting_ = false;
+    if (!ticket.ok()) return FailLocked(lock, ticket.status());
+    if (first) {
+      if (!reduction.ok()) return FailLocked(lock, reduction.status());
+      reduction_ = std::move(*reduction);
+    }
+    if (done_ || cancelled_ || !error_.ok()) return FailLocked(lock, error_);
+    QueueLocked(std::move(chunk), std::move(*ticket));
+  }
+
+  // Queues an admitted chunk, wakes the worker, and reads on unless the
+  // queue is full or the input has ended.
+  void QueueLocked(SlicedBytes chunk, AdmissionController::Ticket ticket) {
+    queue_.push_back(Queued{std::move(chunk), std::move(ticket)});
+    if (!draining_queue_) {
+      draining_queue_ = true;
+      service_.chunk_workers_.Post([this] { Drain(); });
+    }
+    if (input_ended_) return;
+    if (static_cast<int>(queue_.size()) < service_.options_.max_queued_chunks) {
+      ReadLocked();
+    } else {
+      read_paused_ = true;
+    }
   }
 
   // Worker: feeds queued chunks to the backend until the queue is empty.
   void Drain() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!queue_.empty() && error_.ok() && !cancelled_) {
-      SlicedBytes chunk = std::move(queue_.front());
+      Queued chunk = std::move(queue_.front());
       queue_.pop_front();
       if (read_paused_ && !input_ended_) {
         read_paused_ = false;
-        StartRead(&message_);
+        ReadLocked();
       }
       lock.unlock();
-      absl::Status s = ConsumePieces(chunk, *aligner_, *reduction_);
+      absl::Status s = ConsumePieces(chunk.bytes, *aligner_, *reduction_);
+      chunk = Queued();  // its bytes are consumed: their share of the budget goes back
       lock.lock();
       if (!s.ok() && error_.ok()) error_ = s;
     }
-    worker_active_ = false;
+    draining_queue_ = false;
     queue_.clear();
     if (input_ended_ || !error_.ok() || cancelled_) FinishLocked(lock);
   }
 
-  void FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
-    if (error_.ok()) error_ = status;
-    if (!worker_active_) FinishLocked(lock);
+  // The client has closed its side. An empty array has no chunk to start
+  // the backend with: it starts now, with an empty one.
+  void EndOfInputLocked(std::unique_lock<std::mutex>& lock) {
+    if (reduction_ == nullptr && !admitting_ && header_seen_ && error_.ok() && !cancelled_ &&
+        plan_.array.bytes() == 0) {
+      return AdmitOnWorkerLocked(SlicedBytes());
+    }
+    FinishLocked(lock);
   }
 
-  // Ends the call; the caller holds mu_ and no worker is running.
+  void FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
+    if (error_.ok()) error_ = status;
+    FinishLocked(lock);
+  }
+
+  // Ends the call unless a worker is running (it finishes the call when it
+  // is done); the caller holds mu_.
   void FinishLocked(std::unique_lock<std::mutex>& lock) {
-    if (done_) return;
+    if (done_ || admitting_ || draining_queue_) return;
     done_ = true;
+    read_since_.reset();
     absl::Status status = Outcome();
     if (status.ok()) {
       absl::StatusOr<AggregationResult> result = reduction_->Finish();
@@ -291,7 +408,7 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
       }
     }
     reduction_.reset();
-    ticket_ = AdmissionController::Ticket();
+    queue_.clear();
     lock.unlock();
     record_.Complete(status, plan_.array.length);
     Finish(ToGrpcStatus(status));
@@ -324,16 +441,22 @@ class AggregatorService::StreamReactor final : public grpc::ServerReadReactor<gr
   AggregationList aggregations_;
   std::optional<ElementAligner> aligner_;
   std::unique_ptr<Reduction> reduction_;
-  AdmissionController::Ticket ticket_;
-  std::deque<SlicedBytes> queue_;
+  std::deque<Queued> queue_;
   std::uint64_t received_bytes_ = 0;
   absl::Status error_;
   bool header_seen_ = false;
-  bool worker_active_ = false;
+  bool admitting_ = false;        // AdmitAndQueue is posted or running
+  bool draining_queue_ = false;   // Drain is posted or running
   bool read_paused_ = false;
   bool input_ended_ = false;
   bool cancelled_ = false;
   bool done_ = false;
+  // The watchdog's view: since when a read has waited for the client, and
+  // the current rate window's waiting time (up to window_mark_) and bytes.
+  std::optional<Clock::time_point> read_since_;
+  Clock::time_point window_mark_;
+  Clock::duration window_waited_{};
+  std::uint64_t window_bytes_ = 0;
 };
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::AggregateStream(grpc::CallbackServerContext* context,
