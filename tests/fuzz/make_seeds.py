@@ -73,6 +73,7 @@ def unary():
         "empty": b"",
         "truncated": ld(1, spec(FLOAT64)) + tag(2, 2) + varint(100) + b"short",
         "group": tag(5, 3) + vint(1, 1) + tag(5, 4) + ld(3, agg(SUM)),
+        "hist_too_wide": ld(1, spec(FLOAT64)) + ld(2, bytes(8)) + ld(3, agg(HIST, hist=(4, -1e308, 1e308))),
     }
 
 
@@ -97,6 +98,9 @@ def plan():
         "rows_hist": bytes([0, 3, 1, 12, 4, 0, 2, 0, 11, 0, 1, 10, 0, 0, 0, 4]),
         "stream_var": bytes([0, 2, 1, 100, 0, 0, 3, 0, 7, 1, 0, 2, 0, 0, 8, 0, 0, 9, 0]),
         "huge_length": bytes([0, 4, 1, 0xFF]) + b"\xff" * 8 + bytes([0, 0, 1, 0, 1, 0]),
+        # A histogram whose edges are finite but whose width is not.
+        "hist_too_wide": bytes([0, 1, 1, 5, 0, 0, 1, 0, 11, 0, 1, 10, 0xFF]) + struct.pack("<d", -1e308) +
+        bytes([0xFF]) + struct.pack("<d", 1e308) + bytes([0]),
     }
 
 
@@ -118,6 +122,9 @@ def npy():
         "fortran": npy_file(1, "{'descr': '<i4', 'fortran_order': True, 'shape': (1, 1), }", bytes(4)),
         "big_endian": npy_file(1, "{'descr': '>u4', 'fortran_order': False, 'shape': (1,), }", bytes(4)),
         "truncated": npy_file(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (9,), }", data16),
+        # 2^61 elements fit in 64 bits; their 2^64 bytes do not.
+        "bytes_overflow": npy_file(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2305843009213693952,), }",
+                                   b""),
     }
 
 

@@ -9,3 +9,10 @@ endif()
 set(TALLY_SANITIZE -fsanitize=address,undefined -fno-sanitize-recover=all)
 add_compile_options(${TALLY_SANITIZE} -fsanitize=fuzzer-no-link -fno-omit-frame-pointer -g)
 add_link_options(${TALLY_SANITIZE})
+# scripts/fuzz-coverage.sh: clang's source-based coverage as well, so that
+# replaying a corpus shows which lines the fuzzers reach.
+option(TALLY_FUZZ_COVERAGE "Fuzz build: add source-based coverage (llvm-cov)" OFF)
+if(TALLY_FUZZ_COVERAGE)
+  add_compile_options(-fprofile-instr-generate -fcoverage-mapping)
+  add_link_options(-fprofile-instr-generate)
+endif()
