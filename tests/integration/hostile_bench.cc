@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   const double ended_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string by_server = attackers.outcomes().Summary();
   attackers.Stop();
+  for (grpc::StatusCode unexpected : {grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::INTERNAL}) {
+    const std::string message = attackers.outcomes().AnyMessage(unexpected);
+    if (!message.empty()) std::printf("an attacking stream ended with code %d: %s\n", unexpected, message.c_str());
+  }
   if (all_ended) {
     std::printf("the server ended every attacking stream within %.1f s of the measurement's start: %s\n",
                 ended_after, by_server.c_str());

@@ -217,7 +217,10 @@ std::string Outcomes::Summary() const {
 SilentStreams::SilentStreams(const std::string& target, int streams, std::uint64_t array_bytes,
                              std::chrono::milliseconds trickle_every)
     : target_(target), array_bytes_(array_bytes), trickle_every_(trickle_every) {
-  for (int i = 0; i < streams; ++i) contexts_.push_back(std::make_unique<grpc::ClientContext>());
+  for (int i = 0; i < streams; ++i) {
+    contexts_.push_back(std::make_unique<grpc::ClientContext>());
+    contexts_.back()->set_wait_for_ready(true);  // a connection that fails at first is tried again
+  }
   for (int i = 0; i < streams; ++i) threads_.emplace_back([this, i] { Run(i); });
 }
 
@@ -233,17 +236,23 @@ void SilentStreams::Run(int index) {
           channel.get(), AsBidi("/tally.v1.Aggregator/AggregateStream"), &ctx));
   bool open = call->Write(Header(v1::DTYPE_FLOAT32, array_bytes_ / sizeof(float)));
   started_.fetch_add(1);
-  if (trickle_every_.count() > 0) {
-    const v1::AggregateStreamRequest byte = Chunk(std::string(1, '\x42'));
-    while (open && !stop_.load()) {
-      std::this_thread::sleep_for(trickle_every_);
-      open = call->Write(byte);
-    }
-  } else {
+  // Reading is how the client learns that the server ended the call:
+  // writes may still be taken after it has.
+  std::atomic<bool> ended{false};
+  std::thread reader([&] {
     v1::AggregateResponse resp;
     while (call->Read(&resp)) {
     }
+    ended.store(true);
+  });
+  if (trickle_every_.count() > 0) {
+    const v1::AggregateStreamRequest byte = Chunk(std::string(1, '\x42'));
+    while (open && !stop_.load() && !ended.load()) {
+      std::this_thread::sleep_for(trickle_every_);
+      open = call->Write(byte);
+    }
   }
+  reader.join();  // until the server ends the call, or Stop() cancels it
   outcomes_.Add(call->Finish());
   ended_.fetch_add(1);
 }
