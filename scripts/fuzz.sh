@@ -54,6 +54,14 @@ cmake --build "$build" -j"$(nproc)" --target tally_fuzzers
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
+# clang 14's ASan cannot place its shadow memory where kernels that
+# randomize mmap with more than 28 bits (vm.mmap_rnd_bits, 32 on some recent
+# kernels) put libraries: there the fuzzers run without randomization.
+run=()
+if [ "$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28)" -gt 28 ] && setarch "$(uname -m)" -R true 2>/dev/null; then
+  run=(setarch "$(uname -m)" -R)
+fi
+
 for harness in "${harnesses[@]}"; do
   seeds="tests/fuzz/corpus/$harness"
   if [ ! -d "$seeds" ]; then
@@ -67,7 +75,7 @@ for harness in "${harnesses[@]}"; do
   # -timeout: an input that takes over 10 s is a hang; -rss_limit_mb: one
   # that needs over 2 GiB is a bug too (a real request's parse needs little).
   # shellcheck disable=SC2086
-  "$build/tests/fuzz/tally_fuzz_$harness" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+  "${run[@]}" "$build/tests/fuzz/tally_fuzz_$harness" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
     -print_final_stats=1 -artifact_prefix="$artifacts" ${TALLY_FUZZ_FLAGS:-} "$corpus" "$seeds" \
     2>"$build/$harness.log" || {
     tail -n 60 "$build/$harness.log" >&2
