@@ -215,7 +215,8 @@ TEST_F(HostileClientTest, OneConnectionHasAtMostMaxConcurrentStreams) {
   ASSERT_TRUE(sb->Write(Header(v1::DTYPE_INT32, 1, {Op(v1::OP_SUM)})));
   ASSERT_TRUE(MetricReaches("tally_requests_in_flight", 2));
   const ServedRun blocked = hostile::WellBehavedClient(channel_, 1, 300ms);
-  EXPECT_EQ(blocked.codes.at(grpc::StatusCode::DEADLINE_EXCEEDED), 1) << blocked.Summary();
+  EXPECT_EQ(blocked.failures, 1) << blocked.Summary();
+  EXPECT_EQ(blocked.codes.count(grpc::StatusCode::DEADLINE_EXCEEDED), 1u) << blocked.Summary();
   EXPECT_EQ(Metric("tally_requests_in_flight"), 2);
   a.TryCancel();
   EXPECT_EQ(sa->Finish().error_code(), grpc::StatusCode::CANCELLED);
@@ -239,7 +240,7 @@ TEST_F(HostileClientTest, AClientThatPingsTooOftenIsToldToGoAway) {
   args.SetInt(GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS, 100);
   auto pinger = v1::Aggregator::NewStub(grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
   v1::AggregateResponse resp;
   auto stream = pinger->AggregateStream(&ctx, &resp);
   ASSERT_TRUE(stream->Write(Header(v1::DTYPE_INT32, 1, {Op(v1::OP_SUM)})));
@@ -248,7 +249,7 @@ TEST_F(HostileClientTest, AClientThatPingsTooOftenIsToldToGoAway) {
   const auto start = std::chrono::steady_clock::now();
   const grpc::Status ended = stream->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   ExpectNothingHeld();
 }
 
