@@ -22,6 +22,9 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-protobuf
   prometheus
+  # The fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizer
+  # runtimes, and llvm-cov for their coverage reports.
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
 )
 
 # The highest-versioned package apt knows whose whole name matches $1 (the

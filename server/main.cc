@@ -25,10 +25,32 @@ ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "AggregateStream, whose chunks must each be below this size too.");
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
-          "up to 64 MiB); past it a new request waits up to --admission_wait_ms, then gets "
-          "RESOURCE_EXHAUSTED. 0: no limit.");
+          "the chunks it has received and not yet reduced); past it a request, or a stream's next "
+          "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. 0: no limit.");
 ABSL_FLAG(int, admission_wait_ms, 2000,
           "How long a request waits for room under --max_inflight_bytes before RESOURCE_EXHAUSTED.");
+// Against idle, slow and greedy clients (README, SECURITY).
+ABSL_FLAG(int, stream_idle_timeout_ms, 5000,
+          "An AggregateStream that sends no message for this long while the server waits for one "
+          "is ended with DEADLINE_EXCEEDED, and what it held is freed. 0: never.");
+ABSL_FLAG(std::uint64_t, stream_min_bytes_per_second, std::uint64_t{64} << 10,
+          "After its header, an AggregateStream must send at least this many bytes per second, "
+          "judged over each 10 s the server waits for it, or it is ended with DEADLINE_EXCEEDED. "
+          "0: no minimum.");
+ABSL_FLAG(int, max_concurrent_streams, 100, "Calls one client connection may have in progress at once.");
+ABSL_FLAG(int, max_connection_idle_seconds, 300,
+          "A connection with no call in progress for this long is closed (clients reconnect). 0: never.");
+ABSL_FLAG(int, max_connection_age_seconds, 1800,
+          "A connection older than this (+-10%) is asked to go away; its calls get "
+          "--max_connection_age_grace_seconds to finish. 0: never.");
+ABSL_FLAG(int, max_connection_age_grace_seconds, 600,
+          "How long calls in progress on a connection past its age may go on. 0: as long as they need.");
+ABSL_FLAG(int, keepalive_seconds, 60,
+          "The server pings a connection quiet this long and closes it if no answer comes in 20 s. "
+          "0: no pings.");
+ABSL_FLAG(int, min_client_ping_interval_seconds, 10,
+          "Clients may ping at most this often; one that pings more often is told to go away. 0: no "
+          "minimum.");
 ABSL_FLAG(int, threads, 0, "Worker threads for request work and the cpu backend; 0 means one per CPU.");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Address of the Prometheus /metrics endpoint; empty disables it.");
@@ -127,6 +149,20 @@ int main(int argc, char** argv) {
   config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.service.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));
+  config.service.stream_idle_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
+  config.service.stream_min_bytes_per_second = absl::GetFlag(FLAGS_stream_min_bytes_per_second);
+  config.transport.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  if (config.transport.max_concurrent_streams < 1) {
+    spdlog::critical("--max_concurrent_streams: must be at least 1, got {}", config.transport.max_concurrent_streams);
+    return 2;
+  }
+  config.transport.max_connection_idle = std::chrono::seconds(absl::GetFlag(FLAGS_max_connection_idle_seconds));
+  config.transport.max_connection_age = std::chrono::seconds(absl::GetFlag(FLAGS_max_connection_age_seconds));
+  config.transport.max_connection_age_grace =
+      std::chrono::seconds(absl::GetFlag(FLAGS_max_connection_age_grace_seconds));
+  config.transport.keepalive = std::chrono::seconds(absl::GetFlag(FLAGS_keepalive_seconds));
+  config.transport.min_client_ping_interval =
+      std::chrono::seconds(absl::GetFlag(FLAGS_min_client_ping_interval_seconds));
   const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);
 
   absl::StatusOr<std::unique_ptr<tally::TallyServer>> server = tally::TallyServer::Start(config);

@@ -20,7 +20,7 @@ AdmissionController::Ticket::~Ticket() {
 }
 
 bool AdmissionController::FitsLocked(std::uint64_t bytes) const {
-  return budget_ == 0 || in_flight_ == 0 || in_flight_ + bytes <= budget_;
+  return budget_ == 0 || bytes == 0 || in_flight_ == 0 || in_flight_ + bytes <= budget_;
 }
 
 absl::Status AdmissionController::Refusal(std::uint64_t bytes) const {

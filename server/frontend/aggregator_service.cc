@@ -17,6 +17,7 @@
 #include "server/frontend/request_record.h"
 #include "server/frontend/status.h"
 #include "server/frontend/stream_reactor.h"
+#include "server/frontend/stream_watchdog.h"
 
 namespace tally {
 
@@ -26,6 +27,20 @@ absl::Status TooLargeForUnary(std::uint64_t bytes, std::uint64_t limit) {
   return absl::ResourceExhaustedError(
       absl::StrCat("data: ", bytes, " bytes is over the ", limit,
                    "-byte limit for Aggregate (--max_message_bytes); send larger arrays with AggregateStream."));
+}
+
+// How often the watchdog looks at the streams: a small part of the shortest
+// time it enforces, so a stream is ended soon after its time is up, but no
+// more often than every 10 ms (0: nothing to enforce).
+std::chrono::milliseconds WatchdogPeriod(const ServiceOptions& o) {
+  std::chrono::milliseconds shortest{0};
+  for (std::chrono::milliseconds t : {o.stream_idle_timeout, o.stream_min_bytes_per_second > 0
+                                                                 ? o.stream_rate_window
+                                                                 : std::chrono::milliseconds(0)}) {
+    if (t.count() > 0 && (shortest.count() == 0 || t < shortest)) shortest = t;
+  }
+  if (shortest.count() == 0) return shortest;
+  return std::clamp(shortest / 8, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
 }
 
 }  // namespace
@@ -42,7 +57,8 @@ AggregatorService::AggregatorService(Backend& backend, DatasetStore& datasets, E
       chunk_workers_(chunk_workers),
       metrics_(metrics),
       options_(std::move(options)),
-      admission_(options_.max_inflight_bytes, options_.admission_wait, metrics) {}
+      admission_(options_.max_inflight_bytes, options_.admission_wait, metrics),
+      watchdog_(WatchdogPeriod(options_)) {}
 
 grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* raw_request,
@@ -151,14 +167,10 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
   }
   std::vector<OpKind> ops() const override { return OpKinds(plan_); }
 
-  // The stream's share of the in-flight budget, then a Reduction.
+  // A Reduction (on the cuda backend, a GPU lane), once bytes arrive.
   absl::Status Start() override {
-    const std::uint64_t hold = std::min(plan_.array.bytes(), service_.options_.stream_hold_bytes);
-    absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(hold);
-    if (!ticket.ok()) return ticket.status();
     absl::StatusOr<std::unique_ptr<Reduction>> reduction = service_.backend_.Start(plan_);
     if (!reduction.ok()) return reduction.status();
-    ticket_ = std::move(*ticket);
     reduction_ = std::move(*reduction);
     return absl::OkStatus();
   }
@@ -183,9 +195,6 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
   AggregationPlan plan_;
   AggregationList aggregations_;
   std::optional<ElementAligner> aligner_;
-  // The Reduction goes before the ticket: its buffers are what the ticket
-  // accounts for.
-  AdmissionController::Ticket ticket_;
   std::unique_ptr<Reduction> reduction_;
 };
 
@@ -197,7 +206,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::AggregateStream(gr
 }
 
 StreamReactorOptions AggregatorService::StreamOptions() {
-  return StreamReactorOptions{&request_workers_, &chunk_workers_, options_.max_queued_chunks};
+  return StreamReactorOptions{.request_workers = &request_workers_,
+                              .chunk_workers = &chunk_workers_,
+                              .admission = &admission_,
+                              .watchdog = &watchdog_,
+                              .max_queued_chunks = options_.max_queued_chunks,
+                              .idle_timeout = options_.stream_idle_timeout,
+                              .min_bytes_per_second = options_.stream_min_bytes_per_second,
+                              .rate_window = options_.stream_rate_window};
 }
 
 }  // namespace tally

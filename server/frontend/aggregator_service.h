@@ -17,6 +17,7 @@
 #include "server/frontend/executor.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/stream_reactor.h"
+#include "server/frontend/stream_watchdog.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally {
@@ -34,12 +35,23 @@ struct ServiceOptions {
   // Bounds a stream's memory to about (this + 2) chunks.
   int max_queued_chunks = 2;
   // Bytes that requests in progress may hold (0: no limit). A unary request
-  // holds its array's size; a stream holds min(its size, stream_hold_bytes),
-  // since it never buffers more than a few chunks at once.
+  // holds its array's size; a stream holds each chunk's bytes from their
+  // arrival until the backend has consumed them (a few chunks at most), so
+  // a stream that sends nothing holds nothing.
   std::uint64_t max_inflight_bytes = std::uint64_t{4} << 30;
-  std::uint64_t stream_hold_bytes = std::uint64_t{64} << 20;
   // How long a request waits for room before RESOURCE_EXHAUSTED.
   std::chrono::milliseconds admission_wait{2000};
+  // A stream whose client sends no message for this long, while the server
+  // waits for one, is ended with DEADLINE_EXCEEDED (0: never). Long enough
+  // for a 4 MiB chunk over a 1 MiB/s link; short enough that streams left
+  // open by idle or dead clients go within seconds.
+  std::chrono::milliseconds stream_idle_timeout{5000};
+  // After its header, a stream must bring at least this many bytes per
+  // second over each stream_rate_window the server spends waiting for it,
+  // or it is ended with DEADLINE_EXCEEDED (0: no minimum): a trickle of a
+  // byte now and then must not keep a GPU lane, or the stream, forever.
+  std::uint64_t stream_min_bytes_per_second = std::uint64_t{64} << 10;
+  std::chrono::milliseconds stream_rate_window{10000};
 };
 
 namespace detail {
@@ -105,6 +117,8 @@ class AggregatorService final : public detail::AggregatorBase {
   AdmissionController admission_;
   InFlightTracker in_flight_;
   std::atomic<bool> draining_{false};
+  // Last: its thread stops before anything a check might use goes away.
+  StreamWatchdog watchdog_;
 };
 
 }  // namespace tally

@@ -82,14 +82,11 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     return absl::StrCat("header.spec.length (", length_, " ", ops::Name(dtype_), " elements)");
   }
 
+  // The name and the memory, once bytes arrive.
   absl::Status Start() override {
-    const std::uint64_t hold = std::min(declared_bytes(), service_.options_.stream_hold_bytes);
-    absl::StatusOr<AdmissionController::Ticket> ticket = service_.admission_.Admit(hold);
-    if (!ticket.ok()) return ticket.status();
     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
         service_.datasets_.BeginUpload(name_, dtype_, length_, replace_, ttl_);
     if (!upload.ok()) return upload.status();
-    ticket_ = std::move(*ticket);
     upload_ = std::move(*upload);
     return absl::OkStatus();
   }
@@ -120,7 +117,6 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   std::uint64_t length_ = 0;
   bool replace_ = false;
   std::optional<std::chrono::milliseconds> ttl_;
-  AdmissionController::Ticket ticket_;
   std::unique_ptr<DatasetStore::Upload> upload_;  // discarded unless committed
 };
 

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(TransportLimit(config.service.max_unary_bytes));
   builder.SetMaxSendMessageSize(INT_MAX);
+  ApplyTransportLimits(config.transport, builder);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {

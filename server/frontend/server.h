@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "server/engine/backend_factory.h"
 #include "server/frontend/aggregator_service.h"
+#include "server/frontend/transport_limits.h"
 
 namespace grpc {
 class Server;
@@ -28,6 +29,7 @@ struct ServerConfig {
   BackendOptions backend;
   ServiceOptions service;
   DatasetOptions datasets;
+  TransportOptions transport;
   int threads = 0;  // stream chunk workers; 0: one per hardware thread
   // Unary-request and admission workers (they may sit waiting for room).
   int request_threads = 64;

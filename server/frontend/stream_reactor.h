@@ -4,23 +4,38 @@
 // queued as they arrived, in gRPC's receive buffers; a worker feeds queued
 // chunks to the call's StreamJob in order, so receiving chunk k overlaps with
 // handling chunk k-1. At most max_queued_chunks chunks wait; beyond that
-// reading pauses until the worker catches up. Finish() is called exactly
-// once, and only when no worker task is running, because OnDone() deletes
-// the reactor.
+// reading pauses until the worker catches up.
+//
+// What a stream holds is charged to the bytes that actually arrive: nothing
+// is taken at the header; the first chunk starts the job (a Reduction, and
+// on the cuda backend a GPU lane; or an upload's memory); every chunk holds
+// its own bytes of the in-flight budget from arrival until the job has
+// consumed it. So a client that sends a header and then nothing, or a byte
+// now and then, holds no budget and no lane, and the watchdog ends such
+// streams: while the server waits for a message, none may take longer than
+// stream_idle_timeout, and the bytes must keep up stream_min_bytes_per_second
+// over each stream_rate_window.
+//
+// Finish() is called exactly once, and only when no worker task is running
+// (workers touch the reactor, and OnDone() ends its life).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "server/frontend/admission.h"
 #include "server/frontend/executor.h"
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
+#include "server/frontend/stream_watchdog.h"
 #include "tally/ops/op.h"
 
 namespace tally {
@@ -39,8 +54,9 @@ class StreamJob {
   virtual std::uint64_t declared_bytes() const = 0;
   virtual std::string Declared() const = 0;
   virtual std::vector<ops::OpKind> ops() const { return {}; }
-  // On a request worker, after the header: waits for what the work needs
-  // (admission, a GPU lane, memory). Chunks are read once it succeeded.
+  // On a request worker, when the first chunk has arrived (or the input
+  // ended with an empty array): takes what the work needs (a Reduction, a
+  // GPU lane, memory), waiting if need be.
   [[nodiscard]] virtual absl::Status Start() = 0;
   // On a chunk worker, one call at a time, in order.
   [[nodiscard]] virtual absl::Status Consume(const SlicedBytes& chunk) = 0;
@@ -53,11 +69,19 @@ class StreamJob {
 struct StreamReactorOptions {
   Executor* request_workers = nullptr;
   Executor* chunk_workers = nullptr;
+  AdmissionController* admission = nullptr;
+  StreamWatchdog* watchdog = nullptr;
   int max_queued_chunks = 2;
+  std::chrono::milliseconds idle_timeout{0};  // 0: never
+  std::uint64_t min_bytes_per_second = 0;     // 0: no minimum
+  std::chrono::milliseconds rate_window{0};
 };
 
-class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
+                                  public StreamWatchdog::Watched {
  public:
+  using Clock = StreamWatchdog::Clock;
+
   // `refusal`, when not OK, ends the call at once (the server is draining).
   ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
                       grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
@@ -65,11 +89,24 @@ class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffe
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
+  void CheckProgress(Clock::time_point now) override;
 
  private:
-  void StartJob();
+  // A received chunk, with its share of the in-flight budget.
+  struct Queued {
+    SlicedBytes bytes;
+    AdmissionController::Ticket ticket;
+  };
+
+  void Destroy() override { delete this; }
+  void ReadLocked();
+  absl::Status CheckRateLocked(Clock::time_point now, Clock::duration waited);
+  void AdmitOnWorkerLocked(SlicedBytes chunk);
+  void AdmitAndQueue(SlicedBytes chunk, bool first);
+  void QueueLocked(SlicedBytes chunk, AdmissionController::Ticket ticket);
   void Drain();
+  void EndOfInputLocked(std::unique_lock<std::mutex>& lock);
   void FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status);
   void FinishLocked(std::unique_lock<std::mutex>& lock);
   absl::Status Outcome() const;
@@ -82,16 +119,23 @@ class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffe
   grpc::ByteBuffer message_;  // the read in flight writes here
 
   std::mutex mu_;
-  std::deque<SlicedBytes> queue_;
+  std::deque<Queued> queue_;
   std::uint64_t received_bytes_ = 0;
   absl::Status error_;
   bool header_seen_ = false;
-  bool started_ = false;
-  bool worker_active_ = false;
+  bool started_ = false;          // the job's Start() succeeded
+  bool admitting_ = false;        // AdmitAndQueue is posted or running
+  bool draining_queue_ = false;   // Drain is posted or running
   bool read_paused_ = false;
   bool input_ended_ = false;
   bool cancelled_ = false;
   bool done_ = false;
+  // The watchdog's view: since when a read has waited for the client, and
+  // the current rate window's waiting time (up to window_mark_) and bytes.
+  std::optional<Clock::time_point> read_since_;
+  Clock::time_point window_mark_;
+  Clock::duration window_waited_{};
+  std::uint64_t window_bytes_ = 0;
 };
 
 }  // namespace tally

@@ -2,6 +2,7 @@
 // owes anyone, and finishes what it does owe before it exits.
 #include <chrono>
 #include <future>
+#include <numeric>
 #include <thread>
 
 #include "server_fixture.h"
@@ -81,19 +82,21 @@ TEST_F(ServerFixture, DrainFinishesCallsInFlightAndRefusesNewOnes) {
 TEST_F(ServerFixture, OverTheInFlightBudgetARequestWaitsThenIsRefused) {
   ServerConfig config;
   config.service.max_inflight_bytes = 1 << 20;
-  config.service.stream_hold_bytes = 1 << 20;
   config.service.admission_wait = 200ms;
   server_.reset();
   StartServer(config);
 
-  // A stream that holds the whole budget while it is open.
+  // A stream whose one large chunk holds the whole budget from its arrival
+  // until the backend has worked through it, which 64 histograms of 65536
+  // bins make take a while.
+  const std::vector<float> x = RandomFloats(4 << 20, 4);
+  const std::vector<v1::Aggregation> heavy(64, Hist(65536, -1, 1));
   grpc::ClientContext ctx;
   v1::AggregateResponse streamed;
   auto writer = stub_->AggregateStream(&ctx, &streamed);
-  const std::vector<float> x = RandomFloats(1 << 20, 4);
-  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), {Op(v1::OP_COUNT)})));
-  ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(0, 4096))));
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), heavy)));
+  ASSERT_TRUE(writer->Write(Chunk(Bytes(x))));
+  ASSERT_TRUE(MetricReaches("tally_in_flight_bytes", 4.0 * x.size()));
 
   v1::AggregateRequest req;
   req.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
@@ -107,13 +110,81 @@ TEST_F(ServerFixture, OverTheInFlightBudgetARequestWaitsThenIsRefused) {
   EXPECT_NE(refused.error_message().find("--max_inflight_bytes"), std::string::npos) << refused.error_message();
   EXPECT_GE(waited, 150ms);  // it waited for room before giving up
 
-  // Once the stream finishes, its bytes are free again.
-  ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(4096))));
+  // Once the chunk is reduced, its bytes are free again.
   writer->WritesDone();
   ASSERT_TRUE(writer->Finish().ok());
-  EXPECT_EQ(streamed.results(0).uint64s().values(0), x.size());
+  const v1::Histogram& h = streamed.results(63).histograms().histograms(0);
+  EXPECT_EQ(std::accumulate(h.counts().begin(), h.counts().end(), std::uint64_t{0}) + h.below() + h.above(),
+            x.size());
+  EXPECT_TRUE(MetricReaches("tally_in_flight_bytes", 0));
   ASSERT_TRUE(Unary(req, &resp).ok());
   EXPECT_EQ(resp.results(0).uint64s().values(0), 1024u);
+}
+
+TEST_F(ServerFixture, AStreamTakesNothingUntilItsFirstChunk) {
+  // Empty arrays have no chunk to start the backend with: it starts at the end.
+  v1::AggregateResponse resp;
+  ASSERT_TRUE(Stream({Header(v1::DTYPE_INT32, 0, {Op(v1::OP_SUM), Op(v1::OP_COUNT)})}, &resp).ok());
+  EXPECT_EQ(resp.results(0).int64s().values(0), 0);
+  EXPECT_EQ(resp.results(1).uint64s().values(0), 0u);
+  ASSERT_TRUE(Stream({Header(v1::DTYPE_INT32, 0, {Op(v1::OP_COUNT)}), Chunk("")}, &resp).ok());
+  EXPECT_EQ(resp.results(0).uint64s().values(0), 0u);
+  // Empty chunks before, between and after the data change nothing.
+  const std::string data = Bytes(std::vector<std::int32_t>{4, -9, 30});
+  ASSERT_TRUE(Stream({Header(v1::DTYPE_INT32, 3, {Op(v1::OP_SUM)}), Chunk(""), Chunk(data.substr(0, 5)), Chunk(""),
+                      Chunk(data.substr(5)), Chunk("")},
+                     &resp)
+                  .ok());
+  EXPECT_EQ(resp.results(0).int64s().values(0), 25);
+
+  // A stream with its header and nothing more holds no bytes.
+  grpc::ClientContext ctx;
+  auto writer = stub_->AggregateStream(&ctx, &resp);
+  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, std::uint64_t{1} << 28, {Op(v1::OP_SUM)})));
+  ASSERT_TRUE(MetricReaches("tally_requests_in_flight", 1));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(Metric("tally_in_flight_bytes"), 0);
+  ctx.TryCancel();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(ServerFixture, AStreamThatGoesQuietIsEndedAndWhatItHeldFreed) {
+  ServerConfig config;
+  config.service.stream_idle_timeout = 400ms;
+  server_.reset();
+  StartServer(config);
+
+  // Pauses shorter than the timeout are fine.
+  const std::vector<float> x = RandomFloats(1 << 16, 6);
+  const std::string bytes = Bytes(x);
+  {
+    grpc::ClientContext ctx;
+    v1::AggregateResponse resp;
+    auto writer = stub_->AggregateStream(&ctx, &resp);
+    ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), {Op(v1::OP_COUNT)})));
+    for (const auto& chunk : Chunks(bytes, bytes.size() / 4)) {
+      std::this_thread::sleep_for(150ms);
+      ASSERT_TRUE(writer->Write(chunk));
+    }
+    writer->WritesDone();
+    ASSERT_TRUE(writer->Finish().ok());
+    EXPECT_EQ(resp.results(0).uint64s().values(0), x.size());
+  }
+  // A stream that stops halfway is ended, with a message that says why.
+  grpc::ClientContext ctx;
+  v1::AggregateResponse resp;
+  auto writer = stub_->AggregateStream(&ctx, &resp);
+  ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), {Op(v1::OP_SUM)})));
+  ASSERT_TRUE(writer->Write(Chunk(bytes.substr(0, bytes.size() / 2))));
+  ASSERT_TRUE(MetricReaches("tally_requests_in_flight", 1));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(MetricReaches("tally_requests_in_flight", 0, 5s));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  EXPECT_EQ(Metric("tally_in_flight_bytes"), 0);
+  grpc::Status ended = writer->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(ended.error_message().find("no message for 400 ms (--stream_idle_timeout_ms)"), std::string::npos)
+      << ended.error_message();
 }
 
 }  // namespace

@@ -5,14 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "server/frontend/server.h"
+#include "server/metrics/metrics.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally::testing {
@@ -100,6 +104,33 @@ class ServerFixture : public ::testing::Test {
     std::vector<v1::AggregateStreamRequest> out;
     for (std::size_t at = 0; at < bytes.size(); at += chunk) out.push_back(Chunk(bytes.substr(at, chunk)));
     return out;
+  }
+
+  // A gauge or counter of the server's metrics, e.g. "tally_in_flight_bytes",
+  // summed over its samples (all label values); -1 when there is none.
+  double Metric(const std::string& name) const {
+    const std::string text = server_->metrics()->Scrape();
+    double sum = -1;
+    for (std::size_t at = 0; (at = text.find(name, at)) != std::string::npos;) {
+      const bool line_start = at == 0 || text[at - 1] == '\n';
+      const char next = at + name.size() < text.size() ? text[at + name.size()] : '\0';
+      at += name.size();
+      if (!line_start || (next != ' ' && next != '{')) continue;
+      const std::size_t value = next == '{' ? text.find("} ", at) + 1 : at;
+      sum = std::max(sum, 0.0) + std::stod(text.substr(value + 1, text.find('\n', value) - value - 1));
+    }
+    return sum;
+  }
+
+  // Waits up to `limit` for `metric` to read `value`; true if it did.
+  bool MetricReaches(const std::string& metric, double value,
+                     std::chrono::milliseconds limit = std::chrono::seconds(10)) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (Metric(metric) != value) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
   }
 
   std::unique_ptr<TallyServer> server_;

@@ -81,6 +81,9 @@ TEST(AdmissionController, ARequestLargerThanTheBudgetRunsAlone) {
   auto big = admission.TryAdmit(1000);
   ASSERT_TRUE(big.ok());
   EXPECT_FALSE(admission.TryAdmit(1).ok());
+  // An empty chunk holds nothing, so it never waits, even now.
+  EXPECT_TRUE(admission.TryAdmit(0).ok());
+  EXPECT_TRUE(admission.Admit(0).ok());
 }
 
 TEST(AdmissionController, AdmitWaitsForRoomThenGivesUp) {

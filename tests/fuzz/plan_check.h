@@ -1,0 +1,56 @@
+// The rules a plan that PlanFromProto accepted must obey, checked from the
+// outside: an accepted plan is one that no backend can be hurt by.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "server/frontend/convert.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace tally::fuzz {
+
+inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& spec,
+                              const AggregationList& aggregations, std::optional<std::uint64_t> data_bytes,
+                              const RequestLimits& limits) {
+  const ArraySpec& a = plan.array;
+  TALLY_FUZZ_CHECK(!plan.ops.empty(), "an accepted plan has an aggregation");
+  TALLY_FUZZ_CHECK(plan.ops.size() <= limits.max_aggregations, "at most max_aggregations");
+  TALLY_FUZZ_CHECK(plan.ops.size() == static_cast<std::size_t>(aggregations.size()), "one op per aggregation");
+  // The byte length neither overflows nor disagrees with the data.
+  const std::uint64_t size = ops::SizeOf(a.dtype);
+  TALLY_FUZZ_CHECK(a.length <= (std::uint64_t{1} << 62) / size, "length x element size fits in 62 bits");
+  if (data_bytes.has_value()) {
+    TALLY_FUZZ_CHECK(a.bytes() == *data_bytes, "the plan's bytes are the data's");
+    TALLY_FUZZ_CHECK(!spec.has_length() || spec.length() == a.length, "spec.length agrees with the data");
+  } else {
+    TALLY_FUZZ_CHECK(spec.has_length() && spec.length() == a.length, "a stream's length comes from its spec");
+  }
+  TALLY_FUZZ_CHECK(a.row_length == spec.row_length(), "row_length is the spec's");
+  TALLY_FUZZ_CHECK(!a.segmented() || a.length % a.row_length == 0, "whole rows");
+  std::uint64_t per_row = 0;
+  for (const OpSpec& op : plan.ops) {
+    if (op.kind == OpKind::kVariance || op.kind == OpKind::kStddev) {
+      TALLY_FUZZ_CHECK(std::isfinite(op.ddof) && op.ddof >= 0, "ddof is finite and not negative");
+    }
+    if (op.kind == OpKind::kHistogram) {
+      const HistogramSpec& h = op.histogram;
+      TALLY_FUZZ_CHECK(h.bins >= 1 && h.bins <= ops::kMaxHistogramBins, "1 to 65536 bins");
+      TALLY_FUZZ_CHECK(std::isfinite(h.lo) && std::isfinite(h.hi) && h.lo < h.hi, "finite lo < hi");
+      TALLY_FUZZ_CHECK(std::isfinite(h.hi - h.lo), "the range's width is finite");
+      per_row += std::uint64_t{h.bins} + 3;
+    } else {
+      per_row += 1;
+    }
+    if (!a.segmented() && a.length == 0) {
+      TALLY_FUZZ_CHECK(!ops::NeedsNonEmpty(op.kind), "an empty array has no min, max, argmin or argmax");
+    }
+  }
+  // The response, and the per-row state the backends allocate, are bounded.
+  const std::uint64_t rows = a.rows();
+  TALLY_FUZZ_CHECK(per_row == ResultValuesPerRow(plan), "result values per row");
+  TALLY_FUZZ_CHECK(rows == 0 || per_row <= limits.max_result_values / rows, "rows x values within the limit");
+}
+
+}  // namespace tally::fuzz
