@@ -22,11 +22,18 @@ ABSL_FLAG(std::string, backend, "auto",
           "transport).");
 ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "Largest array, in bytes, that the unary Aggregate call accepts; larger arrays must use "
-          "AggregateStream, whose chunks must each be below this size too.");
+          "AggregateStream, whose chunks must each be below this size too. A unary message up to "
+          "twice this (at least this + 16 MiB) is answered RESOURCE_EXHAUSTED with advice to "
+          "stream; a larger one is refused by gRPC itself (RESOURCE_EXHAUSTED, \"Received message "
+          "larger than max\"), after gRPC has read it whole.");
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
           "up to 64 MiB); past it a new request waits up to --admission_wait_ms, then gets "
-          "RESOURCE_EXHAUSTED. 0: no limit.");
+          "RESOURCE_EXHAUSTED. It also sizes gRPC's own quota for received messages, this plus "
+          "4 x --max_message_bytes (more when that is under 16 MiB): gRPC reads every message "
+          "whole before any size check, and past the quota it resets streams it is still reading "
+          "(RESOURCE_EXHAUSTED, \"Received RST_STREAM with error code 11\"; best effort). 0: no "
+          "limit on either.");
 ABSL_FLAG(int, admission_wait_ms, 2000,
           "How long a request waits for room under --max_inflight_bytes before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, threads, 0, "Worker threads for request work and the cpu backend; 0 means one per CPU.");
