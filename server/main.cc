@@ -11,6 +11,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "server/allocator.h"
 #include "server/frontend/server.h"
 #include "spdlog/spdlog.h"
 
@@ -132,10 +133,11 @@ int main(int argc, char** argv) {
   }
   spdlog::info(
       "tally-server listening on port {} (--listen={}); backend {} on {}; metrics {}; "
-      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}",
+      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}; allocator {}",
       (*server)->port(), config.listen, (*server)->backend().name(), (*server)->backend().device(),
       config.metrics_listen.empty() ? std::string("off") : "port " + std::to_string((*server)->metrics_port()),
-      config.service.max_unary_bytes, config.service.max_inflight_bytes, config.threads, grace);
+      config.service.max_unary_bytes, config.service.max_inflight_bytes, config.threads, grace,
+      tally::AllocatorDescription());
 
   int signal = 0;
   sigwait(&stop_signals, &signal);
