@@ -11,6 +11,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "server/allocator.h"
 #include "server/frontend/server.h"
 #include "spdlog/spdlog.h"
 
@@ -22,11 +23,18 @@ ABSL_FLAG(std::string, backend, "auto",
           "transport).");
 ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "Largest array, in bytes, that the unary Aggregate call accepts; larger arrays must use "
-          "AggregateStream, whose chunks must each be below this size too.");
+          "AggregateStream, whose chunks must each be below this size too. A unary message up to "
+          "twice this (at least this + 16 MiB) is answered RESOURCE_EXHAUSTED with advice to "
+          "stream; a larger one is refused by gRPC itself (RESOURCE_EXHAUSTED, \"Received message "
+          "larger than max\"), after gRPC has read it whole.");
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
           "the chunks it has received and not yet reduced); past it a request, or a stream's next "
-          "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. 0: no limit.");
+          "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. It also sizes gRPC's "
+          "own quota for received messages, this plus 4 x --max_message_bytes (more when that is "
+          "under 16 MiB): gRPC reads every message whole before any size check, and past the quota it "
+          "resets streams it is still reading (RESOURCE_EXHAUSTED, \"Received RST_STREAM with error "
+          "code 11\"; best effort). 0: no limit on either.");
 ABSL_FLAG(int, admission_wait_ms, 2000,
           "How long a request waits for room under --max_inflight_bytes before RESOURCE_EXHAUSTED.");
 // Against idle, slow and greedy clients (README, SECURITY).
@@ -172,10 +180,11 @@ int main(int argc, char** argv) {
   }
   spdlog::info(
       "tally-server listening on port {} (--listen={}); backend {} on {}; metrics {}; "
-      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}",
+      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}; allocator {}",
       (*server)->port(), config.listen, (*server)->backend().name(), (*server)->backend().device(),
       config.metrics_listen.empty() ? std::string("off") : "port " + std::to_string((*server)->metrics_port()),
-      config.service.max_unary_bytes, config.service.max_inflight_bytes, config.threads, grace);
+      config.service.max_unary_bytes, config.service.max_inflight_bytes, config.threads, grace,
+      tally::AllocatorDescription());
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

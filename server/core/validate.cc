@@ -1,18 +1,64 @@
 #include "server/core/validate.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "tally/ops/histogram_bin.h"
 
 namespace tally {
 namespace {
+
+// x in the fewest digits that read back as x: a range narrower than the
+// float spacing shows as what it is, not as [1, 1].
+std::string Shortest(double x) {
+  char buffer[32];
+  const auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), x);
+  return std::string(buffer, end);
+}
 
 std::string OpLabel(std::size_t i, const OpSpec& op) {
   return absl::StrCat("aggregations[", i, "] (", ops::Name(op.kind), ")");
 }
 
-absl::Status ValidateOp(std::size_t i, const OpSpec& op) {
+// True when the edges certainly increase, without computing them: each edge
+// is lo + i * step after at most three roundings (the product and the sum in
+// float64, then to T), each within half a ulp of T at 8 * max(|lo|, |hi|),
+// which bounds every value involved; the last edge is hi rounded to T, which
+// is within half a ulp of (lo + (bins - 1) * step) + step but for the
+// rounding of hi - lo (half a ulp) and of step (bins half-ulps of step). A
+// step above 4 ulps plus that keeps every pair of neighbours apart.
+template <typename T>
+bool EdgesCertainlyIncrease(const ops::HistogramBinner<T>& b, double lo, double hi) {
+  const double top = 8 * std::fmax(std::fabs(lo), std::fabs(hi));
+  if (!(top < static_cast<double>(std::numeric_limits<T>::max()))) return false;
+  const T t = static_cast<T>(top);
+  const double ulp = static_cast<double>(std::nextafter(t, std::numeric_limits<T>::infinity())) - static_cast<double>(t);
+  const double step_ulp = std::nextafter(b.step, std::numeric_limits<double>::infinity()) - b.step;
+  return b.step > 4 * ulp + b.bins * step_ulp;
+}
+
+template <typename T>
+bool EdgesIncrease(const HistogramSpec& h) {
+  const auto b = ops::HistogramBinner<T>::Make(h.bins, h.lo, h.hi);
+  // A step that rounds to 0 (hi - lo < bins * 2^-1075) makes numpy compute
+  // the edges as i / bins * (hi - lo) + lo instead; they lie in [lo, hi],
+  // which then holds fewer than bins + 1 doubles, so two are equal.
+  if (!(b.step > 0)) return false;
+  if (EdgesCertainlyIncrease(b, h.lo, h.hi)) return true;
+  T previous = b.Edge(0);
+  for (std::int32_t i = 1; i <= b.bins; ++i) {
+    const T edge = b.Edge(i);
+    if (!(previous < edge)) return false;
+    previous = edge;
+  }
+  return true;
+}
+
+absl::Status ValidateOp(std::size_t i, const OpSpec& op, DType dtype) {
   if (op.kind == OpKind::kVariance || op.kind == OpKind::kStddev) {
     if (!std::isfinite(op.ddof) || op.ddof < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -39,11 +85,23 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op) {
       return absl::InvalidArgumentError(absl::StrCat(
           OpLabel(i, op), ": histogram range [", h.lo, ", ", h.hi, "] is too wide: hi - lo overflows float64."));
     }
+    if (!HistogramEdgesIncrease(h, dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpLabel(i, op), ": too many histogram.bins for the range: the edges of ", h.bins, " bins over [",
+          Shortest(h.lo), ", ", Shortest(h.hi), "], numpy.linspace(lo, hi, bins + 1) in ",
+          dtype == DType::kFloat32 ? "float32" : "float64",
+          ", are not strictly increasing, so numpy cannot create ", h.bins,
+          " finite-sized bins; use fewer bins or a wider range."));
+    }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+bool HistogramEdgesIncrease(const HistogramSpec& h, DType dtype) {
+  return ops::VisitDType(dtype, [&](auto d) { return EdgesIncrease<typename ops::Traits<decltype(d)::value>::bin>(h); });
+}
 
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan) {
   std::uint64_t n = 0;
@@ -63,7 +121,7 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
                                                    " aggregations per request, got ", plan.ops.size(), "."));
   }
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    if (absl::Status s = ValidateOp(i, plan.ops[i]); !s.ok()) return s;
+    if (absl::Status s = ValidateOp(i, plan.ops[i], plan.array.dtype); !s.ok()) return s;
   }
   const ArraySpec& a = plan.array;
   if (a.length > (std::uint64_t{1} << 62) / ops::SizeOf(a.dtype)) {

@@ -21,6 +21,13 @@ struct RequestLimits {
 // Values one row's results take in a response, for the result-size limit.
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan);
 
+// numpy 2's rule for histogram ranges: the bin edges, numpy.linspace(lo, hi,
+// bins + 1) in the edge dtype (float32 for float32 input, float64 otherwise),
+// must be strictly increasing; numpy.histogram raises "Too many bins for data
+// range" when they are not. Takes a spec whose other checks have passed
+// (1 to 65536 bins, finite lo < hi, finite hi - lo).
+bool HistogramEdgesIncrease(const HistogramSpec& h, DType dtype);
+
 // Checks ops, histogram specs, ddof, row length and result size. The array's
 // byte length is checked by the front end, which sees the bytes.
 [[nodiscard]] absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limits);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
@@ -213,6 +214,36 @@ class Splitter {
 };
 
 }  // namespace
+
+SlicedBytes::SlicedBytes(SlicedBytes&& other) noexcept
+    : slices_(std::move(other.slices_)), pieces_(std::move(other.pieces_)), size_(std::exchange(other.size_, 0)) {}
+
+SlicedBytes& SlicedBytes::operator=(SlicedBytes&& other) noexcept {
+  if (this != &other) {
+    Release();
+    slices_.swap(other.slices_);
+    pieces_.swap(other.pieces_);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+// When the last reference to a receive slice goes, gRPC (1.51) returns its
+// memory to the server's resource quota, which may wake the quota's
+// reclaimer: that needs an ExecCtx on the calling thread. grpc::Slice's
+// destructor (grpc_slice_unref) makes none, and on a thread gRPC did not
+// start, such as the request and chunk workers, it crashed (SIGSEGV in
+// grpc_core::ExecCtx::Run under malformed traffic against the quota);
+// grpc_byte_buffer_destroy makes one. So a byte buffer takes references of
+// its own first, and drops the last ones.
+void SlicedBytes::Release() {
+  if (!slices_.empty()) {
+    const grpc::ByteBuffer last_references(slices_.data(), slices_.size());
+    slices_.clear();
+  }
+  pieces_.clear();
+  size_ = 0;
+}
 
 absl::StatusOr<SlicedBytes> ParseWithBytesInPlace(const grpc::ByteBuffer& buffer, int bytes_field,
                                                   google::protobuf::Message* message) {

@@ -18,14 +18,16 @@ namespace tally {
 // The bytes of one field as pieces of the slices they arrived in, in order.
 // Holds references to those slices, so the pieces stay valid for as long as
 // this object lives, whatever happens to the ByteBuffer they came from.
-// Move-only: a copy would point into the original's slices.
+// Move-only: a copy would point into the original's slices. May be destroyed
+// on any thread, gRPC's or not (see Release).
 class SlicedBytes {
  public:
   SlicedBytes() = default;
-  SlicedBytes(SlicedBytes&&) = default;
-  SlicedBytes& operator=(SlicedBytes&&) = default;
+  SlicedBytes(SlicedBytes&& other) noexcept;
+  SlicedBytes& operator=(SlicedBytes&& other) noexcept;
   SlicedBytes(const SlicedBytes&) = delete;
   SlicedBytes& operator=(const SlicedBytes&) = delete;
+  ~SlicedBytes() { Release(); }
 
   // In order; none is empty.
   const std::vector<std::span<const std::byte>>& pieces() const { return pieces_; }
@@ -35,6 +37,9 @@ class SlicedBytes {
  private:
   friend absl::StatusOr<SlicedBytes> ParseWithBytesInPlace(const grpc::ByteBuffer& buffer, int bytes_field,
                                                            google::protobuf::Message* message);
+
+  // Drops the references to the slices.
+  void Release();
 
   // Small slices keep their bytes inline, inside grpc::Slice itself: the
   // pieces may point into this vector's elements, which a move of the vector

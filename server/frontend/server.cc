@@ -8,6 +8,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -24,6 +25,19 @@ int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency())
 int TransportLimit(std::uint64_t max_unary_bytes) {
   const std::uint64_t limit = std::max(2 * max_unary_bytes, max_unary_bytes + (std::uint64_t{16} << 20));
   return static_cast<int>(std::min<std::uint64_t>(limit, INT_MAX));
+}
+
+// gRPC (1.51) reads every message whole before anything checks its size,
+// its own limit above included: three clients sending 200 MiB messages to a
+// server with a 24 MiB limit kept 600 MiB of them in memory. What bounds
+// that memory is gRPC's resource quota: past it, gRPC resets streams it is
+// reading (the client sees RESOURCE_EXHAUSTED, "Received RST_STREAM with
+// error code 11"). Admitted requests keep their bytes in gRPC's buffers, so
+// the quota is the in-flight budget plus room for two messages of the
+// transport limit on their way in; none with no budget.
+std::uint64_t ReceiveQuota(const ServiceOptions& service) {
+  if (service.max_inflight_bytes == 0) return 0;
+  return service.max_inflight_bytes + 2 * static_cast<std::uint64_t>(TransportLimit(service.max_unary_bytes));
 }
 
 }  // namespace
@@ -57,6 +71,11 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(TransportLimit(config.service.max_unary_bytes));
+  if (const std::uint64_t quota = ReceiveQuota(config.service); quota != 0) {
+    grpc::ResourceQuota receive_quota("tally-receive");
+    receive_quota.Resize(static_cast<std::size_t>(quota));
+    builder.SetResourceQuota(receive_quota);
+  }
   builder.SetMaxSendMessageSize(INT_MAX);
   ApplyTransportLimits(config.transport, builder);
   builder.RegisterService(s->service_.get());

@@ -13,12 +13,14 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "reference.h"
+#include "tests/unit/numpy_edges.h"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
 
@@ -244,14 +246,14 @@ void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
 template <DType D>
 void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, ops::OpMask mask,
                std::uint32_t bins, std::uint64_t chunk, const std::string& label,
-               int misalign = -1) {
+               int misalign = -1, const ops::HistogramSpec* range = nullptr) {
   AggregatePlan plan;
   plan.dtype = D;
   plan.ops = mask;
   plan.length = x.size();
   plan.row_length = row_length;
   const bool hist = ops::Has(mask, OpKind::kHistogram);
-  if (hist) plan.histogram = RangeFor<D>(bins);
+  if (hist) plan.histogram = range ? *range : RangeFor<D>(bins);
   std::vector<unsigned char> res;
   RunPlan(plan, x.data(), chunk, &res, misalign);
   if (::testing::Test::HasFatalFailure()) return;
@@ -675,6 +677,46 @@ TEST(Kernels, HistogramValuesAtAndAroundEdges) {
     constexpr DType D = decltype(c)::value;
     for (std::uint32_t bins : {3u, 256u, 4096u, 65536u}) EdgeNeighbours<D>(bins);
   });
+}
+
+// Ranges numpy 2 accepts at the ends of the exponent ranges: subnormal
+// edges (bins / (hi - lo) overflows), float32 edges of a float64 range that
+// round to infinities or leave scale subnormal, and the narrowest ranges for
+// 65536 bins. Values on and around every edge, and special values: the
+// kernels must agree with the host binner, which tests/sanitize checks
+// against numpy's edges.
+template <DType D>
+void EdgesOfAnExtremeRange(const ops::HistogramSpec& h) {
+  using T = V<D>;
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  const std::vector<T> edges = NumpyEdges<T>(h.bins, h.lo, h.hi);
+  ASSERT_TRUE(Numpy2Accepts(edges)) << h.bins << " bins over [" << h.lo << ", " << h.hi << "]";
+  std::vector<T> x = {std::numeric_limits<T>::quiet_NaN(), kInf, -kInf, T(0), -T(0),
+                      std::numeric_limits<T>::max(), std::numeric_limits<T>::lowest(),
+                      std::numeric_limits<T>::denorm_min(), std::numeric_limits<T>::min()};
+  for (T e : edges) {
+    x.push_back(e);
+    x.push_back(std::nextafter(e, -kInf));
+    x.push_back(std::nextafter(e, kInf));
+  }
+  std::ostringstream label;
+  label << "extreme range " << h.bins << " bins over [" << std::hexfloat << h.lo << ", " << h.hi << "]";
+  CheckCase<D>(x, 0, ops::Bit(OpKind::kHistogram), h.bins, 0, label.str(), -1, &h);
+}
+
+TEST(Kernels, HistogramRangesAtTheEndsOfTheExponentRange) {
+  REQUIRE_GPU();
+  const double tiny = std::numeric_limits<double>::denorm_min();
+  EdgesOfAnExtremeRange<DType::kFloat64>({65536, 0.0, 65536 * 4 * tiny});
+  EdgesOfAnExtremeRange<DType::kFloat64>({1000, -1e-310, 1e-310});
+  EdgesOfAnExtremeRange<DType::kFloat64>({65536, 1.0, NarrowestAcceptedHi<double>(65536, 1.0)});
+  EdgesOfAnExtremeRange<DType::kFloat64>({65536, -8e307, 8e307});
+  EdgesOfAnExtremeRange<DType::kFloat32>({65536, 0.0, 1e-36});
+  EdgesOfAnExtremeRange<DType::kFloat32>({65536, -3.4028236e38, 3.4028236e38});
+  EdgesOfAnExtremeRange<DType::kFloat32>({2, -3e38, 3e38});
+  EdgesOfAnExtremeRange<DType::kFloat32>({3, -5e38, 5e38});
+  EdgesOfAnExtremeRange<DType::kFloat32>({2, -1e300, 1e300});
+  EdgesOfAnExtremeRange<DType::kFloat32>({65536, 1.0, NarrowestAcceptedHi<float>(65536, 1.0)});
 }
 
 TEST(Kernels, SkewedHistogramOneBin) {

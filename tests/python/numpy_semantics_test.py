@@ -5,6 +5,7 @@ usage: numpy_semantics_test.py TALLY_SERVER_BINARY PROTO_ROOT [--backend=cpu]
 """
 import math
 import os
+import struct
 import sys
 import unittest
 
@@ -55,6 +56,70 @@ def numpy_histogram(x, bins, lo, hi):
     work = x.astype(np.float64) if x.dtype.kind in "iu" else x
     lo_t, hi_t = work.dtype.type(lo), work.dtype.type(hi)
     return counts, int(np.sum(work < lo_t)), int(np.sum(work > hi_t)), int(np.sum(np.isnan(work)))
+
+
+# numpy 2.1 and later raise "Too many bins for data range" for a range whose
+# edges are not strictly increasing; older ones (Debian 12's 1.24) count anyway.
+NUMPY_REFUSES_NARROW_RANGES = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 1)
+
+
+def edge_dtype(dtype):
+    return np.float32 if dtype == np.float32 else np.float64
+
+
+def numpy2_accepts(bins, lo, hi, edges_in):
+    """numpy 2's rule for a histogram range, computed here so that it holds with
+    any numpy: the edges, linspace(lo, hi, bins + 1) in the edge dtype, must be
+    strictly increasing. Where numpy applies the rule itself, they must agree."""
+    edges = np.linspace(lo, hi, bins + 1, dtype=edges_in)
+    accepted = bool(np.all(edges[:-1] < edges[1:]))
+    if NUMPY_REFUSES_NARROW_RANGES:
+        try:
+            np.histogram(np.zeros(1, edges_in), bins=bins, range=(lo, hi))
+            refused = False
+        except ValueError as e:
+            refused = "Too many bins" in str(e)
+        assert refused == (not accepted), (bins, lo, hi, edges_in)
+    return accepted
+
+
+def double_order(x):
+    """The doubles in order as integers (-0 next to +0), and back."""
+    bits = struct.unpack("<q", struct.pack("<d", x))[0]
+    return bits if bits >= 0 else -(2**63) - bits
+
+
+def double_at(order):
+    return struct.unpack("<d", struct.pack("<q", order if order >= 0 else -(2**63) - order))[0]
+
+
+def narrowest_accepted_hi(bins, lo, edges_in):
+    """The smallest hi above lo that numpy 2 accepts for `bins` bins, with the
+    double below it refused (as tests/unit/numpy_edges.h finds it)."""
+    lo_t = edges_in(lo)
+    spacing = float(np.nextafter(lo_t, edges_in(np.inf))) - float(lo_t)
+    width = max(5e-324, bins * spacing / 8)
+    while not numpy2_accepts(bins, lo, lo + width, edges_in):
+        width *= 2
+    refused, accepted = double_order(lo), double_order(lo + width)
+    while accepted - refused > 1:
+        mid = refused + (accepted - refused) // 2
+        if numpy2_accepts(bins, lo, double_at(mid), edges_in):
+            accepted = mid
+        else:
+            refused = mid
+    return double_at(accepted)
+
+
+def histogram_by_edges(x, bins, lo, hi):
+    """numpy.histogram as its documentation defines it, on numpy's own edges:
+    x is in bin i when edge[i] <= x < edge[i + 1], the last bin closed."""
+    work = x.astype(np.float64) if x.dtype.kind in "iu" else x
+    edges = np.linspace(lo, hi, bins + 1, dtype=work.dtype)
+    inside = work[(work >= edges[0]) & (work <= edges[-1])]
+    counts = np.bincount(np.searchsorted(edges[:-1], inside, side="right") - 1, minlength=bins)
+    return (counts, int(np.sum(work < edges[0])), int(np.sum(work > edges[-1])),
+            int(np.sum(np.isnan(work))))
 
 
 class NumpySemantics(unittest.TestCase):
@@ -192,6 +257,55 @@ class NumpySemantics(unittest.TestCase):
                                     np.array([lo, hi], dtype=dtype)]).astype(dtype)
                 with self.subTest(dtype=dtype.__name__, bins=bins):
                     self.check_histogram(x, bins, lo, hi, f"{dtype.__name__} edges bins={bins}")
+
+    def assertRefusedAsTooManyBins(self, x, bins, lo, hi, stream=False):
+        import grpc
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.ask(x, [agg(pb.OP_HISTOGRAM, bins=bins, lo=lo, hi=hi)], stream=stream)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("histogram.bins", caught.exception.details())
+        self.assertIn(f"cannot create {bins} finite-sized bins", caught.exception.details())
+
+    def test_histogram_ranges_narrower_than_the_float_spacing_are_refused(self):
+        cases = ((np.array([1, 1 + 2e-16] * 10), 10, 1.0, 1.0 + 2e-16),  # every float64 edge is 1.0
+                 (np.array([1, 1, 0.5, 2], np.float32), 4, 1.0, 1.0 + 1e-12),  # (1, 1) in float32
+                 (np.zeros(1, np.float32), 65536, 0.0, 1e-300),  # bins / (hi - lo) overflows
+                 (np.zeros(1, np.float64), 65536, 0.0, 5e-324))
+        for x, bins, lo, hi in cases:
+            with self.subTest(dtype=x.dtype.name, bins=bins, lo=lo, hi=hi):
+                self.assertFalse(numpy2_accepts(bins, lo, hi, edge_dtype(x.dtype)))
+                self.assertRefusedAsTooManyBins(x, bins, lo, hi)
+        self.assertRefusedAsTooManyBins(*cases[0], stream=True)
+
+    def test_histogram_ranges_just_above_the_limit(self):
+        # The narrowest range numpy 2 accepts for 1, 256 and 65536 bins, in
+        # float32 and float64: the counts are numpy's; the double below is
+        # refused when numpy 2 refuses it.
+        for dtype in (np.float32, np.float64):
+            for bins in (1, 256, 65536):
+                for lo in (1.0, 0.0, -3.7, 1e-300):
+                    hi = narrowest_accepted_hi(bins, lo, dtype)
+                    edges = np.linspace(lo, hi, bins + 1, dtype=dtype)
+                    inside = self.rng.uniform(lo, hi, 5000).astype(dtype)
+                    x = np.concatenate([edges, np.nextafter(edges, dtype(-np.inf)), np.nextafter(edges, dtype(np.inf)),
+                                        inside, np.array([lo, hi, np.nan], dtype=dtype)]).astype(dtype)
+                    with self.subTest(dtype=dtype.__name__, bins=bins, lo=lo, hi=hi):
+                        try:
+                            with np.errstate(all="ignore"):
+                                expect = numpy_histogram(x, bins, lo, hi)
+                        except IndexError:
+                            # numpy's equal-width fast path computes an index
+                            # outside its own edges for some of these ranges
+                            # (those of one bin in float32, subnormal ones in
+                            # float64) and raises; the answer is then what its
+                            # edges define. Where numpy does answer, the two agree.
+                            expect = histogram_by_edges(x, bins, lo, hi)
+                        h = values(self.ask(x, [agg(pb.OP_HISTOGRAM, bins=bins, lo=lo, hi=hi)]).results[0])[0]
+                        self.assertEqual(list(h.counts), expect[0].tolist())
+                        self.assertEqual((h.below, h.above, h.nan), expect[1:])
+                        below = double_at(double_order(hi) - 1)
+                        if below > lo and not numpy2_accepts(bins, lo, below, dtype):
+                            self.assertRefusedAsTooManyBins(x, bins, lo, below)
 
     def test_rows(self):
         for name, dtype in DTYPES.items():

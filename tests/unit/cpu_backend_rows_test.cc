@@ -1,6 +1,8 @@
 // Segmented arrays (row_length > 0): one result per row, for short rows
 // (reduced whole, rows in parallel) and long rows (split across threads),
 // fed in uneven pieces that cut rows and blocks anywhere.
+#include <malloc.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -62,6 +64,27 @@ TEST(CpuRows, NansAndTiesStayInTheirRow) {
   EXPECT_EQ(std::get<std::vector<double>>(r->values[3])[1], 9.0);
   EXPECT_EQ(std::get<std::vector<std::uint64_t>>(r->values[4]), (std::vector<std::uint64_t>(4, 3)));
   ExpectMatchesReference(a, 3, ops, *r);
+}
+
+// Heap bytes in use, mmapped blocks included.
+std::size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// A header that declares 2^19 rows of 2^21 elements, followed by 4000 bytes:
+// the results of rows that have not arrived are not built (they were, all
+// 2^19 of them, before the first element: about 100 MiB).
+TEST(CpuRows, ResultsAreBuiltOnlyForRowsThatArrived) {
+  auto backend = MakeCpuBackend({.threads = 2});
+  const AggregationPlan plan{ArraySpec{DType::kUInt8, std::uint64_t{1} << 40, std::uint64_t{1} << 21},
+                             {Op(OpKind::kVariance), Op(OpKind::kSum), Op(OpKind::kArgmax), Hist(16, 0, 255)}};
+  const std::vector<std::byte> data(4000, std::byte{7});
+  const std::size_t before = HeapInUse();
+  auto reduction = backend->Start(plan);
+  ASSERT_TRUE(reduction.ok()) << reduction.status();
+  ASSERT_TRUE((*reduction)->Consume(data).ok());
+  EXPECT_LT(HeapInUse() - before, std::size_t{1} << 20);
 }
 
 }  // namespace

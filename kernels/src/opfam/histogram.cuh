@@ -94,7 +94,10 @@ struct HistQuick {
     if (static_cast<double>(lo_safe) < m) lo_safe = std::nextafter(lo_safe, B(2));
     B hi_safe = static_cast<B>(1 - m);
     if (static_cast<double>(hi_safe) > 1 - m) hi_safe = std::nextafter(hi_safe, B(-1));
-    const bool usable = m < 0.25;  // else always ask Bin
+    // The margin takes scale and offset to be B's rounding of finite
+    // values: a subnormal scale has fewer bits (float32 ranges near
+    // FLT_MAX), an infinite one none (ranges near the smallest spacing).
+    const bool usable = m < 0.25 && std::isnormal(b.scale) && std::isfinite(q.offset);  // else always ask Bin
     q.lo_safe = usable ? lo_safe : B(2);
     q.hi_safe = usable ? hi_safe : B(-1);
     q.per_element = 2 * m > Policy::kHistGroupMaxNearEdge;
@@ -117,17 +120,15 @@ TALLY_DEV bool SlotQuick(const ops::HistogramBinner<B>& b, const HistQuick<B>& q
   return (g < static_cast<decltype(g)>(b.bins)) & (d > q.lo_safe) & (d < q.hi_safe);
 }
 
-// HistogramBinner::Bin, fast and branch-free. Bin walks from its guess g:
-// down while x < edge[i], then up while x >= edge[i+1]. When the walk takes
-// no step, both edges read here (from a shared table, edges[i] ==
-// binner.Edge(i) and edges[bins] == hi_t, or computed) show it, and g is
-// Bin's answer. A walk of a step or more (x within rounding of an edge) is
+// HistogramBinner::Bin, fast and branch-free. Bin starts from its guess g
+// (HistogramBinner::Guess) and moves down when x < edge[g], up when
+// x >= edge[g+1]. When it does not move, both edges read here (from a shared
+// table, edges[i] == binner.Edge(i) and edges[bins] == hi_t, or computed)
+// show it, and g is Bin's answer. A move (x within rounding of an edge) is
 // rare: the caller then asks Bin itself (`exact` false).
 template <typename B>
 TALLY_DEV std::int32_t SlotFast(const ops::HistogramBinner<B>& b, const B* edges, B x, bool& exact) {
-  const B f = (x - b.lo_t) * b.scale;
-  std::int32_t g = f >= static_cast<B>(b.bins) ? b.bins - 1 : static_cast<std::int32_t>(f);
-  g = g < 0 ? 0 : g;  // also NaN: cvt gives 0
+  const std::int32_t g = b.Guess(x);
   const B e0 = edges ? edges[g] : b.Edge(g);
   const B e1 = edges ? edges[g + 1] : b.Edge(g + 1);
   const bool down = g > 0 && x < e0;

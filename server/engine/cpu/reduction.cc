@@ -15,7 +15,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -150,23 +152,16 @@ class CpuReduction final : public Reduction {
     static constexpr auto kTable = FusedTable<V>(std::make_index_sequence<kLaneMasks>{});
     fused_ = kTable[mask];
 
+    // The results start with no rows: GrowRows() builds them as they arrive.
     values_.reserve(plan_.ops.size());
     for (const OpSpec& op : plan_.ops) {
       OpOut out{.spec = op};
       switch (ResultKindOf(op.kind, kD)) {
-        case ResultKind::kDouble:
-          out.d = std::get<0>(values_.emplace_back(std::vector<double>(rows_))).data();
-          break;
-        case ResultKind::kInt64:
-          out.i = std::get<1>(values_.emplace_back(std::vector<std::int64_t>(rows_))).data();
-          break;
-        case ResultKind::kUInt64:
-          out.u = std::get<2>(values_.emplace_back(std::vector<std::uint64_t>(rows_))).data();
-          break;
+        case ResultKind::kDouble: values_.emplace_back(std::vector<double>()); break;
+        case ResultKind::kInt64: values_.emplace_back(std::vector<std::int64_t>()); break;
+        case ResultKind::kUInt64: values_.emplace_back(std::vector<std::uint64_t>()); break;
         case ResultKind::kHistogram: {
-          auto& hists = std::get<3>(values_.emplace_back(std::vector<HistogramResult>(rows_)));
-          for (HistogramResult& h : hists) h.counts.assign(op.histogram.bins, 0);
-          out.h = hists.data();
+          values_.emplace_back(std::vector<HistogramResult>());
           binners_.push_back(ops::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
                                                               op.histogram.hi));
           hist_ops_.push_back(static_cast<int>(outs_.size()));
@@ -208,6 +203,7 @@ class CpuReduction final : public Reduction {
       return absl::InvalidArgumentError(absl::StrCat("data: received ", consumed_, " of the ",
                                                      plan_.array.length, " elements in spec.length."));
     }
+    GrowRows(rows_);  // every row has arrived; an empty array has its one row still to build
     if (!plan_.array.segmented() && plan_.array.length == 0) {
       for (const OpSpec& op : plan_.ops) {
         if (ops::NeedsNonEmpty(op.kind)) {
@@ -317,6 +313,7 @@ class CpuReduction final : public Reduction {
 
   // A block met one at a time: from the buffer, or around a piece's edges.
   void SequentialBlock(const V* x, std::uint64_t len, std::uint64_t start) {
+    GrowRows(row_ + 1);
     RowSinks(row_, sinks_);
     Fold(chunk_acc_, ReduceBlock(x, len, start, sinks_.data()));
     pos_ = start + len;
@@ -331,6 +328,7 @@ class CpuReduction final : public Reduction {
   void ParallelRows(const std::byte* p, std::uint64_t rows) {
     const std::uint64_t group = std::max<std::uint64_t>(1, CpuPolicy::kRowGroupElements / row_len_);
     const std::uint64_t first = row_;
+    GrowRows(first + rows);
     pool_->ParallelFor((rows + group - 1) / group, [&](std::size_t item, int) {
       std::vector<HistogramSink> sinks(binners_.size());
       const std::uint64_t end = std::min(rows, (item + 1) * group);
@@ -348,6 +346,7 @@ class CpuReduction final : public Reduction {
   // parallel; their partials are folded here in chunk order.
   void ParallelChunks(const std::byte* p, std::uint64_t elements) {
     const std::size_t chunks = (elements + kChunk - 1) / kChunk;
+    GrowRows(row_ + 1);
     partials_.resize(chunks);
     const bool scratch = chunks > 1 && !binners_.empty();
     if (scratch) {
@@ -367,6 +366,34 @@ class CpuReduction final : public Reduction {
     for (const Partial<V>& c : partials_) Fold(row_acc_, c);
     pos_ += elements;
     if (pos_ == row_len_) EndRow();
+  }
+
+  // Builds the results of rows up to `end` (zeroed, histograms with their
+  // bins), as rows arrive: a header that declares many rows costs nothing
+  // until their elements come. The vectors grow geometrically, so each row
+  // costs a constant; the raw views in outs_ follow them.
+  void GrowRows(std::uint64_t end) {
+    if (end <= rows_built_) return;
+    for (std::size_t k = 0; k < outs_.size(); ++k) {
+      OpOut& o = outs_[k];
+      std::visit(
+          [&](auto& v) {
+            using E = typename std::decay_t<decltype(v)>::value_type;
+            v.resize(end);
+            if constexpr (std::is_same_v<E, HistogramResult>) {
+              for (std::uint64_t r = rows_built_; r < end; ++r) v[r].counts.assign(o.spec.histogram.bins, 0);
+              o.h = v.data();
+            } else if constexpr (std::is_same_v<E, double>) {
+              o.d = v.data();
+            } else if constexpr (std::is_same_v<E, std::int64_t>) {
+              o.i = v.data();
+            } else {
+              o.u = v.data();
+            }
+          },
+          values_[k]);
+    }
+    rows_built_ = end;
   }
 
   void RowSinks(std::uint64_t row, std::vector<HistogramSink>& sinks) const {
@@ -469,6 +496,7 @@ class CpuReduction final : public Reduction {
 
   std::vector<OpValues> values_;  // the results, one per op
   std::vector<OpOut> outs_;       // raw views of values_
+  std::uint64_t rows_built_ = 0;  // rows values_ holds so far
   std::vector<ops::HistogramBinner<BinT>> binners_;
   std::vector<int> hist_ops_;  // outs_ index of each binner
 

@@ -40,18 +40,50 @@ struct HistogramBinner {
     return static_cast<T>(AddRn(MulRn(static_cast<double>(i), step), lo));
   }
 
+  // The bin that (x - lo) * scale points at, in [0, bins - 1]. f is compared
+  // before it is converted, never converted out of range: it is NaN or
+  // infinite when lo_t or hi_t is infinite (float32 edges of a float64
+  // range) or scale overflows (the narrowest ranges), and converting those
+  // to an integer is undefined behaviour.
+  TALLY_HD std::int32_t Guess(T x) const {
+    const T f = (x - lo_t) * scale;
+    if (!(f < static_cast<T>(bins))) return bins - 1;  // NaN too
+    if (!(f > static_cast<T>(0))) return 0;
+    return static_cast<std::int32_t>(f);
+  }
+
   // The bin of x (already converted to T), or kBinBelow / kBinAbove / kBinNan.
+  // Validation has made the edges strictly increasing (numpy 2's rule).
   TALLY_HD std::int32_t Bin(T x) const {
     if (x != x) return kBinNan;
     if (x < lo_t) return kBinBelow;
     if (x > hi_t) return kBinAbove;
-    // The guess is within a bin or two of the answer; the edges decide.
-    T f = (x - lo_t) * scale;
-    std::int32_t i = f >= static_cast<T>(bins) ? bins - 1 : static_cast<std::int32_t>(f);
-    if (i < 0) i = 0;
-    while (i > 0 && x < Edge(i)) --i;
-    while (i < bins - 1 && x >= Edge(i + 1)) ++i;
+    // The guess is the answer or a neighbour of it, except for ranges at the
+    // ends of T's exponent range: there a binary search over the edges
+    // bounds the cost. Edge(0) == lo_t <= x.
+    const std::int32_t i = Guess(x);
+    if (i > 0 && x < Edge(i)) {
+      if (i == 1 || x >= Edge(i - 1)) return i - 1;
+      return Search(x, 0, i - 2);
+    }
+    if (i < bins - 1 && x >= Edge(i + 1)) {
+      if (i + 1 == bins - 1 || x < Edge(i + 2)) return i + 1;
+      return Search(x, i + 2, bins - 1);
+    }
     return i;
+  }
+
+  // The last j in [a, b] with Edge(j) <= x, given Edge(a) <= x.
+  TALLY_HD std::int32_t Search(T x, std::int32_t a, std::int32_t b) const {
+    while (a < b) {
+      const std::int32_t m = b - (b - a) / 2;
+      if (Edge(m) <= x) {
+        a = m;
+      } else {
+        b = m - 1;
+      }
+    }
+    return a;
   }
 };
 

@@ -1,0 +1,166 @@
+"""tally-server's memory under malformed traffic: unary messages just over
+--max_message_bytes, messages over gRPC's own limit, and stream headers that
+declare huge arrays, sent for a bounded time. The server's RSS must level
+off below its documented bound (a baseline, plus gRPC's receive quota,
+--max_inflight_bytes + 4 x --max_message_bytes, plus what the allocator
+keeps for reuse), and come back down once the traffic stops.
+
+usage: malformed_traffic_memory_test.py TALLY_SERVER_BINARY PROTO_ROOT
+           [--seconds=S] [--max_message_bytes=B] [--max_inflight_bytes=B]
+           [--just_over_clients=N] [--over_grpc_clients=N] [--over_grpc_bytes=B]
+           [--header_clients=N]
+With no options it runs the suite's short case; docs/performance.md runs
+it longer, with the default limits, and prints the RSS it saw.
+"""
+import os
+import sys
+import threading
+import time
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from tally_test_server import TallyServer, load_messages  # noqa: E402
+
+MiB = 1 << 20
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def transport_limit(max_message_bytes):
+    """server/frontend/server.cc TransportLimit."""
+    return min(max(2 * max_message_bytes, max_message_bytes + 16 * MiB), 2**31 - 1)
+
+
+def main():
+    binary, proto_root = sys.argv[1], sys.argv[2]
+    opts = dict(a[2:].split("=", 1) for a in sys.argv[3:] if a.startswith("--"))
+    seconds = float(opts.get("seconds", 15))
+    max_message = int(opts.get("max_message_bytes", 8 * MiB))
+    max_inflight = int(opts.get("max_inflight_bytes", 64 * MiB))
+    quota = max_inflight + 2 * transport_limit(max_message) if max_inflight else 0
+    clients = {kind: int(opts.get(f"{kind}_clients", n)) for kind, n in (("just_over", 3), ("over_grpc", 1),
+                                                                         ("header", 2))}
+    pb = load_messages(proto_root)
+    server = TallyServer(binary, pb, ["--backend=cpu", "--threads=2", f"--max_message_bytes={max_message}",
+                                      f"--max_inflight_bytes={max_inflight}"])
+    pid = server.process.pid
+    ident = lambda b: b  # noqa: E731  (messages are serialized once, up front)
+
+    good = pb.AggregateRequest(spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT32), data=b"\0\0\x80\x3f" * 1024,
+                               aggregations=[pb.Aggregation(op=pb.OP_SUM)])
+    for _ in range(20):
+        server.aggregate(good, timeout=10)
+    time.sleep(1)
+    base = rss_bytes(pid)
+
+    def unary(size):
+        return pb.AggregateRequest(spec=pb.ArraySpec(dtype=pb.DTYPE_UINT8), data=b"\1" * size,
+                                   aggregations=[pb.Aggregation(op=pb.OP_SUM)]).SerializeToString()
+    just_over = unary(max_message + MiB)  # answered by the service: stream it
+    # Refused by gRPC, once read.
+    over_grpc = unary(int(opts.get("over_grpc_bytes", transport_limit(max_message) + 16 * MiB)))
+    header = pb.AggregateStreamRequest(header=pb.AggregateStreamRequest.Header(
+        spec=pb.ArraySpec(dtype=pb.DTYPE_UINT8, length=2**62, row_length=2**38),
+        aggregations=[pb.Aggregation(op=pb.OP_VARIANCE)])).SerializeToString()
+    chunk = pb.AggregateStreamRequest(chunk=b"\7" * 4000).SerializeToString()
+
+    stop = time.time() + seconds
+    lock = threading.Lock()
+    outcomes = {}
+
+    def record(kind, code):
+        with lock:
+            outcomes.setdefault(kind, {}).setdefault(code.name, 0)
+            outcomes[kind][code.name] += 1
+
+    def send_unary(message, kind):
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}", options=[("grpc.max_send_message_length", -1)])
+        call = channel.unary_unary("/tally.v1.Aggregator/Aggregate", request_serializer=ident,
+                                   response_deserializer=ident)
+        while time.time() < stop:
+            try:
+                call(message, timeout=30)
+                record(kind, grpc.StatusCode.OK)
+            except grpc.RpcError as e:
+                record(kind, e.code())
+        channel.close()
+
+    def send_headers():
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        call = channel.stream_unary("/tally.v1.Aggregator/AggregateStream", request_serializer=ident,
+                                    response_deserializer=ident)
+        while time.time() < stop:
+            try:
+                call(iter([header, chunk]), timeout=30)
+                record("header", grpc.StatusCode.OK)
+            except grpc.RpcError as e:
+                record("header", e.code())
+        channel.close()
+
+    threads = [threading.Thread(target=send_unary, args=(just_over, "just over"))
+               for _ in range(clients["just_over"])]
+    threads += [threading.Thread(target=send_unary, args=(over_grpc, "over gRPC's limit"))
+                for _ in range(clients["over_grpc"])]
+    threads += [threading.Thread(target=send_headers) for _ in range(clients["header"])]
+    for t in threads:
+        t.start()
+    samples = []  # (seconds since start, rss)
+    t0 = time.time()
+    while any(t.is_alive() for t in threads):
+        if server.process.poll() is not None:
+            print("FAIL: tally-server exited with status", server.process.returncode, "\n" + server.stop())
+            return 1
+        samples.append((time.time() - t0, rss_bytes(pid)))
+        time.sleep(0.25)
+    for t in threads:
+        t.join()
+    settling = []
+    for _ in range(20):
+        time.sleep(0.25)
+        settling.append(rss_bytes(pid))
+    after = settling[-1]
+    print("RSS after the traffic, every 0.25 s, MiB:", " ".join(str(r // MiB) for r in settling))
+    server.aggregate(good, timeout=10)  # still serving
+
+    rss = [r for _, r in samples]
+    third = max(1, len(rss) // 3)
+    first, last = max(rss[:third]), max(rss[-third:])
+    peak = max(rss)
+    # gRPC's receive quota bounds the messages it holds (best effort: it
+    # resets streams once over it); jemalloc keeps what was freed in the last
+    # second or so for reuse (dirty_decay_ms, server/allocator.cc).
+    bound = base + quota + 128 * MiB
+    print(f"traffic for {seconds:.0f} s: {outcomes}")
+    print(f"RSS: base {base / MiB:.0f} MiB; peak {peak / MiB:.0f} MiB (bound {bound / MiB:.0f}: base + receive "
+          f"quota {quota / MiB:.0f} + 128); first third's peak {first / MiB:.0f}, last third's {last / MiB:.0f}; "
+          f"{after / MiB:.0f} MiB after the traffic")
+    print("RSS every 0.25 s, MiB:", " ".join(str(r // MiB) for r in rss))
+    server.stop()
+
+    failures = []
+    for kind, option, allowed in (("just over", "just_over", {"RESOURCE_EXHAUSTED"}),
+                                  ("over gRPC's limit", "over_grpc", {"RESOURCE_EXHAUSTED"}),
+                                  ("header", "header", {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"})):
+        seen = outcomes.get(kind, {})
+        if clients[option] and (sum(seen.values()) < 3 or not set(seen) <= allowed):
+            failures.append(f"{kind}: {seen}, expected only {sorted(allowed)}")
+    if last > first + 32 * MiB:
+        failures.append("RSS still rising: the last third's peak is over the first third's by more than 32 MiB")
+    if quota and peak > bound:
+        failures.append("RSS peaked over base + receive quota + 128 MiB")
+    if after > base + 32 * MiB:
+        failures.append("RSS did not come back within 32 MiB of the base 5 s after the traffic")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
