@@ -28,10 +28,13 @@ def run(*args, timeout=120):
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
-class Cli(unittest.TestCase):
+class ServerCase(unittest.TestCase):
+    """A CPU server started with SERVER_ARGS for the class, and a scratch folder."""
+    SERVER_ARGS = ["--backend=cpu"]
+
     @classmethod
     def setUpClass(cls):
-        cls.server = TallyServer(SERVER, pb, ["--backend=cpu"])
+        cls.server = TallyServer(SERVER, pb, cls.SERVER_ARGS)
         cls.target = f"--target=127.0.0.1:{cls.server.port}"
         cls.tmp = tempfile.TemporaryDirectory()
 
@@ -39,6 +42,9 @@ class Cli(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.stop()
         cls.tmp.cleanup()
+
+
+class Cli(ServerCase):
 
     def aggregate_json(self, *args):
         r = run("aggregate", self.target, "--json", *args)
@@ -162,20 +168,10 @@ class Cli(unittest.TestCase):
 LIMIT = 64 << 20  # the Datasets server's --max_dataset_bytes
 
 
-class Datasets(unittest.TestCase):
+class Datasets(ServerCase):
     """Resident datasets through the CLI against a CPU server, whose results
     are bitwise those of sending the same array (tally.proto says so)."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = TallyServer(SERVER, pb, ["--backend=cpu", f"--max_dataset_bytes={LIMIT}"])
-        cls.target = f"--target=127.0.0.1:{cls.server.port}"
-        cls.tmp = tempfile.TemporaryDirectory()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        cls.tmp.cleanup()
+    SERVER_ARGS = ["--backend=cpu", f"--max_dataset_bytes={LIMIT}"]
 
     def path(self, name):
         return os.path.join(self.tmp.name, name)

@@ -68,7 +68,7 @@ class CudaBackend final : public Backend {
       return cpu_->Start(plan, from);
     }
     const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
-    absl::StatusOr<std::size_t> scratch = Scratch(passes, chunk_elements);
+    absl::StatusOr<std::size_t> scratch = Scratch(passes, chunk_elements, pool_->ordinals().front());
     if (!scratch.ok()) return scratch.status();
     if (*scratch > pool_->scratch_bytes()) {
       spdlog::warn("cuda backend: a plan needs {} scratch bytes, lanes have {}; using the cpu",
@@ -114,8 +114,7 @@ class CudaBackend final : public Backend {
   // scratch allows, up to the whole array: decided by the plan alone, so a
   // request gives the same bits every time.
   absl::StatusOr<std::unique_ptr<Reduction>> StartOnDevice(const AggregationPlan& plan, int device) {
-    const std::vector<int>& in_use = pool_->ordinals();
-    if (std::find(in_use.begin(), in_use.end(), device) == in_use.end()) {
+    if (!pool_->Uses(device)) {
       return absl::FailedPreconditionError(
           absl::StrCat("cuda backend: GPU ", device, " is not one of the devices in use."));
     }
@@ -129,8 +128,7 @@ class CudaBackend final : public Backend {
     const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
     std::uint64_t cut = std::max(plan.array.length, chunk_elements);
     for (;;) {
-      cuda::ScopedDevice on(device);
-      absl::StatusOr<std::size_t> scratch = Scratch(passes, cut);
+      absl::StatusOr<std::size_t> scratch = Scratch(passes, cut, device);
       if (!scratch.ok()) return scratch.status();
       if (*scratch <= pool_->scratch_bytes() || cut <= chunk_elements) break;
       cut = std::max(chunk_elements, (cut / 2 + chunk_elements - 1) / chunk_elements * chunk_elements);
@@ -140,10 +138,10 @@ class CudaBackend final : public Backend {
     return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, cut);
   }
 
-  // The kernel scratch `passes` need for launches of `elements`, on the
-  // first device (every lane has the same scratch).
-  absl::StatusOr<std::size_t> Scratch(const cuda::PassPlan& passes, std::uint64_t elements) {
-    cuda::ScopedDevice on(pool_->ordinals().front());
+  // The kernel scratch `passes` need for launches of `elements` on `device`
+  // (the kernels size it by the device's multiprocessors).
+  absl::StatusOr<std::size_t> Scratch(const cuda::PassPlan& passes, std::uint64_t elements, int device) {
+    cuda::ScopedDevice on(device);
     std::size_t scratch = 0;
     if (cuda::ScratchNeeded(passes, elements, &scratch) != cudaSuccess) {
       const std::string where = cuda::LastErrorWhere();

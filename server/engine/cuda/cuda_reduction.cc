@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/cuda/staging_block.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
@@ -89,6 +90,7 @@ class CudaReduction final : public Reduction {
         lease_(std::move(lease)),
         lane_(lease_.lane()),
         pinned_(&engine->devices->pinned(lane_->device())),
+        staging_(pinned_),
         elem_(ops::SizeOf(plan.array.dtype)),
         chunk_elems_(lane_->chunk_bytes() / elem_),
         device_cut_(std::max<std::uint64_t>(device_cut, 1)) {}
@@ -96,7 +98,6 @@ class CudaReduction final : public Reduction {
   ~CudaReduction() override {
     if (!lease_) return;
     ScopedDevice on(lane_->device());
-    pinned_->ReleaseNow(std::exchange(block_, PinnedPool::Block{}));
     Drain();
     ReportMetrics(/*device_memory=*/false);
   }
@@ -119,7 +120,7 @@ class CudaReduction final : public Reduction {
       return absl::FailedPreconditionError(absl::StrCat("cuda backend: a request on GPU ", lane_->device(),
                                                         " cannot read ", piece.placement.Describe(), "."));
     }
-    if (on_device && fill_ > 0) {
+    if (on_device && staging_.filled() > 0) {
       return absl::FailedPreconditionError("cuda backend: device bytes after host bytes in one request.");
     }
     consumed_ += n;
@@ -146,7 +147,7 @@ class CudaReduction final : public Reduction {
     }
     if (!passes_.passes.empty()) {
       ScopedDevice on(lane_->device());
-      if (fill_ > 0) {
+      if (staging_.filled() > 0) {
         if (absl::Status s = SubmitStaged(); !s.ok()) return s;
       } else if (!launched_) {
         // An empty array still needs its state started (aggregate.h).
@@ -189,26 +190,20 @@ class CudaReduction final : public Reduction {
   // else is gathered into a staging block first.
   absl::Status ConsumeHost(const std::byte* p, std::uint64_t n, bool pinned) {
     while (n > 0) {
-      if (pinned && fill_ == 0 && n >= chunk_elems_) {
+      if (pinned && staging_.filled() == 0 && n >= chunk_elems_) {
         ScopedDevice on(lane_->device());
         if (absl::Status s = SubmitChunk(p, chunk_elems_, PinnedPool::Block{}); !s.ok()) return s;
         p += chunk_elems_ * elem_;
         n -= chunk_elems_;
         continue;
       }
-      if (!block_) {
-        absl::StatusOr<PinnedPool::Block> b =
-            pinned_->Acquire(std::chrono::milliseconds(EnginePolicy::kPinnedWaitMs));
-        if (!b.ok()) return failed_ = b.status();
-        block_ = *b;
-        ReportPinned();
-      }
-      const std::uint64_t take = std::min(n, chunk_elems_ - fill_);
-      std::memcpy(block_.data + fill_ * elem_, p, take * elem_);
-      fill_ += take;
-      p += take * elem_;
-      n -= take;
-      if (fill_ == chunk_elems_) {
+      // A block is one chunk, a whole number of elements.
+      absl::StatusOr<std::size_t> took = staging_.Fill(p, n * elem_);
+      if (!took.ok()) return failed_ = took.status();
+      if (staging_.filled() == *took) ReportPinned();  // a block was taken from the pool
+      p += *took;
+      n -= *took / elem_;
+      if (staging_.full()) {
         // The device only for the copy and kernels: Consume() is called once
         // per receive slice, most of which only fill the pinned block.
         ScopedDevice on(lane_->device());
@@ -219,9 +214,9 @@ class CudaReduction final : public Reduction {
   }
 
   absl::Status SubmitStaged() {
-    const std::uint64_t elements = std::exchange(fill_, 0);
-    PinnedPool::Block block = std::exchange(block_, PinnedPool::Block{});
-    return SubmitChunk(block.data, elements, block);
+    std::size_t bytes = 0;
+    PinnedPool::Block block = staging_.Take(&bytes);
+    return SubmitChunk(block.data, bytes / elem_, block);
   }
 
   // Copies `elements` at host address `src` (pinned) to the next chunk
@@ -461,6 +456,7 @@ class CudaReduction final : public Reduction {
   DevicePool::Lease lease_;
   DeviceLane* const lane_;
   PinnedPool* const pinned_;
+  StagingBlock staging_;  // the chunk being gathered from pageable bytes
   const std::size_t elem_;
   const std::uint64_t chunk_elems_;
 
@@ -470,8 +466,6 @@ class CudaReduction final : public Reduction {
   std::uint64_t offset_ = 0;    // elements handed to the kernels
   std::uint64_t chunks_ = 0;    // slots used so far (the next is slot(chunks_))
   bool launched_ = false;       // the state has been started
-  PinnedPool::Block block_;     // the chunk being filled
-  std::uint64_t fill_ = 0;      // elements in block_
   absl::Status failed_;
 
   // Not yet reported to Metrics.

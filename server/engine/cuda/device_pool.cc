@@ -148,11 +148,11 @@ DevicePool::~DevicePool() = default;
 absl::StatusOr<DevicePool::Lease> DevicePool::Checkout(std::chrono::milliseconds wait,
                                                        double* waited, int only_device) {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_lock lock(mutex_);
-  if (only_device >= 0 && Find(only_device) == nullptr) {
+  if (only_device >= 0 && !Uses(only_device)) {
     return absl::FailedPreconditionError(
         absl::StrCat("cuda backend: GPU ", only_device, " is not one of the devices in use."));
   }
+  std::unique_lock lock(mutex_);
   Device* chosen = nullptr;
   bool all_lost = false;
   auto pick = [&] {

@@ -53,6 +53,8 @@ class DevicePool {
   std::uint64_t pinned_used() const;
 
   const std::vector<int>& ordinals() const { return ordinals_; }
+  // Whether `device` is one of the GPUs the pool uses.
+  bool Uses(int device) const { return Find(device) != nullptr; }
   // "NVIDIA H100 80GB HBM3 (0)"
   const std::string& DeviceName(int device) const;
   // "NVIDIA H100 80GB HBM3"

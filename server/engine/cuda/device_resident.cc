@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/cuda/tuning.h"
+#include "server/engine/cuda/staging_block.h"
 #include "spdlog/spdlog.h"
 #include "tally/kernels/cuda_error.h"
 
@@ -19,10 +19,10 @@ class DeviceResident final : public ResidentMemory {
         memory_(std::move(memory)),
         device_(memory_.device()),
         pinned_(&pool->pinned(device_)),
+        staging_(pinned_),
         lane_wait_(lane_wait) {}
 
   ~DeviceResident() override {
-    if (block_) pinned_->ReleaseNow(std::exchange(block_, PinnedPool::Block{}));
     if (lease_) {
       ScopedDevice on(device_);
       (void)lease_->Synchronize();
@@ -31,7 +31,7 @@ class DeviceResident final : public ResidentMemory {
 
   absl::Status Append(const Extent& piece) override {
     if (!failed_.ok()) return failed_;
-    if (piece.size() > memory_.size() - written_ - fill_) {
+    if (piece.size() > memory_.size() - written_ - staging_.filled()) {
       return absl::InvalidArgumentError(
           absl::StrCat("data: more than the ", memory_.size(), " bytes the dataset was declared with."));
     }
@@ -43,7 +43,7 @@ class DeviceResident final : public ResidentMemory {
     }
     ScopedDevice on(device_);
     if (!piece.placement.host()) {
-      if (fill_ > 0) {
+      if (staging_.filled() > 0) {
         if (absl::Status s = Flush(); !s.ok()) return s;
       }
       if (piece.size() > 0 &&
@@ -58,18 +58,11 @@ class DeviceResident final : public ResidentMemory {
     const std::byte* p = piece.bytes.data();
     std::uint64_t n = piece.size();
     while (n > 0) {
-      if (!block_) {
-        absl::StatusOr<PinnedPool::Block> b =
-            pinned_->Acquire(std::chrono::milliseconds(EnginePolicy::kPinnedWaitMs));
-        if (!b.ok()) return failed_ = b.status();
-        block_ = *b;
-      }
-      const std::uint64_t take = std::min<std::uint64_t>(n, block_.size - fill_);
-      std::memcpy(block_.data + fill_, p, take);
-      fill_ += take;
-      p += take;
-      n -= take;
-      if (fill_ == block_.size) {
+      absl::StatusOr<std::size_t> took = staging_.Fill(p, n);
+      if (!took.ok()) return failed_ = took.status();
+      p += *took;
+      n -= *took;
+      if (staging_.full()) {
         if (absl::Status s = Flush(); !s.ok()) return s;
       }
     }
@@ -78,13 +71,13 @@ class DeviceResident final : public ResidentMemory {
 
   absl::Status Seal() override {
     if (!failed_.ok()) return failed_;
-    if (written_ + fill_ != memory_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("data: received ", written_ + fill_, " of the ",
+    if (written_ + staging_.filled() != memory_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("data: received ", written_ + staging_.filled(), " of the ",
                                                      memory_.size(), " bytes declared."));
     }
     if (!lease_) return absl::OkStatus();  // an empty dataset
     ScopedDevice on(device_);
-    if (fill_ > 0) {
+    if (staging_.filled() > 0) {
       if (absl::Status s = Flush(); !s.ok()) return s;
     }
     if (Record(cudaStreamSynchronize(lease_->copy_stream().get()), "cudaStreamSynchronize(copy)",
@@ -104,8 +97,8 @@ class DeviceResident final : public ResidentMemory {
   // to the pool once the copy has read it.
   absl::Status Flush() {
     const StreamView copy = lease_->copy_stream();
-    const std::uint64_t bytes = std::exchange(fill_, 0);
-    PinnedPool::Block block = std::exchange(block_, PinnedPool::Block{});
+    std::size_t bytes = 0;
+    PinnedPool::Block block = staging_.Take(&bytes);
     if (Record(cudaMemcpyAsync(memory_.data() + written_, block.data, bytes, cudaMemcpyHostToDevice,
                                copy.get()),
                "cudaMemcpyAsync(staging to dataset)", __FILE__, __LINE__) != cudaSuccess) {
@@ -132,8 +125,7 @@ class DeviceResident final : public ResidentMemory {
   PinnedPool* const pinned_;
   const std::chrono::milliseconds lane_wait_;
   DevicePool::Lease lease_;    // held while the upload runs
-  PinnedPool::Block block_;    // being filled
-  std::uint64_t fill_ = 0;     // bytes in block_
+  StagingBlock staging_;       // host bytes on their way to the dataset
   std::uint64_t written_ = 0;  // bytes copied (or enqueued) into memory_
   absl::Status failed_;
 };
@@ -143,9 +135,7 @@ class DeviceResident final : public ResidentMemory {
 absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateDeviceResident(DevicePool* pool, int device,
                                                                        std::uint64_t bytes,
                                                                        std::chrono::milliseconds lane_wait) {
-  bool known = false;
-  for (const int d : pool->ordinals()) known = known || d == device;
-  if (!known) {
+  if (!pool->Uses(device)) {
     return absl::InvalidArgumentError(absl::StrCat("cuda backend: GPU ", device, " is not in use."));
   }
   ScopedDevice on(device);

@@ -94,7 +94,6 @@ class DatasetStore {
     // Seals the bytes and publishes the dataset under its name (replacing
     // the old version when the upload asked to).
     [[nodiscard]] absl::StatusOr<DatasetInfo> Commit();
-    std::uint64_t bytes() const { return bytes_; }
 
    private:
     friend class DatasetStore;
@@ -160,7 +159,7 @@ class DatasetStore {
   // deleters, which may run after the store is gone.
   struct Reclaimer;
 
-  // Unpublishes `it` (caller holds mu_); why: "deletion", "expiry", ...
+  // Unpublishes `it` (caller holds mu_); its memory goes with its last reader.
   void RemoveLocked(std::map<std::string, Entry>::iterator it);
   void Charge(int place, std::int64_t bytes);
   void ReportLocked();
