@@ -40,8 +40,8 @@ double Once(tally::Backend& b, const tally::AggregationPlan& plan, std::span<con
 }
 
 tally::AggregationPlan Plan(std::uint64_t n) {
-  using tally::ops::OpKind;
-  return {.array = {.dtype = tally::ops::DType::kFloat32, .length = n},
+  using tally::rules::OpKind;
+  return {.array = {.dtype = tally::rules::DType::kFloat32, .length = n},
           .ops = {{.kind = OpKind::kSum}, {.kind = OpKind::kMax}, {.kind = OpKind::kVariance}}};
 }
 

@@ -34,8 +34,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using tally::AggregationPlan;
 using tally::AggregationResult;
-using tally::ops::DType;
-using tally::ops::OpKind;
+using tally::rules::DType;
+using tally::rules::OpKind;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "tally-resident-bench: %s\n", what.c_str());
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   const AggregationPlan plan = SumMaxHist(n);
   tally::kernels::AggregatePlan kp;
   kp.dtype = DType::kFloat32;
-  kp.ops = tally::ops::Bit(OpKind::kSum) | tally::ops::Bit(OpKind::kMax) | tally::ops::Bit(OpKind::kHistogram);
+  kp.ops = tally::rules::Bit(OpKind::kSum) | tally::rules::Bit(OpKind::kMax) | tally::rules::Bit(OpKind::kHistogram);
   kp.histogram = {256, -1.0, 1.0};
   kp.length = n;
   std::size_t scratch_bytes = 0;

@@ -12,32 +12,32 @@
 #include "absl/strings/ascii.h"
 #include "tally/client/number_text.h"
 #include "tally/client/wire.h"
-#include "tally/ops/op.h"
+#include "tally/rules/op.h"
 
 namespace tally::client {
 namespace {
 
 struct OpAlias {
   absl::string_view name;
-  ops::OpKind kind;
+  rules::OpKind kind;
 };
 
 constexpr OpAlias kOpAliases[] = {
-    {"sum", ops::OpKind::kSum},
-    {"min", ops::OpKind::kMin},
-    {"max", ops::OpKind::kMax},
-    {"mean", ops::OpKind::kMean},
-    {"count", ops::OpKind::kCount},
-    {"sum_squares", ops::OpKind::kSumSquares},
-    {"sumsq", ops::OpKind::kSumSquares},
-    {"variance", ops::OpKind::kVariance},
-    {"var", ops::OpKind::kVariance},
-    {"stddev", ops::OpKind::kStddev},
-    {"std", ops::OpKind::kStddev},
-    {"argmin", ops::OpKind::kArgmin},
-    {"argmax", ops::OpKind::kArgmax},
-    {"histogram", ops::OpKind::kHistogram},
-    {"hist", ops::OpKind::kHistogram},
+    {"sum", rules::OpKind::kSum},
+    {"min", rules::OpKind::kMin},
+    {"max", rules::OpKind::kMax},
+    {"mean", rules::OpKind::kMean},
+    {"count", rules::OpKind::kCount},
+    {"sum_squares", rules::OpKind::kSumSquares},
+    {"sumsq", rules::OpKind::kSumSquares},
+    {"variance", rules::OpKind::kVariance},
+    {"var", rules::OpKind::kVariance},
+    {"stddev", rules::OpKind::kStddev},
+    {"std", rules::OpKind::kStddev},
+    {"argmin", rules::OpKind::kArgmin},
+    {"argmax", rules::OpKind::kArgmax},
+    {"histogram", rules::OpKind::kHistogram},
+    {"hist", rules::OpKind::kHistogram},
 };
 
 constexpr absl::string_view kKnownOps =
@@ -57,7 +57,7 @@ std::optional<double> ParseFinite(absl::string_view text) {
 absl::StatusOr<v1::Aggregation> ParseToken(absl::string_view token) {
   const std::vector<absl::string_view> parts = absl::StrSplit(token, ':');
   const std::string name = absl::AsciiStrToLower(parts[0]);
-  std::optional<ops::OpKind> kind;
+  std::optional<rules::OpKind> kind;
   for (const OpAlias& a : kOpAliases) {
     if (name == a.name) kind = a.kind;
   }
@@ -67,8 +67,8 @@ absl::StatusOr<v1::Aggregation> ParseToken(absl::string_view token) {
   agg.set_op(ToWire(*kind));
   const size_t args = parts.size() - 1;
   switch (*kind) {
-    case ops::OpKind::kVariance:
-    case ops::OpKind::kStddev: {
+    case rules::OpKind::kVariance:
+    case rules::OpKind::kStddev: {
       if (args > 1) return BadToken(token, "expected at most one argument, the ddof (e.g. var:1)");
       if (args == 1) {
         const std::optional<double> ddof = ParseFinite(parts[1]);
@@ -79,12 +79,12 @@ absl::StatusOr<v1::Aggregation> ParseToken(absl::string_view token) {
       }
       return agg;
     }
-    case ops::OpKind::kHistogram: {
+    case rules::OpKind::kHistogram: {
       if (args != 3) return BadToken(token, "expected histogram:BINS:LO:HI (e.g. hist:256:-1:1)");
       std::uint32_t bins = 0;
-      if (!absl::SimpleAtoi(parts[1], &bins) || bins < 1 || bins > ops::kMaxHistogramBins) {
+      if (!absl::SimpleAtoi(parts[1], &bins) || bins < 1 || bins > rules::kMaxHistogramBins) {
         return BadToken(token, absl::StrCat("BINS must be an integer from 1 to ",
-                                            ops::kMaxHistogramBins));
+                                            rules::kMaxHistogramBins));
       }
       const std::optional<double> lo = ParseFinite(parts[2]);
       const std::optional<double> hi = ParseFinite(parts[3]);
@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregations(absl::string_view
 }
 
 std::string OpName(v1::Op op) {
-  const std::optional<ops::OpKind> kind = FromWire(op);
+  const std::optional<rules::OpKind> kind = FromWire(op);
   if (!kind) return absl::StrCat("unknown(", static_cast<int>(op), ")");
   return std::string(NameOf(*kind));
 }

@@ -16,7 +16,7 @@ namespace tally::client {
 namespace {
 
 std::string DTypeText(v1::DType dtype) {
-  const std::optional<ops::DType> known = FromWire(dtype);
+  const std::optional<rules::DType> known = FromWire(dtype);
   if (!known) return absl::StrCat("unknown(", static_cast<int>(dtype), ")");
   return std::string(NameOf(*known));
 }

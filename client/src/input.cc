@@ -30,7 +30,7 @@ absl::StatusOr<InputArray> InputArray::OpenNpy(const std::string& path) {
 absl::StatusOr<InputArray> InputArray::OpenRaw(const std::string& path, DType dtype) {
   absl::StatusOr<MappedFile> file = MappedFile::Open(path);
   if (!file.ok()) return file.status();
-  const std::uint64_t element = ops::SizeOf(dtype);
+  const std::uint64_t element = rules::SizeOf(dtype);
   if (file->size() % element != 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": size ", file->size(),
                                                    " bytes is not a multiple of the ",
@@ -48,7 +48,7 @@ absl::StatusOr<InputArray> InputArray::OpenRaw(const std::string& path, DType dt
 }
 
 InputArray InputArray::Random(std::uint64_t length, DType dtype, std::uint64_t seed) {
-  HostBuffer buffer(length * ops::SizeOf(dtype));
+  HostBuffer buffer(length * rules::SizeOf(dtype));
   FillRandom(dtype, seed, buffer.data(), length);
   InputArray input;
   input.array_.dtype = dtype;

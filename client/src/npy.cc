@@ -135,7 +135,7 @@ class DictParser {
   size_t i_ = 0;
 };
 
-absl::StatusOr<ops::DType> ParseDescr(absl::string_view descr) {
+absl::StatusOr<rules::DType> ParseDescr(absl::string_view descr) {
   const auto unsupported = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported .npy dtype '", descr, "'", why,
@@ -147,12 +147,12 @@ absl::StatusOr<ops::DType> ParseDescr(absl::string_view descr) {
   if (order == '>') return unsupported(" (big-endian)");
   if (order != '<' && order != '|') return unsupported("");
   const absl::string_view type = descr.substr(1);
-  if (type == "f4") return ops::DType::kFloat32;
-  if (type == "f8") return ops::DType::kFloat64;
-  if (type == "i4") return ops::DType::kInt32;
-  if (type == "i8") return ops::DType::kInt64;
-  if (type == "u4") return ops::DType::kUInt32;
-  if (type == "u1") return ops::DType::kUInt8;
+  if (type == "f4") return rules::DType::kFloat32;
+  if (type == "f8") return rules::DType::kFloat64;
+  if (type == "i4") return rules::DType::kInt32;
+  if (type == "i8") return rules::DType::kInt64;
+  if (type == "u4") return rules::DType::kUInt32;
+  if (type == "u1") return rules::DType::kUInt8;
   return unsupported("");
 }
 
@@ -218,7 +218,7 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(std::span<const std::byte> file) {
   }
 
   NpyHeader header;
-  absl::StatusOr<ops::DType> dtype = ParseDescr(*descr);
+  absl::StatusOr<rules::DType> dtype = ParseDescr(*descr);
   if (!dtype.ok()) return dtype.status();
   header.dtype = *dtype;
   if (*fortran_order) {
@@ -238,7 +238,7 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(std::span<const std::byte> file) {
   for (std::uint64_t d : header.shape) {
     if (__builtin_mul_overflow(elements, d, &elements)) return Malformed("shape too large");
   }
-  if (__builtin_mul_overflow(elements, ops::SizeOf(header.dtype), &bytes)) {
+  if (__builtin_mul_overflow(elements, rules::SizeOf(header.dtype), &bytes)) {
     return Malformed("shape too large");
   }
   header.data_offset = header_start + header_length;

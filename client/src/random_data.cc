@@ -52,38 +52,38 @@ void Fill(std::byte* out, std::uint64_t length, Xoshiro256& rng, Make make) {
 HostBuffer::HostBuffer(std::uint64_t bytes)
     : data_(std::make_unique_for_overwrite<std::byte[]>(bytes)), size_(bytes) {}
 
-void FillRandom(ops::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length) {
+void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length) {
   Xoshiro256 rng(seed);
   // The top bits of xoshiro256** are its best; every mapping below takes
   // them, and every one is exact (a power-of-two range), so no value is
   // more likely than another.
   switch (dtype) {
-    case ops::DType::kFloat32:
+    case rules::DType::kFloat32:
       Fill<float>(out, length, rng, [](std::uint64_t r) {
         return static_cast<float>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * 0x1p-23f;
       });
       break;
-    case ops::DType::kFloat64:
+    case rules::DType::kFloat64:
       Fill<double>(out, length, rng, [](std::uint64_t r) {
         return static_cast<double>(static_cast<std::int64_t>(r >> 11) - (std::int64_t{1} << 52)) *
                0x1p-52;
       });
       break;
-    case ops::DType::kInt32:
+    case rules::DType::kInt32:
       Fill<std::int32_t>(out, length, rng, [](std::uint64_t r) {
         return static_cast<std::int32_t>(static_cast<std::int64_t>(r >> 43) - (1 << 20));
       });
       break;
-    case ops::DType::kInt64:
+    case rules::DType::kInt64:
       Fill<std::int64_t>(out, length, rng, [](std::uint64_t r) {
         return static_cast<std::int64_t>(r >> 31) - (std::int64_t{1} << 32);
       });
       break;
-    case ops::DType::kUInt32:
+    case rules::DType::kUInt32:
       Fill<std::uint32_t>(out, length, rng,
                           [](std::uint64_t r) { return static_cast<std::uint32_t>(r >> 44); });
       break;
-    case ops::DType::kUInt8:
+    case rules::DType::kUInt8:
       Fill<std::uint8_t>(out, length, rng,
                          [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 56); });
       break;

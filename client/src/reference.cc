@@ -1,5 +1,5 @@
 // Sequential host reference for every op, built on the shared rules in
-// tally/ops (NaN handling, argmin/argmax ties, variance, histogram edges).
+// tally/rules (NaN handling, argmin/argmax ties, variance, histogram edges).
 #include "tally/client/reference.h"
 
 #include <cmath>
@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "tally/client/aggregations.h"
 #include "tally/client/wire.h"
-#include "tally/ops/combine.h"
-#include "tally/ops/histogram_bin.h"
+#include "tally/rules/combine.h"
+#include "tally/rules/histogram_bin.h"
 
 namespace tally::client {
 namespace {
@@ -23,15 +23,15 @@ V Load(const std::byte* data, std::uint64_t i) {
 }
 
 absl::Status CheckAggregation(const v1::Aggregation& a) {
-  const std::optional<ops::OpKind> kind = FromWire(a.op());
+  const std::optional<rules::OpKind> kind = FromWire(a.op());
   if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown op ", a.op()));
-  if ((*kind == ops::OpKind::kVariance || *kind == ops::OpKind::kStddev) &&
+  if ((*kind == rules::OpKind::kVariance || *kind == rules::OpKind::kStddev) &&
       !(std::isfinite(a.ddof()) && a.ddof() >= 0.0)) {
     return absl::InvalidArgumentError("ddof must be finite and >= 0");
   }
-  if (*kind == ops::OpKind::kHistogram) {
+  if (*kind == rules::OpKind::kHistogram) {
     const v1::HistogramSpec& h = a.histogram();
-    if (h.bins() < 1 || h.bins() > ops::kMaxHistogramBins || !std::isfinite(h.lo()) ||
+    if (h.bins() < 1 || h.bins() > rules::kMaxHistogramBins || !std::isfinite(h.lo()) ||
         !std::isfinite(h.hi()) || !(h.lo() < h.hi())) {
       return absl::InvalidArgumentError("bad histogram spec");
     }
@@ -40,16 +40,16 @@ absl::Status CheckAggregation(const v1::Aggregation& a) {
 }
 
 // One aggregation over the rows of an array of dtype T.
-template <ops::DType T>
+template <rules::DType T>
 absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
                         v1::AggregationResult* out) {
-  using V = typename ops::Traits<T>::value;
-  using Extreme = typename ops::Traits<T>::extreme;
-  using Bin = typename ops::Traits<T>::bin;
-  const ops::OpKind kind = *FromWire(agg.op());
+  using V = typename rules::Traits<T>::value;
+  using Extreme = typename rules::Traits<T>::extreme;
+  using Bin = typename rules::Traits<T>::bin;
+  const rules::OpKind kind = *FromWire(agg.op());
   const std::uint64_t row_length = array.row_length == 0 ? array.length : array.row_length;
   const std::uint64_t rows = array.row_length == 0 ? 1 : array.length / array.row_length;
-  if (ops::NeedsNonEmpty(kind) && row_length == 0) {
+  if (rules::NeedsNonEmpty(kind) && row_length == 0) {
     return absl::InvalidArgumentError(absl::StrCat(NameOf(kind), " of an empty array"));
   }
   *out->mutable_aggregation() = agg;
@@ -59,47 +59,47 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
     const auto at = [&](std::uint64_t i) { return Load<V>(row, i); };
     const double n = static_cast<double>(row_length);
     switch (kind) {
-      case ops::OpKind::kSum:
-        if constexpr (ops::IsFloat(T)) {
+      case rules::OpKind::kSum:
+        if constexpr (rules::IsFloat(T)) {
           double s = 0.0;
           for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<double>(at(i));
           out->mutable_doubles()->add_values(s);
         } else {
           std::uint64_t s = 0;  // unsigned: wraps modulo 2^64 without UB, as numpy does
           for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<std::uint64_t>(at(i));
-          if constexpr (ops::IsSigned(T)) {
+          if constexpr (rules::IsSigned(T)) {
             out->mutable_int64s()->add_values(static_cast<std::int64_t>(s));
           } else {
             out->mutable_uint64s()->add_values(s);
           }
         }
         break;
-      case ops::OpKind::kMin:
-      case ops::OpKind::kMax: {
+      case rules::OpKind::kMin:
+      case rules::OpKind::kMax: {
         Extreme e = static_cast<Extreme>(at(0));
         for (std::uint64_t i = 1; i < row_length; ++i) {
           const auto v = static_cast<Extreme>(at(i));
-          e = kind == ops::OpKind::kMin ? ops::MinNan(e, v) : ops::MaxNan(e, v);
+          e = kind == rules::OpKind::kMin ? rules::MinNan(e, v) : rules::MaxNan(e, v);
         }
-        if constexpr (ops::IsFloat(T)) {
+        if constexpr (rules::IsFloat(T)) {
           out->mutable_doubles()->add_values(e);
-        } else if constexpr (ops::IsSigned(T)) {
+        } else if constexpr (rules::IsSigned(T)) {
           out->mutable_int64s()->add_values(e);
         } else {
           out->mutable_uint64s()->add_values(e);
         }
         break;
       }
-      case ops::OpKind::kMean: {
+      case rules::OpKind::kMean: {
         double s = 0.0;
         for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<double>(at(i));
         out->mutable_doubles()->add_values(row_length == 0 ? std::nan("") : s / n);
         break;
       }
-      case ops::OpKind::kCount:
+      case rules::OpKind::kCount:
         out->mutable_uint64s()->add_values(row_length);
         break;
-      case ops::OpKind::kSumSquares: {
+      case rules::OpKind::kSumSquares: {
         double s = 0.0;
         for (std::uint64_t i = 0; i < row_length; ++i) {
           const auto x = static_cast<double>(at(i));
@@ -108,10 +108,10 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
         out->mutable_doubles()->add_values(s);
         break;
       }
-      case ops::OpKind::kVariance:
-      case ops::OpKind::kStddev: {
+      case rules::OpKind::kVariance:
+      case rules::OpKind::kStddev: {
         // Two passes: the mean, then the squared deviations from it.
-        ops::Moments m;
+        rules::Moments m;
         m.count = n;
         double s = 0.0;
         for (std::uint64_t i = 0; i < row_length; ++i) s += static_cast<double>(at(i));
@@ -120,23 +120,23 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
           const double d = static_cast<double>(at(i)) - m.mean;
           m.m2 += d * d;
         }
-        const double var = ops::VarianceOf(m, agg.ddof());
-        out->mutable_doubles()->add_values(kind == ops::OpKind::kVariance ? var : std::sqrt(var));
+        const double var = rules::VarianceOf(m, agg.ddof());
+        out->mutable_doubles()->add_values(kind == rules::OpKind::kVariance ? var : std::sqrt(var));
         break;
       }
-      case ops::OpKind::kArgmin:
-      case ops::OpKind::kArgmax: {
-        ops::ArgCandidate<V> best{at(0), 0};
+      case rules::OpKind::kArgmin:
+      case rules::OpKind::kArgmax: {
+        rules::ArgCandidate<V> best{at(0), 0};
         for (std::uint64_t i = 1; i < row_length; ++i) {
-          const ops::ArgCandidate<V> c{at(i), static_cast<std::int64_t>(i)};
-          best = kind == ops::OpKind::kArgmax ? ops::PickArg<true>(best, c)
-                                              : ops::PickArg<false>(best, c);
+          const rules::ArgCandidate<V> c{at(i), static_cast<std::int64_t>(i)};
+          best = kind == rules::OpKind::kArgmax ? rules::PickArg<true>(best, c)
+                                              : rules::PickArg<false>(best, c);
         }
         out->mutable_int64s()->add_values(best.index);
         break;
       }
-      case ops::OpKind::kHistogram: {
-        const auto binner = ops::HistogramBinner<Bin>::Make(agg.histogram().bins(),
+      case rules::OpKind::kHistogram: {
+        const auto binner = rules::HistogramBinner<Bin>::Make(agg.histogram().bins(),
                                                             agg.histogram().lo(),
                                                             agg.histogram().hi());
         std::vector<std::uint64_t> counts(agg.histogram().bins(), 0);
@@ -146,9 +146,9 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
           const std::int32_t b = binner.Bin(static_cast<Bin>(at(i)));
           if (b >= 0) {
             ++counts[b];
-          } else if (b == ops::kBinBelow) {
+          } else if (b == rules::kBinBelow) {
             ++below;
-          } else if (b == ops::kBinAbove) {
+          } else if (b == rules::kBinAbove) {
             ++above;
           } else {
             ++nan;
@@ -194,18 +194,18 @@ bool DoublesMatch(double expected, double actual, bool exact) {
 
 }  // namespace
 
-v1::AggregationResult::ValuesCase ResultCaseFor(ops::OpKind op, ops::DType dtype) {
+v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType dtype) {
   switch (op) {
-    case ops::OpKind::kSum:
-    case ops::OpKind::kMin:
-    case ops::OpKind::kMax:
-      if (ops::IsFloat(dtype)) return v1::AggregationResult::kDoubles;
-      return ops::IsSigned(dtype) ? v1::AggregationResult::kInt64S
+    case rules::OpKind::kSum:
+    case rules::OpKind::kMin:
+    case rules::OpKind::kMax:
+      if (rules::IsFloat(dtype)) return v1::AggregationResult::kDoubles;
+      return rules::IsSigned(dtype) ? v1::AggregationResult::kInt64S
                                   : v1::AggregationResult::kUint64S;
-    case ops::OpKind::kCount: return v1::AggregationResult::kUint64S;
-    case ops::OpKind::kArgmin:
-    case ops::OpKind::kArgmax: return v1::AggregationResult::kInt64S;
-    case ops::OpKind::kHistogram: return v1::AggregationResult::kHistograms;
+    case rules::OpKind::kCount: return v1::AggregationResult::kUint64S;
+    case rules::OpKind::kArgmin:
+    case rules::OpKind::kArgmax: return v1::AggregationResult::kInt64S;
+    case rules::OpKind::kHistogram: return v1::AggregationResult::kHistograms;
     default: return v1::AggregationResult::kDoubles;
   }
 }
@@ -220,7 +220,7 @@ absl::StatusOr<v1::AggregateResponse> ComputeReference(
   v1::AggregateResponse response;
   for (const v1::Aggregation& agg : aggregations) {
     if (absl::Status s = CheckAggregation(agg); !s.ok()) return s;
-    absl::Status s = ops::VisitDType(array.dtype, [&](auto t) {
+    absl::Status s = rules::VisitDType(array.dtype, [&](auto t) {
       return ComputeOne<decltype(t)::value>(array, agg, response.add_results());
     });
     if (!s.ok()) return s;

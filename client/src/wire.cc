@@ -1,4 +1,4 @@
-// Enum conversions between tally/ops and tally.v1, and the method names.
+// Enum conversions between tally/rules and tally.v1, and the method names.
 #include "tally/client/wire.h"
 
 #include <string>
@@ -7,45 +7,45 @@
 
 namespace tally::client {
 
-v1::DType ToWire(ops::DType dtype) {
+v1::DType ToWire(rules::DType dtype) {
   switch (dtype) {
-    case ops::DType::kFloat32: return v1::DTYPE_FLOAT32;
-    case ops::DType::kFloat64: return v1::DTYPE_FLOAT64;
-    case ops::DType::kInt32: return v1::DTYPE_INT32;
-    case ops::DType::kInt64: return v1::DTYPE_INT64;
-    case ops::DType::kUInt32: return v1::DTYPE_UINT32;
-    case ops::DType::kUInt8: return v1::DTYPE_UINT8;
+    case rules::DType::kFloat32: return v1::DTYPE_FLOAT32;
+    case rules::DType::kFloat64: return v1::DTYPE_FLOAT64;
+    case rules::DType::kInt32: return v1::DTYPE_INT32;
+    case rules::DType::kInt64: return v1::DTYPE_INT64;
+    case rules::DType::kUInt32: return v1::DTYPE_UINT32;
+    case rules::DType::kUInt8: return v1::DTYPE_UINT8;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
 
-std::optional<ops::DType> FromWire(v1::DType dtype) {
-  for (ops::DType d : ops::kAllDTypes) {
+std::optional<rules::DType> FromWire(v1::DType dtype) {
+  for (rules::DType d : rules::kAllDTypes) {
     if (ToWire(d) == dtype) return d;
   }
   return std::nullopt;
 }
 
-v1::Op ToWire(ops::OpKind op) {
+v1::Op ToWire(rules::OpKind op) {
   switch (op) {
-    case ops::OpKind::kSum: return v1::OP_SUM;
-    case ops::OpKind::kMin: return v1::OP_MIN;
-    case ops::OpKind::kMax: return v1::OP_MAX;
-    case ops::OpKind::kMean: return v1::OP_MEAN;
-    case ops::OpKind::kCount: return v1::OP_COUNT;
-    case ops::OpKind::kSumSquares: return v1::OP_SUM_SQUARES;
-    case ops::OpKind::kVariance: return v1::OP_VARIANCE;
-    case ops::OpKind::kStddev: return v1::OP_STDDEV;
-    case ops::OpKind::kArgmin: return v1::OP_ARGMIN;
-    case ops::OpKind::kArgmax: return v1::OP_ARGMAX;
-    case ops::OpKind::kHistogram: return v1::OP_HISTOGRAM;
+    case rules::OpKind::kSum: return v1::OP_SUM;
+    case rules::OpKind::kMin: return v1::OP_MIN;
+    case rules::OpKind::kMax: return v1::OP_MAX;
+    case rules::OpKind::kMean: return v1::OP_MEAN;
+    case rules::OpKind::kCount: return v1::OP_COUNT;
+    case rules::OpKind::kSumSquares: return v1::OP_SUM_SQUARES;
+    case rules::OpKind::kVariance: return v1::OP_VARIANCE;
+    case rules::OpKind::kStddev: return v1::OP_STDDEV;
+    case rules::OpKind::kArgmin: return v1::OP_ARGMIN;
+    case rules::OpKind::kArgmax: return v1::OP_ARGMAX;
+    case rules::OpKind::kHistogram: return v1::OP_HISTOGRAM;
   }
   return v1::OP_UNSPECIFIED;
 }
 
-std::optional<ops::OpKind> FromWire(v1::Op op) {
-  for (int k = 0; k < ops::kNumOpKinds; ++k) {
-    const auto kind = static_cast<ops::OpKind>(k);
+std::optional<rules::OpKind> FromWire(v1::Op op) {
+  for (int k = 0; k < rules::kNumOpKinds; ++k) {
+    const auto kind = static_cast<rules::OpKind>(k);
     if (ToWire(kind) == op) return kind;
   }
   return std::nullopt;

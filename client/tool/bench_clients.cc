@@ -19,7 +19,7 @@ std::string ModeName(BenchMode mode) {
 }
 
 std::uint64_t BenchConfig::unit_bytes() const {
-  return ops::SizeOf(dtype) * std::max<std::uint64_t>(row_length, 1);
+  return rules::SizeOf(dtype) * std::max<std::uint64_t>(row_length, 1);
 }
 
 std::uint64_t BenchConfig::ElementsFor(std::uint64_t bytes) const {

@@ -121,7 +121,7 @@ absl::Status ParseOpSets(BenchConfig& c) {
 
 // --size, --elements and --sizes, whose meaning depends on the mode.
 absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
-  const std::uint64_t element = ops::SizeOf(c.dtype);
+  const std::uint64_t element = rules::SizeOf(c.dtype);
   absl::StatusOr<std::optional<std::uint64_t>> size = cl.TakeSize("size");
   if (!size.ok()) return size.status();
   absl::StatusOr<std::optional<std::uint64_t>> elements = cl.TakeSize("elements");

@@ -53,7 +53,7 @@ using Expected = std::vector<std::vector<absl::StatusOr<v1::AggregateResponse>>>
 absl::StatusOr<ResidentSetup> Upload(const BenchConfig& c, Client& client, Expected* expected) {
   std::uint64_t max_elements = 0;
   for (std::uint64_t bytes : c.dataset_bytes) max_elements = std::max(max_elements, c.ElementsFor(bytes));
-  HostBuffer buffer(max_elements * ops::SizeOf(c.dtype));
+  HostBuffer buffer(max_elements * rules::SizeOf(c.dtype));
   FillRandom(c.dtype, c.seed, buffer.data(), max_elements);
 
   ResidentSetup setup;
@@ -77,7 +77,7 @@ absl::StatusOr<ResidentSetup> Upload(const BenchConfig& c, Client& client, Expec
   setup.upload_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (expected != nullptr) {
     for (const ResidentSetup::Dataset& d : setup.datasets) {
-      const ArrayRef array{c.dtype, buffer.data(), d.bytes / ops::SizeOf(c.dtype), c.row_length};
+      const ArrayRef array{c.dtype, buffer.data(), d.bytes / rules::SizeOf(c.dtype), c.row_length};
       expected->emplace_back();
       for (const auto& aggregations : c.op_sets) expected->back().push_back(ComputeReference(array, aggregations));
     }
@@ -124,7 +124,7 @@ std::string UploadName(const BenchConfig& c, int index) {
 void UploadLoop(const BenchConfig& c, int index, Client& client, BenchClock& clock, ClientStats& stats) {
   const std::uint64_t seed = c.seed + static_cast<std::uint64_t>(index);
   const std::uint64_t length = c.ElementsFor(c.min_bytes);
-  HostBuffer buffer(length * ops::SizeOf(c.dtype));
+  HostBuffer buffer(length * rules::SizeOf(c.dtype));
   FillRandom(c.dtype, seed, buffer.data(), length);
   const ArrayRef array{c.dtype, buffer.data(), length, 0};
   const std::string name = UploadName(c, index);

@@ -44,7 +44,7 @@ void SendLoop(const BenchConfig& c, int index, Client& client, BenchClock& clock
   const std::uint64_t seed = c.seed + static_cast<std::uint64_t>(index);
   SizePicker sizes(c, seed);
   const std::uint64_t max_elements = c.ElementsFor(c.max_bytes);
-  HostBuffer buffer(max_elements * ops::SizeOf(c.dtype));
+  HostBuffer buffer(max_elements * rules::SizeOf(c.dtype));
   FillRandom(c.dtype, seed, buffer.data(), max_elements);
   ArrayRef array{c.dtype, buffer.data(), max_elements, c.row_length};
 

@@ -20,9 +20,9 @@
 namespace {
 
 using tally::kernels::AggregatePlan;
-using tally::ops::Bit;
-using tally::ops::DType;
-using tally::ops::OpKind;
+using tally::rules::Bit;
+using tally::rules::DType;
+using tally::rules::OpKind;
 
 constexpr int kWarmup = 5;
 int kReps = 25;  // TALLY_BENCH_REPS overrides (a profiler needs few)
@@ -112,7 +112,7 @@ struct Tally {
   void* scratch = nullptr;
   std::size_t scratch_bytes = 0;
   void* host = nullptr;
-  Tally(DType dt, tally::ops::OpMask ops, std::uint64_t n, std::uint64_t row, std::uint32_t bins = 0) {
+  Tally(DType dt, tally::rules::OpMask ops, std::uint64_t n, std::uint64_t row, std::uint32_t bins = 0) {
     plan.dtype = dt;
     plan.ops = ops;
     plan.length = n;
@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
   };
 
   std::vector<Row> rows;
-  auto compare = [&](const std::string& name, tally::ops::OpMask ops, std::uint32_t bins,
+  auto compare = [&](const std::string& name, tally::rules::OpMask ops, std::uint32_t bins,
                      const float* d, const std::function<void()>& ref, const std::string& ref_name,
                      double min_ratio, double min_gbs) {
     if (!wanted(name)) return;
@@ -265,14 +265,14 @@ int main(int argc, char** argv) {
   compare("histogram 65536 skewed", Bit(OpKind::kHistogram), 65536, skew, [&] { cub_hist(skew, 65536); }, "CUB", 0, 0.8 * uni64k);
   // Fused: five ops in one call vs five CUB calls back to back.
   if (wanted("fused")) {
-    const tally::ops::OpMask five = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
+    const tally::rules::OpMask five = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
                                     Bit(OpKind::kArgmax) | Bit(OpKind::kHistogram);
     Tally tl(DType::kFloat32, five, n, 0, 256);
     const double ours_ms = MedianMs(s, [&] { tl.Run(x, s); });
     const double cub_ms = MedianMs(s, [&] { cub_sum(); cub_min(); cub_max(); cub_argmax(); cub_hist(x, 256); });
     rows.push_back({"fused sum+min+max+argmax+hist256 (speedup " + std::to_string(cub_ms / ours_ms).substr(0, 4) + "x)",
                     gbs(ours_ms), gbs(cub_ms), "5 CUB calls", ">= 4x faster", cub_ms / ours_ms >= 4.0});
-    Tally all(DType::kFloat32, (1u << tally::ops::kNumOpKinds) - 1, n, 0, 256);
+    Tally all(DType::kFloat32, (1u << tally::rules::kNumOpKinds) - 1, n, 0, 256);
     rows.push_back({"fused all 11 ops (hist 256)", gbs(MedianMs(s, [&] { all.Run(x, s); })), 0, "-", "", true});
   }
   // Segmented sums vs the read ceiling.

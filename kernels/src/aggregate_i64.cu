@@ -3,9 +3,9 @@
 #include "grid/aggregate_kernels.cuh"
 
 namespace tally::kernels::detail {
-template cudaError_t ScratchBytesFor<ops::DType::kInt64>(const AggregatePlan&, std::uint64_t,
+template cudaError_t ScratchBytesFor<rules::DType::kInt64>(const AggregatePlan&, std::uint64_t,
                                                       const DeviceInfo&, std::size_t*);
-template cudaError_t LaunchAccumulate<ops::DType::kInt64>(const AggregatePlan&, const ResultLayout&,
+template cudaError_t LaunchAccumulate<rules::DType::kInt64>(const AggregatePlan&, const ResultLayout&,
                                                        const void*, std::uint64_t, std::uint64_t,
                                                        void*, void*, std::size_t,
                                                        const DeviceInfo&, cudaStream_t);

@@ -10,10 +10,10 @@
 namespace tally::kernels {
 namespace {
 
-using ops::Has;
-using ops::OpKind;
+using rules::Has;
+using rules::OpKind;
 
-constexpr ops::OpMask kAllOps = (ops::OpMask{1} << ops::kNumOpKinds) - 1;
+constexpr rules::OpMask kAllOps = (rules::OpMask{1} << rules::kNumOpKinds) - 1;
 
 cudaError_t Invalid(const char* why) {
   return cuda::Record(cudaErrorInvalidValue, why, __FILE__, __LINE__);
@@ -30,14 +30,14 @@ cudaError_t CurrentDevice(detail::DeviceInfo* info) {
 
 cudaError_t Validate(const AggregatePlan& plan) {
   switch (plan.dtype) {
-    case ops::DType::kFloat32: case ops::DType::kFloat64: case ops::DType::kInt32:
-    case ops::DType::kInt64: case ops::DType::kUInt32: case ops::DType::kUInt8: break;
+    case rules::DType::kFloat32: case rules::DType::kFloat64: case rules::DType::kInt32:
+    case rules::DType::kInt64: case rules::DType::kUInt32: case rules::DType::kUInt8: break;
     default: return Invalid("plan.dtype is not a v1 dtype");
   }
   if (plan.ops == 0 || (plan.ops & ~kAllOps) != 0) return Invalid("plan.ops is empty or unknown");
   if (Has(plan.ops, OpKind::kHistogram)) {
-    const ops::HistogramSpec& h = plan.histogram;
-    if (h.bins < 1 || h.bins > ops::kMaxHistogramBins) return Invalid("histogram.bins not in 1..65536");
+    const rules::HistogramSpec& h = plan.histogram;
+    if (h.bins < 1 || h.bins > rules::kMaxHistogramBins) return Invalid("histogram.bins not in 1..65536");
     if (!std::isfinite(h.lo) || !std::isfinite(h.hi) || !(h.lo < h.hi))
       return Invalid("histogram range must be finite with lo < hi");
   }
@@ -61,12 +61,12 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
     at += (r * bytes_per_row + 255) / 256 * 256;  // each array 256-byte aligned
     return off;
   };
-  const ops::OpMask m = plan.ops;
+  const rules::OpMask m = plan.ops;
   l.sum = take(Has(m, OpKind::kSum), 8);
   l.min = take(Has(m, OpKind::kMin), 8);
   l.max = take(Has(m, OpKind::kMax), 8);
   l.moments = take(Has(m, OpKind::kMean) || Has(m, OpKind::kVariance) || Has(m, OpKind::kStddev),
-                   sizeof(ops::Moments));
+                   sizeof(rules::Moments));
   l.sum_squares = take(Has(m, OpKind::kSumSquares), 8);
   l.argmin = take(Has(m, OpKind::kArgmin), 8);
   l.argmin_value = take(Has(m, OpKind::kArgmin), 8);
@@ -88,7 +88,7 @@ cudaError_t ScratchBytes(const AggregatePlan& plan, std::uint64_t max_chunk_elem
   if (max_chunk_elements == 0 && plan.row_length != 0) return cudaSuccess;
   detail::DeviceInfo dev{};
   TALLY_CUDA_TRY(CurrentDevice(&dev));
-  return ops::VisitDType(plan.dtype, [&](auto d) {
+  return rules::VisitDType(plan.dtype, [&](auto d) {
     return detail::ScratchBytesFor<decltype(d)::value>(plan, max_chunk_elements, dev, bytes);
   });
 }
@@ -104,7 +104,7 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
   detail::DeviceInfo dev{};
   TALLY_CUDA_TRY(CurrentDevice(&dev));
   const ResultLayout lay = LayoutOf(plan);
-  return ops::VisitDType(plan.dtype, [&](auto d) {
+  return rules::VisitDType(plan.dtype, [&](auto d) {
     return detail::LaunchAccumulate<decltype(d)::value>(plan, lay, d_chunk, elements, offset,
                                                         d_state, d_scratch, scratch_bytes, dev,
                                                         stream);
@@ -127,7 +127,7 @@ cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_sta
   // then left as it was). Measured: 1K float32 sum to host, see
   // docs/performance.md.
   const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) &&
-                     plan.length * ops::SizeOf(plan.dtype) <=
+                     plan.length * rules::SizeOf(plan.dtype) <=
                          static_cast<std::uint64_t>(detail::Policy::kMinBytesPerBlock);
   if (small && h_result != nullptr) {
     cudaPointerAttributes attr{};

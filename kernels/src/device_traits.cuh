@@ -7,19 +7,19 @@
 #include <limits>
 #include <type_traits>
 
-#include "tally/ops/dtype.h"
-#include "tally/ops/op.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
 
 #define TALLY_DEV __device__ __forceinline__
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct DevTraits {
-  using T = typename ops::Traits<D>::value;    // element
-  using S = typename ops::Traits<D>::sum;      // OP_SUM accumulator
-  using E = typename ops::Traits<D>::extreme;  // min/max/arg values as stored
-  using B = typename ops::Traits<D>::bin;      // histogram binning type
+  using T = typename rules::Traits<D>::value;    // element
+  using S = typename rules::Traits<D>::sum;      // OP_SUM accumulator
+  using E = typename rules::Traits<D>::extreme;  // min/max/arg values as stored
+  using B = typename rules::Traits<D>::bin;      // histogram binning type
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
   static constexpr bool kFloat = std::is_floating_point_v<T>;
 };
@@ -46,9 +46,9 @@ TALLY_DEV void LoadVec(T (&dst)[K], const uint4* src) {
 struct Want {
   bool sum, min, max, sumsq, moments, argmin, argmax, hist;
 
-  static constexpr Want From(ops::OpMask m) {
-    using ops::Has;
-    using K = ops::OpKind;
+  static constexpr Want From(rules::OpMask m) {
+    using rules::Has;
+    using K = rules::OpKind;
     return Want{Has(m, K::kSum),
                 Has(m, K::kMin),
                 Has(m, K::kMax),

@@ -14,7 +14,7 @@
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct Partial {
   using S = typename DevTraits<D>::S;
   using E = typename DevTraits<D>::E;
@@ -22,12 +22,12 @@ struct Partial {
   E min;
   E max;
   double sumsq;
-  ops::Moments mom;
-  ops::ArgCandidate<E> amin;
-  ops::ArgCandidate<E> amax;
+  rules::Moments mom;
+  rules::ArgCandidate<E> amin;
+  rules::ArgCandidate<E> amax;
 };
 
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV Partial<D> IdentityPartial() {
   using X = ExtremeOp<D>;
   Partial<D> p;
@@ -35,19 +35,19 @@ TALLY_DEV Partial<D> IdentityPartial() {
   p.min = static_cast<typename DevTraits<D>::E>(X::MinIdentity());
   p.max = static_cast<typename DevTraits<D>::E>(X::MaxIdentity());
   p.sumsq = 0.0;
-  p.mom = ops::Moments{};
+  p.mom = rules::Moments{};
   p.amin = {p.min, -1};
   p.amax = {p.max, -1};
   return p;
 }
 
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV void MergeInto(Partial<D>& a, const Partial<D>& b, const Want& w) {
   if (w.sum) a.sum = SumOp<D>::Merge(a.sum, b.sum);
   if (w.min) a.min = ExtremeOp<D>::MergeMin(a.min, b.min);
   if (w.max) a.max = ExtremeOp<D>::MergeMax(a.max, b.max);
   if (w.sumsq) a.sumsq = a.sumsq + b.sumsq;
-  if (w.moments) a.mom = ops::MergeMoments(a.mom, b.mom);
+  if (w.moments) a.mom = rules::MergeMoments(a.mom, b.mom);
   if (w.argmin) a.amin = ArgOp<D, false>::Merge(a.amin, b.amin);
   if (w.argmax) a.amax = ArgOp<D, true>::Merge(a.amax, b.amax);
 }
@@ -63,7 +63,7 @@ TALLY_DEV V ShflXor(V v, int lane_mask, int width) {
 }
 
 // The partner lane's partial (butterfly step), fields in `w` only.
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV Partial<D> ShflXor(const Partial<D>& p, int lane_mask, int width, const Want& w) {
   Partial<D> q = p;
   if (w.sum) q.sum = ShflXor(p.sum, lane_mask, width);
@@ -94,7 +94,7 @@ TALLY_HD constexpr unsigned WordSpan(std::size_t offset, std::size_t size) {
   for (std::size_t i = offset / 8; i < (offset + size + 7) / 8; ++i) m |= 1u << i;
   return m;
 }
-template <ops::DType D>
+template <rules::DType D>
 TALLY_HD unsigned PartialWords(const Want& w) {
   using P = Partial<D>;
   static_assert(sizeof(P) % 8 == 0 && sizeof(P) / 8 <= 32);
@@ -112,7 +112,7 @@ TALLY_HD unsigned PartialWords(const Want& w) {
 // Partials written by one block and read by another in the same launch go
 // through L2 (st/ld .cg), never a stale L1 line; only the words in `words`
 // (PartialWords), the rest of a loaded partial is the identity.
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV void StorePartialCg(Partial<D>* dst, const Partial<D>& p, unsigned words) {
   auto* d = reinterpret_cast<unsigned long long*>(dst);
   const auto* s = reinterpret_cast<const unsigned long long*>(&p);
@@ -120,7 +120,7 @@ TALLY_DEV void StorePartialCg(Partial<D>* dst, const Partial<D>& p, unsigned wor
   for (int i = 0; i < static_cast<int>(sizeof(Partial<D>) / 8); ++i)
     if (words >> i & 1u) __stcg(d + i, s[i]);
 }
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV Partial<D> LoadPartialCg(const Partial<D>* src, unsigned words) {
   Partial<D> p = IdentityPartial<D>();
   const auto* s = reinterpret_cast<const unsigned long long*>(src);
@@ -151,7 +151,7 @@ TALLY_DEV void FenceSc() { asm volatile("fence.sc.gpu;" : : : "memory"); }
 
 // Writes row `row` of the state: the partial itself when this pass saw the
 // row's first element (`fresh`), else merged after what the state holds.
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV void StoreRow(const StateView& st, std::uint64_t row, Partial<D> p, bool fresh,
                         const Want& w) {
   using S = typename DevTraits<D>::S;
@@ -162,7 +162,7 @@ TALLY_DEV void StoreRow(const StateView& st, std::uint64_t row, Partial<D> p, bo
     if (w.min) old.min = static_cast<E*>(st.min)[row];
     if (w.max) old.max = static_cast<E*>(st.max)[row];
     if (w.sumsq) old.sumsq = st.sumsq[row];
-    if (w.moments) old.mom = static_cast<ops::Moments*>(st.moments)[row];
+    if (w.moments) old.mom = static_cast<rules::Moments*>(st.moments)[row];
     if (w.argmin) old.amin = {static_cast<E*>(st.argmin_value)[row], st.argmin[row]};
     if (w.argmax) old.amax = {static_cast<E*>(st.argmax_value)[row], st.argmax[row]};
     MergeInto(old, p, w);
@@ -172,7 +172,7 @@ TALLY_DEV void StoreRow(const StateView& st, std::uint64_t row, Partial<D> p, bo
   if (w.min) static_cast<E*>(st.min)[row] = p.min;
   if (w.max) static_cast<E*>(st.max)[row] = p.max;
   if (w.sumsq) st.sumsq[row] = p.sumsq;
-  if (w.moments) static_cast<ops::Moments*>(st.moments)[row] = p.mom;
+  if (w.moments) static_cast<rules::Moments*>(st.moments)[row] = p.mom;
   if (w.argmin) {
     st.argmin[row] = p.amin.index;
     static_cast<E*>(st.argmin_value)[row] = p.amin.value;

@@ -8,15 +8,15 @@
 #include <variant>
 #include <vector>
 
-#include "tally/ops/dtype.h"
-#include "tally/ops/op.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
 
 namespace tally {
 
-using ops::DType;
-using ops::HistogramSpec;
-using ops::OpKind;
-using ops::OpSpec;
+using rules::DType;
+using rules::HistogramSpec;
+using rules::OpKind;
+using rules::OpSpec;
 
 struct ArraySpec {
   DType dtype = DType::kFloat32;
@@ -26,7 +26,7 @@ struct ArraySpec {
   bool segmented() const { return row_length != 0; }
   // Number of results per op: rows when segmented, else 1.
   std::uint64_t rows() const { return segmented() ? length / row_length : 1; }
-  std::uint64_t bytes() const { return length * ops::SizeOf(dtype); }
+  std::uint64_t bytes() const { return length * rules::SizeOf(dtype); }
 };
 
 // A validated request: the array's spec and the ops to compute in one pass.
@@ -57,8 +57,8 @@ constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
     case OpKind::kSum:
     case OpKind::kMin:
     case OpKind::kMax:
-      if (ops::IsFloat(dtype)) return ResultKind::kDouble;
-      return ops::IsSigned(dtype) ? ResultKind::kInt64 : ResultKind::kUInt64;
+      if (rules::IsFloat(dtype)) return ResultKind::kDouble;
+      return rules::IsSigned(dtype) ? ResultKind::kInt64 : ResultKind::kUInt64;
     case OpKind::kCount: return ResultKind::kUInt64;
     case OpKind::kArgmin:
     case OpKind::kArgmax: return ResultKind::kInt64;

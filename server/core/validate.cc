@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "tally/ops/histogram_bin.h"
+#include "tally/rules/histogram_bin.h"
 
 namespace tally {
 namespace {
@@ -21,7 +21,7 @@ std::string Shortest(double x) {
 }
 
 std::string OpLabel(std::size_t i, const OpSpec& op) {
-  return absl::StrCat("aggregations[", i, "] (", ops::Name(op.kind), ")");
+  return absl::StrCat("aggregations[", i, "] (", rules::Name(op.kind), ")");
 }
 
 // True when the edges certainly increase, without computing them: each edge
@@ -32,7 +32,7 @@ std::string OpLabel(std::size_t i, const OpSpec& op) {
 // rounding of hi - lo (half a ulp) and of step (bins half-ulps of step). A
 // step above 4 ulps plus that keeps every pair of neighbours apart.
 template <typename T>
-bool EdgesCertainlyIncrease(const ops::HistogramBinner<T>& b, double lo, double hi) {
+bool EdgesCertainlyIncrease(const rules::HistogramBinner<T>& b, double lo, double hi) {
   const double top = 8 * std::fmax(std::fabs(lo), std::fabs(hi));
   if (!(top < static_cast<double>(std::numeric_limits<T>::max()))) return false;
   const T t = static_cast<T>(top);
@@ -43,7 +43,7 @@ bool EdgesCertainlyIncrease(const ops::HistogramBinner<T>& b, double lo, double 
 
 template <typename T>
 bool EdgesIncrease(const HistogramSpec& h) {
-  const auto b = ops::HistogramBinner<T>::Make(h.bins, h.lo, h.hi);
+  const auto b = rules::HistogramBinner<T>::Make(h.bins, h.lo, h.hi);
   // A step that rounds to 0 (hi - lo < bins * 2^-1075) makes numpy compute
   // the edges as i / bins * (hi - lo) + lo instead; they lie in [lo, hi],
   // which then holds fewer than bins + 1 doubles, so two are equal.
@@ -67,9 +67,9 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, DType dtype) {
   }
   if (op.kind == OpKind::kHistogram) {
     const HistogramSpec& h = op.histogram;
-    if (h.bins == 0 || h.bins > ops::kMaxHistogramBins) {
+    if (h.bins == 0 || h.bins > rules::kMaxHistogramBins) {
       return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op), ": histogram.bins must be 1 to ",
-                                                     ops::kMaxHistogramBins, ", got ", h.bins, "."));
+                                                     rules::kMaxHistogramBins, ", got ", h.bins, "."));
     }
     if (!std::isfinite(h.lo) || !std::isfinite(h.hi)) {
       return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op),
@@ -100,7 +100,7 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, DType dtype) {
 }  // namespace
 
 bool HistogramEdgesIncrease(const HistogramSpec& h, DType dtype) {
-  return ops::VisitDType(dtype, [&](auto d) { return EdgesIncrease<typename ops::Traits<decltype(d)::value>::bin>(h); });
+  return rules::VisitDType(dtype, [&](auto d) { return EdgesIncrease<typename rules::Traits<decltype(d)::value>::bin>(h); });
 }
 
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan) {
@@ -124,7 +124,7 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
     if (absl::Status s = ValidateOp(i, plan.ops[i], plan.array.dtype); !s.ok()) return s;
   }
   const ArraySpec& a = plan.array;
-  if (a.length > (std::uint64_t{1} << 62) / ops::SizeOf(a.dtype)) {
+  if (a.length > (std::uint64_t{1} << 62) / rules::SizeOf(a.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("spec.length: ", a.length, " elements is beyond any array tally can take."));
   }
   if (a.segmented() && a.length % a.row_length != 0) {
@@ -134,10 +134,10 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   }
   if (!a.segmented() && a.length == 0) {
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-      if (ops::NeedsNonEmpty(plan.ops[i].kind)) {
+      if (rules::NeedsNonEmpty(plan.ops[i].kind)) {
         return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, plan.ops[i]),
                                                        ": the array is empty, and an empty array has no ",
-                                                       ops::Name(plan.ops[i].kind), "."));
+                                                       rules::Name(plan.ops[i].kind), "."));
       }
     }
   }

@@ -107,7 +107,7 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
     if (context->IsCancelled()) return finish(absl::CancelledError("the client cancelled the request."), 0);
     absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend_.Start(plan);
     if (!reduction.ok()) return finish(reduction.status(), 0);
-    ElementAligner aligner(ops::SizeOf(plan.array.dtype));
+    ElementAligner aligner(rules::SizeOf(plan.array.dtype));
     if (absl::Status s = ConsumePieces(*data, aligner, **reduction); !s.ok()) return finish(s, 0);
     absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
     if (!result.ok()) return finish(result.status(), 0);
@@ -156,13 +156,13 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
     if (!plan.ok()) return plan.status();
     plan_ = std::move(*plan);
     aggregations_ = header.aggregations();
-    aligner_.emplace(ops::SizeOf(plan_.array.dtype));
+    aligner_.emplace(rules::SizeOf(plan_.array.dtype));
     return absl::OkStatus();
   }
 
   std::uint64_t declared_bytes() const override { return plan_.array.bytes(); }
   std::string Declared() const override {
-    return absl::StrCat("header.spec.length (", plan_.array.length, " ", ops::Name(plan_.array.dtype),
+    return absl::StrCat("header.spec.length (", plan_.array.length, " ", rules::Name(plan_.array.dtype),
                         " elements)");
   }
   std::vector<OpKind> ops() const override { return OpKinds(plan_); }

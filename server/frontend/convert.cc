@@ -94,17 +94,17 @@ absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const A
   absl::StatusOr<DType> dtype = DTypeFromProto(spec.dtype());
   if (!dtype.ok()) return dtype.status();
   plan.array.dtype = *dtype;
-  const std::uint64_t size = ops::SizeOf(*dtype);
+  const std::uint64_t size = rules::SizeOf(*dtype);
   if (data_bytes.has_value()) {
     if (*data_bytes % size != 0) {
       return absl::InvalidArgumentError(absl::StrCat("data: ", *data_bytes, " bytes is not a whole number of ",
-                                                     ops::Name(*dtype), " elements (", size, " bytes each)."));
+                                                     rules::Name(*dtype), " elements (", size, " bytes each)."));
     }
     plan.array.length = *data_bytes / size;
     if (spec.has_length() && spec.length() != plan.array.length) {
       return absl::InvalidArgumentError(absl::StrCat("spec.length: the spec says ", spec.length(),
                                                      " elements, but data holds ", plan.array.length, " ",
-                                                     ops::Name(*dtype), " elements (", *data_bytes, " bytes)."));
+                                                     rules::Name(*dtype), " elements (", *data_bytes, " bytes)."));
     }
   } else {
     if (!spec.has_length()) {

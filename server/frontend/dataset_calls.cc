@@ -62,7 +62,7 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
       return absl::InvalidArgumentError(
           absl::StrCat("header.ttl_seconds: ", h.ttl_seconds(), " is not a finite number of seconds >= 0."));
     }
-    const std::uint64_t size = ops::SizeOf(*dtype);
+    const std::uint64_t size = rules::SizeOf(*dtype);
     if (h.spec().length() > (std::uint64_t{1} << 62) / size) {
       return absl::InvalidArgumentError(
           absl::StrCat("header.spec.length: ", h.spec().length(), " elements is beyond any array tally can take."));
@@ -77,9 +77,9 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     return absl::OkStatus();
   }
 
-  std::uint64_t declared_bytes() const override { return length_ * ops::SizeOf(dtype_); }
+  std::uint64_t declared_bytes() const override { return length_ * rules::SizeOf(dtype_); }
   std::string Declared() const override {
-    return absl::StrCat("header.spec.length (", length_, " ", ops::Name(dtype_), " elements)");
+    return absl::StrCat("header.spec.length (", length_, " ", rules::Name(dtype_), " elements)");
   }
 
   // The name and the memory, once bytes arrive.
@@ -170,7 +170,7 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
       if (context->IsCancelled()) return Cancelled();
-      const std::uint64_t size = ops::SizeOf(info.dtype);
+      const std::uint64_t size = rules::SizeOf(info.dtype);
       const Extent whole = (*dataset)->extent().Sub(begin * size, (end - begin) * size);
       absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend_.Start(*checked, whole.placement);
       if (!reduction.ok()) return reduction.status();

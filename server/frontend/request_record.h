@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "server/metrics/metrics.h"
-#include "tally/ops/op.h"
+#include "tally/rules/op.h"
 
 namespace tally {
 
@@ -34,7 +34,7 @@ class RequestRecord {
  public:
   RequestRecord(Metrics* metrics, Metrics::Method method, InFlightTracker& tracker);
 
-  void SetOps(std::vector<ops::OpKind> ops) { ops_ = std::move(ops); }
+  void SetOps(std::vector<rules::OpKind> ops) { ops_ = std::move(ops); }
   void AddBytes(std::uint64_t bytes);
   double Seconds() const;
   // Logs a failure at a level that matches its cause and updates metrics.
@@ -45,7 +45,7 @@ class RequestRecord {
   Metrics::Method method_;
   InFlightTracker& tracker_;
   std::chrono::steady_clock::time_point start_;
-  std::vector<ops::OpKind> ops_;
+  std::vector<rules::OpKind> ops_;
 };
 
 }  // namespace tally

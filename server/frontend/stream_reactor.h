@@ -36,7 +36,7 @@
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/stream_watchdog.h"
-#include "tally/ops/op.h"
+#include "tally/rules/op.h"
 
 namespace tally {
 
@@ -53,7 +53,7 @@ class StreamJob {
   // The bytes the header announced, and how it said so, for messages.
   virtual std::uint64_t declared_bytes() const = 0;
   virtual std::string Declared() const = 0;
-  virtual std::vector<ops::OpKind> ops() const { return {}; }
+  virtual std::vector<rules::OpKind> ops() const { return {}; }
   // On a request worker, when the first chunk has arrived (or the input
   // ended with an empty array): takes what the work needs (a Reduction, a
   // GPU lane, memory), waiting if need be.

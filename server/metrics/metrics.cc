@@ -112,7 +112,7 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
     // rather than nothing before the first request.
     RequestCounter(m, 0);
     if (!CarriesOps(method)) continue;
-    for (int op = 0; op < ops::kNumOpKinds; ++op) OpCounter(m, op, 0);
+    for (int op = 0; op < rules::kNumOpKinds; ++op) OpCounter(m, op, 0);
   }
 
   admission_rejections_ = &prometheus::BuildCounter()
@@ -256,11 +256,11 @@ prometheus::Counter& Metrics::RequestCounter(int method, int code) {
 }
 
 prometheus::Counter& Metrics::OpCounter(int method, int op, int code) {
-  auto& slot = op_children_[(method * ops::kNumOpKinds + op) * kNumCodes + code];
+  auto& slot = op_children_[(method * rules::kNumOpKinds + op) * kNumCodes + code];
   prometheus::Counter* c = slot.load(std::memory_order_acquire);
   if (c == nullptr) {
     c = &aggregations_->Add({{"method", MethodName(static_cast<Method>(method))},
-                             {"op", std::string(ops::Name(static_cast<ops::OpKind>(op)))},
+                             {"op", std::string(rules::Name(static_cast<rules::OpKind>(op)))},
                              {"code", kCodeNames[code]}});
     slot.store(c, std::memory_order_release);
   }
@@ -269,15 +269,15 @@ prometheus::Counter& Metrics::OpCounter(int method, int op, int code) {
 
 void Metrics::RequestStarted(Method method) { in_flight_[static_cast<int>(method)]->Increment(); }
 
-void Metrics::RequestFinished(Method method, std::span<const ops::OpKind> op_kinds,
+void Metrics::RequestFinished(Method method, std::span<const rules::OpKind> op_kinds,
                               int grpc_status_code, double seconds) {
   const int m = static_cast<int>(method);
   const int code = ClampCode(grpc_status_code);
   in_flight_[m]->Decrement();
   RequestCounter(m, code).Increment();
-  for (const ops::OpKind k : op_kinds) {
+  for (const rules::OpKind k : op_kinds) {
     const int op = static_cast<int>(k);
-    if (op >= 0 && op < ops::kNumOpKinds) OpCounter(m, op, code).Increment();
+    if (op >= 0 && op < rules::kNumOpKinds) OpCounter(m, op, code).Increment();
   }
   duration_[m]->Observe(seconds);
 }

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "tally/ops/op.h"
+#include "tally/rules/op.h"
 
 namespace prometheus {
 class Counter;
@@ -77,7 +77,7 @@ class Metrics {
   // `grpc_status_code` is the grpc::StatusCode it ended with; `seconds` runs
   // from the first byte received to the response.
   void RequestStarted(Method method);
-  void RequestFinished(Method method, std::span<const ops::OpKind> ops, int grpc_status_code,
+  void RequestFinished(Method method, std::span<const rules::OpKind> ops, int grpc_status_code,
                        double seconds);
   // A request turned away by admission control (RESOURCE_EXHAUSTED). It is
   // still counted by RequestFinished(); this counter says why.
@@ -161,7 +161,7 @@ class Metrics {
   // Children created on first use and cached; Family::Add returns the same
   // child for the same labels, so a race only stores the same pointer twice.
   std::array<std::atomic<prometheus::Counter*>, kNumMethods * kNumCodes> request_children_{};
-  std::array<std::atomic<prometheus::Counter*>, kNumMethods * ops::kNumOpKinds * kNumCodes>
+  std::array<std::atomic<prometheus::Counter*>, kNumMethods * rules::kNumOpKinds * kNumCodes>
       op_children_{};
   // Filled once per device under device_mutex_, then published.
   std::mutex device_mutex_;

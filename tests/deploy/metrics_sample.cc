@@ -8,7 +8,7 @@
 
 int main() {
   tally::Metrics m({.backend = "cuda", .device = "sample GPU (0)", .version = "sample"});
-  constexpr std::array ops = {tally::ops::OpKind::kSum, tally::ops::OpKind::kHistogram};
+  constexpr std::array ops = {tally::rules::OpKind::kSum, tally::rules::OpKind::kHistogram};
   for (const auto method : {tally::Metrics::Method::kAggregate,
                             tally::Metrics::Method::kAggregateStream}) {
     m.RequestStarted(method);

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   TALLY_FUZZ_CHECK(header->shape.size() == 1 || header->shape.size() == 2, "1-D or 2-D");
   TALLY_FUZZ_CHECK(header->data_offset >= 10 && header->data_offset <= size, "the data starts inside the file");
   const std::uint64_t elements = header->elements();
-  const std::uint64_t element_size = tally::ops::SizeOf(header->dtype);
+  const std::uint64_t element_size = tally::rules::SizeOf(header->dtype);
   TALLY_FUZZ_CHECK(elements <= (size - header->data_offset) / element_size, "the elements fit in the file");
   TALLY_FUZZ_CHECK(header->data_offset + elements * element_size == size, "the data runs to the end of the file");
   if (header->shape.size() == 2) {

@@ -19,7 +19,7 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
   TALLY_FUZZ_CHECK(plan.ops.size() <= limits.max_aggregations, "at most max_aggregations");
   TALLY_FUZZ_CHECK(plan.ops.size() == static_cast<std::size_t>(aggregations.size()), "one op per aggregation");
   // The byte length neither overflows nor disagrees with the data.
-  const std::uint64_t size = ops::SizeOf(a.dtype);
+  const std::uint64_t size = rules::SizeOf(a.dtype);
   TALLY_FUZZ_CHECK(a.length <= (std::uint64_t{1} << 62) / size, "length x element size fits in 62 bits");
   if (data_bytes.has_value()) {
     TALLY_FUZZ_CHECK(a.bytes() == *data_bytes, "the plan's bytes are the data's");
@@ -36,7 +36,7 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
     }
     if (op.kind == OpKind::kHistogram) {
       const HistogramSpec& h = op.histogram;
-      TALLY_FUZZ_CHECK(h.bins >= 1 && h.bins <= ops::kMaxHistogramBins, "1 to 65536 bins");
+      TALLY_FUZZ_CHECK(h.bins >= 1 && h.bins <= rules::kMaxHistogramBins, "1 to 65536 bins");
       TALLY_FUZZ_CHECK(std::isfinite(h.lo) && std::isfinite(h.hi) && h.lo < h.hi, "finite lo < hi");
       TALLY_FUZZ_CHECK(std::isfinite(h.hi - h.lo), "the range's width is finite");
       per_row += std::uint64_t{h.bins} + 3;
@@ -44,7 +44,7 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
       per_row += 1;
     }
     if (!a.segmented() && a.length == 0) {
-      TALLY_FUZZ_CHECK(!ops::NeedsNonEmpty(op.kind), "an empty array has no min, max, argmin or argmax");
+      TALLY_FUZZ_CHECK(!rules::NeedsNonEmpty(op.kind), "an empty array has no min, max, argmin or argmax");
     }
   }
   // The response, and the per-row state the backends allocate, are bounded.

@@ -41,9 +41,9 @@ TEST(EngineResident, DeviceBytesGiveTheStreamedAnswerEveryDtypeAndShape) {
   auto cpu = MakeCpu();
   ASSERT_NE(cuda, nullptr);
   std::mt19937_64 seeds(std::random_device{}());
-  for (const DType dt : ops::kAllDTypes) {
+  for (const DType dt : rules::kAllDTypes) {
     // Several chunks of the lanes' 64 KiB, a ragged end, rows that span chunks.
-    const std::uint64_t n = 3 * (64 << 10) / ops::SizeOf(dt) + 12345;
+    const std::uint64_t n = 3 * (64 << 10) / rules::SizeOf(dt) + 12345;
     const std::vector<std::byte> data = RandomArray(dt, n, seeds(), true);
     std::unique_ptr<ResidentMemory> m = Upload(*cuda, data, 10007);
     ASSERT_NE(m, nullptr);
@@ -51,12 +51,12 @@ TEST(EngineResident, DeviceBytesGiveTheStreamedAnswerEveryDtypeAndShape) {
     // The bytes landed where they belong.
     std::vector<std::byte> back(data.size(), std::byte{0x5a});
     ASSERT_EQ(cudaMemcpy(back.data(), m->extent().bytes.data(), back.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    ASSERT_EQ(back, data) << ops::Name(dt);
+    ASSERT_EQ(back, data) << rules::Name(dt);
     for (const std::uint64_t rows : {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{1} << 16 >> 3}) {
       // A range that starts off any alignment, cut into rows.
       const std::uint64_t begin = 3, len = rows == 0 ? n - 10 : (n - 10) / rows * rows;
       const AggregationPlan plan = Plan(dt, len, rows == 0 ? 0 : len / rows, AllOps(dt));
-      const std::size_t es = ops::SizeOf(dt);
+      const std::size_t es = rules::SizeOf(dt);
       const Extent range = m->extent().Sub(begin * es, len * es);
       absl::StatusOr<AggregationResult> dev = RunOn(*cuda, plan, range);
       ASSERT_TRUE(dev.ok()) << dev.status();
@@ -67,7 +67,7 @@ TEST(EngineResident, DeviceBytesGiveTheStreamedAnswerEveryDtypeAndShape) {
       ASSERT_TRUE(streamed.ok()) << streamed.status();
       absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, host);
       ASSERT_TRUE(ref.ok()) << ref.status();
-      const std::string what = std::string(ops::Name(dt)) + " rows " + std::to_string(rows);
+      const std::string what = std::string(rules::Name(dt)) + " rows " + std::to_string(rows);
       EXPECT_EQ(dev->backend, "cuda");
       ExpectSame(plan, *dev, *again, /*exact=*/true, what + " (twice)");
       ExpectSame(plan, *streamed, *dev, /*exact=*/false, what + " (streamed)");

@@ -34,11 +34,11 @@ class EngineResults : public ::testing::Test {
 };
 
 TEST_F(EngineResults, EveryOpAndDtypeMatchesCpuOnWholeArrays) {
-  for (const DType t : ops::kAllDTypes) {
-    const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
+  for (const DType t : rules::kAllDTypes) {
+    const std::uint64_t chunk = kChunkBytes / rules::SizeOf(t);
     for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000},
                                   (std::uint64_t{1} << 20) + 3, 3 * chunk + 5}) {
-      const std::string what = std::string(ops::Name(t)) + " n=" + std::to_string(n);
+      const std::string what = std::string(rules::Name(t)) + " n=" + std::to_string(n);
       const std::vector<std::byte> data = RandomArray(t, n, 1000 + n);
       Compare(Plan(t, n, 0, AllOps(t, n > 0)), data, what);
     }
@@ -46,13 +46,13 @@ TEST_F(EngineResults, EveryOpAndDtypeMatchesCpuOnWholeArrays) {
 }
 
 TEST_F(EngineResults, EveryOpAndDtypeMatchesCpuOnRows) {
-  for (const DType t : ops::kAllDTypes) {
-    const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
+  for (const DType t : rules::kAllDTypes) {
+    const std::uint64_t chunk = kChunkBytes / rules::SizeOf(t);
     struct Shape { std::uint64_t row, rows; };
     for (const Shape s : {Shape{32, 777}, Shape{1000, 301}, Shape{chunk + 7, 3},
                           Shape{3 * chunk + 5, 2}, Shape{1, 5000}}) {
       const std::uint64_t n = s.row * s.rows;
-      const std::string what = std::string(ops::Name(t)) + " row=" + std::to_string(s.row) +
+      const std::string what = std::string(rules::Name(t)) + " row=" + std::to_string(s.row) +
                                " rows=" + std::to_string(s.rows);
       Compare(Plan(t, n, s.row, AllOps(t)), RandomArray(t, n, 7 * n + s.row), what);
     }
@@ -61,16 +61,16 @@ TEST_F(EngineResults, EveryOpAndDtypeMatchesCpuOnRows) {
 
 TEST_F(EngineResults, NaNsFollowNumpyLikeTheCpu) {
   for (const DType t : {DType::kFloat32, DType::kFloat64}) {
-    const std::uint64_t n = 5 * (kChunkBytes / ops::SizeOf(t)) + 11;
+    const std::uint64_t n = 5 * (kChunkBytes / rules::SizeOf(t)) + 11;
     Compare(Plan(t, n, 0, AllOps(t)), RandomArray(t, n, 99, /*nans=*/true), "nan whole");
-    const std::uint64_t row = kChunkBytes / ops::SizeOf(t) / 3 + 1;  // rows span chunks
+    const std::uint64_t row = kChunkBytes / rules::SizeOf(t) / 3 + 1;  // rows span chunks
     Compare(Plan(t, 11 * row, row, AllOps(t)), RandomArray(t, 11 * row, 98, /*nans=*/true), "nan rows");
   }
 }
 
 TEST_F(EngineResults, SameBitsWhateverTheSplit) {
   for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kUInt8}) {
-    const std::uint64_t chunk = kChunkBytes / ops::SizeOf(t);
+    const std::uint64_t chunk = kChunkBytes / rules::SizeOf(t);
     const std::uint64_t n = 5 * (3 * chunk / 5 + 7);  // over three chunks, five whole rows
     const std::vector<std::byte> data = RandomArray(t, n, 4242);
     for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{n / 5}}) {
@@ -83,7 +83,7 @@ TEST_F(EngineResults, SameBitsWhateverTheSplit) {
         absl::StatusOr<AggregationResult> got = RunRequest(*cuda_, plan, data, splits[s]);
         ASSERT_TRUE(got.ok()) << got.status();
         ExpectSame(plan, *whole, *got, /*exact=*/true,
-                   std::string(ops::Name(t)) + " split #" + std::to_string(s) +
+                   std::string(rules::Name(t)) + " split #" + std::to_string(s) +
                        " row=" + std::to_string(row));
       }
     }
@@ -105,8 +105,8 @@ TEST_F(EngineResults, RepeatedRequestsGiveTheSameBits) {
 }
 
 TEST_F(EngineResults, SeveralHistogramsAndDdofsInOneRequest) {
-  for (const DType t : ops::kAllDTypes) {
-    const std::uint64_t n = 4 * (kChunkBytes / ops::SizeOf(t)) + 4;
+  for (const DType t : rules::kAllDTypes) {
+    const std::uint64_t n = 4 * (kChunkBytes / rules::SizeOf(t)) + 4;
     std::vector<OpSpec> ops = {
         OpSpec{.kind = OpKind::kHistogram, .histogram = HistogramFor(t, 10)},
         Op(OpKind::kVariance, 0.0),
@@ -118,12 +118,12 @@ TEST_F(EngineResults, SeveralHistogramsAndDdofsInOneRequest) {
         Op(OpKind::kSum),
         Op(OpKind::kArgmax)};
     const std::vector<std::byte> data = RandomArray(t, n, 77);
-    Compare(Plan(t, n, 0, ops), data, std::string(ops::Name(t)) + " whole");
+    Compare(Plan(t, n, 0, ops), data, std::string(rules::Name(t)) + " whole");
     Compare(Plan(t, n, n / 4, ops), data,  // rows spanning chunks
-            std::string(ops::Name(t)) + " rows");
+            std::string(rules::Name(t)) + " rows");
     // Histograms only: no fused pass at all.
     std::vector<OpSpec> hists = {ops[0], ops[3], ops[6]};
-    Compare(Plan(t, n, 0, hists), data, std::string(ops::Name(t)) + " histograms only");
+    Compare(Plan(t, n, 0, hists), data, std::string(rules::Name(t)) + " histograms only");
   }
 }
 
@@ -151,7 +151,7 @@ TEST(EngineRouting, SmallRequestsRunOnTheCpuWithTheCpuAnswer) {
   std::unique_ptr<Backend> cuda = MakeCuda(o);
   ASSERT_NE(cuda, nullptr);
   std::unique_ptr<Backend> cpu = MakeCpu();
-  for (const DType t : ops::kAllDTypes) {
+  for (const DType t : rules::kAllDTypes) {
     for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000}}) {
       const AggregationPlan plan = Plan(t, n, 0, AllOps(t, n > 0));
       const std::vector<std::byte> data = RandomArray(t, n, n + 17);

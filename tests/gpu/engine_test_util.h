@@ -69,9 +69,9 @@ inline std::unique_ptr<Backend> MakeCpu() { return MakeCpuBackend(CpuBackendOpti
 inline std::vector<std::byte> RandomArray(DType dtype, std::uint64_t n, std::uint64_t seed,
                                           bool nans = false) {
   std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(n * ops::SizeOf(dtype));
-  ops::VisitDType(dtype, [&](auto d) {
-    using V = typename ops::Traits<decltype(d)::value>::value;
+  std::vector<std::byte> out(n * rules::SizeOf(dtype));
+  rules::VisitDType(dtype, [&](auto d) {
+    using V = typename rules::Traits<decltype(d)::value>::value;
     V* x = reinterpret_cast<V*>(out.data());
     for (std::uint64_t i = 0; i < n; ++i) {
       if constexpr (std::is_floating_point_v<V>) {
@@ -131,7 +131,7 @@ inline absl::StatusOr<AggregationResult> RunRequest(Backend& backend, const Aggr
                                              std::vector<std::uint64_t> pieces = {}) {
   absl::StatusOr<std::unique_ptr<Reduction>> r = backend.Start(plan);
   if (!r.ok()) return r.status();
-  const std::size_t es = ops::SizeOf(plan.array.dtype);
+  const std::size_t es = rules::SizeOf(plan.array.dtype);
   if (data.empty()) {
     if (absl::Status s = (*r)->Consume(data); !s.ok()) return s;
   }
@@ -159,7 +159,7 @@ inline void ExpectSame(const AggregationPlan& plan, const AggregationResult& wan
   for (std::size_t i = 0; i < want.values.size(); ++i) {
     const OpKind k = plan.ops[i].kind;
     const bool op_exact = exact || k == OpKind::kMin || k == OpKind::kMax;
-    const std::string where = what + " op " + ops::Name(k) + " #" + std::to_string(i);
+    const std::string where = what + " op " + rules::Name(k) + " #" + std::to_string(i);
     ASSERT_EQ(want.values[i].index(), got.values[i].index()) << where;
     if (const auto* w = std::get_if<std::vector<double>>(&want.values[i])) {
       const auto& g = std::get<std::vector<double>>(got.values[i]);

@@ -30,8 +30,8 @@ namespace {
 using kernels::AggregatePlan;
 using kernels::ResultLayout;
 using kernels::ResultView;
-using ops::DType;
-using ops::OpKind;
+using rules::DType;
+using rules::OpKind;
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cuda::LastErrorWhere()
 
@@ -56,15 +56,15 @@ std::mt19937_64& Rng() {
   return rng;
 }
 
-constexpr ops::OpMask kAllScalarOps =
-    ops::Bit(OpKind::kSum) | ops::Bit(OpKind::kMin) | ops::Bit(OpKind::kMax) |
-    ops::Bit(OpKind::kMean) | ops::Bit(OpKind::kCount) | ops::Bit(OpKind::kSumSquares) |
-    ops::Bit(OpKind::kVariance) | ops::Bit(OpKind::kStddev) | ops::Bit(OpKind::kArgmin) |
-    ops::Bit(OpKind::kArgmax);
-constexpr ops::OpMask kAllOps = kAllScalarOps | ops::Bit(OpKind::kHistogram);
+constexpr rules::OpMask kAllScalarOps =
+    rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kMin) | rules::Bit(OpKind::kMax) |
+    rules::Bit(OpKind::kMean) | rules::Bit(OpKind::kCount) | rules::Bit(OpKind::kSumSquares) |
+    rules::Bit(OpKind::kVariance) | rules::Bit(OpKind::kStddev) | rules::Bit(OpKind::kArgmin) |
+    rules::Bit(OpKind::kArgmax);
+constexpr rules::OpMask kAllOps = kAllScalarOps | rules::Bit(OpKind::kHistogram);
 
 template <DType D>
-using V = typename ops::Traits<D>::value;
+using V = typename rules::Traits<D>::value;
 
 // Random values spread over the dtype's range (floats: [-1000, 1000]).
 template <DType D>
@@ -72,7 +72,7 @@ std::vector<V<D>> Random(std::uint64_t n) {
   using T = V<D>;
   std::vector<T> x(n);
   auto& rng = Rng();
-  if constexpr (ops::IsFloat(D)) {
+  if constexpr (rules::IsFloat(D)) {
     std::uniform_real_distribution<double> u(-1000.0, 1000.0);
     for (auto& v : x) v = static_cast<T>(u(rng));
   } else {
@@ -85,7 +85,7 @@ std::vector<V<D>> Random(std::uint64_t n) {
 
 // A histogram range that leaves values below and above it.
 template <DType D>
-ops::HistogramSpec RangeFor(std::uint32_t bins) {
+rules::HistogramSpec RangeFor(std::uint32_t bins) {
   switch (D) {
     case DType::kFloat32: case DType::kFloat64: return {bins, -600.0, 700.25};
     case DType::kInt32: return {bins, -1.5e9, 1.7e9};
@@ -126,12 +126,12 @@ void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
   Run r;
   r.plan = plan;
   r.layout = kernels::LayoutOf(plan);
-  const std::size_t bytes = plan.length * ops::SizeOf(plan.dtype);
+  const std::size_t bytes = plan.length * rules::SizeOf(plan.dtype);
   CUDA_OK(kernels::Validate(plan));
   CUDA_OK(cudaStreamCreate(&r.stream));
   CUDA_OK(cudaMalloc(&r.d_data, bytes + 16));
   const bool shift = misalign < 0 ? (Rng()() & 1) != 0 : misalign == 1;
-  unsigned char* base = static_cast<unsigned char*>(r.d_data) + (shift ? ops::SizeOf(plan.dtype) : 0);
+  unsigned char* base = static_cast<unsigned char*>(r.d_data) + (shift ? rules::SizeOf(plan.dtype) : 0);
   if (bytes) {
     CUDA_OK(cudaMemcpy(base, x, bytes, cudaMemcpyHostToDevice));
   }
@@ -149,7 +149,7 @@ void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
     std::uint64_t off = 0;
     do {
       const std::uint64_t n = std::min<std::uint64_t>(chunk, plan.length - off);
-      CUDA_OK(kernels::Accumulate(plan, base + off * ops::SizeOf(plan.dtype), n, off, r.d_state,
+      CUDA_OK(kernels::Accumulate(plan, base + off * rules::SizeOf(plan.dtype), n, off, r.d_state,
                                   r.d_scratch, r.scratch, r.stream));
       off += n;
     } while (off < plan.length);
@@ -173,7 +173,7 @@ void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
            const std::vector<RefRow>& ref, const std::string& what) {
   const ResultView view(plan, res.data());
   ASSERT_EQ(view.Rows(), ref.size()) << what;
-  const ops::OpMask m = plan.ops;
+  const rules::OpMask m = plan.ops;
   int failures = 0;
   for (std::uint64_t r = 0; r < ref.size() && failures < 5; ++r) {
     const RefRow& o = ref[r];
@@ -184,34 +184,34 @@ void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
                     << static_cast<double>(want);
       ++failures;
     };
-    if (ops::Has(m, OpKind::kSum)) {
-      if constexpr (ops::IsFloat(D)) {
+    if (rules::Has(m, OpKind::kSum)) {
+      if constexpr (rules::IsFloat(D)) {
         const long double got = view.Sum(r).f64;
         if (!Close(got, o.fsum, 1e-12L * o.abs_sum + 1e-300L)) fail("sum", got, o.fsum);
       } else if (view.Sum(r).u64 != o.isum) {
         fail("sum", static_cast<long double>(view.Sum(r).u64), static_cast<long double>(o.isum));
       }
     }
-    if (n > 0 && (ops::Has(m, OpKind::kMin) || ops::Has(m, OpKind::kMax))) {
-      if constexpr (ops::IsFloat(D)) {
-        if (ops::Has(m, OpKind::kMin)) {
+    if (n > 0 && (rules::Has(m, OpKind::kMin) || rules::Has(m, OpKind::kMax))) {
+      if constexpr (rules::IsFloat(D)) {
+        if (rules::Has(m, OpKind::kMin)) {
           const double got = view.Min(r).f64;
           if (o.min_nan ? !std::isnan(got) : got != static_cast<double>(o.min)) fail("min", got, o.min);
         }
-        if (ops::Has(m, OpKind::kMax)) {
+        if (rules::Has(m, OpKind::kMax)) {
           const double got = view.Max(r).f64;
           if (o.max_nan ? !std::isnan(got) : got != static_cast<double>(o.max)) fail("max", got, o.max);
         }
-      } else if constexpr (ops::IsSigned(D)) {
-        if (ops::Has(m, OpKind::kMin) && view.Min(r).i64 != o.imin) fail("min", view.Min(r).i64, o.imin);
-        if (ops::Has(m, OpKind::kMax) && view.Max(r).i64 != o.imax) fail("max", view.Max(r).i64, o.imax);
+      } else if constexpr (rules::IsSigned(D)) {
+        if (rules::Has(m, OpKind::kMin) && view.Min(r).i64 != o.imin) fail("min", view.Min(r).i64, o.imin);
+        if (rules::Has(m, OpKind::kMax) && view.Max(r).i64 != o.imax) fail("max", view.Max(r).i64, o.imax);
       } else {
-        if (ops::Has(m, OpKind::kMin) && view.Min(r).u64 != o.umin) fail("min", view.Min(r).u64, o.umin);
-        if (ops::Has(m, OpKind::kMax) && view.Max(r).u64 != o.umax) fail("max", view.Max(r).u64, o.umax);
+        if (rules::Has(m, OpKind::kMin) && view.Min(r).u64 != o.umin) fail("min", view.Min(r).u64, o.umin);
+        if (rules::Has(m, OpKind::kMax) && view.Max(r).u64 != o.umax) fail("max", view.Max(r).u64, o.umax);
       }
     }
-    if (ops::Has(m, OpKind::kMean) || ops::Has(m, OpKind::kVariance)) {
-      const ops::Moments mo = view.Moments(r);
+    if (rules::Has(m, OpKind::kMean) || rules::Has(m, OpKind::kVariance)) {
+      const rules::Moments mo = view.Moments(r);
       if (mo.count != static_cast<double>(n)) fail("moments.count", mo.count, n);
       if (n == 0) {
         if (!std::isnan(view.Mean(r))) fail("mean of empty", view.Mean(r), NAN);
@@ -222,15 +222,15 @@ void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
           fail("m2", mo.m2, o.m2);
       }
     }
-    if (ops::Has(m, OpKind::kSumSquares)) {
+    if (rules::Has(m, OpKind::kSumSquares)) {
       const long double got = view.SumSquares(r);
       if (!Close(got, o.sumsq, 1e-12L * o.sumsq + 1e-300L)) fail("sum_squares", got, o.sumsq);
     }
-    if (n > 0 && ops::Has(m, OpKind::kArgmin) && view.Argmin(r) != o.argmin)
+    if (n > 0 && rules::Has(m, OpKind::kArgmin) && view.Argmin(r) != o.argmin)
       fail("argmin", view.Argmin(r), o.argmin);
-    if (n > 0 && ops::Has(m, OpKind::kArgmax) && view.Argmax(r) != o.argmax)
+    if (n > 0 && rules::Has(m, OpKind::kArgmax) && view.Argmax(r) != o.argmax)
       fail("argmax", view.Argmax(r), o.argmax);
-    if (ops::Has(m, OpKind::kHistogram)) {
+    if (rules::Has(m, OpKind::kHistogram)) {
       const std::uint64_t* hc = view.Histogram(r);
       for (std::uint32_t b = 0; b < plan.histogram.bins + 3; ++b) {
         if (hc[b] != o.hist[b]) {
@@ -244,29 +244,29 @@ void Check(const AggregatePlan& plan, const std::vector<unsigned char>& res,
 }
 
 template <DType D>
-void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, ops::OpMask mask,
+void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, rules::OpMask mask,
                std::uint32_t bins, std::uint64_t chunk, const std::string& label,
-               int misalign = -1, const ops::HistogramSpec* range = nullptr) {
+               int misalign = -1, const rules::HistogramSpec* range = nullptr) {
   AggregatePlan plan;
   plan.dtype = D;
   plan.ops = mask;
   plan.length = x.size();
   plan.row_length = row_length;
-  const bool hist = ops::Has(mask, OpKind::kHistogram);
+  const bool hist = rules::Has(mask, OpKind::kHistogram);
   if (hist) plan.histogram = range ? *range : RangeFor<D>(bins);
   std::vector<unsigned char> res;
   RunPlan(plan, x.data(), chunk, &res, misalign);
   if (::testing::Test::HasFatalFailure()) return;
   const auto ref = Reference<D>(x, row_length, hist ? &plan.histogram : nullptr);
   Check<D>(plan, res, ref,
-           std::string(ops::Name(D)) + " " + label + " n=" + std::to_string(x.size()) +
+           std::string(rules::Name(D)) + " " + label + " n=" + std::to_string(x.size()) +
                " row=" + std::to_string(row_length) + " chunk=" + std::to_string(chunk) +
                " bins=" + std::to_string(hist ? bins : 0));
 }
 
 template <typename F>
 void ForEachDType(F&& f) {
-  for (DType d : ops::kAllDTypes) ops::VisitDType(d, [&](auto c) { f(c); });
+  for (DType d : rules::kAllDTypes) rules::VisitDType(d, [&](auto c) { f(c); });
 }
 
 // --- whole arrays ------------------------------------------------------
@@ -289,10 +289,10 @@ TEST(Kernels, WholeArrayEachOpAlone) {
   REQUIRE_GPU();
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
-    for (int k = 0; k < ops::kNumOpKinds; ++k) {
+    for (int k = 0; k < rules::kNumOpKinds; ++k) {
       const auto kind = static_cast<OpKind>(k);
       for (std::uint64_t n : {33ull, 1000003ull}) {
-        CheckCase<D>(Random<D>(n), 0, ops::Bit(kind), 4096, 0, std::string(ops::Name(kind)));
+        CheckCase<D>(Random<D>(n), 0, rules::Bit(kind), 4096, 0, std::string(rules::Name(kind)));
       }
     }
   });
@@ -305,8 +305,8 @@ TEST(Kernels, WholeArrayEachOpAlone) {
 // NaNs and with the integer extremes.
 TEST(Kernels, SmallWholeArraysSumMinMax) {
   REQUIRE_GPU();
-  const ops::OpMask sum = ops::Bit(OpKind::kSum), mn = ops::Bit(OpKind::kMin),
-                    mx = ops::Bit(OpKind::kMax);
+  const rules::OpMask sum = rules::Bit(OpKind::kSum), mn = rules::Bit(OpKind::kMin),
+                    mx = rules::Bit(OpKind::kMax);
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     using T = V<D>;
@@ -316,7 +316,7 @@ TEST(Kernels, SmallWholeArraysSumMinMax) {
       auto x = Random<D>(n);
       auto odd = x;
       if (n > 2) {
-        if constexpr (ops::IsFloat(D)) {
+        if constexpr (rules::IsFloat(D)) {
           odd[n / 3] = std::numeric_limits<T>::quiet_NaN();
         } else {
           odd[n / 3] = std::numeric_limits<T>::lowest();
@@ -325,7 +325,7 @@ TEST(Kernels, SmallWholeArraysSumMinMax) {
       }
       for (const auto* data : {&x, &odd}) {
         const std::string label = data == &x ? "small" : "small, nan or extremes";
-        for (ops::OpMask m : {sum, mn, mx, sum | mn | mx}) {
+        for (rules::OpMask m : {sum, mn, mx, sum | mn | mx}) {
           for (int misalign : {0, 1}) {
             CheckCase<D>(*data, 0, m, 0, 0, label, misalign);
             if (n > 0) CheckCase<D>(*data, 0, m, 0, n, label + ", one Accumulate", misalign);
@@ -341,7 +341,7 @@ TEST(Kernels, HistogramBinCountsIncludingClusters) {
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (std::uint32_t bins : {2u, 7u, 100u, 4096u, 4097u, 20000u, 65535u, 65536u}) {
-      CheckCase<D>(Random<D>(300007), 0, ops::Bit(OpKind::kHistogram), bins, 0, "hist");
+      CheckCase<D>(Random<D>(300007), 0, rules::Bit(OpKind::kHistogram), bins, 0, "hist");
     }
   });
 }
@@ -364,7 +364,7 @@ TEST(Kernels, Float32SumPrecision) {
   for (auto& v : x) v = u(Rng());
   AggregatePlan plan;
   plan.dtype = DType::kFloat32;
-  plan.ops = ops::Bit(OpKind::kSum);
+  plan.ops = rules::Bit(OpKind::kSum);
   plan.length = n;
   std::vector<unsigned char> res;
   RunPlan(plan, x.data(), 0, &res);
@@ -396,9 +396,9 @@ TEST(Kernels, SegmentedRowShapes) {
 // rows; the team path otherwise), many rows, whole and chunked.
 TEST(Kernels, SegmentedShortVectorRows) {
   REQUIRE_GPU();
-  const ops::OpMask lean = ops::Bit(OpKind::kSum) | ops::Bit(OpKind::kMin) |
-                           ops::Bit(OpKind::kMax) | ops::Bit(OpKind::kSumSquares) |
-                           ops::Bit(OpKind::kArgmin) | ops::Bit(OpKind::kArgmax);
+  const rules::OpMask lean = rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kMin) |
+                           rules::Bit(OpKind::kMax) | rules::Bit(OpKind::kSumSquares) |
+                           rules::Bit(OpKind::kArgmin) | rules::Bit(OpKind::kArgmax);
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     constexpr std::uint64_t k = 16 / sizeof(V<D>);
@@ -408,7 +408,7 @@ TEST(Kernels, SegmentedShortVectorRows) {
       const auto x = Random<D>(rows * len);
       for (int misalign : {0, 1}) {
         CheckCase<D>(x, len, lean, 0, 0, "vector rows", misalign);
-        CheckCase<D>(x, len, ops::Bit(OpKind::kArgmax), 0, 0, "vector rows argmax", misalign);
+        CheckCase<D>(x, len, rules::Bit(OpKind::kArgmax), 0, 0, "vector rows argmax", misalign);
       }
       CheckCase<D>(x, len, lean, 0, len * 1000, "vector rows chunked", 0);
       CheckCase<D>(x, len, lean, 0, len * 1000 + 1, "vector rows cut", 0);
@@ -420,10 +420,10 @@ TEST(Kernels, SegmentedEachOpAlone) {
   REQUIRE_GPU();
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
-    for (int k = 0; k < ops::kNumOpKinds; ++k) {
+    for (int k = 0; k < rules::kNumOpKinds; ++k) {
       const auto kind = static_cast<OpKind>(k);
       for (std::uint64_t len : {32ull, 20000ull}) {
-        CheckCase<D>(Random<D>(6 * len), len, ops::Bit(kind), 64, 0, std::string(ops::Name(kind)));
+        CheckCase<D>(Random<D>(6 * len), len, rules::Bit(kind), 64, 0, std::string(rules::Name(kind)));
       }
     }
   });
@@ -485,14 +485,14 @@ TEST(Kernels, ScratchOnlyWhereBlocksMergePartials) {
   for (std::uint32_t b : bins) {
     plan.histogram.bins = b;
     std::size_t bytes = 1;
-    plan.ops = ops::Bit(OpKind::kHistogram);
+    plan.ops = rules::Bit(OpKind::kHistogram);
     CUDA_OK(kernels::ScratchBytes(plan, plan.length, &bytes));
     EXPECT_EQ(bytes, 0u) << b << " bins alone";
-    plan.ops = ops::Bit(OpKind::kHistogram) | ops::Bit(OpKind::kMax);
+    plan.ops = rules::Bit(OpKind::kHistogram) | rules::Bit(OpKind::kMax);
     CUDA_OK(kernels::ScratchBytes(plan, plan.length, &bytes));
     EXPECT_GT(bytes, 0u) << b << " bins and max";
   }
-  plan.ops = ops::Bit(OpKind::kSum);
+  plan.ops = rules::Bit(OpKind::kSum);
   std::size_t bytes = 0;
   CUDA_OK(kernels::ScratchBytes(plan, plan.length, &bytes));
   EXPECT_GT(bytes, 0u) << "sum";
@@ -567,7 +567,7 @@ TEST(Kernels, IntegerExtremesAndTies) {
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     using T = V<D>;
-    if constexpr (!ops::IsFloat(D)) {
+    if constexpr (!rules::IsFloat(D)) {
       for (std::uint64_t n : {1ull, 33ull, 1000003ull}) {
         std::vector<T> hi(n, std::numeric_limits<T>::max()), lo(n, std::numeric_limits<T>::lowest());
         CheckCase<D>(hi, 0, kAllOps, 256, 0, "all max");  // sum wraps for 64-bit
@@ -591,8 +591,8 @@ TEST(Kernels, IntegerExtremesAndTies) {
 // at every tile (ramps) or recurs once a period (a sawtooth).
 TEST(Kernels, ArgExtremesTiesNansAndMovingBests) {
   REQUIRE_GPU();
-  const ops::OpMask args = ops::Bit(OpKind::kArgmin) | ops::Bit(OpKind::kArgmax);
-  const ops::OpMask with_moments = args | ops::Bit(OpKind::kVariance);
+  const rules::OpMask args = rules::Bit(OpKind::kArgmin) | rules::Bit(OpKind::kArgmax);
+  const rules::OpMask with_moments = args | rules::Bit(OpKind::kVariance);
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     using T = V<D>;
@@ -616,7 +616,7 @@ TEST(Kernels, ArgExtremesTiesNansAndMovingBests) {
     cases.emplace_back("ascending", up);
     cases.emplace_back("descending", down);
     cases.emplace_back("sawtooth", saw);
-    if constexpr (ops::IsFloat(D)) {
+    if constexpr (rules::IsFloat(D)) {
       const T nan = std::numeric_limits<T>::quiet_NaN();
       std::uniform_int_distribution<std::uint64_t> pos(0, n - 1);
       auto nans = few;
@@ -627,7 +627,7 @@ TEST(Kernels, ArgExtremesTiesNansAndMovingBests) {
       cases.emplace_back("ascending, a late nan", late);
     }
     for (const auto& [label, x] : cases) {
-      for (ops::OpMask mask : {args, with_moments}) {
+      for (rules::OpMask mask : {args, with_moments}) {
         CheckCase<D>(x, 0, mask, 0, 0, label);
         CheckCase<D>(x, 0, mask, 0, n / 3 + 1, label + " chunked");
       }
@@ -640,14 +640,14 @@ TEST(Kernels, ArgExtremesTiesNansAndMovingBests) {
 template <DType D>
 void EdgeNeighbours(std::uint32_t bins) {
   using T = V<D>;
-  using B = typename ops::Traits<D>::bin;
-  const ops::HistogramSpec h = RangeFor<D>(bins);
-  const auto binner = ops::HistogramBinner<B>::Make(h.bins, h.lo, h.hi);
+  using B = typename rules::Traits<D>::bin;
+  const rules::HistogramSpec h = RangeFor<D>(bins);
+  const auto binner = rules::HistogramBinner<B>::Make(h.bins, h.lo, h.hi);
   const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
   const double hi = static_cast<double>(std::numeric_limits<T>::max());
   std::vector<T> x;
   auto push = [&](double v) {
-    if constexpr (ops::IsFloat(D)) {
+    if constexpr (rules::IsFloat(D)) {
       x.push_back(static_cast<T>(v));
     } else {
       v = std::floor(v);
@@ -658,7 +658,7 @@ void EdgeNeighbours(std::uint32_t bins) {
   for (std::uint32_t i = 0; i <= bins; ++i) {
     const B e = binner.Edge(static_cast<std::int32_t>(i));
     push(static_cast<double>(e));
-    if constexpr (ops::IsFloat(D)) {
+    if constexpr (rules::IsFloat(D)) {
       push(static_cast<double>(std::nextafter(e, -std::numeric_limits<B>::infinity())));
       push(static_cast<double>(std::nextafter(e, std::numeric_limits<B>::infinity())));
     } else {
@@ -668,7 +668,7 @@ void EdgeNeighbours(std::uint32_t bins) {
     for (double f : {1e-7, 1e-5, 1e-3, 0.01, 0.5, 0.99, 0.999, 0.99999, 0.9999999})
       push(h.lo + (i + f) * step);
   }
-  CheckCase<D>(x, 0, ops::Bit(OpKind::kHistogram), bins, 0, "edge neighbours");
+  CheckCase<D>(x, 0, rules::Bit(OpKind::kHistogram), bins, 0, "edge neighbours");
 }
 
 TEST(Kernels, HistogramValuesAtAndAroundEdges) {
@@ -686,7 +686,7 @@ TEST(Kernels, HistogramValuesAtAndAroundEdges) {
 // kernels must agree with the host binner, which tests/sanitize checks
 // against numpy's edges.
 template <DType D>
-void EdgesOfAnExtremeRange(const ops::HistogramSpec& h) {
+void EdgesOfAnExtremeRange(const rules::HistogramSpec& h) {
   using T = V<D>;
   constexpr T kInf = std::numeric_limits<T>::infinity();
   const std::vector<T> edges = NumpyEdges<T>(h.bins, h.lo, h.hi);
@@ -701,7 +701,7 @@ void EdgesOfAnExtremeRange(const ops::HistogramSpec& h) {
   }
   std::ostringstream label;
   label << "extreme range " << h.bins << " bins over [" << std::hexfloat << h.lo << ", " << h.hi << "]";
-  CheckCase<D>(x, 0, ops::Bit(OpKind::kHistogram), h.bins, 0, label.str(), -1, &h);
+  CheckCase<D>(x, 0, rules::Bit(OpKind::kHistogram), h.bins, 0, label.str(), -1, &h);
 }
 
 TEST(Kernels, HistogramRangesAtTheEndsOfTheExponentRange) {
@@ -723,7 +723,7 @@ TEST(Kernels, SkewedHistogramOneBin) {
   REQUIRE_GPU();
   std::vector<float> x(Small() ? 100003 : 5000011, 0.5f);
   for (std::uint32_t bins : {256u, 4096u, 65536u}) {
-    CheckCase<DType::kFloat32>(x, 0, ops::Bit(OpKind::kHistogram), bins, 0, "skewed");
+    CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram), bins, 0, "skewed");
   }
 }
 
@@ -736,19 +736,19 @@ TEST(Kernels, WideHistogramCarries) {
   REQUIRE_GPU();
   const std::size_t n = Small() ? 1200001 : 12000001;
   {
-    const ops::HistogramSpec h = RangeFor<DType::kFloat32>(65536);
+    const rules::HistogramSpec h = RangeFor<DType::kFloat32>(65536);
     const double step = (h.hi - h.lo) / h.bins;
     std::vector<float> x(n);
     for (std::size_t i = 0; i < n; ++i)
       x[i] = static_cast<float>(h.lo + (32768.5 + static_cast<double>(i % 2)) * step);
-    CheckCase<DType::kFloat32>(x, 0, ops::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
-    CheckCase<DType::kFloat32>(x, 0, ops::Bit(OpKind::kHistogram) | ops::Bit(OpKind::kArgmax), 40000,
+    CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
+    CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram) | rules::Bit(OpKind::kArgmax), 40000,
                                0, "wide carries, 40000 bins");
   }
   {
     std::vector<std::uint8_t> x(n);
     for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<std::uint8_t>(100 + i % 2);
-    CheckCase<DType::kUInt8>(x, 0, ops::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
+    CheckCase<DType::kUInt8>(x, 0, rules::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
   }
 }
 
@@ -756,7 +756,7 @@ TEST(Kernels, RejectsBadPlans) {
   AggregatePlan p;
   p.ops = 0;
   EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
-  p.ops = ops::Bit(OpKind::kHistogram);
+  p.ops = rules::Bit(OpKind::kHistogram);
   p.histogram = {0, 0.0, 1.0};
   EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue);
   p.histogram = {65537, 0.0, 1.0};

@@ -1,16 +1,16 @@
 // Host reference for the GPU kernel tests: each row aggregated on the CPU in
 // the plainest way (long double where precision matters, exact integers),
-// following the same tally/ops rules the wire contract defines.
+// following the same tally/rules rules the wire contract defines.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-#include "tally/ops/combine.h"
-#include "tally/ops/dtype.h"
-#include "tally/ops/histogram_bin.h"
-#include "tally/ops/op.h"
+#include "tally/rules/combine.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/histogram_bin.h"
+#include "tally/rules/op.h"
 
 namespace tally::testing {
 
@@ -27,34 +27,34 @@ struct RefRow {
   std::vector<std::uint64_t> hist;  // bins + 3
 };
 
-template <ops::DType D>
-std::vector<RefRow> Reference(const std::vector<typename ops::Traits<D>::value>& x,
-                              std::uint64_t row_length, const ops::HistogramSpec* h) {
-  using T = typename ops::Traits<D>::value;
-  using B = typename ops::Traits<D>::bin;
+template <rules::DType D>
+std::vector<RefRow> Reference(const std::vector<typename rules::Traits<D>::value>& x,
+                              std::uint64_t row_length, const rules::HistogramSpec* h) {
+  using T = typename rules::Traits<D>::value;
+  using B = typename rules::Traits<D>::bin;
   const std::uint64_t n = x.size();
   const std::uint64_t L = row_length == 0 ? n : row_length;
   const std::uint64_t rows = row_length == 0 ? 1 : n / row_length;
   std::vector<RefRow> out(rows);
-  const auto binner = h ? ops::HistogramBinner<B>::Make(h->bins, h->lo, h->hi) : ops::HistogramBinner<B>{};
+  const auto binner = h ? rules::HistogramBinner<B>::Make(h->bins, h->lo, h->hi) : rules::HistogramBinner<B>{};
   for (std::uint64_t r = 0; r < rows; ++r) {
     RefRow& o = out[r];
     const T* p = x.data() + r * L;
-    ops::ArgCandidate<T> amin{T{}, -1}, amax{T{}, -1};
+    rules::ArgCandidate<T> amin{T{}, -1}, amax{T{}, -1};
     T mn{}, mx{};
     for (std::uint64_t i = 0; i < L; ++i) {
       const T v = p[i];
       const long double lv = static_cast<long double>(v);
-      if constexpr (ops::IsFloat(D)) o.fsum += lv;
+      if constexpr (rules::IsFloat(D)) o.fsum += lv;
       else o.isum += static_cast<std::uint64_t>(v);
       o.abs_sum += std::fabs(lv);
       o.sumsq += lv * lv;
       if (std::fabs(lv) > o.max_abs) o.max_abs = std::fabs(lv);
-      mn = i == 0 ? v : ops::MinNan(mn, v);
-      mx = i == 0 ? v : ops::MaxNan(mx, v);
-      const ops::ArgCandidate<T> c{v, static_cast<std::int64_t>(i)};
-      amin = ops::PickArg<false>(amin, c);
-      amax = ops::PickArg<true>(amax, c);
+      mn = i == 0 ? v : rules::MinNan(mn, v);
+      mx = i == 0 ? v : rules::MaxNan(mx, v);
+      const rules::ArgCandidate<T> c{v, static_cast<std::int64_t>(i)};
+      amin = rules::PickArg<false>(amin, c);
+      amax = rules::PickArg<true>(amax, c);
     }
     if (L > 0) {
       long double s = 0;
@@ -67,9 +67,9 @@ std::vector<RefRow> Reference(const std::vector<typename ops::Traits<D>::value>&
     }
     o.min = static_cast<long double>(mn);
     o.max = static_cast<long double>(mx);
-    o.min_nan = ops::IsNan(mn);
-    o.max_nan = ops::IsNan(mx);
-    if constexpr (!ops::IsFloat(D)) {
+    o.min_nan = rules::IsNan(mn);
+    o.max_nan = rules::IsNan(mx);
+    if constexpr (!rules::IsFloat(D)) {
       o.imin = static_cast<std::int64_t>(mn);
       o.imax = static_cast<std::int64_t>(mx);
       o.umin = static_cast<std::uint64_t>(mn);

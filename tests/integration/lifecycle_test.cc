@@ -55,6 +55,9 @@ TEST_F(ServerFixture, DrainFinishesCallsInFlightAndRefusesNewOnes) {
   const std::vector<float> x = RandomFloats(1 << 16, 9);
   ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), {Op(v1::OP_COUNT)})));
   ASSERT_TRUE(writer->Write(Chunk(Bytes(x).substr(0, 1000))));
+  // Write() returning says only that the client took the bytes: the drain
+  // must begin once the server holds the call, or there is nothing to wait for.
+  ASSERT_TRUE(MetricReaches("tally_requests_in_flight", 1));
 
   auto drained = std::async(std::launch::async, [this] { server_->Drain(5s); });
   std::this_thread::sleep_for(200ms);  // the drain has begun

@@ -24,7 +24,7 @@ namespace tally {
 namespace {
 
 using Labels = std::map<std::string, std::string>;
-using ops::OpKind;
+using rules::OpKind;
 
 struct Sample {
   std::string name;
@@ -145,7 +145,7 @@ TEST(Metrics, SuccessSeriesExistBeforeAnyRequest) {
   EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "PutDataset"}, {"code", "OK"}}), 0.0);
   EXPECT_EQ(CountSamples(text, "tally_requests_total"), Metrics::kNumMethods);
   // Op series for the methods that carry aggregations only.
-  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 3 * ops::kNumOpKinds);
+  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 3 * rules::kNumOpKinds);
   EXPECT_EQ(Value(text, "tally_aggregations_total",
                   {{"method", "AggregateDataset"}, {"op", "histogram"}, {"code", "OK"}}),
             0.0);
@@ -303,7 +303,7 @@ TEST(Metrics, ConcurrentRecordingLosesNothing) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&m, i] {
-      const std::array<OpKind, 1> op = {static_cast<OpKind>(i % ops::kNumOpKinds)};
+      const std::array<OpKind, 1> op = {static_cast<OpKind>(i % rules::kNumOpKinds)};
       for (int j = 0; j < kEach; ++j) {
         m.RequestStarted(Metrics::Method::kAggregate);
         m.RequestFinished(Metrics::Method::kAggregate, op, j % 2 ? 0 : 13, 1e-4);

@@ -1,4 +1,4 @@
-// The histogram binner (tally/ops/histogram_bin.h, and the CPU backend's
+// The histogram binner (tally/rules/histogram_bin.h, and the CPU backend's
 // BinBlock over it) on the ranges at the ends of float32's and float64's
 // exponent range and on every kind of value: answers must be numpy's edges'
 // for every range numpy 2 accepts, and no range, accepted or not, may make
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "server/engine/cpu/block_kernels.h"
-#include "tally/ops/histogram_bin.h"
+#include "tally/rules/histogram_bin.h"
 #include "tests/unit/numpy_edges.h"
 
 namespace tally::testing {
@@ -96,7 +96,7 @@ std::vector<T> ValuesFor(const std::vector<T>& edges, std::mt19937_64& rng) {
 
 template <typename T>
 void CheckRange(const Range& r, std::mt19937_64& rng, const char* type) {
-  const auto binner = ops::HistogramBinner<T>::Make(r.bins, r.lo, r.hi);
+  const auto binner = rules::HistogramBinner<T>::Make(r.bins, r.lo, r.hi);
   const std::vector<T> edges = NumpyEdges<T>(r.bins, r.lo, r.hi);
   const bool accepted = Numpy2Accepts(edges);
   const std::vector<T> values = ValuesFor(edges, rng);
@@ -106,7 +106,7 @@ void CheckRange(const Range& r, std::mt19937_64& rng, const char* type) {
   int wrong = 0;
   for (T x : values) {
     const std::int32_t got = binner.Bin(x);
-    if (got < ops::kBinNan || got >= static_cast<std::int32_t>(r.bins)) {
+    if (got < rules::kBinNan || got >= static_cast<std::int32_t>(r.bins)) {
       std::printf("FAIL %s bins=%u [%.17g, %.17g]: Bin(%.9g) = %d is no bin\n", type, r.bins, r.lo, r.hi,
                   static_cast<double>(x), got);
       ++failures;
@@ -140,7 +140,7 @@ void CheckIntegers(std::mt19937_64& rng) {
   std::vector<V> values = {std::numeric_limits<V>::min(), std::numeric_limits<V>::max(), V(0), V(1)};
   for (int i = 0; i < 1000; ++i) values.push_back(static_cast<V>(rng()));
   for (const Range& r : FixedRanges()) {
-    const auto binner = ops::HistogramBinner<double>::Make(r.bins, r.lo, r.hi);
+    const auto binner = rules::HistogramBinner<double>::Make(r.bins, r.lo, r.hi);
     const std::vector<double> edges = NumpyEdges<double>(r.bins, r.lo, r.hi);
     std::vector<std::uint64_t> counts(r.bins, 0), want(r.bins, 0);
     std::uint64_t out[3] = {0, 0, 0}, want_out[3] = {0, 0, 0};

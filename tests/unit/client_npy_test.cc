@@ -49,7 +49,7 @@ TEST(NpyHeader, Version1Float32Vector) {
       NpyFile(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", Bytes<float>({1, 2, 3}));
   absl::StatusOr<NpyHeader> h = Parse(file);
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_EQ(h->dtype, ops::DType::kFloat32);
+  EXPECT_EQ(h->dtype, rules::DType::kFloat32);
   EXPECT_EQ(h->shape, std::vector<std::uint64_t>({3}));
   EXPECT_EQ(h->elements(), 3u);
   EXPECT_EQ(h->row_length(), 0u);
@@ -62,7 +62,7 @@ TEST(NpyHeader, Versions2And3WithFourByteLength) {
         major, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", Bytes<std::int64_t>({1, 2, 3, 4}));
     absl::StatusOr<NpyHeader> h = Parse(file);
     ASSERT_TRUE(h.ok()) << major << ": " << h.status();
-    EXPECT_EQ(h->dtype, ops::DType::kInt64);
+    EXPECT_EQ(h->dtype, rules::DType::kInt64);
     EXPECT_EQ(h->row_length(), 2u);
     EXPECT_EQ(h->data_offset, file.size() - 32);
   }
@@ -71,13 +71,13 @@ TEST(NpyHeader, Versions2And3WithFourByteLength) {
 TEST(NpyHeader, EveryDtypeAndByteOrderMark) {
   struct Case {
     const char* descr;
-    ops::DType dtype;
+    rules::DType dtype;
   };
-  for (const Case& c : {Case{"<f4", ops::DType::kFloat32}, Case{"<f8", ops::DType::kFloat64},
-                        Case{"<i4", ops::DType::kInt32}, Case{"<i8", ops::DType::kInt64},
-                        Case{"<u4", ops::DType::kUInt32}, Case{"|u1", ops::DType::kUInt8},
-                        Case{"<u1", ops::DType::kUInt8}, Case{"|f8", ops::DType::kFloat64}}) {
-    const std::string data(2 * ops::SizeOf(c.dtype), '\x01');
+  for (const Case& c : {Case{"<f4", rules::DType::kFloat32}, Case{"<f8", rules::DType::kFloat64},
+                        Case{"<i4", rules::DType::kInt32}, Case{"<i8", rules::DType::kInt64},
+                        Case{"<u4", rules::DType::kUInt32}, Case{"|u1", rules::DType::kUInt8},
+                        Case{"<u1", rules::DType::kUInt8}, Case{"|f8", rules::DType::kFloat64}}) {
+    const std::string data(2 * rules::SizeOf(c.dtype), '\x01');
     const std::string file = NpyFile(
         1, std::string("{'descr': '") + c.descr + "', 'fortran_order': False, 'shape': (2,), }", data);
     absl::StatusOr<NpyHeader> h = Parse(file);
@@ -178,7 +178,7 @@ TEST_F(NpyFileTest, OpenNpyMapsTheDataAndSetsRows) {
   absl::StatusOr<InputArray> in = InputArray::OpenNpy(path);
   ASSERT_TRUE(in.ok()) << in.status();
   const InputArray moved = *std::move(in);  // the view survives a move
-  EXPECT_EQ(moved.array().dtype, ops::DType::kFloat64);
+  EXPECT_EQ(moved.array().dtype, rules::DType::kFloat64);
   EXPECT_EQ(moved.array().length, 6u);
   EXPECT_EQ(moved.array().row_length, 3u);
   EXPECT_EQ(std::memcmp(moved.array().data, data.data(), data.size()), 0);
@@ -196,16 +196,16 @@ TEST_F(NpyFileTest, OpenNpyErrorsNameTheFile) {
 
 TEST_F(NpyFileTest, RawFilesMustHoldWholeElements) {
   const std::string data = Bytes<std::int32_t>({7, -8, 9});
-  absl::StatusOr<InputArray> in = InputArray::OpenRaw(Write("x.i32", data), ops::DType::kInt32);
+  absl::StatusOr<InputArray> in = InputArray::OpenRaw(Write("x.i32", data), rules::DType::kInt32);
   ASSERT_TRUE(in.ok()) << in.status();
   EXPECT_EQ(in->array().length, 3u);
   EXPECT_EQ(std::memcmp(in->array().data, data.data(), data.size()), 0);
 
-  const absl::StatusOr<InputArray> odd = InputArray::OpenRaw(Write("y.f8", data), ops::DType::kFloat64);
+  const absl::StatusOr<InputArray> odd = InputArray::OpenRaw(Write("y.f8", data), rules::DType::kFloat64);
   ASSERT_FALSE(odd.ok());
   EXPECT_NE(odd.status().message().find("not a multiple"), absl::string_view::npos) << odd.status();
 
-  absl::StatusOr<InputArray> empty = InputArray::OpenRaw(Write("e.u1", ""), ops::DType::kUInt8);
+  absl::StatusOr<InputArray> empty = InputArray::OpenRaw(Write("e.u1", ""), rules::DType::kUInt8);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->array().length, 0u);
 }

@@ -17,7 +17,7 @@ namespace tally::client {
 namespace {
 
 template <typename T>
-ArrayRef Ref(const std::vector<T>& v, ops::DType dtype, std::uint64_t row_length = 0) {
+ArrayRef Ref(const std::vector<T>& v, rules::DType dtype, std::uint64_t row_length = 0) {
   return ArrayRef{dtype, reinterpret_cast<const std::byte*>(v.data()), v.size(), row_length};
 }
 
@@ -30,7 +30,7 @@ v1::AggregateResponse Compute(const ArrayRef& a, const char* ops) {
 TEST(Reference, Float64Basics) {
   const std::vector<double> x = {3, 1, 4, 1, 5};
   const v1::AggregateResponse r =
-      Compute(Ref(x, ops::DType::kFloat64), "sum,min,max,mean,count,sumsq,var,var:1,std:1,argmin,argmax");
+      Compute(Ref(x, rules::DType::kFloat64), "sum,min,max,mean,count,sumsq,var,var:1,std:1,argmin,argmax");
   EXPECT_EQ(r.results(0).doubles().values(0), 14.0);
   EXPECT_EQ(r.results(1).doubles().values(0), 1.0);
   EXPECT_EQ(r.results(2).doubles().values(0), 5.0);
@@ -48,7 +48,7 @@ TEST(Reference, Float64Basics) {
 
 TEST(Reference, NanWinsMinMaxAndArgs) {
   const std::vector<float> x = {1, 2, std::nanf(""), -3, std::nanf("")};
-  const v1::AggregateResponse r = Compute(Ref(x, ops::DType::kFloat32), "sum,min,max,argmin,argmax,mean");
+  const v1::AggregateResponse r = Compute(Ref(x, rules::DType::kFloat32), "sum,min,max,argmin,argmax,mean");
   for (int i : {0, 1, 2, 5}) EXPECT_TRUE(std::isnan(r.results(i).doubles().values(0))) << i;
   EXPECT_EQ(r.results(3).int64s().values(0), 2);  // the first NaN
   EXPECT_EQ(r.results(4).int64s().values(0), 2);
@@ -61,7 +61,7 @@ auto Values(const Repeated& r) {
 
 TEST(Reference, SegmentedIntegers) {
   const std::vector<std::int32_t> x = {1, -2, 3, 4, 5, -6};
-  const v1::AggregateResponse r = Compute(Ref(x, ops::DType::kInt32, 3), "sum,min,argmax,count,mean");
+  const v1::AggregateResponse r = Compute(Ref(x, rules::DType::kInt32, 3), "sum,min,argmax,count,mean");
   EXPECT_EQ(Values(r.results(0).int64s().values()), (std::vector<std::int64_t>{2, 3}));
   EXPECT_EQ(Values(r.results(1).int64s().values()), (std::vector<std::int64_t>{-2, -6}));
   EXPECT_EQ(Values(r.results(2).int64s().values()), (std::vector<std::int64_t>{2, 1}));
@@ -72,11 +72,11 @@ TEST(Reference, SegmentedIntegers) {
 
 TEST(Reference, IntegerAccumulatorsAndWrapping) {
   const std::vector<std::uint8_t> u8 = {255, 255, 1};
-  const v1::AggregateResponse a = Compute(Ref(u8, ops::DType::kUInt8), "sum,max");
+  const v1::AggregateResponse a = Compute(Ref(u8, rules::DType::kUInt8), "sum,max");
   EXPECT_EQ(a.results(0).uint64s().values(0), 511u);  // uint64 accumulator, no uint8 overflow
   EXPECT_EQ(a.results(1).uint64s().values(0), 255u);
   const std::vector<std::int64_t> i64 = {std::numeric_limits<std::int64_t>::max(), 1};
-  const v1::AggregateResponse b = Compute(Ref(i64, ops::DType::kInt64), "sum");
+  const v1::AggregateResponse b = Compute(Ref(i64, rules::DType::kInt64), "sum");
   EXPECT_EQ(b.results(0).int64s().values(0), std::numeric_limits<std::int64_t>::min());
 }
 
@@ -84,7 +84,7 @@ TEST(Reference, HistogramLikeNumpy) {
   // numpy.histogram([0, .5, 1, 1.5, -1, nan], bins=2, range=(0, 1)) -> [1, 2]:
   // the last bin is closed, so 1 is in it.
   const std::vector<double> x = {0, 0.5, 1, 1.5, -1, std::nan("")};
-  const v1::AggregateResponse r = Compute(Ref(x, ops::DType::kFloat64), "hist:2:0:1");
+  const v1::AggregateResponse r = Compute(Ref(x, rules::DType::kFloat64), "hist:2:0:1");
   const v1::Histogram& h = r.results(0).histograms().histograms(0);
   EXPECT_EQ(Values(h.counts()), (std::vector<std::uint64_t>{1, 2}));
   EXPECT_EQ(h.below(), 1u);
@@ -94,21 +94,21 @@ TEST(Reference, HistogramLikeNumpy) {
 
 TEST(Reference, VarianceWithTooFewDegreesOfFreedom) {
   const std::vector<double> spread = {1, 2}, flat = {1, 1};
-  EXPECT_TRUE(std::isinf(Compute(Ref(spread, ops::DType::kFloat64), "var:2").results(0).doubles().values(0)));
-  EXPECT_TRUE(std::isnan(Compute(Ref(flat, ops::DType::kFloat64), "var:2").results(0).doubles().values(0)));
+  EXPECT_TRUE(std::isinf(Compute(Ref(spread, rules::DType::kFloat64), "var:2").results(0).doubles().values(0)));
+  EXPECT_TRUE(std::isnan(Compute(Ref(flat, rules::DType::kFloat64), "var:2").results(0).doubles().values(0)));
 }
 
 TEST(Reference, EmptyInputs) {
   const std::vector<float> none;
-  const v1::AggregateResponse r = Compute(Ref(none, ops::DType::kFloat32), "sum,count,mean");
+  const v1::AggregateResponse r = Compute(Ref(none, rules::DType::kFloat32), "sum,count,mean");
   EXPECT_EQ(r.results(0).doubles().values(0), 0.0);
   EXPECT_EQ(r.results(1).uint64s().values(0), 0u);
   EXPECT_TRUE(std::isnan(r.results(2).doubles().values(0)));
   const absl::StatusOr<v1::AggregateResponse> min =
-      ComputeReference(Ref(none, ops::DType::kFloat32), *ParseAggregations("min"));
+      ComputeReference(Ref(none, rules::DType::kFloat32), *ParseAggregations("min"));
   EXPECT_EQ(min.status().code(), absl::StatusCode::kInvalidArgument);
   // An empty batch of rows: zero values, but the value kind is still set.
-  const v1::AggregateResponse batch = Compute(Ref(none, ops::DType::kFloat32, 4), "sum,argmin");
+  const v1::AggregateResponse batch = Compute(Ref(none, rules::DType::kFloat32, 4), "sum,argmin");
   EXPECT_EQ(batch.results(0).values_case(), v1::AggregationResult::kDoubles);
   EXPECT_EQ(batch.results(0).doubles().values_size(), 0);
   EXPECT_EQ(batch.results(1).values_case(), v1::AggregationResult::kInt64S);
@@ -118,14 +118,14 @@ TEST(Reference, EmptyInputs) {
 TEST(Reference, RejectsRowLengthThatDoesNotDivide) {
   const std::vector<float> x(10, 1.0f);
   const absl::StatusOr<v1::AggregateResponse> r =
-      ComputeReference(Ref(x, ops::DType::kFloat32, 3), *ParseAggregations("sum"));
+      ComputeReference(Ref(x, rules::DType::kFloat32, 3), *ParseAggregations("sum"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CompareResults, ToleranceExactnessAndMessages) {
   std::vector<float> x(1000);
-  FillRandom(ops::DType::kFloat32, 7, reinterpret_cast<std::byte*>(x.data()), x.size());
-  const ArrayRef a = Ref(x, ops::DType::kFloat32, 100);
+  FillRandom(rules::DType::kFloat32, 7, reinterpret_cast<std::byte*>(x.data()), x.size());
+  const ArrayRef a = Ref(x, rules::DType::kFloat32, 100);
   const v1::AggregateResponse expected = Compute(a, "sum,max,hist:8:-1:1,count");
   EXPECT_TRUE(CompareResults(expected, expected).ok());
 
@@ -154,8 +154,8 @@ TEST(CompareResults, ToleranceExactnessAndMessages) {
 
 TEST(RandomData, DeterministicSpreadAndInRange) {
   std::vector<double> a(4096), b(4096);
-  FillRandom(ops::DType::kFloat64, 42, reinterpret_cast<std::byte*>(a.data()), a.size());
-  FillRandom(ops::DType::kFloat64, 42, reinterpret_cast<std::byte*>(b.data()), b.size());
+  FillRandom(rules::DType::kFloat64, 42, reinterpret_cast<std::byte*>(a.data()), a.size());
+  FillRandom(rules::DType::kFloat64, 42, reinterpret_cast<std::byte*>(b.data()), b.size());
   EXPECT_EQ(a, b);
   double lo = 1, hi = -1;
   for (double v : a) {
@@ -166,15 +166,15 @@ TEST(RandomData, DeterministicSpreadAndInRange) {
   EXPECT_LT(hi, 1.0);
   EXPECT_LT(lo, -0.99);  // spread over the whole range
   EXPECT_GT(hi, 0.99);
-  FillRandom(ops::DType::kFloat64, 43, reinterpret_cast<std::byte*>(b.data()), b.size());
+  FillRandom(rules::DType::kFloat64, 43, reinterpret_cast<std::byte*>(b.data()), b.size());
   EXPECT_NE(a, b);
 
   std::vector<std::uint8_t> u(4096);
-  FillRandom(ops::DType::kUInt8, 1, reinterpret_cast<std::byte*>(u.data()), u.size());
+  FillRandom(rules::DType::kUInt8, 1, reinterpret_cast<std::byte*>(u.data()), u.size());
   EXPECT_EQ(*std::max_element(u.begin(), u.end()), 255);
   EXPECT_EQ(*std::min_element(u.begin(), u.end()), 0);
   std::vector<std::int64_t> i(4096);
-  FillRandom(ops::DType::kInt64, 1, reinterpret_cast<std::byte*>(i.data()), i.size());
+  FillRandom(rules::DType::kInt64, 1, reinterpret_cast<std::byte*>(i.data()), i.size());
   EXPECT_LT(*std::min_element(i.begin(), i.end()), -(std::int64_t{1} << 31));  // beyond int32
   EXPECT_GE(*std::min_element(i.begin(), i.end()), -(std::int64_t{1} << 32));
 }

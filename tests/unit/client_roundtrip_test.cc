@@ -84,8 +84,8 @@ class FakeAggregator final : public v1::Aggregator::Service {
       ++put_chunks;
       data += message.chunk();
     }
-    const std::optional<ops::DType> dtype = FromWire(header.spec().dtype());
-    if (!dtype || data.size() != header.spec().length() * ops::SizeOf(*dtype)) {
+    const std::optional<rules::DType> dtype = FromWire(header.spec().dtype());
+    if (!dtype || data.size() != header.spec().length() * rules::SizeOf(*dtype)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "length does not match the data");
     }
     std::lock_guard lock(mu_);
@@ -120,7 +120,7 @@ class FakeAggregator final : public v1::Aggregator::Service {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "range outside the dataset");
       }
     }
-    const std::uint64_t size = ops::SizeOf(*FromWire(d.spec.dtype()));
+    const std::uint64_t size = rules::SizeOf(*FromWire(d.spec.dtype()));
     v1::ArraySpec spec = d.spec;
     spec.set_length(end - begin);
     spec.set_row_length(request->row_length());
@@ -168,8 +168,8 @@ class FakeAggregator final : public v1::Aggregator::Service {
   grpc::Status Answer(const v1::ArraySpec& spec, const std::vector<v1::Aggregation>& aggs,
                       const std::string& data, v1::AggregateResponse* response) {
     if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
-    const std::optional<ops::DType> dtype = FromWire(spec.dtype());
-    if (!dtype || data.size() != spec.length() * ops::SizeOf(*dtype)) {
+    const std::optional<rules::DType> dtype = FromWire(spec.dtype());
+    if (!dtype || data.size() != spec.length() * rules::SizeOf(*dtype)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "length does not match the data");
     }
     const ArrayRef array{*dtype, reinterpret_cast<const std::byte*>(data.data()), spec.length(),
@@ -208,9 +208,9 @@ const char* const kAllOps = "sum,min,max,mean,count,sumsq,var:1,std,argmin,argma
 
 TEST_F(RoundTripTest, UnaryAndStreamAgreeWithTheReferenceForEveryDtype) {
   const std::vector<v1::Aggregation> aggs = *ParseAggregations(kAllOps);
-  for (ops::DType dtype : ops::kAllDTypes) {
+  for (rules::DType dtype : rules::kAllDTypes) {
     for (std::uint64_t length : {1u, 7u, 1000u, 50'001u}) {
-      HostBuffer buffer(length * ops::SizeOf(dtype));
+      HostBuffer buffer(length * rules::SizeOf(dtype));
       FillRandom(dtype, length, buffer.data(), length);
       const ArrayRef array{dtype, buffer.data(), length, length % 7 == 0 ? 7u : 0u};
       const v1::AggregateResponse expected = *ComputeReference(array, aggs);
@@ -233,7 +233,7 @@ TEST_F(RoundTripTest, UnaryAndStreamAgreeWithTheReferenceForEveryDtype) {
 }
 
 TEST_F(RoundTripTest, EmptyArrayBothWays) {
-  const ArrayRef empty{ops::DType::kFloat64, nullptr, 0, 0};
+  const ArrayRef empty{rules::DType::kFloat64, nullptr, 0, 0};
   for (StreamMode mode : {StreamMode::kNever, StreamMode::kAlways}) {
     CallOptions o;
     o.stream = mode;
@@ -245,15 +245,15 @@ TEST_F(RoundTripTest, EmptyArrayBothWays) {
 
 TEST_F(RoundTripTest, AutoModeStreamsAboveTheThreshold) {
   HostBuffer buffer(4096);
-  FillRandom(ops::DType::kUInt8, 3, buffer.data(), 4096);
+  FillRandom(rules::DType::kUInt8, 3, buffer.data(), 4096);
   CallOptions o;
   o.stream_threshold_bytes = 1024;
   o.chunk_bytes = 1000;
   const std::vector<v1::Aggregation> aggs = *ParseAggregations("sum");
-  ASSERT_TRUE(client_->Aggregate({ops::DType::kUInt8, buffer.data(), 1024, 0}, aggs, o).ok());
+  ASSERT_TRUE(client_->Aggregate({rules::DType::kUInt8, buffer.data(), 1024, 0}, aggs, o).ok());
   EXPECT_EQ(service_.unary_calls, 1);
   EXPECT_EQ(service_.stream_calls, 0);
-  ASSERT_TRUE(client_->Aggregate({ops::DType::kUInt8, buffer.data(), 1025, 0}, aggs, o).ok());
+  ASSERT_TRUE(client_->Aggregate({rules::DType::kUInt8, buffer.data(), 1025, 0}, aggs, o).ok());
   EXPECT_EQ(service_.stream_calls, 1);
   EXPECT_EQ(service_.chunks, 2);  // 1000 + 25 bytes
 }
@@ -261,7 +261,7 @@ TEST_F(RoundTripTest, AutoModeStreamsAboveTheThreshold) {
 TEST_F(RoundTripTest, ProgressReportsEveryChunk) {
   const std::uint64_t n = 1 << 18;
   HostBuffer buffer(n * 4);
-  FillRandom(ops::DType::kInt32, 5, buffer.data(), n);
+  FillRandom(rules::DType::kInt32, 5, buffer.data(), n);
   std::vector<std::uint64_t> seen;
   CallOptions o;
   o.stream = StreamMode::kAlways;
@@ -270,7 +270,7 @@ TEST_F(RoundTripTest, ProgressReportsEveryChunk) {
     EXPECT_EQ(total, n * 4);
     seen.push_back(sent);
   };
-  ASSERT_TRUE(client_->Aggregate({ops::DType::kInt32, buffer.data(), n, 0}, *ParseAggregations("max"), o).ok());
+  ASSERT_TRUE(client_->Aggregate({rules::DType::kInt32, buffer.data(), n, 0}, *ParseAggregations("max"), o).ok());
   ASSERT_EQ(seen.size(), 17u);  // 0, then after each of the 16 chunks
   EXPECT_EQ(seen.front(), 0u);
   EXPECT_EQ(seen.back(), n * 4);
@@ -279,7 +279,7 @@ TEST_F(RoundTripTest, ProgressReportsEveryChunk) {
 
 TEST_F(RoundTripTest, ServerErrorsKeepCodeAndMessage) {
   std::vector<float> x(10, 1.0f);
-  const ArrayRef bad_rows{ops::DType::kFloat32, reinterpret_cast<const std::byte*>(x.data()), 10, 3};
+  const ArrayRef bad_rows{rules::DType::kFloat32, reinterpret_cast<const std::byte*>(x.data()), 10, 3};
   for (StreamMode mode : {StreamMode::kNever, StreamMode::kAlways}) {
     CallOptions o;
     o.stream = mode;
@@ -292,13 +292,13 @@ TEST_F(RoundTripTest, ServerErrorsKeepCodeAndMessage) {
 TEST_F(RoundTripTest, EarlyRejectionOfALargeStreamDoesNotHang) {
   const std::uint64_t n = 16 << 20;
   HostBuffer buffer(n);
-  FillRandom(ops::DType::kUInt8, 9, buffer.data(), n);
+  FillRandom(rules::DType::kUInt8, 9, buffer.data(), n);
   CallOptions o;
   o.stream = StreamMode::kAlways;
   o.chunk_bytes = 64 << 10;
   o.timeout = absl::Seconds(30);
   const absl::StatusOr<v1::AggregateResponse> got =
-      client_->Aggregate({ops::DType::kUInt8, buffer.data(), n, 0}, {}, o);
+      client_->Aggregate({rules::DType::kUInt8, buffer.data(), n, 0}, {}, o);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
   EXPECT_EQ(got.status().message(), "aggregations: at least one");
 }
@@ -309,7 +309,7 @@ TEST_F(RoundTripTest, DeadlineExceeded) {
   CallOptions o;
   o.timeout = absl::Milliseconds(50);
   const absl::StatusOr<v1::AggregateResponse> got = client_->Aggregate(
-      {ops::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 3, 0},
+      {rules::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 3, 0},
       *ParseAggregations("sum"), o);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
   service_.delay_ms = 0;
@@ -327,9 +327,9 @@ TEST_F(RoundTripTest, HealthCheck) {
 
 TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
   const std::vector<v1::Aggregation> aggs = *ParseAggregations(kAllOps);
-  for (ops::DType dtype : ops::kAllDTypes) {
+  for (rules::DType dtype : rules::kAllDTypes) {
     const std::uint64_t length = 30'011;
-    HostBuffer buffer(length * ops::SizeOf(dtype));
+    HostBuffer buffer(length * rules::SizeOf(dtype));
     FillRandom(dtype, 17, buffer.data(), length);
     // The array's rows are not the dataset's: they must not be sent.
     const ArrayRef array{dtype, buffer.data(), length, 11};
@@ -351,21 +351,21 @@ TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
     absl::StatusOr<v1::AggregateResponse> got = client_->AggregateDataset("x", std::nullopt, 0, aggs);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->SerializeAsString(), ComputeReference(whole, aggs)->SerializeAsString()) << NameOf(dtype);
-    const ArrayRef part{dtype, buffer.data() + 1000 * ops::SizeOf(dtype), 7000, 700};
+    const ArrayRef part{dtype, buffer.data() + 1000 * rules::SizeOf(dtype), 7000, 700};
     got = client_->AggregateDataset("x", ElementRange{1000, 8000}, 700, aggs);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->SerializeAsString(), ComputeReference(part, aggs)->SerializeAsString()) << NameOf(dtype);
   }
   EXPECT_EQ(service_.put_chunks, [] {
     int chunks = 0;
-    for (ops::DType d : ops::kAllDTypes) chunks += (30'011 * ops::SizeOf(d) + 1000) / 1001;
+    for (rules::DType d : rules::kAllDTypes) chunks += (30'011 * rules::SizeOf(d) + 1000) / 1001;
     return chunks;
   }());
 }
 
 TEST_F(RoundTripTest, DatasetCallsListDescribeDeleteAndKeepErrors) {
   std::vector<std::int32_t> x = {3, 1, 4, 1, 5};
-  const ArrayRef array{ops::DType::kInt32, reinterpret_cast<const std::byte*>(x.data()), 5, 0};
+  const ArrayRef array{rules::DType::kInt32, reinterpret_cast<const std::byte*>(x.data()), 5, 0};
   ASSERT_TRUE(client_->PutDataset("pi", array).ok());
   EXPECT_FALSE(service_.last_put.replace());
   EXPECT_EQ(service_.last_put.ttl_seconds(), 0.0);
@@ -399,7 +399,7 @@ TEST_F(RoundTripTest, DatasetCallsListDescribeDeleteAndKeepErrors) {
 
 TEST_F(RoundTripTest, PutDatasetRejectsABadTtlOrChunkLocally) {
   std::vector<double> x = {1};
-  const ArrayRef array{ops::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 1, 0};
+  const ArrayRef array{rules::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 1, 0};
   PutOptions negative;
   negative.ttl = absl::Seconds(-1);
   EXPECT_EQ(client_->PutDataset("x", array, negative).status().code(), absl::StatusCode::kInvalidArgument);
@@ -414,7 +414,7 @@ TEST(ClientOffline, UnreachableServerIsUnavailable) {
   Client client(MakeChannel("127.0.0.1:1"));
   std::vector<double> x = {1};
   const absl::StatusOr<v1::AggregateResponse> got = client.Aggregate(
-      {ops::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 1, 0},
+      {rules::DType::kFloat64, reinterpret_cast<const std::byte*>(x.data()), 1, 0},
       *ParseAggregations("sum"));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
 }
@@ -422,7 +422,7 @@ TEST(ClientOffline, UnreachableServerIsUnavailable) {
 TEST(ClientOffline, LengthWithoutDataIsRejectedLocally) {
   Client client(MakeChannel("127.0.0.1:1"));
   const absl::StatusOr<v1::AggregateResponse> got =
-      client.Aggregate({ops::DType::kFloat64, nullptr, 5, 0}, *ParseAggregations("sum"));
+      client.Aggregate({rules::DType::kFloat64, nullptr, 5, 0}, *ParseAggregations("sum"));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -48,7 +48,7 @@ TEST(CpuDeterminism, PiecesAndThreadCountsDoNotChangeABit) {
         auto got = RunPieces(*backends[b], Plan(a, c.row_length, ops), a.bytes, piecings[p]);
         ASSERT_TRUE(got.ok()) << got.status();
         ExpectSameBits(*want, *got,
-                       ::testing::Message() << ops::Name(c.dtype) << " n=" << c.n << " rows of "
+                       ::testing::Message() << rules::Name(c.dtype) << " n=" << c.n << " rows of "
                                             << c.row_length << " backend " << b << " piecing " << p);
       }
     }
@@ -64,7 +64,7 @@ TEST(CpuDeterminism, ConcurrentRequestsOnOneBackend) {
   constexpr int kClients = 4, kRequests = 4;
   std::vector<Array> arrays;
   for (int i = 0; i < kClients * kRequests; ++i) {
-    arrays.push_back(RandomArray(ops::kAllDTypes[i % 6], 150000 + 1000 * i, rng, Fill::kWide));
+    arrays.push_back(RandomArray(rules::kAllDTypes[i % 6], 150000 + 1000 * i, rng, Fill::kWide));
   }
   std::vector<absl::StatusOr<AggregationResult>> got(arrays.size());
   std::vector<std::thread> clients;

@@ -59,10 +59,10 @@ const std::vector<NumpyCase<std::int64_t>> kIntCases = {
 
 template <typename T>
 void RunNumpyCase(Backend& backend, const NumpyCase<T>& c) {
-  SCOPED_TRACE(::testing::Message() << ops::Name(c.dtype) << " bins=" << c.bins << " range=("
+  SCOPED_TRACE(::testing::Message() << rules::Name(c.dtype) << " bins=" << c.bins << " range=("
                                     << c.lo << ", " << c.hi << ")");
-  const Array a = ops::VisitDType(c.dtype, [&](auto dt) {
-    using V = typename ops::Traits<decltype(dt)::value>::value;
+  const Array a = rules::VisitDType(c.dtype, [&](auto dt) {
+    using V = typename rules::Traits<decltype(dt)::value>::value;
     std::vector<V> v;
     for (T x : c.values) v.push_back(static_cast<V>(x));
     return MakeArray(c.dtype, v);
@@ -101,9 +101,9 @@ TEST(CpuHistogram, ValuesOnRandomEdges) {
     if (!(lo < hi)) continue;
     const double step = (hi - lo) / bins;
     for (DType dt : {DType::kFloat32, DType::kFloat64}) {
-      const Array a = ops::VisitDType(dt, [&](auto d) {
-        using V = typename ops::Traits<decltype(d)::value>::value;
-        using B = typename ops::Traits<decltype(d)::value>::bin;
+      const Array a = rules::VisitDType(dt, [&](auto d) {
+        using V = typename rules::Traits<decltype(d)::value>::value;
+        using B = typename rules::Traits<decltype(d)::value>::bin;
         std::vector<V> v;
         std::uniform_int_distribution<std::uint32_t> pick(0, bins);
         for (int i = 0; i < 3000; ++i) {

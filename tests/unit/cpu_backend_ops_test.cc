@@ -24,10 +24,10 @@ class CpuOpsTest : public ::testing::TestWithParam<DType> {
 Backend* CpuOpsTest::backend_ = nullptr;
 
 std::string DTypeName(const ::testing::TestParamInfo<DType>& info) {
-  return std::string(ops::Name(info.param));
+  return std::string(rules::Name(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, CpuOpsTest, ::testing::ValuesIn(ops::kAllDTypes), DTypeName);
+INSTANTIATE_TEST_SUITE_P(AllDTypes, CpuOpsTest, ::testing::ValuesIn(rules::kAllDTypes), DTypeName);
 
 TEST_P(CpuOpsTest, EveryOpMatchesReferenceAcrossSizes) {
   TALLY_SEEDED_RNG(rng);
@@ -57,7 +57,7 @@ TEST_P(CpuOpsTest, FusedOpsGiveTheSameBitsAsEachAlone) {
     for (std::size_t k = 0; k < ops.size(); ++k) {
       auto alone = RunPieces(*backend_, Plan(a, 0, {ops[k]}), a.bytes);
       ASSERT_TRUE(alone.ok()) << alone.status();
-      EXPECT_TRUE(SameBits(alone->values[0], fused->values[k])) << ops::Name(ops[k].kind);
+      EXPECT_TRUE(SameBits(alone->values[0], fused->values[k])) << rules::Name(ops[k].kind);
     }
   }
 }
@@ -83,7 +83,7 @@ TEST_P(CpuOpsTest, EmptyArray) {
   // min/max/argmin/argmax have no value: an error, not a crash.
   for (OpKind k : {OpKind::kMin, OpKind::kMax, OpKind::kArgmin, OpKind::kArgmax}) {
     auto e = RunPieces(*backend_, Plan(a, 0, {Op(k)}), a.bytes);
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << ops::Name(k);
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << rules::Name(k);
   }
   // Segmented and empty: zero rows.
   auto rows = RunPieces(*backend_, Plan(a, 4, AllOps(a.dtype, Fill::kWide)), a.bytes);
@@ -95,8 +95,8 @@ TEST_P(CpuOpsTest, EmptyArray) {
 
 TEST_P(CpuOpsTest, ConstantArrays) {
   for (std::uint64_t n : {1ull, 5000ull, 200000ull}) {
-    const Array a = ops::VisitDType(GetParam(), [&](auto dt) {
-      using V = typename ops::Traits<decltype(dt)::value>::value;
+    const Array a = rules::VisitDType(GetParam(), [&](auto dt) {
+      using V = typename rules::Traits<decltype(dt)::value>::value;
       return MakeArray(GetParam(), std::vector<V>(n, static_cast<V>(3)));
     });
     const auto ops = AllOps(a.dtype, Fill::kNarrow);
@@ -117,8 +117,8 @@ TEST_P(CpuOpsTest, TiesPickTheFirstOccurrence) {
     // the last two, so that no plant overwrites another) and again at the
     // end: in different blocks and chunks where n allows.
     Array a = RandomArray(GetParam(), n, rng, Fill::kNarrow);
-    ops::VisitDType(a.dtype, [&](auto dt) {
-      using V = typename ops::Traits<decltype(dt)::value>::value;
+    rules::VisitDType(a.dtype, [&](auto dt) {
+      using V = typename rules::Traits<decltype(dt)::value>::value;
       V* x = reinterpret_cast<V*>(a.bytes.data());
       std::uniform_int_distribution<std::uint64_t> pos(0, n - 3);
       std::set<std::uint64_t> places;
@@ -153,8 +153,8 @@ TEST_P(CpuFloatOpsTest, NanAnywhereWins) {
         {0}, {n / 2}, {n - 1}, {pos(rng), pos(rng), pos(rng)}, {n - 1, 0}};
     for (const auto& where : placements) {
       Array a = base;
-      ops::VisitDType(a.dtype, [&](auto dt) {
-        using V = typename ops::Traits<decltype(dt)::value>::value;
+      rules::VisitDType(a.dtype, [&](auto dt) {
+        using V = typename rules::Traits<decltype(dt)::value>::value;
         if constexpr (std::is_floating_point_v<V>) {
           V* x = reinterpret_cast<V*>(a.bytes.data());
           for (std::uint64_t i : where) x[i] = std::numeric_limits<V>::quiet_NaN();
@@ -174,8 +174,8 @@ TEST_P(CpuFloatOpsTest, NanAnywhereWins) {
 }
 
 TEST_P(CpuFloatOpsTest, InfinitiesAndSignedZeros) {
-  ops::VisitDType(GetParam(), [&](auto dt) {
-    using V = typename ops::Traits<decltype(dt)::value>::value;
+  rules::VisitDType(GetParam(), [&](auto dt) {
+    using V = typename rules::Traits<decltype(dt)::value>::value;
     if constexpr (std::is_floating_point_v<V>) {
       const V inf = std::numeric_limits<V>::infinity();
       const std::vector<V> v = {1, -0.0f, 0.0f, inf, -inf, 2, inf, -inf, 0.0f};
@@ -202,8 +202,8 @@ TEST_P(CpuFloatOpsTest, VarianceOfDataWithALargeMean) {
   // sum(x^2) - sum(x)^2/n would lose every digit here.
   std::uniform_real_distribution<double> d(0.0, 1.0);
   for (std::uint64_t n : {1000ull, 300007ull}) {
-    const Array a = ops::VisitDType(GetParam(), [&](auto dt) {
-      using V = typename ops::Traits<decltype(dt)::value>::value;
+    const Array a = rules::VisitDType(GetParam(), [&](auto dt) {
+      using V = typename rules::Traits<decltype(dt)::value>::value;
       std::vector<V> v(n);
       const double offset = std::is_same_v<V, float> ? 1e4 : 1e9;
       for (V& x : v) x = static_cast<V>(offset + d(rng));
@@ -215,8 +215,8 @@ TEST_P(CpuFloatOpsTest, VarianceOfDataWithALargeMean) {
     // Block means carry the offset's rounding into the merge: ~1e-8
     // relative at mean / stddev = 3e9 (float64), against ~1 for the naive
     // formula.
-    ops::VisitDType(a.dtype, [&](auto dt) {
-      using V = typename ops::Traits<decltype(dt)::value>::value;
+    rules::VisitDType(a.dtype, [&](auto dt) {
+      using V = typename rules::Traits<decltype(dt)::value>::value;
       const long double var = VarianceLD(a.As<V>(), 0), var1 = VarianceLD(a.As<V>(), 1);
       EXPECT_NEAR(ValueAt<double>(r->values[0], 0), static_cast<double>(var), 1e-6 * var);
       EXPECT_NEAR(ValueAt<double>(r->values[1], 0), std::sqrt(static_cast<double>(var1)),
@@ -229,8 +229,8 @@ TEST_P(CpuFloatOpsTest, VarianceOfDataWithALargeMean) {
 TEST_P(CpuOpsTest, DdofAtAndBeyondTheCount) {
   TALLY_SEEDED_RNG(rng);
   const Array one = RandomArray(GetParam(), 1, rng, Fill::kWide);
-  const Array two = ops::VisitDType(GetParam(), [&](auto dt) {
-    using V = typename ops::Traits<decltype(dt)::value>::value;
+  const Array two = rules::VisitDType(GetParam(), [&](auto dt) {
+    using V = typename rules::Traits<decltype(dt)::value>::value;
     return MakeArray(GetParam(), std::vector<V>{1, 4});
   });
   const std::vector<OpSpec> ops = {Op(OpKind::kVariance, 1), Op(OpKind::kVariance, 2),
@@ -318,7 +318,7 @@ TEST(CpuFloat32Sum, RelativeErrorOfAHundredMillionPositiveValues) {
 TEST(CpuInput, MisalignedBytesGiveTheSameResult) {
   TALLY_SEEDED_RNG(rng);
   auto backend = MakeCpuBackend({.threads = 2});
-  for (DType dt : ops::kAllDTypes) {
+  for (DType dt : rules::kAllDTypes) {
     const Array a = RandomArray(dt, 100003, rng, Fill::kWide);
     std::vector<std::byte> shifted(a.bytes.size() + 1);
     std::memcpy(shifted.data() + 1, a.bytes.data(), a.bytes.size());
@@ -327,7 +327,7 @@ TEST(CpuInput, MisalignedBytesGiveTheSameResult) {
     auto odd = RunPieces(*backend, Plan(a, 0, ops), std::span(shifted).subspan(1), {4099});
     ASSERT_TRUE(aligned.ok() && odd.ok());
     for (std::size_t k = 0; k < ops.size(); ++k) {
-      EXPECT_TRUE(SameBits(aligned->values[k], odd->values[k])) << ops::Name(dt) << " op " << k;
+      EXPECT_TRUE(SameBits(aligned->values[k], odd->values[k])) << rules::Name(dt) << " op " << k;
     }
   }
 }

@@ -20,8 +20,8 @@ struct RowCase {
 
 class CpuRowsTest : public ::testing::TestWithParam<DType> {};
 
-INSTANTIATE_TEST_SUITE_P(AllDTypes, CpuRowsTest, ::testing::ValuesIn(ops::kAllDTypes),
-                         [](const auto& info) { return std::string(ops::Name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(AllDTypes, CpuRowsTest, ::testing::ValuesIn(rules::kAllDTypes),
+                         [](const auto& info) { return std::string(rules::Name(info.param)); });
 
 TEST_P(CpuRowsTest, EveryRowMatchesReference) {
   TALLY_SEEDED_RNG(rng);

@@ -21,17 +21,17 @@
 #include "gtest/gtest.h"
 #include "server/core/request.h"
 #include "server/engine/backend.h"
-#include "tally/ops/dtype.h"
+#include "tally/rules/dtype.h"
 #include "tests/unit/test_seed.h"
 
-namespace tally::ops {
+namespace tally::rules {
 // Test names and messages show "float32", not a byte.
 inline void PrintTo(DType t, std::ostream* os) { *os << Name(t); }
-}  // namespace tally::ops
+}  // namespace tally::rules
 
 namespace tally::testing {
 
-using ops::DType;
+using rules::DType;
 
 struct Array {
   DType dtype = DType::kFloat32;
@@ -74,8 +74,8 @@ std::vector<V> RandomValues(std::uint64_t n, std::mt19937_64& rng, Fill fill) {
 }
 
 inline Array RandomArray(DType dtype, std::uint64_t n, std::mt19937_64& rng, Fill fill) {
-  return ops::VisitDType(dtype, [&](auto dt) {
-    using V = typename ops::Traits<decltype(dt)::value>::value;
+  return rules::VisitDType(dtype, [&](auto dt) {
+    using V = typename rules::Traits<decltype(dt)::value>::value;
     return MakeArray(dtype, RandomValues<V>(n, rng, fill));
   });
 }
@@ -87,7 +87,7 @@ inline absl::StatusOr<AggregationResult> RunPieces(Backend& backend, const Aggre
                                                    const std::vector<std::uint64_t>& pieces = {}) {
   auto reduction = backend.Start(plan);
   if (!reduction.ok()) return reduction.status();
-  const std::size_t size = ops::SizeOf(plan.array.dtype);
+  const std::size_t size = rules::SizeOf(plan.array.dtype);
   std::size_t off = 0, k = 0;
   while (off < bytes.size()) {
     std::size_t len = bytes.size() - off;
@@ -215,9 +215,9 @@ HistogramResult HistogramRef(std::span<const V> x, const HistogramSpec& spec) {
 // below and above it.
 inline HistogramSpec RangeFor(DType dtype, Fill fill, std::uint32_t bins) {
   if (fill == Fill::kNarrow) return {bins, -3.0, 7.5};
-  if (ops::IsFloat(dtype)) return {bins, -800.0, 750.0};
-  return ops::VisitDType(dtype, [&](auto dt) {
-    using V = typename ops::Traits<decltype(dt)::value>::value;
+  if (rules::IsFloat(dtype)) return {bins, -800.0, 750.0};
+  return rules::VisitDType(dtype, [&](auto dt) {
+    using V = typename rules::Traits<decltype(dt)::value>::value;
     const double lo = static_cast<double>(std::numeric_limits<V>::lowest());
     const double hi = static_cast<double>(std::numeric_limits<V>::max());
     return HistogramSpec{bins, lo + 0.1 * (hi - lo), hi - 0.05 * (hi - lo)};
@@ -249,10 +249,10 @@ const T& ValueAt(const OpValues& v, std::uint64_t row) {
 
 // One row's value of one op against the references.
 template <DType kD>
-void CheckRow(const OpSpec& op, std::span<const typename ops::Traits<kD>::value> x,
+void CheckRow(const OpSpec& op, std::span<const typename rules::Traits<kD>::value> x,
               const OpValues& values, std::uint64_t row) {
-  using V = typename ops::Traits<kD>::value;
-  using BinT = typename ops::Traits<kD>::bin;
+  using V = typename rules::Traits<kD>::value;
+  using BinT = typename rules::Traits<kD>::bin;
   const bool nan = AnyNan(x);
   const long double n = static_cast<long double>(x.size());
   auto put_extreme = [&](V want) {
@@ -340,14 +340,14 @@ void CheckRow(const OpSpec& op, std::span<const typename ops::Traits<kD>::value>
 inline void ExpectMatchesReference(const Array& a, std::uint64_t row_length,
                                    const std::vector<OpSpec>& ops, const AggregationResult& result) {
   ASSERT_EQ(result.values.size(), ops.size());
-  ops::VisitDType(a.dtype, [&](auto dt) {
+  rules::VisitDType(a.dtype, [&](auto dt) {
     constexpr DType kD = decltype(dt)::value;
-    using V = typename ops::Traits<kD>::value;
+    using V = typename rules::Traits<kD>::value;
     const std::span<const V> all = a.As<V>();
     const std::uint64_t len = row_length ? row_length : a.length;
     const std::uint64_t rows = row_length ? a.length / row_length : 1;
     for (std::size_t k = 0; k < ops.size(); ++k) {
-      SCOPED_TRACE(::testing::Message() << "op " << k << ": " << ops::Name(ops[k].kind)
+      SCOPED_TRACE(::testing::Message() << "op " << k << ": " << rules::Name(ops[k].kind)
                                         << " ddof " << ops[k].ddof);
       const OpValues& v = result.values[k];
       ASSERT_EQ(static_cast<int>(v.index()), static_cast<int>(ResultKindOf(ops[k].kind, kD)));

@@ -105,16 +105,16 @@ TEST(AdmissionController, AdmitWaitsForRoomThenGivesUp) {
 
 AggregationPlan PlanOf(std::uint64_t length, std::uint64_t row_length, std::vector<OpSpec> ops) {
   AggregationPlan plan;
-  plan.array = {ops::DType::kFloat32, length, row_length};
+  plan.array = {rules::DType::kFloat32, length, row_length};
   plan.ops = std::move(ops);
   return plan;
 }
 
 TEST(ValidatePlan, AcceptsTheLimitsAndRejectsJustBeyondThem) {
   const RequestLimits limits;
-  OpSpec hist{OpKind::kHistogram, 0, {ops::kMaxHistogramBins, -1, 1}};
+  OpSpec hist{OpKind::kHistogram, 0, {rules::kMaxHistogramBins, -1, 1}};
   EXPECT_TRUE(ValidatePlan(PlanOf(10, 0, {hist}), limits).ok());
-  hist.histogram.bins = ops::kMaxHistogramBins + 1;
+  hist.histogram.bins = rules::kMaxHistogramBins + 1;
   EXPECT_EQ(ValidatePlan(PlanOf(10, 0, {hist}), limits).code(), absl::StatusCode::kInvalidArgument);
   OpSpec var{OpKind::kVariance, 0.0, {}};
   EXPECT_TRUE(ValidatePlan(PlanOf(10, 5, {var}), limits).ok());

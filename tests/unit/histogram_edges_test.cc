@@ -65,7 +65,7 @@ void CheckAroundTheNarrowest(DType dtype) {
       for (int k = -8; k <= 8; ++k) {
         const double hi = DoubleAt(DoubleOrder(narrowest) + k);
         if (!(hi > lo)) continue;
-        SCOPED_TRACE(::testing::Message() << ops::Name(dtype) << " " << bins << " bins over [" << lo << ", "
+        SCOPED_TRACE(::testing::Message() << rules::Name(dtype) << " " << bins << " bins over [" << lo << ", "
                                           << std::hexfloat << hi << "]");
         const bool accepted = NumpyAccepts<T>(bins, lo, hi);
         if (k == 0) {
@@ -103,7 +103,7 @@ void CheckRandomRanges(DType dtype, std::mt19937_64& rng) {
     if (!(hi > lo) || !std::isfinite(hi)) continue;
     const bool numpy = NumpyAccepts<T>(bins, lo, hi);
     EXPECT_EQ(HistogramEdgesIncrease({bins, lo, hi}, dtype), numpy)
-        << ops::Name(dtype) << " " << bins << " bins over [" << std::hexfloat << lo << ", " << hi << "]";
+        << rules::Name(dtype) << " " << bins << " bins over [" << std::hexfloat << lo << ", " << hi << "]";
     (numpy ? accepted : refused)++;
   }
   // Both answers were exercised.

@@ -43,7 +43,7 @@ bool Numpy2Accepts(const std::vector<T>& edges) {
 }
 
 // The bin numpy's edges give x: the last i with edges[i] <= x, the last bin
-// closed; -1 below, -2 above, -3 NaN (tally::ops::kBin*).
+// closed; -1 below, -2 above, -3 NaN (tally::rules::kBin*).
 template <typename T>
 std::int32_t NumpyBinOf(const std::vector<T>& edges, T x) {
   if (x != x) return -3;

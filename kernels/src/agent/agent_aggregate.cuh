@@ -11,7 +11,7 @@
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct ThreadAgg {
   using T = typename DevTraits<D>::T;
   using S = typename DevTraits<D>::S;
@@ -31,7 +31,7 @@ struct ThreadAgg {
   // VecsPerThread or fewer). kSimple's larger groups have no arg ops.
   static constexpr int kMaxGroupVecs = Policy::VecsPerThread(static_cast<int>(sizeof(T)));
   double sumsq;
-  ops::Moments mom;
+  rules::Moments mom;
   HistThread<B>* hist;
 
   // `defer`: argmin/argmax resolve their group at Finish() (ArgOp::UpdateGroup).
@@ -42,7 +42,7 @@ struct ThreadAgg {
     mx = amax_v = amax_floor = ExtremeOp<D>::MaxIdentity();
     amin_i = amax_i = -1;
     sumsq = 0.0;
-    mom = ops::Moments{};
+    mom = rules::Moments{};
   }
 
   // nvec of the V groups of K contiguous elements are valid (a prefix);
@@ -58,7 +58,7 @@ struct ThreadAgg {
     // extreme, one min (max) per element for both. (Their min/max does not
     // depend on order; float64's software NaN rule is kept element by
     // element.)
-    constexpr bool kShare = K <= 4 && D != ops::DType::kFloat64;
+    constexpr bool kShare = K <= 4 && D != rules::DType::kFloat64;
     if constexpr (kShare) {
       if (w.min || w.argmin) {
         const T g = ArgOp<D, false>::template GroupExtreme<V, K>(x, nvec);
@@ -86,7 +86,7 @@ struct ThreadAgg {
       for (int v = 0; v < V; ++v)
         if (v < nvec) sumsq += SumSquaresOp<D>::template Group<K>(x[v]);
     }
-    if (w.moments) mom = ops::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
+    if (w.moments) mom = rules::MergeMoments(mom, MomentsOp<D>::template Group<V, K>(x, nvec));
     if (!kShare && w.argmin) ArgOp<D, false>::template UpdateGroup<V, K>(amin_v, amin_i, amin_pending, defer_args, x, base, nvec, amin_floor);
     if (!kShare && w.argmax) ArgOp<D, true>::template UpdateGroup<V, K>(amax_v, amax_i, amax_pending, defer_args, x, base, nvec, amax_floor);
     if (w.hist) {
@@ -184,7 +184,7 @@ struct ThreadAgg {
 // the lanes of each warp pool their argmin/argmax candidates after every
 // full tile (ThreadAgg::ShareWarp): only where every lane of a warp runs
 // the same full tiles, as the threads of a slice kernel's block do.
-template <ops::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
+template <rules::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
           int kSyncTiles = 0, bool kPipe = false, bool kWarpShare = false>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,

@@ -6,12 +6,12 @@
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct BlockReduceStorage {
   alignas(16) unsigned char bytes[32 * sizeof(Partial<D>)];
 };
 
-template <ops::DType D>
+template <rules::DType D>
 __device__ Partial<D> BlockReduce(Partial<D> p, const Want& w, BlockReduceStorage<D>& storage) {
   auto* slots = reinterpret_cast<Partial<D>*>(storage.bytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

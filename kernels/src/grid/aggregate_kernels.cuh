@@ -33,7 +33,7 @@
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct AggArgs {
   using T = typename DevTraits<D>::T;
   using B = typename DevTraits<D>::B;
@@ -46,7 +46,7 @@ struct AggArgs {
   std::int64_t slices;       // SliceKernel: blocks per segment
   int team_lanes;            // TeamKernel: lanes per row
   Want want;
-  ops::HistogramBinner<B> binner;
+  rules::HistogramBinner<B> binner;
   std::uint32_t hist_stride;  // bins + 3
   int cluster;                // blocks sharing one histogram (1: none)
   std::uint32_t per_rank;     // counters each block of a cluster holds
@@ -71,7 +71,7 @@ struct Segment {
   bool fresh;  // holds the row's first element: overwrite the state
 };
 
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
   if (a.row_length == 0) {
     return Segment{0, a.n, static_cast<std::int64_t>(a.offset), 0, a.offset == 0};
@@ -99,7 +99,7 @@ TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
 // team variants per dtype, not one per op subset.
 enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3, kSimple = 4, kHistOnly = 5 };
 
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV Want VariantWant(Want w, int variant) {
   if (variant == kLean) w.moments = w.hist = false;
   if (variant == kHist || variant == kHistWide) w.moments = false;
@@ -131,7 +131,7 @@ constexpr bool SliceWarpShare(int variant) { return variant == kLean; }
 constexpr int SliceThreads(int variant) {
   return variant == kHistWide ? Policy::kHistWideThreads : Policy::kThreads;
 }
-template <ops::DType D>
+template <rules::DType D>
 constexpr int SliceVecs(int variant) {
   constexpr int kBytes = static_cast<int>(sizeof(typename DevTraits<D>::T));
   return variant == kHist       ? Policy::HistVecs(kBytes)
@@ -145,13 +145,13 @@ constexpr int SliceVecs(int variant) {
 // holds at most (tiles + 1) * tile - 1 elements (after the last barrier: the
 // tiles, a partial tile and the scalar tail), which must stay within the
 // 0x7FFF increments HistThread::Count16 allows.
-template <ops::DType D>
+template <rules::DType D>
 constexpr int WideSyncTiles() {
   constexpr int kTile = Policy::kHistWideThreads * SliceVecs<D>(kHistWide) * DevTraits<D>::kVec;
   return 0x8000 / kTile - 1;
 }
 
-template <ops::DType D, int kVariant>
+template <rules::DType D, int kVariant>
 __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVariant))
     SliceKernel(const AggArgs<D> a) {
   constexpr int kU = SliceVecs<D>(kVariant);
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   if (threadIdx.x == 0) StoreRow(a.state, seg.row, r, seg.fresh, w);
 }
 
-template <ops::DType D, bool kAll>
+template <rules::DType D, bool kAll>
 __global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBlocksPerSm : Policy::kTeamLeanBlocksPerSm)
     TeamKernel(const AggArgs<D> a) {
   using B = typename DevTraits<D>::B;
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBloc
 // instruction touching 32 different lines (one lane per row straight from
 // global memory reached 79% of the read ceiling for rows of 32 float32; a
 // team of 8 lanes per row with shuffle reductions 24%).
-template <ops::DType D>
+template <rules::DType D>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kRowVecBlocksPerSm)
     RowVecKernel(const AggArgs<D> a) {
   using T = typename DevTraits<D>::T;
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kRowVecBlocksPerSm)
 // empty kernel for 1K float32; this one takes about what CUB's single-tile
 // kernel does (docs/performance.md). Deterministic: a fixed split over the
 // threads and a fixed reduction tree.
-template <ops::DType D>
+template <rules::DType D>
 __global__ void __launch_bounds__(Policy::kThreads) SmallKernel(const AggArgs<D> a) {
   using T = typename DevTraits<D>::T;
   using S = typename DevTraits<D>::S;
@@ -470,10 +470,10 @@ inline std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1)
 
 inline bool NeedsFull(const Want& w) { return w.moments || w.hist; }
 
-template <ops::DType D>
+template <rules::DType D>
 using KernelFn = void (*)(AggArgs<D>);
 
-template <ops::DType D>
+template <rules::DType D>
 KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
   if (w.moments) return SliceKernel<D, kFull>;
   if (w.OnlyHistogram() && !wide) return SliceKernel<D, kHistOnly>;
@@ -485,7 +485,7 @@ KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
 // The whole array in one call, small, and sum, min and max only: SmallKernel.
 // Decided by the plan alone (a whole array's one chunk), so a request
 // always takes the same kernel and gets the same bits.
-template <ops::DType D>
+template <rules::DType D>
 bool Small(const AggregatePlan& plan, std::uint64_t n, std::uint64_t offset, const Want& w) {
   return plan.row_length == 0 && offset == 0 && n == plan.length &&
          n * sizeof(typename DevTraits<D>::T) <= static_cast<std::uint64_t>(Policy::kSmallMaxBytes) &&
@@ -501,7 +501,7 @@ inline bool WideHistogram(const AggregatePlan& plan, const Want& w) {
 
 // whole_rows: the chunk is 16-byte aligned and holds whole rows only (the
 // RowVecKernel's preconditions besides the plan's).
-template <ops::DType D>
+template <rules::DType D>
 cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t segments,
                      const DeviceInfo& dev, bool whole_rows, LaunchShape* out) {
   using T = typename DevTraits<D>::T;
@@ -618,7 +618,7 @@ inline std::size_t ScratchOf(const LaunchShape& sh, std::size_t partial_bytes, u
   return (parts + 255) / 256 * 256 + flags + static_cast<std::size_t>(sh.segments) * 8;
 }
 
-template <ops::DType D>
+template <rules::DType D>
 cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
                             const DeviceInfo& dev, std::size_t* bytes) {
   const std::int64_t n = static_cast<std::int64_t>(max_chunk);
@@ -639,7 +639,7 @@ cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
   return cudaSuccess;
 }
 
-template <ops::DType D>
+template <rules::DType D>
 cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay, const void* chunk,
                              std::uint64_t n, std::uint64_t offset, void* state, void* scratch,
                              std::size_t scratch_bytes, const DeviceInfo& dev,
@@ -675,7 +675,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
                       static_cast<unsigned long long*>(at(lay.histograms)),
                       lay.histogram_stride};
   if (a.want.hist) {
-    a.binner = ops::HistogramBinner<B>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
+    a.binner = rules::HistogramBinner<B>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
     a.hist_stride = lay.histogram_stride;
     a.quick = HistQuick<B>::Make(a.binner, plan.histogram.lo, plan.histogram.hi);
     // Rows that start in this chunk begin with zero counters.

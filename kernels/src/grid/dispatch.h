@@ -1,5 +1,5 @@
 // The per-dtype entry points the host API dispatches to (one place, through
-// ops::VisitDType in api.cc); defined in aggregate_kernels.cuh and
+// rules::VisitDType in api.cc); defined in aggregate_kernels.cuh and
 // instantiated once per dtype in aggregate_<dtype>.cu. Plain C++.
 #pragma once
 
@@ -16,11 +16,11 @@ struct DeviceInfo {
   int sms;
 };
 
-template <ops::DType D>
+template <rules::DType D>
 cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
                             const DeviceInfo& dev, std::size_t* bytes);
 
-template <ops::DType D>
+template <rules::DType D>
 cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay, const void* chunk,
                              std::uint64_t n, std::uint64_t offset, void* state, void* scratch,
                              std::size_t scratch_bytes, const DeviceInfo& dev, cudaStream_t stream);

@@ -1,18 +1,18 @@
 // OP_ARGMIN / OP_ARGMAX: (value, index) candidates. Within one thread the
 // elements come in increasing index order, so a strict comparison keeps the
-// first occurrence; across threads ops::PickArg decides (first NaN, then the
+// first occurrence; across threads rules::PickArg decides (first NaN, then the
 // extreme, then the lower index).
 #pragma once
 
 #include <cstdint>
 
-#include "tally/ops/combine.h"
+#include "tally/rules/combine.h"
 #include "../device_traits.cuh"
 #include "extreme.cuh"
 
 namespace tally::kernels::detail {
 
-template <ops::DType D, bool kMax>
+template <rules::DType D, bool kMax>
 struct ArgOp {
   using T = typename DevTraits<D>::T;
   using E = typename DevTraits<D>::E;
@@ -139,9 +139,9 @@ struct ArgOp {
     at += (i / K) * stride + i % K;
     pending = 0;
   }
-  static TALLY_DEV ops::ArgCandidate<E> Merge(const ops::ArgCandidate<E>& a,
-                                              const ops::ArgCandidate<E>& b) {
-    return ops::PickArg<kMax>(a, b);
+  static TALLY_DEV rules::ArgCandidate<E> Merge(const rules::ArgCandidate<E>& a,
+                                              const rules::ArgCandidate<E>& b) {
+    return rules::PickArg<kMax>(a, b);
   }
 };
 

@@ -1,4 +1,4 @@
-// OP_HISTOGRAM: numpy-exact binning (ops::HistogramBinner) into counters that
+// OP_HISTOGRAM: numpy-exact binning (rules::HistogramBinner) into counters that
 // are privatized in shared memory (one block, or a thread-block cluster's
 // distributed shared memory when the bins exceed one block), or, for short
 // rows, global. Counters are integers, so their combine order never shows.
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "tally/ops/histogram_bin.h"
+#include "tally/rules/histogram_bin.h"
 #include "../device_traits.cuh"
 #include "../policy.cuh"
 
@@ -84,7 +84,7 @@ struct HistQuick {
   // path too often, and each element branches on its own instead.
   bool per_element;
 
-  static HistQuick Make(const ops::HistogramBinner<B>& b, double lo, double hi) {
+  static HistQuick Make(const rules::HistogramBinner<B>& b, double lo, double hi) {
     const double u = static_cast<double>(std::numeric_limits<B>::epsilon()) / 2;
     const double a = std::fmax(std::fabs(lo), std::fabs(hi));
     const double m = 3 * u * (a / b.step + static_cast<double>(b.bins)) * (1 + 0x1p-10);
@@ -108,7 +108,7 @@ struct HistQuick {
 // True (and the slot in `slot`) when x is safely inside one bin; false when
 // x is near an edge, outside [lo, hi] or NaN (then `slot` is meaningless).
 template <typename B>
-TALLY_DEV bool SlotQuick(const ops::HistogramBinner<B>& b, const HistQuick<B>& q, B x,
+TALLY_DEV bool SlotQuick(const rules::HistogramBinner<B>& b, const HistQuick<B>& q, B x,
                          std::int32_t& slot) {
   using R = RoundMagic<B>;
   const B f = R::Fma(x, b.scale, q.offset);
@@ -127,7 +127,7 @@ TALLY_DEV bool SlotQuick(const ops::HistogramBinner<B>& b, const HistQuick<B>& q
 // show it, and g is Bin's answer. A move (x within rounding of an edge) is
 // rare: the caller then asks Bin itself (`exact` false).
 template <typename B>
-TALLY_DEV std::int32_t SlotFast(const ops::HistogramBinner<B>& b, const B* edges, B x, bool& exact) {
+TALLY_DEV std::int32_t SlotFast(const rules::HistogramBinner<B>& b, const B* edges, B x, bool& exact) {
   const std::int32_t g = b.Guess(x);
   const B e0 = edges ? edges[g] : b.Edge(g);
   const B e1 = edges ? edges[g + 1] : b.Edge(g + 1);
@@ -147,7 +147,7 @@ TALLY_DEV std::int32_t SlotFast(const ops::HistogramBinner<B>& b, const B* edges
 // does not serialize on one shared-memory address.
 template <typename B>
 struct HistThread {
-  ops::HistogramBinner<B> binner;
+  rules::HistogramBinner<B> binner;
   const B* edges;                // shared edge table, or nullptr
   unsigned* counts;              // shared counters (this block's part)
   unsigned long long* global;    // kGlobal: the row's counters in the state

@@ -1,20 +1,20 @@
 // OP_MEAN / OP_VARIANCE / OP_STDDEV: float64 (count, mean, M2). Each group of
 // loaded elements is summarized exactly (its own mean and M2) and merged with
-// Chan's rule (ops::MergeMoments): one division per group, not per element.
+// Chan's rule (rules::MergeMoments): one division per group, not per element.
 #pragma once
 
-#include "tally/ops/combine.h"
+#include "tally/rules/combine.h"
 #include "../device_traits.cuh"
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct MomentsOp {
   using T = typename DevTraits<D>::T;
 
   // The first `n` of the V*K elements (n > 0).
   template <int V, int K>
-  static TALLY_DEV ops::Moments Group(const T (&x)[V][K], int nvec) {
+  static TALLY_DEV rules::Moments Group(const T (&x)[V][K], int nvec) {
     double s = 0.0;
 #pragma unroll
     for (int v = 0; v < V; ++v)
@@ -34,7 +34,7 @@ struct MomentsOp {
           m2 = __fma_rn(d, d, m2);
         }
       }
-    return ops::Moments{n, mean, m2};
+    return rules::Moments{n, mean, m2};
   }
 };
 

@@ -8,7 +8,7 @@
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 struct SumOp {
   using T = typename DevTraits<D>::T;
   using S = typename DevTraits<D>::S;
@@ -41,7 +41,7 @@ struct SumOp {
   }
 };
 
-template <ops::DType D>
+template <rules::DType D>
 struct SumSquaresOp {
   using T = typename DevTraits<D>::T;
   template <int K>

@@ -7,7 +7,7 @@
 
 namespace tally::kernels::detail {
 
-template <ops::DType D>
+template <rules::DType D>
 TALLY_DEV Partial<D> TeamReduce(Partial<D> p, int width, const Want& w) {
   for (int m = width >> 1; m > 0; m >>= 1) {
     const Partial<D> q = ShflXor(p, m, width, w);

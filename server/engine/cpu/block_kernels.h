@@ -11,8 +11,8 @@
 #include <type_traits>
 
 #include "server/engine/cpu/tuning.h"
-#include "tally/ops/combine.h"
-#include "tally/ops/histogram_bin.h"
+#include "tally/rules/combine.h"
+#include "tally/rules/histogram_bin.h"
 
 // One copy of each vector kernel per instruction set, picked at load time;
 // the binary still runs on any x86-64.
@@ -129,7 +129,7 @@ TALLY_CPU_CLONES void FusedLanes(const V* x, std::size_t n, LaneTotals<V>* out) 
   if constexpr (kMax) out->max = TreeReduce<L>(mx, [](V a, V b) { return b > a ? b : a; });
   if constexpr (kNan) {
     for (int j = 0; j < L; ++j) {
-      if (ops::IsNan(nan[j])) {
+      if (rules::IsNan(nan[j])) {
         out->min = out->max = nan[j];
         break;
       }
@@ -176,9 +176,9 @@ TALLY_CPU_CLONES double SquaredDeviationLanes(const V* x, std::size_t n, double 
 // NaN (the block's min or max, so it is there).
 template <typename V>
 std::size_t FirstIndexOf(const V* x, std::size_t n, V target) {
-  if (ops::IsNan(target)) {
+  if (rules::IsNan(target)) {
     for (std::size_t i = 0; i < n; ++i) {
-      if (ops::IsNan(x[i])) return i;
+      if (rules::IsNan(x[i])) return i;
     }
   } else {
     for (std::size_t i = 0; i < n; ++i) {
@@ -196,9 +196,9 @@ struct HistogramSink {
   std::uint64_t* nan;
 };
 
-// Bins x[0..n) exactly as numpy.histogram does (ops::HistogramBinner).
+// Bins x[0..n) exactly as numpy.histogram does (rules::HistogramBinner).
 template <typename V, typename BinT>
-void BinBlock(const V* x, std::size_t n, const ops::HistogramBinner<BinT>& binner,
+void BinBlock(const V* x, std::size_t n, const rules::HistogramBinner<BinT>& binner,
               const HistogramSink& sink) {
   std::uint64_t below = 0, above = 0, nan = 0;
   std::uint64_t* counts = sink.counts;
@@ -206,9 +206,9 @@ void BinBlock(const V* x, std::size_t n, const ops::HistogramBinner<BinT>& binne
     const std::int32_t b = binner.Bin(static_cast<BinT>(x[i]));
     if (b >= 0) {
       ++counts[b];
-    } else if (b == ops::kBinBelow) {
+    } else if (b == rules::kBinBelow) {
       ++below;
-    } else if (b == ops::kBinAbove) {
+    } else if (b == rules::kBinAbove) {
       ++above;
     } else {
       ++nan;

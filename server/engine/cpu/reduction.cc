@@ -25,10 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/tuning.h"
-#include "tally/ops/combine.h"
-#include "tally/ops/dtype.h"
-#include "tally/ops/histogram_bin.h"
-#include "tally/ops/op.h"
+#include "tally/rules/combine.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/histogram_bin.h"
+#include "tally/rules/op.h"
 
 namespace tally::cpu {
 namespace {
@@ -45,9 +45,9 @@ struct Partial {
   double sum_squares = 0.0;
   V min = MinIdentity<V>();
   V max = MaxIdentity<V>();
-  ops::Moments moments{};
-  ops::ArgCandidate<V> argmin{V{}, -1};
-  ops::ArgCandidate<V> argmax{V{}, -1};
+  rules::Moments moments{};
+  rules::ArgCandidate<V> argmin{V{}, -1};
+  rules::ArgCandidate<V> argmax{V{}, -1};
 };
 
 // acc := acc followed by b. Every field is cheap, so all are folded. An
@@ -63,11 +63,11 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
   acc.dsum += b.dsum;
   acc.isum += b.isum;
   acc.sum_squares += b.sum_squares;
-  acc.min = ops::MinNan(acc.min, b.min);
-  acc.max = ops::MaxNan(acc.max, b.max);
-  acc.moments = ops::MergeMoments(acc.moments, b.moments);
-  acc.argmin = ops::PickArg<false>(acc.argmin, b.argmin);
-  acc.argmax = ops::PickArg<true>(acc.argmax, b.argmax);
+  acc.min = rules::MinNan(acc.min, b.min);
+  acc.max = rules::MaxNan(acc.max, b.max);
+  acc.moments = rules::MergeMoments(acc.moments, b.moments);
+  acc.argmin = rules::PickArg<false>(acc.argmin, b.argmin);
+  acc.argmax = rules::PickArg<true>(acc.argmax, b.argmax);
 }
 
 // What the plan's ops need computed per block.
@@ -133,8 +133,8 @@ struct OpOut {
 
 template <DType kD>
 class CpuReduction final : public Reduction {
-  using V = typename ops::Traits<kD>::value;
-  using BinT = typename ops::Traits<kD>::bin;
+  using V = typename rules::Traits<kD>::value;
+  using BinT = typename rules::Traits<kD>::bin;
 
  public:
   CpuReduction(const AggregationPlan& plan, ThreadPool* pool, std::string device)
@@ -162,7 +162,7 @@ class CpuReduction final : public Reduction {
         case ResultKind::kUInt64: values_.emplace_back(std::vector<std::uint64_t>()); break;
         case ResultKind::kHistogram: {
           values_.emplace_back(std::vector<HistogramResult>());
-          binners_.push_back(ops::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
+          binners_.push_back(rules::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
                                                               op.histogram.hi));
           hist_ops_.push_back(static_cast<int>(outs_.size()));
           break;
@@ -181,7 +181,7 @@ class CpuReduction final : public Reduction {
     const std::span<const std::byte> bytes = piece.bytes;
     if (bytes.size() % sizeof(V) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data: ", bytes.size(), " bytes is not a whole number of ", ops::Name(kD), " elements."));
+          "data: ", bytes.size(), " bytes is not a whole number of ", rules::Name(kD), " elements."));
     }
     std::uint64_t n = bytes.size() / sizeof(V);
     if (n > plan_.array.length - consumed_) {
@@ -206,9 +206,9 @@ class CpuReduction final : public Reduction {
     GrowRows(rows_);  // every row has arrived; an empty array has its one row still to build
     if (!plan_.array.segmented() && plan_.array.length == 0) {
       for (const OpSpec& op : plan_.ops) {
-        if (ops::NeedsNonEmpty(op.kind)) {
+        if (rules::NeedsNonEmpty(op.kind)) {
           return absl::InvalidArgumentError(
-              absl::StrCat(ops::Name(op.kind), " of an empty array has no value."));
+              absl::StrCat(rules::Name(op.kind), " of an empty array has no value."));
         }
       }
       FinishRow(0, Partial<V>{});
@@ -475,8 +475,8 @@ class CpuReduction final : public Reduction {
           break;
         case OpKind::kCount: o.u[row] = acc.count; break;
         case OpKind::kSumSquares: o.d[row] = acc.sum_squares; break;
-        case OpKind::kVariance: o.d[row] = ops::VarianceOf(acc.moments, o.spec.ddof); break;
-        case OpKind::kStddev: o.d[row] = std::sqrt(ops::VarianceOf(acc.moments, o.spec.ddof)); break;
+        case OpKind::kVariance: o.d[row] = rules::VarianceOf(acc.moments, o.spec.ddof); break;
+        case OpKind::kStddev: o.d[row] = std::sqrt(rules::VarianceOf(acc.moments, o.spec.ddof)); break;
         case OpKind::kArgmin: o.i[row] = acc.argmin.index; break;
         case OpKind::kArgmax: o.i[row] = acc.argmax.index; break;
         case OpKind::kHistogram: break;
@@ -497,7 +497,7 @@ class CpuReduction final : public Reduction {
   std::vector<OpValues> values_;  // the results, one per op
   std::vector<OpOut> outs_;       // raw views of values_
   std::uint64_t rows_built_ = 0;  // rows values_ holds so far
-  std::vector<ops::HistogramBinner<BinT>> binners_;
+  std::vector<rules::HistogramBinner<BinT>> binners_;
   std::vector<int> hist_ops_;  // outs_ index of each binner
 
   // Where the stream is: elements received, current row, position in it.
@@ -520,7 +520,7 @@ class CpuReduction final : public Reduction {
 
 std::unique_ptr<Reduction> MakeReduction(const AggregationPlan& plan, ThreadPool* pool,
                                          std::string device) {
-  return ops::VisitDType(plan.array.dtype, [&](auto dt) -> std::unique_ptr<Reduction> {
+  return rules::VisitDType(plan.array.dtype, [&](auto dt) -> std::unique_ptr<Reduction> {
     return std::make_unique<CpuReduction<decltype(dt)::value>>(plan, pool, std::move(device));
   });
 }

@@ -67,7 +67,7 @@ class CudaBackend final : public Backend {
                     passes.state_bytes, pool_->state_bytes());
       return cpu_->Start(plan, from);
     }
-    const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
+    const std::uint64_t chunk_elements = pool_->chunk_bytes() / rules::SizeOf(plan.array.dtype);
     absl::StatusOr<std::size_t> scratch = Scratch(passes, chunk_elements, pool_->ordinals().front());
     if (!scratch.ok()) return scratch.status();
     if (*scratch > pool_->scratch_bytes()) {
@@ -125,7 +125,7 @@ class CudaBackend final : public Backend {
           " bytes of GPU state, over --cuda_max_state_bytes=", pool_->state_bytes(),
           ": ask for fewer rows, ops or histogram bins at once."));
     }
-    const std::uint64_t chunk_elements = pool_->chunk_bytes() / ops::SizeOf(plan.array.dtype);
+    const std::uint64_t chunk_elements = pool_->chunk_bytes() / rules::SizeOf(plan.array.dtype);
     std::uint64_t cut = std::max(plan.array.length, chunk_elements);
     for (;;) {
       absl::StatusOr<std::size_t> scratch = Scratch(passes, cut, device);

@@ -38,9 +38,9 @@
 namespace tally::cuda {
 namespace {
 
-using ops::Bit;
+using rules::Bit;
 
-ops::OpMask MaskOf(OpKind k) {
+rules::OpMask MaskOf(OpKind k) {
   switch (k) {
     case OpKind::kCount:
     case OpKind::kHistogram: return 0;  // count is derived; histograms get their own pass
@@ -91,7 +91,7 @@ class CudaReduction final : public Reduction {
         lane_(lease_.lane()),
         pinned_(&engine->devices->pinned(lane_->device())),
         staging_(pinned_),
-        elem_(ops::SizeOf(plan.array.dtype)),
+        elem_(rules::SizeOf(plan.array.dtype)),
         chunk_elems_(lane_->chunk_bytes() / elem_),
         device_cut_(std::max<std::uint64_t>(device_cut, 1)) {}
 
@@ -108,7 +108,7 @@ class CudaReduction final : public Reduction {
     if (piece.size() % elem_ != 0) {
       return absl::InvalidArgumentError(absl::StrCat("data: ", piece.size(),
                                                      " bytes is not a whole number of ",
-                                                     ops::Name(plan_.array.dtype), " elements."));
+                                                     rules::Name(plan_.array.dtype), " elements."));
     }
     const std::uint64_t n = piece.size() / elem_;
     if (n > plan_.array.length - consumed_) {
@@ -139,9 +139,9 @@ class CudaReduction final : public Reduction {
     }
     if (!a.segmented() && a.length == 0) {
       for (const OpSpec& op : plan_.ops) {
-        if (ops::NeedsNonEmpty(op.kind)) {
+        if (rules::NeedsNonEmpty(op.kind)) {
           return absl::InvalidArgumentError(
-              absl::StrCat(ops::Name(op.kind), " of an empty array has no value."));
+              absl::StrCat(rules::Name(op.kind), " of an empty array has no value."));
         }
       }
     }
@@ -482,7 +482,7 @@ PassPlan PlanPasses(const AggregationPlan& plan) {
   base.dtype = plan.array.dtype;
   base.length = plan.array.length;
   base.row_length = plan.array.row_length;
-  ops::OpMask fused = 0;
+  rules::OpMask fused = 0;
   for (const OpSpec& op : plan.ops) fused |= MaskOf(op.kind);
 
   // Pass 0: the fused ops, with the first histogram if there is one.

@@ -8,8 +8,8 @@
 #include "spdlog/spdlog.h"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
-#include "tally/ops/dtype.h"
-#include "tally/ops/op.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
 
 namespace tally::cuda {
 namespace {
@@ -23,21 +23,21 @@ std::uint64_t AlignUp(std::uint64_t n) { return (n + kAlign - 1) / kAlign * kAli
 // every shape boundary (whole array, team rows, the team limit, long rows,
 // rows near the chunk size). Requests are still checked one by one.
 std::size_t SampledScratch(std::uint64_t chunk_bytes) {
-  using ops::Bit;
-  using ops::OpKind;
-  const ops::OpMask fused = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
+  using rules::Bit;
+  using rules::OpKind;
+  const rules::OpMask fused = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) |
                             Bit(OpKind::kMean) | Bit(OpKind::kSumSquares) |
                             Bit(OpKind::kVariance) | Bit(OpKind::kArgmin) | Bit(OpKind::kArgmax);
-  const ops::OpMask masks[] = {fused, fused | Bit(OpKind::kHistogram), Bit(OpKind::kHistogram)};
+  const rules::OpMask masks[] = {fused, fused | Bit(OpKind::kHistogram), Bit(OpKind::kHistogram)};
   const std::uint32_t bins[] = {16, 4096, 65536};
   std::size_t most = 0;
-  for (const ops::DType t : ops::kAllDTypes) {
-    const std::uint64_t es = ops::SizeOf(t);
+  for (const rules::DType t : rules::kAllDTypes) {
+    const std::uint64_t es = rules::SizeOf(t);
     const std::uint64_t chunk = chunk_bytes / es;
     const std::uint64_t rows[] = {0,          1,         7,         1000,
                                   16384 / es, 16384 / es + 1, 65536, chunk / 2 + 1,
                                   chunk - 1,  chunk + 1, 3 * chunk + 5};
-    for (const ops::OpMask m : masks) {
+    for (const rules::OpMask m : masks) {
       for (const std::uint32_t b : bins) {
         if ((m & Bit(OpKind::kHistogram)) == 0 && b != bins[0]) continue;
         for (const std::uint64_t r : rows) {

@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     return absl::FailedPreconditionError(
         absl::StrCat("the ", backend_.name(), " backend keeps no resident datasets."));
   }
-  const std::uint64_t size = ops::SizeOf(dtype);
+  const std::uint64_t size = rules::SizeOf(dtype);
   if (length > ~std::uint64_t{0} / size) {
     return absl::InvalidArgumentError(absl::StrCat("spec.length: ", length, " elements is too many bytes."));
   }

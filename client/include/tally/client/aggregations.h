@@ -23,7 +23,7 @@ namespace tally::client {
 // "histogram(bins=256, lo=-1, hi=1)".
 std::string AggregationLabel(const v1::Aggregation& aggregation);
 
-// The op's canonical name as in tally/ops/op.h ("sum_squares"), or
+// The op's canonical name as in tally/rules/op.h ("sum_squares"), or
 // "unknown(N)" for an op this client does not know.
 std::string OpName(v1::Op op);
 

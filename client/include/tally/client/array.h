@@ -7,11 +7,11 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
-#include "tally/ops/dtype.h"
+#include "tally/rules/dtype.h"
 
 namespace tally::client {
 
-using ops::DType;
+using rules::DType;
 
 // Does not own `data`: the caller keeps it alive (and unchanged) for the
 // whole call. Sizes are 64-bit throughout: arrays may be many GiB.
@@ -21,7 +21,7 @@ struct ArrayRef {
   std::uint64_t length = 0;      // elements
   std::uint64_t row_length = 0;  // 0: the whole array; N: rows of N elements
 
-  std::uint64_t size_bytes() const { return length * ops::SizeOf(dtype); }
+  std::uint64_t size_bytes() const { return length * rules::SizeOf(dtype); }
   // Results per aggregation: one per row, or one for the whole array.
   std::uint64_t rows() const { return row_length == 0 ? 1 : length / row_length; }
 };

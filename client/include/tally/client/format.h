@@ -37,7 +37,7 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
 //                  "device": "...", "server_seconds": 0.01,
 //                  "client_seconds": 0.02, "transport": "unary"}}
 // ("transport" is "dataset" for a query of a resident dataset.)
-// "op" is the name from tally/ops/op.h. "values" and "histograms" hold one
+// "op" is the name from tally/rules/op.h. "values" and "histograms" hold one
 // entry per row (one for an unsegmented array). "ddof" appears for variance
 // and stddev only; client_seconds and transport only when known.
 // Integers (int64, uint64, counts) are printed exactly as JSON integers.

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tally/ops/dtype.h"
+#include "tally/rules/dtype.h"
 
 namespace tally::client {
 
 struct NpyHeader {
-  ops::DType dtype = ops::DType::kFloat32;
+  rules::DType dtype = rules::DType::kFloat32;
   std::vector<std::uint64_t> shape;  // 1 or 2 dimensions
   std::uint64_t data_offset = 0;     // from the start of the file
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "tally/ops/dtype.h"
+#include "tally/rules/dtype.h"
 
 namespace tally::client {
 
@@ -31,6 +31,6 @@ class HostBuffer {
 // [-2^32, 2^32) (beyond int32's range); uint32 in [0, 2^20); uint8 in
 // [0, 256). Never all zeros; integer sums cannot overflow for any array
 // below 2^30 elements.
-void FillRandom(ops::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length);
+void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length);
 
 }  // namespace tally::client

@@ -8,14 +8,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tally/client/array.h"
-#include "tally/ops/op.h"
+#include "tally/rules/op.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally::client {
 
 // Which AggregationResult field an op answers in, for a dtype (the rule
 // in tally.proto's Op comments).
-v1::AggregationResult::ValuesCase ResultCaseFor(ops::OpKind op, ops::DType dtype);
+v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType dtype);
 
 // INVALID_ARGUMENT for requests the contract rejects (row length that does
 // not divide the length, min of an empty row, bad histogram spec, ...).

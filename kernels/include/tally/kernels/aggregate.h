@@ -5,8 +5,8 @@
 // Usage (the engine):
 //
 //   kernels::AggregatePlan plan;
-//   plan.dtype = ops::DType::kFloat32;
-//   plan.ops = ops::Bit(ops::OpKind::kSum) | ops::Bit(ops::OpKind::kArgmax);
+//   plan.dtype = rules::DType::kFloat32;
+//   plan.ops = rules::Bit(rules::OpKind::kSum) | rules::Bit(rules::OpKind::kArgmax);
 //   plan.length = total_elements;        // whole array
 //   plan.row_length = 0;                 // or N for rows of N elements
 //   if (kernels::Validate(plan) != cudaSuccess) ...   // INVALID_ARGUMENT
@@ -44,19 +44,19 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tally/ops/combine.h"
-#include "tally/ops/dtype.h"
-#include "tally/ops/op.h"
+#include "tally/rules/combine.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
 
 namespace tally::kernels {
 
 struct AggregatePlan {
-  ops::DType dtype = ops::DType::kFloat32;
+  rules::DType dtype = rules::DType::kFloat32;
   // Any set of ops; kCount needs no pass (ResultView::Count derives it),
   // kMean/kVariance/kStddev share one Moments state.
-  ops::OpMask ops = 0;
+  rules::OpMask ops = 0;
   // At most one histogram per pass (read when ops has kHistogram).
-  ops::HistogramSpec histogram{};
+  rules::HistogramSpec histogram{};
   // Total elements of the array (all chunks together).
   std::uint64_t length = 0;
   // 0: the whole array is one row. N > 0: rows of N elements; N divides length.
@@ -82,7 +82,7 @@ union Scalar {
 // byte offsets below (kAbsent when the plan does not need the field).
 //   sum          Scalar[rows]
 //   min, max     Scalar[rows]       (the extreme in Scalar's dtype member)
-//   moments      ops::Moments[rows] (count, mean, M2 as float64)
+//   moments      rules::Moments[rows] (count, mean, M2 as float64)
 //   sum_squares  double[rows]
 //   argmin/argmax               int64[rows], index from the row start
 //   argmin_value/argmax_value   Scalar[rows], the element at that index
@@ -141,12 +141,12 @@ class ResultView {
   Scalar Sum(std::uint64_t r) const { return At<Scalar>(layout_.sum, r); }
   Scalar Min(std::uint64_t r) const { return At<Scalar>(layout_.min, r); }
   Scalar Max(std::uint64_t r) const { return At<Scalar>(layout_.max, r); }
-  ops::Moments Moments(std::uint64_t r) const { return At<ops::Moments>(layout_.moments, r); }
+  rules::Moments Moments(std::uint64_t r) const { return At<rules::Moments>(layout_.moments, r); }
   double Mean(std::uint64_t r) const {
-    const ops::Moments m = Moments(r);
+    const rules::Moments m = Moments(r);
     return m.count == 0.0 ? std::nan("") : m.mean;
   }
-  double Variance(std::uint64_t r, double ddof) const { return ops::VarianceOf(Moments(r), ddof); }
+  double Variance(std::uint64_t r, double ddof) const { return rules::VarianceOf(Moments(r), ddof); }
   double Stddev(std::uint64_t r, double ddof) const { return std::sqrt(Variance(r, ddof)); }
   double SumSquares(std::uint64_t r) const { return At<double>(layout_.sum_squares, r); }
   std::int64_t Argmin(std::uint64_t r) const { return At<std::int64_t>(layout_.argmin, r); }

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <type_traits>
 
-namespace tally::ops {
+namespace tally::rules {
 
 enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt32, kUInt8 };
 
@@ -70,4 +70,4 @@ constexpr decltype(auto) VisitDType(DType t, F&& f) {
   return f(std::integral_constant<DType, DType::kUInt8>{});
 }
 
-}  // namespace tally::ops
+}  // namespace tally::rules

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "tally/ops/hd.h"
+#include "tally/rules/hd.h"
 
-namespace tally::ops {
+namespace tally::rules {
 
 enum : std::int32_t { kBinBelow = -1, kBinAbove = -2, kBinNan = -3 };
 
@@ -87,4 +87,4 @@ struct HistogramBinner {
   }
 };
 
-}  // namespace tally::ops
+}  // namespace tally::rules

@@ -1,4 +1,4 @@
-// Lets the semantic definitions in tally/ops compile both as plain C++ (the
+// Lets the semantic definitions in tally/rules compile both as plain C++ (the
 // CPU backend) and as CUDA device code (the kernels), so both share one
 // definition of every rule.
 #pragma once
@@ -9,7 +9,7 @@
 #define TALLY_HD inline
 #endif
 
-namespace tally::ops {
+namespace tally::rules {
 
 // Multiply and add that are never fused into an FMA. numpy's linspace rounds
 // the product and the sum separately; matching its histogram edges bit for
@@ -29,4 +29,4 @@ TALLY_HD double AddRn(double a, double b) {
 #endif
 }
 
-}  // namespace tally::ops
+}  // namespace tally::rules

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "tally/ops/hd.h"
+#include "tally/rules/hd.h"
 
-namespace tally::ops {
+namespace tally::rules {
 
 template <typename T>
 TALLY_HD bool IsNan(T v) {
@@ -86,4 +86,4 @@ TALLY_HD double VarianceOf(const Moments& m, double ddof) {
   return m.m2 / divisor;
 }
 
-}  // namespace tally::ops
+}  // namespace tally::rules

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace tally::ops {
+namespace tally::rules {
 
 enum class OpKind : std::uint8_t {
   kSum,
@@ -63,4 +63,4 @@ using OpMask = std::uint32_t;
 constexpr OpMask Bit(OpKind k) { return OpMask{1} << static_cast<int>(k); }
 constexpr bool Has(OpMask m, OpKind k) { return (m & Bit(k)) != 0; }
 
-}  // namespace tally::ops
+}  // namespace tally::rules
