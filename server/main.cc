@@ -92,6 +92,11 @@ ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
 ABSL_FLAG(bool, dataset_evict_lru, false,
           "When an upload does not fit under --max_dataset_bytes, evict the least recently queried "
           "datasets of that GPU (or the host) until it does, instead of refusing the upload.");
+ABSL_FLAG(std::uint64_t, max_region_bytes, std::uint64_t{16} << 30,
+          "Shared-memory regions (tally.v1.SharedMemory): bytes that registered host and CUDA regions may "
+          "span in all. A host region stays pinned (locked in RAM) while registered, so this bounds "
+          "the memory clients can lock. A registration over it is refused with RESOURCE_EXHAUSTED. "
+          "0: no limit.");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error.");
 
 namespace {
@@ -100,7 +105,8 @@ constexpr char kUsage[] =
     "aggregates numeric arrays sent over gRPC (tally.v1.Aggregator): sums, min/max,\n"
     "means, variances, argmin/argmax and histograms, whole or per row, on a GPU or the CPU.\n"
     "Arrays come inline, streamed, or from resident datasets uploaded once (PutDataset) and\n"
-    "kept in GPU memory (host memory on the cpu backend) for any number of queries.\n"
+    "kept in GPU memory (host memory on the cpu backend) for any number of queries, or from\n"
+    "shared memory a client on the same host registers once (a /dev/shm object, or CUDA IPC).\n"
     "\n"
     "  tally-server                      # GPU if present, else CPU; gRPC on :50051, metrics on :9464\n"
     "  tally-server --backend=cpu --listen=127.0.0.1:50051 --metrics_listen=\n"
@@ -154,6 +160,7 @@ int main(int argc, char** argv) {
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
+  config.max_region_bytes = absl::GetFlag(FLAGS_max_region_bytes);
   config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.service.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));

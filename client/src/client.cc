@@ -415,4 +415,65 @@ absl::StatusOr<v1::DatasetInfo> Client::DeleteDataset(absl::string_view name,
   return std::move(*response->mutable_dataset());
 }
 
+absl::StatusOr<v1::RegionInfo> Client::RegisterHostRegion(absl::string_view name, absl::string_view shm_name,
+                                                          std::uint64_t offset, std::uint64_t byte_size,
+                                                          absl::Duration timeout) {
+  v1::RegisterHostRegionRequest request;
+  request.set_name(std::string(name));
+  request.set_shm_name(std::string(shm_name));
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod("RegisterHostRegion"), request, timeout);
+}
+
+absl::StatusOr<v1::RegionInfo> Client::RegisterCudaRegion(absl::string_view name, absl::string_view ipc_handle,
+                                                          int device, std::uint64_t byte_size,
+                                                          absl::Duration timeout) {
+  v1::RegisterCudaRegionRequest request;
+  request.set_name(std::string(name));
+  request.set_ipc_handle(std::string(ipc_handle));
+  request.set_device(device);
+  request.set_byte_size(byte_size);
+  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod("RegisterCudaRegion"), request, timeout);
+}
+
+absl::StatusOr<v1::RegionInfo> Client::UnregisterRegion(absl::string_view name, absl::Duration timeout) {
+  v1::UnregisterRegionRequest request;
+  request.set_name(std::string(name));
+  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod("UnregisterRegion"), request, timeout);
+}
+
+absl::StatusOr<v1::ListRegionsResponse> Client::ListRegions(absl::Duration timeout) {
+  return CallMessage<v1::ListRegionsResponse>(stub_, SharedMemoryMethod("ListRegions"), v1::ListRegionsRequest(),
+                                              timeout);
+}
+
+absl::StatusOr<v1::AggregateResponse> Client::AggregateRegion(absl::string_view region, std::uint64_t offset,
+                                                              const v1::ArraySpec& spec,
+                                                              const std::vector<v1::Aggregation>& aggregations,
+                                                              absl::Duration timeout) {
+  v1::AggregateRegionRequest request;
+  request.set_region(std::string(region));
+  request.set_offset(offset);
+  *request.mutable_spec() = spec;
+  request.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
+  return CallMessage<v1::AggregateResponse>(stub_, SharedMemoryMethod("AggregateRegion"), request, timeout);
+}
+
+absl::StatusOr<v1::PutDatasetResponse> Client::PutDatasetFromRegion(absl::string_view name, absl::string_view region,
+                                                                    std::uint64_t offset, v1::DType dtype,
+                                                                    std::uint64_t length, const PutOptions& options) {
+  v1::PutDatasetFromRegionRequest request;
+  v1::PutDatasetRequest::Header* header = request.mutable_dataset();
+  header->set_name(std::string(name));
+  header->mutable_spec()->set_dtype(dtype);
+  header->mutable_spec()->set_length(length);
+  header->set_replace(options.replace);
+  header->set_ttl_seconds(absl::ToDoubleSeconds(options.ttl));
+  request.set_region(std::string(region));
+  request.set_offset(offset);
+  return CallMessage<v1::PutDatasetResponse>(stub_, SharedMemoryMethod("PutDatasetFromRegion"), request,
+                                             options.timeout);
+}
+
 }  // namespace tally::client

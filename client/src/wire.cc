@@ -1,6 +1,9 @@
 // Enum conversions between tally/rules and tally.v1, and the method names.
 #include "tally/client/wire.h"
 
+#include <map>
+#include <mutex>
+
 #include <string>
 
 #include "tally/v1/tally.grpc.pb.h"
@@ -88,6 +91,15 @@ const std::string& DescribeDatasetMethod() {
 const std::string& DeleteDatasetMethod() {
   static const std::string name = MethodName("DeleteDataset");
   return name;
+}
+const std::string& SharedMemoryMethod(const char* method) {
+  // One string per method, made once: the names are few and fixed.
+  static std::mutex mu;
+  static std::map<std::string, std::string> names;
+  std::lock_guard lock(mu);
+  auto [it, added] = names.try_emplace(method);
+  if (added) it->second = std::string("/") + v1::SharedMemory::service_full_name() + "/" + method;
+  return it->second;
 }
 
 }  // namespace tally::client

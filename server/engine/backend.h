@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
+#include "server/engine/attachment.h"
 #include "server/engine/resident.h"
 #include "server/engine/source.h"
 
@@ -73,6 +75,26 @@ class Backend {
     (void)bytes;
     (void)place;
     return absl::FailedPreconditionError(name() + " backend keeps no resident datasets.");
+  }
+
+  // Host memory a client shares (a mapped shared-memory file), made
+  // readable once for many requests. The cuda backend registers it with
+  // CUDA and reads it as pinned host memory; by default it is read in
+  // place. Must not touch the bytes' contents: the client owns them.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Attachment>> AttachHost(
+      std::span<const std::byte> bytes) {
+    return std::make_unique<PlainHostAttachment>(bytes);
+  }
+  // The first `bytes` of GPU memory another process exported with
+  // cudaIpcGetMemHandle (`handle`: the handle's bytes) on GPU `device`.
+  // INVALID_ARGUMENT for a malformed handle or a size over the allocation.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Attachment>> AttachCudaIpc(
+      std::span<const std::byte> handle, int device, std::uint64_t bytes) {
+    (void)handle;
+    (void)device;
+    (void)bytes;
+    return absl::FailedPreconditionError(
+        name() + " backend cannot read GPU memory: register a host shared-memory region instead.");
   }
 
   // OK while the backend can serve; otherwise why not (e.g. a GPU was lost).

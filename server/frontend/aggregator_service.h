@@ -100,9 +100,14 @@ class AggregatorService final : public detail::AggregatorBase {
   void BeginDrain() { draining_.store(true); }
   // True once every call in progress has finished; false at the deadline.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline) { return in_flight_.WaitIdle(deadline); }
+  // For the server's other services: their calls are counted and drained
+  // with this one's.
+  InFlightTracker& in_flight() { return in_flight_; }
+  bool draining() const { return draining_.load(); }
+  // UNAVAILABLE, for calls that arrive while the server drains.
+  static absl::Status Draining();
 
  private:
-  static absl::Status Draining();
   StreamReactorOptions StreamOptions();
 
   class AggregateStreamJob;

@@ -1,5 +1,7 @@
 #include "server/frontend/call_parts.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
@@ -19,6 +21,40 @@ absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Re
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t length, std::uint64_t row_length,
+                                                 const AggregationList& aggregations, const RequestLimits& limits,
+                                                 const char* where) {
+  AggregationPlan plan;
+  plan.array.dtype = dtype;
+  plan.array.length = length;
+  plan.array.row_length = row_length;
+  if (plan.array.segmented() && length % row_length != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("row_length: ", row_length, " does not divide the ", length, " elements of the ", where, "."));
+  }
+  return FinishPlan(std::move(plan), aggregations, limits);
+}
+
+absl::Status CancelledByClient() {
+  return absl::CancelledError("the client cancelled the request, or its deadline passed.");
+}
+
+absl::StatusOr<AggregationResult> ReduceExtent(Backend& backend, const AggregationPlan& plan, const Extent& whole,
+                                               const std::function<bool()>& cancelled) {
+  // 64 MiB pieces: a cancel stops a host read within a few milliseconds,
+  // and the cpu backend's answer does not depend on the pieces.
+  constexpr std::uint64_t kHostPieceBytes = std::uint64_t{64} << 20;
+  absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend.Start(plan, whole.placement);
+  if (!reduction.ok()) return reduction.status();
+  const std::uint64_t size = rules::SizeOf(plan.array.dtype);
+  const std::uint64_t piece = whole.placement.host() ? kHostPieceBytes / size * size : whole.size();
+  for (std::uint64_t at = 0; at < whole.size(); at += piece) {
+    if (cancelled()) return CancelledByClient();
+    if (absl::Status s = (*reduction)->Consume(whole.Sub(at, std::min(piece, whole.size() - at))); !s.ok()) return s;
+  }
+  return (*reduction)->Finish();
 }
 
 absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {

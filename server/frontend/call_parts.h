@@ -1,6 +1,8 @@
 // Small pieces the Aggregator service's handlers share.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -8,6 +10,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "server/core/request.h"
 #include "server/engine/backend.h"
+#include "server/frontend/convert.h"
 #include "server/frontend/element_aligner.h"
 #include "server/frontend/raw_message.h"
 
@@ -19,6 +22,23 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan);
 // into whole elements: the pieces are cut where the receive buffers were,
 // not between elements.
 [[nodiscard]] absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Reduction& reduction);
+
+// The plan for `length` elements of `dtype` that lie where the server keeps
+// them (a dataset's range, a region): rows of `row_length` (0: none), which
+// must divide the length; `where` names the elements in the message.
+[[nodiscard]] absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t length,
+                                                               std::uint64_t row_length, const AggregationList& aggregations,
+                                                               const RequestLimits& limits, const char* where);
+
+// Reduces `whole` (the plan's bytes, wherever they lie) on `backend`. Host
+// bytes go in pieces, so that a cancelled call (`cancelled` says so) stops
+// within one; device bytes go whole, the GPU cuts them itself.
+[[nodiscard]] absl::StatusOr<AggregationResult> ReduceExtent(Backend& backend, const AggregationPlan& plan,
+                                                             const Extent& whole,
+                                                             const std::function<bool()>& cancelled);
+
+// CANCELLED, saying why.
+absl::Status CancelledByClient();
 
 // `message` into gRPC's buffer; INTERNAL if it cannot be.
 [[nodiscard]] absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);

@@ -16,17 +16,6 @@
 #include "server/frontend/status.h"
 
 namespace tally {
-namespace {
-
-// Host bytes of a dataset are fed in pieces of this size, so a cancelled
-// query stops within one piece (the cpu backend's results do not depend on
-// how its input is pieced). Device bytes go whole: the GPU cuts them itself.
-constexpr std::uint64_t kHostQueryPieceBytes = std::uint64_t{64} << 20;
-
-absl::Status Cancelled() { return absl::CancelledError("the client cancelled the request, or its deadline passed."); }
-
-}  // namespace
-
 // One PutDataset call: the header reserves the name and the bytes, the
 // chunks are appended in order, and the end of the stream publishes it.
 class AggregatorService::PutDatasetJob final : public StreamJob {
@@ -45,47 +34,21 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
       return absl::InvalidArgumentError(
           "chunk: the first message of PutDataset must be the header (name and spec), not a chunk.");
     }
-    const v1::PutDatasetRequest::Header& h = message_.header();
-    if (absl::Status s = DatasetStore::CheckName(h.name()); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("header.", s.message()));
-    }
-    absl::StatusOr<DType> dtype = DTypeFromProto(h.spec().dtype());
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("header.", dtype.status().message()));
-    if (!h.spec().has_length()) {
-      return absl::InvalidArgumentError("header.spec.length: PutDataset needs the array's length in elements up front.");
-    }
-    if (h.spec().row_length() != 0) {
-      return absl::InvalidArgumentError(
-          "header.spec.row_length: a dataset has no rows of its own; give row_length with each AggregateDataset.");
-    }
-    if (!std::isfinite(h.ttl_seconds()) || h.ttl_seconds() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("header.ttl_seconds: ", h.ttl_seconds(), " is not a finite number of seconds >= 0."));
-    }
-    const std::uint64_t size = rules::SizeOf(*dtype);
-    if (h.spec().length() > (std::uint64_t{1} << 62) / size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("header.spec.length: ", h.spec().length(), " elements is beyond any array tally can take."));
-    }
-    name_ = h.name();
-    dtype_ = *dtype;
-    length_ = h.spec().length();
-    replace_ = h.replace();
-    if (h.ttl_seconds() > 0) {
-      ttl_ = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(h.ttl_seconds(), 1e12) * 1e3)));
-    }
+    absl::StatusOr<DatasetHeader> header = DatasetHeaderFromProto(message_.header(), "header.");
+    if (!header.ok()) return header.status();
+    header_ = std::move(*header);
     return absl::OkStatus();
   }
 
-  std::uint64_t declared_bytes() const override { return length_ * rules::SizeOf(dtype_); }
+  std::uint64_t declared_bytes() const override { return header_.length * rules::SizeOf(header_.dtype); }
   std::string Declared() const override {
-    return absl::StrCat("header.spec.length (", length_, " ", rules::Name(dtype_), " elements)");
+    return absl::StrCat("header.spec.length (", header_.length, " ", rules::Name(header_.dtype), " elements)");
   }
 
   // The name and the memory, once bytes arrive.
   absl::Status Start() override {
     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
-        service_.datasets_.BeginUpload(name_, dtype_, length_, replace_, ttl_);
+        service_.datasets_.BeginUpload(header_.name, header_.dtype, header_.length, header_.replace, header_.ttl);
     if (!upload.ok()) return upload.status();
     upload_ = std::move(*upload);
     return absl::OkStatus();
@@ -107,16 +70,12 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     return SerializeResponse(message, response);
   }
 
-  std::uint64_t elements() const override { return length_; }
+  std::uint64_t elements() const override { return header_.length; }
 
  private:
   AggregatorService& service_;
   v1::PutDatasetRequest message_;
-  std::string name_;
-  DType dtype_ = DType::kFloat32;
-  std::uint64_t length_ = 0;
-  bool replace_ = false;
-  std::optional<std::chrono::milliseconds> ttl_;
+  DatasetHeader header_;
   std::unique_ptr<DatasetStore::Upload> upload_;  // discarded unless committed
 };
 
@@ -157,31 +116,14 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
                                                          info.name, "' of ", info.length, " elements."));
         }
       }
-      AggregationPlan plan;
-      plan.array.dtype = info.dtype;
-      plan.array.length = end - begin;
-      plan.array.row_length = request->row_length();
-      if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("row_length: ", plan.array.row_length,
-                                                       " does not divide the ", plan.array.length,
-                                                       " elements of the range."));
-      }
-      absl::StatusOr<AggregationPlan> checked = FinishPlan(std::move(plan), request->aggregations(), options_.limits);
+      absl::StatusOr<AggregationPlan> checked = PlanOverElements(info.dtype, end - begin, request->row_length(),
+                                                                 request->aggregations(), options_.limits, "range");
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
-      if (context->IsCancelled()) return Cancelled();
       const std::uint64_t size = rules::SizeOf(info.dtype);
-      const Extent whole = (*dataset)->extent().Sub(begin * size, (end - begin) * size);
-      absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend_.Start(*checked, whole.placement);
-      if (!reduction.ok()) return reduction.status();
-      const std::uint64_t piece = whole.placement.host() ? kHostQueryPieceBytes / size * size : whole.size();
-      for (std::uint64_t at = 0; at < whole.size(); at += piece) {
-        if (context->IsCancelled()) return Cancelled();
-        if (absl::Status c = (*reduction)->Consume(whole.Sub(at, std::min(piece, whole.size() - at))); !c.ok()) {
-          return c;
-        }
-      }
-      absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
+      absl::StatusOr<AggregationResult> result =
+          ReduceExtent(backend_, *checked, (*dataset)->extent().Sub(begin * size, (end - begin) * size),
+                       [context] { return context->IsCancelled(); });
       if (!result.ok()) return result.status();
       ResultToProto(*checked, request->aggregations(), std::move(*result), record->Seconds(), response);
       elements = checked->array.length;

@@ -64,8 +64,12 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   s->backend_->SetMetrics(s->metrics_.get());
 
   s->datasets_ = std::make_unique<DatasetStore>(*s->backend_, config.datasets, s->metrics_.get());
+  s->regions_ = std::make_unique<RegionRegistry>(*s->backend_, config.max_region_bytes, s->metrics_.get());
   s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->request_workers_,
                                                     *s->chunk_workers_, s->metrics_.get(), config.service);
+  s->region_service_ = std::make_unique<RegionService>(*s->backend_, *s->regions_, *s->datasets_, *s->service_,
+                                                       *s->request_workers_, s->metrics_.get(),
+                                                       config.service.limits);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -79,6 +83,7 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   builder.SetMaxSendMessageSize(INT_MAX);
   ApplyTransportLimits(config.transport, builder);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->region_service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("--listen: could not listen on ", config.listen,
@@ -140,7 +145,9 @@ TallyServer::~TallyServer() {
   // The workers drain their queues before the service and backend go away.
   request_workers_.reset();
   chunk_workers_.reset();
+  region_service_.reset();
   service_.reset();
+  regions_.reset();
   datasets_.reset();
 }
 

@@ -12,7 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "server/engine/backend_factory.h"
+#include "server/engine/regions/region_registry.h"
 #include "server/frontend/aggregator_service.h"
+#include "server/frontend/region_service.h"
 #include "server/frontend/transport_limits.h"
 
 namespace grpc {
@@ -29,6 +31,10 @@ struct ServerConfig {
   BackendOptions backend;
   ServiceOptions service;
   DatasetOptions datasets;
+  // Shared-memory regions (host and CUDA) may hold this many bytes in all
+  // (0: no limit). 16 GiB: a host region is pinned for as long as it is
+  // registered, and pinned memory is memory the host cannot page out.
+  std::uint64_t max_region_bytes = std::uint64_t{16} << 30;
   TransportOptions transport;
   int threads = 0;  // stream chunk workers; 0: one per hardware thread
   // Unary-request and admission workers (they may sit waiting for room).
@@ -45,6 +51,7 @@ class TallyServer {
   const Backend& backend() const { return *backend_; }
   Metrics* metrics() { return metrics_.get(); }
   DatasetStore& datasets() { return *datasets_; }
+  RegionRegistry& regions() { return *regions_; }
 
   // Graceful stop: health goes NOT_SERVING, new calls are refused, calls in
   // flight get until `grace` to finish and are cancelled after that.
@@ -61,7 +68,9 @@ class TallyServer {
   std::unique_ptr<Executor> chunk_workers_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<DatasetStore> datasets_;  // before the backend goes: its memory is the backend's
+  std::unique_ptr<RegionRegistry> regions_;  // likewise: the backend unpins and closes them
   std::unique_ptr<AggregatorService> service_;
+  std::unique_ptr<RegionService> region_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool drained_ = false;

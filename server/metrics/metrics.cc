@@ -59,13 +59,19 @@ const char* Metrics::MethodName(Method method) {
     case Method::kListDatasets: return "ListDatasets";
     case Method::kDescribeDataset: return "DescribeDataset";
     case Method::kDeleteDataset: return "DeleteDataset";
+    case Method::kRegisterHostRegion: return "RegisterHostRegion";
+    case Method::kRegisterCudaRegion: return "RegisterCudaRegion";
+    case Method::kUnregisterRegion: return "UnregisterRegion";
+    case Method::kListRegions: return "ListRegions";
+    case Method::kAggregateRegion: return "AggregateRegion";
+    case Method::kPutDatasetFromRegion: return "PutDatasetFromRegion";
   }
   return "unknown";
 }
 
 bool Metrics::CarriesOps(Method method) {
   return method == Method::kAggregate || method == Method::kAggregateStream ||
-         method == Method::kAggregateDataset;
+         method == Method::kAggregateDataset || method == Method::kAggregateRegion;
 }
 
 Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus::Registry>()) {
@@ -210,6 +216,17 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
                                        "Datasets evicted, least recently used first, to fit an upload.");
   dataset_expiries_ = dataset_counter("tally_dataset_expiries_total", "Datasets removed when their TTL ran out.");
   dataset_deletions_ = dataset_counter("tally_dataset_deletions_total", "Datasets deleted by a client.");
+
+  auto gauge = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Labels(constant).Register(r).Add({});
+  };
+  regions_ = gauge("tally_regions", "Shared-memory regions registered (host and CUDA).");
+  region_bytes_ = gauge("tally_region_bytes",
+                        "Bytes of shared-memory regions charged against --max_region_bytes: registered, or "
+                        "unregistered and still being read.");
+  region_limit_ = gauge("tally_region_limit_bytes", "Registered region bytes allowed (--max_region_bytes; 0: no limit).");
+  region_queries_ = dataset_counter("tally_region_queries_total",
+                                    "Queries (AggregateRegion, PutDatasetFromRegion) started on shared-memory regions.");
 }
 
 Metrics::~Metrics() = default;
@@ -348,6 +365,14 @@ void Metrics::DatasetQueried() { dataset_queries_->Increment(); }
 void Metrics::DatasetEvicted() { dataset_evictions_->Increment(); }
 void Metrics::DatasetExpired() { dataset_expiries_->Increment(); }
 void Metrics::DatasetDeleted() { dataset_deletions_->Increment(); }
+
+void Metrics::SetRegions(std::uint64_t regions, std::uint64_t bytes, std::uint64_t limit_bytes) {
+  regions_->Set(static_cast<double>(regions));
+  region_bytes_->Set(static_cast<double>(bytes));
+  region_limit_->Set(static_cast<double>(limit_bytes));
+}
+
+void Metrics::RegionQueried() { region_queries_->Increment(); }
 
 void Metrics::SetPinnedPool(std::uint64_t total, std::uint64_t used) {
   pinned_capacity_->Set(static_cast<double>(total));

@@ -38,8 +38,14 @@ class Metrics {
     kListDatasets,
     kDescribeDataset,
     kDeleteDataset,
+    kRegisterHostRegion,
+    kRegisterCudaRegion,
+    kUnregisterRegion,
+    kListRegions,
+    kAggregateRegion,
+    kPutDatasetFromRegion,
   };
-  static constexpr int kNumMethods = 7;
+  static constexpr int kNumMethods = 13;
 
   struct Options {
     std::string backend;  // "cpu", "cuda", "null": a constant label on every family
@@ -107,6 +113,11 @@ class Metrics {
   void DatasetExpired();
   void DatasetDeleted();
 
+  // Registered shared-memory regions: how many are registered, the bytes
+  // charged against --max_region_bytes, and that limit (0: none).
+  void SetRegions(std::uint64_t regions, std::uint64_t bytes, std::uint64_t limit_bytes);
+  void RegionQueried();
+
   // The gRPC canonical name of a status code ("OK", "INVALID_ARGUMENT");
   // "UNKNOWN" for numbers outside 0..16.
   static const char* CodeName(int grpc_status_code);
@@ -157,6 +168,10 @@ class Metrics {
   prometheus::Counter* dataset_expiries_;
   prometheus::Counter* dataset_deletions_;
   prometheus::Gauge* pinned_used_;
+  prometheus::Gauge* regions_;
+  prometheus::Gauge* region_bytes_;
+  prometheus::Gauge* region_limit_;
+  prometheus::Counter* region_queries_;
 
   // Children created on first use and cached; Family::Add returns the same
   // child for the same labels, so a race only stores the same pointer twice.

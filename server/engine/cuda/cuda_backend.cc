@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "server/core/validate.h"
 #include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/cuda/attachments.h"
 #include "server/engine/cuda/cuda_reduction.h"
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
@@ -89,6 +90,13 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(std::uint64_t bytes,
                                                                    int place) override {
     return cuda::AllocateDeviceResident(pool_.get(), place, bytes, lane_wait_);
+  }
+  absl::StatusOr<std::unique_ptr<Attachment>> AttachHost(std::span<const std::byte> bytes) override {
+    return cuda::AttachPinnedHost(bytes);
+  }
+  absl::StatusOr<std::unique_ptr<Attachment>> AttachCudaIpc(std::span<const std::byte> handle, int device,
+                                                             std::uint64_t bytes) override {
+    return cuda::AttachIpc(*pool_, handle, device, bytes);
   }
   absl::Status Health() const override { return pool_->Health(); }
 

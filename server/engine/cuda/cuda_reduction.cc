@@ -186,15 +186,19 @@ class CudaReduction final : public Reduction {
   }
 
   // Host bytes, cut into chunks at fixed multiples of the chunk size. From
-  // pinned memory a whole chunk goes to the device as it lies; everything
-  // else is gathered into a staging block first.
+  // pinned memory a whole chunk, or the array's last short one, goes to the
+  // device as it lies (the same cuts, so the same bits); everything else is
+  // gathered into a staging block first. A shared-memory region is read
+  // only by the copy engine that way, never by a CPU copy.
   absl::Status ConsumeHost(const std::byte* p, std::uint64_t n, bool pinned) {
+    const bool reaches_end = consumed_ == plan_.array.length;  // consumed_ already counts these n
     while (n > 0) {
-      if (pinned && staging_.filled() == 0 && n >= chunk_elems_) {
+      if (pinned && staging_.filled() == 0 && (n >= chunk_elems_ || reaches_end)) {
+        const std::uint64_t take = std::min(n, chunk_elems_);
         ScopedDevice on(lane_->device());
-        if (absl::Status s = SubmitChunk(p, chunk_elems_, PinnedPool::Block{}); !s.ok()) return s;
-        p += chunk_elems_ * elem_;
-        n -= chunk_elems_;
+        if (absl::Status s = SubmitChunk(p, take, PinnedPool::Block{}); !s.ok()) return s;
+        p += take * elem_;
+        n -= take;
         continue;
       }
       // A block is one chunk, a whole number of elements.

@@ -42,15 +42,17 @@ class DeviceResident final : public ResidentMemory {
       lease_ = std::move(*lease);
     }
     ScopedDevice on(device_);
-    if (!piece.placement.host()) {
+    // Device bytes, and pinned host bytes (a shared-memory region), are
+    // copied as they lie; pageable ones go through the staging blocks.
+    if (piece.placement.memory != Memory::kPageableHost) {
       if (staging_.filled() > 0) {
         if (absl::Status s = Flush(); !s.ok()) return s;
       }
       if (piece.size() > 0 &&
           Record(cudaMemcpyAsync(memory_.data() + written_, piece.bytes.data(), piece.size(),
                                  cudaMemcpyDefault, lease_->copy_stream().get()),
-                 "cudaMemcpyAsync(device to device)", __FILE__, __LINE__) != cudaSuccess) {
-        return Fail("copying device bytes into a dataset");
+                 "cudaMemcpyAsync(device or pinned host to device)", __FILE__, __LINE__) != cudaSuccess) {
+        return Fail("copying device or pinned host bytes into a dataset");
       }
       written_ += piece.size();
       return absl::OkStatus();

@@ -127,6 +127,32 @@ class Client {
   [[nodiscard]] absl::StatusOr<v1::DatasetInfo> DeleteDataset(
       absl::string_view name, absl::Duration timeout = absl::InfiniteDuration());
 
+  // Shared-memory regions (tally.v1.SharedMemory; tally.proto has the
+  // rules). A host region is `byte_size` bytes from `offset` of the POSIX
+  // shared-memory object `shm_name` (see SharedMemoryObject); a CUDA region
+  // the first `byte_size` bytes of an allocation exported with
+  // cudaIpcGetMemHandle (`ipc_handle`: its 64 bytes) on GPU `device`.
+  [[nodiscard]] absl::StatusOr<v1::RegionInfo> RegisterHostRegion(
+      absl::string_view name, absl::string_view shm_name, std::uint64_t offset, std::uint64_t byte_size,
+      absl::Duration timeout = absl::InfiniteDuration());
+  [[nodiscard]] absl::StatusOr<v1::RegionInfo> RegisterCudaRegion(
+      absl::string_view name, absl::string_view ipc_handle, int device, std::uint64_t byte_size,
+      absl::Duration timeout = absl::InfiniteDuration());
+  [[nodiscard]] absl::StatusOr<v1::RegionInfo> UnregisterRegion(
+      absl::string_view name, absl::Duration timeout = absl::InfiniteDuration());
+  [[nodiscard]] absl::StatusOr<v1::ListRegionsResponse> ListRegions(
+      absl::Duration timeout = absl::InfiniteDuration());
+  // Aggregates `spec.length` elements of `spec.dtype` from byte `offset` of
+  // region `region`, cut into rows of spec.row_length.
+  [[nodiscard]] absl::StatusOr<v1::AggregateResponse> AggregateRegion(
+      absl::string_view region, std::uint64_t offset, const v1::ArraySpec& spec,
+      const std::vector<v1::Aggregation>& aggregations, absl::Duration timeout = absl::InfiniteDuration());
+  // Uploads the dataset `name` from `length` elements of `dtype` at byte
+  // `offset` of `region` (one copy, on the server).
+  [[nodiscard]] absl::StatusOr<v1::PutDatasetResponse> PutDatasetFromRegion(
+      absl::string_view name, absl::string_view region, std::uint64_t offset, v1::DType dtype,
+      std::uint64_t length, const PutOptions& options = {});
+
   // grpc.health.v1.Health/Check for `service` ("" asks about the server as
   // a whole, "tally.v1.Aggregator" about the aggregation service).
   [[nodiscard]] absl::StatusOr<ServingStatus> CheckHealth(absl::string_view service,

@@ -38,5 +38,7 @@ const std::string& AggregateDatasetMethod();
 const std::string& ListDatasetsMethod();
 const std::string& DescribeDatasetMethod();
 const std::string& DeleteDatasetMethod();
+// "/tally.v1.SharedMemory/<method>".
+const std::string& SharedMemoryMethod(const char* method);
 
 }  // namespace tally::client
