@@ -16,11 +16,13 @@
 #include "tally/client/element_range.h"
 #include "tally/client/format.h"
 #include "tally/client/input.h"
+#include "tally/client/shared_array.h"
 
 namespace tally::client::tool {
 
 const absl::string_view kAggregateUsage = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
        tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N]
+       tally aggregate [flags] --shm (FILE.npy | --raw=FILE --dtype=T | --random=N)
 
 Sends one array to a tally server, or names a dataset already resident there
 (see tally put), and prints the aggregations it computed.
@@ -33,6 +35,11 @@ Input (exactly one):
   --random=N          N random elements of --dtype (K/M/G suffixes allowed):
                       floats uniform in [-1, 1), integers spread over a range
   --dataset=NAME      a resident dataset: nothing is sent but the query
+
+  --shm               on the server's host: copy the array into a shared-memory
+                      object in /dev/shm, register it with the server as a host
+                      region, aggregate it there (AggregateRegion: the bytes are
+                      not sent), then unregister it and remove the object
 
 Flags:
   --target=HOST:PORT  server address (default 127.0.0.1:50051)
@@ -70,7 +77,7 @@ JSON: {"results":[{"op":"sum","type":"float64","values":[...]},
                     "server_seconds":S,"client_seconds":S,"transport":"unary"}}
   one "values"/"histograms" entry per row; integers exact; NaN and infinities
   as the strings "nan", "inf", "-inf". "transport" is "unary", "stream" or,
-  with --dataset, "dataset".
+  with --dataset, "dataset"; with --shm, "shm".
 
 Exit status: 0 success; 1 the request failed (the server's status code and
 message are printed on stderr: NOT_FOUND for an unknown dataset,
@@ -83,6 +90,7 @@ Examples:
   tally aggregate --raw=/data/x.f32 --dtype=float32 --rows=1024 --json
   tally aggregate --target=gpu-box:50051 big.npy --stream=always --timeout=60
   tally aggregate --dataset=temps --range=1M:2M --ops=mean,hist:64:-40:60
+  tally aggregate --shm big.npy --ops=sum,max,hist:256:-1:1
 )";
 
 namespace {
@@ -96,6 +104,7 @@ struct AggregateArgs {
   std::optional<std::string> dataset;
   std::optional<RangeText> range;
   std::optional<std::uint64_t> row_length;
+  bool shm = false;
   bool json = false;
   FormatOptions format;
   CallOptions call;
@@ -152,6 +161,10 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
   if (!rows.ok()) return rows.status();
   a.row_length = *rows;
+  absl::StatusOr<bool> shm = cl.TakeBool("shm");
+  if (!shm.ok()) return shm.status();
+  a.shm = *shm;
+  if (a.shm && a.dataset) return absl::InvalidArgumentError("--shm shares an array from this host; not with --dataset");
   absl::StatusOr<bool> json = cl.TakeBool("json");
   if (!json.ok()) return json.status();
   a.json = *json;
@@ -161,13 +174,14 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
   if (!timeout.ok()) return timeout.status();
   if (*timeout) a.call.timeout = **timeout;
-  // Left untaken with --dataset, so CheckAllUsed names them: nothing is sent.
-  if (!a.dataset) {
+  // Left untaken with --dataset and --shm, so CheckAllUsed names them:
+  // nothing is sent.
+  if (!a.dataset && !a.shm) {
     if (absl::Status s = TakeSendingFlags(cl, a.call); !s.ok()) return s;
   }
   if (absl::Status s = cl.CheckAllUsed(); !s.ok()) {
-    if (!a.dataset) return s;
-    return absl::InvalidArgumentError(absl::StrCat(s.message(), " (not used with --dataset)"));
+    if (!a.dataset && !a.shm) return s;
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), a.shm ? " (not used with --shm)" : " (not used with --dataset)"));
   }
   return a;
 }
@@ -193,6 +207,23 @@ void PrintResponse(AggregateArgs& a, const v1::AggregateResponse& response, absl
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 
+// --shm: the array goes into /dev/shm once; the server reads it there.
+int ShareArray(AggregateArgs& a, Client& client, const InputArray& input) {
+  const auto fail = [&](absl::string_view what, const absl::Status& s) {
+    absl::FPrintF(stderr, "tally aggregate: %s: %s failed: %s: %s\n", input.description(), what,
+                  absl::StatusCodeToString(s.code()), s.message());
+    return kExitFailure;
+  };
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<SharedArray>> shared = SharedArray::Create(client, input.array(), a.call.timeout);
+  if (!shared.ok()) return fail("sharing it", shared.status());
+  absl::StatusOr<v1::AggregateResponse> response = (*shared)->Aggregate(a.aggregations, a.call.timeout);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return fail("AggregateRegion", response.status());
+  PrintResponse(a, *response, elapsed, "shm");
+  return kExitOk;
+}
+
 int SendArray(AggregateArgs& a) {
   absl::StatusOr<InputArray> input = LoadArray(a);
   if (!input.ok()) {
@@ -201,6 +232,7 @@ int SendArray(AggregateArgs& a) {
   }
   Client client(MakeChannel(a.target));
   const ArrayRef& array = input->array();
+  if (a.shm) return ShareArray(a, client, *input);
   ProgressBar progress;
   a.call.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
     progress.Update(sent, total);

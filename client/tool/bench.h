@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "commands.h"
 #include "tally/client/client.h"
+#include "tally/client/shared_array.h"
 
 namespace tally::client::tool {
 
@@ -27,6 +28,7 @@ enum class BenchMode {
   kStream,    // AggregateStream
   kResident,  // datasets uploaded once, then AggregateDataset
   kUpload,    // PutDataset, again and again
+  kShm,       // arrays shared once through /dev/shm, then AggregateRegion
 };
 
 std::string ModeName(BenchMode mode);
@@ -136,7 +138,8 @@ struct Summary {
 
 Summary Summarize(std::vector<ClientStats>& all, double seconds);
 
-// What resident mode did before the clock started.
+// What resident (or shm) mode did before the clock started: the datasets
+// uploaded (or the arrays shared as regions, which `regions` owns).
 struct ResidentSetup {
   struct Dataset {
     std::string name;
@@ -144,6 +147,7 @@ struct ResidentSetup {
     std::string place;
   };
   std::vector<Dataset> datasets;
+  std::vector<std::unique_ptr<SharedArray>> regions;  // shm mode: one per dataset
   std::uint64_t upload_bytes = 0;
   double upload_seconds = 0.0;
 };

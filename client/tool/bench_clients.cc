@@ -13,6 +13,7 @@ std::string ModeName(BenchMode mode) {
     case BenchMode::kStream: return "stream";
     case BenchMode::kResident: return "resident";
     case BenchMode::kUpload: return "upload";
+    case BenchMode::kShm: return "shm";
     case BenchMode::kAuto: break;
   }
   return "auto";

@@ -40,6 +40,12 @@ Modes (--mode):
                        GB/s compares with --mode=stream's against a server
                        run with --backend=null, which is the transport's own
                        ceiling
+  shm                  on the server's host: copies one random array per
+                       --sizes entry (or one of --size) into /dev/shm once and
+                       registers each as a host region; every request then
+                       aggregates a whole region with AggregateRegion (no
+                       array bytes on the wire); reports the scan rate, as
+                       resident mode. The regions and objects go at the end
 
 Flags:
   --target=HOST:PORT   server address (default 127.0.0.1:50051)
@@ -49,7 +55,8 @@ Flags:
   --elements=N         the size in elements instead of bytes
   --sizes=MIN:MAX      auto/unary/stream: each request draws a size in bytes
                        log-uniformly from [MIN, MAX], e.g. --sizes=1K:256M
-  --sizes=A,B,...      resident: one dataset of each size, e.g. 1M,64M,1G,4G
+  --sizes=A,B,...      resident, shm: one dataset (region) of each size,
+                       e.g. 1M,64M,1G,4G
   --dtype=T            float32 (default) float64 int32 int64 uint32 uint8
   --ops=LIST[;LIST...] aggregations as for tally aggregate (default sum);
                        several lists separated by ";" (quote them) are taken
@@ -93,6 +100,7 @@ Examples:
   tally bench --mode=resident --sizes=1M,64M,1G,4G --clients=64 \
       --ops="sum;min,max,argmax;mean,std:1;sum,max,hist:256:-1:1" --duration=10
   tally bench --mode=upload --size=4G --requests=3
+  tally bench --mode=shm --size=4G --ops=sum,max,hist:256:-1:1 --requests=20
   tally bench --mode=stream --size=4G --requests=3 --target=null-server:50051
 )";
 
@@ -106,7 +114,8 @@ absl::StatusOr<BenchMode> ParseMode(absl::string_view text) {
   if (text == "stream") return BenchMode::kStream;
   if (text == "resident") return BenchMode::kResident;
   if (text == "upload") return BenchMode::kUpload;
-  return Fail("--mode=", text, ": expected auto, unary, stream, resident or upload");
+  if (text == "shm") return BenchMode::kShm;
+  return Fail("--mode=", text, ": expected auto, unary, stream, resident, upload or shm");
 }
 
 // --ops=A;B;C: one op list per part.
@@ -135,7 +144,7 @@ absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
     if (**elements > (~std::uint64_t{0}) / element) return Fail("--elements: too large");
     c.min_bytes = c.max_bytes = **elements * element;
   }
-  const bool resident = c.mode == BenchMode::kResident;
+  const bool resident = c.mode == BenchMode::kResident || c.mode == BenchMode::kShm;
   if (sizes && resident) {
     for (absl::string_view part : absl::StrSplit(*sizes, ',')) {
       absl::StatusOr<std::uint64_t> bytes = ParseSize(part);
@@ -260,7 +269,8 @@ int RunBench(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   switch (config->mode) {
-    case BenchMode::kResident: return RunResidentBench(*config, clients);
+    case BenchMode::kResident:
+    case BenchMode::kShm: return RunResidentBench(*config, clients);
     case BenchMode::kUpload: return RunUploadBench(*config, clients);
     case BenchMode::kAuto:
     case BenchMode::kUnary:

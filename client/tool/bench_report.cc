@@ -59,16 +59,17 @@ void PrintText(const BenchConfig& c, const Summary& s, const ResidentSetup* resi
                ModeName(c.mode),
                c.shared_channel ? "one shared connection" : "one connection per client");
   if (resident != nullptr) {
-    absl::PrintF("upload       %s in %.3f s (%.3f GB/s), before timing\n",
+    absl::PrintF("%s %s in %.3f s (%.3f GB/s), before timing\n",
+                 c.mode == BenchMode::kShm ? "shared      " : "upload      ",
                  FormatBytes(resident->upload_bytes), resident->upload_seconds,
                  Rate(resident->upload_bytes, resident->upload_seconds) / 1e9);
   }
   absl::PrintF("server       %s\n", ServerText(s));
   absl::PrintF("requests     %d ok, %d failed%s in %.3f s\n", s.ok, s.failed,
                c.verify ? absl::StrCat(", ", s.verify_failed, " wrong") : "", s.seconds);
-  if (c.mode == BenchMode::kResident) {
-    absl::PrintF("scan rate    %.3f GB/s of resident bytes, %.1f requests/s\n",
-                 Rate(s.bytes, s.seconds) / 1e9, Rate(s.ok, s.seconds));
+  if (c.mode == BenchMode::kResident || c.mode == BenchMode::kShm) {
+    absl::PrintF("scan rate    %.3f GB/s of %s bytes, %.1f requests/s\n", Rate(s.bytes, s.seconds) / 1e9,
+                 c.mode == BenchMode::kShm ? "shared" : "resident", Rate(s.ok, s.seconds));
   } else {
     absl::PrintF("throughput   %.3f GB/s%s, %.1f requests/s\n", Rate(s.bytes, s.seconds) / 1e9,
                  c.mode == BenchMode::kUpload ? " uploaded" : "", Rate(s.ok, s.seconds));

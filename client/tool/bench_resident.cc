@@ -1,5 +1,6 @@
 // `tally bench --mode=resident`: datasets uploaded once, then queried by
 // every client, reporting the rate at which the server scans resident bytes;
+// `--mode=shm`: the same over arrays shared through /dev/shm (AggregateRegion);
 // and `--mode=upload`: PutDataset again and again, reporting its rate.
 #include <cstdio>
 #include <string>
@@ -61,6 +62,18 @@ absl::StatusOr<ResidentSetup> Upload(const BenchConfig& c, Client& client, Expec
   const absl::Time start = absl::Now();
   for (std::size_t i = 0; i < c.dataset_bytes.size(); ++i) {
     const std::string name = absl::StrCat(c.dataset_prefix, "-", i, "-", CompactSize(c.dataset_bytes[i]));
+    if (c.mode == BenchMode::kShm) {
+      const ArrayRef array{c.dtype, buffer.data(), c.ElementsFor(c.dataset_bytes[i]), c.row_length};
+      absl::StatusOr<std::unique_ptr<SharedArray>> shared = SharedArray::Create(client, array, c.call.timeout);
+      if (!shared.ok()) {
+        return absl::Status(shared.status().code(), absl::StrCat("sharing ", array.size_bytes(), " bytes: ",
+                                                                 shared.status().message()));
+      }
+      setup.datasets.push_back({(*shared)->region(), array.size_bytes(), (*shared)->info().place()});
+      setup.regions.push_back(std::move(*shared));
+      setup.upload_bytes += array.size_bytes();
+      continue;
+    }
     // Flat: rows are a query's business.
     const ArrayRef array{c.dtype, buffer.data(), c.ElementsFor(c.dataset_bytes[i]), 0};
     absl::StatusOr<v1::PutDatasetResponse> put = client.PutDataset(name, array, UploadOptions(c));
@@ -97,8 +110,11 @@ void QueryLoop(const BenchConfig& c, int index, Client& client, const ResidentSe
     const std::size_t d = k % datasets;
     const std::size_t o = k / datasets % c.op_sets.size();
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<v1::AggregateResponse> response = client.AggregateDataset(
-        setup.datasets[d].name, std::nullopt, c.row_length, c.op_sets[o], c.call.timeout);
+    absl::StatusOr<v1::AggregateResponse> response =
+        c.mode == BenchMode::kShm
+            ? setup.regions[d]->Aggregate(c.op_sets[o], c.call.timeout, &client)
+            : client.AggregateDataset(setup.datasets[d].name, std::nullopt, c.row_length, c.op_sets[o],
+                                      c.call.timeout);
     const double latency = absl::ToDoubleSeconds(absl::Now() - t0);
     if (!response.ok()) {
       stats.Failed(response.status());
@@ -166,7 +182,8 @@ int RunResidentBench(const BenchConfig& config, std::vector<std::unique_ptr<Clie
   PrintReport(config, summary, &*setup);
   std::vector<std::string> names;
   for (const ResidentSetup::Dataset& d : setup->datasets) names.push_back(d.name);
-  Cleanup(config, *clients[0], names, /*missing_ok=*/false);
+  // Shared regions go with the setup (unregistered, objects removed).
+  if (config.mode != BenchMode::kShm) Cleanup(config, *clients[0], names, /*missing_ok=*/false);
   return summary.all_ok() ? kExitOk : kExitFailure;
 }
 

@@ -87,9 +87,9 @@ TEST(ShmMapping, ASmallerObjectIsRefusedAndATruncationWithoutAFaultIsSeen) {
 }
 
 TEST(ShmMapping, ASigbusOutsideEveryRegionStillKillsTheProcess) {
+  auto object = Filled(4096);  // made (and unlinked) by this process, not the child that dies
   EXPECT_EXIT(
       {
-        auto object = Filled(4096);
         auto guarded = ShmMapping::Open(object->name(), 0, object->size());  // installs the guard
         const int fd = shm_open(object->name().c_str(), O_RDWR, 0);
         void* p = mmap(nullptr, 16384, PROT_READ, MAP_SHARED, fd, 0);
