@@ -3,9 +3,7 @@
 // values, byte lengths).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <string>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -33,18 +31,6 @@ using AggregationList = google::protobuf::RepeatedPtrField<v1::Aggregation>;
 // INVALID_ARGUMENT naming spec.dtype for an unknown or missing dtype.
 [[nodiscard]] absl::StatusOr<DType> DTypeFromProto(v1::DType dtype);
 v1::DType DTypeToProto(DType dtype);
-
-// What a dataset upload declares (PutDataset's header).
-struct DatasetHeader {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::uint64_t length = 0;
-  bool replace = false;
-  std::optional<std::chrono::milliseconds> ttl;
-};
-// Checks `h`; errors name its fields after `prefix` ("header.").
-[[nodiscard]] absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest::Header& h,
-                                                                   const std::string& prefix);
 
 void DatasetInfoToProto(const DatasetInfo& info, v1::DatasetInfo* out);
 

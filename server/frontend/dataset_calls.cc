@@ -13,6 +13,7 @@
 #include "server/frontend/aggregator_service.h"
 #include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
+#include "server/frontend/dataset_header.h"
 #include "server/frontend/status.h"
 
 namespace tally {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
+#include "server/frontend/dataset_header.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/status.h"
 #include "server/metrics/metrics.h"

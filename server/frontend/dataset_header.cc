@@ -1,0 +1,47 @@
+#include "server/frontend/dataset_header.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/datasets/dataset_store.h"
+#include "server/frontend/convert.h"
+
+namespace tally {
+
+absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest::Header& h,
+                                                     const std::string& prefix) {
+  if (absl::Status s = DatasetStore::CheckName(h.name()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, s.message()));
+  }
+  absl::StatusOr<DType> dtype = DTypeFromProto(h.spec().dtype());
+  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(prefix, dtype.status().message()));
+  if (!h.spec().has_length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "spec.length: a dataset upload needs the array's length in elements up front."));
+  }
+  if (h.spec().row_length() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "spec.row_length: a dataset has no rows of its own; give row_length with each AggregateDataset."));
+  }
+  if (!std::isfinite(h.ttl_seconds()) || h.ttl_seconds() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "ttl_seconds: ", h.ttl_seconds(), " is not a finite number of seconds >= 0."));
+  }
+  const std::uint64_t size = rules::SizeOf(*dtype);
+  if (h.spec().length() > (std::uint64_t{1} << 62) / size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "spec.length: ", h.spec().length(), " elements is beyond any array tally can take."));
+  }
+  DatasetHeader out;
+  out.name = h.name();
+  out.dtype = *dtype;
+  out.length = h.spec().length();
+  out.replace = h.replace();
+  if (h.ttl_seconds() > 0) {
+    out.ttl = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(h.ttl_seconds(), 1e12) * 1e3)));
+  }
+  return out;
+}
+
+}  // namespace tally
