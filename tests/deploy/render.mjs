@@ -10,8 +10,9 @@
 //               apiVersion, kind and metadata.name; maps merge recursively,
 //               null deletes, lists of containers / initContainers / volumes
 //               / env / volumeMounts (keyed by name or mountPath) and ports
-//               (keyed by containerPort or port) merge by key, other lists are
-//               replaced, as Kubernetes' patchMergeKey tags say.
+//               (keyed by containerPort or port) merge by key (the patch's
+//               items first, then the rest, as kustomize orders them), other
+//               lists are replaced, as Kubernetes' patchMergeKey tags say.
 // validate.mjs checks this renderer against `kubectl kustomize` wherever
 // kubectl is installed.
 import fs from "node:fs";
@@ -58,11 +59,15 @@ export function strategicMerge(target, patch, field = "") {
     if (!Array.isArray(target)) return structuredClone(patch);
     const key = mergeKeyOf(field, target, patch);
     if (!key) return structuredClone(patch);
-    const out = target.map((x) => structuredClone(x));
-    for (const p of patch) {
-      const i = out.findIndex((x) => x[key] === p[key]);
-      if (i >= 0) out[i] = strategicMerge(out[i], p);
-      else out.push(structuredClone(p));
+    // kustomize's order: the patch's items first, in the patch's order
+    // (merged into the target's item of the same key, if any), then the
+    // target's items the patch does not name.
+    const out = patch.map((p) => {
+      const t = target.find((x) => x[key] === p[key]);
+      return t ? strategicMerge(structuredClone(t), p) : structuredClone(p);
+    });
+    for (const t of target) {
+      if (!patch.some((p) => p[key] === t[key])) out.push(structuredClone(t));
     }
     return out;
   }

@@ -146,6 +146,33 @@ export function tallyProblems(objects, adapterRules) {
     }
   }
 
+  // Shared memory (overlays/colocated): a container that shares /dev/shm
+  // with tally shares the same memory-backed volume, sized, and run as the
+  // same user (the objects clients create are theirs alone, mode 0600).
+  const shmOf = (x) => x.volumeMounts?.find((m) => m.mountPath === "/dev/shm")?.name;
+  const sharers = pod.spec.containers.filter((x) => x !== c && shmOf(x));
+  if (sharers.length > 0) {
+    const volume = pod.spec.volumes?.find((v) => v.name === shmOf(c));
+    if (!volume) out.push("a sidecar mounts /dev/shm but tally does not");
+    for (const x of sharers) {
+      if (shmOf(x) !== shmOf(c)) out.push(`container ${x.name} mounts another volume at /dev/shm than tally`);
+      if (x.securityContext?.runAsUser !== undefined && x.securityContext.runAsUser !== (c.securityContext?.runAsUser ?? pod.spec.securityContext?.runAsUser)) {
+        out.push(`container ${x.name} runs as another user than tally: tally could not open its objects`);
+      }
+    }
+    if (volume && volume.emptyDir?.medium !== "Memory") out.push("the shared /dev/shm must be an emptyDir with medium: Memory");
+    const quantity = (q) => {
+      const m = /^(\d+)(Ki|Mi|Gi|Ti)?$/.exec(String(q ?? ""));
+      return m ? Number(m[1]) * 1024 ** ({ Ki: 1, Mi: 2, Gi: 3, Ti: 4 }[m[2]] ?? 0) : NaN;
+    };
+    const size = quantity(volume?.emptyDir?.sizeLimit);
+    if (!Number.isFinite(size)) out.push("the shared /dev/shm needs a sizeLimit");
+    const budget = Number(flags.max_region_bytes ?? NaN);
+    if (!Number.isFinite(budget) || budget === 0 || budget > size) {
+      out.push("--max_region_bytes must be set, and no larger than the shared /dev/shm's sizeLimit");
+    }
+  }
+
   for (const h of objects.filter((o) => o.kind === "HorizontalPodAutoscaler")) {
     const ref = h.spec.scaleTargetRef;
     if (ref.kind !== "Deployment" || ref.name !== dep.metadata.name) out.push("HPA does not scale the tally Deployment");
@@ -237,6 +264,22 @@ async function selfTest(adapterRules) {
         spec: { scaleTargetRef: { apiVersion: "apps/v1", kind: "Deployment", name: "tally" }, maxReplicas: 2,
           metrics: [{ type: "Pods", pods: { metric: { name: "tally_nonexistent" }, target: { type: "AverageValue", averageValue: "1" } } }] } }); }],
   ];
+  const colocated = render(path.join(deployDir, "overlays/colocated"));
+  const sidecar = (objs) => objs.find((o) => o.kind === "Deployment").spec.template.spec;
+  const colocatedBroken = [
+    ["a sidecar's /dev/shm not memory-backed", (objs) => { sidecar(objs).volumes.find((v) => v.name === "shm").emptyDir = {}; }],
+    ["a region budget over the shared /dev/shm", (objs) => {
+      const cm = objs.find((o) => o.kind === "ConfigMap" && o.metadata.name === "tally-flags");
+      cm.data.flags = cm.data.flags.replace(/--max_region_bytes=\d+/, "--max_region_bytes=17179869184"); }],
+    ["tally not mounting the sidecar's /dev/shm", (objs) => {
+      const t = sidecar(objs).containers.find((x) => x.name === "tally");
+      t.volumeMounts = t.volumeMounts.filter((m) => m.mountPath !== "/dev/shm"); }],
+  ];
+  for (const [what, breakIt] of colocatedBroken) {
+    const objs = structuredClone(colocated);
+    breakIt(objs);
+    if (tallyProblems(objs, adapterRules).length === 0) problems.push(`tally checks accepted: ${what}`);
+  }
   for (const [what, breakIt] of semantic) {
     const objs = structuredClone(base);
     breakIt(objs);

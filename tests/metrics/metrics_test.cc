@@ -118,7 +118,9 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_datasets",             "tally_dataset_limit_bytes",
       "tally_dataset_uploads_total", "tally_dataset_queries_total",
       "tally_dataset_evictions_total", "tally_dataset_expiries_total",
-      "tally_dataset_deletions_total"};
+      "tally_dataset_deletions_total", "tally_regions",
+      "tally_region_bytes",          "tally_region_limit_bytes",
+      "tally_region_queries_total"};
   for (const auto& f : families) {
     EXPECT_NE(text.find("# HELP " + f + " "), std::string::npos) << f;
     EXPECT_NE(text.find("# TYPE " + f + " "), std::string::npos) << f;
@@ -145,7 +147,7 @@ TEST(Metrics, SuccessSeriesExistBeforeAnyRequest) {
   EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "PutDataset"}, {"code", "OK"}}), 0.0);
   EXPECT_EQ(CountSamples(text, "tally_requests_total"), Metrics::kNumMethods);
   // Op series for the methods that carry aggregations only.
-  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 3 * rules::kNumOpKinds);
+  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 4 * rules::kNumOpKinds);
   EXPECT_EQ(Value(text, "tally_aggregations_total",
                   {{"method", "AggregateDataset"}, {"op", "histogram"}, {"code", "OK"}}),
             0.0);
