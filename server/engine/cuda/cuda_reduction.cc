@@ -20,6 +20,7 @@
 #include "server/engine/cuda/cuda_reduction.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <span>
@@ -448,8 +449,17 @@ class CudaReduction final : public Reduction {
     h2d_bytes_ = 0;
     h2d_seconds_ = kernel_seconds_ = 0.0;
     ReportPinned();
+    if (!device_memory || dev < 0 || dev >= EngineContext::kTrackedDevices) return;
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch()).count();
+    std::atomic<std::int64_t>& last = engine_->memory_reported_ns[static_cast<std::size_t>(dev)];
+    std::int64_t seen = last.load(std::memory_order_relaxed);
+    if (now - seen < EngineContext::kMemoryReportIntervalNs ||
+        !last.compare_exchange_strong(seen, now, std::memory_order_relaxed)) {
+      return;  // reported lately, or another request is reporting now
+    }
     std::size_t free = 0, total = 0;
-    if (device_memory && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
       m->SetDeviceMemory(dev, engine_->devices->Model(dev), total - free, total);
     }
   }

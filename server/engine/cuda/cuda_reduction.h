@@ -4,7 +4,9 @@
 // folded by each pass into its own state.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -46,6 +48,14 @@ PassPlan PlanPasses(const AggregationPlan& plan);
 struct EngineContext {
   DevicePool* devices = nullptr;
   std::atomic<Metrics*> metrics{nullptr};
+  // When device memory was last read for the metrics (steady clock, ns),
+  // per ordinal: cudaMemGetInfo takes the driver's context lock, which on a
+  // request of a resident or IPC array (well under a millisecond) was a
+  // visible share of the server's time; once per interval is enough for a
+  // gauge that is scraped every few seconds.
+  static constexpr int kTrackedDevices = 64;
+  static constexpr std::int64_t kMemoryReportIntervalNs = 500'000'000;
+  std::array<std::atomic<std::int64_t>, kTrackedDevices> memory_reported_ns{};
 };
 
 // `lease` holds a lane of a device in engine->devices; passes fit its state
