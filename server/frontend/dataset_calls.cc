@@ -31,7 +31,8 @@ absl::Status Cancelled() { return absl::CancelledError("the client cancelled the
 // chunks are appended in order, and the end of the stream publishes it.
 class AggregatorService::PutDatasetJob final : public StreamJob {
  public:
-  explicit PutDatasetJob(AggregatorService& service) : service_(service) {}
+  PutDatasetJob(AggregatorService& service, std::string identity)
+      : service_(service), identity_(std::move(identity)) {}
 
   absl::StatusOr<SlicedBytes> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
     message_.Clear();
@@ -82,10 +83,14 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     return absl::StrCat("header.spec.length (", length_, " ", rules::Name(dtype_), " elements)");
   }
 
-  // The name and the memory, once bytes arrive.
+  // The name and the memory, once bytes arrive; the bytes are charged to
+  // the caller's identity until the dataset's memory is freed.
   absl::Status Start() override {
-    absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
-        service_.datasets_.BeginUpload(name_, dtype_, length_, replace_, ttl_);
+    absl::StatusOr<IdentityQuota::Charge> charge =
+        service_.quotas_.dataset_bytes.TryCharge(identity_, declared_bytes());
+    if (!charge.ok()) return charge.status();
+    absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload = service_.datasets_.BeginUpload(
+        name_, dtype_, length_, replace_, ttl_, std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
     if (!upload.ok()) return upload.status();
     upload_ = std::move(*upload);
     return absl::OkStatus();
@@ -111,6 +116,7 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
 
  private:
   AggregatorService& service_;
+  const std::string identity_;
   v1::PutDatasetRequest message_;
   std::string name_;
   DType dtype_ = DType::kFloat32;
@@ -122,9 +128,11 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::PutDataset(grpc::CallbackServerContext* context,
                                                                        grpc::ByteBuffer* response) {
-  return new ClientStreamReactor(std::make_unique<PutDatasetJob>(*this), StreamOptions(), context, response,
-                                 RequestRecord(metrics_, Metrics::Method::kPutDataset, in_flight_),
-                                 draining_.load() ? Draining() : absl::OkStatus());
+  return StartStream(context, response, Metrics::Method::kPutDataset, &AggregatorService::MakePutDatasetJob);
+}
+
+std::unique_ptr<StreamJob> AggregatorService::MakePutDatasetJob(const std::string& identity) {
+  return std::make_unique<PutDatasetJob>(*this, identity);
 }
 
 grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServerContext* context,
@@ -136,8 +144,8 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
     record->Complete(status, elements);
     reactor->Finish(ToGrpcStatus(status));
   };
-  if (draining_.load()) {
-    finish(Draining(), 0);
+  if (absl::StatusOr<std::string> identity = BeginCall(*context, *record); !identity.ok()) {
+    finish(identity.status(), 0);
     return reactor;
   }
   // A lane may be waited for, and the cpu backend reads for a while: off
@@ -196,6 +204,12 @@ grpc::ServerUnaryReactor* AggregatorService::ListDatasets(grpc::CallbackServerCo
                                                           const v1::ListDatasetsRequest*,
                                                           v1::ListDatasetsResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kListDatasets, in_flight_);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) {
+    record.Complete(identity.status(), 0);
+    reactor->Finish(ToGrpcStatus(identity.status()));
+    return reactor;
+  }
   for (const DatasetInfo& info : datasets_.List()) DatasetInfoToProto(info, response->add_datasets());
   for (const DatasetStore::PlaceUsage& u : datasets_.Usage()) {
     v1::PlaceUsage* p = response->add_places();
@@ -204,7 +218,6 @@ grpc::ServerUnaryReactor* AggregatorService::ListDatasets(grpc::CallbackServerCo
     p->set_datasets(u.datasets);
     p->set_limit_bytes(u.limit);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(absl::OkStatus(), 0);
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -214,7 +227,8 @@ grpc::ServerUnaryReactor* AggregatorService::DescribeDataset(grpc::CallbackServe
                                                              const v1::DescribeDatasetRequest* request,
                                                              v1::DatasetInfo* response) {
   RequestRecord record(metrics_, Metrics::Method::kDescribeDataset, in_flight_);
-  absl::StatusOr<DatasetInfo> info = datasets_.Describe(request->name());
+  absl::StatusOr<std::string> identity = BeginCall(*context, record);
+  absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Describe(request->name()) : identity.status();
   if (info.ok()) DatasetInfoToProto(*info, response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(info.status(), 0);
@@ -226,7 +240,8 @@ grpc::ServerUnaryReactor* AggregatorService::DeleteDataset(grpc::CallbackServerC
                                                            const v1::DeleteDatasetRequest* request,
                                                            v1::DeleteDatasetResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kDeleteDataset, in_flight_);
-  absl::StatusOr<DatasetInfo> info = datasets_.Delete(request->name());
+  absl::StatusOr<std::string> identity = BeginCall(*context, record);
+  absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Delete(request->name()) : identity.status();
   if (info.ok()) DatasetInfoToProto(*info, response->mutable_dataset());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(info.status(), 0);
