@@ -57,6 +57,7 @@ class TallyServer {
   const Backend& backend() const { return *backend_; }
   Metrics* metrics() { return metrics_.get(); }
   DatasetStore& datasets() { return *datasets_; }
+  IdentityQuotas& quotas() { return *quotas_; }
 
   // Graceful stop: health goes NOT_SERVING, new calls are refused, calls in
   // flight get until `grace` to finish and are cancelled after that.
