@@ -10,8 +10,9 @@
 //               apiVersion, kind and metadata.name; maps merge recursively,
 //               null deletes, lists of containers / initContainers / volumes
 //               / env / volumeMounts (keyed by name or mountPath) and ports
-//               (keyed by containerPort or port) merge by key, other lists are
-//               replaced, as Kubernetes' patchMergeKey tags say.
+//               (keyed by containerPort or port) merge by key, new items
+//               first, other lists are replaced, as Kubernetes'
+//               patchMergeKey tags say.
 // validate.mjs checks this renderer against `kubectl kustomize` wherever
 // kubectl is installed.
 import fs from "node:fs";
@@ -59,12 +60,14 @@ export function strategicMerge(target, patch, field = "") {
     const key = mergeKeyOf(field, target, patch);
     if (!key) return structuredClone(patch);
     const out = target.map((x) => structuredClone(x));
+    const added = [];
     for (const p of patch) {
       const i = out.findIndex((x) => x[key] === p[key]);
       if (i >= 0) out[i] = strategicMerge(out[i], p);
-      else out.push(structuredClone(p));
+      else added.push(structuredClone(p));
     }
-    return out;
+    // As kustomize does: items the target lacked come first, in patch order.
+    return [...added, ...out];
   }
   if (typeof patch === "object") {
     if (field === "$patch") throw new Error("$patch directives are not supported");
