@@ -14,12 +14,15 @@ export DEBIAN_FRONTEND=noninteractive
 # libspdlog1.10; Ubuntu 24.04: libgrpc++1.51t64, libspdlog1.12).
 runtime_patterns=('libgrpc\+\+1\.[0-9]+(t64)?' 'libprotobuf[0-9]+(t64)?' 'libspdlog1\.[0-9]+(t64)?'
                   'libabsl[0-9]+(t64)?' 'libprometheus-cpp-core1\.[0-9]+(t64)?'
-                  'libprometheus-cpp-pull1\.[0-9]+(t64)?' 'libjemalloc2(t64)?')
+                  'libprometheus-cpp-pull1\.[0-9]+(t64)?' 'libjemalloc2(t64)?' 'libssl3(t64)?')
 build_pkgs=(
   build-essential cmake pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # TLS and bearer tokens: libcrypto's headers (SHA-256, key checks); the
+  # openssl tool makes the tests' throwaway certificates.
+  libssl-dev openssl
   # clang: tests/sanitize checks the histogram binner under -fsanitize=undefined
   clang-14
   python3 python3-grpcio python3-numpy python3-protobuf

@@ -59,6 +59,51 @@ ABSL_FLAG(int, keepalive_seconds, 60,
 ABSL_FLAG(int, min_client_ping_interval_seconds, 10,
           "Clients may ping at most this often; one that pings more often is told to go away. 0: no "
           "minimum.");
+// TLS, authentication and quotas (README, SECURITY).
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain (leaf first) for the gRPC port; with --tls_key_file, the port speaks TLS "
+          "only and plaintext clients cannot connect. Empty: plaintext. The files are re-read every "
+          "--tls_refresh_seconds, so a rotated certificate (cert-manager's Secret volume) is used for new "
+          "connections without a restart.");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file's leaf certificate (not encrypted).");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA certificates for mutual TLS: a client certificate, when sent, must chain to one of them "
+          "or the handshake fails. Empty: client certificates are not asked for.");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "With --tls_client_ca_file: refuse the handshake of clients that send no certificate.");
+ABSL_FLAG(int, tls_refresh_seconds, 60,
+          "How often the TLS files are looked at for changes (at least 1).");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "Bearer tokens the Aggregator calls must carry (metadata `authorization: Bearer <token>`): a file of "
+          "lines `<sha256 hex of the token> <identity>` ('#' comments). Re-read within a second when it "
+          "changes. A call without an accepted token gets UNAUTHENTICATED. Health (and reflection) stay open. "
+          "Empty (and no --auth_identity_from_client_cert): no authentication, every call is 'anonymous'.");
+ABSL_FLAG(bool, auth_identity_from_client_cert, false,
+          "With mutual TLS (--tls_client_ca_file): a call without a bearer token acts as its verified client "
+          "certificate's subject common name; without either it gets UNAUTHENTICATED.");
+ABSL_FLAG(std::uint64_t, quota_inflight_bytes, 0,
+          "Per identity: bytes its requests in progress may hold (counted as --max_inflight_bytes counts "
+          "them). Past it a request waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED naming this "
+          "flag. One request larger than the quota runs when the identity holds nothing else. 0: no quota.");
+ABSL_FLAG(std::uint64_t, quota_streams, 0,
+          "Per identity: AggregateStream and PutDataset calls in progress at once; one more gets "
+          "RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
+ABSL_FLAG(std::uint64_t, quota_dataset_bytes, 0,
+          "Per identity: bytes of resident datasets its uploads hold, from an upload's first chunk until the "
+          "dataset's memory is freed (delete, replace, expiry or eviction, once queries reading it end); an "
+          "upload past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
+ABSL_FLAG(std::uint64_t, quota_region_bytes, 0,
+          "Per identity: bytes of shared-memory regions it has registered, until each is unregistered and "
+          "no longer read; a registration past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota "
+          "(--max_region_bytes still bounds all regions together).");
+ABSL_FLAG(int, metrics_max_identities, 16,
+          "Identities named in the metrics' identity label, first come first named; later ones are counted "
+          "as 'other'. Calls without authentication are 'anonymous'.");
+ABSL_FLAG(std::string, health_listen, "",
+          "A second address serving only the gRPC health service (grpc.health.v1), in plaintext, for "
+          "probes that cannot speak TLS (Kubernetes' gRPC probes). Empty: none; health is then served on "
+          "--listen only.");
+ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection on --listen (without authentication).");
 ABSL_FLAG(int, threads, 0, "Worker threads for request work and the cpu backend; 0 means one per CPU.");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Address of the Prometheus /metrics endpoint; empty disables it.");
@@ -112,7 +157,11 @@ constexpr char kUsage[] =
     "  tally-server --backend=cpu --listen=127.0.0.1:50051 --metrics_listen=\n"
     "  tally-server --flagfile=/etc/tally/flags\n"
     "\n"
-    "The gRPC health service (grpc.health.v1) and server reflection are on.";
+    "The gRPC health service (grpc.health.v1) and server reflection are on, and stay open\n"
+    "without credentials when --auth_token_file asks the Aggregator calls for tokens.\n"
+    "\n"
+    "  tally-server --tls_cert_file=tls.crt --tls_key_file=tls.key --auth_token_file=tokens \\\n"
+    "               --health_listen=0.0.0.0:50052 --quota_streams=8";
 
 // Signals are blocked in every thread and taken synchronously by main(),
 // so no handler runs in an arbitrary thread.
@@ -142,6 +191,20 @@ int main(int argc, char** argv) {
   tally::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
   config.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  config.health_listen = absl::GetFlag(FLAGS_health_listen);
+  config.reflection = absl::GetFlag(FLAGS_reflection);
+  config.metrics_max_identities = absl::GetFlag(FLAGS_metrics_max_identities);
+  config.tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  config.tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
+  config.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  config.tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  config.tls.refresh = std::chrono::seconds(absl::GetFlag(FLAGS_tls_refresh_seconds));
+  config.auth.token_file = absl::GetFlag(FLAGS_auth_token_file);
+  config.auth.identity_from_client_cert = absl::GetFlag(FLAGS_auth_identity_from_client_cert);
+  config.quotas.inflight_bytes = absl::GetFlag(FLAGS_quota_inflight_bytes);
+  config.quotas.streams = absl::GetFlag(FLAGS_quota_streams);
+  config.quotas.dataset_bytes = absl::GetFlag(FLAGS_quota_dataset_bytes);
+  config.quotas.region_bytes = absl::GetFlag(FLAGS_quota_region_bytes);
   config.backend.kind = absl::GetFlag(FLAGS_backend);
   config.threads = absl::GetFlag(FLAGS_threads);
   for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
@@ -187,10 +250,17 @@ int main(int argc, char** argv) {
   }
   spdlog::info(
       "tally-server listening on port {} (--listen={}); backend {} on {}; metrics {}; "
-      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}; allocator {}",
+      "max_message_bytes={} max_inflight_bytes={} threads={} drain_grace_seconds={}; {}; auth {}; health port {}; "
+      "allocator {}",
       (*server)->port(), config.listen, (*server)->backend().name(), (*server)->backend().device(),
       config.metrics_listen.empty() ? std::string("off") : "port " + std::to_string((*server)->metrics_port()),
       config.service.max_unary_bytes, config.service.max_inflight_bytes, config.threads, grace,
+      !config.tls.enabled()                    ? "plaintext"
+      : config.tls.require_client_cert         ? "mutual TLS (client certificates required)"
+      : !config.tls.client_ca_file.empty()     ? "TLS (client certificates verified when sent)"
+                                               : "TLS",
+      config.auth.token_file.empty() && !config.auth.identity_from_client_cert ? "off" : "on",
+      (*server)->health_port() == 0 ? std::string("none") : std::to_string((*server)->health_port()),
       tally::AllocatorDescription());
 
   int signal = 0;

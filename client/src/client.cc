@@ -7,9 +7,7 @@
 // dominant cost.
 #include "tally/client/client.h"
 
-#include <grpcpp/create_channel.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
-#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -270,14 +268,6 @@ absl::string_view ServingStatusName(ServingStatus status) {
     case ServingStatus::kUnknown: break;
   }
   return "UNKNOWN";
-}
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           const ChannelOptions& options) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
 bool UsesStream(const ArrayRef& array, const CallOptions& options) {

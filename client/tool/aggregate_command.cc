@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "command_line.h"
+#include "connection_flags.h"
 #include "commands.h"
 #include "input_flags.h"
 #include "progress_bar.h"
@@ -42,7 +43,6 @@ Input (exactly one):
                       not sent), then unregister it and remove the object
 
 Flags:
-  --target=HOST:PORT  server address (default 127.0.0.1:50051)
   --ops=LIST          aggregations, comma-separated (default sum,min,max,mean,count):
                         sum min max mean count argmin argmax
                         sumsq|sum_squares  var|variance[:DDOF]  std|stddev[:DDOF]
@@ -97,7 +97,7 @@ namespace {
 
 // What the command line asked for, checked.
 struct AggregateArgs {
-  std::string target{kDefaultTarget};
+  Connection connection;
   std::vector<v1::Aggregation> aggregations;
   // Exactly one of `input` (an array to send) and `dataset` (a resident one).
   InputSpec input;
@@ -132,7 +132,7 @@ absl::Status TakeSendingFlags(CommandLine& cl, CallOptions& call) {
 // error.
 absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   AggregateArgs a;
-  if (auto t = cl.TakeString("target")) a.target = *t;
+  if (absl::Status s = TakeConnectionFlags(cl, a.connection); !s.ok()) return s;
   absl::StatusOr<std::vector<v1::Aggregation>> aggs =
       ParseAggregations(cl.TakeString("ops").value_or("sum,min,max,mean,count"));
   if (!aggs.ok()) return absl::InvalidArgumentError(absl::StrCat("--ops: ", aggs.status().message()));
@@ -230,7 +230,9 @@ int SendArray(AggregateArgs& a) {
     absl::FPrintF(stderr, "tally aggregate: %s\n", input.status().message());
     return kExitFailure;
   }
-  Client client(MakeChannel(a.target));
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(a.connection, "aggregate");
+  if (!channel) return kExitFailure;
+  Client client(channel);
   const ArrayRef& array = input->array();
   if (a.shm) return ShareArray(a, client, *input);
   ProgressBar progress;
@@ -251,7 +253,9 @@ int SendArray(AggregateArgs& a) {
 }
 
 int QueryDataset(AggregateArgs& a) {
-  Client client(MakeChannel(a.target));
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(a.connection, "aggregate");
+  if (!channel) return kExitFailure;
+  Client client(channel);
   const auto fail = [&](const absl::Status& s) {
     absl::FPrintF(stderr, "tally aggregate: dataset \"%s\" failed: %s: %s\n", *a.dataset,
                   absl::StatusCodeToString(s.code()), s.message());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "connection_flags.h"
 #include "absl/time/time.h"
 #include "commands.h"
 #include "tally/client/client.h"
@@ -34,7 +35,7 @@ enum class BenchMode {
 std::string ModeName(BenchMode mode);
 
 struct BenchConfig {
-  std::string target;
+  Connection connection;
   int clients = 1;
   DType dtype = DType::kFloat32;
   std::string ops_text = "sum";

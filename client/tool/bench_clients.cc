@@ -72,10 +72,13 @@ std::vector<std::unique_ptr<Client>> MakeClients(const BenchConfig& config) {
   // pool (ChannelOptions::dedicated_connection); otherwise gRPC shares one.
   std::vector<std::unique_ptr<Client>> clients;
   std::shared_ptr<grpc::Channel> shared;
-  if (config.shared_channel) shared = MakeChannel(config.target);
+  // RunBench has opened one channel already: the files are readable.
+  const auto open = [&](const ChannelOptions& options) {
+    return *OpenChannel(config.connection.target, config.connection.security, options);
+  };
+  if (config.shared_channel) shared = open({});
   for (int i = 0; i < config.clients; ++i) {
-    clients.push_back(std::make_unique<Client>(
-        shared ? shared : MakeChannel(config.target, ChannelOptions{.dedicated_connection = true})));
+    clients.push_back(std::make_unique<Client>(shared ? shared : open({.dedicated_connection = true})));
   }
   return clients;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "bench.h"
 #include "command_line.h"
+#include "connection_flags.h"
 #include "commands.h"
 #include "tally/client/aggregations.h"
 #include "tally/client/sizes.h"
@@ -48,7 +49,6 @@ Modes (--mode):
                        resident mode. The regions and objects go at the end
 
 Flags:
-  --target=HOST:PORT   server address (default 127.0.0.1:50051)
   --clients=N          concurrent clients (default 1)
   --size=BYTES         array (dataset) size (default 16M); K/M/G/T suffixes
                        are powers of 1024; rounded down to whole elements
@@ -184,8 +184,7 @@ absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
 
 absl::StatusOr<BenchConfig> ParseConfig(CommandLine& cl) {
   BenchConfig c;
-  c.target = std::string(kDefaultTarget);
-  if (auto t = cl.TakeString("target")) c.target = *t;
+  if (absl::Status s = TakeConnectionFlags(cl, c.connection); !s.ok()) return s;
   if (auto m = cl.TakeString("mode")) {
     absl::StatusOr<BenchMode> mode = ParseMode(*m);
     if (!mode.ok()) return mode.status();
@@ -262,10 +261,13 @@ int RunBench(const std::vector<std::string>& args) {
     absl::FPrintF(stderr, "tally bench: %s\n(see tally bench --help)\n", config.status().message());
     return kExitUsage;
   }
+  // A channel first, so that a certificate that cannot be read is reported
+  // once, as itself.
+  if (!OpenOrReport(config->connection, "bench")) return kExitFailure;
   std::vector<std::unique_ptr<Client>> clients = MakeClients(*config);
   // Fail fast on a wrong address instead of reporting a run of UNAVAILABLE.
   if (!clients[0]->WaitForConnected(absl::Seconds(5))) {
-    absl::FPrintF(stderr, "tally bench: cannot connect to %s within 5 s\n", config->target);
+    absl::FPrintF(stderr, "tally bench: cannot connect to %s within 5 s\n", config->connection.target);
     return kExitFailure;
   }
   switch (config->mode) {

@@ -94,7 +94,7 @@ void PrintJson(const BenchConfig& c, const Summary& s, const ResidentSetup* resi
     failures.push_back(absl::StrCat(JsonQuote(absl::StatusCodeToString(code)), ":", n));
   }
   std::string out = absl::StrCat(
-      "{\"target\":", JsonQuote(c.target), ",\"clients\":", c.clients,
+      "{\"target\":", JsonQuote(c.connection.target), ",\"clients\":", c.clients,
       ",\"shared_channel\":", c.shared_channel ? "true" : "false",
       ",\"mode\":", JsonQuote(ModeName(c.mode)), ",\"dtype\":", JsonQuote(NameOf(c.dtype)),
       ",\"ops\":", JsonQuote(c.ops_text), ",\"min_bytes\":", c.min_bytes,

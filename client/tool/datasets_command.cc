@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "command_line.h"
+#include "connection_flags.h"
 #include "commands.h"
 #include "tally/client/client.h"
 #include "tally/client/format.h"
@@ -26,7 +27,6 @@ only those datasets (one line each).
 Expiry times are the server's, shown against this machine's clock.
 
 Flags:
-  --target=HOST:PORT  server address (default 127.0.0.1:50051)
   --timeout=SECONDS   give up after this long (default 30)
   --json              print JSON instead of text:
                         {"datasets":[{"name":..,"dtype":"float32","length":N,
@@ -54,7 +54,6 @@ queries already reading a dataset finish on it, and its memory is freed when
 the last of them ends. Prints each removed dataset.
 
 Flags:
-  --target=HOST:PORT  server address (default 127.0.0.1:50051)
   --timeout=SECONDS   give up after this long, per name (default 30)
 
 Exit status: 0 every NAME was removed; 1 a removal failed (an unknown name
@@ -69,7 +68,7 @@ namespace {
 
 // The flags both commands take.
 struct Common {
-  std::string target{kDefaultTarget};
+  Connection connection;
   // Listing and removing are small calls; a server that does not answer
   // them in this long is not going to.
   absl::Duration timeout = absl::Seconds(30);
@@ -78,7 +77,7 @@ struct Common {
 
 absl::StatusOr<Common> TakeCommon(CommandLine& cl, bool takes_json) {
   Common c;
-  if (auto t = cl.TakeString("target")) c.target = *t;
+  if (absl::Status s = TakeConnectionFlags(cl, c.connection); !s.ok()) return s;
   absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
   if (!timeout.ok()) return timeout.status();
   if (*timeout) c.timeout = **timeout;
@@ -125,11 +124,13 @@ int RunDatasets(const std::vector<std::string>& args) {
     absl::FPrintF(stderr, "tally datasets: %s\n(see tally datasets --help)\n", c.status().message());
     return kExitUsage;
   }
-  Client client(MakeChannel(c->target));
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(c->connection, "datasets");
+  if (!channel) return kExitFailure;
+  Client client(channel);
   if (!cl->positional().empty()) return Describe(client, *c, cl->positional());
   absl::StatusOr<v1::ListDatasetsResponse> list = client.ListDatasets(c->timeout);
   if (!list.ok()) {
-    PrintFailure("datasets", c->target, list.status());
+    PrintFailure("datasets", c->connection.target, list.status());
     return kExitFailure;
   }
   const std::string text = c->json ? FormatDatasetsJson(*list) : FormatDatasetsText(*list, absl::Now());
@@ -145,7 +146,9 @@ int RunRm(const std::vector<std::string>& args) {
     absl::FPrintF(stderr, "tally rm: %s\n(see tally rm --help)\n", c.status().message());
     return kExitUsage;
   }
-  Client client(MakeChannel(c->target));
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(c->connection, "rm");
+  if (!channel) return kExitFailure;
+  Client client(channel);
   int exit = kExitOk;
   for (const std::string& name : cl->positional()) {
     absl::StatusOr<v1::DatasetInfo> removed = client.DeleteDataset(name, c->timeout);

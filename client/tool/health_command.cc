@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_format.h"
 #include "command_line.h"
+#include "connection_flags.h"
 #include "commands.h"
 #include "tally/client/client.h"
 
@@ -15,7 +16,6 @@ whether it is serving, and prints the status: SERVING, NOT_SERVING (e.g.
 draining after SIGTERM), SERVICE_UNKNOWN or UNKNOWN.
 
 Flags:
-  --target=HOST:PORT  server address (default 127.0.0.1:50051)
   --service=NAME      "" (default: the whole server) or tally.v1.Aggregator
   --timeout=SECONDS   give up after this long (default 5)
 
@@ -27,15 +27,16 @@ Example:
 
 int RunHealth(const std::vector<std::string>& args) {
   absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  std::string target{kDefaultTarget}, service;
+  Connection connection;
+  std::string service;
   absl::Duration timeout = absl::Seconds(5);
   absl::Status parsed = cl.status();
   if (parsed.ok()) {
-    if (auto t = cl->TakeString("target")) target = *t;
+    parsed = TakeConnectionFlags(*cl, connection);
     if (auto s = cl->TakeString("service")) service = *s;
     absl::StatusOr<std::optional<absl::Duration>> d = cl->TakeSeconds("timeout");
     if (d.ok() && *d) timeout = **d;
-    parsed = d.ok() ? cl->CheckAllUsed() : d.status();
+    if (parsed.ok()) parsed = d.ok() ? cl->CheckAllUsed() : d.status();
     if (parsed.ok() && !cl->positional().empty()) {
       parsed = absl::InvalidArgumentError("tally health takes no arguments");
     }
@@ -44,10 +45,12 @@ int RunHealth(const std::vector<std::string>& args) {
     absl::FPrintF(stderr, "tally health: %s\n(see tally health --help)\n", parsed.message());
     return kExitUsage;
   }
-  Client client(MakeChannel(target));
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(connection, "health");
+  if (!channel) return kExitFailure;
+  Client client(channel);
   const absl::StatusOr<ServingStatus> status = client.CheckHealth(service, timeout);
   if (!status.ok()) {
-    absl::FPrintF(stderr, "tally health: %s: %s: %s\n", target,
+    absl::FPrintF(stderr, "tally health: %s: %s: %s\n", connection.target,
                   absl::StatusCodeToString(status.status().code()), status.status().message());
     return kExitFailure;
   }

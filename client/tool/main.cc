@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "commands.h"
+#include "connection_flags.h"
 
 namespace {
 
@@ -36,6 +37,10 @@ Flags are written --name=value. Examples:
   tally bench --clients=8 --size=64M --mode=stream --duration=20
   tally bench --mode=resident --sizes=1M,64M,1G --clients=64 --ops=sum,max
   tally health --target=gpu-box:50051
+  tally datasets --target=tally.example.com:443 --ca=ca.crt --token-file=token.txt
+
+Every command takes --target, --tls, --ca, --cert, --key, --tls-server-name,
+--token and --token-file (`tally COMMAND --help` explains them).
 )";
 
 bool WantsHelp(const std::vector<std::string>& args) {
@@ -74,7 +79,7 @@ int main(int argc, char** argv) {
   for (const Command& c : commands) {
     if (command != c.name) continue;
     if (WantsHelp(args)) {
-      absl::PrintF("%s", c.usage);
+      absl::PrintF("%s\n%s", c.usage, kConnectionUsage);
       return kExitOk;
     }
     return c.run(args);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "command_line.h"
+#include "connection_flags.h"
 #include "commands.h"
 #include "input_flags.h"
 #include "progress_bar.h"
@@ -41,7 +42,6 @@ Input (exactly one):
                       floats uniform in [-1, 1), integers spread over a range
 
 Flags:
-  --target=HOST:PORT  server address (default 127.0.0.1:50051)
   --dtype=T           float32 float64 int32 int64 uint32 uint8: required
                       with --raw; for --random (default float32)
   --seed=S            seed for --random (default 1)
@@ -78,7 +78,7 @@ Examples:
 namespace {
 
 struct PutArgs {
-  std::string target{kDefaultTarget};
+  Connection connection;
   std::string name;
   InputSpec input;
   PutOptions put;
@@ -87,7 +87,7 @@ struct PutArgs {
 
 absl::StatusOr<PutArgs> ParseArgs(CommandLine& cl) {
   PutArgs a;
-  if (auto t = cl.TakeString("target")) a.target = *t;
+  if (absl::Status s = TakeConnectionFlags(cl, a.connection); !s.ok()) return s;
   if (cl.positional().empty()) return absl::InvalidArgumentError("give the dataset's NAME");
   a.name = cl.positional()[0];
   if (a.name.empty()) return absl::InvalidArgumentError("NAME is empty");
@@ -136,7 +136,9 @@ int RunPut(const std::vector<std::string>& args) {
   }
   const ArrayRef& array = input->array();
 
-  Client client(MakeChannel(a->target));
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(a->connection, "put");
+  if (!channel) return kExitFailure;
+  Client client(channel);
   ProgressBar progress;
   a->put.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
     progress.Update(sent, total);
@@ -166,7 +168,7 @@ int RunPut(const std::vector<std::string>& args) {
                Seconds(response->server_seconds()));
   if (row_length != 0) {
     const std::string target =
-        a->target == kDefaultTarget ? "" : absl::StrCat(" --target=", a->target);
+        a->connection.target == kDefaultTarget ? "" : absl::StrCat(" --target=", a->connection.target);
     absl::PrintF("hint: %s was uploaded flat; aggregate it per row with\n"
                  "  tally aggregate%s --dataset=%s --rows=%d\n",
                  input->description(), target, a->name, row_length);

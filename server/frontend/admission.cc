@@ -10,6 +10,7 @@ AdmissionController::Ticket& AdmissionController::Ticket::operator=(Ticket&& oth
     if (owner_ != nullptr) owner_->Release(bytes_);
     owner_ = other.owner_;
     bytes_ = other.bytes_;
+    quota_ = std::move(other.quota_);
     other.owner_ = nullptr;
   }
   return *this;
@@ -31,22 +32,43 @@ absl::Status AdmissionController::Refusal(std::uint64_t bytes) const {
       " ms; retry with backoff."));
 }
 
-absl::StatusOr<AdmissionController::Ticket> AdmissionController::TryAdmit(std::uint64_t bytes) {
+// The identity's quota is charged first: a caller over its own quota is
+// refused for that reason, whatever room the server has. A request larger
+// than the quota may run when its identity holds nothing else, as one larger
+// than the whole budget may run alone.
+absl::StatusOr<AdmissionController::Ticket> AdmissionController::TryAdmit(std::uint64_t bytes,
+                                                                           const std::string& identity) {
+  IdentityQuota::Charge quota;
+  if (per_identity_ != nullptr) {
+    absl::StatusOr<IdentityQuota::Charge> charged = per_identity_->TryCharge(identity, bytes, true);
+    if (!charged.ok()) return charged.status();
+    quota = std::move(*charged);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!FitsLocked(bytes)) return Refusal(bytes);
-  return Take(bytes);
+  return Take(bytes, std::move(quota));
 }
 
-absl::StatusOr<AdmissionController::Ticket> AdmissionController::Admit(std::uint64_t bytes) {
+absl::StatusOr<AdmissionController::Ticket> AdmissionController::Admit(std::uint64_t bytes,
+                                                                        const std::string& identity) {
+  const auto deadline = std::chrono::steady_clock::now() + max_wait_;
+  IdentityQuota::Charge quota;
+  if (per_identity_ != nullptr) {
+    absl::StatusOr<IdentityQuota::Charge> charged = per_identity_->ChargeBy(identity, bytes, deadline, true);
+    if (!charged.ok()) return charged.status();
+    quota = std::move(*charged);
+  }
   std::unique_lock<std::mutex> lock(mu_);
-  if (!freed_.wait_for(lock, max_wait_, [&] { return FitsLocked(bytes); })) return Refusal(bytes);
-  return Take(bytes);
+  if (!freed_.wait_until(lock, deadline, [&] { return FitsLocked(bytes); })) return Refusal(bytes);
+  return Take(bytes, std::move(quota));
 }
 
-AdmissionController::Ticket AdmissionController::Take(std::uint64_t bytes) {
+AdmissionController::Ticket AdmissionController::Take(std::uint64_t bytes, IdentityQuota::Charge quota) {
   in_flight_ += bytes;
   if (metrics_ != nullptr) metrics_->InFlightBytes(static_cast<std::int64_t>(bytes));
-  return Ticket(this, bytes);
+  Ticket ticket(this, bytes);
+  ticket.quota_ = std::move(quota);
+  return ticket;
 }
 
 std::uint64_t AdmissionController::in_flight() const {

@@ -50,15 +50,49 @@ absl::Status AggregatorService::Draining() {
 }
 
 AggregatorService::AggregatorService(Backend& backend, DatasetStore& datasets, Executor& request_workers,
-                                     Executor& chunk_workers, Metrics* metrics, ServiceOptions options)
+                                     Executor& chunk_workers, const AuthPolicy& auth, IdentityQuotas& quotas,
+                                     Metrics* metrics, ServiceOptions options)
     : backend_(backend),
       datasets_(datasets),
       request_workers_(request_workers),
       chunk_workers_(chunk_workers),
+      auth_(auth),
+      quotas_(quotas),
       metrics_(metrics),
       options_(std::move(options)),
-      admission_(options_.max_inflight_bytes, options_.admission_wait, metrics),
+      admission_(options_.max_inflight_bytes, options_.admission_wait,
+                 quotas.inflight_bytes.limit() != 0 ? &quotas.inflight_bytes : nullptr, metrics),
       watchdog_(WatchdogPeriod(options_)) {}
+
+absl::StatusOr<std::string> AggregatorService::BeginCall(const grpc::CallbackServerContext& context,
+                                                         RequestRecord& record) {
+  if (draining_.load()) return Draining();
+  absl::StatusOr<std::string> identity = auth_.Authenticate(context);
+  if (identity.ok()) record.SetIdentity(*identity);
+  return identity;
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::StartStream(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response, Metrics::Method method,
+    std::unique_ptr<StreamJob> (AggregatorService::*make_job)(const std::string& identity)) {
+  RequestRecord record(metrics_, method, in_flight_);
+  StreamCaller caller;
+  absl::Status refusal;
+  if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) {
+    refusal = identity.status();
+  } else {
+    caller.identity = std::move(*identity);
+    absl::StatusOr<IdentityQuota::Charge> place = quotas_.streams.TryCharge(caller.identity, 1);
+    if (place.ok()) {
+      caller.stream = std::move(*place);
+    } else {
+      refusal = place.status();
+    }
+  }
+  std::unique_ptr<StreamJob> job = (this->*make_job)(caller.identity);
+  return new ClientStreamReactor(std::move(job), StreamOptions(), context, response, std::move(record),
+                                 std::move(caller), refusal);
+}
 
 grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* raw_request,
@@ -70,6 +104,11 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
     reactor->Finish(ToGrpcStatus(status));
   };
 
+  absl::StatusOr<std::string> identity = BeginCall(*context, *record);
+  if (!identity.ok()) {
+    finish(identity.status(), 0);
+    return reactor;
+  }
   // Everything but the data is parsed; the data stays in the receive buffers.
   auto request = std::make_shared<v1::AggregateRequest>();
   absl::StatusOr<SlicedBytes> parsed =
@@ -80,10 +119,6 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   }
   auto data = std::make_shared<SlicedBytes>(std::move(*parsed));
   record->AddBytes(data->size());
-  if (draining_.load()) {
-    finish(Draining(), 0);
-    return reactor;
-  }
   if (data->size() > options_.max_unary_bytes) {
     finish(TooLargeForUnary(data->size(), options_.max_unary_bytes), 0);
     return reactor;
@@ -97,10 +132,10 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   record->SetOps(OpKinds(*plan));
 
   // `ticket` is empty when admission must still wait for room.
-  auto run = [this, context, request, data, response, finish, record, plan = std::move(*plan)](
-                 AdmissionController::Ticket ticket) {
+  auto run = [this, context, request, data, response, finish, record, identity = *identity,
+              plan = std::move(*plan)](AdmissionController::Ticket ticket) {
     if (ticket.bytes() == 0 && !data->empty()) {
-      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(data->size());
+      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(data->size(), identity);
       if (!admitted.ok()) return finish(admitted.status(), 0);
       ticket = std::move(*admitted);
     }
@@ -118,7 +153,7 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   };
   // Small requests that are admitted at once run right here; the rest go to
   // a worker, which may also wait for admission.
-  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(data->size());
+  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(data->size(), *identity);
   if (ticket.ok() && data->size() <= options_.inline_bytes) {
     run(std::move(*ticket));
   } else {
@@ -200,9 +235,11 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::AggregateStream(grpc::CallbackServerContext* context,
                                                                             grpc::ByteBuffer* response) {
-  return new ClientStreamReactor(std::make_unique<AggregateStreamJob>(*this), StreamOptions(), context, response,
-                                 RequestRecord(metrics_, Metrics::Method::kAggregateStream, in_flight_),
-                                 draining_.load() ? Draining() : absl::OkStatus());
+  return StartStream(context, response, Metrics::Method::kAggregateStream, &AggregatorService::MakeAggregateStreamJob);
+}
+
+std::unique_ptr<StreamJob> AggregatorService::MakeAggregateStreamJob(const std::string&) {
+  return std::make_unique<AggregateStreamJob>(*this);
 }
 
 StreamReactorOptions AggregatorService::StreamOptions() {

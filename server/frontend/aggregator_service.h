@@ -14,6 +14,7 @@
 #include "server/engine/backend.h"
 #include "server/engine/datasets/dataset_store.h"
 #include "server/frontend/admission.h"
+#include "server/frontend/auth_policy.h"
 #include "server/frontend/executor.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/stream_reactor.h"
@@ -68,9 +69,11 @@ class AggregatorService final : public detail::AggregatorBase {
   // up the streams whose progress frees it: `request_workers` run unary
   // requests and wait for admission and backend lanes; `chunk_workers` feed
   // stream chunks to the backend and never wait for admission.
-  // `metrics` may be null. All references must outlive the service.
+  // `auth` says who each call acts as; `quotas` bound what each identity
+  // holds. `metrics` may be null. All references must outlive the service.
   AggregatorService(Backend& backend, DatasetStore& datasets, Executor& request_workers,
-                    Executor& chunk_workers, Metrics* metrics, ServiceOptions options);
+                    Executor& chunk_workers, const AuthPolicy& auth, IdentityQuotas& quotas, Metrics* metrics,
+                    ServiceOptions options);
 
   // `request` is a serialized v1::AggregateRequest, `response` receives a
   // serialized v1::AggregateResponse.
@@ -106,8 +109,19 @@ class AggregatorService final : public detail::AggregatorBase {
   bool draining() const { return draining_.load(); }
   // UNAVAILABLE, for calls that arrive while the server drains.
   static absl::Status Draining();
+  // Where every call begins, this service's and the others': refused while
+  // draining, then authenticated. The identity is recorded on `record` and
+  // returned.
+  absl::StatusOr<std::string> BeginCall(const grpc::CallbackServerContext& context, RequestRecord& record);
 
  private:
+  // A streaming call's reactor: BeginCall, then a place under the stream quota.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* StartStream(grpc::CallbackServerContext* context,
+                                                         grpc::ByteBuffer* response, Metrics::Method method,
+                                                         std::unique_ptr<StreamJob> (AggregatorService::*make_job)(
+                                                             const std::string& identity));
+  std::unique_ptr<StreamJob> MakeAggregateStreamJob(const std::string& identity);
+  std::unique_ptr<StreamJob> MakePutDatasetJob(const std::string& identity);
   StreamReactorOptions StreamOptions();
 
   class AggregateStreamJob;
@@ -117,6 +131,8 @@ class AggregatorService final : public detail::AggregatorBase {
   DatasetStore& datasets_;
   Executor& request_workers_;
   Executor& chunk_workers_;
+  const AuthPolicy& auth_;
+  IdentityQuotas& quotas_;
   Metrics* metrics_;
   ServiceOptions options_;
   AdmissionController admission_;

@@ -21,7 +21,8 @@ namespace tally {
 // chunks are appended in order, and the end of the stream publishes it.
 class AggregatorService::PutDatasetJob final : public StreamJob {
  public:
-  explicit PutDatasetJob(AggregatorService& service) : service_(service) {}
+  PutDatasetJob(AggregatorService& service, std::string identity)
+      : service_(service), identity_(std::move(identity)) {}
 
   absl::StatusOr<SlicedBytes> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
     message_.Clear();
@@ -46,10 +47,15 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     return absl::StrCat("header.spec.length (", header_.length, " ", rules::Name(header_.dtype), " elements)");
   }
 
-  // The name and the memory, once bytes arrive.
+  // The name and the memory, once bytes arrive; the bytes are charged to
+  // the caller's identity until the dataset's memory is freed.
   absl::Status Start() override {
+    absl::StatusOr<IdentityQuota::Charge> charge =
+        service_.quotas_.dataset_bytes.TryCharge(identity_, declared_bytes());
+    if (!charge.ok()) return charge.status();
     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
-        service_.datasets_.BeginUpload(header_.name, header_.dtype, header_.length, header_.replace, header_.ttl);
+        service_.datasets_.BeginUpload(header_.name, header_.dtype, header_.length, header_.replace, header_.ttl,
+                                       std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
     if (!upload.ok()) return upload.status();
     upload_ = std::move(*upload);
     return absl::OkStatus();
@@ -75,6 +81,7 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
 
  private:
   AggregatorService& service_;
+  const std::string identity_;
   v1::PutDatasetRequest message_;
   DatasetHeader header_;
   std::unique_ptr<DatasetStore::Upload> upload_;  // discarded unless committed
@@ -82,9 +89,11 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::PutDataset(grpc::CallbackServerContext* context,
                                                                        grpc::ByteBuffer* response) {
-  return new ClientStreamReactor(std::make_unique<PutDatasetJob>(*this), StreamOptions(), context, response,
-                                 RequestRecord(metrics_, Metrics::Method::kPutDataset, in_flight_),
-                                 draining_.load() ? Draining() : absl::OkStatus());
+  return StartStream(context, response, Metrics::Method::kPutDataset, &AggregatorService::MakePutDatasetJob);
+}
+
+std::unique_ptr<StreamJob> AggregatorService::MakePutDatasetJob(const std::string& identity) {
+  return std::make_unique<PutDatasetJob>(*this, identity);
 }
 
 grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServerContext* context,
@@ -96,8 +105,8 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
     record->Complete(status, elements);
     reactor->Finish(ToGrpcStatus(status));
   };
-  if (draining_.load()) {
-    finish(Draining(), 0);
+  if (absl::StatusOr<std::string> identity = BeginCall(*context, *record); !identity.ok()) {
+    finish(identity.status(), 0);
     return reactor;
   }
   // A lane may be waited for, and the cpu backend reads for a while: off
@@ -139,6 +148,12 @@ grpc::ServerUnaryReactor* AggregatorService::ListDatasets(grpc::CallbackServerCo
                                                           const v1::ListDatasetsRequest*,
                                                           v1::ListDatasetsResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kListDatasets, in_flight_);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) {
+    record.Complete(identity.status(), 0);
+    reactor->Finish(ToGrpcStatus(identity.status()));
+    return reactor;
+  }
   for (const DatasetInfo& info : datasets_.List()) DatasetInfoToProto(info, response->add_datasets());
   for (const DatasetStore::PlaceUsage& u : datasets_.Usage()) {
     v1::PlaceUsage* p = response->add_places();
@@ -147,7 +162,6 @@ grpc::ServerUnaryReactor* AggregatorService::ListDatasets(grpc::CallbackServerCo
     p->set_datasets(u.datasets);
     p->set_limit_bytes(u.limit);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(absl::OkStatus(), 0);
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -157,7 +171,8 @@ grpc::ServerUnaryReactor* AggregatorService::DescribeDataset(grpc::CallbackServe
                                                              const v1::DescribeDatasetRequest* request,
                                                              v1::DatasetInfo* response) {
   RequestRecord record(metrics_, Metrics::Method::kDescribeDataset, in_flight_);
-  absl::StatusOr<DatasetInfo> info = datasets_.Describe(request->name());
+  absl::StatusOr<std::string> identity = BeginCall(*context, record);
+  absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Describe(request->name()) : identity.status();
   if (info.ok()) DatasetInfoToProto(*info, response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(info.status(), 0);
@@ -169,7 +184,8 @@ grpc::ServerUnaryReactor* AggregatorService::DeleteDataset(grpc::CallbackServerC
                                                            const v1::DeleteDatasetRequest* request,
                                                            v1::DeleteDatasetResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kDeleteDataset, in_flight_);
-  absl::StatusOr<DatasetInfo> info = datasets_.Delete(request->name());
+  absl::StatusOr<std::string> identity = BeginCall(*context, record);
+  absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Delete(request->name()) : identity.status();
   if (info.ok()) DatasetInfoToProto(*info, response->mutable_dataset());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(info.status(), 0);

@@ -32,33 +32,40 @@ void RegionInfoToProto(const RegionInfo& info, v1::RegionInfo* out) {
 }  // namespace
 
 RegionService::RegionService(Backend& backend, RegionRegistry& regions, DatasetStore& datasets,
-                             AggregatorService& aggregator, Executor& request_workers, Metrics* metrics,
-                             RequestLimits limits)
+                             AggregatorService& aggregator, IdentityQuotas& quotas, Executor& request_workers,
+                             Metrics* metrics, RequestLimits limits)
     : backend_(backend),
       regions_(regions),
       datasets_(datasets),
       aggregator_(aggregator),
+      quotas_(quotas),
       request_workers_(request_workers),
       metrics_(metrics),
       limits_(limits) {}
 
-grpc::ServerUnaryReactor* RegionService::OnWorker(
-    grpc::CallbackServerContext* context, Metrics::Method method,
-    std::function<absl::StatusOr<std::uint64_t>(RequestRecord&)> work) {
+grpc::ServerUnaryReactor* RegionService::OnWorker(grpc::CallbackServerContext* context, Metrics::Method method,
+                                                  Work work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto record = std::make_shared<RequestRecord>(metrics_, method, aggregator_.in_flight());
-  if (aggregator_.draining()) {
-    const absl::Status s = AggregatorService::Draining();
-    record->Complete(s, 0);
-    reactor->Finish(ToGrpcStatus(s));
+  absl::StatusOr<std::string> identity = aggregator_.BeginCall(*context, *record);
+  if (!identity.ok()) {
+    record->Complete(identity.status(), 0);
+    reactor->Finish(ToGrpcStatus(identity.status()));
     return reactor;
   }
-  request_workers_.Post([reactor, record, work = std::move(work)] {
-    absl::StatusOr<std::uint64_t> elements = work(*record);
+  request_workers_.Post([reactor, record, identity = *std::move(identity), work = std::move(work)] {
+    absl::StatusOr<std::uint64_t> elements = work(*record, identity);
     record->Complete(elements.status(), elements.ok() ? *elements : 0);
     reactor->Finish(ToGrpcStatus(elements.status()));
   });
   return reactor;
+}
+
+absl::StatusOr<std::shared_ptr<void>> RegionService::ChargeRegion(const std::string& identity,
+                                                                  std::uint64_t bytes) {
+  absl::StatusOr<IdentityQuota::Charge> charge = quotas_.region_bytes.TryCharge(identity, bytes);
+  if (!charge.ok()) return charge.status();
+  return std::make_shared<IdentityQuota::Charge>(std::move(*charge));
 }
 
 absl::StatusOr<RegionService::Span> RegionService::Locate(const std::string& name, std::uint64_t offset, DType dtype,
@@ -87,9 +94,12 @@ grpc::ServerUnaryReactor* RegionService::RegisterHostRegion(grpc::CallbackServer
   // Off the gRPC thread: mapping and registering gigabytes with CUDA takes
   // a while (it pins every page).
   return OnWorker(context, Metrics::Method::kRegisterHostRegion,
-                  [this, request, response](RequestRecord&) -> absl::StatusOr<std::uint64_t> {
-                    absl::StatusOr<RegionInfo> info = regions_.RegisterHost(
-                        request->name(), request->shm_name(), request->offset(), request->byte_size());
+                  [this, request, response](RequestRecord&, const std::string& identity) -> absl::StatusOr<std::uint64_t> {
+                    absl::StatusOr<std::shared_ptr<void>> charge = ChargeRegion(identity, request->byte_size());
+                    if (!charge.ok()) return charge.status();
+                    absl::StatusOr<RegionInfo> info =
+                        regions_.RegisterHost(request->name(), request->shm_name(), request->offset(),
+                                              request->byte_size(), *std::move(charge));
                     if (!info.ok()) return info.status();
                     RegionInfoToProto(*info, response);
                     return 0;
@@ -100,12 +110,14 @@ grpc::ServerUnaryReactor* RegionService::RegisterCudaRegion(grpc::CallbackServer
                                                             const v1::RegisterCudaRegionRequest* request,
                                                             v1::RegionInfo* response) {
   return OnWorker(context, Metrics::Method::kRegisterCudaRegion,
-                  [this, request, response](RequestRecord&) -> absl::StatusOr<std::uint64_t> {
+                  [this, request, response](RequestRecord&, const std::string& identity) -> absl::StatusOr<std::uint64_t> {
+                    absl::StatusOr<std::shared_ptr<void>> charge = ChargeRegion(identity, request->byte_size());
+                    if (!charge.ok()) return charge.status();
                     const std::string& handle = request->ipc_handle();
                     absl::StatusOr<RegionInfo> info = regions_.RegisterCuda(
                         request->name(),
                         std::span<const std::byte>(reinterpret_cast<const std::byte*>(handle.data()), handle.size()),
-                        request->device(), request->byte_size());
+                        request->device(), request->byte_size(), *std::move(charge));
                     if (!info.ok()) return info.status();
                     RegionInfoToProto(*info, response);
                     return 0;
@@ -118,7 +130,7 @@ grpc::ServerUnaryReactor* RegionService::UnregisterRegion(grpc::CallbackServerCo
   // On a worker: when no query holds the region, unregistering unpins and
   // unmaps it here.
   return OnWorker(context, Metrics::Method::kUnregisterRegion,
-                  [this, request, response](RequestRecord&) -> absl::StatusOr<std::uint64_t> {
+                  [this, request, response](RequestRecord&, const std::string&) -> absl::StatusOr<std::uint64_t> {
                     absl::StatusOr<RegionInfo> info = regions_.Unregister(request->name());
                     if (!info.ok()) return info.status();
                     RegionInfoToProto(*info, response);
@@ -130,10 +142,15 @@ grpc::ServerUnaryReactor* RegionService::ListRegions(grpc::CallbackServerContext
                                                      const v1::ListRegionsRequest*,
                                                      v1::ListRegionsResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kListRegions, aggregator_.in_flight());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<std::string> identity = aggregator_.BeginCall(*context, record); !identity.ok()) {
+    record.Complete(identity.status(), 0);
+    reactor->Finish(ToGrpcStatus(identity.status()));
+    return reactor;
+  }
   for (const RegionInfo& info : regions_.List()) RegionInfoToProto(info, response->add_regions());
   response->set_registered_bytes(regions_.charged_bytes());
   response->set_limit_bytes(regions_.max_bytes());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   record.Complete(absl::OkStatus(), 0);
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -143,7 +160,8 @@ grpc::ServerUnaryReactor* RegionService::AggregateRegion(grpc::CallbackServerCon
                                                          const v1::AggregateRegionRequest* request,
                                                          v1::AggregateResponse* response) {
   return OnWorker(context, Metrics::Method::kAggregateRegion,
-                  [this, context, request, response](RequestRecord& record) -> absl::StatusOr<std::uint64_t> {
+                  [this, context, request, response](RequestRecord& record,
+                                                     const std::string&) -> absl::StatusOr<std::uint64_t> {
                     absl::StatusOr<DType> dtype = DTypeFromProto(request->spec().dtype());
                     if (!dtype.ok()) return dtype.status();
                     if (!request->spec().has_length()) {
@@ -172,14 +190,19 @@ grpc::ServerUnaryReactor* RegionService::PutDatasetFromRegion(grpc::CallbackServ
                                                               const v1::PutDatasetFromRegionRequest* request,
                                                               v1::PutDatasetResponse* response) {
   return OnWorker(context, Metrics::Method::kPutDatasetFromRegion,
-                  [this, request, response](RequestRecord& record) -> absl::StatusOr<std::uint64_t> {
+                  [this, request, response](RequestRecord& record,
+                                            const std::string& identity) -> absl::StatusOr<std::uint64_t> {
                     absl::StatusOr<DatasetHeader> header = DatasetHeaderFromProto(request->dataset(), "dataset.");
                     if (!header.ok()) return header.status();
                     absl::StatusOr<Span> span = Locate(request->region(), request->offset(), header->dtype,
                                                        header->length);
                     if (!span.ok()) return span.status();
+                    absl::StatusOr<IdentityQuota::Charge> charge =
+                        quotas_.dataset_bytes.TryCharge(identity, span->bytes.size());
+                    if (!charge.ok()) return charge.status();
                     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload = datasets_.BeginUpload(
-                        header->name, header->dtype, header->length, header->replace, header->ttl);
+                        header->name, header->dtype, header->length, header->replace, header->ttl,
+                        std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
                     if (!upload.ok()) return upload.status();
                     if (absl::Status s = (*upload)->Append(span->bytes); !s.ok()) return s;
                     // Host bytes were read by now (the cpu backend copies at once; the

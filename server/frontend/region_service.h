@@ -11,6 +11,7 @@
 #include "server/engine/regions/region_registry.h"
 #include "server/frontend/aggregator_service.h"
 #include "server/frontend/executor.h"
+#include "server/frontend/identity_quota.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally {
@@ -23,7 +24,7 @@ class RegionService final : public v1::SharedMemory::CallbackService {
   // (registering gigabytes with CUDA, reading a region) run on
   // `request_workers`.
   RegionService(Backend& backend, RegionRegistry& regions, DatasetStore& datasets, AggregatorService& aggregator,
-                Executor& request_workers, Metrics* metrics, RequestLimits limits);
+                IdentityQuotas& quotas, Executor& request_workers, Metrics* metrics, RequestLimits limits);
 
   grpc::ServerUnaryReactor* RegisterHostRegion(grpc::CallbackServerContext* context,
                                                const v1::RegisterHostRegionRequest* request,
@@ -44,16 +45,20 @@ class RegionService final : public v1::SharedMemory::CallbackService {
                                                  v1::PutDatasetResponse* response) override;
 
  private:
-  // Runs `work` on a request worker and finishes the call with its status;
-  // `work` returns the elements it read (for the metrics).
-  grpc::ServerUnaryReactor* OnWorker(grpc::CallbackServerContext* context, Metrics::Method method,
-                                     std::function<absl::StatusOr<std::uint64_t>(RequestRecord&)> work);
+  // Begins the call as the Aggregator service does (drain, authentication),
+  // runs `work` on a request worker with the caller's identity and finishes
+  // the call with its status; `work` returns the elements it read (for the
+  // metrics).
+  using Work = std::function<absl::StatusOr<std::uint64_t>(RequestRecord&, const std::string& identity)>;
+  grpc::ServerUnaryReactor* OnWorker(grpc::CallbackServerContext* context, Metrics::Method method, Work work);
   // The region named `name`, and where `length` elements of `dtype` from
   // byte `offset` lie in it; the region is checked to be intact.
   struct Span {
     std::shared_ptr<const Region> region;
     Extent bytes;
   };
+  // `bytes` of the caller's region quota, held by the region once registered.
+  absl::StatusOr<std::shared_ptr<void>> ChargeRegion(const std::string& identity, std::uint64_t bytes);
   absl::StatusOr<Span> Locate(const std::string& name, std::uint64_t offset, DType dtype,
                               std::uint64_t length);
 
@@ -61,6 +66,7 @@ class RegionService final : public v1::SharedMemory::CallbackService {
   RegionRegistry& regions_;
   DatasetStore& datasets_;
   AggregatorService& aggregator_;
+  IdentityQuotas& quotas_;
   Executor& request_workers_;
   Metrics* metrics_;
   RequestLimits limits_;

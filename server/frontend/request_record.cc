@@ -25,8 +25,12 @@ RequestRecord::RequestRecord(Metrics* metrics, Metrics::Method method, InFlightT
   if (metrics_ != nullptr) metrics_->RequestStarted(method_);
 }
 
+void RequestRecord::SetIdentity(const std::string& identity) {
+  if (metrics_ != nullptr) identity_ = metrics_->IdentitySlot(identity);
+}
+
 void RequestRecord::AddBytes(std::uint64_t bytes) {
-  if (metrics_ != nullptr) metrics_->BytesReceived(bytes);
+  if (metrics_ != nullptr) metrics_->BytesReceived(bytes, identity_);
 }
 
 double RequestRecord::Seconds() const {
@@ -42,6 +46,7 @@ void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements)
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kUnauthenticated:
       // The client's doing (or a busy server's answer), returned with the
       // reason and counted in the metrics: no line at info level.
       if (!status.ok()) spdlog::debug("request refused: {}", status.ToString());
@@ -52,7 +57,7 @@ void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements)
   }
   if (metrics_ != nullptr) {
     if (status.ok()) metrics_->ElementsProcessed(elements);
-    metrics_->RequestFinished(method_, ops_, static_cast<int>(status.code()), Seconds());
+    metrics_->RequestFinished(method_, ops_, static_cast<int>(status.code()), Seconds(), identity_);
   }
   tracker_.End();
 }

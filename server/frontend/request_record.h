@@ -35,6 +35,9 @@ class RequestRecord {
   RequestRecord(Metrics* metrics, Metrics::Method method, InFlightTracker& tracker);
 
   void SetOps(std::vector<rules::OpKind> ops) { ops_ = std::move(ops); }
+  // The caller, once authenticated; until then the request counts as
+  // anonymous.
+  void SetIdentity(const std::string& identity);
   void AddBytes(std::uint64_t bytes);
   double Seconds() const;
   // Logs a failure at a level that matches its cause and updates metrics.
@@ -46,6 +49,7 @@ class RequestRecord {
   InFlightTracker& tracker_;
   std::chrono::steady_clock::time_point start_;
   std::vector<rules::OpKind> ops_;
+  int identity_ = Metrics::kAnonymousIdentity;
 };
 
 }  // namespace tally

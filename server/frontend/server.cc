@@ -53,8 +53,19 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   s->chunk_workers_ = std::make_unique<Executor>(threads);
   s->request_workers_ = std::make_unique<Executor>(std::max(config.request_threads, threads));
 
-  s->metrics_ = std::make_unique<Metrics>(
-      Metrics::Options{s->backend_->name(), s->backend_->device(), TALLY_VERSION});
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeServerCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<std::unique_ptr<AuthPolicy>> auth = AuthPolicy::Create(config.auth);
+  if (!auth.ok()) return absl::Status(auth.status().code(), absl::StrCat("--auth_token_file: ", auth.status().message()));
+  if (config.auth.identity_from_client_cert && config.tls.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--auth_identity_from_client_cert needs --tls_client_ca_file: only verified client certificates name an "
+        "identity.");
+  }
+  s->auth_ = std::move(*auth);
+
+  s->metrics_ = std::make_unique<Metrics>(Metrics::Options{
+      s->backend_->name(), s->backend_->device(), TALLY_VERSION, config.metrics_max_identities});
   if (!config.metrics_listen.empty()) {
     if (absl::Status st = s->metrics_->Serve(config.metrics_listen); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("--metrics_listen: ", st.message()));
@@ -63,17 +74,20 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
 
   s->backend_->SetMetrics(s->metrics_.get());
 
+  s->quotas_ = std::make_unique<IdentityQuotas>(config.quotas, s->metrics_.get());
   s->datasets_ = std::make_unique<DatasetStore>(*s->backend_, config.datasets, s->metrics_.get());
   s->regions_ = std::make_unique<RegionRegistry>(*s->backend_, config.max_region_bytes, s->metrics_.get());
   s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->request_workers_,
-                                                    *s->chunk_workers_, s->metrics_.get(), config.service);
+                                                    *s->chunk_workers_, *s->auth_, *s->quotas_, s->metrics_.get(),
+                                                    config.service);
   s->region_service_ = std::make_unique<RegionService>(*s->backend_, *s->regions_, *s->datasets_, *s->service_,
-                                                       *s->request_workers_, s->metrics_.get(),
+                                                       *s->quotas_, *s->request_workers_, s->metrics_.get(),
                                                        config.service.limits);
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The plugin is process-wide: once on, every server built after has it.
+  if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(config.listen, *credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(TransportLimit(config.service.max_unary_bytes));
   if (const std::uint64_t quota = ReceiveQuota(config.service); quota != 0) {
     grpc::ResourceQuota receive_quota("tally-receive");
@@ -89,9 +103,18 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
     return absl::UnavailableError(absl::StrCat("--listen: could not listen on ", config.listen,
                                                " (address in use or not valid)."));
   }
-  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
-  health->SetServingStatus(kServiceName, true);
-  health->SetServingStatus(true);
+  if (!config.health_listen.empty()) {
+    // Health only, in plaintext: what it tells (serving or not) is no secret.
+    grpc::ServerBuilder health_builder;
+    health_builder.AddListeningPort(config.health_listen, grpc::InsecureServerCredentials(), &s->health_port_);
+    ApplyTransportLimits(config.transport, health_builder);
+    s->health_server_ = health_builder.BuildAndStart();
+    if (!s->health_server_ || s->health_port_ == 0) {
+      return absl::UnavailableError(absl::StrCat("--health_listen: could not listen on ", config.health_listen,
+                                                 " (address in use or not valid)."));
+    }
+  }
+  s->SetServing(true);
   s->watcher_ = std::thread([raw = s.get()] { raw->WatchHealth(); });
   return s;
 }
@@ -108,8 +131,15 @@ void TallyServer::WatchHealth() {
     } else {
       spdlog::error("backend {} cannot serve: {}; health NOT_SERVING", backend_->name(), health.ToString());
     }
-    server_->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
-    server_->GetHealthCheckService()->SetServingStatus(serving);
+    SetServing(serving);
+  }
+}
+
+void TallyServer::SetServing(bool serving) {
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server == nullptr) continue;
+    server->GetHealthCheckService()->SetServingStatus(kServiceName, serving);
+    server->GetHealthCheckService()->SetServingStatus(serving);
   }
 }
 
@@ -131,13 +161,19 @@ void TallyServer::Drain(std::chrono::milliseconds grace) {
   // Load balancers learn first (health watches stay open until the end), new
   // calls are refused, and only our own calls in flight are waited for:
   // long-lived health watches must not hold the process for the whole grace.
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+    if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
+  }
   service_->BeginDrain();
   if (!service_->WaitIdle(std::chrono::steady_clock::now() + grace)) {
     spdlog::warn("drain: calls still in flight after the {} ms grace are being cancelled", grace.count());
   }
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
+  if (health_server_) {
+    health_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+    health_server_->Wait();
+  }
 }
 
 TallyServer::~TallyServer() {

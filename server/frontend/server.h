@@ -15,6 +15,9 @@
 #include "server/engine/regions/region_registry.h"
 #include "server/frontend/aggregator_service.h"
 #include "server/frontend/region_service.h"
+#include "server/frontend/auth_policy.h"
+#include "server/frontend/identity_quota.h"
+#include "server/frontend/tls_credentials.h"
 #include "server/frontend/transport_limits.h"
 
 namespace grpc {
@@ -28,6 +31,14 @@ class Metrics;
 struct ServerConfig {
   std::string listen = "0.0.0.0:50051";  // port 0 picks a free port
   std::string metrics_listen;            // empty: no metrics endpoint
+  // A second, plaintext port that serves only grpc.health.v1 (for kubelet
+  // probes, which cannot speak TLS); empty: none.
+  std::string health_listen;
+  bool reflection = true;  // gRPC server reflection on the main port
+  int metrics_max_identities = 16;
+  TlsOptions tls;
+  AuthOptions auth;
+  QuotaOptions quotas;
   BackendOptions backend;
   ServiceOptions service;
   DatasetOptions datasets;
@@ -48,10 +59,12 @@ class TallyServer {
 
   int port() const { return port_; }
   int metrics_port() const;
+  int health_port() const { return health_port_; }
   const Backend& backend() const { return *backend_; }
   Metrics* metrics() { return metrics_.get(); }
   DatasetStore& datasets() { return *datasets_; }
   RegionRegistry& regions() { return *regions_; }
+  IdentityQuotas& quotas() { return *quotas_; }
 
   // Graceful stop: health goes NOT_SERVING, new calls are refused, calls in
   // flight get until `grace` to finish and are cancelled after that.
@@ -59,20 +72,25 @@ class TallyServer {
 
  private:
   TallyServer() = default;
-  // Polls the backend's health and mirrors it on the health service.
+  // Polls the backend's health and mirrors it on the health services.
   void WatchHealth();
+  void SetServing(bool serving);
   void StopWatching();
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Executor> request_workers_;
   std::unique_ptr<Executor> chunk_workers_;
   std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AuthPolicy> auth_;
+  std::unique_ptr<IdentityQuotas> quotas_;  // after the datasets go: they hold charges
   std::unique_ptr<DatasetStore> datasets_;  // before the backend goes: its memory is the backend's
   std::unique_ptr<RegionRegistry> regions_;  // likewise: the backend unpins and closes them
   std::unique_ptr<AggregatorService> service_;
   std::unique_ptr<RegionService> region_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
   int port_ = 0;
+  int health_port_ = 0;
   bool drained_ = false;
 
   std::mutex watch_mu_;

@@ -7,8 +7,13 @@ namespace tally {
 
 ClientStreamReactor::ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
                                          grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
-                                         RequestRecord record, const absl::Status& refusal)
-    : job_(std::move(job)), options_(options), context_(context), response_(response), record_(std::move(record)) {
+                                         RequestRecord record, StreamCaller caller, const absl::Status& refusal)
+    : job_(std::move(job)),
+      options_(options),
+      context_(context),
+      response_(response),
+      record_(std::move(record)),
+      caller_(std::move(caller)) {
   options_.watchdog->Add(this);
   std::unique_lock<std::mutex> lock(mu_);
   if (!refusal.ok()) {
@@ -60,7 +65,7 @@ void ClientStreamReactor::OnReadDone(bool ok) {
   }
   if (absl::Status s = CheckRateLocked(now, window_waited_); !s.ok()) return FailLocked(lock, s);
   if (!started_) return AdmitOnWorkerLocked(std::move(*chunk));
-  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->TryAdmit(chunk->size());
+  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->TryAdmit(chunk->size(), caller_.identity);
   if (!ticket.ok()) return AdmitOnWorkerLocked(std::move(*chunk));
   QueueLocked(std::move(*chunk), std::move(*ticket));
 }
@@ -126,7 +131,7 @@ void ClientStreamReactor::AdmitOnWorkerLocked(SlicedBytes chunk) {
 }
 
 void ClientStreamReactor::AdmitAndQueue(SlicedBytes chunk, bool first) {
-  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->Admit(chunk.size());
+  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->Admit(chunk.size(), caller_.identity);
   absl::Status started;
   if (first) started = ticket.ok() ? job_->Start() : ticket.status();
   std::unique_lock<std::mutex> lock(mu_);
@@ -200,9 +205,11 @@ void ClientStreamReactor::FinishLocked(std::unique_lock<std::mutex>& lock) {
   absl::Status status = Outcome();
   if (status.ok()) status = job_->Finish(record_.Seconds(), response_);
   const std::uint64_t elements = status.ok() ? job_->elements() : 0;
-  // What the job holds (a reduction, a lane, an unfinished upload) goes now.
+  // What the job holds (a reduction, a lane, an unfinished upload) goes now,
+  // and the caller's place under its stream quota with it.
   job_.reset();
   queue_.clear();
+  caller_.stream.Release();
   lock.unlock();
   record_.Complete(status, elements);
   Finish(ToGrpcStatus(status));

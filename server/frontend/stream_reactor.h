@@ -33,6 +33,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/frontend/admission.h"
 #include "server/frontend/executor.h"
+#include "server/frontend/identity_quota.h"
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/stream_watchdog.h"
@@ -77,15 +78,23 @@ struct StreamReactorOptions {
   std::chrono::milliseconds rate_window{0};
 };
 
+// Who a stream acts for: its identity, charged for its chunks' bytes, and
+// its place under the identity's stream quota, held until the call ends.
+struct StreamCaller {
+  std::string identity;
+  IdentityQuota::Charge stream;
+};
+
 class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
                                   public StreamWatchdog::Watched {
  public:
   using Clock = StreamWatchdog::Clock;
 
-  // `refusal`, when not OK, ends the call at once (the server is draining).
+  // `refusal`, when not OK, ends the call at once (the server is draining,
+  // the caller did not authenticate, or is over its stream quota).
   ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
                       grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
-                      RequestRecord record, const absl::Status& refusal);
+                      RequestRecord record, StreamCaller caller, const absl::Status& refusal);
 
   void OnReadDone(bool ok) override;
   void OnCancel() override;
@@ -116,6 +125,7 @@ class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffe
   grpc::CallbackServerContext* context_;
   grpc::ByteBuffer* response_;
   RequestRecord record_;
+  StreamCaller caller_;
   grpc::ByteBuffer message_;  // the read in flight writes here
 
   std::mutex mu_;

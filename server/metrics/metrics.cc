@@ -2,6 +2,7 @@
 // cached children afterwards.
 #include "server/metrics/metrics.h"
 
+#include <algorithm>
 #include <exception>
 #include <sstream>
 #include <string_view>
@@ -74,7 +75,14 @@ bool Metrics::CarriesOps(Method method) {
          method == Method::kAggregateDataset || method == Method::kAggregateRegion;
 }
 
-Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus::Registry>()) {
+Metrics::Metrics(const Options& options)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      max_identities_(std::max(0, options.max_identities)),
+      identity_labels_{kAnonymousLabel, kOtherLabel} {
+  const std::size_t identity_slots = static_cast<std::size_t>(max_identities_) + 2;
+  request_children_.reset(new std::atomic<prometheus::Counter*>[identity_slots * kNumMethods * kNumCodes]());
+  received_children_.reset(new std::atomic<prometheus::Counter*>[identity_slots]());
+  identity_labels_.reserve(identity_slots);
   // The backend is a constant label on every family: one value per process,
   // so it adds no series, and every panel can be split by it without a join.
   // The device description is long and free-form; it lives on build_info
@@ -91,7 +99,8 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
 
   requests_ = &prometheus::BuildCounter()
                    .Name("tally_requests_total")
-                   .Help("Requests finished, by RPC method and gRPC status code.")
+                   .Help("Requests finished, by RPC method, gRPC status code and caller identity "
+                         "(\"anonymous\" without authentication, \"other\" past --metrics_max_identities).")
                    .Labels(constant)
                    .Register(r);
   aggregations_ = &prometheus::BuildCounter()
@@ -116,7 +125,7 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
     in_flight_[m] = &in_flight.Add({{"method", MethodName(method)}});
     // Successful series exist from the start, so rate() and dashboards see 0
     // rather than nothing before the first request.
-    RequestCounter(m, 0);
+    RequestCounter(m, 0, kAnonymousIdentity);
     if (!CarriesOps(method)) continue;
     for (int op = 0; op < rules::kNumOpKinds; ++op) OpCounter(m, op, 0);
   }
@@ -130,10 +139,17 @@ Metrics::Metrics(const Options& options) : registry_(std::make_shared<prometheus
                                .Add({});
   received_bytes_ = &prometheus::BuildCounter()
                          .Name("tally_received_bytes_total")
-                         .Help("Array payload bytes received.")
+                         .Help("Array payload bytes received, by caller identity.")
                          .Labels(constant)
-                         .Register(r)
-                         .Add({});
+                         .Register(r);
+  ReceivedCounter(kAnonymousIdentity);
+  quota_rejections_ = &prometheus::BuildCounter()
+                           .Name("tally_quota_rejections_total")
+                           .Help("Requests refused because their identity was over a quota, by the "
+                                 "quota's flag (also counted in tally_requests_total as RESOURCE_EXHAUSTED).")
+                           .Labels(constant)
+                           .Register(r);
+  for (const char* flag : kQuotaFlags) quota_rejections_->Add({{"quota", std::string(flag + 2)}});
   processed_elements_ = &prometheus::BuildCounter()
                              .Name("tally_processed_elements_total")
                              .Help("Array elements aggregated.")
@@ -261,12 +277,45 @@ std::string Metrics::Scrape() const {
   return out.str();
 }
 
-prometheus::Counter& Metrics::RequestCounter(int method, int code) {
-  auto& slot = request_children_[method * kNumCodes + code];
+int Metrics::IdentitySlot(const std::string& identity) {
+  if (identity == kAnonymousLabel) return kAnonymousIdentity;
+  if (identity == kOtherLabel) return kOtherIdentity;
+  std::lock_guard<std::mutex> lock(identity_mutex_);
+  if (const auto it = identity_slots_.find(identity); it != identity_slots_.end()) return it->second;
+  if (static_cast<int>(identity_labels_.size()) - 2 >= max_identities_) return kOtherIdentity;
+  const int slot = static_cast<int>(identity_labels_.size());
+  identity_labels_.push_back(identity);
+  identity_slots_.emplace(identity, slot);
+  return slot;
+}
+
+// Slots are only ever appended (the vector's room is reserved up front), so
+// a label read here is never moved while another slot is added.
+const std::string& Metrics::IdentityLabel(int identity) {
+  std::lock_guard<std::mutex> lock(identity_mutex_);
+  if (identity < 0 || identity >= static_cast<int>(identity_labels_.size())) return identity_labels_[kOtherIdentity];
+  return identity_labels_[static_cast<std::size_t>(identity)];
+}
+
+prometheus::Counter& Metrics::ReceivedCounter(int identity) {
+  if (identity < 0 || identity >= max_identities_ + 2) identity = kOtherIdentity;
+  auto& slot = received_children_[static_cast<std::size_t>(identity)];
+  prometheus::Counter* c = slot.load(std::memory_order_acquire);
+  if (c == nullptr) {
+    c = &received_bytes_->Add({{"identity", IdentityLabel(identity)}});
+    slot.store(c, std::memory_order_release);
+  }
+  return *c;
+}
+
+prometheus::Counter& Metrics::RequestCounter(int method, int code, int identity) {
+  if (identity < 0 || identity >= max_identities_ + 2) identity = kOtherIdentity;
+  auto& slot = request_children_[(static_cast<std::size_t>(identity) * kNumMethods + method) * kNumCodes + code];
   prometheus::Counter* c = slot.load(std::memory_order_acquire);
   if (c == nullptr) {
     c = &requests_->Add({{"method", MethodName(static_cast<Method>(method))},
-                         {"code", kCodeNames[code]}});
+                         {"code", kCodeNames[code]},
+                         {"identity", IdentityLabel(identity)}});
     slot.store(c, std::memory_order_release);
   }
   return *c;
@@ -287,11 +336,11 @@ prometheus::Counter& Metrics::OpCounter(int method, int op, int code) {
 void Metrics::RequestStarted(Method method) { in_flight_[static_cast<int>(method)]->Increment(); }
 
 void Metrics::RequestFinished(Method method, std::span<const rules::OpKind> op_kinds,
-                              int grpc_status_code, double seconds) {
+                              int grpc_status_code, double seconds, int identity) {
   const int m = static_cast<int>(method);
   const int code = ClampCode(grpc_status_code);
   in_flight_[m]->Decrement();
-  RequestCounter(m, code).Increment();
+  RequestCounter(m, code, identity).Increment();
   for (const rules::OpKind k : op_kinds) {
     const int op = static_cast<int>(k);
     if (op >= 0 && op < rules::kNumOpKinds) OpCounter(m, op, code).Increment();
@@ -301,8 +350,14 @@ void Metrics::RequestFinished(Method method, std::span<const rules::OpKind> op_k
 
 void Metrics::AdmissionRejected() { admission_rejections_->Increment(); }
 
-void Metrics::BytesReceived(std::uint64_t bytes) {
-  received_bytes_->Increment(static_cast<double>(bytes));
+void Metrics::BytesReceived(std::uint64_t bytes, int identity) {
+  ReceivedCounter(identity).Increment(static_cast<double>(bytes));
+}
+
+void Metrics::QuotaRejected(const std::string& flag) {
+  // A handful of quotas, each refused rarely: the family's own lookup will do.
+  const std::size_t name = flag.find_first_not_of('-');
+  quota_rejections_->Add({{"quota", name == std::string::npos ? flag : flag.substr(name)}}).Increment();
 }
 
 void Metrics::ElementsProcessed(std::uint64_t elements) {

@@ -10,7 +10,9 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "tally/rules/op.h"
@@ -51,7 +53,17 @@ class Metrics {
     std::string backend;  // "cpu", "cuda", "null": a constant label on every family
     std::string device;   // e.g. "NVIDIA H100 80GB HBM3 (0)"; only on tally_build_info
     std::string version;  // tally's version, on tally_build_info
+    // Identities named in the `identity` label; the others are "other", so
+    // the request series stay bounded however many identities call.
+    int max_identities = 16;
   };
+
+  // The `identity` label's slots: calls without authentication, and the
+  // identities beyond Options::max_identities.
+  static constexpr int kAnonymousIdentity = 0;
+  static constexpr int kOtherIdentity = 1;
+  static constexpr char kAnonymousLabel[] = "anonymous";
+  static constexpr char kOtherLabel[] = "other";
 
   // Upper bounds of tally_request_duration_seconds: 50 us to 60 s.
   static constexpr std::array<double, 19> kDurationBuckets = {
@@ -82,14 +94,25 @@ class Metrics {
   // request asked for (empty when it failed before they were known);
   // `grpc_status_code` is the grpc::StatusCode it ended with; `seconds` runs
   // from the first byte received to the response.
+  // `identity` is the caller's slot from IdentitySlot().
   void RequestStarted(Method method);
   void RequestFinished(Method method, std::span<const rules::OpKind> ops, int grpc_status_code,
-                       double seconds);
+                       double seconds, int identity = kAnonymousIdentity);
+  // The slot of the `identity` label for an authenticated identity: its own
+  // name for the first max_identities seen, "other" after that (first come,
+  // first named, for the life of the process).
+  int IdentitySlot(const std::string& identity);
+  // A request refused because its identity was over a quota; `flag` names
+  // the quota ("--quota_streams"). Also counted by RequestFinished().
+  void QuotaRejected(const std::string& flag);
+  // The per-identity quotas' flags, whose refusal series exist from the start.
+  static constexpr std::array<const char*, 3> kQuotaFlags = {"--quota_inflight_bytes", "--quota_streams",
+                                                             "--quota_dataset_bytes"};
   // A request turned away by admission control (RESOURCE_EXHAUSTED). It is
   // still counted by RequestFinished(); this counter says why.
   void AdmissionRejected();
 
-  void BytesReceived(std::uint64_t bytes);
+  void BytesReceived(std::uint64_t bytes, int identity = kAnonymousIdentity);
   void ElementsProcessed(std::uint64_t elements);
   // Payload bytes held by requests in progress: +n when taken, -n when freed.
   void InFlightBytes(std::int64_t delta);
@@ -137,7 +160,9 @@ class Metrics {
     prometheus::Counter* kernel_seconds = nullptr;
   };
   DeviceChildren Device(int device);
-  prometheus::Counter& RequestCounter(int method, int code);
+  prometheus::Counter& RequestCounter(int method, int code, int identity);
+  prometheus::Counter& ReceivedCounter(int identity);
+  const std::string& IdentityLabel(int identity);
   prometheus::Counter& OpCounter(int method, int op, int code);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -153,7 +178,8 @@ class Metrics {
 
   std::array<prometheus::Histogram*, kNumMethods> duration_{};
   std::array<prometheus::Gauge*, kNumMethods> in_flight_{};
-  prometheus::Counter* received_bytes_;
+  prometheus::Family<prometheus::Counter>* received_bytes_;
+  prometheus::Family<prometheus::Counter>* quota_rejections_;
   prometheus::Counter* processed_elements_;
   prometheus::Counter* admission_rejections_;
   prometheus::Gauge* in_flight_bytes_;
@@ -175,7 +201,14 @@ class Metrics {
 
   // Children created on first use and cached; Family::Add returns the same
   // child for the same labels, so a race only stores the same pointer twice.
-  std::array<std::atomic<prometheus::Counter*>, kNumMethods * kNumCodes> request_children_{};
+  // Indexed by (identity slot, method, code) and identity slot.
+  std::unique_ptr<std::atomic<prometheus::Counter*>[]> request_children_;
+  std::unique_ptr<std::atomic<prometheus::Counter*>[]> received_children_;
+  // Identity slots: names by slot, and slots by name, under identity_mutex_.
+  const int max_identities_;
+  std::mutex identity_mutex_;
+  std::vector<std::string> identity_labels_;
+  std::map<std::string, int, std::less<>> identity_slots_;
   std::array<std::atomic<prometheus::Counter*>, kNumMethods * rules::kNumOpKinds * kNumCodes>
       op_children_{};
   // Filled once per device under device_mutex_, then published.

@@ -63,6 +63,41 @@ export function seriesNames(scrape) {
   return names;
 }
 
+// Label names each series name carries in a scrape.
+export function seriesLabels(scrape) {
+  const labels = new Map();
+  for (const line of scrape.split("\n")) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? /.exec(line);
+    if (!m) continue;
+    const set = labels.get(m[1]) ?? new Set();
+    for (const l of (m[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="/g)) set.add(l[1]);
+    labels.set(m[1], set);
+  }
+  return labels;
+}
+
+// Labels Prometheus adds when it scrapes (target and series labels), which no
+// tally scrape shows.
+const SCRAPE_LABELS = new Set(["pod", "namespace", "instance", "job", "service", "container", "endpoint"]);
+
+// Labels an expression groups by (by/on/group_*), when none of the metrics it
+// queries has them: a panel that would show one line per nothing.
+export function unknownLabels(exprs, labels, optional = new Set()) {
+  const out = [];
+  for (const e of exprs) {
+    const names = metricNames(e).filter((n) => !optional.has(n) || labels.has(n));
+    if (names.length === 0) continue;
+    const stripped = e.replace(/"(?:[^"\\]|\\.)*"/g, '""');
+    for (const g of stripped.matchAll(/\b(?:by|on|group_left|group_right)\s*\(([^)]*)\)/g)) {
+      for (const l of g[1].split(",").map((x) => x.trim()).filter(Boolean)) {
+        if (SCRAPE_LABELS.has(l)) continue;
+        if (!names.some((n) => labels.get(n)?.has(l))) out.push(`${l} (in: ${e})`);
+      }
+    }
+  }
+  return out;
+}
+
 export function missing(exprs, series, optional = new Set()) {
   const out = [];
   for (const e of exprs) {
@@ -89,6 +124,15 @@ function main() {
   if (missing(["rate(tally_no_such_metric_total[1m])"], new Set(["tally_requests_total"])).length !== 1) {
     fail("self-test: a missing metric was not reported");
   }
+  const sampleLabels = seriesLabels('tally_requests_total{backend="cpu",code="OK",identity="a",method="Aggregate"} 1\n' +
+    'tally_request_duration_seconds_bucket{backend="cpu",method="Aggregate",le="0.1"} 1\n');
+  if (unknownLabels(["sum by (tenant) (rate(tally_requests_total[1m]))"], sampleLabels).length !== 1) {
+    fail("self-test: grouping by a label the metric lacks was not reported");
+  }
+  if (unknownLabels(['histogram_quantile(0.9, sum by (le, method, pod) (rate(tally_request_duration_seconds_bucket{code!="x"}[1m])))',
+    "sum by (identity, code) (rate(tally_requests_total[1m]))"], sampleLabels).length !== 0) {
+    fail("self-test: labels the metrics carry were reported");
+  }
 
   const dashFile = args.dashboard || path.join(here, "../../deploy/grafana/tally-dashboard.json");
   const dashboard = JSON.parse(fs.readFileSync(dashFile, "utf8"));
@@ -100,6 +144,10 @@ function main() {
   for (const n of used) if (!n.startsWith("tally_")) fail(`dashboard queries ${n}, not a tally_ metric`);
   for (const m of missing(exprs, series, args["gpu-optional"] ? GPU_ONLY : new Set())) {
     fail(`dashboard queries ${m}, absent from ${args.scrape}`);
+  }
+  const optional = args["gpu-optional"] ? GPU_ONLY : new Set();
+  for (const l of unknownLabels(exprs, seriesLabels(scrape), optional)) {
+    fail(`dashboard groups by ${l}, a label none of its metrics carries in ${args.scrape}`);
   }
   for (const p of dashboard.panels ?? []) {
     if (p.type !== "row" && !(p.targets ?? []).length) fail(`panel "${p.title}" has no query`);

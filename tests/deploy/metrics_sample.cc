@@ -16,8 +16,13 @@ int main() {
     m.RequestStarted(method);
     m.RequestFinished(method, ops, 3, 0.0001);
   }
+  const int alice = m.IdentitySlot("alice");
+  m.RequestStarted(tally::Metrics::Method::kAggregate);
+  m.RequestFinished(tally::Metrics::Method::kAggregate, ops, 8, 0.001, alice);
+  m.QuotaRejected("--quota_inflight_bytes");
   m.AdmissionRejected();
   m.BytesReceived(4096);
+  m.BytesReceived(4096, alice);
   m.ElementsProcessed(1024);
   m.InFlightBytes(4096);
   m.QueueWait(0.0005);

@@ -97,10 +97,30 @@ export function tallyProblems(objects, adapterRules) {
   if (listenPort !== port("grpc")) out.push(`--listen port ${listenPort} != containerPort grpc ${port("grpc")}`);
   if (metricsPort !== port("metrics")) out.push(`--metrics_listen port ${metricsPort} != containerPort metrics ${port("metrics")}`);
 
-  // Probes: native gRPC on the serving port; readiness on the service name.
-  for (const p of ["livenessProbe", "readinessProbe", "startupProbe"]) {
-    if (c[p] && c[p].grpc?.port !== listenPort) out.push(`${p} must be a grpc probe on port ${listenPort}`);
+  // Probes: native gRPC on the serving port, or on the health-only port when
+  // there is one; readiness on the service name. Kubelet's gRPC probes speak
+  // plaintext only, so a TLS port needs the health-only port.
+  const healthPort = flags.health_listen ? Number(flags.health_listen.split(":").pop()) : null;
+  if (healthPort !== null && healthPort !== port("health")) {
+    out.push(`--health_listen port ${healthPort} != containerPort health ${port("health")}`);
   }
+  if (flags.tls_cert_file && healthPort === null) {
+    out.push("--tls_cert_file needs --health_listen: kubelet's gRPC probes cannot speak TLS");
+  }
+  const probePort = healthPort ?? listenPort;
+  for (const p of ["livenessProbe", "readinessProbe", "startupProbe"]) {
+    if (c[p] && c[p].grpc?.port !== probePort) out.push(`${p} must be a grpc probe on port ${probePort}`);
+  }
+  // Certificates, keys and tokens come from Secrets mounted where the flags
+  // say, never from the image or a ConfigMap.
+  for (const f of ["tls_cert_file", "tls_key_file", "tls_client_ca_file", "auth_token_file"]) {
+    if (!flags[f]) continue;
+    const dir = path.posix.dirname(flags[f]);
+    const m = c.volumeMounts?.find((v) => v.mountPath === dir);
+    const vol = pod.spec.volumes?.find((v) => v.name === m?.name);
+    if (!vol?.secret) out.push(`--${f}=${flags[f]} is not in a mounted Secret`);
+  }
+  if (flags.tls_key_file && !flags.tls_cert_file) out.push("--tls_key_file without --tls_cert_file");
   if (!c.livenessProbe || !c.readinessProbe) out.push("liveness and readiness probes required");
   if (c.readinessProbe?.grpc?.service !== "tally.v1.Aggregator") out.push("readinessProbe must check service tally.v1.Aggregator");
 
@@ -282,6 +302,36 @@ async function selfTest(adapterRules) {
   }
   for (const [what, breakIt] of semantic) {
     const objs = structuredClone(base);
+    breakIt(objs);
+    if (tallyProblems(objs, adapterRules).length === 0) problems.push(`tally checks accepted: ${what}`);
+  }
+  // The TLS overlay, broken the ways that would leave pods unprobed or
+  // without their certificates.
+  const tls = render(path.join(deployDir, "overlays/tls"));
+  if (tallyProblems(tls, adapterRules).length !== 0) problems.push("tally checks refused the tls overlay itself");
+  const container = (objs) => objs.find((o) => o.kind === "Deployment").spec.template.spec.containers[0];
+  const setFlags = (objs, edit) => {
+    const cm = objs.find((o) => o.kind === "ConfigMap" && o.metadata.name === "tally-flags");
+    cm.data.flags = edit(cm.data.flags);
+  };
+  const tlsBroken = [
+    ["TLS with probes on the TLS port", (objs) => {
+      for (const p of ["startupProbe", "livenessProbe", "readinessProbe"]) container(objs)[p].grpc.port = 50051; }],
+    ["TLS without the health-only port", (objs) => {
+      setFlags(objs, (f) => f.replace(/^--health_listen=.*\n/m, ""));
+      for (const p of ["startupProbe", "livenessProbe", "readinessProbe"]) container(objs)[p].grpc.port = 50051; }],
+    ["certificate Secret not mounted", (objs) => {
+      const c = container(objs);
+      c.volumeMounts = c.volumeMounts.filter((m) => m.name !== "tls"); }],
+    ["certificate from a ConfigMap", (objs) => {
+      const v = objs.find((o) => o.kind === "Deployment").spec.template.spec.volumes.find((x) => x.name === "tls");
+      delete v.secret;
+      v.configMap = { name: "tally-flags" }; }],
+    ["--health_listen on a port the container does not declare", (objs) => {
+      setFlags(objs, (f) => f.replace("--health_listen=0.0.0.0:50052", "--health_listen=0.0.0.0:50053")); }],
+  ];
+  for (const [what, breakIt] of tlsBroken) {
+    const objs = structuredClone(tls);
     breakIt(objs);
     if (tallyProblems(objs, adapterRules).length === 0) problems.push(`tally checks accepted: ${what}`);
   }

@@ -118,9 +118,9 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_datasets",             "tally_dataset_limit_bytes",
       "tally_dataset_uploads_total", "tally_dataset_queries_total",
       "tally_dataset_evictions_total", "tally_dataset_expiries_total",
-      "tally_dataset_deletions_total", "tally_regions",
-      "tally_region_bytes",          "tally_region_limit_bytes",
-      "tally_region_queries_total"};
+      "tally_dataset_deletions_total", "tally_quota_rejections_total",
+      "tally_regions",               "tally_region_bytes",
+      "tally_region_limit_bytes",    "tally_region_queries_total"};
   for (const auto& f : families) {
     EXPECT_NE(text.find("# HELP " + f + " "), std::string::npos) << f;
     EXPECT_NE(text.find("# TYPE " + f + " "), std::string::npos) << f;
@@ -348,6 +348,43 @@ std::string HttpGet(int port, const std::string& path) {
   return out;
 }
 
+TEST(Metrics, IdentityLabelIsBoundedAndNamesTheFirstIdentities) {
+  Metrics::Options options = Cpu();
+  options.max_identities = 2;
+  Metrics m(options);
+  const int alice = m.IdentitySlot("alice");
+  const int bob = m.IdentitySlot("bob");
+  const int carol = m.IdentitySlot("carol");  // past the limit
+  const int dave = m.IdentitySlot("dave");
+  EXPECT_EQ(m.IdentitySlot("alice"), alice);
+  EXPECT_NE(alice, bob);
+  EXPECT_EQ(carol, Metrics::kOtherIdentity);
+  EXPECT_EQ(dave, Metrics::kOtherIdentity);
+  EXPECT_EQ(m.IdentitySlot("anonymous"), Metrics::kAnonymousIdentity);
+  for (int slot : {alice, bob, carol, dave, Metrics::kAnonymousIdentity}) {
+    m.RequestStarted(Metrics::Method::kAggregate);
+    m.RequestFinished(Metrics::Method::kAggregate, {}, 0, 0.001, slot);
+    m.BytesReceived(10, slot);
+  }
+  m.QuotaRejected("--quota_streams");
+  const std::string t = m.Scrape();
+  const Labels ok = {{"method", "Aggregate"}, {"code", "OK"}};
+  auto with = [&](const char* identity) {
+    Labels l = ok;
+    l["identity"] = identity;
+    return l;
+  };
+  EXPECT_EQ(Value(t, "tally_requests_total", with("alice")), 1.0);
+  EXPECT_EQ(Value(t, "tally_requests_total", with("bob")), 1.0);
+  EXPECT_EQ(Value(t, "tally_requests_total", with("other")), 2.0);
+  EXPECT_EQ(Value(t, "tally_requests_total", with("anonymous")), 1.0);
+  EXPECT_EQ(Value(t, "tally_requests_total", with("carol")), std::nullopt);
+  EXPECT_EQ(Value(t, "tally_received_bytes_total", {{"identity", "other"}}), 20.0);
+  EXPECT_EQ(Value(t, "tally_received_bytes_total", {{"identity", "alice"}}), 10.0);
+  EXPECT_EQ(Value(t, "tally_quota_rejections_total", {{"quota", "quota_streams"}}), 1.0);
+  EXPECT_EQ(Value(t, "tally_quota_rejections_total", {{"quota", "quota_dataset_bytes"}}), 0.0);
+}
+
 TEST(Metrics, ServesOverHttpAndReportsBindFailures) {
   Metrics m(Cpu());
   EXPECT_TRUE(m.Serve("").ok());
@@ -358,7 +395,7 @@ TEST(Metrics, ServesOverHttpAndReportsBindFailures) {
   m.BytesReceived(77);
   const std::string body = HttpGet(port, "/metrics");
   EXPECT_NE(body.find("200 OK"), std::string::npos) << body.substr(0, 200);
-  EXPECT_NE(body.find("tally_received_bytes_total{backend=\"cpu\"} 77"), std::string::npos);
+  EXPECT_NE(body.find("tally_received_bytes_total{backend=\"cpu\",identity=\"anonymous\"} 77"), std::string::npos);
   EXPECT_EQ(m.Serve("127.0.0.1:0").code(), absl::StatusCode::kFailedPrecondition);
 
   Metrics other(Cpu());

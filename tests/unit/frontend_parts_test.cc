@@ -62,44 +62,46 @@ TEST(ElementAligner, HoldsBackAPartialElementAndPassesErrorsOn) {
   EXPECT_EQ(calls, 1);
 }
 
+const std::string kCaller = "caller";
+
 TEST(AdmissionController, RefusesBeyondTheBudgetAndFreesOnRelease) {
-  AdmissionController admission(100, 50ms, nullptr);
-  auto a = admission.TryAdmit(60);
+  AdmissionController admission(100, 50ms, nullptr, nullptr);
+  auto a = admission.TryAdmit(60, kCaller);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(admission.in_flight(), 60u);
-  auto b = admission.TryAdmit(50);
+  auto b = admission.TryAdmit(50, kCaller);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(b.status().message().find("--max_inflight_bytes"), absl::string_view::npos);
-  { auto c = admission.TryAdmit(40); ASSERT_TRUE(c.ok()); EXPECT_EQ(admission.in_flight(), 100u); }
+  { auto c = admission.TryAdmit(40, kCaller); ASSERT_TRUE(c.ok()); EXPECT_EQ(admission.in_flight(), 100u); }
   EXPECT_EQ(admission.in_flight(), 60u);  // c gave its bytes back
   *a = AdmissionController::Ticket();     // so does a
   EXPECT_EQ(admission.in_flight(), 0u);
 }
 
 TEST(AdmissionController, ARequestLargerThanTheBudgetRunsAlone) {
-  AdmissionController admission(100, 10ms, nullptr);
-  auto big = admission.TryAdmit(1000);
+  AdmissionController admission(100, 10ms, nullptr, nullptr);
+  auto big = admission.TryAdmit(1000, kCaller);
   ASSERT_TRUE(big.ok());
-  EXPECT_FALSE(admission.TryAdmit(1).ok());
+  EXPECT_FALSE(admission.TryAdmit(1, kCaller).ok());
   // An empty chunk holds nothing, so it never waits, even now.
-  EXPECT_TRUE(admission.TryAdmit(0).ok());
-  EXPECT_TRUE(admission.Admit(0).ok());
+  EXPECT_TRUE(admission.TryAdmit(0, kCaller).ok());
+  EXPECT_TRUE(admission.Admit(0, kCaller).ok());
 }
 
 TEST(AdmissionController, AdmitWaitsForRoomThenGivesUp) {
-  AdmissionController admission(100, 300ms, nullptr);
-  auto held = admission.TryAdmit(100);
+  AdmissionController admission(100, 300ms, nullptr, nullptr);
+  auto held = admission.TryAdmit(100, kCaller);
   ASSERT_TRUE(held.ok());
   // Freed while the second request waits: it gets in.
-  auto waiter = std::async(std::launch::async, [&] { return admission.Admit(50).ok(); });
+  auto waiter = std::async(std::launch::async, [&] { return admission.Admit(50, kCaller).ok(); });
   std::this_thread::sleep_for(50ms);
   *held = AdmissionController::Ticket();
   EXPECT_TRUE(waiter.get());
   // Not freed: refused after the wait.
-  auto again = admission.TryAdmit(100);
+  auto again = admission.TryAdmit(100, kCaller);
   ASSERT_TRUE(again.ok());
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_FALSE(admission.Admit(50).ok());
+  EXPECT_FALSE(admission.Admit(50, kCaller).ok());
   EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
 }
 

@@ -83,7 +83,7 @@ std::string DatasetStore::Fullness(const Place& p) const {
 
 absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     const std::string& name, DType dtype, std::uint64_t length, bool replace,
-    std::optional<std::chrono::milliseconds> ttl) {
+    std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge) {
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (places_.empty()) {
     return absl::FailedPreconditionError(
@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   upload->name_ = name;
   upload->replace_ = replace;
   upload->ttl_ = ttl;
+  upload->charge_ = std::move(charge);
   upload->spec_.dtype = dtype;
   upload->spec_.length = length;
   upload->bytes_ = bytes;
@@ -198,6 +199,7 @@ absl::StatusOr<DatasetInfo> DatasetStore::Upload::Commit() {
 void DatasetStore::Abandon(Upload& upload) {
   upload.done_ = true;
   upload.memory_.reset();
+  upload.charge_.reset();
   std::lock_guard lock(mu_);
   uploading_.erase(upload.name_);
   places_[static_cast<std::size_t>(upload.place_)].charged -= upload.bytes_;
@@ -208,6 +210,7 @@ std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
   auto* d = new Dataset();
   d->place_ = upload.place_;
   d->memory_ = std::move(upload.memory_);
+  d->charge_ = std::move(upload.charge_);
   d->info_.name = upload.name_;
   d->info_.dtype = upload.spec_.dtype;
   d->info_.length = upload.spec_.length;

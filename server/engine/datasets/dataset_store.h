@@ -78,6 +78,7 @@ class Dataset {
   friend class DatasetStore;
   DatasetInfo info_;
   int place_ = 0;
+  std::shared_ptr<void> charge_;  // goes after the memory (members go in reverse order)
   std::unique_ptr<ResidentMemory> memory_;
 };
 
@@ -105,6 +106,7 @@ class DatasetStore {
     ArraySpec spec_;
     std::uint64_t bytes_ = 0;
     int place_ = 0;
+    std::shared_ptr<void> charge_;
     std::unique_ptr<ResidentMemory> memory_;
     bool done_ = false;
   };
@@ -119,9 +121,12 @@ class DatasetStore {
   // ALREADY_EXISTS when the name exists and `replace` is false, or another
   // upload of it is in progress; RESOURCE_EXHAUSTED when it does not fit.
   // `ttl`: the dataset expires that long after its upload is committed.
+  // `charge`, when given, is kept exactly as long as the bytes: released when
+  // the upload is abandoned or the dataset's memory is freed. The store never
+  // looks inside (the front end charges a caller's quota with it).
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(
       const std::string& name, DType dtype, std::uint64_t length, bool replace,
-      std::optional<std::chrono::milliseconds> ttl);
+      std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge = nullptr);
 
   // The current version, for a query (NOT_FOUND when there is none). Counts
   // the query and makes the dataset the most recently used.

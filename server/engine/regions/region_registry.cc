@@ -42,6 +42,7 @@ Region::~Region() {
   attachment_.reset();  // cudaHostUnregister / cudaIpcCloseMemHandle before munmap
   mapping_.reset();
   if (charge_) charge_->Add(-static_cast<std::int64_t>(info_.bytes), 0);
+  caller_charge_.reset();
 }
 
 absl::Status Region::Intact() const { return mapping_ ? mapping_->Intact() : absl::OkStatus(); }
@@ -59,6 +60,7 @@ RegionRegistry::~RegionRegistry() {
 }
 
 absl::StatusOr<RegionInfo> RegionRegistry::Register(const std::string& name, std::uint64_t bytes,
+                                                    std::shared_ptr<void> charge,
                                                     const std::function<absl::Status(Region&)>& attach) {
   if (absl::Status s = DatasetStore::CheckName(name); !s.ok()) return s;
   {
@@ -75,6 +77,7 @@ absl::StatusOr<RegionInfo> RegionRegistry::Register(const std::string& name, std
   region->info_.bytes = bytes;
   region->info_.registered = std::chrono::system_clock::now();
   region->charge_ = charge_;  // from here the region gives the bytes back when it goes
+  region->caller_charge_ = std::move(charge);
   absl::Status attached = attach(*region);
   std::lock_guard lock(mu_);
   if (!attached.ok()) {
@@ -87,8 +90,9 @@ absl::StatusOr<RegionInfo> RegionRegistry::Register(const std::string& name, std
 }
 
 absl::StatusOr<RegionInfo> RegionRegistry::RegisterHost(const std::string& name, const std::string& shm_name,
-                                                        std::uint64_t offset, std::uint64_t bytes) {
-  return Register(name, bytes, [&](Region& r) -> absl::Status {
+                                                        std::uint64_t offset, std::uint64_t bytes,
+                                                        std::shared_ptr<void> charge) {
+  return Register(name, bytes, std::move(charge), [&](Region& r) -> absl::Status {
     r.info_.kind = RegionInfo::Kind::kHost;
     r.info_.shm_name = shm_name;
     r.info_.offset = offset;
@@ -104,8 +108,9 @@ absl::StatusOr<RegionInfo> RegionRegistry::RegisterHost(const std::string& name,
 }
 
 absl::StatusOr<RegionInfo> RegionRegistry::RegisterCuda(const std::string& name, std::span<const std::byte> handle,
-                                                        int device, std::uint64_t bytes) {
-  return Register(name, bytes, [&](Region& r) -> absl::Status {
+                                                        int device, std::uint64_t bytes,
+                                                        std::shared_ptr<void> charge) {
+  return Register(name, bytes, std::move(charge), [&](Region& r) -> absl::Status {
     r.info_.kind = RegionInfo::Kind::kCuda;
     r.info_.device = device;
     absl::StatusOr<std::unique_ptr<Attachment>> attached = backend_.AttachCudaIpc(handle, device, bytes);

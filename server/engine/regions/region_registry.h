@@ -57,6 +57,7 @@ class Region {
   std::unique_ptr<ShmMapping> mapping_;      // host regions
   std::unique_ptr<Attachment> attachment_;
   std::shared_ptr<struct RegionCharge> charge_;  // gives the bytes back to the budget
+  std::shared_ptr<void> caller_charge_;          // and to the caller's quota
 };
 
 class RegionRegistry {
@@ -68,10 +69,14 @@ class RegionRegistry {
   RegionRegistry(const RegionRegistry&) = delete;
   RegionRegistry& operator=(const RegionRegistry&) = delete;
 
+  // `charge` (may be null) is held by the region until it is unmapped: a
+  // caller's quota, say.
   [[nodiscard]] absl::StatusOr<RegionInfo> RegisterHost(const std::string& name, const std::string& shm_name,
-                                                        std::uint64_t offset, std::uint64_t bytes);
+                                                        std::uint64_t offset, std::uint64_t bytes,
+                                                        std::shared_ptr<void> charge = nullptr);
   [[nodiscard]] absl::StatusOr<RegionInfo> RegisterCuda(const std::string& name, std::span<const std::byte> handle,
-                                                        int device, std::uint64_t bytes);
+                                                        int device, std::uint64_t bytes,
+                                                        std::shared_ptr<void> charge = nullptr);
   // Removes the name; queries reading the region finish on it.
   [[nodiscard]] absl::StatusOr<RegionInfo> Unregister(const std::string& name);
   // The region, for a query (NOT_FOUND when there is none); counts the query.
@@ -81,7 +86,7 @@ class RegionRegistry {
   std::uint64_t max_bytes() const { return max_bytes_; }
 
  private:
-  absl::StatusOr<RegionInfo> Register(const std::string& name, std::uint64_t bytes,
+  absl::StatusOr<RegionInfo> Register(const std::string& name, std::uint64_t bytes, std::shared_ptr<void> charge,
                                       const std::function<absl::Status(Region&)>& attach);
 
   Backend& backend_;

@@ -17,24 +17,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "tally/client/array.h"
+#include "tally/client/channel.h"
 #include "tally/client/element_range.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally::client {
 
 inline constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-
-struct ChannelOptions {
-  // Responses with one value per row of a large batch can be big.
-  int max_receive_message_bytes = 256 * 1024 * 1024;
-  // gRPC shares one connection among channels to the same target unless
-  // asked not to; a load generator wants one connection per client.
-  bool dedicated_connection = false;
-};
-
-// An insecure (plaintext) channel to `target` ("HOST:PORT").
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           const ChannelOptions& options = {});
 
 enum class StreamMode {
   kAuto,    // unary below CallOptions::stream_threshold_bytes, else stream
