@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/frontend/server.h"
 #include "server/frontend/token_file.h"
+#include "tally/client/shared_memory.h"
 #include "server/metrics/metrics.h"
 #include "tally/client/client.h"
 #include "tally/v1/tally.grpc.pb.h"
@@ -364,6 +365,31 @@ TEST_F(SecurityTest, DatasetQuotaHoldsUntilTheMemoryIsFreed) {
   ASSERT_TRUE(bob.DeleteDataset("first").ok());
   EXPECT_TRUE(Eventually([&] { return server_->quotas().dataset_bytes.used("alice") == 0; }));
   EXPECT_TRUE(alice.PutDataset("third", array).ok());
+}
+
+TEST_F(SecurityTest, RegionCallsAuthenticateAndRegionQuotaIsPerIdentity) {
+  ServerConfig config;
+  config.auth.token_file = WriteTokens({{"a", "alice"}, {"b", "bob"}});
+  config.quotas.region_bytes = 6000;
+  Start(config);
+  auto object = client::SharedMemoryObject::Create(client::SharedMemoryObject::UniqueName("quota"), 8192);
+  ASSERT_TRUE(object.ok()) << object.status();
+  client::Client nobody(Channel(ChannelSecurity{}));
+  client::Client alice(Channel(Token("a")));
+  client::Client bob(Channel(Token("b")));
+  EXPECT_EQ(nobody.RegisterHostRegion("r", (*object)->name(), 0, 100).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(nobody.ListRegions().status().code(), absl::StatusCode::kUnauthenticated);
+  ASSERT_TRUE(alice.RegisterHostRegion("a1", (*object)->name(), 0, 4000).ok());
+  const auto refused = alice.RegisterHostRegion("a2", (*object)->name(), 0, 4000);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("--quota_region_bytes"), absl::string_view::npos) << refused.status();
+  EXPECT_EQ(alice.ListRegions()->regions_size(), 1);  // nothing left behind
+  ASSERT_TRUE(bob.RegisterHostRegion("b1", (*object)->name(), 0, 4000).ok());
+  EXPECT_EQ(server_->quotas().region_bytes.used("alice"), 4000u);
+  ASSERT_TRUE(bob.UnregisterRegion("a1").ok());  // anyone may; the charge goes back to alice
+  EXPECT_TRUE(Eventually([&] { return server_->quotas().region_bytes.used("alice") == 0; }));
+  EXPECT_TRUE(alice.RegisterHostRegion("a2", (*object)->name(), 0, 4000).ok());
 }
 
 }  // namespace
