@@ -75,7 +75,7 @@ class HostileClientTest : public ServerFixture {
 };
 
 TEST_F(HostileClientTest, IdleStreamsHoldNothingAndEndAfterTheIdleTimeout) {
-  // The attack of issue 18 against the default limits: 64 streams announce
+  // The idle-stream attack against the default limits: 64 streams announce
   // 1 GiB each and send nothing more (64 x 64 MiB was the whole 4 GiB
   // budget when a header reserved it).
   ServerConfig config;

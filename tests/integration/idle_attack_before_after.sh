@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The idle-stream attack of issue 18, measured against tally-server as it was
+# The idle-stream attack, measured against tally-server as it was
 # at BEFORE_COMMIT and as it is in this checkout, in one run: each server is
 # started on the CPU backend with its default flags, and tally_hostile_bench
 # measures a well-behaved client alone and under 64 streams that announce
