@@ -13,6 +13,7 @@
 #include "server/frontend/convert.h"
 #include "server/frontend/element_aligner.h"
 #include "server/frontend/raw_message.h"
+#include "server/frontend/request_record.h"
 
 namespace tally {
 
@@ -33,9 +34,11 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan);
 // Reduces `whole` (the plan's bytes, wherever they lie) on `backend`. Host
 // bytes go in pieces, so that a cancelled call (`cancelled` says so) stops
 // within one; device bytes go whole, the GPU cuts them itself.
+// `record` (may be null) notes the phases.
 [[nodiscard]] absl::StatusOr<AggregationResult> ReduceExtent(Backend& backend, const AggregationPlan& plan,
                                                              const Extent& whole,
-                                                             const std::function<bool()>& cancelled);
+                                                             const std::function<bool()>& cancelled,
+                                                             RequestRecord* record = nullptr);
 
 // CANCELLED, saying why.
 absl::Status CancelledByClient();

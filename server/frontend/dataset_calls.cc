@@ -112,6 +112,7 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
   // A lane may be waited for, and the cpu backend reads for a while: off
   // the gRPC thread.
   request_workers_.Post([this, context, request, response, record, finish] {
+    record->Phase("on worker");
     std::uint64_t elements = 0;
     const absl::Status s = [&]() -> absl::Status {
       absl::StatusOr<std::shared_ptr<const Dataset>> dataset = datasets_.Acquire(request->name());
@@ -130,10 +131,11 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
                                                                  request->aggregations(), options_.limits, "range");
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
+      record->Phase("planned");
       const std::uint64_t size = rules::SizeOf(info.dtype);
       absl::StatusOr<AggregationResult> result =
           ReduceExtent(backend_, *checked, (*dataset)->extent().Sub(begin * size, (end - begin) * size),
-                       [context] { return context->IsCancelled(); });
+                       [context] { return context->IsCancelled(); }, record.get());
       if (!result.ok()) return result.status();
       ResultToProto(*checked, request->aggregations(), std::move(*result), record->Seconds(), response);
       elements = checked->array.length;

@@ -54,6 +54,7 @@ grpc::ServerUnaryReactor* RegionService::OnWorker(grpc::CallbackServerContext* c
     return reactor;
   }
   request_workers_.Post([reactor, record, identity = *std::move(identity), work = std::move(work)] {
+    record->Phase("on worker");
     absl::StatusOr<std::uint64_t> elements = work(*record, identity);
     record->Complete(elements.status(), elements.ok() ? *elements : 0);
     reactor->Finish(ToGrpcStatus(elements.status()));
@@ -176,12 +177,14 @@ grpc::ServerUnaryReactor* RegionService::AggregateRegion(grpc::CallbackServerCon
                                          request->aggregations(), limits_, "array");
                     if (!plan.ok()) return plan.status();
                     record.SetOps(OpKinds(*plan));
-                    absl::StatusOr<AggregationResult> result =
-                        ReduceExtent(backend_, *plan, span->bytes, [context] { return context->IsCancelled(); });
+                    record.Phase("planned");
+                    absl::StatusOr<AggregationResult> result = ReduceExtent(
+                        backend_, *plan, span->bytes, [context] { return context->IsCancelled(); }, &record);
                     // A truncation while the bytes were read makes whatever was read worthless.
                     if (absl::Status s = span->region->Intact(); !s.ok()) return s;
                     if (!result.ok()) return result.status();
                     ResultToProto(*plan, request->aggregations(), std::move(*result), record.Seconds(), response);
+                    record.Phase("answered");
                     return plan->array.length;
                   });
 }

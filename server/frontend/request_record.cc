@@ -20,7 +20,11 @@ bool InFlightTracker::WaitIdle(std::chrono::steady_clock::time_point deadline) {
 }
 
 RequestRecord::RequestRecord(Metrics* metrics, Metrics::Method method, InFlightTracker& tracker)
-    : metrics_(metrics), method_(method), tracker_(tracker), start_(std::chrono::steady_clock::now()) {
+    : metrics_(metrics),
+      method_(method),
+      tracker_(tracker),
+      start_(std::chrono::steady_clock::now()),
+      tracing_(spdlog::should_log(spdlog::level::trace)) {
   tracker_.Begin();
   if (metrics_ != nullptr) metrics_->RequestStarted(method_);
 }
@@ -37,7 +41,16 @@ double RequestRecord::Seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+void RequestRecord::Phase(const char* phase) {
+  if (tracing_) phases_.emplace_back(phase, Seconds());
+}
+
 void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements) {
+  if (tracing_) {
+    std::string line;
+    for (const auto& [phase, at] : phases_) line += fmt::format(" {} {:.3f} ms,", phase, at * 1e3);
+    spdlog::trace("{}:{} done {:.3f} ms", Metrics::MethodName(method_), line, Seconds() * 1e3);
+  }
   switch (status.code()) {
     case absl::StatusCode::kOk:
     case absl::StatusCode::kCancelled:

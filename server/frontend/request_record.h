@@ -40,6 +40,10 @@ class RequestRecord {
   void SetIdentity(const std::string& identity);
   void AddBytes(std::uint64_t bytes);
   double Seconds() const;
+  // Notes that the request reached `phase` now (a string literal). With
+  // --log_level=trace, Complete() logs every phase's time since the start:
+  // where a request's server time goes, on a live server.
+  void Phase(const char* phase);
   // Logs a failure at a level that matches its cause and updates metrics.
   void Complete(const absl::Status& status, std::uint64_t elements);
 
@@ -50,6 +54,8 @@ class RequestRecord {
   std::chrono::steady_clock::time_point start_;
   std::vector<rules::OpKind> ops_;
   int identity_ = Metrics::kAnonymousIdentity;
+  bool tracing_ = false;
+  std::vector<std::pair<const char*, double>> phases_;
 };
 
 }  // namespace tally
