@@ -51,6 +51,12 @@ __global__ void FillUniform(float* x, std::size_t n, unsigned seed) {
     x[i] = (h >> 8) * (1.0f / 16777216.0f);  // [0, 1)
   }
 }
+// [0, 1) stretched to [lo, hi).
+__global__ void Stretch(float* x, std::size_t n, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = lo + x[i] * (hi - lo);
+}
 __global__ void FillConst(float* x, std::size_t n, float v) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
@@ -175,13 +181,17 @@ int main(int argc, char** argv) {
 
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
-  float *x, *skew, *copy_dst, *sink;
+  float *x, *skew, *wide, *copy_dst, *sink;
   CHECK(cudaMalloc(&x, n * 4));
   CHECK(cudaMalloc(&skew, n * 4));
+  CHECK(cudaMalloc(&wide, n * 4));
   CHECK(cudaMalloc(&copy_dst, n * 4));
   CHECK(cudaMalloc(&sink, 64));
   FillUniform<<<1024, 256, 0, s>>>(x, n, 12345u);
   FillConst<<<1024, 256, 0, s>>>(skew, n, 0.3f);
+  // One value in six outside the histograms' [0, 1]: real data has outliers.
+  FillUniform<<<1024, 256, 0, s>>>(wide, n, 777u);
+  Stretch<<<1024, 256, 0, s>>>(wide, n, -0.1f, 1.1f);
   CHECK(cudaStreamSynchronize(s));
   auto gbs = [&](double ms) { return bytes / (ms * 1e-3) / 1e9; };
 
@@ -260,6 +270,8 @@ int main(int argc, char** argv) {
   };
   const double uni256 = ours_of("histogram 256"), uni4k = ours_of("histogram 4096"),
                uni64k = ours_of("histogram 65536");
+  compare("histogram 256, 1/6 outside", Bit(OpKind::kHistogram), 256, wide, [&] { cub_hist(wide, 256); }, "CUB", 1.0, 0);
+  compare("histogram 4096, 1/6 outside", Bit(OpKind::kHistogram), 4096, wide, [&] { cub_hist(wide, 4096); }, "CUB", 0, 0);
   compare("histogram 256 skewed", Bit(OpKind::kHistogram), 256, skew, [&] { cub_hist(skew, 256); }, "CUB", 0, 0.8 * uni256);
   compare("histogram 4096 skewed", Bit(OpKind::kHistogram), 4096, skew, [&] { cub_hist(skew, 4096); }, "CUB", 0, 0.8 * uni4k);
   compare("histogram 65536 skewed", Bit(OpKind::kHistogram), 65536, skew, [&] { cub_hist(skew, 65536); }, "CUB", 0, 0.8 * uni64k);
