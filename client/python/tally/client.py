@@ -30,6 +30,11 @@ class Error(Exception):
         self.code = code
         self.message = message
 
+    def __reduce__(self) -> tuple:
+        # Picklable with its code, so it crosses process boundaries intact
+        # (a Dask task's error reaches the client as this same Error).
+        return (Error, (self.code, self.message))
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
