@@ -217,7 +217,9 @@ class Client:
                           timeout: Optional[float] = None) -> Results:
         """Aggregates the dataset ``name`` (elements ``range = (begin, end)``
         of it when given) as :meth:`aggregate` would the same elements,
-        cut into rows of ``row_length`` when it is not 0."""
+        cut into rows of ``row_length`` when it is not 0. Asks
+        DescribeDataset for the dataset's dtype too: the answers' numpy
+        dtypes follow it."""
         parsed = parse_ops(ops)
         response = self._call(self._stub.AggregateDataset,
                               self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length),

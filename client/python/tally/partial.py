@@ -8,7 +8,7 @@ merges give the same bits as the C++ client's for the same merge tree.
 Integers, counts, extremes, first-occurrence indices and histograms merge
 exactly in any order; float sums and moments are deterministic for a given
 merge tree and agree with one request over the whole array to rounding
-(relative 1e-12 for float64 sums of well-conditioned data; see tests).
+(tally.proto says how closely).
 """
 from __future__ import annotations
 
