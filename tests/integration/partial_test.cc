@@ -90,10 +90,11 @@ class PartialTest : public ServerFixture {
   v1::AggregateResponse Part(int how, const ArrayRef& a, std::uint64_t base) {
     const std::vector<v1::Aggregation> ops = client::AsPartial(AllOps(), base);
     absl::StatusOr<v1::AggregateResponse> r;
-    if (how == 0) {
-      r = client_->Aggregate(a, ops, {.stream = client::StreamMode::kNever});
-    } else if (how == 1) {
-      r = client_->Aggregate(a, ops, {.stream = client::StreamMode::kAlways, .chunk_bytes = 65537});
+    if (how < 2) {
+      client::CallOptions options;
+      options.stream = how == 0 ? client::StreamMode::kNever : client::StreamMode::kAlways;
+      options.chunk_bytes = 65537;
+      r = client_->Aggregate(a, ops, options);
     } else {
       const std::string name = "part" + std::to_string(++datasets_);
       absl::StatusOr<v1::PutDatasetResponse> put = client_->PutDataset(name, a);
