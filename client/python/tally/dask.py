@@ -2,10 +2,11 @@
 
 :func:`aggregate` is a ``dask.array.reduction``: its chunk step asks a tally
 server for each chunk's partial states (round-robin over ``targets`` by
-block, or the server on the worker's own host), its combine step merges
-them (tally.merge), and its aggregate step finishes them on the client
-(tally.finish). It works with the local schedulers and with
-dask.distributed alike. Needs dask (and distributed, for a cluster).
+block, or the server on the worker's own host), its combine and aggregate
+steps merge them (tally.merge) on the workers, and the client finishes the
+one merged state it receives (tally.finish). It works with the local
+schedulers and with dask.distributed alike. Needs dask (and distributed,
+for a cluster).
 """
 from __future__ import annotations
 
