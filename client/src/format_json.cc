@@ -62,6 +62,12 @@ void AppendResult(std::string* out, const v1::AggregationResult& r) {
         return item;
       });
       break;
+    case v1::AggregationResult::kPartials:
+      // States are for merging (client/partial.h), not for reading: the
+      // output says what they are, not what they hold.
+      absl::StrAppend(out, ",\"type\":\"partial_states\",\"version\":", r.partials().version(),
+                      ",\"rows\":", r.partials().states_size());
+      break;
     case v1::AggregationResult::VALUES_NOT_SET:
       absl::StrAppend(out, ",\"values\":[]");
       break;

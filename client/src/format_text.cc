@@ -67,6 +67,9 @@ std::string ValuesText(const v1::AggregationResult& r, const FormatOptions& o) {
       if (take < hs.size()) absl::StrAppend(&text, "\n  ... (", hs.size() - take, " more rows)");
       return text;
     }
+    case v1::AggregationResult::kPartials:
+      return absl::StrCat("partial states (version ", r.partials().version(), ", ", r.partials().states_size(),
+                          r.partials().states_size() == 1 ? " row)" : " rows)");
     case v1::AggregationResult::VALUES_NOT_SET: break;
   }
   return "(no values)";

@@ -294,6 +294,10 @@ absl::Status CompareResults(const v1::AggregateResponse& expected,
                                         y.counts().begin(), y.counts().end());
                     });
         break;
+      case v1::AggregationResult::kPartials:
+        // States are merged further, not read: they match when every bit does.
+        if (e.partials().SerializeAsString() != a.partials().SerializeAsString()) s = differ("partial states differ");
+        break;
       case v1::AggregationResult::VALUES_NOT_SET:
         break;
     }

@@ -10,6 +10,7 @@
 
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
+#include "tally/rules/partial.h"
 
 namespace tally {
 
@@ -35,41 +36,17 @@ struct AggregationPlan {
   std::vector<OpSpec> ops;
 };
 
-struct HistogramResult {
-  std::vector<std::uint64_t> counts;
-  std::uint64_t below = 0;
-  std::uint64_t above = 0;
-  std::uint64_t nan = 0;
-
-  bool operator==(const HistogramResult&) const = default;
-};
+using HistogramResult = rules::HistogramCounts;
 
 // One op's answer: one entry per row (a single entry when not segmented).
-// Which alternative is used is fixed by the op and dtype (see ResultKindOf).
+// Which alternative is used is fixed by the op and dtype (ResultKindOf), or
+// is the partial states when the op asked for them (OpSpec::partial).
 using OpValues = std::variant<std::vector<double>, std::vector<std::int64_t>,
-                              std::vector<std::uint64_t>, std::vector<HistogramResult>>;
+                              std::vector<std::uint64_t>, std::vector<HistogramResult>,
+                              std::vector<rules::PartialState>>;
 
-enum class ResultKind { kDouble = 0, kInt64 = 1, kUInt64 = 2, kHistogram = 3 };
-
-// The wire contract's rule for which value type an op returns.
-constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
-  switch (op) {
-    case OpKind::kSum:
-    case OpKind::kMin:
-    case OpKind::kMax:
-      if (rules::IsFloat(dtype)) return ResultKind::kDouble;
-      return rules::IsSigned(dtype) ? ResultKind::kInt64 : ResultKind::kUInt64;
-    case OpKind::kCount: return ResultKind::kUInt64;
-    case OpKind::kArgmin:
-    case OpKind::kArgmax: return ResultKind::kInt64;
-    case OpKind::kHistogram: return ResultKind::kHistogram;
-    case OpKind::kMean:
-    case OpKind::kSumSquares:
-    case OpKind::kVariance:
-    case OpKind::kStddev: return ResultKind::kDouble;
-  }
-  return ResultKind::kDouble;
-}
+using rules::ResultKind;
+using rules::ResultKindOf;
 
 struct AggregationResult {
   std::vector<OpValues> values;  // one per op, in plan order

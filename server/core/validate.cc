@@ -58,7 +58,18 @@ bool EdgesIncrease(const HistogramSpec& h) {
   return true;
 }
 
-absl::Status ValidateOp(std::size_t i, const OpSpec& op, DType dtype) {
+absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array) {
+  const DType dtype = array.dtype;
+  if (op.partial && (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax)) {
+    // Indices are int64: the last one, base_index + the row's length - 1, must fit.
+    constexpr std::uint64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
+    const std::uint64_t span = array.segmented() ? array.row_length : array.length;
+    if (op.base_index > kMaxIndex - span) {
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op), ": partial.base_index ", op.base_index,
+                                                     " plus the ", array.segmented() ? "row" : "array",
+                                                     "'s length ", span, " exceeds 2^63 - 1."));
+    }
+  }
   if (op.kind == OpKind::kVariance || op.kind == OpKind::kStddev) {
     if (!std::isfinite(op.ddof) || op.ddof < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -108,6 +119,8 @@ std::uint64_t ResultValuesPerRow(const AggregationPlan& plan) {
   for (const OpSpec& op : plan.ops) {
     // A histogram's counts plus its three out-of-range counters.
     n += op.kind == OpKind::kHistogram ? std::uint64_t{op.histogram.bins} + 3 : 1;
+    // A partial state's count, sums, moments or extreme and index.
+    if (op.partial) n += kPartialStateExtraValues;
   }
   return n;
 }
@@ -121,7 +134,7 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
                                                    " aggregations per request, got ", plan.ops.size(), "."));
   }
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-    if (absl::Status s = ValidateOp(i, plan.ops[i], plan.array.dtype); !s.ok()) return s;
+    if (absl::Status s = ValidateOp(i, plan.ops[i], plan.array); !s.ok()) return s;
   }
   const ArraySpec& a = plan.array;
   if (a.length > (std::uint64_t{1} << 62) / rules::SizeOf(a.dtype)) {
@@ -134,7 +147,7 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   }
   if (!a.segmented() && a.length == 0) {
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
-      if (rules::NeedsNonEmpty(plan.ops[i].kind)) {
+      if (rules::NeedsNonEmpty(plan.ops[i])) {
         return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, plan.ops[i]),
                                                        ": the array is empty, and an empty array has no ",
                                                        rules::Name(plan.ops[i].kind), "."));

@@ -18,6 +18,10 @@ struct RequestLimits {
   std::uint64_t max_result_values = std::uint64_t{1} << 24;
 };
 
+// Values a partial state takes beyond its op's value, for the result-size
+// limit: at most count, mean and m2, or count, extreme and index.
+inline constexpr std::uint64_t kPartialStateExtraValues = 3;
+
 // Values one row's results take in a response, for the result-size limit.
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan);
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "tally/v1/partial_state_wire.h"
 
 namespace tally {
 
@@ -62,18 +63,18 @@ absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
 // bitwise-equal responses whatever NaN payload the arithmetic produced.
 double Canonical(double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; }
 
-void FillValues(std::vector<double>&& v, v1::AggregationResult* out) {
+void FillValues(std::vector<double>&& v, DType, v1::AggregationResult* out) {
   auto* f = out->mutable_doubles()->mutable_values();
   f->Reserve(static_cast<int>(v.size()));
   for (double x : v) f->Add(Canonical(x));
 }
-void FillValues(std::vector<std::int64_t>&& v, v1::AggregationResult* out) {
+void FillValues(std::vector<std::int64_t>&& v, DType, v1::AggregationResult* out) {
   out->mutable_int64s()->mutable_values()->Add(v.begin(), v.end());
 }
-void FillValues(std::vector<std::uint64_t>&& v, v1::AggregationResult* out) {
+void FillValues(std::vector<std::uint64_t>&& v, DType, v1::AggregationResult* out) {
   out->mutable_uint64s()->mutable_values()->Add(v.begin(), v.end());
 }
-void FillValues(std::vector<HistogramResult>&& v, v1::AggregationResult* out) {
+void FillValues(std::vector<HistogramResult>&& v, DType, v1::AggregationResult* out) {
   auto* hs = out->mutable_histograms()->mutable_histograms();
   hs->Reserve(static_cast<int>(v.size()));
   for (HistogramResult& h : v) {
@@ -83,6 +84,15 @@ void FillValues(std::vector<HistogramResult>&& v, v1::AggregationResult* out) {
     p->set_above(h.above);
     p->set_nan(h.nan);
   }
+}
+// Float fields go out as they are: a state is merged further, and a
+// canonical NaN would be no more equal than the one computed.
+void FillValues(std::vector<rules::PartialState>&& v, DType dtype, v1::AggregationResult* out) {
+  v1::PartialStates* p = out->mutable_partials();
+  p->set_version(rules::kPartialStateVersion);
+  p->set_dtype(DTypeToProto(dtype));
+  p->mutable_states()->Reserve(static_cast<int>(v.size()));
+  for (rules::PartialState& state : v) PartialStateToProto(std::move(state), p->add_states());
 }
 
 }  // namespace
@@ -128,6 +138,8 @@ absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const Aggregati
     op.kind = *kind;
     op.ddof = a.ddof();
     op.histogram = HistogramSpec{a.histogram().bins(), a.histogram().lo(), a.histogram().hi()};
+    op.partial = a.has_partial();
+    op.base_index = a.partial().base_index();
     plan.ops.push_back(op);
   }
   if (absl::Status s = ValidatePlan(plan, limits); !s.ok()) return s;
@@ -139,7 +151,8 @@ void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregati
   for (std::size_t i = 0; i < result.values.size(); ++i) {
     v1::AggregationResult* out = response->add_results();
     *out->mutable_aggregation() = aggregations[static_cast<int>(i)];
-    std::visit([out](auto&& values) { FillValues(std::move(values), out); }, std::move(result.values[i]));
+    std::visit([&](auto&& values) { FillValues(std::move(values), plan.array.dtype, out); },
+               std::move(result.values[i]));
   }
   v1::Execution* e = response->mutable_execution();
   e->set_elements(plan.array.length);

@@ -43,8 +43,9 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
     } else {
       per_row += 1;
     }
+    if (op.partial) per_row += kPartialStateExtraValues;
     if (!a.segmented() && a.length == 0) {
-      TALLY_FUZZ_CHECK(!rules::NeedsNonEmpty(op.kind), "an empty array has no min, max, argmin or argmax");
+      TALLY_FUZZ_CHECK(!rules::NeedsNonEmpty(op), "an empty array has no min, max, argmin or argmax");
     }
   }
   // The response, and the per-row state the backends allocate, are bounded.

@@ -5,7 +5,8 @@
 // block order; a row folds its chunks' partials in chunk order. How Consume()
 // pieces the array and how many threads share the work therefore cannot
 // change a single bit of the results. Histogram counts are integers, so they
-// may be added up in any order.
+// may be added up in any order. A row's fold becomes one rules::PartialState
+// per op, finished (or answered as it is) by server/engine/finish.h.
 #include "server/engine/cpu/reduction.h"
 
 #include <algorithm>
@@ -25,10 +26,12 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/tuning.h"
+#include "server/engine/finish.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/histogram_bin.h"
 #include "tally/rules/op.h"
+#include "tally/rules/partial.h"
 
 namespace tally::cpu {
 namespace {
@@ -77,7 +80,8 @@ struct Needs {
   bool sum_squares = false;
   bool min = false;
   bool max = false;
-  bool moments = false;
+  bool mean = false;     // the moments' count and mean
+  bool moments = false;  // and their M2
   bool argmin = false;
   bool argmax = false;
 };
@@ -89,7 +93,7 @@ Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kSum: n.native_sum = true; break;
       case OpKind::kMin: n.min = true; break;
       case OpKind::kMax: n.max = true; break;
-      case OpKind::kMean: n.dsum = true; break;
+      case OpKind::kMean: n.dsum = n.mean = true; break;
       case OpKind::kCount: break;
       case OpKind::kSumSquares: n.sum_squares = true; break;
       case OpKind::kVariance:
@@ -122,13 +126,12 @@ const V* AlignedBlock(const std::byte* p, std::size_t n, std::unique_ptr<V[]>& b
   return bounce.get();
 }
 
-// Where one op's per-row results go.
-struct OpOut {
-  OpSpec spec;
-  double* d = nullptr;
-  std::int64_t* i = nullptr;
-  std::uint64_t* u = nullptr;
+// Where a histogram op's per-row counts are binned: its results, or the
+// histograms of its partial states.
+struct HistogramOut {
   HistogramResult* h = nullptr;
+  rules::PartialState* p = nullptr;
+  HistogramResult& Row(std::uint64_t row) const { return p ? p[row].histogram : h[row]; }
 };
 
 template <DType kD>
@@ -154,22 +157,16 @@ class CpuReduction final : public Reduction {
 
     // The results start with no rows: GrowRows() builds them as they arrive.
     values_.reserve(plan_.ops.size());
-    for (const OpSpec& op : plan_.ops) {
-      OpOut out{.spec = op};
-      switch (ResultKindOf(op.kind, kD)) {
-        case ResultKind::kDouble: values_.emplace_back(std::vector<double>()); break;
-        case ResultKind::kInt64: values_.emplace_back(std::vector<std::int64_t>()); break;
-        case ResultKind::kUInt64: values_.emplace_back(std::vector<std::uint64_t>()); break;
-        case ResultKind::kHistogram: {
-          values_.emplace_back(std::vector<HistogramResult>());
-          binners_.push_back(rules::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
-                                                              op.histogram.hi));
-          hist_ops_.push_back(static_cast<int>(outs_.size()));
-          break;
-        }
+    for (std::size_t k = 0; k < plan_.ops.size(); ++k) {
+      const OpSpec& op = plan_.ops[k];
+      values_.push_back(EmptyValues(op, kD, 0));
+      if (op.kind == OpKind::kHistogram) {
+        binners_.push_back(rules::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
+                                                            op.histogram.hi));
+        hist_ops_.push_back(static_cast<int>(k));
       }
-      outs_.push_back(out);
     }
+    hist_outs_.resize(binners_.size());
     buffer_.resize(kBlock);
   }
 
@@ -206,12 +203,12 @@ class CpuReduction final : public Reduction {
     GrowRows(rows_);  // every row has arrived; an empty array has its one row still to build
     if (!plan_.array.segmented() && plan_.array.length == 0) {
       for (const OpSpec& op : plan_.ops) {
-        if (rules::NeedsNonEmpty(op.kind)) {
+        if (rules::NeedsNonEmpty(op)) {
           return absl::InvalidArgumentError(
               absl::StrCat(rules::Name(op.kind), " of an empty array has no value."));
         }
       }
-      FinishRow(0, Partial<V>{});
+      FinishRow(0, Partial<V>{});  // sums 0, mean NaN; empty partial states
     }
     AggregationResult result;
     result.values = std::move(values_);
@@ -282,9 +279,9 @@ class CpuReduction final : public Reduction {
     p.sum_squares = t.sum_squares;
     p.min = t.min;
     p.max = t.max;
-    if (needs_.moments) {
+    if (needs_.moments || needs_.mean) {
       const double mean = p.dsum / static_cast<double>(n);
-      p.moments = {static_cast<double>(n), mean, SquaredDeviationLanes(x, n, mean)};
+      p.moments = {static_cast<double>(n), mean, needs_.moments ? SquaredDeviationLanes(x, n, mean) : 0.0};
     }
     if (needs_.argmin) {
       const std::size_t i = FirstIndexOf(x, n, t.min);
@@ -371,27 +368,32 @@ class CpuReduction final : public Reduction {
   // Builds the results of rows up to `end` (zeroed, histograms with their
   // bins), as rows arrive: a header that declares many rows costs nothing
   // until their elements come. The vectors grow geometrically, so each row
-  // costs a constant; the raw views in outs_ follow them.
+  // costs a constant; the raw views in hist_outs_ follow them.
   void GrowRows(std::uint64_t end) {
     if (end <= rows_built_) return;
-    for (std::size_t k = 0; k < outs_.size(); ++k) {
-      OpOut& o = outs_[k];
+    for (std::size_t k = 0; k < values_.size(); ++k) {
+      const OpSpec& op = plan_.ops[k];
       std::visit(
           [&](auto& v) {
             using E = typename std::decay_t<decltype(v)>::value_type;
             v.resize(end);
             if constexpr (std::is_same_v<E, HistogramResult>) {
-              for (std::uint64_t r = rows_built_; r < end; ++r) v[r].counts.assign(o.spec.histogram.bins, 0);
-              o.h = v.data();
-            } else if constexpr (std::is_same_v<E, double>) {
-              o.d = v.data();
-            } else if constexpr (std::is_same_v<E, std::int64_t>) {
-              o.i = v.data();
-            } else {
-              o.u = v.data();
+              for (std::uint64_t r = rows_built_; r < end; ++r) v[r].counts.assign(op.histogram.bins, 0);
+            } else if constexpr (std::is_same_v<E, rules::PartialState>) {
+              if (op.kind == OpKind::kHistogram) {
+                for (std::uint64_t r = rows_built_; r < end; ++r) v[r].histogram.counts.assign(op.histogram.bins, 0);
+              }
             }
           },
           values_[k]);
+    }
+    for (std::size_t h = 0; h < hist_ops_.size(); ++h) {
+      OpValues& v = values_[static_cast<std::size_t>(hist_ops_[h])];
+      if (auto* states = std::get_if<std::vector<rules::PartialState>>(&v)) {
+        hist_outs_[h] = {nullptr, states->data()};
+      } else {
+        hist_outs_[h] = {std::get<std::vector<HistogramResult>>(v).data(), nullptr};
+      }
     }
     rows_built_ = end;
   }
@@ -399,7 +401,7 @@ class CpuReduction final : public Reduction {
   void RowSinks(std::uint64_t row, std::vector<HistogramSink>& sinks) const {
     sinks.resize(binners_.size());
     for (std::size_t h = 0; h < binners_.size(); ++h) {
-      HistogramResult& r = outs_[static_cast<std::size_t>(hist_ops_[h])].h[row];
+      HistogramResult& r = hist_outs_[h].Row(row);
       sinks[h] = {r.counts.data(), &r.below, &r.above, &r.nan};
     }
   }
@@ -424,7 +426,7 @@ class CpuReduction final : public Reduction {
   void MergeScratch(std::uint64_t row) {
     for (std::size_t s = 0; s < scratch_.size(); ++s) {
       HistogramResult& from = scratch_[s];
-      HistogramResult& to = outs_[static_cast<std::size_t>(hist_ops_[s % binners_.size()])].h[row];
+      HistogramResult& to = hist_outs_[s % binners_.size()].Row(row);
       for (std::size_t b = 0; b < from.counts.size(); ++b) to.counts[b] += from.counts[b];
       to.below += from.below;
       to.above += from.above;
@@ -443,44 +445,67 @@ class CpuReduction final : public Reduction {
     pos_ = 0;
   }
 
-  static void PutExtreme(const OpOut& o, std::uint64_t row, V v) {
+  // Sets the state's extreme field for the dtype.
+  static void PutExtreme(rules::PartialState& s, V v) {
     if constexpr (std::is_floating_point_v<V>) {
-      o.d[row] = static_cast<double>(v);
+      s.float_extreme = static_cast<double>(v);
     } else if constexpr (std::is_signed_v<V>) {
-      o.i[row] = static_cast<std::int64_t>(v);
+      s.int_extreme = static_cast<std::int64_t>(v);
     } else {
-      o.u[row] = static_cast<std::uint64_t>(v);
+      s.uint_extreme = static_cast<std::uint64_t>(v);
     }
   }
 
-  // Writes every non-histogram op's value for `row` (histograms are binned
-  // in place as the blocks go by).
-  void FinishRow(std::uint64_t row, const Partial<V>& acc) const {
-    const double count = static_cast<double>(acc.count);
-    for (const OpOut& o : outs_) {
-      switch (o.spec.kind) {
-        case OpKind::kSum:
-          if constexpr (std::is_floating_point_v<V>) {
-            o.d[row] = acc.dsum;
-          } else if constexpr (std::is_signed_v<V>) {
-            o.i[row] = static_cast<std::int64_t>(acc.isum);
-          } else {
-            o.u[row] = acc.isum;
-          }
-          break;
-        case OpKind::kMin: PutExtreme(o, row, acc.min); break;
-        case OpKind::kMax: PutExtreme(o, row, acc.max); break;
-        case OpKind::kMean:
-          o.d[row] = acc.count == 0 ? std::numeric_limits<double>::quiet_NaN() : acc.dsum / count;
-          break;
-        case OpKind::kCount: o.u[row] = acc.count; break;
-        case OpKind::kSumSquares: o.d[row] = acc.sum_squares; break;
-        case OpKind::kVariance: o.d[row] = rules::VarianceOf(acc.moments, o.spec.ddof); break;
-        case OpKind::kStddev: o.d[row] = std::sqrt(rules::VarianceOf(acc.moments, o.spec.ddof)); break;
-        case OpKind::kArgmin: o.i[row] = acc.argmin.index; break;
-        case OpKind::kArgmax: o.i[row] = acc.argmax.index; break;
-        case OpKind::kHistogram: break;
+  // One op's state of a row from the row's fold (histograms aside: they
+  // are binned in place as the blocks go by).
+  static rules::PartialState StateOf(const OpSpec& op, const Partial<V>& acc) {
+    rules::PartialState s;
+    s.count = acc.count;
+    if (acc.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
+    switch (op.kind) {
+      case OpKind::kSum:
+        if constexpr (std::is_floating_point_v<V>) {
+          s.float_sum = acc.dsum;
+        } else if constexpr (std::is_signed_v<V>) {
+          s.int_sum = static_cast<std::int64_t>(acc.isum);
+        } else {
+          s.uint_sum = acc.isum;
+        }
+        break;
+      case OpKind::kMin: PutExtreme(s, acc.min); break;
+      case OpKind::kMax: PutExtreme(s, acc.max); break;
+      case OpKind::kMean: s.mean = acc.moments.mean; break;
+      case OpKind::kSumSquares: s.sum_squares = acc.sum_squares; break;
+      case OpKind::kVariance:
+      case OpKind::kStddev:
+        s.mean = acc.moments.mean;
+        s.m2 = acc.moments.m2;
+        break;
+      case OpKind::kArgmin:
+        PutExtreme(s, acc.argmin.value);
+        s.index = acc.argmin.index + static_cast<std::int64_t>(op.base_index);
+        break;
+      case OpKind::kArgmax:
+        PutExtreme(s, acc.argmax.value);
+        s.index = acc.argmax.index + static_cast<std::int64_t>(op.base_index);
+        break;
+      case OpKind::kCount:
+      case OpKind::kHistogram: break;
+    }
+    return s;
+  }
+
+  // Writes every op's result for `row`: its value or its partial state.
+  // Histograms are already binned in place; a partial one takes its count.
+  // Rows are written by one thread each, several rows at once.
+  void FinishRow(std::uint64_t row, const Partial<V>& acc) {
+    for (std::size_t k = 0; k < plan_.ops.size(); ++k) {
+      const OpSpec& op = plan_.ops[k];
+      if (op.kind == OpKind::kHistogram) {
+        if (op.partial) std::get<std::vector<rules::PartialState>>(values_[k])[row].count = acc.count;
+        continue;
       }
+      StoreRow(op, row, StateOf(op, acc), values_[k]);
     }
   }
 
@@ -495,10 +520,10 @@ class CpuReduction final : public Reduction {
   bool short_rows_ = false;
 
   std::vector<OpValues> values_;  // the results, one per op
-  std::vector<OpOut> outs_;       // raw views of values_
   std::uint64_t rows_built_ = 0;  // rows values_ holds so far
   std::vector<rules::HistogramBinner<BinT>> binners_;
-  std::vector<int> hist_ops_;  // outs_ index of each binner
+  std::vector<int> hist_ops_;              // the op of each binner
+  std::vector<HistogramOut> hist_outs_;    // raw views of their results in values_
 
   // Where the stream is: elements received, current row, position in it.
   std::uint64_t consumed_ = 0;

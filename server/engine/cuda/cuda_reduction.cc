@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/cuda/staging_block.h"
+#include "server/engine/finish.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
@@ -140,7 +141,7 @@ class CudaReduction final : public Reduction {
     }
     if (!a.segmented() && a.length == 0) {
       for (const OpSpec& op : plan_.ops) {
-        if (rules::NeedsNonEmpty(op.kind)) {
+        if (rules::NeedsNonEmpty(op)) {
           return absl::InvalidArgumentError(
               absl::StrCat(rules::Name(op.kind), " of an empty array has no value."));
         }
@@ -356,80 +357,73 @@ class CudaReduction final : public Reduction {
     return failed_;
   }
 
+  // The op's state of row `r` from a finished pass's result.
+  static rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultView& v,
+                                     std::uint64_t r, std::uint64_t count) {
+    rules::PartialState s;
+    s.count = count;
+    if (op.kind == OpKind::kHistogram) {
+      const std::uint64_t* h = v.Histogram(r);
+      s.histogram.counts.assign(h, h + op.histogram.bins);
+      s.histogram.below = v.HistogramBelow(r);
+      s.histogram.above = v.HistogramAbove(r);
+      s.histogram.nan = v.HistogramNan(r);
+      return s;
+    }
+    if (count == 0) return s;  // the empty state: sums 0, no extreme, index -1
+    auto put = [&](kernels::Scalar x, double& f, std::int64_t& i, std::uint64_t& u) {
+      if (rules::IsFloat(dt)) {
+        f = x.f64;
+      } else if (rules::IsSigned(dt)) {
+        i = x.i64;
+      } else {
+        u = x.u64;
+      }
+    };
+    switch (op.kind) {
+      case OpKind::kSum: put(v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
+      case OpKind::kMin: put(v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
+      case OpKind::kMax: put(v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
+      case OpKind::kMean: s.mean = v.Moments(r).mean; break;
+      case OpKind::kSumSquares: s.sum_squares = v.SumSquares(r); break;
+      case OpKind::kVariance:
+      case OpKind::kStddev:
+        s.mean = v.Moments(r).mean;
+        s.m2 = v.Moments(r).m2;
+        break;
+      case OpKind::kArgmin:
+        put(v.ArgminValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
+        s.index = v.Argmin(r) + static_cast<std::int64_t>(op.base_index);
+        break;
+      case OpKind::kArgmax:
+        put(v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
+        s.index = v.Argmax(r) + static_cast<std::int64_t>(op.base_index);
+        break;
+      case OpKind::kCount:
+      case OpKind::kHistogram: break;
+    }
+    return s;
+  }
+
+  // Every op's per-row results from the passes' states, through the
+  // finishing step the backends share (server/engine/finish.h).
   AggregationResult Collect() const {
     const ArraySpec& a = plan_.array;
     const std::uint64_t rows = a.rows();
-    const DType dt = a.dtype;
+    const std::uint64_t count = a.segmented() ? a.row_length : a.length;
     AggregationResult result;
     result.values.reserve(plan_.ops.size());
     for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
       const OpSpec& op = plan_.ops[i];
+      OpValues values = EmptyValues(op, a.dtype, rows);
       if (op.kind == OpKind::kCount) {
-        result.values.emplace_back(
-            std::vector<std::uint64_t>(rows, a.segmented() ? a.row_length : a.length));
-        continue;
+        for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, rules::PartialState{.count = count}, values);
+      } else {
+        const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
+        const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
+        for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, StateOf(op, a.dtype, v, r, count), values);
       }
-      const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
-      const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
-      auto scalars = [&](auto get) -> OpValues {
-        switch (ResultKindOf(op.kind, dt)) {
-          case ResultKind::kDouble: {
-            std::vector<double> out(rows);
-            for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r).f64;
-            return out;
-          }
-          case ResultKind::kInt64: {
-            std::vector<std::int64_t> out(rows);
-            for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r).i64;
-            return out;
-          }
-          default: {
-            std::vector<std::uint64_t> out(rows);
-            for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r).u64;
-            return out;
-          }
-        }
-      };
-      auto doubles = [&](auto get) -> OpValues {
-        std::vector<double> out(rows);
-        for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r);
-        return out;
-      };
-      auto int64s = [&](auto get) -> OpValues {
-        std::vector<std::int64_t> out(rows);
-        for (std::uint64_t r = 0; r < rows; ++r) out[r] = get(r);
-        return out;
-      };
-      switch (op.kind) {
-        case OpKind::kSum: result.values.push_back(scalars([&](std::uint64_t r) { return v.Sum(r); })); break;
-        case OpKind::kMin: result.values.push_back(scalars([&](std::uint64_t r) { return v.Min(r); })); break;
-        case OpKind::kMax: result.values.push_back(scalars([&](std::uint64_t r) { return v.Max(r); })); break;
-        case OpKind::kMean: result.values.push_back(doubles([&](std::uint64_t r) { return v.Mean(r); })); break;
-        case OpKind::kSumSquares:
-          result.values.push_back(doubles([&](std::uint64_t r) { return v.SumSquares(r); }));
-          break;
-        case OpKind::kVariance:
-          result.values.push_back(doubles([&](std::uint64_t r) { return v.Variance(r, op.ddof); }));
-          break;
-        case OpKind::kStddev:
-          result.values.push_back(doubles([&](std::uint64_t r) { return v.Stddev(r, op.ddof); }));
-          break;
-        case OpKind::kArgmin: result.values.push_back(int64s([&](std::uint64_t r) { return v.Argmin(r); })); break;
-        case OpKind::kArgmax: result.values.push_back(int64s([&](std::uint64_t r) { return v.Argmax(r); })); break;
-        case OpKind::kHistogram: {
-          std::vector<HistogramResult> out(rows);
-          for (std::uint64_t r = 0; r < rows; ++r) {
-            const std::uint64_t* h = v.Histogram(r);
-            out[r].counts.assign(h, h + op.histogram.bins);
-            out[r].below = v.HistogramBelow(r);
-            out[r].above = v.HistogramAbove(r);
-            out[r].nan = v.HistogramNan(r);
-          }
-          result.values.emplace_back(std::move(out));
-          break;
-        }
-        case OpKind::kCount: break;
-      }
+      result.values.push_back(std::move(values));
     }
     return result;
   }

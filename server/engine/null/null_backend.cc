@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "server/engine/finish.h"
+
 namespace tally {
 namespace {
 
@@ -10,6 +12,10 @@ AggregationResult EmptyResults(const AggregationPlan& plan) {
   AggregationResult r;
   const std::size_t rows = plan.array.rows();
   for (const OpSpec& op : plan.ops) {
+    if (op.partial) {
+      r.values.push_back(EmptyValues(op, plan.array.dtype, rows));
+      continue;
+    }
     switch (ResultKindOf(op.kind, plan.array.dtype)) {
       case ResultKind::kDouble:
         r.values.emplace_back(std::vector<double>(rows, std::numeric_limits<double>::quiet_NaN()));

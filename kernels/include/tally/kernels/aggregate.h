@@ -142,15 +142,15 @@ class ResultView {
   Scalar Min(std::uint64_t r) const { return At<Scalar>(layout_.min, r); }
   Scalar Max(std::uint64_t r) const { return At<Scalar>(layout_.max, r); }
   rules::Moments Moments(std::uint64_t r) const { return At<rules::Moments>(layout_.moments, r); }
-  double Mean(std::uint64_t r) const {
-    const rules::Moments m = Moments(r);
-    return m.count == 0.0 ? std::nan("") : m.mean;
-  }
+  double Mean(std::uint64_t r) const { return rules::MeanOf(Moments(r)); }
   double Variance(std::uint64_t r, double ddof) const { return rules::VarianceOf(Moments(r), ddof); }
-  double Stddev(std::uint64_t r, double ddof) const { return std::sqrt(Variance(r, ddof)); }
+  double Stddev(std::uint64_t r, double ddof) const { return rules::StddevOf(Moments(r), ddof); }
   double SumSquares(std::uint64_t r) const { return At<double>(layout_.sum_squares, r); }
   std::int64_t Argmin(std::uint64_t r) const { return At<std::int64_t>(layout_.argmin, r); }
   std::int64_t Argmax(std::uint64_t r) const { return At<std::int64_t>(layout_.argmax, r); }
+  // The element at Argmin(r) / Argmax(r), in Scalar's dtype member.
+  Scalar ArgminValue(std::uint64_t r) const { return At<Scalar>(layout_.argmin_value, r); }
+  Scalar ArgmaxValue(std::uint64_t r) const { return At<Scalar>(layout_.argmax_value, r); }
   // counts[0..bins), then below, above, nan.
   const std::uint64_t* Histogram(std::uint64_t r) const {
     return reinterpret_cast<const std::uint64_t*>(base_ + layout_.histograms) +

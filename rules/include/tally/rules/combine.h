@@ -2,6 +2,7 @@
 // CUDA kernels so that both follow numpy in exactly the same way.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "tally/rules/hd.h"
@@ -85,5 +86,11 @@ TALLY_HD double VarianceOf(const Moments& m, double ddof) {
   if (divisor < 0.0) divisor = 0.0;
   return m.m2 / divisor;
 }
+
+// numpy.mean's value from the moments: NaN when they cover no element.
+TALLY_HD double MeanOf(const Moments& m) { return m.count == 0.0 ? __builtin_nan("") : m.mean; }
+
+// numpy.std: the square root of numpy.var (VarianceOf). Host code only.
+inline double StddevOf(const Moments& m, double ddof) { return std::sqrt(VarianceOf(m, ddof)); }
 
 }  // namespace tally::rules

@@ -55,7 +55,15 @@ struct OpSpec {
   OpKind kind = OpKind::kSum;
   double ddof = 0.0;          // kVariance, kStddev
   HistogramSpec histogram{};  // kHistogram
+  // Answer with the op's partial state (tally/rules/partial.h) instead of
+  // its value; argmin/argmax indices in it are offset by base_index.
+  bool partial = false;
+  std::uint64_t base_index = 0;
 };
+
+// An op that has no value on an empty input, unless it asks for its
+// partial state (an empty state is a valid one: merging leaves the other).
+constexpr bool NeedsNonEmpty(const OpSpec& op) { return !op.partial && NeedsNonEmpty(op.kind); }
 
 // A set of op kinds as a bit mask, so a fused kernel can pick its work with
 // uniform branches at run time instead of one instantiation per subset.

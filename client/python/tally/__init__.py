@@ -1,0 +1,22 @@
+"""tally: aggregate numpy arrays on a tally server.
+
+    import numpy as np, tally
+    with tally.Client("localhost:50051") as c:
+        r = c.aggregate(np.random.rand(10_000_000), ["sum", "std:1", "hist:256:0:1"])
+        counts, edges = r["hist:256:0:1"]
+
+Partial states (:meth:`Client.partial`, :func:`merge`, :func:`finish`) let
+the parts of an array be aggregated anywhere and combined on the client;
+:mod:`tally.dask` does that for Dask arrays.
+"""
+from ._arrays import SUPPORTED as _SUPPORTED
+from ._ops import Op, parse_ops
+from ._values import Histogram
+from .client import Client, DatasetInfo, Error, Results
+from .partial import STATE_VERSION, Partial, empty, finish, merge, merge_all
+
+#: The numpy dtypes tally aggregates.
+SUPPORTED_DTYPES = tuple(_SUPPORTED)
+
+__all__ = ["Client", "DatasetInfo", "Error", "Histogram", "Op", "Partial", "Results", "STATE_VERSION",
+           "SUPPORTED_DTYPES", "empty", "finish", "merge", "merge_all", "parse_ops"]

@@ -1,0 +1,61 @@
+"""numpy arrays as tally sends them: the dtypes it aggregates, and the
+little-endian C-order bytes of 1-D and 2-D arrays."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .v1 import tally_pb2 as pb
+
+# The dtypes tally aggregates, with their wire names.
+SUPPORTED = {
+    np.dtype(np.float32): pb.DTYPE_FLOAT32,
+    np.dtype(np.float64): pb.DTYPE_FLOAT64,
+    np.dtype(np.int32): pb.DTYPE_INT32,
+    np.dtype(np.int64): pb.DTYPE_INT64,
+    np.dtype(np.uint32): pb.DTYPE_UINT32,
+    np.dtype(np.uint8): pb.DTYPE_UINT8,
+}
+SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED)
+FROM_WIRE = {v: k for k, v in SUPPORTED.items()}
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """The native-order dtype for ``dtype``; TypeError when tally does not
+    aggregate it (complex, object, datetime, float16, bool, strings, ...)."""
+    dt = np.dtype(dtype)
+    native = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+    if native not in SUPPORTED:
+        raise TypeError(f"tally cannot aggregate dtype {dt} ({dt.str}); supported: {SUPPORTED_NAMES}")
+    return native
+
+
+def wire_dtype(dtype: np.dtype) -> int:
+    return SUPPORTED[check_dtype(dtype)]
+
+
+def prepare(array: Any) -> tuple[np.ndarray, int]:
+    """The array as tally sends it, and its row length (0: not segmented).
+
+    1-D arrays are aggregated whole, 2-D arrays row by row. An array that is
+    not C-contiguous or not little-endian is copied into one that is; a
+    contiguous little-endian array is sent as it lies, without a copy.
+    """
+    a = np.asarray(array)
+    dtype = check_dtype(a.dtype)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.ndim > 2:
+        raise ValueError(f"tally aggregates 1-D arrays (whole) and 2-D arrays (by row), not {a.ndim}-D")
+    if a.ndim == 2 and a.shape[1] == 0 and a.shape[0] > 0:
+        raise ValueError("a 2-D array with rows of no elements has nothing to aggregate per row")
+    little = dtype.newbyteorder("<")
+    if a.dtype != little or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a, dtype=little)
+    return a, (a.shape[1] if a.ndim == 2 else 0)
+
+
+def byte_view(a: np.ndarray) -> memoryview:
+    """The array's bytes, uncopied."""
+    return memoryview(a.reshape(-1).view(np.uint8))

@@ -1,0 +1,79 @@
+"""tally's answers as numpy answers: values in the dtypes numpy's own
+reductions return, histograms as numpy.histogram's (counts, edges)."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+from ._ops import Op
+
+
+def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
+    """The dtype numpy returns for ``op`` over ``dtype`` input.
+
+    numpy.sum gives int64 for signed, uint64 for unsigned integers and the
+    input's float type (tally adds floats in float64, then rounds to it);
+    min and max the input's dtype; mean, var and std float32 for float32
+    input and float64 otherwise. sum_squares (tally's own) is float64;
+    count, argmin and argmax are int64 (numpy's intp)."""
+    kind = op.kind
+    if kind == "sum":
+        return dtype if dtype.kind == "f" else np.dtype(np.int64 if dtype.kind == "i" else np.uint64)
+    if kind in ("min", "max"):
+        return dtype
+    if kind in ("mean", "variance", "stddev"):
+        return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
+    if kind == "sum_squares":
+        return np.dtype(np.float64)
+    return np.dtype(np.int64)
+
+
+def edge_dtype(dtype: np.dtype) -> np.dtype:
+    """numpy.histogram's edge dtype: float32 for float32 input, else float64."""
+    return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
+
+
+class Histogram:
+    """A histogram as numpy.histogram returns it, ``counts, edges = h``, plus
+    the values it did not count: ``below`` lo, ``above`` hi and ``nan``.
+
+    For a 2-D input, ``counts`` has one row per input row and ``below``,
+    ``above`` and ``nan`` are arrays with one entry per row; ``edges`` is
+    shared."""
+
+    __slots__ = ("counts", "edges", "below", "above", "nan")
+
+    def __init__(self, counts: np.ndarray, edges: np.ndarray, below: Any, above: Any, nan: Any) -> None:
+        self.counts, self.edges, self.below, self.above, self.nan = counts, edges, below, above, nan
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return iter((self.counts, self.edges))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return (self.counts, self.edges)[i]
+
+    def __repr__(self) -> str:
+        return (f"Histogram(counts={self.counts!r}, edges={self.edges!r}, below={self.below!r}, "
+                f"above={self.above!r}, nan={self.nan!r})")
+
+
+def present(op: Op, dtype: np.dtype, raw: np.ndarray, segmented: bool) -> Any:
+    """Per-row wire values (float64, int64 or uint64) as numpy would answer:
+    an array for a segmented request, else a numpy scalar."""
+    out = raw.astype(value_dtype(op, dtype), copy=False)
+    return out if segmented else out[0]
+
+
+def present_histogram(op: Op, dtype: np.dtype, counts: np.ndarray, below: np.ndarray, above: np.ndarray,
+                      nan: np.ndarray, segmented: bool) -> Histogram:
+    """Per-row histogram counts (rows x bins) as a :class:`Histogram`."""
+    edges = np.linspace(op.lo, op.hi, op.bins + 1, dtype=edge_dtype(dtype))
+    counts = counts.astype(np.int64)
+    below, above, nan = (np.asarray(x).astype(np.int64) for x in (below, above, nan))
+    if segmented:
+        return Histogram(counts, edges, below, above, nan)
+    return Histogram(counts[0], edges, below[0], above[0], nan[0])

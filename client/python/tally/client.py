@@ -1,0 +1,350 @@
+"""The tally client: numpy arrays in, numpy answers out, over
+tally.v1.Aggregator."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import grpc
+import numpy as np
+
+from . import _values
+from ._arrays import FROM_WIRE, byte_view, check_dtype, prepare, wire_dtype
+from ._ops import Op, OpLike, parse_ops
+from .partial import Partial
+from .v1 import tally_pb2 as pb
+from .v1 import tally_pb2_grpc as pb_grpc
+
+MiB = 1 << 20
+Progress = Callable[[int, int], None]
+
+
+class Error(Exception):
+    """A call that failed: the gRPC status ``code`` (a grpc.StatusCode) and
+    the server's ``message``, e.g. INVALID_ARGUMENT naming the field and
+    the limit, DEADLINE_EXCEEDED, UNAVAILABLE."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+    def __reduce__(self) -> tuple:
+        # Picklable with its code, so it crosses process boundaries intact
+        # (a Dask task's error reaches the client as this same Error).
+        return (Error, (self.code, self.message))
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A resident dataset, as DescribeDataset reports it."""
+    name: str
+    dtype: np.dtype
+    length: int
+    bytes: int
+    place: str
+    version: int
+    created_unix_seconds: float
+    expires_unix_seconds: float
+    queries: int
+
+    @classmethod
+    def from_proto(cls, d: "pb.DatasetInfo") -> "DatasetInfo":
+        return cls(d.name, FROM_WIRE.get(d.dtype, np.dtype(object)), d.length, d.bytes, d.place, d.version,
+                   d.created_unix_seconds, d.expires_unix_seconds, d.queries)
+
+
+class Results(Mapping[str, Any]):
+    """The answers of one call, in request order, keyed by each op's
+    canonical spelling (``"stddev:1.0"``); any spelling of an op, an
+    :class:`Op` or a position finds its answer. ``execution`` is what the
+    server reports it did (backend, device, elements, server_seconds)."""
+
+    def __init__(self, ops: Sequence[Op], values: Sequence[Any], execution: "pb.Execution") -> None:
+        self._ops = list(ops)
+        self._values = list(values)
+        self.execution = execution
+
+    def _position(self, key: Union[int, str, Op]) -> int:
+        if isinstance(key, int):
+            return key
+        op = key if isinstance(key, Op) else Op.parse(key)
+        try:
+            return self._ops.index(op)
+        except ValueError:
+            raise KeyError(str(op)) from None
+
+    def __getitem__(self, key: Union[int, str, Op]) -> Any:
+        return self._values[self._position(key)]
+
+    def __iter__(self) -> Iterator[str]:
+        return (str(op) for op in self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __repr__(self) -> str:
+        return "Results({" + ", ".join(f"{str(o)!r}: {v!r}" for o, v in zip(self._ops, self._values)) + "})"
+
+
+def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
+    """PEM bytes, or the contents of the file a path names."""
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()
+
+
+class Client:
+    """A connection to a tally server.
+
+    ``target`` is ``"host:port"`` (any gRPC target, e.g. ``dns:///tally:50051``
+    with ``load_balancing="round_robin"`` to spread calls over every
+    replica a name resolves to). ``timeout`` is every call's default
+    deadline in seconds (None: no deadline); each call may set its own.
+
+    Security (the server side of these is optional and may not be enabled
+    on a given server): ``tls=True`` or any of ``ca``, ``cert``, ``key``
+    makes a TLS channel with grpc.ssl_channel_credentials (``ca``: PEM root
+    certificates; ``cert`` and ``key``: a client certificate chain and its
+    private key for mutual TLS; each as bytes or a file path). ``token``
+    is sent on every call as ``authorization: Bearer <token>`` metadata.
+
+    Arrays larger than ``stream_threshold`` bytes are sent with
+    AggregateStream in chunks of ``chunk_bytes``; smaller ones in one
+    Aggregate message. Thread-safe: calls may run from many threads.
+    """
+
+    def __init__(self, target: str, *, timeout: Optional[float] = None, tls: bool = False,
+                 ca: Union[None, str, bytes, os.PathLike] = None, cert: Union[None, str, bytes, os.PathLike] = None,
+                 key: Union[None, str, bytes, os.PathLike] = None, token: Optional[str] = None,
+                 load_balancing: Optional[str] = None, stream_threshold: int = 4 * MiB,
+                 chunk_bytes: int = 4 * MiB, options: Sequence[tuple[str, Any]] = ()) -> None:
+        if (cert is None) != (key is None):
+            raise ValueError("cert and key go together (a client certificate and its private key)")
+        if chunk_bytes <= 0 or stream_threshold < 0:
+            raise ValueError("chunk_bytes must be > 0 and stream_threshold >= 0")
+        self.target = target
+        self.timeout = timeout
+        self.stream_threshold = stream_threshold
+        self.chunk_bytes = chunk_bytes
+        channel_options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        if load_balancing:
+            channel_options.append(("grpc.lb_policy_name", load_balancing))
+        channel_options.extend(options)
+        self.credentials = self._channel_credentials(tls, ca, cert, key)
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        if self.credentials is not None:
+            self._channel = grpc.secure_channel(target, self.credentials, options=channel_options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=channel_options)
+        self._stub = pb_grpc.AggregatorStub(self._channel)
+
+    @staticmethod
+    def _channel_credentials(tls: bool, ca: Any, cert: Any, key: Any) -> Optional[grpc.ChannelCredentials]:
+        if not (tls or ca is not None or cert is not None):
+            return None
+        return grpc.ssl_channel_credentials(root_certificates=_read(ca), private_key=_read(key),
+                                            certificate_chain=_read(cert))
+
+    # -- Aggregation ---------------------------------------------------------
+
+    def aggregate(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, timeout: Optional[float] = None,
+                  progress: Optional[Progress] = None) -> Results:
+        """Aggregates ``array`` on the server and returns numpy's answers.
+
+        ``array``: anything numpy.asarray takes, of dtype float32, float64,
+        int32, int64, uint32 or uint8 (TypeError for any other, naming it).
+        1-D arrays are aggregated whole; a 2-D array row by row (numpy's
+        axis=1), every answer then being an array with one entry per row. A
+        C-contiguous little-endian array is sent as it lies; any other (a
+        slice with strides, a transpose, big-endian data) is first copied
+        into one that is.
+
+        ``ops``: strings as the CLI's ``--ops`` (``"sum"``, ``"std:1"``,
+        ``"hist:256:-1:1"``, or several comma-separated), :class:`Op`
+        objects, or a list of both. ValueError for a bad one.
+
+        Answers have the dtypes numpy's reductions return (see
+        :func:`tally._values.value_dtype`); histograms are
+        :class:`Histogram`, ``counts, edges = h`` as numpy.histogram.
+        Arrays above ``stream_threshold`` bytes are streamed; ``progress``,
+        if given, is called with (bytes sent, total bytes) as they go.
+        Raises :class:`Error` for a failed call."""
+        parsed = parse_ops(ops)
+        a, row_length = prepare(array)
+        response = self._send(a, row_length, [self._wire_op(o) for o in parsed], timeout, progress)
+        return self._results(parsed, a.dtype, row_length != 0, response)
+
+    def partial(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, base_index: int = 0,
+                timeout: Optional[float] = None, progress: Optional[Progress] = None) -> list[Partial]:
+        """The partial states of ``ops`` over ``array`` (one :class:`Partial`
+        per op), to be merged with other parts' states and finished on the
+        client (:func:`tally.merge`, :func:`tally.finish`). argmin/argmax
+        indices in them are offset by ``base_index``: the position of this
+        part's first element in the whole array (of each row's first
+        element in the whole row, for a 2-D part). Arrays and ops as
+        :meth:`aggregate`."""
+        parsed = parse_ops(ops)
+        a, row_length = prepare(array)
+        wire = [self._wire_op(o, base_index) for o in parsed]
+        response = self._send(a, row_length, wire, timeout, progress)
+        return [Partial.from_proto(o, r, row_length != 0) for o, r in zip(parsed, response.results)]
+
+    # -- Resident datasets ---------------------------------------------------
+
+    def put_dataset(self, name: str, array: Any, *, replace: bool = False, ttl: Optional[float] = None,
+                    timeout: Optional[float] = None, progress: Optional[Progress] = None) -> DatasetInfo:
+        """Uploads ``array`` (flattened in C order) as the resident dataset
+        ``name``. ``replace`` replaces one of the same name atomically;
+        ``ttl`` removes it that many seconds after the upload."""
+        a, _ = prepare(np.asarray(array).reshape(-1))
+        header = pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
+            name=name, spec=pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size), replace=replace,
+            ttl_seconds=ttl or 0.0))
+
+        def messages() -> Iterator[pb.PutDatasetRequest]:
+            yield header
+            for chunk in self._chunks(a, progress):
+                yield pb.PutDatasetRequest(chunk=chunk)
+
+        response = self._call(self._stub.PutDataset, messages(), timeout)
+        return DatasetInfo.from_proto(response.dataset)
+
+    def aggregate_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
+                          range: Optional[tuple[int, int]] = None, row_length: int = 0,
+                          timeout: Optional[float] = None) -> Results:
+        """Aggregates the dataset ``name`` (elements ``range = (begin, end)``
+        of it when given) as :meth:`aggregate` would the same elements,
+        cut into rows of ``row_length`` when it is not 0. Asks
+        DescribeDataset for the dataset's dtype too: the answers' numpy
+        dtypes follow it."""
+        parsed = parse_ops(ops)
+        response = self._call(self._stub.AggregateDataset,
+                              self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length),
+                              timeout)
+        dtype = self._dataset_dtype(response, name, timeout)
+        return self._results(parsed, dtype, row_length != 0, response)
+
+    def partial_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
+                        range: Optional[tuple[int, int]] = None, row_length: int = 0, base_index: int = 0,
+                        timeout: Optional[float] = None) -> list[Partial]:
+        """:meth:`partial` over a resident dataset (or a range of it)."""
+        parsed = parse_ops(ops)
+        wire = [self._wire_op(o, base_index) for o in parsed]
+        response = self._call(self._stub.AggregateDataset, self._dataset_request(name, wire, range, row_length),
+                              timeout)
+        return [Partial.from_proto(o, r, row_length != 0) for o, r in zip(parsed, response.results)]
+
+    def list_datasets(self, *, timeout: Optional[float] = None) -> list[DatasetInfo]:
+        """Every resident dataset, by name."""
+        response = self._call(self._stub.ListDatasets, pb.ListDatasetsRequest(), timeout)
+        return [DatasetInfo.from_proto(d) for d in response.datasets]
+
+    def describe_dataset(self, name: str, *, timeout: Optional[float] = None) -> DatasetInfo:
+        """One dataset; Error with NOT_FOUND for an unknown name."""
+        return DatasetInfo.from_proto(self._call(self._stub.DescribeDataset,
+                                                 pb.DescribeDatasetRequest(name=name), timeout))
+
+    def delete_dataset(self, name: str, *, timeout: Optional[float] = None) -> DatasetInfo:
+        """Removes a dataset and returns what it was; queries already
+        reading it finish on it."""
+        response = self._call(self._stub.DeleteDataset, pb.DeleteDatasetRequest(name=name), timeout)
+        return DatasetInfo.from_proto(response.dataset)
+
+    # -- Shared-memory regions -----------------------------------------------
+    # Registering a shared-memory region and aggregating arrays that lie in
+    # it go here once tally.v1 has those calls (docs/architecture.md lists
+    # the region source as not built yet).
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- Internals -----------------------------------------------------------
+
+    @staticmethod
+    def _wire_op(op: Op, base_index: Optional[int] = None) -> "pb.Aggregation":
+        a = pb.Aggregation(op=getattr(pb, "OP_" + op.kind.upper()), ddof=op.ddof)
+        if op.kind == "histogram":
+            a.histogram.bins, a.histogram.lo, a.histogram.hi = op.bins, op.lo, op.hi
+        if base_index is not None:
+            if base_index < 0:
+                raise ValueError(f"base_index must be >= 0, got {base_index}")
+            a.partial.base_index = base_index
+        return a
+
+    @staticmethod
+    def _dataset_request(name: str, wire: list, range: Optional[tuple[int, int]],
+                         row_length: int) -> "pb.AggregateDatasetRequest":
+        request = pb.AggregateDatasetRequest(name=name, row_length=row_length, aggregations=wire)
+        if range is not None:
+            request.range.begin, request.range.end = range
+        return request
+
+    def _dataset_dtype(self, response: "pb.AggregateResponse", name: str, timeout: Optional[float]) -> np.dtype:
+        # Values alone do not say the input's dtype (float32 and float64
+        # both answer in doubles): the dataset does.
+        return self.describe_dataset(name, timeout=timeout).dtype
+
+    def _chunks(self, a: np.ndarray, progress: Optional[Progress]) -> Iterator[bytes]:
+        view = byte_view(a)
+        total = len(view)
+        if progress:
+            progress(0, total)
+        for at in range(0, total, self.chunk_bytes):
+            chunk = view[at:at + self.chunk_bytes].tobytes()
+            yield chunk
+            if progress:
+                progress(min(at + self.chunk_bytes, total), total)
+
+    def _send(self, a: np.ndarray, row_length: int, wire: list, timeout: Optional[float],
+              progress: Optional[Progress]) -> "pb.AggregateResponse":
+        spec = pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length)
+        if a.nbytes <= self.stream_threshold:
+            if progress:
+                progress(0, a.nbytes)
+            response = self._call(self._stub.Aggregate,
+                                  pb.AggregateRequest(spec=spec, data=byte_view(a).tobytes(), aggregations=wire),
+                                  timeout)
+            if progress:
+                progress(a.nbytes, a.nbytes)
+            return response
+
+        def messages() -> Iterator[pb.AggregateStreamRequest]:
+            yield pb.AggregateStreamRequest(header=pb.AggregateStreamRequest.Header(spec=spec, aggregations=wire))
+            for chunk in self._chunks(a, progress):
+                yield pb.AggregateStreamRequest(chunk=chunk)
+
+        return self._call(self._stub.AggregateStream, messages(), timeout)
+
+    def _call(self, method: Callable, request: Any, timeout: Optional[float]) -> Any:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout, metadata=self.metadata)
+        except grpc.RpcError as e:
+            raise Error(e.code(), e.details() or "") from None
+
+    @staticmethod
+    def _results(ops: list[Op], dtype: np.dtype, segmented: bool, response: "pb.AggregateResponse") -> Results:
+        values = []
+        for op, r in zip(ops, response.results):
+            kind = r.WhichOneof("values")
+            if kind == "histograms":
+                hs = r.histograms.histograms
+                counts = np.array([list(h.counts) for h in hs], dtype=np.uint64).reshape(len(hs), op.bins)
+                values.append(_values.present_histogram(
+                    op, dtype, counts, np.array([h.below for h in hs], dtype=np.uint64),
+                    np.array([h.above for h in hs], dtype=np.uint64),
+                    np.array([h.nan for h in hs], dtype=np.uint64), segmented))
+            else:
+                wire_type = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}[kind]
+                raw = np.array(getattr(r, kind).values, dtype=wire_type)
+                values.append(_values.present(op, dtype, raw, segmented))
+        return Results(ops, values, response.execution)

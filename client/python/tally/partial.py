@@ -1,0 +1,257 @@
+"""Partial states: what an aggregation knows about part of an array, merged
+with other parts' states and finished on the client.
+
+The rules are tally.proto's (PartialState, version 1), the same the server
+and the C++ client follow (tally/rules/partial.h), operation for operation:
+a state finished here is bitwise the value the server would answer, and
+merges give the same bits as the C++ client's for the same merge tree.
+Integers, counts, extremes, first-occurrence indices and histograms merge
+exactly in any order; float sums and moments are deterministic for a given
+merge tree and agree with one request over the whole array to rounding
+(tally.proto says how closely).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _values
+from ._arrays import FROM_WIRE, check_dtype
+from ._ops import Op
+from .v1 import tally_pb2 as pb
+
+#: The version of the rules this package merges and finishes.
+STATE_VERSION = 1
+
+_F64, _I64, _U64 = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)
+
+
+def _acc_dtype(dtype: np.dtype) -> np.dtype:
+    """Where sums and extremes of ``dtype`` live in a state."""
+    return _F64 if dtype.kind == "f" else (_I64 if dtype.kind == "i" else _U64)
+
+
+@dataclass
+class Partial:
+    """One aggregation's partial state over some elements of an array (of
+    each row, when ``segmented``): one entry per row in every field.
+
+    Fields an op does not use are zeros. ``value`` holds sums (``sum``) or
+    extremes (min, max, argmin, argmax) in float64, int64 or uint64 by the
+    input's dtype; ``index`` the argmin/argmax index (-1 where ``count`` is
+    0); ``mean`` and ``m2`` the moments (``m2`` stays 0 for mean);
+    ``histogram`` the counts (rows x bins) and ``below``, ``above``, ``nan``.
+    Picklable, so Dask can move it between workers.
+    """
+
+    op: Op
+    dtype: np.dtype
+    segmented: bool
+    count: np.ndarray
+    value: np.ndarray
+    sum_squares: np.ndarray
+    mean: np.ndarray
+    m2: np.ndarray
+    index: np.ndarray
+    histogram: np.ndarray
+    below: np.ndarray
+    above: np.ndarray
+    nan: np.ndarray
+    version: int = field(default=STATE_VERSION)
+
+    @property
+    def rows(self) -> int:
+        return len(self.count)
+
+    def merge(self, other: "Partial") -> "Partial":
+        """The state of this part's elements followed by ``other``'s."""
+        return merge(self, other)
+
+    def finish(self) -> Any:
+        """The value, as :meth:`tally.Client.aggregate` answers it."""
+        return finish(self)
+
+    @classmethod
+    def from_proto(cls, op: Op, result: "pb.AggregationResult", segmented: bool) -> "Partial":
+        """A state from the server's answer. ValueError for a version this
+        package does not know or an unknown dtype."""
+        if result.WhichOneof("values") != "partials":
+            raise ValueError(f"{op}: the server answered with values, not a partial state")
+        p = result.partials
+        if p.version != STATE_VERSION:
+            raise ValueError(f"{op}: partial state version {p.version} is not one this package knows ({STATE_VERSION})")
+        if p.dtype not in FROM_WIRE:
+            raise ValueError(f"{op}: unknown dtype {p.dtype} in a partial state")
+        dtype = FROM_WIRE[p.dtype]
+        states = p.states
+        acc = _acc_dtype(dtype)
+        if op.kind == "sum":
+            field_name = {"f": "float_sum", "i": "int_sum", "u": "uint_sum"}[dtype.kind]
+        else:
+            field_name = {"f": "float_extreme", "i": "int_extreme", "u": "uint_extreme"}[dtype.kind]
+        bins = op.bins if op.kind == "histogram" else 0
+        hist = np.zeros((len(states), bins), dtype=np.uint64)
+        if bins:
+            for r, s in enumerate(states):
+                if len(s.histogram.counts) != bins:
+                    raise ValueError(f"{op}: row {r}'s histogram has {len(s.histogram.counts)} bins, not {bins}")
+                hist[r] = s.histogram.counts
+        return cls(
+            op=op, dtype=dtype, segmented=segmented,
+            count=np.array([s.count for s in states], dtype=np.uint64),
+            value=np.array([getattr(s, field_name) for s in states], dtype=acc),
+            sum_squares=np.array([s.sum_squares for s in states], dtype=np.float64),
+            mean=np.array([s.mean for s in states], dtype=np.float64),
+            m2=np.array([s.m2 for s in states], dtype=np.float64),
+            index=np.array([s.index for s in states], dtype=np.int64),
+            histogram=hist,
+            below=np.array([s.histogram.below for s in states], dtype=np.uint64),
+            above=np.array([s.histogram.above for s in states], dtype=np.uint64),
+            nan=np.array([s.histogram.nan for s in states], dtype=np.uint64))
+
+
+def _check(a: Partial, b: Partial) -> None:
+    for p in (a, b):
+        if p.version != STATE_VERSION:
+            raise ValueError(f"partial state version {p.version} is not one this package knows ({STATE_VERSION})")
+    if a.op != b.op:
+        raise ValueError(f"cannot merge partial states of different aggregations: {a.op} and {b.op}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"cannot merge partial states of {a.dtype} and {b.dtype} elements")
+    if a.segmented != b.segmented or a.rows != b.rows:
+        raise ValueError(f"cannot merge partial states of {a.rows} and {b.rows} rows "
+                         f"({'per row' if a.segmented else 'whole'} and {'per row' if b.segmented else 'whole'})")
+
+
+def _min_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # rules::MinNan: a if a is NaN, else b if b is NaN, else (b < a ? b : a).
+    return np.where(a != a, a, np.where(b != b, b, np.where(b < a, b, a)))
+
+
+def _max_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.where(a != a, a, np.where(b != b, b, np.where(b > a, b, a)))
+
+
+def _pick_arg(av: np.ndarray, ai: np.ndarray, bv: np.ndarray, bi: np.ndarray, is_max: bool) -> np.ndarray:
+    """rules::Better(a, b) for non-empty candidates: True where a wins."""
+    a_nan, b_nan = av != av, bv != bv
+    either = a_nan | b_nan
+    nan_rule = np.where(a_nan & b_nan, ai < bi, a_nan)
+    better = (av > bv) if is_max else (av < bv)
+    value_rule = better | ((av == bv) & (ai < bi))
+    return np.where(either, nan_rule, value_rule)
+
+
+def merge(a: Partial, b: Partial) -> Partial:
+    """The state of ``a``'s elements followed by ``b``'s (tally.proto's
+    merge rules). ValueError for states of different aggregations (op,
+    ddof, histogram spec), dtypes, row counts or unknown versions."""
+    _check(a, b)
+    with np.errstate(all="ignore"):
+        a_empty, b_empty = a.count == 0, b.count == 0
+        # An empty state is the identity: rows where one side is empty take the other.
+        take_b = a_empty & ~b_empty
+        keep_a = b_empty
+
+        def pick(merged: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            sel = take_b.reshape((-1,) + (1,) * (merged.ndim - 1))
+            kept = keep_a.reshape((-1,) + (1,) * (merged.ndim - 1))
+            return np.where(kept, x, np.where(sel, y, merged))
+
+        kind = a.op.kind
+        count = a.count + b.count
+        value, index = a.value, a.index
+        mean, m2, sum_squares = a.mean, a.m2, a.sum_squares
+        hist, below, above, nan = a.histogram, a.below, a.above, a.nan
+        if kind == "sum":
+            if a.value.dtype == _I64:  # wraps modulo 2^64, as numpy's
+                value = (a.value.view(_U64) + b.value.view(_U64)).view(_I64)
+            else:
+                value = a.value + b.value
+        elif kind == "sum_squares":
+            sum_squares = a.sum_squares + b.sum_squares
+        elif kind in ("mean", "variance", "stddev"):
+            # rules::MergeMoments, in the same order of operations.
+            na, nb = a.count.astype(np.float64), b.count.astype(np.float64)
+            n = na + nb
+            delta = b.mean - a.mean
+            wb = nb / n
+            mean = a.mean + delta * wb
+            m2 = np.zeros_like(a.m2) if kind == "mean" else a.m2 + b.m2 + delta * delta * na * wb
+        elif kind in ("min", "max"):
+            value = _min_nan(a.value, b.value) if kind == "min" else _max_nan(a.value, b.value)
+        elif kind in ("argmin", "argmax"):
+            a_wins = _pick_arg(a.value, a.index, b.value, b.index, kind == "argmax")
+            value = np.where(a_wins, a.value, b.value)
+            index = np.where(a_wins, a.index, b.index)
+        elif kind == "histogram":
+            hist, below, above, nan = a.histogram + b.histogram, a.below + b.below, a.above + b.above, a.nan + b.nan
+        return Partial(
+            op=a.op, dtype=a.dtype, segmented=a.segmented, count=count,
+            value=pick(value, a.value, b.value), sum_squares=pick(sum_squares, a.sum_squares, b.sum_squares),
+            mean=pick(mean, a.mean, b.mean), m2=pick(m2, a.m2, b.m2), index=pick(index, a.index, b.index),
+            histogram=pick(hist, a.histogram, b.histogram), below=pick(below, a.below, b.below),
+            above=pick(above, a.above, b.above), nan=pick(nan, a.nan, b.nan))
+
+
+def merge_all(states: list[Partial]) -> Partial:
+    """The states merged left to right: ((s0 + s1) + s2) + ..."""
+    if not states:
+        raise ValueError("no partial states to merge")
+    out = states[0]
+    for s in states[1:]:
+        out = merge(out, s)
+    return out
+
+
+def finish_raw(p: Partial) -> np.ndarray:
+    """The wire values of a state, per row, as the server finishes them:
+    float64, int64 or uint64 (the tally.proto result field). Histograms
+    are not scalars; see :func:`finish`. ValueError for min, max, argmin or
+    argmax of a row with no elements (numpy raises too)."""
+    kind = p.op.kind
+    if kind in ("min", "max", "argmin", "argmax") and np.any(p.count == 0):
+        raise ValueError(f"{p.op} of no elements has no value")
+    with np.errstate(all="ignore"):
+        if kind in ("sum", "min", "max"):
+            return p.value.copy()
+        if kind == "count":
+            return p.count.copy()
+        if kind in ("argmin", "argmax"):
+            return p.index.copy()
+        if kind == "sum_squares":
+            return p.sum_squares.copy()
+        if kind == "mean":
+            return np.where(p.count == 0, np.nan, p.mean)
+        if kind in ("variance", "stddev"):
+            # rules::VarianceOf: m2 / max(n - ddof, 0); NaN for no elements.
+            divisor = p.count.astype(np.float64) - p.op.ddof
+            divisor = np.where(divisor < 0.0, 0.0, divisor)
+            var = np.where(p.count == 0, np.nan, p.m2 / divisor)
+            return np.sqrt(var) if kind == "stddev" else var
+    raise ValueError(f"{p.op} has no scalar value")
+
+
+def finish(p: Partial) -> Any:
+    """A state's value as :meth:`tally.Client.aggregate` answers it: numpy's
+    dtypes, a scalar (an array per row when segmented), histograms as
+    :class:`tally.Histogram`."""
+    if p.version != STATE_VERSION:
+        raise ValueError(f"partial state version {p.version} is not one this package knows ({STATE_VERSION})")
+    if p.op.kind == "histogram":
+        return _values.present_histogram(p.op, p.dtype, p.histogram, p.below, p.above, p.nan, p.segmented)
+    return _values.present(p.op, p.dtype, finish_raw(p), p.segmented)
+
+
+def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
+    """The state of no elements (the merge identity); ``rows`` None for a
+    whole-array state, else that many rows."""
+    dt = check_dtype(dtype)
+    n = 1 if rows is None else rows
+    z = lambda d: np.zeros(n, dtype=d)  # noqa: E731
+    return Partial(op=op, dtype=dt, segmented=rows is not None, count=z(_U64), value=z(_acc_dtype(dt)),
+                   sum_squares=z(_F64), mean=z(_F64), m2=z(_F64), index=np.full(n, -1, dtype=_I64),
+                   histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
+                   below=z(_U64), above=z(_U64), nan=z(_U64))

@@ -1,0 +1,177 @@
+// Merging and finishing partial states: the checks a caller's input needs,
+// then tally/rules/partial.h for the arithmetic.
+#include "tally/client/partial.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tally/client/aggregations.h"
+#include "tally/client/wire.h"
+#include "tally/rules/partial.h"
+#include "tally/v1/partial_state_wire.h"
+
+namespace tally::client {
+namespace {
+
+// What merges and finishes need of an aggregation: its rules form.
+absl::StatusOr<rules::OpSpec> SpecOf(const v1::Aggregation& a) {
+  const std::optional<rules::OpKind> kind = FromWire(a.op());
+  if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown op ", static_cast<int>(a.op()), "."));
+  rules::OpSpec spec;
+  spec.kind = *kind;
+  spec.ddof = a.ddof();
+  spec.histogram = {a.histogram().bins(), a.histogram().lo(), a.histogram().hi()};
+  return spec;
+}
+
+// The aggregation's identity for merging: everything but the base index.
+bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b) {
+  if (a.op() != b.op()) return false;
+  if ((a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV) && a.ddof() != b.ddof()) return false;
+  if (a.op() == v1::OP_HISTOGRAM) {
+    const v1::HistogramSpec &x = a.histogram(), &y = b.histogram();
+    if (x.bins() != y.bins() || x.lo() != y.lo() || x.hi() != y.hi()) return false;
+  }
+  return true;
+}
+
+absl::Status CheckPartial(const v1::AggregationResult& r, const char* which) {
+  if (!r.has_partials()) {
+    return absl::InvalidArgumentError(absl::StrCat(which, " (", AggregationLabel(r.aggregation()),
+                                                   ") holds values, not partial states."));
+  }
+  if (r.partials().version() != rules::kPartialStateVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(which, ": partial state version ", r.partials().version(),
+                                                   " is not one this client knows (", rules::kPartialStateVersion,
+                                                   ")."));
+  }
+  if (!FromWire(r.partials().dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(which, ": unknown dtype ", static_cast<int>(r.partials().dtype()), "."));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<v1::Aggregation> AsPartial(std::vector<v1::Aggregation> aggregations, std::uint64_t base_index) {
+  for (v1::Aggregation& a : aggregations) a.mutable_partial()->set_base_index(base_index);
+  return aggregations;
+}
+
+absl::StatusOr<v1::AggregationResult> MergePartials(const v1::AggregationResult& a,
+                                                    const v1::AggregationResult& b) {
+  if (absl::Status s = CheckPartial(a, "the first result"); !s.ok()) return s;
+  if (absl::Status s = CheckPartial(b, "the second result"); !s.ok()) return s;
+  if (!SameAggregation(a.aggregation(), b.aggregation())) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot merge partial states of different aggregations: ",
+                                                   AggregationLabel(a.aggregation()), " and ",
+                                                   AggregationLabel(b.aggregation()), "."));
+  }
+  const v1::PartialStates &pa = a.partials(), &pb = b.partials();
+  if (pa.dtype() != pb.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot merge partial states of ", NameOf(*FromWire(pa.dtype())),
+                                                   " and ", NameOf(*FromWire(pb.dtype())), " elements."));
+  }
+  if (pa.states_size() != pb.states_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot merge partial states of ", pa.states_size(), " and ",
+                                                   pb.states_size(), " rows."));
+  }
+  absl::StatusOr<rules::OpSpec> spec = SpecOf(a.aggregation());
+  if (!spec.ok()) return spec.status();
+  const rules::DType dtype = *FromWire(pa.dtype());
+  v1::AggregationResult out;
+  *out.mutable_aggregation() = a.aggregation();
+  v1::PartialStates* p = out.mutable_partials();
+  p->set_version(rules::kPartialStateVersion);
+  p->set_dtype(pa.dtype());
+  for (int r = 0; r < pa.states_size(); ++r) {
+    rules::PartialState x = PartialStateFromProto(pa.states(r));
+    rules::PartialState y = PartialStateFromProto(pb.states(r));
+    if (spec->kind == rules::OpKind::kHistogram &&
+        (x.histogram.counts.size() != spec->histogram.bins || y.histogram.counts.size() != spec->histogram.bins)) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", r, ": a histogram state without ",
+                                                     spec->histogram.bins, " bins."));
+    }
+    PartialStateToProto(rules::Merge(*spec, dtype, x, y), p->add_states());
+  }
+  return out;
+}
+
+absl::StatusOr<v1::AggregateResponse> MergeResponses(const v1::AggregateResponse& a, const v1::AggregateResponse& b) {
+  if (a.results_size() != b.results_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot merge responses with ", a.results_size(), " and ",
+                                                   b.results_size(), " results."));
+  }
+  v1::AggregateResponse out;
+  *out.mutable_execution() = a.execution();
+  for (int i = 0; i < a.results_size(); ++i) {
+    absl::StatusOr<v1::AggregationResult> merged = MergePartials(a.results(i), b.results(i));
+    if (!merged.ok()) return absl::Status(merged.status().code(), absl::StrCat("results[", i, "]: ", merged.status().message()));
+    *out.add_results() = *std::move(merged);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::AggregationResult> FinishPartials(const v1::AggregationResult& partial) {
+  if (absl::Status s = CheckPartial(partial, "the result"); !s.ok()) return s;
+  absl::StatusOr<rules::OpSpec> spec = SpecOf(partial.aggregation());
+  if (!spec.ok()) return spec.status();
+  const rules::DType dtype = *FromWire(partial.partials().dtype());
+  v1::AggregationResult out;
+  *out.mutable_aggregation() = partial.aggregation();
+  out.mutable_aggregation()->clear_partial();
+  const rules::ResultKind kind = rules::ResultKindOf(spec->kind, dtype);
+  for (const v1::PartialState& wire : partial.partials().states()) {
+    const rules::PartialState s = PartialStateFromProto(wire);
+    if (rules::NeedsNonEmpty(spec->kind) && s.count == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(AggregationLabel(partial.aggregation()),
+                                                     " of no elements has no value."));
+    }
+    switch (kind) {
+      case rules::ResultKind::kDouble: {
+        // One canonical NaN, as the server sends.
+        const double v = rules::FinishDouble(*spec, s);
+        out.mutable_doubles()->add_values(std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v);
+        break;
+      }
+      case rules::ResultKind::kInt64: out.mutable_int64s()->add_values(rules::FinishInt64(*spec, s)); break;
+      case rules::ResultKind::kUInt64: out.mutable_uint64s()->add_values(rules::FinishUInt64(*spec, s)); break;
+      case rules::ResultKind::kHistogram: {
+        v1::Histogram* h = out.mutable_histograms()->add_histograms();
+        h->mutable_counts()->Add(s.histogram.counts.begin(), s.histogram.counts.end());
+        h->set_below(s.histogram.below);
+        h->set_above(s.histogram.above);
+        h->set_nan(s.histogram.nan);
+        break;
+      }
+    }
+  }
+  // An empty row list still says which kind of values it holds.
+  if (partial.partials().states_size() == 0) {
+    switch (kind) {
+      case rules::ResultKind::kDouble: out.mutable_doubles(); break;
+      case rules::ResultKind::kInt64: out.mutable_int64s(); break;
+      case rules::ResultKind::kUInt64: out.mutable_uint64s(); break;
+      case rules::ResultKind::kHistogram: out.mutable_histograms(); break;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<v1::AggregateResponse> FinishResponse(const v1::AggregateResponse& partial) {
+  v1::AggregateResponse out;
+  *out.mutable_execution() = partial.execution();
+  for (int i = 0; i < partial.results_size(); ++i) {
+    absl::StatusOr<v1::AggregationResult> finished = FinishPartials(partial.results(i));
+    if (!finished.ok()) {
+      return absl::Status(finished.status().code(), absl::StrCat("results[", i, "]: ", finished.status().message()));
+    }
+    *out.add_results() = *std::move(finished);
+  }
+  return out;
+}
+
+}  // namespace tally::client

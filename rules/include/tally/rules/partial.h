@@ -1,0 +1,211 @@
+// Partial states: what one aggregation knows about some of an array's
+// elements (of one row, when segmented), how two states merge, and how a
+// state is finished into the op's value. Both backends finish their results
+// through Finish*() below and the C++ client finishes merged states through
+// the same functions, so a state finished by the client is bitwise the value
+// the server would have answered. tally.proto (PartialState) is the wire
+// form of PartialState and states these rules for other languages.
+#pragma once
+
+#include <cstdint>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "tally/rules/combine.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
+
+namespace tally::rules {
+
+// The version of these rules; a state of another version is refused.
+inline constexpr std::uint32_t kPartialStateVersion = 1;
+
+// A histogram's counts: one per bin, then what fell outside the range.
+struct HistogramCounts {
+  std::vector<std::uint64_t> counts;
+  std::uint64_t below = 0;  // values < lo
+  std::uint64_t above = 0;  // values > hi
+  std::uint64_t nan = 0;    // NaN values
+
+  bool operator==(const HistogramCounts&) const = default;
+};
+
+// One aggregation's state over some elements. Which fields mean something
+// depends on the op (and, for sums and extremes, on the dtype: float64 for
+// float dtypes, int64 for signed, uint64 for unsigned integers); the others
+// stay zero.
+struct PartialState {
+  std::uint64_t count = 0;  // elements covered; every op
+  // kSum: the sum in numpy's accumulator type (integers wrap modulo 2^64).
+  double float_sum = 0.0;
+  std::int64_t int_sum = 0;
+  std::uint64_t uint_sum = 0;
+  // kSumSquares.
+  double sum_squares = 0.0;
+  // kMean: mean (m2 stays 0); kVariance, kStddev: mean and m2 (the sum of
+  // squared deviations from the mean), as rules::Moments.
+  double mean = 0.0;
+  double m2 = 0.0;
+  // kMin, kMax, kArgmin, kArgmax: the extreme, when count > 0. kArgmin and
+  // kArgmax also carry its index (plus the caller's base index); -1 when
+  // count is 0.
+  double float_extreme = 0.0;
+  std::int64_t int_extreme = 0;
+  std::uint64_t uint_extreme = 0;
+  std::int64_t index = -1;
+  // kHistogram.
+  HistogramCounts histogram;
+
+  bool operator==(const PartialState&) const = default;
+};
+
+inline Moments MomentsOf(const PartialState& s) {
+  return Moments{static_cast<double>(s.count), s.mean, s.m2};
+}
+
+namespace partial_detail {
+
+template <bool kMax, typename T>
+T Extreme(T a, T b) {
+  return kMax ? MaxNan(a, b) : MinNan(a, b);
+}
+
+// The extreme of two non-empty states, in the dtype's extreme type.
+template <bool kMax>
+void MergeExtreme(DType dtype, const PartialState& b, PartialState& r) {
+  if (IsFloat(dtype)) {
+    r.float_extreme = Extreme<kMax>(r.float_extreme, b.float_extreme);
+  } else if (IsSigned(dtype)) {
+    r.int_extreme = Extreme<kMax>(r.int_extreme, b.int_extreme);
+  } else {
+    r.uint_extreme = Extreme<kMax>(r.uint_extreme, b.uint_extreme);
+  }
+}
+
+// numpy's argmin/argmax rule (rules::PickArg) on two non-empty states.
+template <bool kMax>
+void MergeArg(DType dtype, const PartialState& b, PartialState& r) {
+  auto pick = [&](auto av, auto bv) {
+    using T = decltype(av);
+    const ArgCandidate<T> x{av, r.index}, y{bv, b.index};
+    const ArgCandidate<T> w = PickArg<kMax>(x, y);
+    return std::pair<T, std::int64_t>(w.value, w.index);
+  };
+  if (IsFloat(dtype)) {
+    std::tie(r.float_extreme, r.index) = pick(r.float_extreme, b.float_extreme);
+  } else if (IsSigned(dtype)) {
+    std::tie(r.int_extreme, r.index) = pick(r.int_extreme, b.int_extreme);
+  } else {
+    std::tie(r.uint_extreme, r.index) = pick(r.uint_extreme, b.uint_extreme);
+  }
+}
+
+}  // namespace partial_detail
+
+// The state of the elements `a` and `b` cover together. `a` and `b` are
+// states of the same op (same histogram spec) over the same dtype; callers
+// check that. Associative: integers, counts, extremes, indices and
+// histograms exactly (integer sums modulo 2^64, as numpy); float sums and
+// moments deterministic for a given merge tree (the same rounding as the
+// backends' own merges of their blocks). Argmin/argmax keep numpy's first
+// occurrence whichever side comes first; the other merges put `a` first.
+inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, const PartialState& b) {
+  if (b.count == 0) return a;  // an empty state is the identity
+  if (a.count == 0) return b;
+  PartialState r = a;
+  r.count = a.count + b.count;
+  switch (op.kind) {
+    case OpKind::kSum:
+      r.float_sum = a.float_sum + b.float_sum;
+      r.int_sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(a.int_sum) +
+                                            static_cast<std::uint64_t>(b.int_sum));
+      r.uint_sum = a.uint_sum + b.uint_sum;
+      break;
+    case OpKind::kSumSquares: r.sum_squares = a.sum_squares + b.sum_squares; break;
+    case OpKind::kMean:
+    case OpKind::kVariance:
+    case OpKind::kStddev: {
+      const Moments m = MergeMoments(MomentsOf(a), MomentsOf(b));
+      r.mean = m.mean;
+      r.m2 = op.kind == OpKind::kMean ? 0.0 : m.m2;
+      break;
+    }
+    case OpKind::kMin: partial_detail::MergeExtreme<false>(dtype, b, r); break;
+    case OpKind::kMax: partial_detail::MergeExtreme<true>(dtype, b, r); break;
+    case OpKind::kArgmin: partial_detail::MergeArg<false>(dtype, b, r); break;
+    case OpKind::kArgmax: partial_detail::MergeArg<true>(dtype, b, r); break;
+    case OpKind::kCount: break;
+    case OpKind::kHistogram:
+      for (std::size_t i = 0; i < r.histogram.counts.size() && i < b.histogram.counts.size(); ++i) {
+        r.histogram.counts[i] += b.histogram.counts[i];
+      }
+      r.histogram.below += b.histogram.below;
+      r.histogram.above += b.histogram.above;
+      r.histogram.nan += b.histogram.nan;
+      break;
+  }
+  return r;
+}
+
+enum class ResultKind { kDouble = 0, kInt64 = 1, kUInt64 = 2, kHistogram = 3 };
+
+// The wire contract's rule for which value type an op returns.
+constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
+  switch (op) {
+    case OpKind::kSum:
+    case OpKind::kMin:
+    case OpKind::kMax:
+      if (IsFloat(dtype)) return ResultKind::kDouble;
+      return IsSigned(dtype) ? ResultKind::kInt64 : ResultKind::kUInt64;
+    case OpKind::kCount: return ResultKind::kUInt64;
+    case OpKind::kArgmin:
+    case OpKind::kArgmax: return ResultKind::kInt64;
+    case OpKind::kHistogram: return ResultKind::kHistogram;
+    case OpKind::kMean:
+    case OpKind::kSumSquares:
+    case OpKind::kVariance:
+    case OpKind::kStddev: return ResultKind::kDouble;
+  }
+  return ResultKind::kDouble;
+}
+
+// The op's value from a state. Which of the three applies is the wire
+// contract's rule (tally.proto, Op): float64 for means, variances, sums of
+// squares and float dtypes' sums and extremes; int64 for signed dtypes' sums
+// and extremes and for indices; uint64 for counts and unsigned dtypes' sums
+// and extremes. Histograms are their state's counts. Min, max, argmin and
+// argmax of an empty state have no value; callers refuse them first.
+inline double FinishDouble(const OpSpec& op, const PartialState& s) {
+  switch (op.kind) {
+    case OpKind::kSum: return s.float_sum;
+    case OpKind::kMin:
+    case OpKind::kMax: return s.float_extreme;
+    case OpKind::kMean: return MeanOf(MomentsOf(s));
+    case OpKind::kSumSquares: return s.sum_squares;
+    case OpKind::kVariance: return VarianceOf(MomentsOf(s), op.ddof);
+    case OpKind::kStddev: return StddevOf(MomentsOf(s), op.ddof);
+    default: return __builtin_nan("");
+  }
+}
+inline std::int64_t FinishInt64(const OpSpec& op, const PartialState& s) {
+  switch (op.kind) {
+    case OpKind::kSum: return s.int_sum;
+    case OpKind::kMin:
+    case OpKind::kMax: return s.int_extreme;
+    case OpKind::kArgmin:
+    case OpKind::kArgmax: return s.index;
+    default: return 0;
+  }
+}
+inline std::uint64_t FinishUInt64(const OpSpec& op, const PartialState& s) {
+  switch (op.kind) {
+    case OpKind::kSum: return s.uint_sum;
+    case OpKind::kMin:
+    case OpKind::kMax: return s.uint_extreme;
+    case OpKind::kCount: return s.count;
+    default: return 0;
+  }
+}
+
+}  // namespace tally::rules

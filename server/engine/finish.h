@@ -1,0 +1,59 @@
+// The finishing step every backend ends with: each row's partial state
+// (tally/rules/partial.h) becomes what the response carries for an op, the
+// state itself when the op asked for its partial, else the op's value by the
+// rules' Finish*(), the same functions the C++ client finishes merged
+// states with.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "server/core/request.h"
+#include "tally/rules/partial.h"
+
+namespace tally {
+
+// Results of `rows` rows for `op` over `dtype`, zeroed, in the alternative
+// the response carries (histograms with their bins).
+inline OpValues EmptyValues(const OpSpec& op, DType dtype, std::uint64_t rows) {
+  if (op.partial) {
+    std::vector<rules::PartialState> states(rows);
+    if (op.kind == OpKind::kHistogram) {
+      for (rules::PartialState& s : states) s.histogram.counts.assign(op.histogram.bins, 0);
+    }
+    return states;
+  }
+  switch (ResultKindOf(op.kind, dtype)) {
+    case ResultKind::kDouble: return std::vector<double>(rows);
+    case ResultKind::kInt64: return std::vector<std::int64_t>(rows);
+    case ResultKind::kUInt64: return std::vector<std::uint64_t>(rows);
+    case ResultKind::kHistogram: break;
+  }
+  return std::vector<HistogramResult>(rows, HistogramResult{std::vector<std::uint64_t>(op.histogram.bins, 0)});
+}
+
+// Row `row` of `values` (built by EmptyValues, at least row + 1 rows) from
+// the row's state. Safe from several threads for different rows.
+inline void StoreRow(const OpSpec& op, std::uint64_t row, rules::PartialState&& state, OpValues& values) {
+  std::visit(
+      [&](auto& v) {
+        using E = typename std::decay_t<decltype(v)>::value_type;
+        if constexpr (std::is_same_v<E, rules::PartialState>) {
+          v[row] = std::move(state);
+        } else if constexpr (std::is_same_v<E, HistogramResult>) {
+          v[row] = std::move(state.histogram);
+        } else if constexpr (std::is_same_v<E, double>) {
+          v[row] = rules::FinishDouble(op, state);
+        } else if constexpr (std::is_same_v<E, std::int64_t>) {
+          v[row] = rules::FinishInt64(op, state);
+        } else {
+          v[row] = rules::FinishUInt64(op, state);
+        }
+      },
+      values);
+}
+
+}  // namespace tally

@@ -1,0 +1,355 @@
+"""The tally Python package against the real server: every op and dtype
+compared with numpy (whole arrays and rows, contiguous or not, unary and
+streamed), partial states merged and finished against one-shot answers,
+resident datasets, errors, deadlines and the credential arguments.
+
+usage: tally_client_test.py TALLY_SERVER_BINARY [--backend=cpu]
+(the package, built with its stubs, on PYTHONPATH)
+"""
+import os
+import sys
+import unittest
+import warnings
+
+import grpc
+import numpy as np
+
+import tally
+from tally import partial as tp
+from tally.v1 import tally_pb2
+from tally_test_server import TallyServer
+
+SERVER_BINARY = None
+BACKEND = "cpu"
+SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint8]
+ALL_OPS = ["sum", "min", "max", "mean", "count", "sumsq", "var", "std:1", "argmin", "argmax",
+           "hist:37:-3.5:60.25"]
+warnings.filterwarnings("ignore", message="Degrees of freedom <= 0")
+
+
+def random_array(rng, dtype, shape, nans=False):
+    if np.dtype(dtype).kind == "f":
+        x = (rng.standard_normal(shape) * 20 + 10).astype(dtype)
+        if nans:
+            x.reshape(-1)[rng.integers(0, x.size, 3)] = np.nan
+        return x
+    # Small values repeat, so ties test the first-occurrence rule.
+    lo = -5 if np.dtype(dtype).kind == "i" else 0
+    return rng.integers(lo, 70, size=shape).astype(dtype)
+
+
+def numpy_histogram(x, bins, lo, hi):
+    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
+    work = x.astype(np.float64) if x.dtype.kind in "iu" else x
+    lo_t, hi_t = work.dtype.type(lo), work.dtype.type(hi)
+    return counts, edges, int(np.sum(work < lo_t)), int(np.sum(work > hi_t)), int(np.sum(np.isnan(work)))
+
+
+class Base(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}"])
+        cls.target = f"127.0.0.1:{cls.server.port}"
+        cls.client = tally.Client(cls.target, timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng([SEED, hash(self.id()) % (2**32)])
+
+
+class AgainstNumpy(Base):
+    def check_row(self, r, x, where):
+        """Every answer for the 1-D array x (r's answers are scalars)."""
+        wide = x.astype(np.float64)
+        n = x.size
+        abs_sum = float(np.sum(np.abs(wide)))
+        has_nan = bool(np.isnan(wide).any())
+        msg = f"{x.dtype} {where}"
+        # Dtypes numpy's own reductions return.
+        for op, ref in (("sum", np.sum(x)), ("min", np.min(x)), ("max", np.max(x)), ("mean", np.mean(x)),
+                        ("var", np.var(x)), ("std:1", np.std(x, ddof=1)), ("argmin", np.argmin(x))):
+            self.assertEqual(np.asarray(r[op]).dtype, np.asarray(ref).dtype, f"{op} {msg}")
+        if x.dtype.kind == "f":
+            eps = np.finfo(x.dtype).eps
+            if has_nan:
+                self.assertTrue(np.isnan(r["sum"]), msg)
+            else:
+                # numpy adds float32 in float32 (pairwise), tally in float64.
+                bound = (np.log2(n) + 2) * eps * abs_sum if x.dtype == np.float32 else n * eps * abs_sum
+                self.assertLessEqual(abs(float(r["sum"]) - float(np.sum(x))), bound + 1e-300, msg)
+                self.assertLessEqual(abs(float(r["mean"]) - float(np.mean(x))), bound / n + 1e-300, msg)
+                rtol = 1e-4 if x.dtype == np.float32 else 1e-10
+                np.testing.assert_allclose(r["var"], np.var(x), rtol=rtol, err_msg=msg)
+                np.testing.assert_allclose(r["std:1"], np.std(x, ddof=1), rtol=rtol, err_msg=msg)
+        else:
+            self.assertEqual(r["sum"], np.sum(x), msg)
+            np.testing.assert_allclose(r["mean"], np.mean(x), rtol=1e-13, err_msg=msg)
+            np.testing.assert_allclose(r["var"], np.var(x), rtol=1e-10, err_msg=msg)
+            np.testing.assert_allclose(r["std:1"], np.std(x, ddof=1), rtol=1e-10, err_msg=msg)
+        np.testing.assert_array_equal(r["min"], np.min(x), err_msg=msg)
+        np.testing.assert_array_equal(r["max"], np.max(x), err_msg=msg)
+        self.assertEqual(r["count"], n, msg)
+        if not has_nan:
+            np.testing.assert_allclose(r["sumsq"], np.sum(wide * wide), rtol=1e-12, err_msg=msg)
+        self.assertEqual(r["argmin"], np.argmin(x), msg)
+        self.assertEqual(r["argmax"], np.argmax(x), msg)
+        counts, edges, below, above, nan = numpy_histogram(x, 37, -3.5, 60.25)
+        h = r["hist:37:-3.5:60.25"]
+        got_counts, got_edges = h
+        np.testing.assert_array_equal(got_counts, counts, err_msg=msg)
+        np.testing.assert_array_equal(got_edges, edges, err_msg=msg)
+        self.assertEqual(got_edges.dtype, edges.dtype, msg)
+        self.assertEqual((h.below, h.above, h.nan), (below, above, nan), msg)
+
+    def test_every_op_and_dtype_on_whole_arrays(self):
+        for dtype in DTYPES:
+            for nans in ([False, True] if np.dtype(dtype).kind == "f" else [False]):
+                x = random_array(self.rng, dtype, 20011, nans)
+                self.check_row(self.client.aggregate(x, ALL_OPS), x, f"whole nans={nans}")
+
+    def test_every_op_and_dtype_by_row(self):
+        for dtype in DTYPES:
+            m = random_array(self.rng, dtype, (7, 3001))
+            r = self.client.aggregate(m, ALL_OPS)
+            self.assertEqual(r["sum"].shape, (7,))
+            self.assertEqual(r["hist:37:-3.5:60.25"].counts.shape, (7, 37))
+            for i in range(m.shape[0]):
+                row = tally.Results([tally.Op.parse(o) for o in ALL_OPS],
+                                    [self._row(v, i) for v in r.values()], r.execution)
+                self.check_row(row, m[i], f"row {i}")
+
+    @staticmethod
+    def _row(value, i):
+        if isinstance(value, tally.Histogram):
+            return tally.Histogram(value.counts[i], value.edges, value.below[i], value.above[i], value.nan[i])
+        return value[i]
+
+    def test_arrays_that_are_not_c_contiguous_or_little_endian_are_copied(self):
+        m = random_array(self.rng, np.int32, (300, 200))
+        for view, where in ((m[:, ::3], "strided"), (m.T, "transposed"),
+                            (m.astype(">i4"), "big-endian"), (m[::2].astype(">f8"), "big-endian float64")):
+            r = self.client.aggregate(view, ["sum", "argmax", "min"])
+            np.testing.assert_array_equal(r["sum"], np.sum(view, axis=1), err_msg=where)
+            np.testing.assert_array_equal(r["argmax"], np.argmax(view, axis=1), err_msg=where)
+            np.testing.assert_array_equal(r["min"], np.min(view, axis=1), err_msg=where)
+
+    def test_large_arrays_stream_with_progress(self):
+        client = tally.Client(self.target, stream_threshold=1 << 16, chunk_bytes=100_003)
+        x = random_array(self.rng, np.float64, 300_007)
+        seen = []
+        r = client.aggregate(x, ["sum", "argmax", "hist:10:0:20"], progress=lambda s, t: seen.append((s, t)))
+        unary = self.client.aggregate(x, ["sum", "argmax", "hist:10:0:20"])
+        self.assertEqual(r["sum"], unary["sum"])  # the same cuts, the same bits
+        self.assertEqual(r["argmax"], unary["argmax"])
+        self.assertEqual(seen[0], (0, x.nbytes))
+        self.assertEqual(seen[-1], (x.nbytes, x.nbytes))
+        self.assertEqual([s for s, _ in seen], sorted(s for s, _ in seen))
+        self.assertGreater(len(seen), 20)
+        client.close()
+
+    def test_op_objects_and_lookup_by_any_spelling(self):
+        x = random_array(self.rng, np.float64, 1000)
+        r = self.client.aggregate(x, [tally.Op("stddev", ddof=1), "hist:4:0:1", "sum,max"])
+        self.assertEqual(list(r), ["stddev:1.0", "histogram:4:0.0:1.0", "sum", "max"])
+        self.assertEqual(r["std:1"], r[tally.Op("stddev", ddof=1.0)])
+        self.assertEqual(r[0], r["stddev:1"])
+
+
+class PartialStates(Base):
+    def parts(self, x, cuts, ops, how):
+        """Partial states of x[cuts[k]:cuts[k+1]] (of those columns, for 2-D x)."""
+        out = []
+        for k in range(len(cuts) - 1):
+            part = x[..., cuts[k]:cuts[k + 1]]
+            if how[k % len(how)] == "dataset":
+                name = f"part-{self.id()}-{k}"
+                self.client.put_dataset(name, part, replace=True)
+                out.append(self.client.partial_dataset(name, ops, row_length=part.shape[1] if part.ndim == 2 else 0,
+                                                       base_index=cuts[k]))
+                self.client.delete_dataset(name)
+            else:
+                client = tally.Client(self.target, stream_threshold=0 if how[k % len(how)] == "stream" else 1 << 30,
+                                      chunk_bytes=4099)
+                out.append(client.partial(part, ops, base_index=cuts[k]))
+                client.close()
+        return out
+
+    def assert_same_answer(self, got, want, op, x, msg):
+        exact = op.kind in ("min", "max", "count", "argmin", "argmax", "histogram") or \
+            (op.kind == "sum" and x.dtype.kind != "f")
+        if op.kind == "histogram":
+            for a, b in zip((got.counts, got.below, got.above, got.nan), (want.counts, want.below, want.above, want.nan)):
+                np.testing.assert_array_equal(a, b, err_msg=msg)
+            return
+        self.assertEqual(np.asarray(got).dtype, np.asarray(want).dtype, msg)
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=msg)
+            return
+        # Float sums and moments: to rounding. Sums at n * eps of sum|x|,
+        # positive moments relatively; float32 answers at float32's rounding.
+        wide = x.astype(np.float64)
+        abs_sum = np.sum(np.abs(wide), axis=-1)
+        eps = np.finfo(np.asarray(want).dtype).eps if np.asarray(want).dtype == np.float32 else 1e-13
+        if op.kind == "sum":
+            bound = eps * abs_sum
+        elif op.kind == "mean":
+            bound = eps * abs_sum / x.shape[-1]
+        else:
+            bound = 4 * eps * np.abs(np.asarray(want, dtype=np.float64))
+        err = np.abs(np.asarray(got, dtype=np.float64) - np.asarray(want, dtype=np.float64))
+        both_nan = np.isnan(np.asarray(got, dtype=np.float64)) & np.isnan(np.asarray(want, dtype=np.float64))
+        self.assertTrue(np.all((err <= bound) | both_nan), f"{msg}: error {err} over {bound}")
+
+    def test_merged_parts_finish_to_the_whole_arrays_answer(self):
+        ops = [tally.Op.parse(o) for o in ALL_OPS]
+        for dtype in DTYPES:
+            for shape in ((100_003,), (5, 20_011)):
+                x = random_array(self.rng, dtype, shape, nans=(np.dtype(dtype) == np.float64 and len(shape) == 1))
+                n = shape[-1]
+                want = self.client.aggregate(x, ops)
+                cuts = [0, 1, n // 3 + 5, 2 * n // 3, n]
+                states = self.parts(x, cuts, ops, ["unary", "stream", "dataset"])
+                for k, op in enumerate(ops):
+                    column = [s[k] for s in states]
+                    left = tally.merge_all(column)
+                    right = column[-1]
+                    for s in reversed(column[:-1]):
+                        right = tally.merge(s, right)
+                    for tree, merged in (("left", left), ("right", right)):
+                        self.assert_same_answer(tally.finish(merged), want[k], op, x,
+                                                f"{np.dtype(dtype)} {shape} {op} {tree}")
+
+    def test_one_part_finished_is_bitwise_the_servers_answer(self):
+        ops = [tally.Op.parse(o) for o in ALL_OPS]
+        for dtype in DTYPES:
+            for shape in ((30_011,), (3, 5003)):
+                x = random_array(self.rng, dtype, shape, nans=np.dtype(dtype).kind == "f")
+                want = self.client.aggregate(x, ops)
+                for op, p in zip(ops, self.client.partial(x, ops)):
+                    got = tally.finish(p)
+                    if op.kind == "histogram":
+                        np.testing.assert_array_equal(got.counts, want[op].counts)
+                        continue
+                    self.assertEqual(np.asarray(got).tobytes(), np.asarray(want[op]).tobytes(), f"{dtype} {op}")
+
+    def test_empty_states_are_the_identity(self):
+        x = np.array([4, -2, 7, -2, 7], dtype=np.int32)
+        full = self.client.partial(x, ALL_OPS, base_index=10)
+        none = self.client.partial(np.zeros(0, np.int32), ALL_OPS)
+        for f, e in zip(full, none):
+            for merged in (tally.merge(f, e), tally.merge(e, f), tally.merge(f, tally.empty(f.op, np.int32))):
+                if f.op.kind == "histogram":
+                    np.testing.assert_array_equal(tally.finish(merged).counts, tally.finish(f).counts)
+                else:
+                    self.assertEqual(tally.finish(merged), tally.finish(f), str(f.op))
+        self.assertEqual(tally.finish(full[8]), 11)  # argmin: the first -2, plus the base index
+        self.assertEqual(tally.finish(full[9]), 12)
+        with self.assertRaisesRegex(ValueError, "no elements"):
+            tally.finish(none[1])  # min of nothing
+        self.assertTrue(np.isnan(tally.finish(none[3])))  # mean of nothing
+
+    def test_mismatched_and_unknown_states_are_refused(self):
+        x = random_array(self.rng, np.float64, 100)
+        h1, h2, s = self.client.partial(x, ["hist:4:0:1", "hist:4:0:2", "sum"])
+        with self.assertRaisesRegex(ValueError, "different aggregations"):
+            tally.merge(h1, h2)
+        with self.assertRaisesRegex(ValueError, "different aggregations"):
+            tally.merge(h1, s)
+        (s32,) = self.client.partial(x.astype(np.float32), "sum")
+        with self.assertRaisesRegex(ValueError, "float64 and float32"):
+            tally.merge(s, s32)
+        (rows,) = self.client.partial(x.reshape(10, 10), "sum")
+        with self.assertRaisesRegex(ValueError, "rows"):
+            tally.merge(s, rows)
+        future = tp.Partial(**{**s.__dict__, "version": 2})
+        with self.assertRaisesRegex(ValueError, "version 2"):
+            tally.merge(s, future)
+        with self.assertRaisesRegex(ValueError, "version 2"):
+            tally.finish(future)
+        wire = tally_pb2.AggregationResult(partials=tally_pb2.PartialStates(version=2, dtype=tally_pb2.DTYPE_FLOAT64))
+        with self.assertRaisesRegex(ValueError, "version 2"):
+            tp.Partial.from_proto(tally.Op("sum"), wire, False)
+
+
+class Datasets(Base):
+    def test_put_query_list_describe_delete(self):
+        x = random_array(self.rng, np.uint32, 10_000)
+        info = self.client.put_dataset("ds-client", x, replace=True)
+        self.assertEqual((info.name, info.dtype, info.length, info.bytes), ("ds-client", np.dtype(np.uint32), 10_000, 40_000))
+        self.assertIn("ds-client", [d.name for d in self.client.list_datasets()])
+        r = self.client.aggregate_dataset("ds-client", "sum,argmax,max", range=(1000, 9000), row_length=400)
+        m = x[1000:9000].reshape(20, 400)
+        np.testing.assert_array_equal(r["sum"], np.sum(m, axis=1))
+        np.testing.assert_array_equal(r["argmax"], np.argmax(m, axis=1))
+        self.assertEqual(r["max"].dtype, np.uint32)
+        self.assertEqual(self.client.describe_dataset("ds-client").queries, 1)
+        self.client.delete_dataset("ds-client")
+        with self.assertRaises(tally.Error) as e:
+            self.client.describe_dataset("ds-client")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("ds-client", e.exception.message)
+
+
+class BadInput(Base):
+    def test_unsupported_dtypes_raise_type_error_naming_them(self):
+        for bad in (np.zeros(3, np.complex128), np.array([object(), 1], dtype=object),
+                    np.zeros(3, "datetime64[s]"), np.zeros(3, np.float16), np.zeros(3, bool), np.zeros(3, np.int16),
+                    np.array(["a", "b"])):
+            with self.assertRaises(TypeError) as e:
+                self.client.aggregate(bad, "sum")
+            self.assertIn(str(bad.dtype), str(e.exception))
+            self.assertIn("float32, float64, int32, int64, uint32, uint8", str(e.exception))
+
+    def test_bad_op_strings_raise_value_error(self):
+        x = np.arange(10, dtype=np.float64)
+        for bad in ("nope", "sum:1", "var:-1", "var:nan", "hist:0:0:1", "hist:10:1:0", "hist:10:0", "sum,,max",
+                    "std:1:2", "hist:x:0:1", ""):
+            with self.assertRaises(ValueError, msg=bad):
+                self.client.aggregate(x, bad)
+
+    def test_server_errors_are_tally_errors_with_code_and_message(self):
+        with self.assertRaises(tally.Error) as e:
+            self.client.aggregate(np.zeros(0, np.float64), "min")
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("empty", e.exception.message)
+        with self.assertRaises(ValueError):
+            self.client.aggregate(np.zeros((2, 2, 2), np.float64), "sum")
+
+    def test_deadlines_end_calls(self):
+        x = np.zeros(8 << 20, np.float64)  # 64 MiB, streamed
+        with self.assertRaises(tally.Error) as e:
+            self.client.aggregate(x, "sum", timeout=0.001)
+        self.assertEqual(e.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class Credentials(Base):
+    def test_tls_arguments_build_ssl_credentials(self):
+        self.assertIsNone(self.client.credentials)
+        c = tally.Client("127.0.0.1:1", tls=True)
+        self.assertIsInstance(c.credentials, grpc.ChannelCredentials)
+        c.close()
+        c = tally.Client("127.0.0.1:1", ca=b"-----BEGIN CERTIFICATE-----\n", cert=b"chain", key=b"key")
+        self.assertIsInstance(c.credentials, grpc.ChannelCredentials)
+        c.close()
+        with self.assertRaisesRegex(ValueError, "cert and key"):
+            tally.Client("127.0.0.1:1", cert=b"chain")
+
+    def test_token_goes_out_as_metadata_on_the_plaintext_path(self):
+        c = tally.Client(self.target, token="s3cret", timeout=30)
+        self.assertEqual(c.metadata, (("authorization", "Bearer s3cret"),))
+        self.assertEqual(c.aggregate(np.arange(10, dtype=np.int64), "sum")["sum"], 45)
+        c.close()
+
+
+if __name__ == "__main__":
+    SERVER_BINARY = sys.argv[1]
+    for arg in sys.argv[2:]:
+        if arg.startswith("--backend="):
+            BACKEND = arg.split("=", 1)[1]
+    print(f"numpy {np.__version__}, backend {BACKEND}, seed {SEED} (set TALLY_TEST_SEED to repeat)")
+    unittest.main(argv=[sys.argv[0], "-v"])

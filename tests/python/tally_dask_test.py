@@ -1,0 +1,157 @@
+"""tally.dask on a dask.distributed LocalCluster of 2 workers against 2
+tally servers on loopback: a 2 GiB array in 64 chunks gets numpy's answers
+(computed chunk-wise by Dask over the same lazily generated chunks) for
+every op, rows too, and a server that dies or stalls mid-job fails the
+computation with tally.Error within its deadline instead of hanging it.
+Prints the time of the 2 GiB through Dask+tally and Dask+numpy.
+
+usage: tally_dask_test.py TALLY_SERVER_BINARY
+(the package, built with its stubs, on PYTHONPATH)
+"""
+import os
+import signal
+import sys
+import threading
+import time
+import unittest
+
+import dask
+import dask.array as da
+import numpy as np
+from distributed import Client as DaskClient
+from distributed import LocalCluster
+
+import tally
+import tally.dask as td
+from tally.v1 import tally_pb2
+from tally_test_server import TallyServer
+
+SERVER_BINARY = None
+SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**31)))
+# 2 GiB of float64 in 64 chunks of 32 MiB; TALLY_DASK_ELEMENTS shrinks it
+# for a quick run.
+ELEMENTS = int(os.environ.get("TALLY_DASK_ELEMENTS", 2**28))
+CHUNKS = 64
+OPS = "sum,min,max,mean,count,sumsq,var,std:1,argmin,argmax,hist:256:-1:1"
+
+
+class DaskCluster(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Each server gets one core's worth of threads: 2 workers and 2
+        # servers share this machine's cores.
+        cls.servers = [TallyServer(SERVER_BINARY, tally_pb2, ["--backend=cpu", "--threads=2"]) for _ in range(2)]
+        cls.targets = [f"127.0.0.1:{s.port}" for s in cls.servers]
+        cls.cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   memory_limit="4GiB")
+        cls.dask = DaskClient(cls.cluster)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dask.close()
+        cls.cluster.close()
+        for s in cls.servers:
+            s.stop()
+
+    def test_two_gib_in_64_chunks_gets_numpys_answers_for_every_op(self):
+        x = da.random.RandomState(SEED).standard_normal(ELEMENTS, chunks=ELEMENTS // CHUNKS)
+        self.assertEqual(x.numblocks, (CHUNKS,))
+
+        start = time.perf_counter()
+        generated = da.map_blocks(lambda b: np.zeros(1), x, chunks=(1,), dtype=np.float64).sum().compute()
+        generate_seconds = time.perf_counter() - start
+        self.assertEqual(generated, 0.0)
+
+        start = time.perf_counter()
+        got = td.aggregate(x, OPS, self.targets, timeout=120)
+        tally_seconds = time.perf_counter() - start
+
+        # Before the every-op graph, so that no result of it is reused.
+        start = time.perf_counter()
+        sum_only = x.sum().compute()
+        sum_seconds = time.perf_counter() - start
+
+        start = time.perf_counter()
+        counts, edges = da.histogram(x, bins=256, range=(-1, 1))
+        (want_sum, want_min, want_max, want_mean, want_sumsq, want_var, want_std, want_argmin, want_argmax,
+         want_counts, below, above, nan) = dask.compute(
+            x.sum(), x.min(), x.max(), x.mean(), (x * x).sum(), x.var(), x.std(ddof=1), x.argmin(), x.argmax(),
+            counts, (x < -1).sum(), (x > 1).sum(), da.isnan(x).sum())
+        numpy_seconds = time.perf_counter() - start
+
+        gib = ELEMENTS * 8 / 2**30
+        print(f"\n{gib:.2f} GiB float64 in {CHUNKS} chunks, 2 workers, 2 cpu-backend servers: "
+              f"generate only {generate_seconds:.1f} s, Dask+tally (every op) {tally_seconds:.1f} s, "
+              f"Dask+numpy (every op) {numpy_seconds:.1f} s, Dask+numpy (sum only) {sum_seconds:.1f} s",
+              flush=True)
+
+        self.assertEqual(sum_only, want_sum)  # the same chunks and tree: the same bits
+        self.assertEqual(got["count"], ELEMENTS)
+        self.assertEqual(got["min"], want_min)
+        self.assertEqual(got["max"], want_max)
+        self.assertEqual(got["argmin"], want_argmin)
+        self.assertEqual(got["argmax"], want_argmax)
+        h = got["hist:256:-1:1"]
+        np.testing.assert_array_equal(h.counts, want_counts)
+        np.testing.assert_array_equal(h.edges, edges)
+        self.assertEqual((h.below, h.above, h.nan), (below, above, nan))
+        # Float sums at n * eps of sum|x| (~0.8 n for normal data); the
+        # moments of well-conditioned data relatively.
+        bound = ELEMENTS * np.finfo(np.float64).eps * 0.8 * ELEMENTS
+        self.assertLessEqual(abs(got["sum"] - want_sum), bound)
+        self.assertLessEqual(abs(got["mean"] - want_mean), bound / ELEMENTS)
+        np.testing.assert_allclose(got["sumsq"], want_sumsq, rtol=1e-9)
+        np.testing.assert_allclose(got["var"], want_var, rtol=1e-9)
+        np.testing.assert_allclose(got["std:1"], want_std, rtol=1e-9)
+
+    def test_rows_chunked_both_ways_get_numpys_answers(self):
+        m = da.random.RandomState(SEED + 1).randint(-40, 40, size=(3000, 5001), chunks=(700, 1300)).astype(np.int32)
+        got = td.aggregate(m, "sum,min,argmin,argmax,var,hist:8:-40:40", self.targets)
+        mn = m.compute()
+        np.testing.assert_array_equal(got["sum"], mn.sum(axis=1))
+        np.testing.assert_array_equal(got["min"], mn.min(axis=1))
+        np.testing.assert_array_equal(got["argmin"], mn.argmin(axis=1))
+        np.testing.assert_array_equal(got["argmax"], mn.argmax(axis=1))
+        np.testing.assert_allclose(got["var"], mn.var(axis=1), rtol=1e-12)
+        for i in (0, 1234, 2999):
+            np.testing.assert_array_equal(got["hist:8:-40:40"].counts[i], np.histogram(mn[i], 8, (-40, 40))[0])
+
+    def _fails_with_tally_error(self, stop_signal, timeout):
+        """Starts a job over a healthy and a doomed server, sends the doomed
+        one `stop_signal` mid-job, and checks the job fails with tally.Error."""
+        doomed = TallyServer(SERVER_BINARY, tally_pb2, ["--backend=cpu", "--threads=1"])
+        try:
+            x = da.random.RandomState(SEED + 2).standard_normal(2**26, chunks=2**20)  # 512 MiB, 64 chunks
+            job = self.dask.compute(td.reduce_partials(x, "sum,argmax", [self.targets[0], f"127.0.0.1:{doomed.port}"],
+                                                       timeout=timeout))
+            time.sleep(1.0)
+            self.assertFalse(job.done(), "the job ended before the server was stopped; make it longer")
+            doomed.process.send_signal(stop_signal)
+            start = time.perf_counter()
+            with self.assertRaises(tally.Error) as e:
+                job.result(timeout=timeout + 60)
+            seconds = time.perf_counter() - start
+            self.dask.cancel(job)  # the job's other chunks need not run
+            return e.exception, seconds
+        finally:
+            if stop_signal == signal.SIGSTOP:
+                doomed.process.send_signal(signal.SIGCONT)
+            doomed.stop(signal.SIGKILL)
+
+    def test_a_server_that_dies_mid_job_is_a_clear_error(self):
+        error, seconds = self._fails_with_tally_error(signal.SIGKILL, timeout=60)
+        print(f"\nkilled server: {error} after {seconds:.1f} s", flush=True)
+        self.assertIn(error.code.name, ("UNAVAILABLE", "CANCELLED", "INTERNAL", "UNKNOWN"))
+        self.assertLess(seconds, 30)
+
+    def test_a_server_that_stalls_mid_job_fails_at_the_deadline(self):
+        error, seconds = self._fails_with_tally_error(signal.SIGSTOP, timeout=5)
+        print(f"\nstalled server: {error} after {seconds:.1f} s", flush=True)
+        self.assertEqual(error.code.name, "DEADLINE_EXCEEDED")
+        self.assertLess(seconds, 30)
+
+
+if __name__ == "__main__":
+    SERVER_BINARY = sys.argv[1]
+    print(f"numpy {np.__version__}, dask {dask.__version__}, seed {SEED} (set TALLY_TEST_SEED to repeat)")
+    unittest.main(argv=[sys.argv[0], "-v"])

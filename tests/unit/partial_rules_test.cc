@@ -1,0 +1,100 @@
+// tally/rules/partial.h on hand-made states: the merge rules tally.proto
+// writes down (empty states, numpy's NaN and first-occurrence rules, integer
+// wraparound, Chan's moments) and the finish of each op.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "tally/rules/partial.h"
+
+namespace tally::rules {
+namespace {
+
+OpSpec Spec(OpKind kind, double ddof = 0.0) { return OpSpec{.kind = kind, .ddof = ddof}; }
+
+PartialState Arg(double value, std::int64_t index) {
+  PartialState s;
+  s.count = 3;
+  s.float_extreme = value;
+  s.index = index;
+  return s;
+}
+
+TEST(PartialRules, ArgminKeepsTheFirstOccurrenceWhicheverSideComesFirst) {
+  const OpSpec op = Spec(OpKind::kArgmin);
+  const PartialState early = Arg(-1.0, 4), late = Arg(-1.0, 9), worse = Arg(2.0, 1);
+  EXPECT_EQ(Merge(op, DType::kFloat64, early, late).index, 4);
+  EXPECT_EQ(Merge(op, DType::kFloat64, late, early).index, 4);
+  EXPECT_EQ(Merge(op, DType::kFloat64, worse, late).index, 9);
+  EXPECT_EQ(Merge(op, DType::kFloat64, late, worse).count, 6u);
+}
+
+TEST(PartialRules, ANanWinsAndTheFirstNanAmongNans) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const OpSpec argmax = Spec(OpKind::kArgmax);
+  EXPECT_EQ(Merge(argmax, DType::kFloat32, Arg(5.0, 0), Arg(nan, 7)).index, 7);
+  EXPECT_EQ(Merge(argmax, DType::kFloat32, Arg(nan, 8), Arg(nan, 7)).index, 7);
+  const OpSpec max = Spec(OpKind::kMax);
+  EXPECT_TRUE(std::isnan(Merge(max, DType::kFloat64, Arg(nan, -1), Arg(9.0, -1)).float_extreme));
+  EXPECT_TRUE(std::isnan(Merge(max, DType::kFloat64, Arg(9.0, -1), Arg(nan, -1)).float_extreme));
+}
+
+TEST(PartialRules, AnEmptyStateIsTheIdentity) {
+  PartialState a;
+  a.count = 2;
+  a.int_extreme = -7;
+  a.index = 5;
+  for (OpKind kind : {OpKind::kMin, OpKind::kArgmin, OpKind::kSum, OpKind::kVariance}) {
+    EXPECT_EQ(Merge(Spec(kind), DType::kInt32, a, PartialState{}), a);
+    EXPECT_EQ(Merge(Spec(kind), DType::kInt32, PartialState{}, a), a);
+  }
+}
+
+TEST(PartialRules, IntegerSumsWrapModulo2To64AndUnsignedExtremesCompareUnsigned) {
+  PartialState a, b;
+  a.count = b.count = 1;
+  a.int_sum = std::numeric_limits<std::int64_t>::max();
+  b.int_sum = 2;
+  EXPECT_EQ(Merge(Spec(OpKind::kSum), DType::kInt64, a, b).int_sum, std::numeric_limits<std::int64_t>::min() + 1);
+  a.uint_extreme = std::numeric_limits<std::uint64_t>::max();
+  b.uint_extreme = 1;
+  EXPECT_EQ(Merge(Spec(OpKind::kMax), DType::kUInt32, a, b).uint_extreme, std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(Merge(Spec(OpKind::kMin), DType::kUInt32, a, b).uint_extreme, 1u);
+}
+
+TEST(PartialRules, MomentsMergeByChansRuleAndFinishLikeNumpy) {
+  // {1, 2} and {3, 4, 5}: mean 3, M2 10, exactly in float64.
+  PartialState a, b;
+  a.count = 2, a.mean = 1.5, a.m2 = 0.5;
+  b.count = 3, b.mean = 4.0, b.m2 = 2.0;
+  const PartialState m = Merge(Spec(OpKind::kVariance), DType::kFloat64, a, b);
+  EXPECT_EQ(m.count, 5u);
+  EXPECT_EQ(m.mean, 3.0);
+  EXPECT_EQ(m.m2, 10.0);
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kVariance, 1.0), m), 2.5);
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kStddev), m), std::sqrt(2.0));
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kVariance, 5.0), m), std::numeric_limits<double>::infinity());
+  // A mean state carries no M2, merged or not.
+  EXPECT_EQ(Merge(Spec(OpKind::kMean), DType::kFloat64, a, b).m2, 0.0);
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kMean), m), 3.0);
+  EXPECT_TRUE(std::isnan(FinishDouble(Spec(OpKind::kMean), PartialState{})));
+  EXPECT_TRUE(std::isnan(FinishDouble(Spec(OpKind::kVariance), PartialState{})));
+}
+
+TEST(PartialRules, HistogramsAddEveryCount) {
+  PartialState a, b;
+  a.count = 4, b.count = 5;
+  a.histogram = {{1, 0, 2}, 1, 0, 0};
+  b.histogram = {{0, 3, 1}, 0, 0, 1};
+  OpSpec op = Spec(OpKind::kHistogram);
+  op.histogram = {3, 0.0, 1.0};
+  const PartialState m = Merge(op, DType::kUInt8, a, b);
+  EXPECT_EQ(m.histogram, (HistogramCounts{{1, 3, 3}, 1, 0, 1}));
+  EXPECT_EQ(m.count, 9u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kCount), m), 9u);
+}
+
+}  // namespace
+}  // namespace tally::rules
