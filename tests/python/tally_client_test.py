@@ -327,6 +327,49 @@ class BadInput(Base):
         self.assertEqual(e.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
+class SharedMemory(Base):
+    def test_a_shared_array_gives_the_sent_arrays_answers(self):
+        rng = np.random.default_rng(SEED)
+        for dtype in (np.float32, np.int64, np.uint8):
+            x = random_array(rng, dtype, (300, 70))
+            with self.subTest(dtype=dtype.__name__), self.client.share(x) as shared:
+                self.assertEqual(shared.info.place, "host" if BACKEND == "cpu" else "pinned host")
+                got, want = shared.aggregate(ALL_OPS), self.client.aggregate(x, ALL_OPS)
+                for op in ALL_OPS[:-1]:
+                    np.testing.assert_array_equal(got[op], want[op], err_msg=op)
+                np.testing.assert_array_equal(got[ALL_OPS[-1]].counts, want[ALL_OPS[-1]].counts)
+                self.assertIn(shared.region, [r.name for r in self.client.list_regions()])
+            self.assertNotIn(shared.region, [r.name for r in self.client.list_regions()])
+            self.assertFalse(os.path.exists("/dev/shm/" + shared.region))
+
+    def test_regions_by_hand_datasets_from_them_and_refusals(self):
+        from multiprocessing import shared_memory
+        x = np.arange(1000, dtype=np.float64)
+        m = shared_memory.SharedMemory(create=True, size=x.nbytes + 64)
+        try:
+            np.frombuffer(m.buf, dtype=np.float64, count=1000, offset=64)[:] = x
+            info = self.client.register_host_region("by-hand", "/" + m.name, x.nbytes, offset=64)
+            self.assertEqual((info.kind, info.byte_size, info.offset), ("host", x.nbytes, 64))
+            r = self.client.aggregate_region("by-hand", "sum,argmax", dtype=np.float64, length=500, offset=8 * 500)
+            self.assertEqual((r["sum"], r["argmax"]), (float(np.sum(x[500:])), 499))
+            self.client.put_dataset_from_region("from-region", "by-hand", dtype=np.float64, length=1000, replace=True)
+            self.assertEqual(self.client.aggregate_dataset("from-region", "max")["max"], 999.0)
+            with self.assertRaises(tally.Error) as e:
+                self.client.aggregate_region("by-hand", "sum", dtype=np.float64, length=1001)
+            self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(tally.Error) as e:
+                self.client.register_host_region("by-hand", "/" + m.name, 8)
+            self.assertEqual(e.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+            self.client.unregister_region("by-hand")
+            with self.assertRaises(tally.Error) as e:
+                self.client.aggregate_region("by-hand", "sum", dtype=np.float64, length=1)
+            self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+            self.client.delete_dataset("from-region")
+        finally:
+            m.close()
+            m.unlink()
+
+
 class Credentials(Base):
     def test_tls_arguments_build_ssl_credentials(self):
         self.assertIsNone(self.client.credentials)

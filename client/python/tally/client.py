@@ -55,6 +55,24 @@ class DatasetInfo:
                    d.created_unix_seconds, d.expires_unix_seconds, d.queries)
 
 
+@dataclass(frozen=True)
+class RegionInfo:
+    """A registered shared-memory region, as the server reports it."""
+    name: str
+    kind: str          # "host" or "cuda"
+    shm_name: str
+    offset: int
+    byte_size: int
+    device: int
+    place: str         # "pinned host", "host", "cuda:0"
+    queries: int
+
+    @classmethod
+    def from_proto(cls, r: "pb.RegionInfo") -> "RegionInfo":
+        kind = {pb.RegionInfo.KIND_HOST: "host", pb.RegionInfo.KIND_CUDA: "cuda"}.get(r.kind, "unknown")
+        return cls(r.name, kind, r.shm_name, r.offset, r.byte_size, r.device, r.place, r.queries)
+
+
 class Results(Mapping[str, Any]):
     """The answers of one call, in request order, keyed by each op's
     canonical spelling (``"stddev:1.0"``); any spelling of an op, an
@@ -140,6 +158,7 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(target, options=channel_options)
         self._stub = pb_grpc.AggregatorStub(self._channel)
+        self._regions = pb_grpc.SharedMemoryStub(self._channel)
 
     @staticmethod
     def _channel_credentials(tls: bool, ca: Any, cert: Any, key: Any) -> Optional[grpc.ChannelCredentials]:
@@ -254,9 +273,69 @@ class Client:
         return DatasetInfo.from_proto(response.dataset)
 
     # -- Shared-memory regions -----------------------------------------------
-    # Registering a shared-memory region and aggregating arrays that lie in
-    # it go here once tally.v1 has those calls (docs/architecture.md lists
-    # the region source as not built yet).
+    # For a client on the server's host: memory registered once, arrays in it
+    # aggregated without being sent (tally.proto, "Shared memory").
+
+    def share(self, array: Any, *, timeout: Optional[float] = None) -> "SharedArray":
+        """Copies ``array`` once into a new POSIX shared-memory object and
+        registers it with the server as a host region; the returned
+        :class:`SharedArray` aggregates it there (no bytes on the wire) and,
+        closed or left as a context manager, unregisters and removes it.
+        The server must run on this host."""
+        return SharedArray(self, array, timeout)
+
+    def register_host_region(self, name: str, shm_name: str, byte_size: int, *, offset: int = 0,
+                             timeout: Optional[float] = None) -> RegionInfo:
+        """Registers ``byte_size`` bytes from ``offset`` of the shared-memory
+        object ``shm_name`` (shm_open's name, e.g. ``/psm_1a2b``) as region
+        ``name``."""
+        request = pb.RegisterHostRegionRequest(name=name, shm_name=shm_name, offset=offset, byte_size=byte_size)
+        return RegionInfo.from_proto(self._call(self._regions.RegisterHostRegion, request, timeout))
+
+    def register_cuda_region(self, name: str, ipc_handle: bytes, byte_size: int, *, device: int = 0,
+                             timeout: Optional[float] = None) -> RegionInfo:
+        """Registers the first ``byte_size`` bytes of GPU memory exported
+        with cudaIpcGetMemHandle (``ipc_handle``: its 64 bytes, e.g. CuPy's
+        ``cupy.cuda.runtime.ipcGetMemHandle``) on GPU ``device``."""
+        request = pb.RegisterCudaRegionRequest(name=name, ipc_handle=bytes(ipc_handle), device=device,
+                                               byte_size=byte_size)
+        return RegionInfo.from_proto(self._call(self._regions.RegisterCudaRegion, request, timeout))
+
+    def unregister_region(self, name: str, *, timeout: Optional[float] = None) -> RegionInfo:
+        """Removes the region; queries reading it finish on it."""
+        response = self._call(self._regions.UnregisterRegion, pb.UnregisterRegionRequest(name=name), timeout)
+        return RegionInfo.from_proto(response)
+
+    def list_regions(self, *, timeout: Optional[float] = None) -> list[RegionInfo]:
+        """Every registered region, by name."""
+        response = self._call(self._regions.ListRegions, pb.ListRegionsRequest(), timeout)
+        return [RegionInfo.from_proto(r) for r in response.regions]
+
+    def aggregate_region(self, region: str, ops: Union[OpLike, Iterable[OpLike]], *, dtype: Any, length: int,
+                         offset: int = 0, row_length: int = 0, timeout: Optional[float] = None) -> Results:
+        """Aggregates ``length`` elements of ``dtype`` from byte ``offset``
+        of ``region`` (rows of ``row_length`` when not 0), with
+        :meth:`aggregate`'s answers."""
+        parsed = parse_ops(ops)
+        d = check_dtype(np.dtype(dtype))
+        request = pb.AggregateRegionRequest(
+            region=region, offset=offset,
+            spec=pb.ArraySpec(dtype=wire_dtype(d), length=length, row_length=row_length),
+            aggregations=[self._wire_op(o) for o in parsed])
+        response = self._call(self._regions.AggregateRegion, request, timeout)
+        return self._results(parsed, d, row_length != 0, response)
+
+    def put_dataset_from_region(self, name: str, region: str, *, dtype: Any, length: int, offset: int = 0,
+                                replace: bool = False, ttl: Optional[float] = None,
+                                timeout: Optional[float] = None) -> DatasetInfo:
+        """Uploads the resident dataset ``name`` from ``length`` elements of
+        ``dtype`` at byte ``offset`` of ``region``: one copy, on the server."""
+        d = check_dtype(np.dtype(dtype))
+        request = pb.PutDatasetFromRegionRequest(
+            dataset=pb.PutDatasetRequest.Header(name=name, spec=pb.ArraySpec(dtype=wire_dtype(d), length=length),
+                                                replace=replace, ttl_seconds=ttl or 0.0),
+            region=region, offset=offset)
+        return DatasetInfo.from_proto(self._call(self._regions.PutDatasetFromRegion, request, timeout).dataset)
 
     def close(self) -> None:
         """Closes the channel."""
@@ -348,3 +427,48 @@ class Client:
                 raw = np.array(getattr(r, kind).values, dtype=wire_type)
                 values.append(_values.present(op, dtype, raw, segmented))
         return Results(ops, values, response.execution)
+
+
+class SharedArray:
+    """An array in a POSIX shared-memory object registered with the server as
+    a host region (:meth:`Client.share`): :meth:`aggregate` sends only the
+    request. Unregistered and removed by :meth:`close` (or at the end of a
+    ``with`` block)."""
+
+    def __init__(self, client: Client, array: Any, timeout: Optional[float]) -> None:
+        from multiprocessing import shared_memory
+
+        a, self.row_length = prepare(array)
+        self.dtype, self.length = a.dtype, a.size
+        self._client = client
+        self._memory = shared_memory.SharedMemory(create=True, size=max(a.nbytes, 1))
+        try:
+            np.frombuffer(self._memory.buf, dtype=np.uint8, count=a.nbytes)[:] = byte_view(a)
+            self.region = self._memory.name
+            self.info = client.register_host_region(self.region, "/" + self._memory.name, a.nbytes, timeout=timeout)
+        except BaseException:
+            self._memory.close()
+            self._memory.unlink()
+            raise
+
+    def aggregate(self, ops: Union[OpLike, Iterable[OpLike]], *, timeout: Optional[float] = None) -> Results:
+        """The array's aggregations, as :meth:`Client.aggregate` gives them."""
+        return self._client.aggregate_region(self.region, ops, dtype=self.dtype, length=self.length,
+                                             row_length=self.row_length, timeout=timeout)
+
+    def close(self) -> None:
+        """Unregisters the region and removes the object."""
+        if self._memory is None:
+            return
+        try:
+            self._client.unregister_region(self.region)
+        finally:
+            self._memory.close()
+            self._memory.unlink()
+            self._memory = None
+
+    def __enter__(self) -> "SharedArray":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
