@@ -30,6 +30,7 @@ enum class BenchMode {
   kResident,  // datasets uploaded once, then AggregateDataset
   kUpload,    // PutDataset, again and again
   kShm,       // arrays shared once through /dev/shm, then AggregateRegion
+  kGrid,      // sizes x op lists x client counts against several servers, one table
 };
 
 std::string ModeName(BenchMode mode);
@@ -60,6 +61,13 @@ struct BenchConfig {
   // they stay on the server afterwards.
   std::string dataset_prefix = "tally-bench";
   bool keep = false;
+  // grid: the servers (name, HOST:PORT; the first is the baseline), the
+  // array sizes (unary up to stream_above_bytes, streamed above), the
+  // client counts. Op lists are op_sets.
+  std::vector<std::pair<std::string, std::string>> grid_targets;
+  std::vector<std::uint64_t> grid_sizes;
+  std::vector<int> grid_clients;
+  std::uint64_t grid_stream_above = 64 * kMiB;
 
   // Bytes of one element, or of one row when rows are set: the unit array
   // sizes are rounded down to.
@@ -138,6 +146,8 @@ struct Summary {
 };
 
 Summary Summarize(std::vector<ClientStats>& all, double seconds);
+// Nearest-rank percentile (p in [0, 1]) of sorted values; 0 for none.
+double Percentile(const std::vector<double>& sorted, double p);
 
 // What resident (or shm) mode did before the clock started: the datasets
 // uploaded (or the arrays shared as regions, which `regions` owns).
@@ -162,5 +172,6 @@ void PrintReport(const BenchConfig& config, const Summary& summary,
 int RunSendBench(const BenchConfig& config, std::vector<std::unique_ptr<Client>>& clients);
 int RunResidentBench(const BenchConfig& config, std::vector<std::unique_ptr<Client>>& clients);
 int RunUploadBench(const BenchConfig& config, std::vector<std::unique_ptr<Client>>& clients);
+int RunGridBench(const BenchConfig& config);
 
 }  // namespace tally::client::tool

@@ -14,6 +14,7 @@ std::string ModeName(BenchMode mode) {
     case BenchMode::kResident: return "resident";
     case BenchMode::kUpload: return "upload";
     case BenchMode::kShm: return "shm";
+    case BenchMode::kGrid: return "grid";
     case BenchMode::kAuto: break;
   }
   return "auto";

@@ -47,6 +47,14 @@ Modes (--mode):
                        aggregates a whole region with AggregateRegion (no
                        array bytes on the wire); reports the scan rate, as
                        resident mode. The regions and objects go at the end
+  grid                 every --grid-sizes x op list (--ops) x --grid-clients
+                       cell against every server of --targets in turn, each
+                       for --duration (default 2 s here): unary up to 64 MiB,
+                       streamed above; one table of GB/s per server and its
+                       ratio to the first (the baseline, e.g. a --backend=null
+                       server). Default grid: 4K,64K,1M,4M,16M,64M,256M,4G x
+                       "sum;sum,min,max,argmax,hist:4096:-1:1" x 1,8,64.
+                       All clients of a cell send the same array
 
 Flags:
   --clients=N          concurrent clients (default 1)
@@ -80,6 +88,9 @@ Flags:
   --keep               resident/upload: leave the datasets on the server
                        (default: removed at the end)
   --json               print JSON instead of text
+  --targets=N=H:P,...  grid: the servers, named (the first is the baseline)
+  --grid-sizes=LIST    grid: array sizes (default 4K,64K,1M,4M,16M,64M,256M,4G)
+  --grid-clients=LIST  grid: client counts (default 1,8,64)
 
 Throughput counts the bytes of successful requests over the wall time from
 the first request to the last answer; GB/s means 10^9 bytes per second. In
@@ -101,6 +112,7 @@ Examples:
       --ops="sum;min,max,argmax;mean,std:1;sum,max,hist:256:-1:1" --duration=10
   tally bench --mode=upload --size=4G --requests=3
   tally bench --mode=shm --size=4G --ops=sum,max,hist:256:-1:1 --requests=20
+  tally bench --mode=grid --targets=null=host:50052,cpu=host:50053,cuda=host:50051
   tally bench --mode=stream --size=4G --requests=3 --target=null-server:50051
 )";
 
@@ -115,7 +127,33 @@ absl::StatusOr<BenchMode> ParseMode(absl::string_view text) {
   if (text == "resident") return BenchMode::kResident;
   if (text == "upload") return BenchMode::kUpload;
   if (text == "shm") return BenchMode::kShm;
-  return Fail("--mode=", text, ": expected auto, unary, stream, resident, upload or shm");
+  if (text == "grid") return BenchMode::kGrid;
+  return Fail("--mode=", text, ": expected auto, unary, stream, resident, upload, shm or grid");
+}
+
+// --targets, --grid-sizes, --grid-clients (--mode=grid).
+absl::Status TakeGridFlags(CommandLine& cl, BenchConfig& c) {
+  const std::optional<std::string> targets = cl.TakeString("targets");
+  if (!targets) return Fail("--mode=grid needs --targets=NAME=HOST:PORT,... (the first is the baseline)");
+  for (absl::string_view part : absl::StrSplit(*targets, ',')) {
+    const std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
+      return Fail("--targets: '", part, "' is not NAME=HOST:PORT");
+    }
+    c.grid_targets.emplace_back(kv[0], kv[1]);
+  }
+  for (absl::string_view part :
+       absl::StrSplit(cl.TakeString("grid-sizes").value_or("4K,64K,1M,4M,16M,64M,256M,4G"), ',')) {
+    absl::StatusOr<std::uint64_t> bytes = ParseSize(part);
+    if (!bytes.ok() || *bytes == 0) return Fail("--grid-sizes: '", part, "' is not a size");
+    c.grid_sizes.push_back(*bytes);
+  }
+  for (absl::string_view part : absl::StrSplit(cl.TakeString("grid-clients").value_or("1,8,64"), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 4096) return Fail("--grid-clients: '", part, "': expected 1 to 4096");
+    c.grid_clients.push_back(n);
+  }
+  return absl::OkStatus();
 }
 
 // --ops=A;B;C: one op list per part.
@@ -201,6 +239,11 @@ absl::StatusOr<BenchConfig> ParseConfig(CommandLine& cl) {
     if (!dt.ok()) return Fail("--dtype: ", dt.status().message());
     c.dtype = *dt;
   }
+  if (c.mode == BenchMode::kGrid) {
+    c.ops_text = "sum;sum,min,max,argmax,hist:4096:-1:1";
+    c.duration = absl::Seconds(2);
+    if (absl::Status s = TakeGridFlags(cl, c); !s.ok()) return s;
+  }
   if (auto o = cl.TakeString("ops")) {
     if (c.mode == BenchMode::kUpload) return Fail("--ops is not for --mode=upload: it only uploads");
     c.ops_text = *o;
@@ -261,6 +304,7 @@ int RunBench(const std::vector<std::string>& args) {
     absl::FPrintF(stderr, "tally bench: %s\n(see tally bench --help)\n", config.status().message());
     return kExitUsage;
   }
+  if (config->mode == BenchMode::kGrid) return RunGridBench(*config);
   // A channel first, so that a certificate that cannot be read is reported
   // once, as itself.
   if (!OpenOrReport(config->connection, "bench")) return kExitFailure;
@@ -276,7 +320,8 @@ int RunBench(const std::vector<std::string>& args) {
     case BenchMode::kUpload: return RunUploadBench(*config, clients);
     case BenchMode::kAuto:
     case BenchMode::kUnary:
-    case BenchMode::kStream: break;
+    case BenchMode::kStream:
+    case BenchMode::kGrid: break;
   }
   return RunSendBench(*config, clients);
 }

@@ -15,14 +15,14 @@
 #include "tally/client/wire.h"
 
 namespace tally::client::tool {
-namespace {
 
-// Nearest-rank percentile of sorted values.
 double Percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0.0;
   const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
+
+namespace {
 
 double Mean(const std::vector<double>& values) {
   if (values.empty()) return 0.0;

@@ -164,6 +164,22 @@ class Cli(ServerCase):
         finally:
             null.stop()
 
+    def test_bench_grid_prints_one_row_per_cell_with_ratios(self):
+        null = TallyServer(SERVER, pb, ["--backend=null"])
+        try:
+            r = run("bench", "--mode=grid", f"--targets=null=127.0.0.1:{null.port},cpu={self.target[9:]}",
+                    "--grid-sizes=4K,128M", "--grid-clients=1,2", "--ops=sum;max,hist:16:-1:1", "--requests=4")
+            self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+            rows = [line for line in r.stdout.splitlines() if line.startswith("| 4K") or line.startswith("| 128M")]
+            self.assertEqual(len(rows), 2 * 2 * 2, r.stdout)  # sizes x op lists x client counts
+            self.assertTrue(all(line.count("x |") == 1 for line in rows), r.stdout)  # cpu's ratio to null
+            self.assertIn("| 128M | stream | max,hist:16:-1:1 | 2 |", r.stdout)
+            bad = run("bench", "--mode=grid", "--grid-sizes=1M")
+            self.assertEqual(bad.returncode, 2)
+            self.assertIn("--targets", bad.stderr)
+        finally:
+            null.stop()
+
 
 LIMIT = 64 << 20  # the Datasets server's --max_dataset_bytes
 

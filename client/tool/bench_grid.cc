@@ -1,0 +1,122 @@
+// `tally bench --mode=grid`: the request path measured cell by cell (array
+// size x op list x client count) against several servers in turn, the first
+// being the baseline (a --backend=null server: the transport's own ceiling),
+// printed as one table of GB/s and ratios. Every client of a cell sends the
+// same array, generated once per size, so 64 clients of 4 GiB need 4 GiB.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench.h"
+#include "tally/client/random_data.h"
+#include "tally/client/wire.h"
+
+namespace tally::client::tool {
+namespace {
+
+struct Cell {
+  std::uint64_t bytes = 0;
+  std::size_t ops = 0;  // index into op_sets
+  int clients = 1;
+};
+
+struct Measured {
+  double gb_per_s = 0.0;
+  double p50_ms = 0.0;
+  std::uint64_t ok = 0, failed = 0;
+  std::string backend;
+};
+
+std::string SizeName(std::uint64_t bytes) {
+  if (bytes % (1ull << 30) == 0) return absl::StrCat(bytes >> 30, "G");
+  if (bytes % (1ull << 20) == 0) return absl::StrCat(bytes >> 20, "M");
+  if (bytes % (1ull << 10) == 0) return absl::StrCat(bytes >> 10, "K");
+  return absl::StrCat(bytes);
+}
+
+Measured RunCell(const BenchConfig& base, const std::string& target, const Cell& cell, const HostBuffer& data) {
+  BenchConfig c = base;
+  c.connection.target = target;
+  c.clients = cell.clients;
+  c.min_bytes = c.max_bytes = cell.bytes;
+  c.call.stream = cell.bytes > c.grid_stream_above ? StreamMode::kAlways : StreamMode::kNever;
+  std::vector<std::unique_ptr<Client>> clients = MakeClients(c);
+  const std::vector<v1::Aggregation>& ops = c.op_sets[cell.ops];
+  const ArrayRef array{c.dtype, data.data(), c.ElementsFor(cell.bytes), 0};
+  std::vector<ClientStats> stats;
+  const double seconds = RunClients(
+      c,
+      [&](int i, BenchClock& clock, ClientStats& s) {
+        clients[static_cast<std::size_t>(i)]->WaitForConnected(absl::Seconds(10));
+        clock.ArriveAndWait();
+        while (clock.Next()) {
+          const absl::Time t0 = absl::Now();
+          absl::StatusOr<v1::AggregateResponse> r = clients[static_cast<std::size_t>(i)]->Aggregate(array, ops, c.call);
+          if (!r.ok()) {
+            s.Failed(r.status());
+            continue;
+          }
+          s.Ok(absl::ToDoubleSeconds(absl::Now() - t0), r->execution().server_seconds(), array.size_bytes());
+          if (s.backend.empty()) s.backend = r->execution().backend();
+        }
+      },
+      stats);
+  const Summary sum = Summarize(stats, seconds);
+  return {seconds > 0 ? static_cast<double>(sum.bytes) / seconds / 1e9 : 0.0, Percentile(sum.latency, 0.5) * 1e3,
+          sum.ok, sum.failed, sum.backend};
+}
+
+}  // namespace
+
+int RunGridBench(const BenchConfig& config) {
+  std::vector<std::string> names;
+  for (const auto& [name, target] : config.grid_targets) names.push_back(name);
+  absl::PrintF("tally bench --mode=grid: %s, %s per cell, %s; GB/s (p50 ms), ratio to %s\n\n",
+               absl::StrJoin(names, ", "),
+               config.requests ? absl::StrCat(*config.requests, " requests")
+                               : absl::StrCat(absl::ToDoubleSeconds(config.duration), " s"),
+               NameOf(config.dtype), names.front());
+  std::string header = "| size | call | ops | clients |";
+  std::string rule = "|---|---|---|---:|";
+  for (const std::string& n : names) {
+    absl::StrAppend(&header, " ", n, " |");
+    absl::StrAppend(&rule, "---:|");
+  }
+  absl::PrintF("%s\n%s\n", header, rule);
+  std::vector<std::string> op_names = absl::StrSplit(config.ops_text, ';');
+  bool all_ok = true;
+  for (const std::uint64_t bytes : config.grid_sizes) {
+    const std::uint64_t elements = config.ElementsFor(bytes);
+    HostBuffer data(elements * rules::SizeOf(config.dtype));
+    FillRandom(config.dtype, config.seed, data.data(), elements);
+    for (std::size_t o = 0; o < config.op_sets.size(); ++o) {
+      for (const int clients : config.grid_clients) {
+        const Cell cell{bytes, o, clients};
+        std::string row = absl::StrCat("| ", SizeName(bytes), " | ",
+                                       bytes > config.grid_stream_above ? "stream" : "unary", " | ", op_names[o],
+                                       " | ", clients, " |");
+        double baseline = 0.0;
+        for (std::size_t t = 0; t < config.grid_targets.size(); ++t) {
+          const Measured m = RunCell(config, config.grid_targets[t].second, cell, data);
+          if (t == 0) baseline = m.gb_per_s;
+          absl::StrAppend(&row, absl::StrFormat(" %.2f (%.2f)", m.gb_per_s, m.p50_ms));
+          if (t > 0 && baseline > 0) absl::StrAppend(&row, absl::StrFormat(" %.2fx", m.gb_per_s / baseline));
+          if (m.failed > 0 || m.ok == 0) {
+            all_ok = false;
+            absl::StrAppend(&row, absl::StrFormat(" [%d failed]", m.failed));
+          }
+          absl::StrAppend(&row, " |");
+        }
+        absl::PrintF("%s\n", row);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return all_ok ? kExitOk : kExitFailure;
+}
+
+}  // namespace tally::client::tool
