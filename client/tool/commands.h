@@ -22,6 +22,7 @@ int RunHealth(const std::vector<std::string>& args);
 int RunPut(const std::vector<std::string>& args);
 int RunDatasets(const std::vector<std::string>& args);
 int RunRm(const std::vector<std::string>& args);
+int RunRegions(const std::vector<std::string>& args);
 
 extern const absl::string_view kAggregateUsage;
 extern const absl::string_view kBenchUsage;
@@ -29,5 +30,6 @@ extern const absl::string_view kHealthUsage;
 extern const absl::string_view kPutUsage;
 extern const absl::string_view kDatasetsUsage;
 extern const absl::string_view kRmUsage;
+extern const absl::string_view kRegionsUsage;
 
 }  // namespace tally::client::tool

@@ -22,6 +22,8 @@ Commands:
               (GPU or host memory), to aggregate many times without resending
   datasets    list the resident datasets, and each place's usage and limit
   rm          remove resident datasets
+  regions     list the shared-memory regions registered on the server, or
+              unregister some (tally aggregate --shm makes them)
   bench       load-test a server with concurrent clients; throughput,
               latency percentiles, failures; resident-dataset scan rates
   health      ask whether a server is serving (grpc.health.v1)
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
                               {"put", RunPut, kPutUsage},
                               {"datasets", RunDatasets, kDatasetsUsage},
                               {"rm", RunRm, kRmUsage},
+                              {"regions", RunRegions, kRegionsUsage},
                               {"bench", RunBench, kBenchUsage},
                               {"health", RunHealth, kHealthUsage}};
   for (const Command& c : commands) {

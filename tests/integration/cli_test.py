@@ -164,6 +164,42 @@ class Cli(ServerCase):
         finally:
             null.stop()
 
+    def test_shm_gives_the_sent_answer_and_cleans_up(self):
+        arrays = lambda: {f for f in os.listdir("/dev/shm") if f.endswith("-array")}  # noqa: E731
+        before = arrays()
+        sent = self.aggregate_json("--random=300K", "--seed=9", "--ops=sum,argmax,hist:8:-1:1")
+        shared = self.aggregate_json("--random=300K", "--seed=9", "--ops=sum,argmax,hist:8:-1:1", "--shm")
+        self.assertEqual(shared["execution"]["transport"], "shm")
+        self.assertEqual(shared["results"], sent["results"])
+        r = run("regions", self.target)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("0 regions", r.stdout)  # unregistered at the end
+        self.assertEqual(arrays() - before, set())  # the object is removed too
+
+    def test_regions_lists_and_unregisters(self):
+        from multiprocessing import shared_memory
+        m = shared_memory.SharedMemory(create=True, size=4096)
+        try:
+            register = self.server.channel.unary_unary(
+                "/tally.v1.SharedMemory/RegisterHostRegion",
+                request_serializer=pb.RegisterHostRegionRequest.SerializeToString,
+                response_deserializer=pb.RegionInfo.FromString)
+            register(pb.RegisterHostRegionRequest(name="cli-region", shm_name="/" + m.name, byte_size=4096))
+            r = run("regions", self.target)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("cli-region", r.stdout)
+            self.assertIn("1 region, 4096 bytes registered", r.stdout)
+            r = run("regions", self.target, "--unregister=cli-region")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("unregistered cli-region", r.stdout)
+            r = run("regions", self.target, "--unregister=cli-region")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("NOT_FOUND", r.stderr)
+            self.assertEqual(run("regions", self.target, "--unregister=").returncode, 2)
+        finally:
+            m.close()
+            m.unlink()
+
     def test_bench_grid_prints_one_row_per_cell_with_ratios(self):
         null = TallyServer(SERVER, pb, ["--backend=null"])
         try:
