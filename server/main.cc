@@ -142,6 +142,10 @@ ABSL_FLAG(std::uint64_t, max_region_bytes, std::uint64_t{16} << 30,
           "span in all. A host region stays pinned (locked in RAM) while registered, so this bounds "
           "the memory clients can lock. A registration over it is refused with RESOURCE_EXHAUSTED. "
           "0: no limit.");
+ABSL_FLAG(int, max_regions, 1024,
+          "Shared-memory regions registered at once (1 to 4096): each holds an open file descriptor and a "
+          "mapping, so this keeps clients from exhausting either. A registration past it is "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn, error.");
 
 namespace {
@@ -224,6 +228,11 @@ int main(int argc, char** argv) {
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
   config.max_region_bytes = absl::GetFlag(FLAGS_max_region_bytes);
+  if (absl::GetFlag(FLAGS_max_regions) < 1 || absl::GetFlag(FLAGS_max_regions) > 4096) {
+    spdlog::critical("--max_regions={}: expected 1 to 4096", absl::GetFlag(FLAGS_max_regions));
+    return 2;
+  }
+  config.max_regions = absl::GetFlag(FLAGS_max_regions);
   config.service.max_unary_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.service.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));

@@ -76,7 +76,8 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
 
   s->quotas_ = std::make_unique<IdentityQuotas>(config.quotas, s->metrics_.get());
   s->datasets_ = std::make_unique<DatasetStore>(*s->backend_, config.datasets, s->metrics_.get());
-  s->regions_ = std::make_unique<RegionRegistry>(*s->backend_, config.max_region_bytes, s->metrics_.get());
+  s->regions_ = std::make_unique<RegionRegistry>(*s->backend_, config.max_region_bytes, s->metrics_.get(),
+                                                 config.max_regions);
   s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->request_workers_,
                                                     *s->chunk_workers_, *s->auth_, *s->quotas_, s->metrics_.get(),
                                                     config.service);

@@ -46,6 +46,8 @@ struct ServerConfig {
   // (0: no limit). 16 GiB: a host region is pinned for as long as it is
   // registered, and pinned memory is memory the host cannot page out.
   std::uint64_t max_region_bytes = std::uint64_t{16} << 30;
+  // Regions registered at once: each holds a file descriptor and a mapping.
+  int max_regions = 1024;
   TransportOptions transport;
   int threads = 0;  // stream chunk workers; 0: one per hardware thread
   // Unary-request and admission workers (they may sit waiting for room).

@@ -250,6 +250,18 @@ TEST_F(RegionTest, RegisteredBytesAreBoundedByTheLimit) {
   EXPECT_EQ(List().limit_bytes(), 10000u);
   ASSERT_TRUE(Unregister("a").ok());
   EXPECT_TRUE(RegisterHost("c", object->name(), 0, 6000).ok());
+
+  // And the number of regions (each holds a descriptor and a mapping).
+  ServerConfig few;
+  few.max_regions = 2;
+  Restart(few);
+  ASSERT_TRUE(RegisterHost("a", object->name(), 0, 1).ok());
+  ASSERT_TRUE(RegisterHost("b", object->name(), 0, 1).ok());
+  const grpc::Status third = RegisterHost("c", object->name(), 0, 1);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(third.error_message().find("--max_regions=2"), std::string::npos) << third.error_message();
+  ASSERT_TRUE(Unregister("a").ok());
+  ASSERT_TRUE(RegisterHost("c", object->name(), 0, 1).ok());
 }
 
 TEST_F(RegionTest, ATruncatedObjectIsRefusedAndTheServerCarriesOn) {

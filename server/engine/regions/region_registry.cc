@@ -47,8 +47,12 @@ Region::~Region() {
 
 absl::Status Region::Intact() const { return mapping_ ? mapping_->Intact() : absl::OkStatus(); }
 
-RegionRegistry::RegionRegistry(Backend& backend, std::uint64_t max_bytes, Metrics* metrics)
-    : backend_(backend), max_bytes_(max_bytes), metrics_(metrics), charge_(std::make_shared<RegionCharge>()) {
+RegionRegistry::RegionRegistry(Backend& backend, std::uint64_t max_bytes, Metrics* metrics, int max_regions)
+    : backend_(backend),
+      max_bytes_(max_bytes),
+      metrics_(metrics),
+      max_regions_(max_regions),
+      charge_(std::make_shared<RegionCharge>()) {
   charge_->limit = max_bytes;
   charge_->metrics = metrics;
   charge_->Add(0, 0);
@@ -68,6 +72,11 @@ absl::StatusOr<RegionInfo> RegionRegistry::Register(const std::string& name, std
     if (regions_.contains(name)) {
       return absl::AlreadyExistsError(
           absl::StrCat("name: region '", name, "' is registered already; unregister it first."));
+    }
+    if (static_cast<int>(regions_.size()) >= max_regions_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "name: ", regions_.size(), " regions are registered, the most --max_regions=", max_regions_,
+          " allows; unregister some first."));
     }
     if (absl::Status s = charge_->Reserve(bytes); !s.ok()) return s;
     regions_[name] = nullptr;  // reserved while the mapping and the attachment are made

@@ -63,8 +63,10 @@ class Region {
 class RegionRegistry {
  public:
   // `backend` and `metrics` (may be null) outlive the registry.
-  // `max_bytes`: registered bytes allowed in all (0: no limit).
-  RegionRegistry(Backend& backend, std::uint64_t max_bytes, Metrics* metrics);
+  // `max_bytes`: registered bytes allowed in all (0: no limit);
+  // `max_regions`: regions registered at once (each holds a file descriptor
+  // and a mapping; at most SigbusGuard::kMaxRanges host regions).
+  RegionRegistry(Backend& backend, std::uint64_t max_bytes, Metrics* metrics, int max_regions = 1024);
   ~RegionRegistry();
   RegionRegistry(const RegionRegistry&) = delete;
   RegionRegistry& operator=(const RegionRegistry&) = delete;
@@ -92,6 +94,7 @@ class RegionRegistry {
   Backend& backend_;
   const std::uint64_t max_bytes_;
   Metrics* const metrics_;
+  const int max_regions_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Region>> regions_;
   std::shared_ptr<struct RegionCharge> charge_;

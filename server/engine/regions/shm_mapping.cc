@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
     const std::string why = absl::StrCat("shm_name: cannot open shared-memory object '", path, "': ", std::strerror(err), ".");
     if (err == ENOENT) return absl::NotFoundError(why);
     if (err == EACCES) return absl::PermissionDeniedError(why);
+    if (err == EMFILE || err == ENFILE) return absl::ResourceExhaustedError(why);
     return absl::InvalidArgumentError(why);
   }
   struct stat st;
