@@ -38,11 +38,21 @@ constexpr OpAlias kOpAliases[] = {
     {"argmax", rules::OpKind::kArgmax},
     {"histogram", rules::OpKind::kHistogram},
     {"hist", rules::OpKind::kHistogram},
+    {"nansum", rules::OpKind::kNanSum},
+    {"nanmean", rules::OpKind::kNanMean},
+    {"nanmin", rules::OpKind::kNanMin},
+    {"nanmax", rules::OpKind::kNanMax},
+    {"nanargmin", rules::OpKind::kNanArgmin},
+    {"nanargmax", rules::OpKind::kNanArgmax},
+    {"nanvar", rules::OpKind::kNanVariance},
+    {"nanstd", rules::OpKind::kNanStddev},
+    {"nancount", rules::OpKind::kNanCount},
 };
 
 constexpr absl::string_view kKnownOps =
     "sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], stddev|std[:DDOF], "
-    "argmin, argmax, histogram|hist:BINS:LO:HI";
+    "argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, "
+    "nanvar[:DDOF], nanstd[:DDOF], nancount";
 
 absl::Status BadToken(absl::string_view token, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("bad aggregation \"", token, "\": ", why));
@@ -68,7 +78,9 @@ absl::StatusOr<v1::Aggregation> ParseToken(absl::string_view token) {
   const size_t args = parts.size() - 1;
   switch (*kind) {
     case rules::OpKind::kVariance:
-    case rules::OpKind::kStddev: {
+    case rules::OpKind::kStddev:
+    case rules::OpKind::kNanVariance:
+    case rules::OpKind::kNanStddev: {
       if (args > 1) return BadToken(token, "expected at most one argument, the ddof (e.g. var:1)");
       if (args == 1) {
         const std::optional<double> ddof = ParseFinite(parts[1]);
@@ -129,6 +141,8 @@ std::string AggregationLabel(const v1::Aggregation& aggregation) {
   switch (aggregation.op()) {
     case v1::OP_VARIANCE:
     case v1::OP_STDDEV:
+    case v1::OP_NANVAR:
+    case v1::OP_NANSTD:
       return absl::StrCat(name, "(ddof=", DoubleText(aggregation.ddof()), ")");
     case v1::OP_HISTOGRAM:
       return absl::StrCat(name, "(bins=", aggregation.histogram().bins(),

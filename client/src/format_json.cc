@@ -33,7 +33,8 @@ void AppendArray(std::string* out, const Values& values, ToJson to_json) {
 void AppendResult(std::string* out, const v1::AggregationResult& r) {
   const v1::Aggregation& a = r.aggregation();
   absl::StrAppend(out, "{\"op\":", JsonQuote(OpName(a.op())));
-  if (a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV) {
+  if (a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV || a.op() == v1::OP_NANVAR ||
+      a.op() == v1::OP_NANSTD) {
     absl::StrAppend(out, ",\"ddof\":", JsonDouble(a.ddof()));
   }
   const auto integer = [](auto v) { return absl::StrCat(v); };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tally/client/aggregations.h"
@@ -25,7 +26,7 @@ V Load(const std::byte* data, std::uint64_t i) {
 absl::Status CheckAggregation(const v1::Aggregation& a) {
   const std::optional<rules::OpKind> kind = FromWire(a.op());
   if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown op ", a.op()));
-  if ((*kind == rules::OpKind::kVariance || *kind == rules::OpKind::kStddev) &&
+  if (rules::TakesDdof(*kind) &&
       !(std::isfinite(a.ddof()) && a.ddof() >= 0.0)) {
     return absl::InvalidArgumentError("ddof must be finite and >= 0");
   }
@@ -39,6 +40,58 @@ absl::Status CheckAggregation(const v1::Aggregation& a) {
   return absl::OkStatus();
 }
 
+// A NaN-skipping op over one row of a float dtype: its plain op over the
+// row's non-NaN elements, by numpy's nan-function rules.
+template <typename At>
+absl::Status NanOne(rules::OpKind kind, double ddof, std::uint64_t row_length, const At& at,
+                    v1::AggregationResult* out) {
+  std::vector<double> x;
+  std::vector<std::int64_t> where;
+  for (std::uint64_t i = 0; i < row_length; ++i) {
+    const double v = static_cast<double>(at(i));
+    if (rules::IsNan(v)) continue;
+    x.push_back(v);
+    where.push_back(static_cast<std::int64_t>(i));
+  }
+  const double n = static_cast<double>(x.size());
+  double sum = 0.0;
+  for (double v : x) sum += v;
+  switch (kind) {
+    case rules::OpKind::kNanSum: out->mutable_doubles()->add_values(sum); break;
+    case rules::OpKind::kNanCount: out->mutable_uint64s()->add_values(x.size()); break;
+    case rules::OpKind::kNanMean: out->mutable_doubles()->add_values(x.empty() ? std::nan("") : sum / n); break;
+    case rules::OpKind::kNanMin:
+    case rules::OpKind::kNanMax: {
+      double e = std::nan("");  // numpy: all-NaN gives NaN (with a warning)
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        if (i == 0 || (kind == rules::OpKind::kNanMin ? x[i] < e : x[i] > e)) e = x[i];
+      }
+      out->mutable_doubles()->add_values(e);
+      break;
+    }
+    case rules::OpKind::kNanVariance:
+    case rules::OpKind::kNanStddev: {
+      rules::Moments m{n, x.empty() ? 0.0 : sum / n, 0.0};
+      for (double v : x) m.m2 += (v - m.mean) * (v - m.mean);
+      const double var = rules::NanVarianceOf(m, ddof);
+      out->mutable_doubles()->add_values(kind == rules::OpKind::kNanVariance ? var : std::sqrt(var));
+      break;
+    }
+    case rules::OpKind::kNanArgmin:
+    case rules::OpKind::kNanArgmax: {
+      if (x.empty()) return absl::InvalidArgumentError(absl::StrCat(NameOf(kind), ": All-NaN slice encountered"));
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < x.size(); ++i) {
+        if (kind == rules::OpKind::kNanArgmin ? x[i] < x[best] : x[i] > x[best]) best = i;
+      }
+      out->mutable_int64s()->add_values(where[best]);
+      break;
+    }
+    default: break;
+  }
+  return absl::OkStatus();
+}
+
 // One aggregation over the rows of an array of dtype T.
 template <rules::DType T>
 absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
@@ -46,7 +99,8 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
   using V = typename rules::Traits<T>::value;
   using Extreme = typename rules::Traits<T>::extreme;
   using Bin = typename rules::Traits<T>::bin;
-  const rules::OpKind kind = *FromWire(agg.op());
+  // Integer dtypes hold no NaN: there numpy's nan-functions are the plain ones.
+  const rules::OpKind kind = rules::IsFloat(T) ? *FromWire(agg.op()) : rules::PlainOf(*FromWire(agg.op()));
   const std::uint64_t row_length = array.row_length == 0 ? array.length : array.row_length;
   const std::uint64_t rows = array.row_length == 0 ? 1 : array.length / array.row_length;
   if (rules::NeedsNonEmpty(kind) && row_length == 0) {
@@ -160,6 +214,11 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
         h->set_nan(nan);
         break;
       }
+      default:
+        if constexpr (rules::IsFloat(T)) {
+          if (absl::Status s = NanOne(kind, agg.ddof(), row_length, at, out); !s.ok()) return s;
+        }
+        break;
     }
   }
   // An empty batch (zero rows) still says which kind of values it holds.
@@ -176,7 +235,8 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
 
 bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b) {
   if (a.op() != b.op()) return false;
-  if ((a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV) && a.ddof() != b.ddof()) return false;
+  const std::optional<rules::OpKind> kind = FromWire(a.op());
+  if (kind && rules::TakesDdof(*kind) && a.ddof() != b.ddof()) return false;
   if (a.op() == v1::OP_HISTOGRAM) {
     return a.histogram().bins() == b.histogram().bins() &&
            a.histogram().lo() == b.histogram().lo() && a.histogram().hi() == b.histogram().hi();
@@ -195,7 +255,7 @@ bool DoublesMatch(double expected, double actual, bool exact) {
 }  // namespace
 
 v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType dtype) {
-  switch (op) {
+  switch (rules::PlainOf(op)) {  // NaN-skipping ops answer as their plain ops
     case rules::OpKind::kSum:
     case rules::OpKind::kMin:
     case rules::OpKind::kMax:
@@ -254,7 +314,8 @@ absl::Status CompareResults(const v1::AggregateResponse& expected,
       return differ("value type ", a.values_case(), ", expected ", e.values_case());
     }
     // min and max pick an element, so they are exact whatever the order.
-    const bool exact = e.aggregation().op() == v1::OP_MIN || e.aggregation().op() == v1::OP_MAX;
+    const bool exact = e.aggregation().op() == v1::OP_MIN || e.aggregation().op() == v1::OP_MAX ||
+                       e.aggregation().op() == v1::OP_NANMIN || e.aggregation().op() == v1::OP_NANMAX;
     const auto compare = [&](const auto& ev, const auto& av, auto match) -> absl::Status {
       if (ev.size() != av.size()) return differ(av.size(), " rows, expected ", ev.size());
       for (int i = 0; i < ev.size(); ++i) {

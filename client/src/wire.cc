@@ -42,6 +42,15 @@ v1::Op ToWire(rules::OpKind op) {
     case rules::OpKind::kArgmin: return v1::OP_ARGMIN;
     case rules::OpKind::kArgmax: return v1::OP_ARGMAX;
     case rules::OpKind::kHistogram: return v1::OP_HISTOGRAM;
+    case rules::OpKind::kNanSum: return v1::OP_NANSUM;
+    case rules::OpKind::kNanMean: return v1::OP_NANMEAN;
+    case rules::OpKind::kNanMin: return v1::OP_NANMIN;
+    case rules::OpKind::kNanMax: return v1::OP_NANMAX;
+    case rules::OpKind::kNanArgmin: return v1::OP_NANARGMIN;
+    case rules::OpKind::kNanArgmax: return v1::OP_NANARGMAX;
+    case rules::OpKind::kNanVariance: return v1::OP_NANVAR;
+    case rules::OpKind::kNanStddev: return v1::OP_NANSTD;
+    case rules::OpKind::kNanCount: return v1::OP_NANCOUNT;
   }
   return v1::OP_UNSPECIFIED;
 }

@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
     const double cub_ms = MedianMs(s, [&] { cub_sum(); cub_min(); cub_max(); cub_argmax(); cub_hist(x, 256); });
     rows.push_back({"fused sum+min+max+argmax+hist256 (speedup " + std::to_string(cub_ms / ours_ms).substr(0, 4) + "x)",
                     gbs(ours_ms), gbs(cub_ms), "5 CUB calls", ">= 4x faster", cub_ms / ours_ms >= 4.0});
-    Tally all(DType::kFloat32, (1u << tally::rules::kNumOpKinds) - 1, n, 0, 256);
+    Tally all(DType::kFloat32, (1u << tally::rules::kNumKernelOpKinds) - 1, n, 0, 256);
     rows.push_back({"fused all 11 ops (hist 256)", gbs(MedianMs(s, [&] { all.Run(x, s); })), 0, "-", "", true});
   }
   // Segmented sums vs the read ceiling.

@@ -13,7 +13,7 @@ namespace {
 using rules::Has;
 using rules::OpKind;
 
-constexpr rules::OpMask kAllOps = (rules::OpMask{1} << rules::kNumOpKinds) - 1;
+constexpr rules::OpMask kAllOps = (rules::OpMask{1} << rules::kNumKernelOpKinds) - 1;
 
 cudaError_t Invalid(const char* why) {
   return cuda::Record(cudaErrorInvalidValue, why, __FILE__, __LINE__);

@@ -60,6 +60,13 @@ bool EdgesIncrease(const HistogramSpec& h) {
 
 absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array) {
   const DType dtype = array.dtype;
+  if (op.partial && rules::IsNanSkipping(op.kind)) {
+    // Their states would be the plain op's over the non-NaN elements, but
+    // the wire form (PartialState) and the clients' merges do not carry
+    // them yet; refused rather than answered with a state nobody finishes.
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpLabel(i, op), ": partial states of NaN-skipping ops are not supported; ask for the value."));
+  }
   if (op.partial && (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax)) {
     // Indices are int64: the last one, base_index + the row's length - 1, must fit.
     constexpr std::uint64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
@@ -70,7 +77,7 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
                                                      "'s length ", span, " exceeds 2^63 - 1."));
     }
   }
-  if (op.kind == OpKind::kVariance || op.kind == OpKind::kStddev) {
+  if (rules::TakesDdof(op.kind)) {
     if (!std::isfinite(op.ddof) || op.ddof < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           OpLabel(i, op), ": ddof must be finite and >= 0, got ", op.ddof, "."));

@@ -51,12 +51,21 @@ absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
     case v1::OP_ARGMIN: return OpKind::kArgmin;
     case v1::OP_ARGMAX: return OpKind::kArgmax;
     case v1::OP_HISTOGRAM: return OpKind::kHistogram;
+    case v1::OP_NANSUM: return OpKind::kNanSum;
+    case v1::OP_NANMEAN: return OpKind::kNanMean;
+    case v1::OP_NANMIN: return OpKind::kNanMin;
+    case v1::OP_NANMAX: return OpKind::kNanMax;
+    case v1::OP_NANARGMIN: return OpKind::kNanArgmin;
+    case v1::OP_NANARGMAX: return OpKind::kNanArgmax;
+    case v1::OP_NANVAR: return OpKind::kNanVariance;
+    case v1::OP_NANSTD: return OpKind::kNanStddev;
+    case v1::OP_NANCOUNT: return OpKind::kNanCount;
     default: break;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "aggregations[", index, "].op: ",
       op == v1::OP_UNSPECIFIED ? std::string("no op was given") : absl::StrCat("unknown op ", static_cast<int>(op)),
-      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram."));
+      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount."));
 }
 
 // NaN results go out as one canonical quiet NaN, so equal requests give

@@ -289,7 +289,7 @@ TEST(Kernels, WholeArrayEachOpAlone) {
   REQUIRE_GPU();
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
-    for (int k = 0; k < rules::kNumOpKinds; ++k) {
+    for (int k = 0; k < rules::kNumKernelOpKinds; ++k) {
       const auto kind = static_cast<OpKind>(k);
       for (std::uint64_t n : {33ull, 1000003ull}) {
         CheckCase<D>(Random<D>(n), 0, rules::Bit(kind), 4096, 0, std::string(rules::Name(kind)));
@@ -420,7 +420,7 @@ TEST(Kernels, SegmentedEachOpAlone) {
   REQUIRE_GPU();
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
-    for (int k = 0; k < rules::kNumOpKinds; ++k) {
+    for (int k = 0; k < rules::kNumKernelOpKinds; ++k) {
       const auto kind = static_cast<OpKind>(k);
       for (std::uint64_t len : {32ull, 20000ull}) {
         CheckCase<D>(Random<D>(6 * len), len, rules::Bit(kind), 64, 0, std::string(rules::Name(kind)));

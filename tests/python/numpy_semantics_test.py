@@ -353,6 +353,139 @@ class NumpySemantics(unittest.TestCase):
         for a, b in zip(unary, streamed):
             self.assertEqual(a.SerializeToString(), b.SerializeToString())
 
+    def check_nan_ops(self, x, row_length, label, stream=False):
+        """Every NaN-skipping op against numpy's nan-functions, row by row
+        (axis=1); nanargmin/nanargmax only where no row is all NaN."""
+        m = x.reshape(-1, row_length) if row_length else x.reshape(1, -1)
+        floats = x.dtype.kind == "f"
+        all_nan_row = floats and bool(np.isnan(m).all(axis=1).any())
+        ops = [agg(pb.OP_NANSUM), agg(pb.OP_NANMEAN), agg(pb.OP_NANMIN), agg(pb.OP_NANMAX),
+               agg(pb.OP_NANVAR), agg(pb.OP_NANVAR, ddof=1), agg(pb.OP_NANSTD, ddof=1), agg(pb.OP_NANCOUNT)]
+        if not all_nan_row:
+            ops += [agg(pb.OP_NANARGMIN), agg(pb.OP_NANARGMAX)]
+        r = [values(v) for v in self.ask(x, ops, row_length=row_length, stream=stream).results]
+        # numpy.nanvar of integers is numpy.var (computed in float64); of floats
+        # it is compared in float64, where numpy's float32 rounding is no issue.
+        src = m.astype(np.float64) if floats else m
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scale = np.nansum(np.abs(m.astype(np.float64)), axis=1)
+            if floats:
+                self.assertCloseRows(r[0], np.nansum(src, axis=1), 1e-12, scale, label + " nansum")
+            else:
+                acc = np.int64 if x.dtype.kind == "i" else np.uint64
+                self.assertEqual(r[0], np.nansum(m, axis=1, dtype=acc).tolist(), label + " nansum")
+            count = np.sum(~np.isnan(src), axis=1) if floats else np.full(m.shape[0], m.shape[1])
+            self.assertCloseRows(r[1], np.nanmean(src, axis=1), 1e-12, scale / np.maximum(count, 1),
+                                 label + " nanmean")
+            np.testing.assert_array_equal(np.array(r[2], np.float64), np.nanmin(m, axis=1).astype(np.float64),
+                                          label + " nanmin")
+            np.testing.assert_array_equal(np.array(r[3], np.float64), np.nanmax(m, axis=1).astype(np.float64),
+                                          label + " nanmax")
+            self.assertCloseRows(r[4], np.nanvar(src, axis=1), 1e-9, 0, label + " nanvar")
+            self.assertCloseRows(r[5], np.nanvar(src, axis=1, ddof=1), 1e-9, 0, label + " nanvar ddof=1")
+            self.assertCloseRows(r[6], np.nanstd(src, axis=1, ddof=1), 1e-9, 0, label + " nanstd ddof=1")
+            self.assertEqual(r[7], count.tolist(), label + " nancount")
+        if not all_nan_row:
+            self.assertEqual(r[8], np.nanargmin(m, axis=1).tolist(), label + " nanargmin")
+            self.assertEqual(r[9], np.nanargmax(m, axis=1).tolist(), label + " nanargmax")
+
+    def assertCloseRows(self, got, want, rel, scale, label):
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        self.assertEqual(np.isnan(got).tolist(), np.isnan(want).tolist(), f"{label}: NaN rows")
+        self.assertEqual(np.isinf(got).tolist(), np.isinf(want).tolist(), f"{label}: inf rows")
+        ok = ~np.isnan(want) & ~np.isinf(want)
+        bound = rel * np.maximum(np.abs(want), scale) + 1e-300
+        np.testing.assert_array_less(np.abs(got - want)[ok], np.broadcast_to(bound, want.shape)[ok], label)
+
+    def test_nan_ops_every_dtype(self):
+        for name, dtype in DTYPES.items():
+            for n in (1, 2, 33, 1009, 100003):
+                x = random_array(self.rng, dtype, n)
+                cases = {"no NaN": x}
+                if dtype in (np.float32, np.float64):
+                    for where, idx in (("at the start", [0]), ("at the end", [n - 1]),
+                                       ("at both ends", [0, n - 1]), ("scattered", slice(None, None, 7))):
+                        y = x.copy()
+                        y[idx] = np.nan
+                        cases[f"NaN {where}"] = y
+                for what, y in cases.items():
+                    with self.subTest(dtype=name, n=n, case=what):
+                        self.check_nan_ops(y, 0, f"{name}[{n}] {what} seed {SEED}")
+
+    def test_nan_ops_rows_with_all_nan_rows(self):
+        for dtype in (np.float32, np.float64):
+            for rows, n in ((1000, 1), (300, 32), (7, 1000), (3, 70000)):
+                m = random_array(self.rng, dtype, rows * n).reshape(rows, n)
+                m[:, 0] = np.nan  # every row starts with a NaN
+                m[rows // 2] = np.nan  # and one row is all NaN
+                m[-1, -1] = np.nan
+                with self.subTest(dtype=dtype.__name__, rows=rows, n=n):
+                    self.check_nan_ops(m.ravel(), n, f"{dtype.__name__} {rows}x{n} seed {SEED}")
+                    for op in (pb.OP_NANARGMIN, pb.OP_NANARGMAX):
+                        self.assertRefused(m.ravel(), [agg(pb.OP_NANSUM), agg(op)], n, "all NaN")
+                    m[rows // 2, -1] = 1.0  # no row all NaN: every op answers
+                    self.check_nan_ops(m.ravel(), n, f"{dtype.__name__} {rows}x{n} seed {SEED}")
+            for name, dtype in DTYPES.items():
+                with self.subTest(dtype=name, rows="integer rows"):
+                    x = random_array(self.rng, dtype, 7 * 33)
+                    self.check_nan_ops(x, 33, f"{name} 7x33")
+                    self.check_nan_ops(x, 1, f"{name} 231x1")  # nanvar ddof=1 of one integer is var's
+
+    def test_nan_ops_all_nan_and_empty_arrays(self):
+        for dtype in (np.float32, np.float64):
+            x = np.full(1000, np.nan, dtype)
+            self.check_nan_ops(x, 0, f"{dtype.__name__} all NaN")
+            self.check_nan_ops(x, 0, f"{dtype.__name__} all NaN, streamed", stream=True)
+            r = [values(v)[0] for v in self.ask(x, [agg(pb.OP_NANSUM), agg(pb.OP_NANMEAN),
+                                                    agg(pb.OP_NANMIN), agg(pb.OP_NANCOUNT)]).results]
+            self.assertEqual(r[0], 0.0)
+            self.assertTrue(math.isnan(r[1]) and math.isnan(r[2]))
+            self.assertEqual(r[3], 0)
+            for op in (pb.OP_NANARGMIN, pb.OP_NANARGMAX):
+                self.assertRefused(x, [agg(op)], 0, "all NaN")
+            empty = np.zeros(0, dtype)
+            r = [values(v)[0] for v in self.ask(empty, [agg(pb.OP_NANSUM), agg(pb.OP_NANMEAN), agg(pb.OP_NANVAR),
+                                                        agg(pb.OP_NANCOUNT)]).results]
+            self.assertEqual(r[0], np.nansum(empty))
+            self.assertTrue(math.isnan(r[1]) and math.isnan(r[2]))
+            self.assertEqual(r[3], 0)
+            for op in (pb.OP_NANMIN, pb.OP_NANMAX, pb.OP_NANARGMIN, pb.OP_NANARGMAX):
+                self.assertRefused(empty, [agg(op)], 0, "empty")
+
+    def test_nanvar_ddof_at_or_above_the_count(self):
+        # numpy.nanvar gives NaN where n - ddof <= 0 on floats; numpy.var (and
+        # so nanvar of integers) gives inf there.
+        for dtype, want in ((np.float64, math.isnan), (np.float32, math.isnan), (np.int32, math.isinf)):
+            x = np.array([1, 2, 4], dtype)
+            for ddof in (3, 3.5):
+                got = values(self.ask(x, [agg(pb.OP_NANVAR, ddof=ddof)]).results[0])[0]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.assertTrue(want(np.nanvar(x, ddof=ddof)), (dtype, ddof))
+                self.assertTrue(want(got), (dtype, ddof, got))
+
+    def test_nan_ops_streamed_equal_unary(self):
+        x = random_array(self.rng, np.float32, 3_000_001)
+        x[::1013] = np.nan
+        ops = [agg(pb.OP_NANSUM), agg(pb.OP_NANMIN), agg(pb.OP_NANARGMAX), agg(pb.OP_NANSTD), agg(pb.OP_NANCOUNT)]
+        unary = self.ask(x, ops).results
+        streamed = self.ask(x, ops, stream=True).results
+        for a, b in zip(unary, streamed):
+            self.assertEqual(a.SerializeToString(), b.SerializeToString())
+
+    def test_nan_op_partial_states_are_refused(self):
+        a = agg(pb.OP_NANSUM)
+        a.partial.SetInParent()
+        self.assertRefused(np.ones(10, np.float32), [a], 0, "partial states of NaN-skipping ops")
+
+    def assertRefused(self, x, aggregations, row_length, why):
+        import grpc
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.ask(x, aggregations, row_length=row_length)
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn(why, caught.exception.details())
+
     def test_float32_sum_of_ten_million_positive_values_is_accurate(self):
         x = self.rng.random(10_000_000, dtype=np.float32)
         got = values(self.ask(x, [agg(pb.OP_SUM)], stream=True).results[0])[0]

@@ -160,6 +160,28 @@ class AgainstNumpy(Base):
         self.assertEqual(r[0], r["stddev:1"])
 
 
+    def test_nan_ops_answer_as_numpy_nan_functions(self):
+        for dtype in (np.float32, np.float64, np.int32, np.uint8):
+            x = random_array(self.rng, dtype, 1000)
+            if x.dtype.kind == "f":
+                x[[0, 500, 999]] = np.nan
+            r = self.client.aggregate(x, "nansum,nanmean,nanmin,nanmax,nanargmin,nanargmax,nanvar:1,nanstd,nancount")
+            self.assertEqual(list(r)[6], "nanvar:1.0")
+            want = [np.nansum(x), np.nanmean(x), np.nanmin(x), np.nanmax(x), np.nanargmin(x), np.nanargmax(x),
+                    np.nanvar(x, ddof=1), np.nanstd(x), np.count_nonzero(~np.isnan(x.astype(np.float64)))]
+            for k, (got, expect) in enumerate(zip(r.values(), want)):
+                with self.subTest(dtype=np.dtype(dtype).name, op=list(r)[k]):
+                    self.assertEqual(np.asarray(got).dtype, np.asarray(expect).dtype if k != 8 else np.int64)
+                    np.testing.assert_allclose(got, expect, rtol=1e-5)
+        m = np.ones((3, 4), np.float64)
+        m[1] = np.nan
+        r = self.client.aggregate(m, "nansum,nanmin,nancount")
+        np.testing.assert_array_equal(r["nansum"], [4.0, 0.0, 4.0])
+        np.testing.assert_array_equal(r["nanmin"], [1.0, np.nan, 1.0])
+        np.testing.assert_array_equal(r["nancount"], [4, 0, 4])
+        with self.assertRaises(tally.Error):
+            self.client.aggregate(m, "nanargmax")
+
 class PartialStates(Base):
     def parts(self, x, cuts, ops, how):
         """Partial states of x[cuts[k]:cuts[k+1]] (of those columns, for 2-D x)."""

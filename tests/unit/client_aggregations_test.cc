@@ -67,6 +67,21 @@ TEST(ParseAggregations, HistogramBinLimitsInclusive) {
   EXPECT_TRUE(ParseAggregations("hist:65536:0:1").ok());
 }
 
+TEST(ParseAggregations, NanOpsTakeDdofWhereNumpyDoes) {
+  const auto got = ParseAggregations("nansum,NaNMean,nanmin,nanmax,nanargmin,nanargmax,nanvar:1,nanstd:0.5,nancount");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const v1::Op want[] = {v1::OP_NANSUM,    v1::OP_NANMEAN,   v1::OP_NANMIN, v1::OP_NANMAX,  v1::OP_NANARGMIN,
+                         v1::OP_NANARGMAX, v1::OP_NANVAR,    v1::OP_NANSTD, v1::OP_NANCOUNT};
+  ASSERT_EQ(got->size(), std::size(want));
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].op(), want[i]) << i;
+  EXPECT_EQ((*got)[6].ddof(), 1.0);
+  EXPECT_EQ((*got)[7].ddof(), 0.5);
+  EXPECT_EQ(AggregationLabel((*got)[6]), "nanvar(ddof=1)");
+  EXPECT_EQ(OpName(v1::OP_NANCOUNT), "nancount");
+  EXPECT_FALSE(ParseAggregations("nansum:1").ok());
+  EXPECT_FALSE(ParseAggregations("nanvar:-1").ok());
+}
+
 TEST(AggregationLabel, ShowsParameters) {
   const std::vector<v1::Aggregation> a = *ParseAggregations("sumsq,var:1,hist:8:-1:0.5");
   EXPECT_EQ(AggregationLabel(a[0]), "sum_squares");

@@ -332,6 +332,7 @@ void CheckRow(const OpSpec& op, std::span<const typename rules::Traits<kD>::valu
     case OpKind::kHistogram:
       EXPECT_EQ(ValueAt<HistogramResult>(values, row), (HistogramRef<BinT, V>(x, op.histogram)));
       break;
+    default: ADD_FAILURE() << "no reference here for " << rules::Name(op.kind) << " (cpu_backend_nan_test.cc)";
   }
 }
 

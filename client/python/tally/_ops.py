@@ -14,11 +14,20 @@ _ALIASES = {
     "stddev": "stddev", "std": "stddev",
     "argmin": "argmin", "argmax": "argmax",
     "histogram": "histogram", "hist": "histogram",
+    "nansum": "nansum", "nanmean": "nanmean", "nanmin": "nanmin", "nanmax": "nanmax",
+    "nanargmin": "nanargmin", "nanargmax": "nanargmax", "nanvar": "nanvar", "nanstd": "nanstd",
+    "nancount": "nancount",
 }
 OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "stddev",
-            "argmin", "argmax", "histogram")
+            "argmin", "argmax", "histogram",
+            # numpy's nan-functions: NaN elements are skipped (tally.proto, OP_NANSUM...).
+            "nansum", "nanmean", "nanmin", "nanmax", "nanargmin", "nanargmax", "nanvar", "nanstd",
+            "nancount")
+# Ops that take a ddof.
+_DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
 _KNOWN = ("sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], "
-          "stddev|std[:DDOF], argmin, argmax, histogram|hist:BINS:LO:HI")
+          "stddev|std[:DDOF], argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, "
+          "nanmax, nanargmin, nanargmax, nanvar[:DDOF], nanstd[:DDOF], nancount")
 MAX_HISTOGRAM_BINS = 65536
 
 
@@ -26,8 +35,9 @@ MAX_HISTOGRAM_BINS = 65536
 class Op:
     """One aggregation.
 
-    ``kind`` is a canonical name (``"sum"``, ``"variance"``, ``"histogram"``, ...);
-    ``ddof`` applies to variance and stddev; ``bins``, ``lo`` and ``hi`` are
+    ``kind`` is a canonical name (``"sum"``, ``"variance"``, ``"histogram"``,
+    ``"nansum"``, ...); ``ddof`` applies to variance, stddev, nanvar and nanstd;
+    ``bins``, ``lo`` and ``hi`` are
     required for histograms and refused otherwise. Equal ops compare equal,
     whatever spelling they were parsed from.
     """
@@ -41,7 +51,7 @@ class Op:
     def __post_init__(self) -> None:
         if self.kind not in OP_NAMES:
             raise ValueError(f"unknown op {self.kind!r}; expected one of {', '.join(OP_NAMES)}")
-        if self.kind in ("variance", "stddev"):
+        if self.kind in _DDOF_OPS:
             if not (math.isfinite(self.ddof) and self.ddof >= 0):
                 raise ValueError(f"{self.kind}: ddof must be a finite number >= 0, got {self.ddof}")
             object.__setattr__(self, "ddof", float(self.ddof))
@@ -76,7 +86,7 @@ class Op:
             raise ValueError(f"bad aggregation {text!r}: unknown op; expected one of {_KNOWN}")
         args = parts[1:]
         try:
-            if kind in ("variance", "stddev"):
+            if kind in _DDOF_OPS:
                 if len(args) > 1:
                     raise ValueError("expected at most one argument, the ddof (e.g. var:1)")
                 return cls(kind, ddof=_number(args[0]) if args else 0.0)
@@ -96,7 +106,7 @@ class Op:
 
     def __str__(self) -> str:
         """The canonical spelling, which :meth:`parse` reads back."""
-        if self.kind in ("variance", "stddev"):
+        if self.kind in _DDOF_OPS:
             return f"{self.kind}:{self.ddof!r}" if self.ddof else self.kind
         if self.kind == "histogram":
             return f"histogram:{self.bins}:{self.lo!r}:{self.hi!r}"

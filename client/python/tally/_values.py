@@ -9,6 +9,11 @@ import numpy as np
 from ._ops import Op
 
 
+# Each nan-function's plain op, whose result dtype it shares.
+_PLAIN = {"nansum": "sum", "nanmin": "min", "nanmax": "max", "nanmean": "mean", "nanvar": "variance",
+          "nanstd": "stddev", "nanargmin": "argmin", "nanargmax": "argmax", "nancount": "count"}
+
+
 def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     """The dtype numpy returns for ``op`` over ``dtype`` input.
 
@@ -16,8 +21,10 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     input's float type (tally adds floats in float64, then rounds to it);
     min and max the input's dtype; mean, var and std float32 for float32
     input and float64 otherwise. sum_squares (tally's own) is float64;
-    count, argmin and argmax are int64 (numpy's intp)."""
-    kind = op.kind
+    count, argmin and argmax are int64 (numpy's intp). The nan-functions
+    answer as their plain ones (numpy.nansum as numpy.sum, ...); nancount
+    is int64 like count."""
+    kind = _PLAIN.get(op.kind, op.kind)
     if kind == "sum":
         return dtype if dtype.kind == "f" else np.dtype(np.int64 if dtype.kind == "i" else np.uint64)
     if kind in ("min", "max"):

@@ -137,6 +137,83 @@ TALLY_CPU_CLONES void FusedLanes(const V* x, std::size_t n, LaneTotals<V>* out) 
   }
 }
 
+// Which of the NaN-skipping lane loops a block of a float dtype needs.
+enum : unsigned {
+  kNanLaneSum = 1,  // float64 sum and number of the non-NaN elements
+  kNanLaneMin = 2,  // minimum of the non-NaN elements
+  kNanLaneMax = 4,  // maximum of the non-NaN elements
+};
+inline constexpr unsigned kNanLaneMasks = 8;
+
+template <typename V>
+struct NanLaneTotals {
+  double sum = 0.0;
+  std::uint64_t count = 0;  // non-NaN elements
+  V min{};                  // MinIdentity() when count is 0
+  V max{};                  // MaxIdentity() when count is 0
+};
+
+// FusedLanes' NaN-skipping twin for float dtypes: a second loop over a block
+// that is already in L1, so the array is still read once. A NaN fails every
+// comparison, so the plain compare-and-select min and max skip it as they
+// are; the sum adds 0 in its place (numpy.nansum replaces NaNs with 0).
+template <typename V, unsigned kMask>
+TALLY_CPU_CLONES void NanLanes(const V* x, std::size_t n, NanLaneTotals<V>* out) {
+  static_assert(std::is_floating_point_v<V>);
+  constexpr int L = CpuPolicy::kLanes;
+  constexpr bool kSum = kMask & kNanLaneSum, kMin = kMask & kNanLaneMin, kMax = kMask & kNanLaneMax;
+  double sum[L];
+  std::uint32_t cnt[L];  // a block has fewer than 2^32 elements
+  V mn[L], mx[L];
+  for (int j = 0; j < L; ++j) {
+    sum[j] = 0.0;
+    cnt[j] = 0;
+    mn[j] = MinIdentity<V>();
+    mx[j] = MaxIdentity<V>();
+  }
+  auto update = [&](int j, V v) {
+    if constexpr (kSum) {
+      const bool ok = v == v;
+      sum[j] += ok ? static_cast<double>(v) : 0.0;
+      cnt[j] += ok ? 1u : 0u;
+    }
+    if constexpr (kMin) mn[j] = v < mn[j] ? v : mn[j];
+    if constexpr (kMax) mx[j] = v > mx[j] ? v : mx[j];
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) update(j, x[i + j]);
+  }
+  for (int j = 0; i < n; ++i, ++j) update(j, x[i]);
+  if constexpr (kSum) {
+    out->sum = TreeReduce<L>(sum, [](double a, double b) { return a + b; });
+    std::uint64_t c = 0;
+    for (int j = 0; j < L; ++j) c += cnt[j];
+    out->count = c;
+  }
+  out->min = TreeReduce<L>(mn, [](V a, V b) { return b < a ? b : a; });
+  out->max = TreeReduce<L>(mx, [](V a, V b) { return b > a ? b : a; });
+}
+
+// sum((x - mean)^2) over the non-NaN elements of x[0..n).
+template <typename V>
+TALLY_CPU_CLONES double NanSquaredDeviationLanes(const V* x, std::size_t n, double mean) {
+  constexpr int L = CpuPolicy::kLanes;
+  double acc[L] = {};
+  std::size_t i = 0;
+  auto update = [&](int j, V v) {
+    const double d = v == v ? static_cast<double>(v) - mean : 0.0;
+    acc[j] += d * d;
+  };
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) update(j, x[i + j]);
+  }
+  for (int j = 0; i < n; ++i, ++j) update(j, x[i]);
+  return TreeReduce<L>(acc, [](double a, double b) { return a + b; });
+}
+
 // float64 sum of x[0..n), for int64 input, whose native sum is an integer.
 template <typename V>
 TALLY_CPU_CLONES double DoubleSumLanes(const V* x, std::size_t n) {

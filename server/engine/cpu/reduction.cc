@@ -7,10 +7,14 @@
 // change a single bit of the results. Histogram counts are integers, so they
 // may be added up in any order. A row's fold becomes one rules::PartialState
 // per op, finished (or answered as it is) by server/engine/finish.h.
+// NaN-skipping ops (float dtypes) fold fields of their own, taken from the
+// same blocks by a second loop over each while it is in L1; on integer
+// dtypes they are their plain ops (rules::PlainOf), as in numpy.
 #include "server/engine/cpu/reduction.h"
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +55,14 @@ struct Partial {
   rules::Moments moments{};
   rules::ArgCandidate<V> argmin{V{}, -1};
   rules::ArgCandidate<V> argmax{V{}, -1};
+  // The same over the non-NaN elements, for the NaN-skipping ops.
+  std::uint64_t nan_count = 0;  // non-NaN elements
+  double nan_dsum = 0.0;
+  V nan_min = MinIdentity<V>();
+  V nan_max = MaxIdentity<V>();
+  rules::Moments nan_moments{};
+  rules::ArgCandidate<V> nan_argmin{V{}, -1};
+  rules::ArgCandidate<V> nan_argmax{V{}, -1};
 };
 
 // acc := acc followed by b. Every field is cheap, so all are folded. An
@@ -71,6 +83,13 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
   acc.moments = rules::MergeMoments(acc.moments, b.moments);
   acc.argmin = rules::PickArg<false>(acc.argmin, b.argmin);
   acc.argmax = rules::PickArg<true>(acc.argmax, b.argmax);
+  acc.nan_count += b.nan_count;
+  acc.nan_dsum += b.nan_dsum;
+  acc.nan_min = b.nan_min < acc.nan_min ? b.nan_min : acc.nan_min;  // neither is NaN
+  acc.nan_max = b.nan_max > acc.nan_max ? b.nan_max : acc.nan_max;
+  acc.nan_moments = rules::MergeMoments(acc.nan_moments, b.nan_moments);
+  acc.nan_argmin = rules::PickArg<false>(acc.nan_argmin, b.nan_argmin);
+  acc.nan_argmax = rules::PickArg<true>(acc.nan_argmax, b.nan_argmax);
 }
 
 // What the plan's ops need computed per block.
@@ -84,6 +103,15 @@ struct Needs {
   bool moments = false;  // and their M2
   bool argmin = false;
   bool argmax = false;
+  // NaN-skipping (float dtypes only).
+  bool nan_sum = false;  // the non-NaN count and float64 sum
+  bool nan_min = false;
+  bool nan_max = false;
+  bool nan_mean = false;
+  bool nan_moments = false;
+  bool nan_argmin = false;
+  bool nan_argmax = false;
+  bool any_nan() const { return nan_sum || nan_min || nan_max; }
 };
 
 Needs NeedsOf(const std::vector<OpSpec>& ops) {
@@ -101,9 +129,28 @@ Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kArgmin: n.argmin = n.min = true; break;
       case OpKind::kArgmax: n.argmax = n.max = true; break;
       case OpKind::kHistogram: break;
+      case OpKind::kNanSum:
+      case OpKind::kNanCount: n.nan_sum = true; break;
+      case OpKind::kNanMin: n.nan_sum = n.nan_min = true; break;
+      case OpKind::kNanMax: n.nan_sum = n.nan_max = true; break;
+      case OpKind::kNanMean: n.nan_sum = n.nan_mean = true; break;
+      case OpKind::kNanVariance:
+      case OpKind::kNanStddev: n.nan_sum = n.nan_moments = true; break;
+      case OpKind::kNanArgmin: n.nan_sum = n.nan_argmin = n.nan_min = true; break;
+      case OpKind::kNanArgmax: n.nan_sum = n.nan_argmax = n.nan_max = true; break;
     }
   }
   return n;
+}
+
+// The ops as a dtype computes them: on integer dtypes, which hold no NaN,
+// each NaN-skipping op is its plain op (numpy.nanvar of integers is
+// numpy.var, whose ddof >= n gives inf, not nanvar's NaN).
+std::vector<OpSpec> EffectiveOps(std::vector<OpSpec> ops, DType dtype) {
+  if (!rules::IsFloat(dtype)) {
+    for (OpSpec& op : ops) op.kind = rules::PlainOf(op.kind);
+  }
+  return ops;
 }
 
 template <typename V>
@@ -112,6 +159,14 @@ using FusedFn = void (*)(const V*, std::size_t, LaneTotals<V>*);
 template <typename V, std::size_t... kMasks>
 constexpr std::array<FusedFn<V>, kLaneMasks> FusedTable(std::index_sequence<kMasks...>) {
   return {&FusedLanes<V, static_cast<unsigned>(kMasks)>...};
+}
+
+template <typename V>
+using NanFn = void (*)(const V*, std::size_t, NanLaneTotals<V>*);
+
+template <typename V, std::size_t... kMasks>
+constexpr std::array<NanFn<V>, kNanLaneMasks> NanTable(std::index_sequence<kMasks...>) {
+  return {&NanLanes<V, static_cast<unsigned>(kMasks)>...};
 }
 
 // Elements of the piece that are not aligned for V are copied to `bounce`
@@ -141,7 +196,11 @@ class CpuReduction final : public Reduction {
 
  public:
   CpuReduction(const AggregationPlan& plan, ThreadPool* pool, std::string device)
-      : plan_(plan), pool_(pool), device_(std::move(device)), needs_(NeedsOf(plan.ops)) {
+      : plan_(plan),
+        ops_(EffectiveOps(plan.ops, kD)),
+        pool_(pool),
+        device_(std::move(device)),
+        needs_(NeedsOf(ops_)) {
     const ArraySpec& a = plan_.array;
     row_len_ = a.segmented() ? a.row_length : a.length;
     rows_ = a.segmented() ? a.length / a.row_length : 1;
@@ -154,11 +213,19 @@ class CpuReduction final : public Reduction {
     if (needs_.max) mask |= kLaneMax;
     static constexpr auto kTable = FusedTable<V>(std::make_index_sequence<kLaneMasks>{});
     fused_ = kTable[mask];
+    if constexpr (std::is_floating_point_v<V>) {
+      unsigned nan_mask = 0;
+      if (needs_.nan_sum) nan_mask |= kNanLaneSum;
+      if (needs_.nan_min) nan_mask |= kNanLaneMin;
+      if (needs_.nan_max) nan_mask |= kNanLaneMax;
+      static constexpr auto kNan = NanTable<V>(std::make_index_sequence<kNanLaneMasks>{});
+      if (needs_.any_nan()) nan_fused_ = kNan[nan_mask];
+    }
 
     // The results start with no rows: GrowRows() builds them as they arrive.
-    values_.reserve(plan_.ops.size());
-    for (std::size_t k = 0; k < plan_.ops.size(); ++k) {
-      const OpSpec& op = plan_.ops[k];
+    values_.reserve(ops_.size());
+    for (std::size_t k = 0; k < ops_.size(); ++k) {
+      const OpSpec& op = ops_[k];
       values_.push_back(EmptyValues(op, kD, 0));
       if (op.kind == OpKind::kHistogram) {
         binners_.push_back(rules::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
@@ -209,6 +276,13 @@ class CpuReduction final : public Reduction {
         }
       }
       FinishRow(0, Partial<V>{});  // sums 0, mean NaN; empty partial states
+    }
+    if (const std::uint64_t row = all_nan_row_.load(); row != kNoRow) {
+      // numpy raises for the whole call when any row is all NaN.
+      return absl::InvalidArgumentError(absl::StrCat(
+          rules::Name(FirstNeedingNonNan().kind), ": ",
+          plan_.array.segmented() ? absl::StrCat("row ", row, " is") : std::string("the array is"),
+          " all NaN, and an all-NaN slice has no index of its extreme (numpy raises)."));
     }
     AggregationResult result;
     result.values = std::move(values_);
@@ -291,8 +365,36 @@ class CpuReduction final : public Reduction {
       const std::size_t i = FirstIndexOf(x, n, t.max);
       p.argmax = {x[i], static_cast<std::int64_t>(offset + i)};
     }
+    if constexpr (std::is_floating_point_v<V>) {
+      if (nan_fused_ != nullptr) ReduceNanBlock(x, n, offset, p);
+    }
     for (std::size_t h = 0; h < binners_.size(); ++h) BinBlock(x, n, binners_[h], sinks[h]);
     return p;
+  }
+
+  // The NaN-skipping fields of a block's Partial. A block without non-NaN
+  // elements keeps the empty ones (no moments, no argmin candidate).
+  void ReduceNanBlock(const V* x, std::size_t n, std::uint64_t offset, Partial<V>& p) const {
+    NanLaneTotals<V> t;
+    nan_fused_(x, n, &t);
+    p.nan_count = t.count;
+    p.nan_dsum = t.sum;
+    p.nan_min = t.min;
+    p.nan_max = t.max;
+    if (t.count == 0) return;
+    if (needs_.nan_mean || needs_.nan_moments) {
+      const double mean = t.sum / static_cast<double>(t.count);
+      p.nan_moments = {static_cast<double>(t.count), mean,
+                       needs_.nan_moments ? NanSquaredDeviationLanes(x, n, mean) : 0.0};
+    }
+    if (needs_.nan_argmin) {
+      const std::size_t i = FirstIndexOf(x, n, t.min);  // t.min is not NaN
+      p.nan_argmin = {x[i], static_cast<std::int64_t>(offset + i)};
+    }
+    if (needs_.nan_argmax) {
+      const std::size_t i = FirstIndexOf(x, n, t.max);
+      p.nan_argmax = {x[i], static_cast<std::int64_t>(offset + i)};
+    }
   }
 
   // Reduces `len` elements of the row starting at row position `start`
@@ -372,7 +474,7 @@ class CpuReduction final : public Reduction {
   void GrowRows(std::uint64_t end) {
     if (end <= rows_built_) return;
     for (std::size_t k = 0; k < values_.size(); ++k) {
-      const OpSpec& op = plan_.ops[k];
+      const OpSpec& op = ops_[k];
       std::visit(
           [&](auto& v) {
             using E = typename std::decay_t<decltype(v)>::value_type;
@@ -460,8 +562,9 @@ class CpuReduction final : public Reduction {
   // are binned in place as the blocks go by).
   static rules::PartialState StateOf(const OpSpec& op, const Partial<V>& acc) {
     rules::PartialState s;
-    s.count = acc.count;
-    if (acc.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
+    // A NaN-skipping op's state covers the non-NaN elements.
+    s.count = rules::IsNanSkipping(op.kind) ? acc.nan_count : acc.count;
+    if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
     switch (op.kind) {
       case OpKind::kSum:
         if constexpr (std::is_floating_point_v<V>) {
@@ -490,17 +593,48 @@ class CpuReduction final : public Reduction {
         s.index = acc.argmax.index + static_cast<std::int64_t>(op.base_index);
         break;
       case OpKind::kCount:
-      case OpKind::kHistogram: break;
+      case OpKind::kHistogram:
+      case OpKind::kNanCount: break;
+      case OpKind::kNanSum: s.float_sum = acc.nan_dsum; break;
+      case OpKind::kNanMin: PutExtreme(s, acc.nan_min); break;
+      case OpKind::kNanMax: PutExtreme(s, acc.nan_max); break;
+      case OpKind::kNanMean: s.mean = acc.nan_moments.mean; break;
+      case OpKind::kNanVariance:
+      case OpKind::kNanStddev:
+        s.mean = acc.nan_moments.mean;
+        s.m2 = acc.nan_moments.m2;
+        break;
+      case OpKind::kNanArgmin:
+        PutExtreme(s, acc.nan_argmin.value);
+        s.index = acc.nan_argmin.index + static_cast<std::int64_t>(op.base_index);
+        break;
+      case OpKind::kNanArgmax:
+        PutExtreme(s, acc.nan_argmax.value);
+        s.index = acc.nan_argmax.index + static_cast<std::int64_t>(op.base_index);
+        break;
     }
     return s;
+  }
+
+  // Notes that `row` is all NaN, for ops that have no value on one; the
+  // lowest such row is named, whichever thread finishes it.
+  void NoteAllNan(std::uint64_t row) {
+    std::uint64_t seen = all_nan_row_.load();
+    while (row < seen && !all_nan_row_.compare_exchange_weak(seen, row)) {
+    }
+  }
+
+  const OpSpec& FirstNeedingNonNan() const {
+    return *std::find_if(ops_.begin(), ops_.end(), [](const OpSpec& op) { return rules::NeedsNonNan(op.kind); });
   }
 
   // Writes every op's result for `row`: its value or its partial state.
   // Histograms are already binned in place; a partial one takes its count.
   // Rows are written by one thread each, several rows at once.
   void FinishRow(std::uint64_t row, const Partial<V>& acc) {
-    for (std::size_t k = 0; k < plan_.ops.size(); ++k) {
-      const OpSpec& op = plan_.ops[k];
+    for (std::size_t k = 0; k < ops_.size(); ++k) {
+      const OpSpec& op = ops_[k];
+      if (rules::NeedsNonNan(op.kind) && acc.nan_count == 0 && acc.count > 0) NoteAllNan(row);
       if (op.kind == OpKind::kHistogram) {
         if (op.partial) std::get<std::vector<rules::PartialState>>(values_[k])[row].count = acc.count;
         continue;
@@ -509,11 +643,18 @@ class CpuReduction final : public Reduction {
     }
   }
 
+  static constexpr std::uint64_t kNoRow = std::numeric_limits<std::uint64_t>::max();
+
   const AggregationPlan plan_;
+  const std::vector<OpSpec> ops_;  // plan_.ops as this dtype computes them (EffectiveOps)
   ThreadPool* const pool_;
   const std::string device_;
   const Needs needs_;
   FusedFn<V> fused_ = nullptr;
+  NanFn<V> nan_fused_ = nullptr;  // float dtypes with NaN-skipping ops only
+
+  // The lowest all-NaN row, when an op has no value on one (nanargmin).
+  std::atomic<std::uint64_t> all_nan_row_{kNoRow};
 
   std::uint64_t row_len_ = 0;  // the whole array when not segmented
   std::uint64_t rows_ = 0;

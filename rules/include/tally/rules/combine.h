@@ -87,10 +87,21 @@ TALLY_HD double VarianceOf(const Moments& m, double ddof) {
   return m.m2 / divisor;
 }
 
+// numpy.nanvar's final step on a float input (the moments of its non-NaN
+// elements): M2 / (n - ddof), but NaN where n - ddof <= 0 ("Degrees of
+// freedom <= 0"), where numpy.var gives inf. numpy.nanvar of an integer
+// input is numpy.var (VarianceOf).
+TALLY_HD double NanVarianceOf(const Moments& m, double ddof) {
+  const double divisor = m.count - ddof;
+  if (!(divisor > 0.0)) return __builtin_nan("");
+  return m.m2 / divisor;
+}
+
 // numpy.mean's value from the moments: NaN when they cover no element.
 TALLY_HD double MeanOf(const Moments& m) { return m.count == 0.0 ? __builtin_nan("") : m.mean; }
 
 // numpy.std: the square root of numpy.var (VarianceOf). Host code only.
 inline double StddevOf(const Moments& m, double ddof) { return std::sqrt(VarianceOf(m, ddof)); }
+inline double NanStddevOf(const Moments& m, double ddof) { return std::sqrt(NanVarianceOf(m, ddof)); }
 
 }  // namespace tally::rules

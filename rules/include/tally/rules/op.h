@@ -18,8 +18,22 @@ enum class OpKind : std::uint8_t {
   kArgmin,
   kArgmax,
   kHistogram,
+  // numpy's nan-functions: NaN elements are skipped. Appended, so the
+  // values above (and metrics labels by value) keep their meaning.
+  kNanSum,
+  kNanMean,
+  kNanMin,
+  kNanMax,
+  kNanArgmin,
+  kNanArgmax,
+  kNanVariance,
+  kNanStddev,
+  kNanCount,
 };
-inline constexpr int kNumOpKinds = 11;
+inline constexpr int kNumOpKinds = 20;
+// The GPU kernels compute the ops before kNanSum; the CUDA backend hands
+// plans with NaN-skipping ops to the CPU backend.
+inline constexpr int kNumKernelOpKinds = 11;
 
 constexpr const char* Name(OpKind k) {
   switch (k) {
@@ -34,13 +48,56 @@ constexpr const char* Name(OpKind k) {
     case OpKind::kArgmin: return "argmin";
     case OpKind::kArgmax: return "argmax";
     case OpKind::kHistogram: return "histogram";
+    case OpKind::kNanSum: return "nansum";
+    case OpKind::kNanMean: return "nanmean";
+    case OpKind::kNanMin: return "nanmin";
+    case OpKind::kNanMax: return "nanmax";
+    case OpKind::kNanArgmin: return "nanargmin";
+    case OpKind::kNanArgmax: return "nanargmax";
+    case OpKind::kNanVariance: return "nanvar";
+    case OpKind::kNanStddev: return "nanstd";
+    case OpKind::kNanCount: return "nancount";
   }
   return "unknown";
 }
 
-// Ops that have no value on an empty input (numpy raises).
+// The NaN-skipping ops (numpy.nansum, ...).
+constexpr bool IsNanSkipping(OpKind k) { return k >= OpKind::kNanSum && k <= OpKind::kNanCount; }
+
+// The NaN-propagating op a NaN-skipping one is on an input without NaNs.
+// On integer dtypes numpy's nan-functions are exactly these (nanvar calls
+// var: a ddof >= n gives inf there, not the NaN nanvar gives on floats).
+constexpr OpKind PlainOf(OpKind k) {
+  switch (k) {
+    case OpKind::kNanSum: return OpKind::kSum;
+    case OpKind::kNanMean: return OpKind::kMean;
+    case OpKind::kNanMin: return OpKind::kMin;
+    case OpKind::kNanMax: return OpKind::kMax;
+    case OpKind::kNanArgmin: return OpKind::kArgmin;
+    case OpKind::kNanArgmax: return OpKind::kArgmax;
+    case OpKind::kNanVariance: return OpKind::kVariance;
+    case OpKind::kNanStddev: return OpKind::kStddev;
+    case OpKind::kNanCount: return OpKind::kCount;
+    default: return k;
+  }
+}
+
+// Ops that have no value on an empty input (numpy raises; numpy.nanmin of
+// an empty array raises too, unlike that of an all-NaN one).
 constexpr bool NeedsNonEmpty(OpKind k) {
-  return k == OpKind::kMin || k == OpKind::kMax || k == OpKind::kArgmin || k == OpKind::kArgmax;
+  const OpKind p = PlainOf(k);
+  return p == OpKind::kMin || p == OpKind::kMax || p == OpKind::kArgmin || p == OpKind::kArgmax;
+}
+
+// Ops with no value on a row whose elements are all NaN: numpy.nanargmin
+// and nanargmax raise "All-NaN slice encountered". (nanmin and nanmax warn
+// and return NaN, as tally does.)
+constexpr bool NeedsNonNan(OpKind k) { return k == OpKind::kNanArgmin || k == OpKind::kNanArgmax; }
+
+// Ops whose ddof applies.
+constexpr bool TakesDdof(OpKind k) {
+  const OpKind p = PlainOf(k);
+  return p == OpKind::kVariance || p == OpKind::kStddev;
 }
 
 inline constexpr std::uint32_t kMaxHistogramBins = 65536;
@@ -53,7 +110,7 @@ struct HistogramSpec {
 
 struct OpSpec {
   OpKind kind = OpKind::kSum;
-  double ddof = 0.0;          // kVariance, kStddev
+  double ddof = 0.0;          // kVariance, kStddev, kNanVariance, kNanStddev
   HistogramSpec histogram{};  // kHistogram
   // Answer with the op's partial state (tally/rules/partial.h) instead of
   // its value; argmin/argmax indices in it are offset by base_index.

@@ -115,7 +115,10 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
   if (a.count == 0) return b;
   PartialState r = a;
   r.count = a.count + b.count;
-  switch (op.kind) {
+  // A NaN-skipping op's state has its plain op's shape over the non-NaN
+  // elements (count is theirs), so it merges the same way. Servers refuse
+  // partial states of NaN-skipping ops for now; this keeps the rule total.
+  switch (PlainOf(op.kind)) {
     case OpKind::kSum:
       r.float_sum = a.float_sum + b.float_sum;
       r.int_sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(a.int_sum) +
@@ -128,7 +131,7 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
     case OpKind::kStddev: {
       const Moments m = MergeMoments(MomentsOf(a), MomentsOf(b));
       r.mean = m.mean;
-      r.m2 = op.kind == OpKind::kMean ? 0.0 : m.m2;
+      r.m2 = PlainOf(op.kind) == OpKind::kMean ? 0.0 : m.m2;
       break;
     }
     case OpKind::kMin: partial_detail::MergeExtreme<false>(dtype, b, r); break;
@@ -144,6 +147,7 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
       r.histogram.above += b.histogram.above;
       r.histogram.nan += b.histogram.nan;
       break;
+    default: break;  // PlainOf() leaves no NaN-skipping kind
   }
   return r;
 }
@@ -151,8 +155,9 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
 enum class ResultKind { kDouble = 0, kInt64 = 1, kUInt64 = 2, kHistogram = 3 };
 
 // The wire contract's rule for which value type an op returns.
+// NaN-skipping ops answer in their plain op's type (numpy does the same).
 constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
-  switch (op) {
+  switch (PlainOf(op)) {
     case OpKind::kSum:
     case OpKind::kMin:
     case OpKind::kMax:
@@ -166,6 +171,7 @@ constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
     case OpKind::kSumSquares:
     case OpKind::kVariance:
     case OpKind::kStddev: return ResultKind::kDouble;
+    default: break;
   }
   return ResultKind::kDouble;
 }
@@ -176,8 +182,21 @@ constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
 // and extremes and for indices; uint64 for counts and unsigned dtypes' sums
 // and extremes. Histograms are their state's counts. Min, max, argmin and
 // argmax of an empty state have no value; callers refuse them first.
+//
+// NaN-skipping ops: the state covers the non-NaN elements (count is
+// theirs). nansum of none is 0, nanmean NaN, nanmin and nanmax NaN (numpy
+// warns "All-NaN slice encountered" and returns NaN), nanvar and nanstd NaN
+// where count - ddof <= 0. nanargmin and nanargmax of none have no value
+// (numpy raises); callers refuse them first. These rules are the float
+// dtypes'; on integer dtypes callers finish the plain op (PlainOf).
 inline double FinishDouble(const OpSpec& op, const PartialState& s) {
   switch (op.kind) {
+    case OpKind::kNanSum: return s.float_sum;
+    case OpKind::kNanMin:
+    case OpKind::kNanMax: return s.count == 0 ? __builtin_nan("") : s.float_extreme;
+    case OpKind::kNanMean: return MeanOf(MomentsOf(s));
+    case OpKind::kNanVariance: return NanVarianceOf(MomentsOf(s), op.ddof);
+    case OpKind::kNanStddev: return NanStddevOf(MomentsOf(s), op.ddof);
     case OpKind::kSum: return s.float_sum;
     case OpKind::kMin:
     case OpKind::kMax: return s.float_extreme;
@@ -189,7 +208,7 @@ inline double FinishDouble(const OpSpec& op, const PartialState& s) {
   }
 }
 inline std::int64_t FinishInt64(const OpSpec& op, const PartialState& s) {
-  switch (op.kind) {
+  switch (PlainOf(op.kind)) {
     case OpKind::kSum: return s.int_sum;
     case OpKind::kMin:
     case OpKind::kMax: return s.int_extreme;
@@ -199,7 +218,7 @@ inline std::int64_t FinishInt64(const OpSpec& op, const PartialState& s) {
   }
 }
 inline std::uint64_t FinishUInt64(const OpSpec& op, const PartialState& s) {
-  switch (op.kind) {
+  switch (PlainOf(op.kind)) {
     case OpKind::kSum: return s.uint_sum;
     case OpKind::kMin:
     case OpKind::kMax: return s.uint_extreme;
