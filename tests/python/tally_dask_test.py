@@ -116,6 +116,16 @@ class DaskCluster(unittest.TestCase):
         for i in (0, 1234, 2999):
             np.testing.assert_array_equal(got["hist:8:-40:40"].counts[i], np.histogram(mn[i], 8, (-40, 40))[0])
 
+    def test_shared_memory_blocks_get_the_same_answers(self):
+        x = da.random.RandomState(SEED + 3).standard_normal(2**23, chunks=2**20)  # 64 MiB, 8 chunks
+        ops = "sum,min,argmax,var,hist:16:-3:3"
+        shared = td.aggregate(x, ops, self.targets, shared_memory=True)
+        sent = td.aggregate(x, ops, self.targets)
+        for op in ("sum", "min", "argmax", "var"):
+            self.assertEqual(shared[op], sent[op], op)  # the same bytes, the same merge tree
+        np.testing.assert_array_equal(shared["hist:16:-3:3"].counts, sent["hist:16:-3:3"].counts)
+        self.assertEqual(shared["argmax"], int(np.argmax(x.compute())))
+
     def _fails_with_tally_error(self, stop_signal, timeout):
         """Starts a job over a healthy and a doomed server, sends the doomed
         one `stop_signal` mid-job, and checks the job fails with tally.Error."""

@@ -325,6 +325,20 @@ class Client:
         response = self._call(self._regions.AggregateRegion, request, timeout)
         return self._results(parsed, d, row_length != 0, response)
 
+    def partial_region(self, region: str, ops: Union[OpLike, Iterable[OpLike]], *, dtype: Any, length: int,
+                       offset: int = 0, row_length: int = 0, base_index: int = 0,
+                       timeout: Optional[float] = None) -> list[Partial]:
+        """:meth:`partial` over elements that lie in a region, as
+        :meth:`aggregate_region` takes them."""
+        parsed = parse_ops(ops)
+        d = check_dtype(np.dtype(dtype))
+        request = pb.AggregateRegionRequest(
+            region=region, offset=offset,
+            spec=pb.ArraySpec(dtype=wire_dtype(d), length=length, row_length=row_length),
+            aggregations=[self._wire_op(o, base_index) for o in parsed])
+        response = self._call(self._regions.AggregateRegion, request, timeout)
+        return [Partial.from_proto(o, r, row_length != 0) for o, r in zip(parsed, response.results)]
+
     def put_dataset_from_region(self, name: str, region: str, *, dtype: Any, length: int, offset: int = 0,
                                 replace: bool = False, ttl: Optional[float] = None,
                                 timeout: Optional[float] = None) -> DatasetInfo:
@@ -455,6 +469,12 @@ class SharedArray:
         """The array's aggregations, as :meth:`Client.aggregate` gives them."""
         return self._client.aggregate_region(self.region, ops, dtype=self.dtype, length=self.length,
                                              row_length=self.row_length, timeout=timeout)
+
+    def partial(self, ops: Union[OpLike, Iterable[OpLike]], *, base_index: int = 0,
+                timeout: Optional[float] = None) -> list[Partial]:
+        """The array's partial states, as :meth:`Client.partial` gives them."""
+        return self._client.partial_region(self.region, ops, dtype=self.dtype, length=self.length,
+                                           row_length=self.row_length, base_index=base_index, timeout=timeout)
 
     def close(self) -> None:
         """Unregisters the region and removes the object."""

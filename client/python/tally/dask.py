@@ -142,7 +142,8 @@ def _concat_rows(blocks: list[tp.Partial]) -> tp.Partial:
 
 def reduce_partials(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Targets, *,
                     timeout: Optional[float] = 60.0, split_every: Optional[int] = None,
-                    client_options: Optional[Mapping[str, Any]] = None) -> "da.Array":
+                    client_options: Optional[Mapping[str, Any]] = None,
+                    shared_memory: bool = False) -> "da.Array":
     """The lazy reduction behind :func:`aggregate`: a 0-d dask array of
     dtype object whose one element is the merged partial states, for
     :func:`finish` to turn into answers. Arguments as :func:`aggregate`."""
@@ -158,7 +159,7 @@ def reduce_partials(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], tar
     starts = da.map_blocks(_block_starts, ncols, dtype=np.int64, chunks=array.chunks,
                            meta=np.empty((0,) * array.ndim, dtype=np.int64))
     chunk = _Chunk(parsed, targets if isinstance(targets, (str, Mapping)) else tuple(targets), array.chunks,
-                   tuple(sorted(options.items())))
+                   tuple(sorted(options.items())), shared_memory)
     return da.reduction(array, chunk, _aggregate, combine=_combine, dtype=object, concatenate=False,
                         split_every=split_every, weights=starts, name="tally-aggregate",
                         meta=np.empty((), dtype=object))
@@ -174,7 +175,7 @@ def finish(merged: Any, ops: Union[OpLike, Iterable[OpLike]], segmented: bool) -
 
 def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Targets, *,
               timeout: Optional[float] = 60.0, split_every: Optional[int] = None,
-              client_options: Optional[Mapping[str, Any]] = None) -> Results:
+              client_options: Optional[Mapping[str, Any]] = None, shared_memory: bool = False) -> Results:
     """Aggregates a Dask array on tally servers, as
     :meth:`tally.Client.aggregate` would the whole array, and returns the
     :class:`tally.Results` (``execution`` is None: many servers answered).
@@ -194,10 +195,14 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
     stalls fails the computation with :class:`tally.Error` (UNAVAILABLE,
     DEADLINE_EXCEEDED, ...) instead of hanging it. ``client_options`` are
     passed to each worker's :class:`tally.Client` (e.g. ``token``, ``tls``).
+    ``shared_memory=True`` hands each block to its server through a POSIX
+    shared-memory object (:meth:`tally.Client.share`) instead of gRPC: for
+    servers on the workers' own hosts (a ``targets`` mapping of host names,
+    or loopback addresses), it saves the block's trip through the socket.
     Computes with the current Dask scheduler (a dask.distributed Client
     when one is active)."""
     merged = reduce_partials(array, ops, targets, timeout=timeout, split_every=split_every,
-                             client_options=client_options).compute()
+                             client_options=client_options, shared_memory=shared_memory).compute()
     return finish(merged, ops, array.ndim == 2)
 
 
@@ -205,8 +210,10 @@ class _Chunk:
     """The chunk step: one block's partial states from a tally server.
     Picklable, for dask.distributed."""
 
-    def __init__(self, ops: list[Op], targets: Targets, chunks: tuple, options: tuple) -> None:
+    def __init__(self, ops: list[Op], targets: Targets, chunks: tuple, options: tuple,
+                 shared_memory: bool = False) -> None:
         self.ops, self.targets, self.options = ops, targets, options
+        self.shared_memory = shared_memory
         # Where each block along each axis starts, to number the blocks.
         self.bounds = tuple(tuple(np.cumsum((0,) + tuple(c))[:-1].tolist()) for c in chunks)
         self.ncols = int(sum(chunks[-1]))
@@ -219,5 +226,11 @@ class _Chunk:
         row_block = int(np.searchsorted(self.bounds[0], first_row, side="right")) - 1 if x.ndim == 2 else 0
         block = row_block * len(self.bounds[-1]) + col_block
         client = _client(_pick_target(self.targets, block), self.options)
-        states = client.partial(x, self.ops, base_index=first_col)
+        if self.shared_memory:
+            # The block is copied once into /dev/shm and read there by the
+            # server, instead of travelling through gRPC.
+            with client.share(x) as shared:
+                states = shared.partial(self.ops, base_index=first_col)
+        else:
+            states = client.partial(x, self.ops, base_index=first_col)
         return _wrap(_Parts({first_row: states}), x.ndim)
