@@ -66,6 +66,14 @@ class DaskCluster(unittest.TestCase):
         got = td.aggregate(x, OPS, self.targets, timeout=120)
         tally_seconds = time.perf_counter() - start
 
+        # The servers share the workers' host: blocks through /dev/shm.
+        start = time.perf_counter()
+        got_shm = td.aggregate(x, OPS, self.targets, timeout=120, shared_memory=True)
+        shm_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        shm_sum = td.aggregate(x, "sum", self.targets, timeout=120, shared_memory=True)
+        shm_sum_seconds = time.perf_counter() - start
+
         # Before the every-op graph, so that no result of it is reused.
         start = time.perf_counter()
         sum_only = x.sum().compute()
@@ -82,8 +90,12 @@ class DaskCluster(unittest.TestCase):
         gib = ELEMENTS * 8 / 2**30
         print(f"\n{gib:.2f} GiB float64 in {CHUNKS} chunks, 2 workers, 2 cpu-backend servers: "
               f"generate only {generate_seconds:.1f} s, Dask+tally (every op) {tally_seconds:.1f} s, "
+              f"Dask+tally through shared memory (every op) {shm_seconds:.1f} s, (sum only) {shm_sum_seconds:.1f} s, "
               f"Dask+numpy (every op) {numpy_seconds:.1f} s, Dask+numpy (sum only) {sum_seconds:.1f} s",
               flush=True)
+        for op in ("count", "min", "max", "argmin", "argmax", "sum"):
+            self.assertEqual(got_shm[op], got[op], op)  # the same blocks and tree: the same bits
+        self.assertEqual(shm_sum["sum"], got["sum"])
 
         self.assertEqual(sum_only, want_sum)  # the same chunks and tree: the same bits
         self.assertEqual(got["count"], ELEMENTS)
