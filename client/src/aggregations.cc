@@ -47,12 +47,19 @@ constexpr OpAlias kOpAliases[] = {
     {"nanvar", rules::OpKind::kNanVariance},
     {"nanstd", rules::OpKind::kNanStddev},
     {"nancount", rules::OpKind::kNanCount},
+    {"prod", rules::OpKind::kProduct},
+    {"product", rules::OpKind::kProduct},
+    {"count_nonzero", rules::OpKind::kCountNonzero},
+    {"nnz", rules::OpKind::kCountNonzero},
+    {"any", rules::OpKind::kAny},
+    {"all", rules::OpKind::kAll},
+    {"ptp", rules::OpKind::kPtp},
 };
 
 constexpr absl::string_view kKnownOps =
     "sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], stddev|std[:DDOF], "
     "argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, "
-    "nanvar[:DDOF], nanstd[:DDOF], nancount";
+    "nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, count_nonzero|nnz, any, all, ptp";
 
 absl::Status BadToken(absl::string_view token, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("bad aggregation \"", token, "\": ", why));

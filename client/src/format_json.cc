@@ -48,6 +48,11 @@ void AppendResult(std::string* out, const v1::AggregationResult& r) {
       AppendArray(out, r.int64s().values(), integer);
       break;
     case v1::AggregationResult::kUint64S:
+      if (a.op() == v1::OP_ANY || a.op() == v1::OP_ALL) {  // 0 or 1 on the wire; JSON has booleans
+        absl::StrAppend(out, ",\"type\":\"bool\",\"values\":");
+        AppendArray(out, r.uint64s().values(), [](std::uint64_t v) { return std::string(v ? "true" : "false"); });
+        break;
+      }
       absl::StrAppend(out, ",\"type\":\"uint64\",\"values\":");
       AppendArray(out, r.uint64s().values(), integer);
       break;

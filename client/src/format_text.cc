@@ -52,7 +52,12 @@ std::string ValuesText(const v1::AggregationResult& r, const FormatOptions& o) {
   switch (r.values_case()) {
     case v1::AggregationResult::kDoubles: return scalar_or_list(r.doubles().values(), dbl);
     case v1::AggregationResult::kInt64S: return scalar_or_list(r.int64s().values(), num);
-    case v1::AggregationResult::kUint64S: return scalar_or_list(r.uint64s().values(), num);
+    case v1::AggregationResult::kUint64S:
+      // any and all travel as 0 or 1; they read as numpy prints its bools.
+      if (r.aggregation().op() == v1::OP_ANY || r.aggregation().op() == v1::OP_ALL) {
+        return scalar_or_list(r.uint64s().values(), [](std::uint64_t v) { return std::string(v ? "True" : "False"); });
+      }
+      return scalar_or_list(r.uint64s().values(), num);
     case v1::AggregationResult::kHistograms: {
       const auto& hs = r.histograms().histograms();
       const bool show_counts =

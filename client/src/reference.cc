@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,69 @@ absl::Status NanOne(rules::OpKind kind, double ddof, std::uint64_t row_length, c
     default: break;
   }
   return absl::OkStatus();
+}
+
+// prod, count_nonzero, any, all or ptp over one row of dtype T, straight
+// from numpy's definitions: one sequential loop, nothing shared with the
+// backends but the accumulator types.
+template <rules::DType T, typename At>
+void MoreOne(rules::OpKind kind, std::uint64_t row_length, const At& at, v1::AggregationResult* out) {
+  using V = typename rules::Traits<T>::value;
+  switch (kind) {
+    case rules::OpKind::kProduct:
+      if constexpr (rules::IsFloat(T)) {
+        double p = 1.0;
+        for (std::uint64_t i = 0; i < row_length; ++i) p *= static_cast<double>(at(i));
+        out->mutable_doubles()->add_values(p);
+      } else {
+        std::uint64_t p = 1;  // unsigned: wraps modulo 2^64 without UB, as numpy's int64 does
+        for (std::uint64_t i = 0; i < row_length; ++i) {
+          p *= rules::IsSigned(T) ? static_cast<std::uint64_t>(static_cast<std::int64_t>(at(i)))
+                                  : static_cast<std::uint64_t>(at(i));
+        }
+        if constexpr (rules::IsSigned(T)) {
+          out->mutable_int64s()->add_values(static_cast<std::int64_t>(p));
+        } else {
+          out->mutable_uint64s()->add_values(p);
+        }
+      }
+      break;
+    case rules::OpKind::kCountNonzero:
+    case rules::OpKind::kAny:
+    case rules::OpKind::kAll: {
+      std::uint64_t nz = 0;
+      for (std::uint64_t i = 0; i < row_length; ++i) nz += at(i) != V{} ? 1 : 0;  // NaN != 0
+      const std::uint64_t v = kind == rules::OpKind::kCountNonzero ? nz
+                              : kind == rules::OpKind::kAny        ? (nz > 0 ? 1 : 0)
+                                                                   : (nz == row_length ? 1 : 0);
+      out->mutable_uint64s()->add_values(v);
+      break;
+    }
+    case rules::OpKind::kPtp: {
+      V lo = at(0), hi = at(0);
+      bool nan = false;
+      for (std::uint64_t i = 0; i < row_length; ++i) {
+        const V v = at(i);
+        nan = nan || v != v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+      }
+      if constexpr (rules::IsFloat(T)) {
+        const V d = hi - lo;  // in V: float32 rounds (and overflows) as numpy's float32 does
+        out->mutable_doubles()->add_values(nan ? std::nan("") : static_cast<double>(d));
+      } else {
+        using U = std::make_unsigned_t<V>;
+        const auto d = static_cast<V>(static_cast<U>(static_cast<U>(hi) - static_cast<U>(lo)));
+        if constexpr (rules::IsSigned(T)) {
+          out->mutable_int64s()->add_values(d);
+        } else {
+          out->mutable_uint64s()->add_values(d);
+        }
+      }
+      break;
+    }
+    default: break;
+  }
 }
 
 // One aggregation over the rows of an array of dtype T.
@@ -214,6 +278,11 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
         h->set_nan(nan);
         break;
       }
+      case rules::OpKind::kProduct:
+      case rules::OpKind::kCountNonzero:
+      case rules::OpKind::kAny:
+      case rules::OpKind::kAll:
+      case rules::OpKind::kPtp: MoreOne<T>(kind, row_length, at, out); break;
       default:
         if constexpr (rules::IsFloat(T)) {
           if (absl::Status s = NanOne(kind, agg.ddof(), row_length, at, out); !s.ok()) return s;
@@ -259,10 +328,15 @@ v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType d
     case rules::OpKind::kSum:
     case rules::OpKind::kMin:
     case rules::OpKind::kMax:
+    case rules::OpKind::kProduct:
+    case rules::OpKind::kPtp:
       if (rules::IsFloat(dtype)) return v1::AggregationResult::kDoubles;
       return rules::IsSigned(dtype) ? v1::AggregationResult::kInt64S
                                   : v1::AggregationResult::kUint64S;
-    case rules::OpKind::kCount: return v1::AggregationResult::kUint64S;
+    case rules::OpKind::kCount:
+    case rules::OpKind::kCountNonzero:
+    case rules::OpKind::kAny:
+    case rules::OpKind::kAll: return v1::AggregationResult::kUint64S;
     case rules::OpKind::kArgmin:
     case rules::OpKind::kArgmax: return v1::AggregationResult::kInt64S;
     case rules::OpKind::kHistogram: return v1::AggregationResult::kHistograms;
@@ -313,9 +387,11 @@ absl::Status CompareResults(const v1::AggregateResponse& expected,
     if (e.values_case() != a.values_case()) {
       return differ("value type ", a.values_case(), ", expected ", e.values_case());
     }
-    // min and max pick an element, so they are exact whatever the order.
+    // min and max pick an element, so they (and ptp, their difference) are
+    // exact whatever the order.
     const bool exact = e.aggregation().op() == v1::OP_MIN || e.aggregation().op() == v1::OP_MAX ||
-                       e.aggregation().op() == v1::OP_NANMIN || e.aggregation().op() == v1::OP_NANMAX;
+                       e.aggregation().op() == v1::OP_NANMIN || e.aggregation().op() == v1::OP_NANMAX ||
+                       e.aggregation().op() == v1::OP_PTP;
     const auto compare = [&](const auto& ev, const auto& av, auto match) -> absl::Status {
       if (ev.size() != av.size()) return differ(av.size(), " rows, expected ", ev.size());
       for (int i = 0; i < ev.size(); ++i) {

@@ -51,6 +51,11 @@ v1::Op ToWire(rules::OpKind op) {
     case rules::OpKind::kNanVariance: return v1::OP_NANVAR;
     case rules::OpKind::kNanStddev: return v1::OP_NANSTD;
     case rules::OpKind::kNanCount: return v1::OP_NANCOUNT;
+    case rules::OpKind::kProduct: return v1::OP_PROD;
+    case rules::OpKind::kCountNonzero: return v1::OP_COUNT_NONZERO;
+    case rules::OpKind::kAny: return v1::OP_ANY;
+    case rules::OpKind::kAll: return v1::OP_ALL;
+    case rules::OpKind::kPtp: return v1::OP_PTP;
   }
   return v1::OP_UNSPECIFIED;
 }

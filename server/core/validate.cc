@@ -60,12 +60,15 @@ bool EdgesIncrease(const HistogramSpec& h) {
 
 absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array) {
   const DType dtype = array.dtype;
-  if (op.partial && rules::IsNanSkipping(op.kind)) {
-    // Their states would be the plain op's over the non-NaN elements, but
-    // the wire form (PartialState) and the clients' merges do not carry
-    // them yet; refused rather than answered with a state nobody finishes.
+  if (op.partial && !rules::HasPartialState(op.kind)) {
+    // A NaN-skipping op's state would be the plain op's over the non-NaN
+    // elements, and prod's or count_nonzero's a product or a count, but the
+    // wire form (PartialState) and the clients' merges do not carry them
+    // yet (and ptp's difference cannot be merged at all); refused rather
+    // than answered with a state nobody finishes.
     return absl::InvalidArgumentError(absl::StrCat(
-        OpLabel(i, op), ": partial states of NaN-skipping ops are not supported; ask for the value."));
+        OpLabel(i, op), ": partial states of ", rules::IsNanSkipping(op.kind) ? "NaN-skipping ops" : rules::Name(op.kind),
+        " are not supported; ask for the value."));
   }
   if (op.partial && (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax)) {
     // Indices are int64: the last one, base_index + the row's length - 1, must fit.

@@ -60,12 +60,17 @@ absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
     case v1::OP_NANVAR: return OpKind::kNanVariance;
     case v1::OP_NANSTD: return OpKind::kNanStddev;
     case v1::OP_NANCOUNT: return OpKind::kNanCount;
+    case v1::OP_PROD: return OpKind::kProduct;
+    case v1::OP_COUNT_NONZERO: return OpKind::kCountNonzero;
+    case v1::OP_ANY: return OpKind::kAny;
+    case v1::OP_ALL: return OpKind::kAll;
+    case v1::OP_PTP: return OpKind::kPtp;
     default: break;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "aggregations[", index, "].op: ",
       op == v1::OP_UNSPECIFIED ? std::string("no op was given") : absl::StrCat("unknown op ", static_cast<int>(op)),
-      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount."));
+      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount, prod, count_nonzero, any, all, ptp."));
 }
 
 // NaN results go out as one canonical quiet NaN, so equal requests give

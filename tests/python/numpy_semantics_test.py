@@ -479,6 +479,121 @@ class NumpySemantics(unittest.TestCase):
         a.partial.SetInParent()
         self.assertRefused(np.ones(10, np.float32), [a], 0, "partial states of NaN-skipping ops")
 
+    def check_prod_logical_ops(self, x, row_length, label):
+        """prod, count_nonzero, any, all and ptp against numpy, row by row
+        (axis=1): integer products exactly (numpy's int64 / uint64
+        accumulators, wrapping), float ones to rounding (tally multiplies in
+        float64), ptp exactly in the input's dtype."""
+        m = x.reshape(-1, row_length) if row_length else x.reshape(1, -1)
+        ops = [agg(pb.OP_PROD), agg(pb.OP_COUNT_NONZERO), agg(pb.OP_ANY), agg(pb.OP_ALL)]
+        if m.shape[1] > 0:
+            ops.append(agg(pb.OP_PTP))
+        r = [values(v) for v in self.ask(x, ops, row_length=row_length).results]
+        with np.errstate(all="ignore"):
+            if x.dtype.kind == "f":
+                want = np.prod(m.astype(np.float64), axis=1)
+                self.assertCloseRows(r[0], want, 1e-10, 0, label + " prod")
+                # numpy's own float32 product, where it does not overflow or underflow.
+                native = np.prod(m, axis=1).astype(np.float64)
+                ok = np.isfinite(native) & (np.abs(native) > 1e-30)
+                np.testing.assert_allclose(np.array(r[0])[ok], native[ok], rtol=1e-3 if x.dtype == np.float32 else 1e-10,
+                                           err_msg=label + " prod against numpy's")
+            else:
+                self.assertEqual(r[0], np.prod(m, axis=1).tolist(), label + " prod")
+                self.assertEqual(np.prod(m, axis=1).dtype, np.int64 if x.dtype.kind == "i" else np.uint64)
+            self.assertEqual(r[1], np.count_nonzero(m, axis=1).tolist(), label + " count_nonzero")
+            self.assertEqual(r[2], np.any(m, axis=1).astype(int).tolist(), label + " any")
+            self.assertEqual(r[3], np.all(m, axis=1).astype(int).tolist(), label + " all")
+            if m.shape[1] > 0:
+                want = np.ptp(m, axis=1)
+                self.assertEqual(want.dtype, x.dtype)
+                if x.dtype.kind == "f":
+                    np.testing.assert_array_equal(np.array(r[4], np.float64), want.astype(np.float64), label + " ptp")
+                else:
+                    self.assertEqual(r[4], want.tolist(), label + " ptp")
+
+    def prod_friendly(self, dtype, n):
+        """Values whose products neither overflow nor underflow float64 (floats
+        near +-1), or wrap (integers), with zeros, -0.0 and NaNs added by the
+        callers."""
+        if dtype in (np.float32, np.float64):
+            return (self.rng.uniform(0.9, 1.1, n) * self.rng.choice([-1.0, 1.0], n)).astype(dtype)
+        return random_array(self.rng, dtype, n)
+
+    def test_prod_logical_ops_every_dtype(self):
+        for name, dtype in DTYPES.items():
+            for n in (1, 2, 33, 1009, 100003):
+                x = self.prod_friendly(dtype, n)
+                cases = {"no zero": x}
+                y = x.copy()
+                y[::13] = 0
+                cases["zeros"] = y
+                if dtype in (np.float32, np.float64):
+                    z = x.copy()
+                    z[::7] = -0.0
+                    cases["-0.0"] = z
+                    for where, idx in (("at the start", [0]), ("at the end", [n - 1]), ("scattered", slice(None, None, 11))):
+                        w = x.copy()
+                        w[idx] = np.nan
+                        cases[f"NaN {where}"] = w
+                for what, v in cases.items():
+                    with self.subTest(dtype=name, n=n, case=what):
+                        self.check_prod_logical_ops(v, 0, f"{name}[{n}] {what} seed {SEED}")
+
+    def test_prod_logical_ops_rows(self):
+        for name, dtype in DTYPES.items():
+            for rows, n in ((1000, 1), (300, 32), (7, 1000), (3, 70000)):
+                m = self.prod_friendly(dtype, rows * n).reshape(rows, n)
+                m[rows // 2] = 0  # a row of zeros only
+                m[0, ::5] = 0
+                if dtype in (np.float32, np.float64):
+                    m[-1, -1] = np.nan
+                with self.subTest(dtype=name, rows=rows, n=n):
+                    self.check_prod_logical_ops(m.ravel(), n, f"{name} {rows}x{n} seed {SEED}")
+
+    def test_prod_logical_ops_edge_cases(self):
+        for name, dtype in DTYPES.items():
+            empty = np.zeros(0, dtype)
+            r = [values(v)[0] for v in self.ask(empty, [agg(pb.OP_PROD), agg(pb.OP_COUNT_NONZERO), agg(pb.OP_ANY),
+                                                        agg(pb.OP_ALL)]).results]
+            self.assertEqual(r, [np.prod(empty), np.count_nonzero(empty), int(np.any(empty)), int(np.all(empty))], name)
+            self.assertEqual(r, [1, 0, 0, 1], name)
+            self.assertRefused(empty, [agg(pb.OP_PTP)], 0, "empty")
+        # Integer wrap-around: prod modulo 2^64, ptp at the dtype's width.
+        for dtype in (np.int32, np.int64, np.uint32, np.uint8):
+            info = np.iinfo(dtype)
+            x = np.array([info.max, info.min, info.max - 1, 3], dtype)
+            r = [values(v)[0] for v in self.ask(x, [agg(pb.OP_PROD), agg(pb.OP_PTP)]).results]
+            with np.errstate(all="ignore"):
+                self.assertEqual(r, [int(np.prod(x)), int(np.ptp(x))], dtype.__name__)
+        self.assertEqual(values(self.ask(np.array([-2**31, 2**31 - 1], np.int32), [agg(pb.OP_PTP)]).results[0]), [-1])
+        # inf * 0 is NaN, as in numpy; NaN counts as nonzero and as True.
+        x = np.array([np.inf, 0.0, 2.0], np.float64)
+        with np.errstate(all="ignore"):
+            self.assertTrue(math.isnan(values(self.ask(x, [agg(pb.OP_PROD)]).results[0])[0]) and np.isnan(np.prod(x)))
+        x = np.array([np.nan, 0.0, -0.0], np.float32)
+        r = [values(v)[0] for v in self.ask(x, [agg(pb.OP_COUNT_NONZERO), agg(pb.OP_ANY), agg(pb.OP_ALL)]).results]
+        self.assertEqual(r, [np.count_nonzero(x), int(np.any(x)), int(np.all(x))])
+        self.assertEqual(r, [1, 1, 0])
+        # float32 ptp is rounded (and overflows) in float32, as numpy's.
+        for x in (np.array([1.0, -1e-8], np.float32), np.array([3e38, -3e38], np.float32)):
+            with np.errstate(all="ignore"):
+                self.assertEqual(values(self.ask(x, [agg(pb.OP_PTP)]).results[0])[0], float(np.ptp(x)))
+        # Documented difference: float32 products are taken in float64, so
+        # where numpy's float32 product overflows to inf tally's does not.
+        x = np.full(10, 1e10, np.float32)
+        got = values(self.ask(x, [agg(pb.OP_PROD)]).results[0])[0]
+        with np.errstate(all="ignore"):
+            self.assertTrue(np.isinf(np.prod(x)))
+        self.assertAlmostEqual(got / float(np.prod(x.astype(np.float64))), 1.0, places=12)
+
+    def test_prod_logical_partial_states_are_refused(self):
+        for op, name in ((pb.OP_PROD, "prod"), (pb.OP_COUNT_NONZERO, "count_nonzero"), (pb.OP_ANY, "any"),
+                         (pb.OP_ALL, "all"), (pb.OP_PTP, "ptp")):
+            a = agg(op)
+            a.partial.SetInParent()
+            self.assertRefused(np.ones(10, np.float32), [a], 0, f"partial states of {name}")
+
     def assertRefused(self, x, aggregations, row_length, why):
         import grpc
         with self.assertRaises(grpc.RpcError) as caught:

@@ -182,6 +182,35 @@ class AgainstNumpy(Base):
         with self.assertRaises(tally.Error):
             self.client.aggregate(m, "nanargmax")
 
+    def test_prod_logical_ops_answer_in_numpy_dtypes(self):
+        for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint8):
+            x = random_array(self.rng, dtype, 1000)
+            x[::7] = 0
+            if x.dtype.kind == "f":
+                x = (np.where(x == 0, 0, 1) * (1 + x / 1e4)).astype(dtype)  # products near 1: no overflow
+                x[3] = np.nan
+            r = self.client.aggregate(x, "prod,nnz,any,all,ptp")
+            self.assertEqual(list(r), ["prod", "count_nonzero", "any", "all", "ptp"])
+            with np.errstate(all="ignore"):
+                want = [np.prod(x), np.count_nonzero(x), np.any(x), np.all(x), np.ptp(x)]
+            for k, (got, expect) in enumerate(zip(r.values(), want)):
+                with self.subTest(dtype=np.dtype(dtype).name, op=list(r)[k]):
+                    # numpy.count_nonzero gives a Python int; tally int64 (numpy's intp).
+                    self.assertEqual(np.asarray(got).dtype, np.asarray(expect).dtype if k != 1 else np.int64)
+                    np.testing.assert_allclose(got, expect, rtol=1e-5)
+        m = np.array([[1, 2, 3], [0, 0, 0], [-1, 0, 5]], np.int32)
+        r = self.client.aggregate(m, ["prod", "count_nonzero", "any", "all", "ptp"])
+        np.testing.assert_array_equal(r["prod"], np.prod(m, axis=1))
+        self.assertEqual(r["prod"].dtype, np.int64)
+        np.testing.assert_array_equal(r["count_nonzero"], [3, 0, 2])
+        np.testing.assert_array_equal(r["any"], [True, False, True])
+        np.testing.assert_array_equal(r["all"], [True, False, False])
+        self.assertEqual(r["all"].dtype, np.bool_)
+        np.testing.assert_array_equal(r["ptp"], np.ptp(m, axis=1))
+        self.assertEqual(r["ptp"].dtype, np.int32)
+        with self.assertRaises(tally.Error):
+            self.client.aggregate(np.zeros(0, np.float32), "ptp")
+
 class PartialStates(Base):
     def parts(self, x, cuts, ops, how):
         """Partial states of x[cuts[k]:cuts[k+1]] (of those columns, for 2-D x)."""

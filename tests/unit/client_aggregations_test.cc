@@ -82,6 +82,20 @@ TEST(ParseAggregations, NanOpsTakeDdofWhereNumpyDoes) {
   EXPECT_FALSE(ParseAggregations("nanvar:-1").ok());
 }
 
+TEST(ParseAggregations, ProdCountNonzeroAnyAllPtp) {
+  const auto got = ParseAggregations("prod,Product,count_nonzero,nnz,any,all,ptp");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const v1::Op want[] = {v1::OP_PROD, v1::OP_PROD, v1::OP_COUNT_NONZERO, v1::OP_COUNT_NONZERO,
+                         v1::OP_ANY,  v1::OP_ALL,  v1::OP_PTP};
+  ASSERT_EQ(got->size(), std::size(want));
+  for (size_t i = 0; i < got->size(); ++i) EXPECT_EQ((*got)[i].op(), want[i]) << i;
+  EXPECT_EQ(OpName(v1::OP_PROD), "prod");
+  EXPECT_EQ(OpName(v1::OP_COUNT_NONZERO), "count_nonzero");
+  EXPECT_EQ(AggregationLabel((*got)[6]), "ptp");
+  EXPECT_FALSE(ParseAggregations("prod:1").ok());
+  EXPECT_FALSE(ParseAggregations("ptp:0").ok());
+}
+
 TEST(AggregationLabel, ShowsParameters) {
   const std::vector<v1::Aggregation> a = *ParseAggregations("sumsq,var:1,hist:8:-1:0.5");
   EXPECT_EQ(AggregationLabel(a[0]), "sum_squares");

@@ -17,17 +17,22 @@ _ALIASES = {
     "nansum": "nansum", "nanmean": "nanmean", "nanmin": "nanmin", "nanmax": "nanmax",
     "nanargmin": "nanargmin", "nanargmax": "nanargmax", "nanvar": "nanvar", "nanstd": "nanstd",
     "nancount": "nancount",
+    "prod": "prod", "product": "prod", "count_nonzero": "count_nonzero", "nnz": "count_nonzero",
+    "any": "any", "all": "all", "ptp": "ptp",
 }
 OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "stddev",
             "argmin", "argmax", "histogram",
             # numpy's nan-functions: NaN elements are skipped (tally.proto, OP_NANSUM...).
             "nansum", "nanmean", "nanmin", "nanmax", "nanargmin", "nanargmax", "nanvar", "nanstd",
-            "nancount")
+            "nancount",
+            # numpy.prod, count_nonzero, any, all and ptp (tally.proto, OP_PROD...).
+            "prod", "count_nonzero", "any", "all", "ptp")
 # Ops that take a ddof.
 _DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
 _KNOWN = ("sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], "
           "stddev|std[:DDOF], argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, "
-          "nanmax, nanargmin, nanargmax, nanvar[:DDOF], nanstd[:DDOF], nancount")
+          "nanmax, nanargmin, nanargmax, nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, "
+          "count_nonzero|nnz, any, all, ptp")
 MAX_HISTOGRAM_BINS = 65536
 
 

@@ -23,11 +23,17 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     input and float64 otherwise. sum_squares (tally's own) is float64;
     count, argmin and argmax are int64 (numpy's intp). The nan-functions
     answer as their plain ones (numpy.nansum as numpy.sum, ...); nancount
-    is int64 like count."""
+    is int64 like count. prod answers as sum (numpy's accumulator types:
+    int64 for signed, uint64 for unsigned integers; tally multiplies floats
+    in float64, then rounds to the input's float type); ptp in the input's
+    dtype like min and max; any and all are bool; count_nonzero is int64
+    (numpy's intp; numpy gives a Python int for a whole array)."""
     kind = _PLAIN.get(op.kind, op.kind)
-    if kind == "sum":
+    if kind in ("any", "all"):
+        return np.dtype(np.bool_)
+    if kind in ("sum", "prod"):
         return dtype if dtype.kind == "f" else np.dtype(np.int64 if dtype.kind == "i" else np.uint64)
-    if kind in ("min", "max"):
+    if kind in ("min", "max", "ptp"):
         return dtype
     if kind in ("mean", "variance", "stddev"):
         return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)

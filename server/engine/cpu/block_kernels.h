@@ -196,6 +196,69 @@ TALLY_CPU_CLONES void NanLanes(const V* x, std::size_t n, NanLaneTotals<V>* out)
   out->max = TreeReduce<L>(mx, [](V a, V b) { return b > a ? b : a; });
 }
 
+// Which of the product and nonzero lane loops a block needs.
+enum : unsigned {
+  kMoreLaneProduct = 1,  // numpy.prod in its accumulator type
+  kMoreLaneNonzero = 2,  // elements != 0 (NaN is one): count_nonzero, any, all
+};
+inline constexpr unsigned kMoreLaneMasks = 4;
+
+// Accumulator type of the product lanes: float64 for floats (as the sums),
+// 64-bit unsigned for every integer, whose wrap-around is numpy's int64 and
+// uint64 accumulators' (two's complement multiplication modulo 2^64 is the
+// same for signed and unsigned).
+template <typename V>
+using ProductLane = std::conditional_t<std::is_floating_point_v<V>, double, std::uint64_t>;
+
+template <typename V>
+struct MoreLaneTotals {
+  ProductLane<V> product = 1;
+  std::uint64_t nonzero = 0;
+};
+
+template <typename V>
+inline ProductLane<V> WidenForProduct(V v) {
+  if constexpr (std::is_floating_point_v<V>) {
+    return static_cast<double>(v);
+  } else if constexpr (std::is_signed_v<V>) {
+    return static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
+  } else {
+    return static_cast<std::uint64_t>(v);
+  }
+}
+
+// Product and nonzero count of x[0..n), kMask choosing which: a further loop
+// over a block that is already in L1 (as NanLanes), so the array is still
+// read once. The lanes' products are combined in a fixed tree, so the float
+// product depends on the block's contents only.
+template <typename V, unsigned kMask>
+TALLY_CPU_CLONES void MoreLanes(const V* x, std::size_t n, MoreLaneTotals<V>* out) {
+  constexpr int L = CpuPolicy::kLanes;
+  constexpr bool kProd = kMask & kMoreLaneProduct, kNz = kMask & kMoreLaneNonzero;
+  ProductLane<V> prod[L];
+  std::uint32_t nz[L];  // a block has fewer than 2^32 elements
+  for (int j = 0; j < L; ++j) {
+    prod[j] = ProductLane<V>{1};
+    nz[j] = 0;
+  }
+  auto update = [&](int j, V v) {
+    if constexpr (kProd) prod[j] *= WidenForProduct(v);
+    if constexpr (kNz) nz[j] += v != V{} ? 1u : 0u;  // NaN != 0
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) update(j, x[i + j]);
+  }
+  for (int j = 0; i < n; ++i, ++j) update(j, x[i]);
+  if constexpr (kProd) out->product = TreeReduce<L>(prod, [](ProductLane<V> a, ProductLane<V> b) { return a * b; });
+  if constexpr (kNz) {
+    std::uint64_t c = 0;
+    for (int j = 0; j < L; ++j) c += nz[j];
+    out->nonzero = c;
+  }
+}
+
 // sum((x - mean)^2) over the non-NaN elements of x[0..n).
 template <typename V>
 TALLY_CPU_CLONES double NanSquaredDeviationLanes(const V* x, std::size_t n, double mean) {

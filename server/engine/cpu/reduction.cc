@@ -9,7 +9,9 @@
 // per op, finished (or answered as it is) by server/engine/finish.h.
 // NaN-skipping ops (float dtypes) fold fields of their own, taken from the
 // same blocks by a second loop over each while it is in L1; on integer
-// dtypes they are their plain ops (rules::PlainOf), as in numpy.
+// dtypes they are their plain ops (rules::PlainOf), as in numpy. prod and
+// count_nonzero (which any and all are read from) fold fields of their own
+// too, from a further loop over each block; ptp is the row's max - min.
 #include "server/engine/cpu/reduction.h"
 
 #include <algorithm>
@@ -63,6 +65,10 @@ struct Partial {
   rules::Moments nan_moments{};
   rules::ArgCandidate<V> nan_argmin{V{}, -1};
   rules::ArgCandidate<V> nan_argmax{V{}, -1};
+  // numpy.prod in its accumulator type (ProductLane), and the elements that
+  // are not zero (count_nonzero, any, all).
+  ProductLane<V> product = 1;
+  std::uint64_t nonzero = 0;
 };
 
 // acc := acc followed by b. Every field is cheap, so all are folded. An
@@ -90,6 +96,8 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
   acc.nan_moments = rules::MergeMoments(acc.nan_moments, b.nan_moments);
   acc.nan_argmin = rules::PickArg<false>(acc.nan_argmin, b.nan_argmin);
   acc.nan_argmax = rules::PickArg<true>(acc.nan_argmax, b.nan_argmax);
+  acc.product *= b.product;  // integers wrap modulo 2^64
+  acc.nonzero += b.nonzero;
 }
 
 // What the plan's ops need computed per block.
@@ -112,6 +120,8 @@ struct Needs {
   bool nan_argmin = false;
   bool nan_argmax = false;
   bool any_nan() const { return nan_sum || nan_min || nan_max; }
+  bool product = false;
+  bool nonzero = false;
 };
 
 Needs NeedsOf(const std::vector<OpSpec>& ops) {
@@ -138,6 +148,11 @@ Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kNanStddev: n.nan_sum = n.nan_moments = true; break;
       case OpKind::kNanArgmin: n.nan_sum = n.nan_argmin = n.nan_min = true; break;
       case OpKind::kNanArgmax: n.nan_sum = n.nan_argmax = n.nan_max = true; break;
+      case OpKind::kProduct: n.product = true; break;
+      case OpKind::kCountNonzero:
+      case OpKind::kAny:
+      case OpKind::kAll: n.nonzero = true; break;
+      case OpKind::kPtp: n.min = n.max = true; break;
     }
   }
   return n;
@@ -163,6 +178,14 @@ constexpr std::array<FusedFn<V>, kLaneMasks> FusedTable(std::index_sequence<kMas
 
 template <typename V>
 using NanFn = void (*)(const V*, std::size_t, NanLaneTotals<V>*);
+
+template <typename V>
+using MoreFn = void (*)(const V*, std::size_t, MoreLaneTotals<V>*);
+
+template <typename V, std::size_t... kMasks>
+constexpr std::array<MoreFn<V>, kMoreLaneMasks> MoreTable(std::index_sequence<kMasks...>) {
+  return {&MoreLanes<V, static_cast<unsigned>(kMasks)>...};
+}
 
 template <typename V, std::size_t... kMasks>
 constexpr std::array<NanFn<V>, kNanLaneMasks> NanTable(std::index_sequence<kMasks...>) {
@@ -221,6 +244,11 @@ class CpuReduction final : public Reduction {
       static constexpr auto kNan = NanTable<V>(std::make_index_sequence<kNanLaneMasks>{});
       if (needs_.any_nan()) nan_fused_ = kNan[nan_mask];
     }
+    unsigned more_mask = 0;
+    if (needs_.product) more_mask |= kMoreLaneProduct;
+    if (needs_.nonzero) more_mask |= kMoreLaneNonzero;
+    static constexpr auto kMore = MoreTable<V>(std::make_index_sequence<kMoreLaneMasks>{});
+    if (more_mask != 0) more_fused_ = kMore[more_mask];
 
     // The results start with no rows: GrowRows() builds them as they arrive.
     values_.reserve(ops_.size());
@@ -367,6 +395,12 @@ class CpuReduction final : public Reduction {
     }
     if constexpr (std::is_floating_point_v<V>) {
       if (nan_fused_ != nullptr) ReduceNanBlock(x, n, offset, p);
+    }
+    if (more_fused_ != nullptr) {
+      MoreLaneTotals<V> m;
+      more_fused_(x, n, &m);
+      p.product = m.product;
+      p.nonzero = m.nonzero;
     }
     for (std::size_t h = 0; h < binners_.size(); ++h) BinBlock(x, n, binners_[h], sinks[h]);
     return p;
@@ -558,6 +592,18 @@ class CpuReduction final : public Reduction {
     }
   }
 
+  // numpy.ptp: max - min in the dtype. float32 subtracts in float32 (and
+  // may overflow to inf); integers wrap at their width, computed unsigned
+  // since signed overflow is undefined in C++. A NaN extreme gives NaN.
+  static V Ptp(V min, V max) {
+    if constexpr (std::is_floating_point_v<V>) {
+      return max - min;
+    } else {
+      using U = std::make_unsigned_t<V>;
+      return static_cast<V>(static_cast<U>(static_cast<U>(max) - static_cast<U>(min)));
+    }
+  }
+
   // One op's state of a row from the row's fold (histograms aside: they
   // are binned in place as the blocks go by).
   static rules::PartialState StateOf(const OpSpec& op, const Partial<V>& acc) {
@@ -612,6 +658,19 @@ class CpuReduction final : public Reduction {
         PutExtreme(s, acc.nan_argmax.value);
         s.index = acc.nan_argmax.index + static_cast<std::int64_t>(op.base_index);
         break;
+      case OpKind::kProduct:
+        if constexpr (std::is_floating_point_v<V>) {
+          s.float_product = acc.product;
+        } else if constexpr (std::is_signed_v<V>) {
+          s.int_product = static_cast<std::int64_t>(acc.product);
+        } else {
+          s.uint_product = acc.product;
+        }
+        break;
+      case OpKind::kCountNonzero:
+      case OpKind::kAny:
+      case OpKind::kAll: s.nonzero = acc.nonzero; break;
+      case OpKind::kPtp: PutExtreme(s, Ptp(acc.min, acc.max)); break;
     }
     return s;
   }
@@ -652,6 +711,7 @@ class CpuReduction final : public Reduction {
   const Needs needs_;
   FusedFn<V> fused_ = nullptr;
   NanFn<V> nan_fused_ = nullptr;  // float dtypes with NaN-skipping ops only
+  MoreFn<V> more_fused_ = nullptr;  // plans with prod, count_nonzero, any or all only
 
   // The lowest all-NaN row, when an op has no value on one (nanargmin).
   std::atomic<std::uint64_t> all_nan_row_{kNoRow};

@@ -58,17 +58,19 @@ class CudaBackend final : public Backend {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
-    // The kernels do not compute the NaN-skipping ops yet. Bytes in host
-    // memory go to the CPU backend, decided by the plan alone like every
-    // route here; bytes on a GPU cannot, so those requests are refused.
-    const bool nan_ops = std::any_of(plan.ops.begin(), plan.ops.end(),
-                                     [](const OpSpec& op) { return rules::IsNanSkipping(op.kind); });
-    if (nan_ops) {
+    // The kernels do not compute the NaN-skipping ops, prod, count_nonzero,
+    // any, all or ptp yet. Bytes in host memory go to the CPU backend,
+    // decided by the plan alone like every route here; bytes on a GPU
+    // cannot, so those requests are refused.
+    const auto cpu_only = std::find_if(plan.ops.begin(), plan.ops.end(),
+                                       [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });
+    if (cpu_only != plan.ops.end()) {
       if (from.memory == Memory::kDevice) {
-        return absl::FailedPreconditionError(
-            "the GPU kernels do not compute NaN-skipping ops (nansum, nanmean, ...) yet; they run on the "
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the GPU kernels do not compute ", rules::Name(cpu_only->kind),
+            " (nor the other NaN-skipping ops, prod, count_nonzero, any, all or ptp) yet; they run on the "
             "CPU backend, which cannot read GPU memory: aggregate this GPU dataset or CUDA IPC region "
-            "without them, or send its bytes from host memory.");
+            "without them, or send its bytes from host memory."));
       }
       return cpu_->Start(plan, from);
     }

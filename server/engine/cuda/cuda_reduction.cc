@@ -401,7 +401,7 @@ class CudaReduction final : public Reduction {
         break;
       case OpKind::kCount:
       case OpKind::kHistogram: break;
-      default: break;  // NaN-skipping ops never reach the kernels (CudaBackend::Start)
+      default: break;  // ops past the kernels' (RunsOnKernels) never reach them (CudaBackend::Start)
     }
     return s;
   }

@@ -29,10 +29,17 @@ enum class OpKind : std::uint8_t {
   kNanVariance,
   kNanStddev,
   kNanCount,
+  // numpy.prod, numpy.count_nonzero, numpy.any, numpy.all and numpy.ptp.
+  // Appended for the same reason.
+  kProduct,
+  kCountNonzero,
+  kAny,
+  kAll,
+  kPtp,
 };
-inline constexpr int kNumOpKinds = 20;
+inline constexpr int kNumOpKinds = 25;
 // The GPU kernels compute the ops before kNanSum; the CUDA backend hands
-// plans with NaN-skipping ops to the CPU backend.
+// plans with any later op (RunsOnKernels) to the CPU backend.
 inline constexpr int kNumKernelOpKinds = 11;
 
 constexpr const char* Name(OpKind k) {
@@ -57,12 +64,25 @@ constexpr const char* Name(OpKind k) {
     case OpKind::kNanVariance: return "nanvar";
     case OpKind::kNanStddev: return "nanstd";
     case OpKind::kNanCount: return "nancount";
+    case OpKind::kProduct: return "prod";
+    case OpKind::kCountNonzero: return "count_nonzero";
+    case OpKind::kAny: return "any";
+    case OpKind::kAll: return "all";
+    case OpKind::kPtp: return "ptp";
   }
   return "unknown";
 }
 
 // The NaN-skipping ops (numpy.nansum, ...).
 constexpr bool IsNanSkipping(OpKind k) { return k >= OpKind::kNanSum && k <= OpKind::kNanCount; }
+
+// Whether the GPU kernels compute the op (the kinds before kNanSum).
+constexpr bool RunsOnKernels(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds; }
+
+// Ops whose partial states the wire and the clients do not carry yet (the
+// NaN-skipping ops, product, count_nonzero, any, all and ptp); a request
+// for one's partial state is refused.
+constexpr bool HasPartialState(OpKind k) { return RunsOnKernels(k); }
 
 // The NaN-propagating op a NaN-skipping one is on an input without NaNs.
 // On integer dtypes numpy's nan-functions are exactly these (nanvar calls
@@ -83,10 +103,12 @@ constexpr OpKind PlainOf(OpKind k) {
 }
 
 // Ops that have no value on an empty input (numpy raises; numpy.nanmin of
-// an empty array raises too, unlike that of an all-NaN one).
+// an empty array raises too, unlike that of an all-NaN one, and numpy.ptp
+// raises as numpy.max does).
 constexpr bool NeedsNonEmpty(OpKind k) {
   const OpKind p = PlainOf(k);
-  return p == OpKind::kMin || p == OpKind::kMax || p == OpKind::kArgmin || p == OpKind::kArgmax;
+  return p == OpKind::kMin || p == OpKind::kMax || p == OpKind::kArgmin || p == OpKind::kArgmax ||
+         p == OpKind::kPtp;
 }
 
 // Ops with no value on a row whose elements are all NaN: numpy.nanargmin

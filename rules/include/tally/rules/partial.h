@@ -56,6 +56,17 @@ struct PartialState {
   std::int64_t index = -1;
   // kHistogram.
   HistogramCounts histogram;
+  // kProduct: the product in numpy's accumulator type, by dtype as the
+  // sums (integers wrap modulo 2^64); meaningless when count is 0 (the
+  // empty product is 1).
+  double float_product = 0.0;
+  std::int64_t int_product = 0;
+  std::uint64_t uint_product = 0;
+  // kCountNonzero, kAny, kAll: the elements that are not zero.
+  std::uint64_t nonzero = 0;
+  // kPtp carries its value, max - min in the dtype (numpy.ptp), in the
+  // extreme fields: a difference cannot be merged, so its partial state is
+  // refused (HasPartialState) and the state only carries a row's value.
 
   bool operator==(const PartialState&) const = default;
 };
@@ -147,7 +158,18 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
       r.histogram.above += b.histogram.above;
       r.histogram.nan += b.histogram.nan;
       break;
-    default: break;  // PlainOf() leaves no NaN-skipping kind
+    case OpKind::kProduct:
+      r.float_product = a.float_product * b.float_product;
+      r.int_product = static_cast<std::int64_t>(static_cast<std::uint64_t>(a.int_product) *
+                                                static_cast<std::uint64_t>(b.int_product));
+      r.uint_product = a.uint_product * b.uint_product;
+      break;
+    case OpKind::kCountNonzero:
+    case OpKind::kAny:
+    case OpKind::kAll: r.nonzero = a.nonzero + b.nonzero; break;
+    // PlainOf() leaves no NaN-skipping kind; kPtp's state is a value, not
+    // mergeable (servers refuse its partial state).
+    default: break;
   }
   return r;
 }
@@ -161,9 +183,14 @@ constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
     case OpKind::kSum:
     case OpKind::kMin:
     case OpKind::kMax:
+    case OpKind::kProduct:
+    case OpKind::kPtp:
       if (IsFloat(dtype)) return ResultKind::kDouble;
       return IsSigned(dtype) ? ResultKind::kInt64 : ResultKind::kUInt64;
-    case OpKind::kCount: return ResultKind::kUInt64;
+    case OpKind::kCount:
+    case OpKind::kCountNonzero:
+    case OpKind::kAny:  // 0 or 1
+    case OpKind::kAll: return ResultKind::kUInt64;
     case OpKind::kArgmin:
     case OpKind::kArgmax: return ResultKind::kInt64;
     case OpKind::kHistogram: return ResultKind::kHistogram;
@@ -189,8 +216,14 @@ constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
 // where count - ddof <= 0. nanargmin and nanargmax of none have no value
 // (numpy raises); callers refuse them first. These rules are the float
 // dtypes'; on integer dtypes callers finish the plain op (PlainOf).
+//
+// kProduct of none is 1; kCountNonzero is the nonzero count, kAny 1 when it
+// is above 0, kAll 1 when it is count (so 1 for none). kPtp of none has no
+// value; callers refuse it first.
 inline double FinishDouble(const OpSpec& op, const PartialState& s) {
   switch (op.kind) {
+    case OpKind::kProduct: return s.count == 0 ? 1.0 : s.float_product;
+    case OpKind::kPtp: return s.float_extreme;
     case OpKind::kNanSum: return s.float_sum;
     case OpKind::kNanMin:
     case OpKind::kNanMax: return s.count == 0 ? __builtin_nan("") : s.float_extreme;
@@ -214,6 +247,8 @@ inline std::int64_t FinishInt64(const OpSpec& op, const PartialState& s) {
     case OpKind::kMax: return s.int_extreme;
     case OpKind::kArgmin:
     case OpKind::kArgmax: return s.index;
+    case OpKind::kProduct: return s.count == 0 ? 1 : s.int_product;
+    case OpKind::kPtp: return s.int_extreme;
     default: return 0;
   }
 }
@@ -223,6 +258,11 @@ inline std::uint64_t FinishUInt64(const OpSpec& op, const PartialState& s) {
     case OpKind::kMin:
     case OpKind::kMax: return s.uint_extreme;
     case OpKind::kCount: return s.count;
+    case OpKind::kProduct: return s.count == 0 ? 1 : s.uint_product;
+    case OpKind::kPtp: return s.uint_extreme;
+    case OpKind::kCountNonzero: return s.nonzero;
+    case OpKind::kAny: return s.nonzero > 0 ? 1 : 0;
+    case OpKind::kAll: return s.nonzero == s.count ? 1 : 0;
     default: return 0;
   }
 }
