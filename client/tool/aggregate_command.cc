@@ -47,6 +47,12 @@ Flags:
                         sum min max mean count argmin argmax
                         sumsq|sum_squares  var|variance[:DDOF]  std|stddev[:DDOF]
                         hist|histogram:BINS:LO:HI
+                        NaN-skipping, as numpy's nan-functions: nansum nanmean
+                        nanmin nanmax nanargmin nanargmax nanvar[:DDOF]
+                        nanstd[:DDOF] nancount
+                        prod count_nonzero|nnz any all ptp
+                        (these last two groups run on the CPU: on a GPU
+                        server, not for --dataset data kept on the GPU)
   --dtype=T           float32 float64 int32 int64 uint32 uint8: required
                       with --raw; for --random (default float32); a .npy
                       file names its own
