@@ -58,6 +58,8 @@ def agg(op, ddof=None, hist=None):
 
 FLOAT32, FLOAT64, INT32, INT64, UINT32, UINT8 = 1, 2, 3, 4, 5, 6
 SUM, MIN, MAX, MEAN, COUNT, SUMSQ, VAR, STD, ARGMIN, ARGMAX, HIST = range(1, 12)
+NANSUM, NANMEAN, NANMIN, NANMAX, NANARGMIN, NANARGMAX, NANVAR, NANSTD, NANCOUNT = range(12, 21)
+PROD, COUNT_NONZERO, ANY, ALL, PTP = range(21, 26)
 
 data16 = struct.pack("<4f", 1.5, -2.0, 3.25, float("nan"))
 
@@ -74,6 +76,10 @@ def unary():
         "truncated": ld(1, spec(FLOAT64)) + tag(2, 2) + varint(100) + b"short",
         "group": tag(5, 3) + vint(1, 1) + tag(5, 4) + ld(3, agg(SUM)),
         "hist_too_wide": ld(1, spec(FLOAT64)) + ld(2, bytes(8)) + ld(3, agg(HIST, hist=(4, -1e308, 1e308))),
+        "nan_ops_rows": ld(1, spec(FLOAT32, 4, 2)) + ld(2, data16) + ld(3, agg(NANSUM)) +
+        ld(3, agg(NANVAR, ddof=1.0)) + ld(3, agg(NANARGMAX)) + ld(3, agg(NANCOUNT)),
+        "prod_logical_ptp": ld(1, spec(FLOAT32)) + ld(2, data16) + ld(3, agg(PROD)) + ld(3, agg(COUNT_NONZERO)) +
+        ld(3, agg(ANY)) + ld(3, agg(ALL)) + ld(3, agg(PTP)),
     }
 
 
