@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/engine/run_query.h"
 #include "server/engine/backend_factory.h"
 #include "server/engine/cuda/cuda_backend.h"
 #include "server/engine/regions/region_registry.h"
@@ -57,11 +58,8 @@ double CopyRate(void* dst, const void* src, std::size_t bytes) {
 }
 
 tally::AggregationResult Query(tally::Backend& b, const tally::AggregationPlan& plan, const tally::Extent& e) {
-  auto r = b.Start(plan, e.placement);
-  if (!r.ok()) Die("start: " + r.status().ToString());
-  if (auto s = (*r)->Consume(e); !s.ok()) Die("consume: " + s.ToString());
-  auto res = (*r)->Finish();
-  if (!res.ok()) Die("finish: " + res.status().ToString());
+  absl::StatusOr<tally::AggregationResult> res = tally::bench::RunQuery(b, plan, e);
+  if (!res.ok()) Die("query: " + res.status().ToString());
   return std::move(*res);
 }
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/engine/run_query.h"
 #include "server/engine/backend_factory.h"
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/cuda/cuda_backend.h"
@@ -60,11 +61,8 @@ AggregationPlan SumMaxHist(std::uint64_t n) {
 }
 
 AggregationResult Query(tally::Backend& b, const AggregationPlan& plan, const tally::Extent& e) {
-  auto r = b.Start(plan, e.placement);
-  if (!r.ok()) Die("start: " + r.status().ToString());
-  if (auto s = (*r)->Consume(e); !s.ok()) Die("consume: " + s.ToString());
-  auto res = (*r)->Finish();
-  if (!res.ok()) Die("finish: " + res.status().ToString());
+  absl::StatusOr<AggregationResult> res = tally::bench::RunQuery(b, plan, e);
+  if (!res.ok()) Die("query: " + res.status().ToString());
   return std::move(*res);
 }
 

@@ -413,7 +413,7 @@ absl::StatusOr<v1::RegionInfo> Client::RegisterHostRegion(absl::string_view name
   request.set_shm_name(std::string(shm_name));
   request.set_offset(offset);
   request.set_byte_size(byte_size);
-  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod("RegisterHostRegion"), request, timeout);
+  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod(RegionCall::kRegisterHostRegion), request, timeout);
 }
 
 absl::StatusOr<v1::RegionInfo> Client::RegisterCudaRegion(absl::string_view name, absl::string_view ipc_handle,
@@ -424,17 +424,17 @@ absl::StatusOr<v1::RegionInfo> Client::RegisterCudaRegion(absl::string_view name
   request.set_ipc_handle(std::string(ipc_handle));
   request.set_device(device);
   request.set_byte_size(byte_size);
-  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod("RegisterCudaRegion"), request, timeout);
+  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod(RegionCall::kRegisterCudaRegion), request, timeout);
 }
 
 absl::StatusOr<v1::RegionInfo> Client::UnregisterRegion(absl::string_view name, absl::Duration timeout) {
   v1::UnregisterRegionRequest request;
   request.set_name(std::string(name));
-  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod("UnregisterRegion"), request, timeout);
+  return CallMessage<v1::RegionInfo>(stub_, SharedMemoryMethod(RegionCall::kUnregisterRegion), request, timeout);
 }
 
 absl::StatusOr<v1::ListRegionsResponse> Client::ListRegions(absl::Duration timeout) {
-  return CallMessage<v1::ListRegionsResponse>(stub_, SharedMemoryMethod("ListRegions"), v1::ListRegionsRequest(),
+  return CallMessage<v1::ListRegionsResponse>(stub_, SharedMemoryMethod(RegionCall::kListRegions), v1::ListRegionsRequest(),
                                               timeout);
 }
 
@@ -447,7 +447,7 @@ absl::StatusOr<v1::AggregateResponse> Client::AggregateRegion(absl::string_view 
   request.set_offset(offset);
   *request.mutable_spec() = spec;
   request.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
-  return CallMessage<v1::AggregateResponse>(stub_, SharedMemoryMethod("AggregateRegion"), request, timeout);
+  return CallMessage<v1::AggregateResponse>(stub_, SharedMemoryMethod(RegionCall::kAggregateRegion), request, timeout);
 }
 
 absl::StatusOr<v1::PutDatasetResponse> Client::PutDatasetFromRegion(absl::string_view name, absl::string_view region,
@@ -462,7 +462,7 @@ absl::StatusOr<v1::PutDatasetResponse> Client::PutDatasetFromRegion(absl::string
   header->set_ttl_seconds(absl::ToDoubleSeconds(options.ttl));
   request.set_region(std::string(region));
   request.set_offset(offset);
-  return CallMessage<v1::PutDatasetResponse>(stub_, SharedMemoryMethod("PutDatasetFromRegion"), request,
+  return CallMessage<v1::PutDatasetResponse>(stub_, SharedMemoryMethod(RegionCall::kPutDatasetFromRegion), request,
                                              options.timeout);
 }
 

@@ -1,8 +1,7 @@
 // Enum conversions between tally/rules and tally.v1, and the method names.
 #include "tally/client/wire.h"
 
-#include <map>
-#include <mutex>
+#include <array>
 
 #include <string>
 
@@ -106,14 +105,17 @@ const std::string& DeleteDatasetMethod() {
   static const std::string name = MethodName("DeleteDataset");
   return name;
 }
-const std::string& SharedMemoryMethod(const char* method) {
-  // One string per method, made once: the names are few and fixed.
-  static std::mutex mu;
-  static std::map<std::string, std::string> names;
-  std::lock_guard lock(mu);
-  auto [it, added] = names.try_emplace(method);
-  if (added) it->second = std::string("/") + v1::SharedMemory::service_full_name() + "/" + method;
-  return it->second;
+const std::string& SharedMemoryMethod(RegionCall call) {
+  // Built once from the generated service name, like the Aggregator's.
+  static const std::array<std::string, 6> names = [] {
+    const auto name = [](const char* method) {
+      return std::string("/") + v1::SharedMemory::service_full_name() + "/" + method;
+    };
+    return std::array<std::string, 6>{name("RegisterHostRegion"), name("RegisterCudaRegion"),
+                                      name("UnregisterRegion"),   name("ListRegions"),
+                                      name("AggregateRegion"),    name("PutDatasetFromRegion")};
+  }();
+  return names[static_cast<std::size_t>(call)];
 }
 
 }  // namespace tally::client

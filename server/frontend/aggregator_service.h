@@ -106,7 +106,6 @@ class AggregatorService final : public detail::AggregatorBase {
   // For the server's other services: their calls are counted and drained
   // with this one's.
   InFlightTracker& in_flight() { return in_flight_; }
-  bool draining() const { return draining_.load(); }
   // UNAVAILABLE, for calls that arrive while the server drains.
   static absl::Status Draining();
   // Where every call begins, this service's and the others': refused while

@@ -50,12 +50,8 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   // The name and the memory, once bytes arrive; the bytes are charged to
   // the caller's identity until the dataset's memory is freed.
   absl::Status Start() override {
-    absl::StatusOr<IdentityQuota::Charge> charge =
-        service_.quotas_.dataset_bytes.TryCharge(identity_, declared_bytes());
-    if (!charge.ok()) return charge.status();
     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
-        service_.datasets_.BeginUpload(header_.name, header_.dtype, header_.length, header_.replace, header_.ttl,
-                                       std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
+        BeginChargedUpload(service_.datasets_, service_.quotas_.dataset_bytes, identity_, header_);
     if (!upload.ok()) return upload.status();
     upload_ = std::move(*upload);
     return absl::OkStatus();

@@ -44,4 +44,15 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
   return out;
 }
 
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(DatasetStore& datasets,
+                                                                     IdentityQuota& quota,
+                                                                     const std::string& identity,
+                                                                     const DatasetHeader& header) {
+  absl::StatusOr<IdentityQuota::Charge> charge =
+      quota.TryCharge(identity, header.length * rules::SizeOf(header.dtype));
+  if (!charge.ok()) return charge.status();
+  return datasets.BeginUpload(header.name, header.dtype, header.length, header.replace, header.ttl,
+                              std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
+}
+
 }  // namespace tally

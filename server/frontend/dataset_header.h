@@ -4,11 +4,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
+#include "server/engine/datasets/dataset_store.h"
+#include "server/frontend/identity_quota.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally {
@@ -23,5 +26,11 @@ struct DatasetHeader {
 // Checks `h`; errors name its fields after `prefix` ("header.").
 [[nodiscard]] absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest::Header& h,
                                                                    const std::string& prefix);
+
+// Reserves the name and the memory of `header`'s dataset, its bytes charged
+// to `identity`'s `quota` until the dataset's memory is freed (PutDataset and
+// PutDatasetFromRegion alike).
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(
+    DatasetStore& datasets, IdentityQuota& quota, const std::string& identity, const DatasetHeader& header);
 
 }  // namespace tally

@@ -200,12 +200,8 @@ grpc::ServerUnaryReactor* RegionService::PutDatasetFromRegion(grpc::CallbackServ
                     absl::StatusOr<Span> span = Locate(request->region(), request->offset(), header->dtype,
                                                        header->length);
                     if (!span.ok()) return span.status();
-                    absl::StatusOr<IdentityQuota::Charge> charge =
-                        quotas_.dataset_bytes.TryCharge(identity, span->bytes.size());
-                    if (!charge.ok()) return charge.status();
-                    absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload = datasets_.BeginUpload(
-                        header->name, header->dtype, header->length, header->replace, header->ttl,
-                        std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
+                    absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
+                        BeginChargedUpload(datasets_, quotas_.dataset_bytes, identity, *header);
                     if (!upload.ok()) return upload.status();
                     if (absl::Status s = (*upload)->Append(span->bytes); !s.ok()) return s;
                     // Host bytes were read by now (the cpu backend copies at once; the

@@ -49,7 +49,6 @@ absl::Status Region::Intact() const { return mapping_ ? mapping_->Intact() : abs
 
 RegionRegistry::RegionRegistry(Backend& backend, std::uint64_t max_bytes, Metrics* metrics, int max_regions)
     : backend_(backend),
-      max_bytes_(max_bytes),
       metrics_(metrics),
       max_regions_(max_regions),
       charge_(std::make_shared<RegionCharge>()) {
@@ -166,6 +165,8 @@ std::vector<RegionInfo> RegionRegistry::List() {
   }
   return out;
 }
+
+std::uint64_t RegionRegistry::max_bytes() const { return charge_->limit; }  // set once, before any thread
 
 std::uint64_t RegionRegistry::charged_bytes() {
   std::lock_guard lock(charge_->mu);

@@ -85,14 +85,13 @@ class RegionRegistry {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Region>> Acquire(const std::string& name);
   std::vector<RegionInfo> List();
   std::uint64_t charged_bytes();
-  std::uint64_t max_bytes() const { return max_bytes_; }
+  std::uint64_t max_bytes() const;
 
  private:
   absl::StatusOr<RegionInfo> Register(const std::string& name, std::uint64_t bytes, std::shared_ptr<void> charge,
                                       const std::function<absl::Status(Region&)>& attach);
 
   Backend& backend_;
-  const std::uint64_t max_bytes_;
   Metrics* const metrics_;
   const int max_regions_;
   std::mutex mu_;

@@ -39,6 +39,14 @@ const std::string& ListDatasetsMethod();
 const std::string& DescribeDatasetMethod();
 const std::string& DeleteDatasetMethod();
 // "/tally.v1.SharedMemory/<method>".
-const std::string& SharedMemoryMethod(const char* method);
+enum class RegionCall {
+  kRegisterHostRegion,
+  kRegisterCudaRegion,
+  kUnregisterRegion,
+  kListRegions,
+  kAggregateRegion,
+  kPutDatasetFromRegion,
+};
+const std::string& SharedMemoryMethod(RegionCall call);
 
 }  // namespace tally::client
