@@ -122,9 +122,26 @@ ABSL_FLAG(std::uint64_t, cuda_chunk_bytes, std::uint64_t{8} << 20,
 ABSL_FLAG(int, cuda_streams_per_device, 16,
           "Lanes per GPU: requests one GPU serves at once, each with its own streams, device buffers "
           "and state.");
+ABSL_FLAG(std::string, routing, "cost",
+          "With --backend=cuda or auto, where received arrays run: 'cost' sends each request to the CPU "
+          "or a GPU, whichever is estimated to finish it first under the present load (rates measured at "
+          "start-up, see --route_model); 'size' sends arrays under --small_request_bytes to the CPU and "
+          "the rest to a GPU, so a request always runs on the same hardware and gives the same bits. "
+          "Every response's execution.backend says which ran.");
+ABSL_FLAG(std::string, route_model, "",
+          "--routing=cost: rates to use instead of the measured ones, as key=value,... with keys "
+          "cpu_fixed_us, cpu_read_ns, cpu_ns.OP (what an op adds per element on one thread, e.g. "
+          "cpu_ns.argmax=0.4), cpu_hist_small_ns, cpu_hist_large_ns (256 and 65536 bins), cpu_threads, "
+          "gpu_fixed_us and gpu_gb_per_s. The start-up log prints the measured set in this form.");
+ABSL_FLAG(bool, route_calibration, true,
+          "--routing=cost: measure the routing rates at start-up (0.1-0.3 s); off: only --route_model "
+          "and built-in defaults.");
+ABSL_FLAG(int, staging_copy_threads, 8,
+          "With --backend=cuda or auto: threads that copy a received message into pinned staging in "
+          "parallel (1: the request's own thread alone).");
 ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
-          "With --backend=cuda or auto: arrays smaller than this run on the CPU (faster there for small "
-          "arrays); 0: everything on the GPU.");
+          "With --backend=cuda or auto and --routing=size: arrays smaller than this run on the CPU; 0: "
+          "everything on the GPU. With --routing=cost it applies to registered host regions only.");
 ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
           "Per-lane device memory for results (rows x ops, histograms); requests needing more run on "
           "the CPU backend.");
@@ -223,6 +240,10 @@ int main(int argc, char** argv) {
   config.backend.chunk_bytes = absl::GetFlag(FLAGS_cuda_chunk_bytes);
   config.backend.streams_per_device = absl::GetFlag(FLAGS_cuda_streams_per_device);
   config.backend.small_request_bytes = absl::GetFlag(FLAGS_small_request_bytes);
+  config.backend.routing = absl::GetFlag(FLAGS_routing);
+  config.backend.route_model = absl::GetFlag(FLAGS_route_model);
+  config.backend.route_calibration = absl::GetFlag(FLAGS_route_calibration);
+  config.backend.staging_copy_threads = absl::GetFlag(FLAGS_staging_copy_threads);
   config.backend.max_state_bytes = absl::GetFlag(FLAGS_cuda_max_state_bytes);
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   const std::size_t piece = static_cast<std::size_t>((argc > 2 ? std::atof(argv[2]) : 4.0) * (1 << 20)) / 4 * 4;
   tally::BackendOptions o;
   o.kind = "cuda";
+  o.routing = "size";
   o.small_request_bytes = 0;
   auto cuda = tally::MakeCudaBackend(o);
   if (!cuda.ok()) {

@@ -4,6 +4,7 @@
 // printed as one table of GB/s and ratios. Every client of a cell sends the
 // same array, generated once per size, so 64 clients of 4 GiB need 4 GiB.
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,8 +29,26 @@ struct Measured {
   double gb_per_s = 0.0;
   double p50_ms = 0.0;
   std::uint64_t ok = 0, failed = 0;
-  std::string backend;
+  std::string paths;  // which backend answered: "cuda", or "cpu 40% cuda 60%" when routing varied
 };
+
+// "cuda" when one backend answered every request, else each one's share.
+std::string Paths(const std::vector<std::map<std::string, std::uint64_t>>& per_client) {
+  std::map<std::string, std::uint64_t> all;
+  std::uint64_t total = 0;
+  for (const auto& m : per_client) {
+    for (const auto& [name, n] : m) {
+      all[name] += n;
+      total += n;
+    }
+  }
+  if (all.size() == 1) return all.begin()->first;
+  std::vector<std::string> parts;
+  for (const auto& [name, n] : all) {
+    parts.push_back(absl::StrFormat("%s %.0f%%", name, 100.0 * static_cast<double>(n) / static_cast<double>(total)));
+  }
+  return absl::StrJoin(parts, " ");
+}
 
 std::string SizeName(std::uint64_t bytes) {
   if (bytes % (1ull << 30) == 0) return absl::StrCat(bytes >> 30, "G");
@@ -48,26 +67,31 @@ Measured RunCell(const BenchConfig& base, const std::string& target, const Cell&
   const std::vector<v1::Aggregation>& ops = c.op_sets[cell.ops];
   const ArrayRef array{c.dtype, data.data(), c.ElementsFor(cell.bytes), 0};
   std::vector<ClientStats> stats;
+  std::vector<std::map<std::string, std::uint64_t>> answered_by(static_cast<std::size_t>(cell.clients));
   const double seconds = RunClients(
       c,
       [&](int i, BenchClock& clock, ClientStats& s) {
-        clients[static_cast<std::size_t>(i)]->WaitForConnected(absl::Seconds(10));
+        Client& client = *clients[static_cast<std::size_t>(i)];
+        client.WaitForConnected(absl::Seconds(10));
+        // One untimed request first: the connection's and the server
+        // threads' first use is not what a cell measures.
+        (void)client.Aggregate(array, ops, c.call);
         clock.ArriveAndWait();
         while (clock.Next()) {
           const absl::Time t0 = absl::Now();
-          absl::StatusOr<v1::AggregateResponse> r = clients[static_cast<std::size_t>(i)]->Aggregate(array, ops, c.call);
+          absl::StatusOr<v1::AggregateResponse> r = client.Aggregate(array, ops, c.call);
           if (!r.ok()) {
             s.Failed(r.status());
             continue;
           }
           s.Ok(absl::ToDoubleSeconds(absl::Now() - t0), r->execution().server_seconds(), array.size_bytes());
-          if (s.backend.empty()) s.backend = r->execution().backend();
+          ++answered_by[static_cast<std::size_t>(i)][r->execution().backend()];
         }
       },
       stats);
   const Summary sum = Summarize(stats, seconds);
   return {seconds > 0 ? static_cast<double>(sum.bytes) / seconds / 1e9 : 0.0, Percentile(sum.latency, 0.5) * 1e3,
-          sum.ok, sum.failed, sum.backend};
+          sum.ok, sum.failed, Paths(answered_by)};
 }
 
 }  // namespace
@@ -75,7 +99,7 @@ Measured RunCell(const BenchConfig& base, const std::string& target, const Cell&
 int RunGridBench(const BenchConfig& config) {
   std::vector<std::string> names;
   for (const auto& [name, target] : config.grid_targets) names.push_back(name);
-  absl::PrintF("tally bench --mode=grid: %s, %s per cell, %s; GB/s (p50 ms), ratio to %s\n\n",
+  absl::PrintF("tally bench --mode=grid: %s, %s per cell, %s; GB/s (p50 ms), ratio to %s, and the backend that answered\n\n",
                absl::StrJoin(names, ", "),
                config.requests ? absl::StrCat(*config.requests, " requests")
                                : absl::StrCat(absl::ToDoubleSeconds(config.duration), " s"),
@@ -105,6 +129,7 @@ int RunGridBench(const BenchConfig& config) {
           if (t == 0) baseline = m.gb_per_s;
           absl::StrAppend(&row, absl::StrFormat(" %.2f (%.2f)", m.gb_per_s, m.p50_ms));
           if (t > 0 && baseline > 0) absl::StrAppend(&row, absl::StrFormat(" %.2fx", m.gb_per_s / baseline));
+          if (t > 0 && !m.paths.empty()) absl::StrAppend(&row, " ", m.paths);
           if (m.failed > 0 || m.ok == 0) {
             all_ok = false;
             absl::StrAppend(&row, absl::StrFormat(" [%d failed]", m.failed));

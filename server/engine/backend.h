@@ -17,6 +17,8 @@
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
 #include "server/engine/attachment.h"
+#include "server/engine/element_aligner.h"
+#include "server/engine/host_runs.h"
 #include "server/engine/resident.h"
 #include "server/engine/source.h"
 
@@ -43,6 +45,27 @@ class Reduction {
   [[nodiscard]] absl::Status Consume(std::span<const std::byte> elements) {
     return Consume(Extent::PageableHost(elements));
   }
+  // The array's next bytes as several runs of host memory, all present at
+  // once (the receive slices of one message): together a whole number of
+  // elements, though a run may end inside one. A backend that can read them
+  // in parallel overrides this, with the same results as Consume() of the
+  // same bytes; this default hands them to Consume() in order.
+  [[nodiscard]] virtual absl::Status ConsumeRuns(const HostRuns& runs) {
+    ElementAligner aligner(element_size());
+    absl::Status status;
+    runs.ForEachPart(0, runs.size(), [&](std::span<const std::byte> part) {
+      if (!status.ok()) return;
+      status = aligner.Push(part, [&](std::span<const std::byte> elements) {
+        return Consume(Extent{elements, runs.placement()});
+      });
+    });
+    if (status.ok() && aligner.carried() != 0) {
+      status = absl::InvalidArgumentError("data: the bytes end inside an element.");
+    }
+    return status;
+  }
+  // The size of one element of the array (the plan's dtype).
+  virtual std::size_t element_size() const = 0;
   [[nodiscard]] virtual absl::StatusOr<AggregationResult> Finish() = 0;
 };
 

@@ -26,6 +26,13 @@ struct BackendOptions {
   std::uint64_t small_request_bytes = std::uint64_t{1} << 20;  // below: the CPU backend
   std::uint64_t max_state_bytes = std::uint64_t{16} << 20;     // per lane; above: CPU backend
   std::chrono::milliseconds lane_wait{2000};            // then RESOURCE_EXHAUSTED
+  int staging_copy_threads = 8;                          // fill pinned staging from a message in parallel
+  // Received bytes go to the CPU or a GPU: "cost" (estimated time, from a
+  // start-up calibration and --route_model; server/engine/routing) or
+  // "size" (under small_request_bytes to the CPU).
+  std::string routing = "cost";
+  bool route_calibration = true;  // measure the model's rates at start-up
+  std::string route_model;        // "key=value,..." given rates (routing::ApplyOverrides)
 };
 
 // The backend kinds this build can run, for --help and error messages.

@@ -12,7 +12,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
-#include "server/frontend/element_aligner.h"
+#include "server/engine/element_aligner.h"
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 #include "server/frontend/status.h"

@@ -15,6 +15,15 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan) {
 }
 
 absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Reduction& reduction) {
+  // Whole elements with nothing carried (a unary message, and most stream
+  // chunks): the backend sees all the pieces at once and may read them in
+  // parallel.
+  if (aligner.carried() == 0 && bytes.size() % reduction.element_size() == 0) {
+    std::vector<Extent> runs;
+    runs.reserve(bytes.pieces().size());
+    for (std::span<const std::byte> piece : bytes.pieces()) runs.push_back(Extent::PageableHost(piece));
+    return reduction.ConsumeRuns(HostRuns(runs));
+  }
   for (std::span<const std::byte> piece : bytes.pieces()) {
     absl::Status s =
         aligner.Push(piece, [&reduction](std::span<const std::byte> elements) { return reduction.Consume(elements); });

@@ -11,7 +11,7 @@
 #include "server/core/request.h"
 #include "server/engine/backend.h"
 #include "server/frontend/convert.h"
-#include "server/frontend/element_aligner.h"
+#include "server/engine/element_aligner.h"
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 
@@ -21,7 +21,8 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan);
 
 // Feeds `bytes` (received host bytes) to `reduction` in order, re-blocked
 // into whole elements: the pieces are cut where the receive buffers were,
-// not between elements.
+// not between elements. When they hold whole elements and nothing is carried
+// from earlier bytes they go to Reduction::ConsumeRuns together.
 [[nodiscard]] absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Reduction& reduction);
 
 // The plan for `length` elements of `dtype` that lie where the server keeps

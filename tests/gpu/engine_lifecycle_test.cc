@@ -129,6 +129,7 @@ TEST(EngineLifecycle, StreamsFourGiBInBoundedMemory) {
   TALLY_REQUIRE_GPU();
   BackendOptions o;
   o.kind = "cuda";
+  o.routing = "size";  // on the GPU, whatever it would cost there
   o.cuda_devices = {0};
   o.pinned_pool_bytes = 256 << 20;
   std::unique_ptr<Backend> cuda = MakeCuda(o);

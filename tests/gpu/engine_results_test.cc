@@ -175,6 +175,7 @@ TEST(EngineRouting, DefaultOptionsServeALargeArray) {
   TALLY_REQUIRE_GPU();
   BackendOptions o;
   o.kind = "cuda";
+  o.routing = "size";  // the default chunking and staging, on the GPU
   std::unique_ptr<Backend> cuda = MakeCuda(o);
   ASSERT_NE(cuda, nullptr);
   EXPECT_TRUE(cuda->Health().ok());
@@ -189,6 +190,89 @@ TEST(EngineRouting, DefaultOptionsServeALargeArray) {
   ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
   EXPECT_EQ(got->backend, "cuda");
   ExpectSame(plan, *want, *got, /*exact=*/false, "default options");
+}
+
+// A message's receive slices, all at once: staging filled by several
+// threads gives the bits of the same bytes fed one piece at a time.
+TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
+  TALLY_REQUIRE_GPU();
+  BackendOptions o = TestOptions();
+  o.chunk_bytes = 4 << 20;  // several parallel copy pieces per staging block
+  o.staging_copy_threads = 4;
+  std::unique_ptr<Backend> cuda = MakeCuda(o);
+  ASSERT_NE(cuda, nullptr);
+  for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kUInt8}) {
+    const std::uint64_t n = (std::uint64_t{19} << 20) / rules::SizeOf(t) + 5;  // over four chunks
+    const std::vector<std::byte> data = RandomArray(t, n, 77);
+    for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{n / 5}}) {
+      const AggregationPlan plan = Plan(t, n, row, AllOps(t));
+      absl::StatusOr<AggregationResult> want = RunRequest(*cuda, plan, data, {12345});
+      ASSERT_TRUE(want.ok()) << want.status();
+      for (const std::uint64_t run : {std::uint64_t{8192}, std::uint64_t{65536}, std::uint64_t{65537}}) {
+        for (const std::uint64_t lead : {std::uint64_t{0}, std::uint64_t{1001}}) {
+          absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan);
+          ASSERT_TRUE(r.ok()) << r.status();
+          const std::size_t es = rules::SizeOf(t);
+          if (lead > 0) ASSERT_TRUE((*r)->Consume(std::span(data).first(lead * es)).ok());
+          std::vector<Extent> runs;
+          for (std::size_t at = lead * es; at < data.size(); at += run) {
+            runs.push_back(Extent::PageableHost(std::span(data).subspan(at, std::min<std::size_t>(run, data.size() - at))));
+          }
+          ASSERT_TRUE((*r)->ConsumeRuns(HostRuns(runs)).ok());
+          absl::StatusOr<AggregationResult> got = (*r)->Finish();
+          ASSERT_TRUE(got.ok()) << got.status();
+          EXPECT_EQ(got->backend, "cuda");
+          ExpectSame(plan, *want, *got, /*exact=*/true,
+                     std::string(rules::Name(t)) + " runs of " + std::to_string(run) + " lead " +
+                         std::to_string(lead) + " row " + std::to_string(row));
+        }
+      }
+    }
+  }
+}
+
+// --routing=cost: the model's rates decide, and the answer is the path's.
+TEST(EngineRouting, CostRoutingFollowsTheModel) {
+  TALLY_REQUIRE_GPU();
+  std::unique_ptr<Backend> cpu = MakeCpu();
+  const DType t = DType::kFloat32;
+  const std::uint64_t n = (std::uint64_t{4} << 20) / 4;
+  const std::vector<std::byte> data = RandomArray(t, n, 12);
+  const AggregationPlan plan = Plan(t, n, 0, AllOps(t));
+  for (const auto& [model, want_backend] :
+       {std::pair<std::string, std::string>{"gpu_fixed_us=1000000", "cpu"}, {"cpu_fixed_us=1000000", "cuda"}}) {
+    BackendOptions o = TestOptions();
+    o.routing = "cost";
+    o.route_model = model;
+    std::unique_ptr<Backend> cuda = MakeCuda(o);
+    ASSERT_NE(cuda, nullptr);
+    absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->backend, want_backend) << model;
+    absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
+    ASSERT_TRUE(ref.ok());
+    ExpectSame(plan, *ref, *got, /*exact=*/want_backend == "cpu", model);
+  }
+  // The calibrated default serves both a tiny request and a large one.
+  BackendOptions o = TestOptions();
+  o.routing = "cost";
+  o.route_calibration = true;
+  std::unique_ptr<Backend> cuda = MakeCuda(o);
+  ASSERT_NE(cuda, nullptr);
+  for (const std::uint64_t len : {std::uint64_t{100}, n}) {
+    const AggregationPlan p = Plan(t, len, 0, AllOps(t));
+    absl::StatusOr<AggregationResult> got = RunRequest(*cuda, p, std::span(data).first(len * 4));
+    absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, p, std::span(data).first(len * 4));
+    ASSERT_TRUE(got.ok() && ref.ok()) << got.status() << " / " << ref.status();
+    ExpectSame(p, *ref, *got, /*exact=*/false, "calibrated, " + std::to_string(len));
+  }
+  // Refused options.
+  for (const auto& [routing, model] : {std::pair<std::string, std::string>{"fastest", ""}, {"cost", "gpu_fixed_us=x"}}) {
+    BackendOptions bad = TestOptions();
+    bad.routing = routing;
+    bad.route_model = model;
+    EXPECT_EQ(MakeCudaBackend(bad).status().code(), absl::StatusCode::kInvalidArgument) << routing << " " << model;
+  }
 }
 
 }  // namespace

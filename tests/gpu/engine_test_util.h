@@ -42,10 +42,13 @@ inline int GpuCount() {
   } while (0)
 
 // Small chunks so that arrays of a few chunks stay cheap; every request on
-// the GPU unless a test says otherwise.
+// the GPU unless a test says otherwise (routed by size, with no size too
+// small).
 inline BackendOptions TestOptions() {
   BackendOptions o;
   o.kind = "cuda";
+  o.routing = "size";
+  o.route_calibration = false;
   o.cuda_devices = {0};
   o.chunk_bytes = 64 << 10;
   o.pinned_pool_bytes = 64 << 20;

@@ -11,7 +11,7 @@
 
 #include "server/core/validate.h"
 #include "server/frontend/admission.h"
-#include "server/frontend/element_aligner.h"
+#include "server/engine/element_aligner.h"
 #include "tests/unit/test_seed.h"
 
 namespace tally {

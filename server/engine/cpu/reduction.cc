@@ -32,6 +32,8 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/tuning.h"
+#include "server/engine/element_aligner.h"
+#include "server/engine/host_runs.h"
 #include "server/engine/finish.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/dtype.h"
@@ -204,6 +206,16 @@ const V* AlignedBlock(const std::byte* p, std::size_t n, std::unique_ptr<V[]>& b
   return bounce.get();
 }
 
+// Block [byte, byte + n elements) of `runs`: where it lies when one run
+// holds it (aligned), else gathered into `bounce`.
+template <typename V>
+const V* BlockAt(const HostRuns& runs, std::uint64_t byte, std::size_t n, std::unique_ptr<V[]>& bounce) {
+  if (const std::byte* p = runs.Find(byte, n * sizeof(V))) return AlignedBlock<V>(p, n, bounce);
+  if (!bounce) bounce = std::make_unique_for_overwrite<V[]>(kBlock);
+  runs.CopyOut(byte, n * sizeof(V), reinterpret_cast<std::byte*>(bounce.get()));
+  return bounce.get();
+}
+
 // Where a histogram op's per-row counts are binned: its results, or the
 // histograms of its partial states.
 struct HistogramOut {
@@ -290,6 +302,51 @@ class CpuReduction final : public Reduction {
     return absl::OkStatus();
   }
 
+  // Runs present at once (a unary message's slices): whole chunks and whole
+  // short rows are reduced in parallel, read where they lie or gathered a
+  // block at a time; the rest goes through Consume() in order. The cuts are
+  // the same as Consume()'s, so are the bits.
+  absl::Status ConsumeRuns(const HostRuns& runs) override {
+    if (!runs.placement().host()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the cpu backend cannot read ", runs.placement().Describe(), "."));
+    }
+    if (runs.size() % sizeof(V) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data: ", runs.size(), " bytes is not a whole number of ", rules::Name(kD), " elements."));
+    }
+    const std::uint64_t n = runs.size() / sizeof(V);
+    if (n > plan_.array.length - consumed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    std::uint64_t at = 0;
+    while (at < n) {
+      const std::uint64_t left = n - at;
+      const std::uint64_t row_left = row_len_ - pos_;
+      std::uint64_t take = 0;
+      if (short_rows_ && pos_ == 0 && left >= row_len_) {
+        take = left / row_len_ * row_len_;
+        consumed_ += take;
+        ParallelRows(runs, at * sizeof(V), take / row_len_);
+      } else if (!short_rows_ && pos_ % kChunk == 0 && (left >= kChunk || left >= row_left)) {
+        take = std::min(left, row_left);
+        if (take < row_left) take -= take % kChunk;
+        take = std::min<std::uint64_t>(take, CpuPolicy::kMaxChunksPerDispatch * kChunk);
+        consumed_ += take;
+        ParallelChunks(runs, at * sizeof(V), take);
+      } else {
+        // Up to the next chunk boundary or the row's end, in order.
+        take = std::min(left, short_rows_ ? row_left : std::min(row_left, kChunk - pos_ % kChunk));
+        if (absl::Status s = ConsumeInOrder(runs, at * sizeof(V), take * sizeof(V)); !s.ok()) return s;
+      }
+      at += take;
+    }
+    return absl::OkStatus();
+  }
+
+  std::size_t element_size() const override { return sizeof(V); }
+
   absl::StatusOr<AggregationResult> Finish() override {
     if (consumed_ != plan_.array.length) {
       return absl::InvalidArgumentError(absl::StrCat("data: received ", consumed_, " of the ",
@@ -334,7 +391,7 @@ class CpuReduction final : public Reduction {
     }
     if (short_rows_ && pos_ == 0 && n >= row_len_) {
       const std::uint64_t rows = n / row_len_;
-      ParallelRows(p, rows);
+      ParallelRows(OneRun(p, rows * row_len_), 0, rows);
       return rows * row_len_;
     }
     const std::uint64_t row_left = row_len_ - pos_;
@@ -342,7 +399,7 @@ class CpuReduction final : public Reduction {
       std::uint64_t elements = std::min(n, row_left);
       if (elements < row_left) elements -= elements % kChunk;  // whole chunks only
       elements = std::min<std::uint64_t>(elements, CpuPolicy::kMaxChunksPerDispatch * kChunk);
-      ParallelChunks(p, elements);
+      ParallelChunks(OneRun(p, elements), 0, elements);
       return elements;
     }
     const std::uint64_t len = std::min(kBlock, row_left);
@@ -432,16 +489,35 @@ class CpuReduction final : public Reduction {
   }
 
   // Reduces `len` elements of the row starting at row position `start`
-  // (at most one chunk) block by block, folding in block order.
-  Partial<V> ReduceChunk(const std::byte* p, std::uint64_t len, std::uint64_t start,
+  // (at most one chunk), read from `runs` at byte `byte`, block by block,
+  // folding in block order.
+  Partial<V> ReduceChunk(const HostRuns& runs, std::uint64_t byte, std::uint64_t len, std::uint64_t start,
                          const HistogramSink* sinks) const {
     Partial<V> chunk;
     std::unique_ptr<V[]> bounce;
     for (std::uint64_t b = 0; b < len; b += kBlock) {
       const std::uint64_t n = std::min(kBlock, len - b);
-      Fold(chunk, ReduceBlock(AlignedBlock<V>(p + b * sizeof(V), n, bounce), n, start + b, sinks));
+      Fold(chunk, ReduceBlock(BlockAt<V>(runs, byte + b * sizeof(V), n, bounce), n, start + b, sinks));
     }
     return chunk;
+  }
+
+  // A contiguous piece as a view of one run.
+  static HostRuns OneRun(const std::byte* p, std::uint64_t elements) {
+    const Extent whole = Extent::PageableHost({p, static_cast<std::size_t>(elements * sizeof(V))});
+    return HostRuns({&whole, 1});
+  }
+
+  // `bytes` of `runs` from byte `byte`, element-aligned at both ends, through
+  // Consume() one run's part at a time.
+  absl::Status ConsumeInOrder(const HostRuns& runs, std::uint64_t byte, std::uint64_t bytes) {
+    ElementAligner aligner(sizeof(V));
+    absl::Status status;
+    runs.ForEachPart(byte, bytes, [&](std::span<const std::byte> part) {
+      if (!status.ok()) return;
+      status = aligner.Push(part, [&](std::span<const std::byte> e) { return Consume(Extent{e, runs.placement()}); });
+    });
+    return status;
   }
 
   // A block met one at a time: from the buffer, or around a piece's edges.
@@ -457,8 +533,9 @@ class CpuReduction final : public Reduction {
     if (pos_ == row_len_) EndRow();
   }
 
-  // Whole short rows, in parallel, each reduced by one thread.
-  void ParallelRows(const std::byte* p, std::uint64_t rows) {
+  // Whole short rows from byte `byte` of `runs`, in parallel, each reduced
+  // by one thread.
+  void ParallelRows(const HostRuns& runs, std::uint64_t byte, std::uint64_t rows) {
     const std::uint64_t group = std::max<std::uint64_t>(1, CpuPolicy::kRowGroupElements / row_len_);
     const std::uint64_t first = row_;
     GrowRows(first + rows);
@@ -468,16 +545,17 @@ class CpuReduction final : public Reduction {
       for (std::uint64_t r = item * group; r < end; ++r) {
         RowSinks(first + r, sinks);
         Partial<V> row;
-        Fold(row, ReduceChunk(p + r * row_len_ * sizeof(V), row_len_, 0, sinks.data()));
+        Fold(row, ReduceChunk(runs, byte + r * row_len_ * sizeof(V), row_len_, 0, sinks.data()));
         FinishRow(first + r, row);
       }
     });
     row_ += rows;
   }
 
-  // Whole chunks of one long row (the last may end the row short), in
-  // parallel; their partials are folded here in chunk order.
-  void ParallelChunks(const std::byte* p, std::uint64_t elements) {
+  // Whole chunks of one long row (the last may end the row short) from byte
+  // `byte` of `runs`, in parallel; their partials are folded here in chunk
+  // order.
+  void ParallelChunks(const HostRuns& runs, std::uint64_t byte, std::uint64_t elements) {
     const std::size_t chunks = (elements + kChunk - 1) / kChunk;
     GrowRows(row_ + 1);
     partials_.resize(chunks);
@@ -494,7 +572,7 @@ class CpuReduction final : public Reduction {
                   : sinks_.data();
       const std::uint64_t start = i * kChunk;
       const std::uint64_t len = std::min(kChunk, elements - start);
-      partials_[i] = ReduceChunk(p + start * sizeof(V), len, base + start, sinks);
+      partials_[i] = ReduceChunk(runs, byte + start * sizeof(V), len, base + start, sinks);
     });
     for (const Partial<V>& c : partials_) Fold(row_acc_, c);
     pos_ += elements;

@@ -3,8 +3,11 @@
 #include "server/engine/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -18,6 +21,9 @@
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
 #include "server/engine/cuda/tuning.h"
+#include "server/engine/routing/accounted_reduction.h"
+#include "server/engine/routing/calibration.h"
+#include "server/engine/routing/cost_model.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 #include "tally/kernels/cuda_error.h"
@@ -46,8 +52,42 @@ class CudaBackend final : public Backend {
         cpu_(std::move(cpu)),
         device_(Describe(*pool_)),
         small_request_bytes_(options.small_request_bytes),
-        lane_wait_(options.lane_wait) {
+        lane_wait_(options.lane_wait),
+        route_by_cost_(options.routing == "cost"),
+        cpu_threads_(options.cpu_threads > 0 ? options.cpu_threads
+                                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
     engine_.devices = pool_.get();
+    if (options.staging_copy_threads > 1) {
+      copiers_ = std::make_unique<cpu::ThreadPool>(options.staging_copy_threads);
+      engine_.copiers = copiers_.get();
+    }
+  }
+
+  // Measures the routing model's rates, then applies --route_model.
+  absl::Status CalibrateRouting(const BackendOptions& options) {
+    if (!route_by_cost_) return absl::OkStatus();
+    routing::CostParams params;
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool measure = options.route_calibration;
+    if (measure) {
+      absl::StatusOr<routing::CostParams> measured = routing::Calibrate(
+          [this](const AggregationPlan& plan) { return cpu_->Start(plan); }, cpu_threads_,
+          [this](const AggregationPlan& plan) { return StartOnLane(plan); });
+      if (!measured.ok()) {
+        return absl::Status(measured.status().code(),
+                            absl::StrCat("cuda backend: calibrating the routing: ", measured.status().message()));
+      }
+      params = *measured;
+    }
+    params.cpu_threads = cpu_threads_;
+    if (absl::Status s = routing::ApplyOverrides(options.route_model, &params); !s.ok()) return s;
+    model_ = routing::MeasuredCostModel(params);
+    spdlog::info("cuda backend: requests of host bytes go where they are estimated to finish first ({} in "
+                 "{:.0f} ms{}): {}",
+                 measure ? "calibrated" : "not calibrated",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                 options.route_model.empty() ? "" : ", with --route_model", routing::Describe(params));
+    return absl::OkStatus();
   }
 
   std::string name() const override { return "cuda"; }
@@ -75,9 +115,38 @@ class CudaBackend final : public Backend {
       return cpu_->Start(plan, from);
     }
     if (from.memory == Memory::kDevice) return StartOnDevice(plan, from.device);
-    // Routing depends on the plan alone, never on load: the same request
-    // always runs on the same kind of hardware and gives the same bits.
-    if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan, from);
+    // Pageable bytes (the network's) go where they are estimated to finish
+    // first under the present load (--routing=cost), or by size alone
+    // (--routing=size: the same request always runs on the same hardware
+    // and gives the same bits). Pinned bytes (a registered region) are
+    // routed by size: the GPU reads them with no staging copy.
+    const bool pageable = from.memory == Memory::kPageableHost;
+    if (pageable && route_by_cost_) {
+      const routing::Load load{static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
+                               static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed))};
+      if (routing::Choose(model_, plan, load) == routing::Path::kCpu) return StartOnCpu(plan, from);
+    } else if (plan.array.bytes() < small_request_bytes_) {
+      return cpu_->Start(plan, from);
+    }
+    absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan);
+    if (!on_lane.ok() || !pageable || !route_by_cost_) return on_lane;
+    return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
+        std::move(*on_lane), &gpu_queued_bytes_, static_cast<std::int64_t>(plan.array.bytes())));
+  }
+
+  // The plan on the CPU backend, holding its estimated work in the CPU
+  // path's load while it runs.
+  absl::StatusOr<std::unique_ptr<Reduction>> StartOnCpu(const AggregationPlan& plan, const Placement& from) {
+    absl::StatusOr<std::unique_ptr<Reduction>> r = cpu_->Start(plan, from);
+    if (!r.ok()) return r;
+    return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
+        std::move(*r), &cpu_queued_ns_, static_cast<std::int64_t>(model_.CpuWork(plan) * 1e9)));
+  }
+
+  // Host bytes on a GPU lane, whatever their size (the CPU when the plan's
+  // state or scratch does not fit a lane).
+  absl::StatusOr<std::unique_ptr<Reduction>> StartOnLane(const AggregationPlan& plan) {
+    const Placement from = Placement::PageableHost();
     cuda::PassPlan passes = cuda::PlanPasses(plan);
     if (passes.state_bytes > pool_->state_bytes()) {
       spdlog::debug("cuda backend: {} state bytes exceed --cuda_max_state_bytes={}; using the cpu",
@@ -188,6 +257,14 @@ class CudaBackend final : public Backend {
   const std::string device_;
   const std::uint64_t small_request_bytes_;
   const std::chrono::milliseconds lane_wait_;
+  const bool route_by_cost_;
+  const int cpu_threads_;
+  routing::MeasuredCostModel model_{routing::CostParams{}};
+  // The paths' load (routing::Load): the CPU path's estimated one-thread
+  // work in ns, the GPU path's bytes, of the requests in flight.
+  std::atomic<std::int64_t> cpu_queued_ns_{0};
+  std::atomic<std::int64_t> gpu_queued_bytes_{0};
+  std::unique_ptr<cpu::ThreadPool> copiers_;
   cuda::EngineContext engine_;
 };
 
@@ -250,12 +327,27 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& o
   const cuda::DevicePool& p = **pool;
   spdlog::info(
       "cuda backend: {} lane(s) per GPU, {} KiB chunks, {} MiB pinned staging, {} KiB scratch "
-      "and {} KiB state per lane; requests under {} bytes go to the cpu backend",
+      "and {} KiB state per lane; {} staging copy thread(s); {}",
       p.lanes_per_device(), p.chunk_bytes() >> 10, p.pinned_total() >> 20, p.scratch_bytes() >> 10,
-      p.state_bytes() >> 10, options.small_request_bytes);
+      p.state_bytes() >> 10, options.staging_copy_threads,
+      options.routing == "cost"
+          ? absl::StrCat("received bytes routed by cost, registered host memory under ",
+                         options.small_request_bytes, " bytes to the cpu backend")
+          : absl::StrCat("host bytes under ", options.small_request_bytes, " bytes go to the cpu backend"));
+  if (options.routing != "cost" && options.routing != "size") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--routing=", options.routing, ": expected cost or size."));
+  }
+  if (options.staging_copy_threads < 1) {
+    return absl::InvalidArgumentError("--staging_copy_threads: must be at least 1.");
+  }
+  if (routing::CostParams check; !routing::ApplyOverrides(options.route_model, &check).ok()) {
+    return routing::ApplyOverrides(options.route_model, &check);
+  }
   std::unique_ptr<Backend> cpu = MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
   auto backend = std::make_unique<CudaBackend>(std::move(*pool), std::move(cpu), options);
   spdlog::info("cuda backend: {}", backend->device());
+  if (absl::Status s = backend->CalibrateRouting(options); !s.ok()) return s;
   return backend;
 }
 

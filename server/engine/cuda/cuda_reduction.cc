@@ -131,6 +131,51 @@ class CudaReduction final : public Reduction {
     return ConsumeHost(piece.bytes.data(), n, piece.placement.memory == Memory::kPinnedHost);
   }
 
+  // Runs of pageable memory present at once (a unary message's slices):
+  // several threads fill each staging block, a piece of at least
+  // EnginePolicy::kParallelCopyBytes each, and the block goes to the device
+  // as Consume() sends it: the same chunks, so the same bits. Chunk k's copy
+  // to the device still overlaps chunk k+1's filling.
+  absl::Status ConsumeRuns(const HostRuns& runs) override {
+    if (engine_->copiers == nullptr || runs.placement().memory != Memory::kPageableHost ||
+        runs.size() < 2 * EnginePolicy::kParallelCopyBytes || passes_.passes.empty()) {
+      return Reduction::ConsumeRuns(runs);
+    }
+    if (!failed_.ok()) return failed_;
+    if (!lease_) return absl::FailedPreconditionError("cuda backend: Consume() after Finish().");
+    if (runs.size() % elem_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("data: ", runs.size(), " bytes is not a whole number of ",
+                                                     rules::Name(plan_.array.dtype), " elements."));
+    }
+    if (runs.size() / elem_ > plan_.array.length - consumed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    consumed_ += runs.size() / elem_;
+    std::uint64_t at = 0;
+    while (at < runs.size()) {
+      bool took_block = false;
+      absl::StatusOr<std::span<std::byte>> room = staging_.Room(runs.size() - at, &took_block);
+      if (!room.ok()) return failed_ = room.status();
+      if (took_block) ReportPinned();
+      const std::span<std::byte> to = *room;
+      const std::size_t pieces = std::max<std::size_t>(1, to.size() / EnginePolicy::kParallelCopyBytes);
+      engine_->copiers->ParallelFor(pieces, [&](std::size_t i, int) {
+        const std::size_t from = i * to.size() / pieces, end = (i + 1) * to.size() / pieces;
+        runs.CopyOut(at + from, end - from, to.data() + from);
+      });
+      staging_.Filled(to.size());
+      at += to.size();
+      if (staging_.full()) {
+        ScopedDevice on(lane_->device());
+        if (absl::Status s = SubmitStaged(); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::size_t element_size() const override { return elem_; }
+
   absl::StatusOr<AggregationResult> Finish() override {
     if (!failed_.ok()) return failed_;
     if (!lease_) return absl::FailedPreconditionError("cuda backend: Finish() called twice.");

@@ -6,7 +6,6 @@
 
 #include <array>
 #include <atomic>
-#include <cstdint>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +13,7 @@
 
 #include "server/core/request.h"
 #include "server/engine/backend.h"
+#include "server/engine/cpu/thread_pool.h"
 #include "server/engine/cuda/device_pool.h"
 #include "tally/kernels/aggregate.h"
 
@@ -47,6 +47,9 @@ PassPlan PlanPasses(const AggregationPlan& plan);
 // What reductions share with their backend.
 struct EngineContext {
   DevicePool* devices = nullptr;
+  // Threads that fill pinned staging from a message's receive slices in
+  // parallel (ConsumeRuns); nullptr: the request's own thread copies alone.
+  cpu::ThreadPool* copiers = nullptr;
   std::atomic<Metrics*> metrics{nullptr};
   // When device memory was last read for the metrics (steady clock, ns),
   // per ordinal: cudaMemGetInfo takes the driver's context lock, which on a

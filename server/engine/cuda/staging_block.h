@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,23 @@ class StagingBlock {
     filled_ += take;
     return take;
   }
+
+  // The unfilled part of the block, at most `n` bytes, taking a block from
+  // the pool first if need be (as Fill does), for the caller to write into
+  // (several threads at once, each its own part) before Filled(). Sets
+  // *took_block when a block was taken from the pool.
+  [[nodiscard]] absl::StatusOr<std::span<std::byte>> Room(std::size_t n, bool* took_block) {
+    *took_block = false;
+    if (!block_) {
+      absl::StatusOr<PinnedPool::Block> b = pool_->Acquire(std::chrono::milliseconds(EnginePolicy::kPinnedWaitMs));
+      if (!b.ok()) return b.status();
+      block_ = *b;
+      *took_block = true;
+    }
+    return std::span<std::byte>(block_.data + filled_, std::min(n, block_.size - filled_));
+  }
+  // `n` bytes of Room() were written.
+  void Filled(std::size_t n) { filled_ += n; }
 
   std::size_t filled() const { return filled_; }
   bool full() const { return block_ && filled_ == block_.size; }

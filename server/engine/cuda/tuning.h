@@ -59,6 +59,19 @@ struct EnginePolicy {
   //   frees a lane every few hundred ms under the load above, and a client
   //   told RESOURCE_EXHAUSTED after 2 s can still retry within a deadline.
 
+  // Default staging_copy_threads: 8. One thread copies pageable bytes into
+  // pinned staging at ~5.3 GB/s on the H100 host, 8 at ~37-45 GB/s, 16 at
+  // ~48 GB/s, the memory's limit (tally-staging-copy-bench, docs/
+  // performance.md); pinned H2D runs at ~55 GB/s. Eight threads bring a
+  // unary message's copy near the H2D rate without taking every core from
+  // gRPC's receive threads.
+  static constexpr int kDefaultStagingCopyThreads = 8;
+
+  // Each copying thread takes at least this much of a staging block: the
+  // hand-off (~2 us) is small against the ~100 us a thread spends copying
+  // it, and a 4 MiB message is still cut into 8 pieces.
+  static constexpr std::uint64_t kParallelCopyBytes = std::uint64_t{512} << 10;
+
   // How long a Consume may wait for a pinned block when the pool is empty
   // (only when --pinned_pool_bytes is smaller than the lanes need; the
   // backend sizes lanes so that it is not): then RESOURCE_EXHAUSTED.

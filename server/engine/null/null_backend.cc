@@ -37,6 +37,8 @@ class NullReduction final : public Reduction {
  public:
   explicit NullReduction(const AggregationPlan& plan) : plan_(plan) {}
   absl::Status Consume(const Extent&) override { return absl::OkStatus(); }
+  absl::Status ConsumeRuns(const HostRuns&) override { return absl::OkStatus(); }
+  std::size_t element_size() const override { return rules::SizeOf(plan_.array.dtype); }
   absl::StatusOr<AggregationResult> Finish() override { return EmptyResults(plan_); }
 
  private:
