@@ -202,7 +202,7 @@ TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
   std::unique_ptr<Backend> cuda = MakeCuda(o);
   ASSERT_NE(cuda, nullptr);
   for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kUInt8}) {
-    const std::uint64_t n = (std::uint64_t{19} << 20) / rules::SizeOf(t) + 5;  // over four chunks
+    const std::uint64_t n = 5 * ((std::uint64_t{19} << 20) / rules::SizeOf(t) / 5 + 1);  // over four chunks, five rows
     const std::vector<std::byte> data = RandomArray(t, n, 77);
     for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{n / 5}}) {
       const AggregationPlan plan = Plan(t, n, row, AllOps(t));
@@ -213,7 +213,9 @@ TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
           absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan);
           ASSERT_TRUE(r.ok()) << r.status();
           const std::size_t es = rules::SizeOf(t);
-          if (lead > 0) ASSERT_TRUE((*r)->Consume(std::span(data).first(lead * es)).ok());
+          if (lead > 0) {
+            ASSERT_TRUE((*r)->Consume(std::span(data).first(lead * es)).ok());
+          }
           std::vector<Extent> runs;
           for (std::size_t at = lead * es; at < data.size(); at += run) {
             runs.push_back(Extent::PageableHost(std::span(data).subspan(at, std::min<std::size_t>(run, data.size() - at))));

@@ -57,7 +57,9 @@ void ThreadPool::WorkerLoop() {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      ++idle_;
       wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      --idle_;
       if (tasks_.empty()) return;  // stopping, and nothing left
       task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -68,23 +70,24 @@ void ThreadPool::WorkerLoop() {
 
 void ThreadPool::ParallelFor(std::size_t items, const std::function<void(std::size_t, int)>& fn) {
   if (items == 0) return;
-  const std::size_t helpers = std::min(workers_.size(), items - 1);
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->items = items;
+  std::size_t helpers = 0;
+  if (items > 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Only workers that are waiting, less the tasks already queued for
+    // them: when every thread is busy with other requests, this one runs
+    // on its own thread rather than queueing behind them.
+    const std::size_t free = idle_ > tasks_.size() ? idle_ - tasks_.size() : 0;
+    helpers = std::min(free, items - 1);
+    for (std::size_t h = 0; h < helpers; ++h) tasks_.emplace_back([job] { job->Run(); });
+  }
   if (helpers == 0) {
     for (std::size_t i = 0; i < items; ++i) fn(i, 0);
     return;
   }
-  auto job = std::make_shared<Job>();
-  job->fn = &fn;
-  job->items = items;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (std::size_t h = 0; h < helpers; ++h) tasks_.emplace_back([job] { job->Run(); });
-  }
-  if (helpers == 1) {
-    wake_.notify_one();
-  } else {
-    wake_.notify_all();
-  }
+  for (std::size_t h = 0; h < helpers; ++h) wake_.notify_one();
   job->Run();
   std::unique_lock<std::mutex> lock(job->mu);
   job->done_cv.wait(lock, [&] { return job->done == items; });

@@ -1,6 +1,8 @@
 // A small persistent thread pool shared by every request on a CPU backend.
 // ParallelFor hands items out one at a time; the calling thread works too, so
 // a request always makes progress even when the workers are busy with others.
+// Only idle workers are asked to help: under load each request keeps to its
+// own thread (no hand-offs, no wake-ups), alone it spreads over all of them.
 #pragma once
 
 #include <condition_variable>
@@ -38,6 +40,7 @@ class ThreadPool {
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
+  std::size_t idle_ = 0;  // workers waiting for a task (guarded by mu_)
 };
 
 }  // namespace tally::cpu

@@ -463,7 +463,11 @@ class CudaReduction final : public Reduction {
       const OpSpec& op = plan_.ops[i];
       OpValues values = EmptyValues(op, a.dtype, rows);
       if (op.kind == OpKind::kCount) {
-        for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, rules::PartialState{.count = count}, values);
+        for (std::uint64_t r = 0; r < rows; ++r) {
+          rules::PartialState state;
+          state.count = count;
+          StoreRow(op, r, std::move(state), values);
+        }
       } else {
         const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
         const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
