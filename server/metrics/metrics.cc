@@ -137,6 +137,18 @@ Metrics::Metrics(const Options& options)
                                .Labels(constant)
                                .Register(r)
                                .Add({});
+  {
+    auto& routed = prometheus::BuildCounter()
+                       .Name("tally_routed_requests_total")
+                       .Help("Requests of host bytes routed by estimated cost (--routing=cost), by the path "
+                             "that ran them and why: cost (the estimate) or lanes_busy (no GPU lane was free).")
+                       .Labels(constant)
+                       .Register(r);
+    routed_[static_cast<std::size_t>(Route::kGpu)] = &routed.Add({{"path", "gpu"}, {"reason", "cost"}});
+    routed_[static_cast<std::size_t>(Route::kCpuByCost)] = &routed.Add({{"path", "cpu"}, {"reason", "cost"}});
+    routed_[static_cast<std::size_t>(Route::kCpuLanesBusy)] =
+        &routed.Add({{"path", "cpu"}, {"reason", "lanes_busy"}});
+  }
   received_bytes_ = &prometheus::BuildCounter()
                          .Name("tally_received_bytes_total")
                          .Help("Array payload bytes received, by caller identity.")
@@ -369,6 +381,8 @@ void Metrics::InFlightBytes(std::int64_t delta) {
 }
 
 void Metrics::QueueWait(double seconds) { queue_wait_->Observe(seconds); }
+
+void Metrics::Routed(Route route) { routed_[static_cast<std::size_t>(route)]->Increment(); }
 
 Metrics::DeviceChildren Metrics::Device(int device) {
   const bool cached = device >= 0 && device < kCachedDevices;

@@ -118,6 +118,11 @@ class Metrics {
   void InFlightBytes(std::int64_t delta);
   // Time a request (or chunk) waited for a worker, stream or pinned buffer.
   void QueueWait(double seconds);
+  // A request of host bytes that a server with a GPU routed by cost: to the
+  // GPU, to the CPU by the estimate, or to the CPU because every lane was
+  // busy at that moment.
+  enum class Route { kGpu, kCpuByCost, kCpuLanesBusy };
+  void Routed(Route route);
 
   // Per-GPU work; `device` is the CUDA ordinal.
   void HostToDevice(int device, std::uint64_t bytes, double seconds);
@@ -182,6 +187,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* quota_rejections_;
   prometheus::Counter* processed_elements_;
   prometheus::Counter* admission_rejections_;
+  std::array<prometheus::Counter*, 3> routed_{};  // by Route
   prometheus::Gauge* in_flight_bytes_;
   prometheus::Histogram* queue_wait_;
   prometheus::Gauge* pinned_capacity_;

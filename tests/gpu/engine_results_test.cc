@@ -1,6 +1,7 @@
 // The CUDA backend's answers: equal to the CPU backend's for every op and
 // dtype, bitwise the same however the array is split, several histograms
 // and ddofs in one request, small requests on the CPU.
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include "tests/gpu/engine_test_util.h"
@@ -254,6 +255,31 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
     ASSERT_TRUE(ref.ok());
     ExpectSame(plan, *ref, *got, /*exact=*/want_backend == "cpu", model);
+  }
+  // Every lane busy: a request the model sends to the GPU runs on the CPU
+  // at once instead of waiting for a lane.
+  {
+    BackendOptions o = TestOptions();
+    o.routing = "cost";
+    o.route_model = "cpu_fixed_us=1000000";
+    o.streams_per_device = 1;
+    o.lane_wait = std::chrono::seconds(5);  // far longer than the CPU takes
+    std::unique_ptr<Backend> cuda = MakeCuda(o);
+    ASSERT_NE(cuda, nullptr);
+    absl::StatusOr<std::unique_ptr<Reduction>> holder = cuda->Start(plan);  // takes the one lane
+    ASSERT_TRUE(holder.ok()) << holder.status();
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->backend, "cpu");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, o.lane_wait) << "it waited for the lane";
+    absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
+    ASSERT_TRUE(ref.ok());
+    ExpectSame(plan, *ref, *got, /*exact=*/true, "lanes busy");
+    holder->reset();  // the lane back: the GPU again
+    got = RunRequest(*cuda, plan, data);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->backend, "cuda");
   }
   // The calibrated default serves both a tiny request and a large one.
   BackendOptions o = TestOptions();

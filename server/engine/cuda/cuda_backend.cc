@@ -72,7 +72,7 @@ class CudaBackend final : public Backend {
     if (measure) {
       absl::StatusOr<routing::CostParams> measured = routing::Calibrate(
           [this](const AggregationPlan& plan) { return cpu_->Start(plan); }, cpu_threads_,
-          [this](const AggregationPlan& plan) { return StartOnLane(plan); });
+          [this](const AggregationPlan& plan) { return StartOnLane(plan, lane_wait_); });
       if (!measured.ok()) {
         return absl::Status(measured.status().code(),
                             absl::StrCat("cuda backend: calibrating the routing: ", measured.status().message()));
@@ -124,12 +124,24 @@ class CudaBackend final : public Backend {
     if (pageable && route_by_cost_) {
       const routing::Load load{static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
                                static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed))};
-      if (routing::Choose(model_, plan, load) == routing::Path::kCpu) return StartOnCpu(plan, from);
+      if (routing::Choose(model_, plan, load) == routing::Path::kCpu) {
+        CountRoute(Metrics::Route::kCpuByCost);
+        return StartOnCpu(plan, from);
+      }
     } else if (plan.array.bytes() < small_request_bytes_) {
       return cpu_->Start(plan, from);
     }
-    absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan);
-    if (!on_lane.ok() || !pageable || !route_by_cost_) return on_lane;
+    if (!pageable || !route_by_cost_) return StartOnLane(plan, lane_wait_);
+    // A free lane now, or the CPU: a cost-routed request does not queue for
+    // a lane (its estimate has no term for the wait) while the CPU path,
+    // slower or not, can start it at once.
+    absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan, std::chrono::milliseconds(0));
+    if (absl::IsResourceExhausted(on_lane.status())) {
+      CountRoute(Metrics::Route::kCpuLanesBusy);
+      return StartOnCpu(plan, from);
+    }
+    if (!on_lane.ok()) return on_lane;
+    CountRoute(Metrics::Route::kGpu);
     return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
         std::move(*on_lane), &gpu_queued_bytes_, static_cast<std::int64_t>(plan.array.bytes())));
   }
@@ -145,7 +157,8 @@ class CudaBackend final : public Backend {
 
   // Host bytes on a GPU lane, whatever their size (the CPU when the plan's
   // state or scratch does not fit a lane).
-  absl::StatusOr<std::unique_ptr<Reduction>> StartOnLane(const AggregationPlan& plan) {
+  absl::StatusOr<std::unique_ptr<Reduction>> StartOnLane(const AggregationPlan& plan,
+                                                          std::chrono::milliseconds wait) {
     const Placement from = Placement::PageableHost();
     cuda::PassPlan passes = cuda::PlanPasses(plan);
     if (passes.state_bytes > pool_->state_bytes()) {
@@ -161,7 +174,7 @@ class CudaBackend final : public Backend {
                    *scratch, pool_->scratch_bytes());
       return cpu_->Start(plan, from);
     }
-    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(-1);
+    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(-1, wait);
     if (!lease.ok()) return lease.status();
     return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, chunk_elements);
   }
@@ -226,7 +239,7 @@ class CudaBackend final : public Backend {
       if (*scratch <= pool_->scratch_bytes() || cut <= chunk_elements) break;
       cut = std::max(chunk_elements, (cut / 2 + chunk_elements - 1) / chunk_elements * chunk_elements);
     }
-    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(device);
+    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(device, lane_wait_);
     if (!lease.ok()) return lease.status();
     return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, cut);
   }
@@ -245,9 +258,13 @@ class CudaBackend final : public Backend {
     return scratch;
   }
 
-  absl::StatusOr<cuda::DevicePool::Lease> Checkout(int device) {
+  void CountRoute(Metrics::Route route) {
+    if (Metrics* m = engine_.metrics.load(std::memory_order_acquire)) m->Routed(route);
+  }
+
+  absl::StatusOr<cuda::DevicePool::Lease> Checkout(int device, std::chrono::milliseconds wait) {
     double waited = 0.0;
-    absl::StatusOr<cuda::DevicePool::Lease> lease = pool_->Checkout(lane_wait_, &waited, device);
+    absl::StatusOr<cuda::DevicePool::Lease> lease = pool_->Checkout(wait, &waited, device);
     if (Metrics* m = engine_.metrics.load(std::memory_order_acquire)) m->QueueWait(waited);
     return lease;
   }

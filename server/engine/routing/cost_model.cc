@@ -54,8 +54,11 @@ double MeasuredCostModel::CpuSeconds(const AggregationPlan& plan, const Load& lo
 }
 
 double MeasuredCostModel::GpuSeconds(const AggregationPlan& plan, const Load& load) const {
-  const double rate = std::max(p_.gpu_gb_per_s, 1e-3) * 1e9;
-  return p_.gpu_fixed_us * 1e-6 + static_cast<double>(plan.array.bytes() + load.gpu_queued_bytes) / rate;
+  // This request's bytes at one request's rate, behind the queued bytes,
+  // which the lanes drain together.
+  const double own = static_cast<double>(plan.array.bytes()) / (std::max(p_.gpu_gb_per_s, 1e-3) * 1e9);
+  const double queued = static_cast<double>(load.gpu_queued_bytes) / (std::max(p_.gpu_all_gb_per_s, 1e-3) * 1e9);
+  return p_.gpu_fixed_us * 1e-6 + own + queued;
 }
 
 absl::Status ApplyOverrides(absl::string_view text, CostParams* params) {
@@ -89,6 +92,9 @@ absl::Status ApplyOverrides(absl::string_view text, CostParams* params) {
     } else if (key == "gpu_gb_per_s") {
       if (value == 0) return absl::InvalidArgumentError("--route_model: gpu_gb_per_s must be positive.");
       params->gpu_gb_per_s = value;
+    } else if (key == "gpu_all_gb_per_s") {
+      if (value == 0) return absl::InvalidArgumentError("--route_model: gpu_all_gb_per_s must be positive.");
+      params->gpu_all_gb_per_s = value;
     } else if (absl::ConsumePrefix(&kv[0], "cpu_ns.")) {
       int found = -1;
       for (int k = 0; k < rules::kNumOpKinds; ++k) {
@@ -115,9 +121,9 @@ std::string Describe(const CostParams& p) {
   }
   return absl::StrFormat(
       "cpu_threads=%d,cpu_fixed_us=%.1f,cpu_read_ns=%.3f,cpu_gb_per_s=%.1f,%scpu_hist_small_ns=%.3f,"
-      "cpu_hist_large_ns=%.3f,gpu_fixed_us=%.1f,gpu_gb_per_s=%.2f",
+      "cpu_hist_large_ns=%.3f,gpu_fixed_us=%.1f,gpu_gb_per_s=%.2f,gpu_all_gb_per_s=%.2f",
       p.cpu_threads, p.cpu_fixed_us, p.cpu_read_ns, p.cpu_gb_per_s, absl::StrJoin(ops, ""), p.cpu_hist_small_ns,
-      p.cpu_hist_large_ns, p.gpu_fixed_us, p.gpu_gb_per_s);
+      p.cpu_hist_large_ns, p.gpu_fixed_us, p.gpu_gb_per_s, p.gpu_all_gb_per_s);
 }
 
 }  // namespace tally::routing
