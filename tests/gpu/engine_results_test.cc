@@ -256,14 +256,15 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     ASSERT_TRUE(ref.ok());
     ExpectSame(plan, *ref, *got, /*exact=*/want_backend == "cpu", model);
   }
-  // Every lane busy: a request the model sends to the GPU runs on the CPU
-  // at once instead of waiting for a lane.
+  // Every lane busy: a request the model sends to the GPU waits for a lane
+  // only as long as the GPU's estimated lead (here the model's 1 s), then
+  // runs on the CPU instead of being refused after --cuda_lane_wait_ms.
   {
     BackendOptions o = TestOptions();
     o.routing = "cost";
     o.route_model = "cpu_fixed_us=1000000";
     o.streams_per_device = 1;
-    o.lane_wait = std::chrono::seconds(5);  // far longer than the CPU takes
+    o.lane_wait = std::chrono::seconds(5);  // far longer than the lead
     std::unique_ptr<Backend> cuda = MakeCuda(o);
     ASSERT_NE(cuda, nullptr);
     absl::StatusOr<std::unique_ptr<Reduction>> holder = cuda->Start(plan);  // takes the one lane

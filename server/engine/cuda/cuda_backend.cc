@@ -121,21 +121,24 @@ class CudaBackend final : public Backend {
     // and gives the same bits). Pinned bytes (a registered region) are
     // routed by size: the GPU reads them with no staging copy.
     const bool pageable = from.memory == Memory::kPageableHost;
-    if (pageable && route_by_cost_) {
-      const routing::Load load{static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
-                               static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed))};
-      if (routing::Choose(model_, plan, load) == routing::Path::kCpu) {
-        CountRoute(Metrics::Route::kCpuByCost);
-        return StartOnCpu(plan, from);
-      }
-    } else if (plan.array.bytes() < small_request_bytes_) {
-      return cpu_->Start(plan, from);
+    if (!pageable || !route_by_cost_) {
+      if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan, from);
+      return StartOnLane(plan, lane_wait_);
     }
-    if (!pageable || !route_by_cost_) return StartOnLane(plan, lane_wait_);
-    // A free lane now, or the CPU: a cost-routed request does not queue for
-    // a lane (its estimate has no term for the wait) while the CPU path,
-    // slower or not, can start it at once.
-    absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan, std::chrono::milliseconds(0));
+    const routing::Load load{static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
+                             static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed))};
+    if (routing::Choose(model_, plan, load) == routing::Path::kCpu) {
+      CountRoute(Metrics::Route::kCpuByCost);
+      return StartOnCpu(plan, from);
+    }
+    // The GPU, if a lane frees up while it would still finish first: the
+    // estimate has no term for waiting on a lane, so the wait is bounded by
+    // the GPU's estimated lead (and --cuda_lane_wait_ms). Past it the CPU
+    // starts the request at once: a cost-routed request is never refused
+    // for busy lanes.
+    const auto lead = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(model_.CpuSeconds(plan, load) - model_.GpuSeconds(plan, load)));
+    absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan, std::min(lead, lane_wait_));
     if (absl::IsResourceExhausted(on_lane.status())) {
       CountRoute(Metrics::Route::kCpuLanesBusy);
       return StartOnCpu(plan, from);
