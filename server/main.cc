@@ -156,6 +156,14 @@ ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
 ABSL_FLAG(bool, dataset_evict_lru, false,
           "When an upload does not fit under --max_dataset_bytes, evict the least recently queried "
           "datasets of that GPU (or the host) until it does, instead of refusing the upload.");
+ABSL_FLAG(int, dataset_shards, 0,
+          "Resident datasets: how many shards a dataset is cut into, dealt round-robin over the GPUs "
+          "(or the host). 0: one per GPU, so a query on a server with several GPUs runs on all of "
+          "them at once. N: N shards (more than the GPUs puts several on one). Datasets under two "
+          "shards of --dataset_min_shard_bytes get fewer.");
+ABSL_FLAG(std::uint64_t, dataset_min_shard_bytes, std::uint64_t{64} << 20,
+          "Resident datasets: the smallest shard worth its own launch (a GPU reads 64 MiB in about "
+          "25 us, a query's fixed cost); a dataset is cut into at most bytes / this many shards.");
 ABSL_FLAG(std::uint64_t, max_region_bytes, std::uint64_t{16} << 30,
           "Shared-memory regions (tally.v1.SharedMemory): bytes that registered host and CUDA regions may "
           "span in all. A host region stays pinned (locked in RAM) while registered, so this bounds "
@@ -250,6 +258,12 @@ int main(int argc, char** argv) {
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
+  config.datasets.shards = absl::GetFlag(FLAGS_dataset_shards);
+  config.datasets.min_shard_bytes = std::max<std::uint64_t>(1, absl::GetFlag(FLAGS_dataset_min_shard_bytes));
+  if (config.datasets.shards < 0 || config.datasets.shards > 1024) {
+    spdlog::critical("--dataset_shards={}: expected 0 (one per GPU) to 1024", config.datasets.shards);
+    return 2;
+  }
   config.max_region_bytes = absl::GetFlag(FLAGS_max_region_bytes);
   if (absl::GetFlag(FLAGS_max_regions) < 1 || absl::GetFlag(FLAGS_max_regions) > 4096) {
     spdlog::critical("--max_regions={}: expected 1 to 4096", absl::GetFlag(FLAGS_max_regions));

@@ -54,4 +54,11 @@ struct Extent {
   }
 };
 
+// A run of an array that lies in pieces (a sharded dataset's range):
+// `first` is the index of the piece's first element in the array.
+struct PlacedPiece {
+  std::uint64_t first = 0;
+  Extent extent;
+};
+
 }  // namespace tally

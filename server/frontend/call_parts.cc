@@ -46,31 +46,15 @@ absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t leng
   return FinishPlan(std::move(plan), aggregations, limits);
 }
 
-absl::Status CancelledByClient() {
-  return absl::CancelledError("the client cancelled the request, or its deadline passed.");
-}
-
 absl::StatusOr<AggregationResult> ReduceExtent(Backend& backend, const AggregationPlan& plan, const Extent& whole,
                                                const std::function<bool()>& cancelled, RequestRecord* record) {
-  const auto phase = [record](const char* name) {
-    if (record != nullptr) record->Phase(name);
-  };
-  // 64 MiB pieces: a cancel stops a host read within a few milliseconds,
-  // and the cpu backend's answer does not depend on the pieces.
-  constexpr std::uint64_t kHostPieceBytes = std::uint64_t{64} << 20;
-  absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend.Start(plan, whole.placement);
-  if (!reduction.ok()) return reduction.status();
-  phase("started");
-  const std::uint64_t size = rules::SizeOf(plan.array.dtype);
-  const std::uint64_t piece = whole.placement.host() ? kHostPieceBytes / size * size : whole.size();
-  for (std::uint64_t at = 0; at < whole.size(); at += piece) {
-    if (cancelled()) return CancelledByClient();
-    if (absl::Status s = (*reduction)->Consume(whole.Sub(at, std::min(piece, whole.size() - at))); !s.ok()) return s;
-  }
-  phase("consumed");
-  absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
-  phase("finished");
-  return result;
+  const PlacedPiece piece{0, whole};
+  return ReducePieces(backend, plan, std::span(&piece, 1), cancelled, PhaseNoter(record));
+}
+
+std::function<void(const char*)> PhaseNoter(RequestRecord* record) {
+  if (record == nullptr) return {};
+  return [record](const char* name) { record->Phase(name); };
 }
 
 absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {

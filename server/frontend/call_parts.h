@@ -12,6 +12,7 @@
 #include "server/engine/backend.h"
 #include "server/frontend/convert.h"
 #include "server/engine/element_aligner.h"
+#include "server/engine/reduce_pieces.h"
 #include "server/frontend/raw_message.h"
 #include "server/frontend/request_record.h"
 
@@ -32,17 +33,16 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan);
                                                                std::uint64_t row_length, const AggregationList& aggregations,
                                                                const RequestLimits& limits, const char* where);
 
-// Reduces `whole` (the plan's bytes, wherever they lie) on `backend`. Host
-// bytes go in pieces, so that a cancelled call (`cancelled` says so) stops
-// within one; device bytes go whole, the GPU cuts them itself.
-// `record` (may be null) notes the phases.
+// Reduces `whole` (the plan's bytes, wherever they lie) on `backend`: the
+// one-piece case of ReducePieces (server/engine/reduce_pieces.h). `record`
+// (may be null) notes the phases.
 [[nodiscard]] absl::StatusOr<AggregationResult> ReduceExtent(Backend& backend, const AggregationPlan& plan,
                                                              const Extent& whole,
                                                              const std::function<bool()>& cancelled,
                                                              RequestRecord* record = nullptr);
 
-// CANCELLED, saying why.
-absl::Status CancelledByClient();
+// What ReducePieces' `phase` takes: notes on `record` (nothing when null).
+std::function<void(const char*)> PhaseNoter(RequestRecord* record);
 
 // `message` into gRPC's buffer; INTERNAL if it cannot be.
 [[nodiscard]] absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);

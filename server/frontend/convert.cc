@@ -193,6 +193,7 @@ void DatasetInfoToProto(const DatasetInfo& info, v1::DatasetInfo* out) {
   out->set_created_unix_seconds(UnixSeconds(info.created));
   out->set_expires_unix_seconds(info.expires ? UnixSeconds(*info.expires) : 0.0);
   out->set_queries(info.queries);
+  out->set_shards(info.shards);
 }
 
 }  // namespace tally

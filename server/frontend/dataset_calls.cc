@@ -128,10 +128,9 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
       record->Phase("planned");
-      const std::uint64_t size = rules::SizeOf(info.dtype);
-      absl::StatusOr<AggregationResult> result =
-          ReduceExtent(backend_, *checked, (*dataset)->extent().Sub(begin * size, (end - begin) * size),
-                       [context] { return context->IsCancelled(); }, record.get());
+      const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(begin, end);
+      absl::StatusOr<AggregationResult> result = ReducePieces(
+          backend_, *checked, pieces, [context] { return context->IsCancelled(); }, PhaseNoter(record.get()));
       if (!result.ok()) return result.status();
       ResultToProto(*checked, request->aggregations(), std::move(*result), record->Seconds(), response);
       elements = checked->array.length;

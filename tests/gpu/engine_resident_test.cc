@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "server/engine/datasets/dataset_store.h"
+#include "server/engine/reduce_pieces.h"
 #include "tests/gpu/engine_test_util.h"
 
 namespace tally::engine_test {
@@ -155,12 +156,84 @@ TEST(EngineResident, TheStoreKeepsDatasetsInGpuMemory) {
   auto d = store.Acquire("ints");
   ASSERT_TRUE(d.ok());
   const AggregationPlan plan = Plan(DType::kInt32, 100000, 1000, AllOps(DType::kInt32));
-  absl::StatusOr<AggregationResult> got = RunOn(*cuda, plan, (*d)->extent());
+  const std::vector<PlacedPiece> pieces = (*d)->Pieces(0, 100000);
+  ASSERT_EQ(pieces.size(), 1u);
+  absl::StatusOr<AggregationResult> got = RunOn(*cuda, plan, pieces.front().extent);
   ASSERT_TRUE(got.ok()) << got.status();
   auto cpu = MakeCpu();
   absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
   ASSERT_TRUE(want.ok());
   ExpectSame(plan, *want, *got, /*exact=*/false, "int32 rows of 1000 from the store");
+}
+
+
+// A dataset in four shards on one GPU: each query's pieces are reduced to
+// partial states on lanes of that GPU, one after another, and merged.
+// Against the same dataset in one shard: exact where the proto says exact,
+// floats to rounding, and bitwise the same from one query to the next.
+TEST(EngineResident, ShardedDatasetsGiveTheUnshardedAnswer) {
+  TALLY_REQUIRE_GPU();
+  auto cuda = MakeCuda(TestOptions());  // two lanes: a query holds one at a time
+  ASSERT_NE(cuda, nullptr);
+  auto cpu = MakeCpu();
+  DatasetStore whole(*cuda, DatasetOptions{.shards = 1}, nullptr);
+  DatasetStore sharded(*cuda, DatasetOptions{.shards = 4, .min_shard_bytes = 1}, nullptr);
+  std::mt19937_64 seeds(std::random_device{}());
+  for (const DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kUInt8}) {
+    const std::uint64_t n = 100003;
+    const std::vector<std::byte> data = RandomArray(dt, n, seeds(), true);
+    for (DatasetStore* store : {&whole, &sharded}) {
+      auto up = store->BeginUpload("x", dt, n, /*replace=*/true, std::nullopt);
+      ASSERT_TRUE(up.ok()) << up.status();
+      for (std::size_t at = 0; at < data.size(); at += 7919) {
+        ASSERT_TRUE((*up)->Append(Extent::PageableHost(std::span(data).subspan(at, std::min<std::size_t>(7919, data.size() - at)))).ok());
+      }
+      absl::StatusOr<DatasetInfo> info = (*up)->Commit();
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->shards, store == &sharded ? 4u : 1u);
+      if (store == &sharded) {
+        EXPECT_EQ(info->place, "cuda:0,cuda:0,cuda:0,cuda:0");
+      }
+    }
+    auto a = whole.Acquire("x");
+    auto b = sharded.Acquire("x");
+    ASSERT_TRUE(a.ok() && b.ok());
+    const std::size_t es = rules::SizeOf(dt);
+    // Ranges and rows that cross the shard boundaries (every 25000 elements).
+    struct Query { std::uint64_t begin, end, row; };
+    for (const Query q : {Query{0, n, 0}, Query{7, n - 11, 0}, Query{24990, 25010, 0}, Query{3, 100003 - 3 - 1, 1},
+                          Query{1, 1 + 7 * 14285, 7}, Query{0, 100000, 1000}, Query{5, 5 + 3 * 33333, 33333},
+                          Query{100, 100 + 99000, 99000}, Query{30000, 40000, 0}}) {
+      const AggregationPlan plan = Plan(dt, q.end - q.begin, q.row, AllOps(dt));
+      const std::string what = std::string(rules::Name(dt)) + " [" + std::to_string(q.begin) + ", " +
+                               std::to_string(q.end) + ") rows of " + std::to_string(q.row);
+      const std::vector<PlacedPiece> one = (*a)->Pieces(q.begin, q.end), four = (*b)->Pieces(q.begin, q.end);
+      ASSERT_EQ(one.size(), 1u);
+      absl::StatusOr<AggregationResult> want = ReducePieces(*cuda, plan, one, [] { return false; });
+      absl::StatusOr<AggregationResult> got = ReducePieces(*cuda, plan, four, [] { return false; });
+      absl::StatusOr<AggregationResult> again = ReducePieces(*cuda, plan, four, [] { return false; });
+      ASSERT_TRUE(want.ok() && got.ok() && again.ok()) << want.status() << " / " << got.status() << " / " << again.status();
+      EXPECT_EQ(got->backend, "cuda");
+      ExpectSame(plan, *want, *got, /*exact=*/false, what + ", sharded against whole");
+      ExpectSame(plan, *got, *again, /*exact=*/true, what + ", sharded twice");
+      absl::StatusOr<AggregationResult> ref =
+          RunRequest(*cpu, plan, std::span(data).subspan(q.begin * es, (q.end - q.begin) * es));
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      ExpectSame(plan, *ref, *got, /*exact=*/false, what + ", sharded against the cpu backend");
+    }
+    // A cancel between rounds stops the query and gives its lanes back.
+    const AggregationPlan plan = Plan(dt, n, 0, AllOps(dt));
+    int polls = 0;
+    absl::StatusOr<AggregationResult> cut = ReducePieces(*cuda, plan, (*b)->Pieces(0, n), [&] { return ++polls > 2; });
+    EXPECT_EQ(cut.status().code(), absl::StatusCode::kCancelled) << cut.status();
+    EXPECT_TRUE(ReducePieces(*cuda, plan, (*b)->Pieces(0, n), [] { return false; }).ok());
+  }
+  // Ops the kernels do not compute are refused for device bytes, sharded or not.
+  auto b = sharded.Acquire("x");
+  ASSERT_TRUE(b.ok());
+  const AggregationPlan nan = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kNanMin)});
+  EXPECT_EQ(ReducePieces(*cuda, nan, (*b)->Pieces(24950, 25050), [] { return false; }).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -53,9 +53,18 @@ class DatasetStoreTest : public ::testing::Test {
     return (*up)->Commit();
   }
 
+  // The dataset's pieces, end to end, are `v`; each piece's `first` is
+  // where it lies in `v`.
   static bool Holds(const Dataset& d, const std::vector<float>& v) {
-    const Extent e = d.extent();
-    return e.size() == v.size() * sizeof(float) && std::memcmp(e.bytes.data(), v.data(), e.size()) == 0;
+    std::uint64_t at = 0;
+    for (const PlacedPiece& p : d.Pieces(0, d.info().length)) {
+      if (p.first != at / sizeof(float) || at + p.extent.size() > v.size() * sizeof(float) ||
+          std::memcmp(p.extent.bytes.data(), reinterpret_cast<const std::byte*>(v.data()) + at, p.extent.size()) != 0) {
+        return false;
+      }
+      at += p.extent.size();
+    }
+    return at == v.size() * sizeof(float);
   }
 
   std::uint64_t ChargedBytes() { return store_->Usage().front().bytes; }
@@ -83,7 +92,7 @@ TEST_F(DatasetStoreTest, UploadedBytesAreWhatIsRead) {
   absl::StatusOr<std::shared_ptr<const Dataset>> d = store_->Acquire("a");
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(Holds(**d, v));
-  EXPECT_EQ((*d)->extent().placement, Placement::PageableHost());
+  EXPECT_EQ((*d)->Pieces(0, v.size()).front().extent.placement, Placement::PageableHost());
   EXPECT_EQ(store_->Describe("a")->queries, 1u);
 }
 
@@ -228,9 +237,11 @@ TEST_F(DatasetStoreTest, DeleteWhileReadLeavesTheReaderWhole) {
   AggregationPlan plan;
   plan.array = {DType::kFloat32, v.size(), 0};
   plan.ops = {OpSpec{OpKind::kSum}};
-  auto r = backend_->Start(plan, (*reader)->extent().placement);
+  const std::vector<PlacedPiece> pieces = (*reader)->Pieces(0, v.size());
+  ASSERT_EQ(pieces.size(), 1u);
+  auto r = backend_->Start(plan, pieces.front().extent.placement);
   ASSERT_TRUE(r.ok());
-  ASSERT_TRUE((*r)->Consume((*reader)->extent()).ok());
+  ASSERT_TRUE((*r)->Consume(pieces.front().extent).ok());
   absl::StatusOr<AggregationResult> result = (*r)->Finish();
   ASSERT_TRUE(result.ok());
   double want = 0;

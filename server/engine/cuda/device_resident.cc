@@ -19,8 +19,8 @@ class DeviceResident final : public ResidentMemory {
         memory_(std::move(memory)),
         device_(memory_.device()),
         pinned_(&pool->pinned(device_)),
-        staging_(pinned_),
-        lane_wait_(lane_wait) {}
+        lane_wait_(lane_wait),
+        staging_(pinned_) {}
 
   ~DeviceResident() override {
     if (lease_) {

@@ -5,10 +5,23 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace tally {
+namespace {
+
+// The places a dataset has bytes on, each once.
+std::vector<int> PlacesOf(const Dataset& d) {
+  std::vector<int> places;
+  for (const DatasetShard& sh : d.shards()) {
+    if (std::find(places.begin(), places.end(), sh.place) == places.end()) places.push_back(sh.place);
+  }
+  return places;
+}
+
+}  // namespace
 
 struct DatasetStore::Reclaimer {
   std::mutex mu;
@@ -103,9 +116,17 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   upload->spec_.length = length;
   upload->bytes_ = bytes;
   const std::uint64_t limit = options_.max_bytes_per_place;
-  if (limit != 0 && bytes > limit) {
-    return absl::ResourceExhaustedError(absl::StrCat("spec.length: ", bytes, " bytes is over the ", limit,
-                                                     "-byte limit per place (--max_dataset_bytes)."));
+  std::vector<DatasetShard> shards = CutShards(length, size);
+  {
+    std::vector<DatasetShard> probe;
+    for (const DatasetShard& sh : shards) probe.push_back(DatasetShard{0, sh.first, sh.length, nullptr});
+    const std::vector<std::uint64_t> need = Deal(probe, 0, size);
+    const std::uint64_t most = *std::max_element(need.begin(), need.end());
+    if (limit != 0 && most > limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "spec.length: ", bytes, " bytes", shards.size() > 1 ? absl::StrCat(" (", most, " on one place)") : "",
+          " is over the ", limit, "-byte limit per place (--max_dataset_bytes)."));
+    }
   }
   const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
   std::unique_lock lock(mu_);
@@ -118,31 +139,49 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
       return absl::AlreadyExistsError(
           absl::StrCat("name: dataset '", name, "' exists; set replace to upload a new version."));
     }
-    // The place with the most room.
-    Place* best = &places_.front();
-    for (Place& p : places_) {
-      if (p.charged < best->charged) best = &p;
+    // The deal starts at the place with the most room.
+    std::size_t start = 0;
+    for (std::size_t p = 1; p < places_.size(); ++p) {
+      if (places_[p].charged < places_[start].charged) start = p;
     }
-    if (limit == 0 || best->charged + bytes <= limit) {
-      best->charged += bytes;
+    const std::vector<std::uint64_t> need = Deal(shards, start, size);
+    auto over = [&](std::size_t p, std::uint64_t freeing) {
+      return limit != 0 && places_[p].charged + need[p] > limit + freeing;
+    };
+    std::size_t overflowing = places_.size();
+    for (std::size_t p = 0; p < places_.size() && overflowing == places_.size(); ++p) {
+      if (over(p, 0)) overflowing = p;
+    }
+    if (overflowing == places_.size()) {
+      for (std::size_t p = 0; p < places_.size(); ++p) places_[p].charged += need[p];
       upload->store_ = this;  // from here its destruction gives the name and bytes back
-      upload->place_ = static_cast<int>(best - places_.data());
+      upload->shards_ = std::move(shards);
       uploading_[name] = true;
       ReportLocked();
       break;
     }
     // Over the budget: with --dataset_evict_lru, unpublish the least recently
-    // used datasets of this place (never the one being replaced), then wait
-    // for their memory, which goes as soon as no query reads it.
+    // used datasets with bytes on an overflowing place (never the one being
+    // replaced), then wait for their memory, which goes as soon as no query
+    // reads it.
     std::vector<std::shared_ptr<Dataset>> evicted;
-    std::uint64_t freeing = 0;
     if (options_.evict_lru) {
+      std::vector<std::uint64_t> freeing(places_.size(), 0);
+      auto still_over = [&] {
+        for (std::size_t p = 0; p < places_.size(); ++p) {
+          if (over(p, freeing[p])) return true;
+        }
+        return false;
+      };
       std::vector<std::string> victims;
-      for (auto it = lru_.rbegin(); it != lru_.rend() && best->charged + bytes > limit + freeing; ++it) {
-        const Entry& e = entries_.at(*it);
-        if (e.dataset->place_ != static_cast<int>(best - places_.data()) || *it == name) continue;
+      for (auto it = lru_.rbegin(); it != lru_.rend() && still_over(); ++it) {
+        if (*it == name) continue;
+        const Dataset& d = *entries_.at(*it).dataset;
+        bool helps = false;
+        for (const DatasetShard& sh : d.shards_) helps = helps || over(static_cast<std::size_t>(sh.place), freeing[sh.place]);
+        if (!helps) continue;
         victims.push_back(*it);
-        freeing += e.dataset->info_.bytes;
+        for (const DatasetShard& sh : d.shards_) freeing[static_cast<std::size_t>(sh.place)] += sh.length * size;
       }
       for (const std::string& v : victims) {
         auto e = entries_.find(v);
@@ -155,7 +194,8 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     }
     auto refuse = [&] {
       return absl::ResourceExhaustedError(
-          absl::StrCat("dataset '", name, "' needs ", bytes, " bytes; ", Fullness(*best),
+          absl::StrCat("dataset '", name, "' needs ", need[overflowing], " bytes on ",
+                       places_[overflowing].where.label, "; ", Fullness(places_[overflowing]),
                        options_.evict_lru ? " (what could be evicted is still being read)"
                                           : "; delete datasets, or run the server with --dataset_evict_lru"));
     };
@@ -166,18 +206,64 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     lock.unlock();
     evicted.clear();  // their memory goes on the store's thread, which then wakes us
     lock.lock();
-    if (!freed_.wait_until(lock, give_up, [&] { return best->charged + bytes <= limit; })) return refuse();
+    auto fits = [&] {
+      for (std::size_t p = 0; p < places_.size(); ++p) {
+        if (over(p, 0)) return false;
+      }
+      return true;
+    };
+    if (!freed_.wait_until(lock, give_up, fits)) return refuse();
   }
   lock.unlock();
-  absl::StatusOr<std::unique_ptr<ResidentMemory>> memory =
-      backend_.AllocateResident(bytes, places_[static_cast<std::size_t>(upload->place_)].where.index);
-  if (!memory.ok()) {
-    upload->done_ = true;
-    Abandon(*upload);
-    return memory.status();
+  for (DatasetShard& sh : upload->shards_) {
+    absl::StatusOr<std::unique_ptr<ResidentMemory>> memory = backend_.AllocateResident(
+        sh.length * size, places_[static_cast<std::size_t>(sh.place)].where.index);
+    if (!memory.ok()) {
+      upload->done_ = true;
+      Abandon(*upload);
+      return memory.status();
+    }
+    sh.memory = std::move(*memory);
   }
-  upload->memory_ = std::move(*memory);
   return upload;
+}
+
+std::vector<DatasetShard> DatasetStore::CutShards(std::uint64_t length, std::uint64_t size) const {
+  std::uint64_t count = options_.shards > 0 ? static_cast<std::uint64_t>(options_.shards) : places_.size();
+  const std::uint64_t min_elements = std::max<std::uint64_t>(1, options_.min_shard_bytes / size);
+  count = std::max<std::uint64_t>(1, std::min(count, length / min_elements));
+  std::vector<DatasetShard> shards;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    // Nearly equal lengths; computed in 128 bits, length * i can overflow.
+    const auto at = [&](std::uint64_t k) {
+      return static_cast<std::uint64_t>(static_cast<unsigned __int128>(length) * k / count);
+    };
+    shards.push_back(DatasetShard{0, at(i), at(i + 1) - at(i), nullptr});
+  }
+  return shards;
+}
+
+std::vector<std::uint64_t> DatasetStore::Deal(std::vector<DatasetShard>& shards, std::size_t start,
+                                              std::uint64_t size) const {
+  std::vector<std::uint64_t> need(places_.size(), 0);
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::size_t p = (start + i) % places_.size();
+    shards[i].place = static_cast<int>(p);
+    need[p] += shards[i].length * size;
+  }
+  return need;
+}
+
+std::vector<PlacedPiece> Dataset::Pieces(std::uint64_t begin, std::uint64_t end) const {
+  const std::uint64_t size = rules::SizeOf(info_.dtype);
+  std::vector<PlacedPiece> pieces;
+  for (const DatasetShard& sh : shards_) {
+    const std::uint64_t lo = std::max(begin, sh.first), hi = std::min(end, sh.first + sh.length);
+    if (lo >= hi) continue;
+    pieces.push_back(PlacedPiece{lo - begin, sh.memory->extent().Sub((lo - sh.first) * size, (hi - lo) * size)});
+  }
+  if (pieces.empty()) pieces.push_back(PlacedPiece{0, shards_.front().memory->extent().Sub(0, 0)});
+  return pieces;
 }
 
 DatasetStore::Upload::~Upload() {
@@ -186,36 +272,64 @@ DatasetStore::Upload::~Upload() {
 
 absl::Status DatasetStore::Upload::Append(const Extent& piece) {
   if (done_) return absl::FailedPreconditionError("the upload has ended.");
-  return memory_->Append(piece);
+  if (piece.size() > bytes_ - appended_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: more than the ", bytes_, " bytes the dataset was declared with."));
+  }
+  // Each shard takes its bytes in order and is sealed when full, which
+  // gives back a GPU lane its copies held.
+  const std::uint64_t size = rules::SizeOf(spec_.dtype);
+  std::uint64_t at = 0;
+  for (DatasetShard& sh : shards_) {
+    if (at == piece.size()) break;
+    const std::uint64_t end = (sh.first + sh.length) * size;
+    if (appended_ >= end) continue;
+    const std::uint64_t take = std::min<std::uint64_t>(piece.size() - at, end - appended_);
+    if (absl::Status s = sh.memory->Append(piece.Sub(at, take)); !s.ok()) return s;
+    at += take;
+    appended_ += take;
+    if (appended_ == end) {
+      if (absl::Status s = sh.memory->Seal(); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DatasetInfo> DatasetStore::Upload::Commit() {
   if (done_) return absl::FailedPreconditionError("the upload has ended.");
-  if (absl::Status s = memory_->Seal(); !s.ok()) return s;
+  if (appended_ != bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("data: received ", appended_, " of the ", bytes_, " bytes declared."));
+  }
+  if (bytes_ == 0) {  // no Append() filled, and so sealed, the one empty shard
+    if (absl::Status s = shards_.front().memory->Seal(); !s.ok()) return s;
+  }
   done_ = true;
   return store_->Publish(*this)->info_;
 }
 
 void DatasetStore::Abandon(Upload& upload) {
   upload.done_ = true;
-  upload.memory_.reset();
+  const std::uint64_t size = rules::SizeOf(upload.spec_.dtype);
+  for (DatasetShard& sh : upload.shards_) sh.memory.reset();
   upload.charge_.reset();
   std::lock_guard lock(mu_);
   uploading_.erase(upload.name_);
-  places_[static_cast<std::size_t>(upload.place_)].charged -= upload.bytes_;
+  for (const DatasetShard& sh : upload.shards_) places_[static_cast<std::size_t>(sh.place)].charged -= sh.length * size;
   ReportLocked();
 }
 
 std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
   auto* d = new Dataset();
-  d->place_ = upload.place_;
-  d->memory_ = std::move(upload.memory_);
+  d->shards_ = std::move(upload.shards_);
   d->charge_ = std::move(upload.charge_);
   d->info_.name = upload.name_;
   d->info_.dtype = upload.spec_.dtype;
   d->info_.length = upload.spec_.length;
   d->info_.bytes = upload.bytes_;
-  d->info_.place = places_[static_cast<std::size_t>(upload.place_)].where.label;
+  std::vector<std::string> labels;
+  for (const DatasetShard& sh : d->shards_) labels.push_back(places_[static_cast<std::size_t>(sh.place)].where.label);
+  d->info_.place = absl::StrJoin(labels, ",");
+  d->info_.shards = static_cast<std::uint32_t>(d->shards_.size());
   d->info_.created = std::chrono::system_clock::now();
   if (upload.ttl_) d->info_.expires = d->info_.created + *upload.ttl_;
   std::shared_ptr<Dataset> dataset(d, [rec = reclaimer_](Dataset* p) { rec->Push(p); });
@@ -231,7 +345,7 @@ std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
     }
     lru_.push_front(upload.name_);
     entries_.emplace(upload.name_, Entry{dataset, lru_.begin()});
-    ++places_[static_cast<std::size_t>(d->place_)].datasets;
+    for (const int p : PlacesOf(*d)) ++places_[static_cast<std::size_t>(p)].datasets;
     ReportLocked();
   }
   if (metrics_ != nullptr) metrics_->DatasetUploaded();
@@ -239,7 +353,7 @@ std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
 }
 
 void DatasetStore::RemoveLocked(std::map<std::string, Entry>::iterator it) {
-  --places_[static_cast<std::size_t>(it->second.dataset->place_)].datasets;
+  for (const int p : PlacesOf(*it->second.dataset)) --places_[static_cast<std::size_t>(p)].datasets;
   lru_.erase(it->second.lru);
   entries_.erase(it);
   ReportLocked();
@@ -354,10 +468,11 @@ void DatasetStore::Sweep() {
     freed.swap(reclaimer_->freed);
     lock.unlock();
     for (Dataset* d : freed) {
-      const int place = d->place_;
-      const std::uint64_t bytes = d->info_.bytes;
+      const std::uint64_t size = rules::SizeOf(d->info_.dtype);
+      std::vector<std::pair<int, std::uint64_t>> charges;
+      for (const DatasetShard& sh : d->shards_) charges.emplace_back(sh.place, sh.length * size);
       delete d;
-      Charge(place, -static_cast<std::int64_t>(bytes));
+      for (const auto& [place, bytes] : charges) Charge(place, -static_cast<std::int64_t>(bytes));
     }
     ExpireNow();
     lock.lock();

@@ -17,6 +17,13 @@
 // - Bytes are charged to their place from the upload's start until the
 //   memory is freed, so a replacement needs room for both versions while it
 //   uploads, and a deleted dataset still read by a query still counts.
+//
+// Shards: a dataset of at least two shards' minimum size is cut into
+// contiguous element ranges of nearly equal length, dealt round-robin over
+// the places from the one with the most room, each in its own resident
+// memory (one per GPU by default on a server with several; see
+// DatasetOptions::shards). A query reads every shard where it lies
+// (reduce_pieces.h).
 #pragma once
 
 #include <chrono>
@@ -52,6 +59,11 @@ struct DatasetOptions {
   std::chrono::milliseconds eviction_wait{2000};
   // How often expired datasets are looked for.
   std::chrono::milliseconds sweep_interval{1000};
+  // Shards per dataset: 0, one per place (per GPU); N, N shards dealt over
+  // the places (N > places puts several on one: the sharded query's logic
+  // on a single GPU). Fewer when shards would be under min_shard_bytes.
+  int shards = 0;
+  std::uint64_t min_shard_bytes = std::uint64_t{64} << 20;
 };
 
 // What a client may know of a dataset.
@@ -60,26 +72,37 @@ struct DatasetInfo {
   DType dtype = DType::kFloat32;
   std::uint64_t length = 0;  // elements
   std::uint64_t bytes = 0;
-  std::string place;         // "cuda:0", "host"
+  std::string place;         // "cuda:0", "host"; sharded: each shard's, in element order, comma-separated
+  std::uint32_t shards = 1;
   std::uint64_t version = 0; // increases with every upload of the store
   std::chrono::system_clock::time_point created;
   std::optional<std::chrono::system_clock::time_point> expires;
   std::uint64_t queries = 0;
 };
 
+// One contiguous piece of a dataset in one place.
+struct DatasetShard {
+  int place = 0;            // index into the store's places
+  std::uint64_t first = 0;  // its first element's index in the dataset
+  std::uint64_t length = 0;
+  std::unique_ptr<ResidentMemory> memory;
+};
+
 // One published version: immutable, read by any number of queries.
 class Dataset {
  public:
   const DatasetInfo& info() const { return info_; }
-  // The whole array where it lies.
-  Extent extent() const { return memory_->extent(); }
+  // Elements [begin, end) where they lie, shard by shard in element order;
+  // each piece's `first` counts from `begin`. An empty range is one empty
+  // piece of the first shard.
+  std::vector<PlacedPiece> Pieces(std::uint64_t begin, std::uint64_t end) const;
+  const std::vector<DatasetShard>& shards() const { return shards_; }
 
  private:
   friend class DatasetStore;
   DatasetInfo info_;
-  int place_ = 0;
   std::shared_ptr<void> charge_;  // goes after the memory (members go in reverse order)
-  std::unique_ptr<ResidentMemory> memory_;
+  std::vector<DatasetShard> shards_;
 };
 
 class DatasetStore {
@@ -105,9 +128,9 @@ class DatasetStore {
     std::optional<std::chrono::milliseconds> ttl_;
     ArraySpec spec_;
     std::uint64_t bytes_ = 0;
-    int place_ = 0;
     std::shared_ptr<void> charge_;
-    std::unique_ptr<ResidentMemory> memory_;
+    std::vector<DatasetShard> shards_;
+    std::uint64_t appended_ = 0;  // bytes so far
     bool done_ = false;
   };
 
@@ -166,6 +189,13 @@ class DatasetStore {
 
   // Unpublishes `it` (caller holds mu_); its memory goes with its last reader.
   void RemoveLocked(std::map<std::string, Entry>::iterator it);
+  // How a dataset of `length` elements of `size` bytes is cut (first and
+  // length of each shard; places not yet dealt).
+  std::vector<DatasetShard> CutShards(std::uint64_t length, std::uint64_t size) const;
+  // Deals `shards` round-robin over the places from `start`; the bytes each
+  // place takes.
+  std::vector<std::uint64_t> Deal(std::vector<DatasetShard>& shards, std::size_t start, std::uint64_t size) const;
+  // Charges or gives back every shard's bytes to its place.
   void Charge(int place, std::int64_t bytes);
   void ReportLocked();
   void Sweep();

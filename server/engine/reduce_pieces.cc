@@ -1,0 +1,212 @@
+#include "server/engine/reduce_pieces.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/engine/finish.h"
+#include "tally/rules/partial.h"
+
+namespace tally {
+namespace {
+
+// 64 MiB host steps: a cancel stops a host read within a few milliseconds.
+constexpr std::uint64_t kHostStepBytes = std::uint64_t{64} << 20;
+
+void Note(const std::function<void(const char*)>& phase, const char* name) {
+  if (phase) phase(name);
+}
+
+// The pieces are the plan's elements, end to end, in whole rows.
+absl::Status CheckPieces(const AggregationPlan& plan, std::span<const PlacedPiece> pieces) {
+  if (pieces.empty()) return absl::InvalidArgumentError("data: no pieces.");
+  const std::uint64_t size = rules::SizeOf(plan.array.dtype);
+  std::uint64_t at = 0;
+  for (const PlacedPiece& p : pieces) {
+    if (p.first != at || p.extent.size() % size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("data: a piece at element ", p.first, " of ",
+                                                     p.extent.size(), " bytes does not follow element ", at, "."));
+    }
+    at += p.extent.size() / size;
+  }
+  if (at != plan.array.length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: the pieces hold ", at, " of the ", plan.array.length, " elements in spec.length."));
+  }
+  if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("row_length: ", plan.array.row_length, " does not divide the ",
+                                                   plan.array.length, " elements."));
+  }
+  return absl::OkStatus();
+}
+
+// Every piece into one Reduction, in order.
+absl::StatusOr<AggregationResult> ReduceInOne(Backend& backend, const AggregationPlan& plan,
+                                              std::span<const PlacedPiece> pieces,
+                                              const std::function<bool()>& cancelled,
+                                              const std::function<void(const char*)>& phase) {
+  absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend.Start(plan, pieces.front().extent.placement);
+  if (!reduction.ok()) return reduction.status();
+  Note(phase, "started");
+  const std::uint64_t size = rules::SizeOf(plan.array.dtype);
+  for (const PlacedPiece& piece : pieces) {
+    const Extent& whole = piece.extent;
+    const std::uint64_t step = whole.placement.host() ? kHostStepBytes / size * size : whole.size();
+    for (std::uint64_t at = 0; at < whole.size(); at += step) {
+      if (cancelled()) return CancelledByClient();
+      if (absl::Status s = (*reduction)->Consume(whole.Sub(at, std::min(step, whole.size() - at))); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  Note(phase, "consumed");
+  absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
+  Note(phase, "finished");
+  return result;
+}
+
+// Part of a piece that one Reduction reads: whole rows, or one row's part.
+struct Job {
+  AggregationPlan plan;  // every op asks for its partial states
+  Extent extent;
+  std::uint64_t row = 0;  // the first row it contributes to
+  std::uint64_t rows = 0;
+};
+
+Job MakeJob(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t first, std::uint64_t length,
+            std::uint64_t row_length, std::uint64_t row, std::uint64_t into_row) {
+  Job job;
+  job.plan.array = ArraySpec{plan.array.dtype, length, row_length};
+  job.plan.ops = plan.ops;
+  for (OpSpec& op : job.plan.ops) {
+    op.partial = true;
+    // Indices count from the row's start (the array's when not segmented).
+    if (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax) op.base_index += into_row;
+  }
+  const std::uint64_t size = rules::SizeOf(plan.array.dtype);
+  job.extent = piece.extent.Sub((first - piece.first) * size, length * size);
+  job.row = row;
+  job.rows = row_length == 0 ? 1 : length / row_length;
+  return job;
+}
+
+// The jobs of one piece, in element order.
+void CutPiece(const AggregationPlan& plan, const PlacedPiece& piece, std::vector<Job>& jobs) {
+  std::uint64_t at = piece.first;
+  const std::uint64_t end = piece.first + piece.extent.size() / rules::SizeOf(plan.array.dtype);
+  if (!plan.array.segmented()) {
+    jobs.push_back(MakeJob(plan, piece, at, end - at, 0, 0, at));
+    return;
+  }
+  const std::uint64_t r = plan.array.row_length;
+  if (at % r != 0) {  // the rest of a row begun before this piece
+    const std::uint64_t stop = std::min(end, (at / r + 1) * r);
+    jobs.push_back(MakeJob(plan, piece, at, stop - at, 0, at / r, at % r));
+    at = stop;
+  }
+  if (end - at >= r) {  // whole rows
+    const std::uint64_t whole = (end - at) / r * r;
+    jobs.push_back(MakeJob(plan, piece, at, whole, r, at / r, 0));
+    at += whole;
+  }
+  if (at < end) jobs.push_back(MakeJob(plan, piece, at, end - at, 0, at / r, 0));  // a row going on after
+}
+
+// Jobs by GPU, then round by round: each GPU's next job started and fed
+// (the launches are asynchronous), then every started one finished.
+absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const AggregationPlan& plan,
+                                               std::span<const PlacedPiece> pieces,
+                                               const std::function<bool()>& cancelled,
+                                               const std::function<void(const char*)>& phase) {
+  std::vector<Job> jobs;
+  for (const PlacedPiece& piece : pieces) CutPiece(plan, piece, jobs);
+  std::map<int, std::vector<std::size_t>> by_device;
+  for (std::size_t j = 0; j < jobs.size(); ++j) by_device[jobs[j].extent.placement.device].push_back(j);
+  std::vector<AggregationResult> done(jobs.size());
+  for (std::size_t round = 0;; ++round) {
+    std::vector<std::pair<std::size_t, std::unique_ptr<Reduction>>> running;
+    for (const auto& [device, list] : by_device) {
+      if (round >= list.size()) continue;
+      if (cancelled()) return CancelledByClient();
+      const Job& job = jobs[list[round]];
+      absl::StatusOr<std::unique_ptr<Reduction>> r = backend.Start(job.plan, job.extent.placement);
+      if (!r.ok()) return r.status();
+      if (absl::Status s = (*r)->Consume(job.extent); !s.ok()) return s;
+      running.emplace_back(list[round], std::move(*r));
+    }
+    if (running.empty()) break;
+    if (round == 0) Note(phase, "started");
+    for (auto& [j, r] : running) {
+      absl::StatusOr<AggregationResult> result = r->Finish();
+      if (!result.ok()) return result.status();
+      done[j] = std::move(*result);
+    }
+  }
+  Note(phase, "consumed");
+  // Each row's states merged in element order, then finished as the
+  // backends finish theirs.
+  const DType dtype = plan.array.dtype;
+  const std::uint64_t rows = plan.array.rows();
+  AggregationResult out;
+  out.backend = done.front().backend;
+  std::vector<std::string> devices;
+  for (const AggregationResult& r : done) {
+    if (std::find(devices.begin(), devices.end(), r.device) == devices.end()) devices.push_back(r.device);
+  }
+  out.device = absl::StrJoin(devices, ", ");
+  for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    const OpSpec& op = plan.ops[i];
+    std::vector<rules::PartialState> states(rows);
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      auto* got = std::get_if<std::vector<rules::PartialState>>(&done[j].values[i]);
+      if (got == nullptr || got->size() != jobs[j].rows) {
+        return absl::InternalError(absl::StrCat("a shard's ", rules::Name(op.kind), " came back without its ",
+                                                jobs[j].rows, " partial state(s)."));
+      }
+      for (std::uint64_t k = 0; k < jobs[j].rows; ++k) {
+        rules::PartialState& into = states[jobs[j].row + k];
+        into = rules::Merge(op, dtype, into, (*got)[k]);
+      }
+    }
+    OpValues values = EmptyValues(op, dtype, rows);
+    for (std::uint64_t row = 0; row < rows; ++row) StoreRow(op, row, std::move(states[row]), values);
+    out.values.push_back(std::move(values));
+  }
+  Note(phase, "finished");
+  return out;
+}
+
+}  // namespace
+
+absl::Status CancelledByClient() {
+  return absl::CancelledError("the client cancelled the request, or its deadline passed.");
+}
+
+absl::StatusOr<AggregationResult> ReducePieces(Backend& backend, const AggregationPlan& plan,
+                                               std::span<const PlacedPiece> pieces,
+                                               const std::function<bool()>& cancelled,
+                                               const std::function<void(const char*)>& phase) {
+  if (absl::Status s = CheckPieces(plan, pieces); !s.ok()) return s;
+  const bool host = std::all_of(pieces.begin(), pieces.end(),
+                                [](const PlacedPiece& p) { return p.extent.placement.host(); });
+  if (host || pieces.size() == 1) return ReduceInOne(backend, plan, pieces, cancelled, phase);
+  // Device bytes are read by the kernels, whose ops all have partial
+  // states (rules::HasPartialState); a backend refuses the others at Start.
+  return ReduceAcross(backend, plan, pieces, cancelled, phase);
+}
+
+absl::StatusOr<AggregationResult> ReducePiecesByMerging(Backend& backend, const AggregationPlan& plan,
+                                                        std::span<const PlacedPiece> pieces,
+                                                        const std::function<bool()>& cancelled,
+                                                        const std::function<void(const char*)>& phase) {
+  if (absl::Status s = CheckPieces(plan, pieces); !s.ok()) return s;
+  return ReduceAcross(backend, plan, pieces, cancelled, phase);
+}
+
+}  // namespace tally

@@ -1,0 +1,296 @@
+// Arrays in pieces (server/engine/reduce_pieces.h) on the cpu backend: host
+// pieces give bitwise the one-extent answer; the merging path that device
+// shards take gives the exact results exactly and float results to
+// rounding, for rows that cross the pieces, and keeps a caller's partial
+// states and base indices; a sharded dataset's pieces hold its bytes.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/datasets/dataset_store.h"
+#include "server/engine/reduce_pieces.h"
+#include "tests/unit/cpu_test_util.h"
+
+namespace tally::testing {
+namespace {
+
+std::vector<OpSpec> EveryMergeableOp(DType dtype) {
+  std::vector<OpSpec> ops;
+  for (OpKind k : {OpKind::kSum, OpKind::kMean, OpKind::kCount, OpKind::kSumSquares, OpKind::kVariance,
+                   OpKind::kStddev, OpKind::kMin, OpKind::kMax, OpKind::kArgmin, OpKind::kArgmax}) {
+    ops.push_back(OpSpec{.kind = k, .ddof = k == OpKind::kStddev ? 1.0 : 0.0});
+  }
+  const double hi = rules::IsFloat(dtype) ? 1000.0 : 200.0;
+  ops.push_back(OpSpec{.kind = OpKind::kHistogram, .histogram = {37, -hi, hi}});
+  return ops;
+}
+
+// `bytes` cut at `cuts` (element indices, increasing) into host pieces.
+std::vector<PlacedPiece> Cut(std::span<const std::byte> bytes, std::size_t es, std::vector<std::uint64_t> cuts) {
+  std::vector<PlacedPiece> pieces;
+  std::uint64_t at = 0;
+  cuts.push_back(bytes.size() / es);
+  for (const std::uint64_t c : cuts) {
+    if (c == at) continue;
+    pieces.push_back(PlacedPiece{at, Extent::PageableHost(bytes.subspan(at * es, (c - at) * es))});
+    at = c;
+  }
+  return pieces;
+}
+
+bool Close(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::fabs(a - b) <= 1e-9 * std::max({1.0, std::fabs(a), std::fabs(b)});
+}
+
+// Exact for every alternative but doubles of sums and moments.
+void ExpectAgree(const AggregationPlan& plan, const AggregationResult& want, const AggregationResult& got,
+                 bool exact, const std::string& what) {
+  ASSERT_EQ(want.values.size(), got.values.size()) << what;
+  for (std::size_t i = 0; i < want.values.size(); ++i) {
+    const OpKind k = plan.ops[i].kind;
+    const std::string where = what + ", " + rules::Name(k);
+    const auto* w = std::get_if<std::vector<double>>(&want.values[i]);
+    if (w == nullptr || exact || k == OpKind::kMin || k == OpKind::kMax) {
+      EXPECT_TRUE(want.values[i] == got.values[i]) << where;
+      continue;
+    }
+    const auto& g = std::get<std::vector<double>>(got.values[i]);
+    ASSERT_EQ(w->size(), g.size()) << where;
+    for (std::size_t r = 0; r < w->size(); ++r) EXPECT_TRUE(Close((*w)[r], g[r])) << where << " row " << r;
+  }
+}
+
+const auto kNever = [] { return false; };
+
+TEST(ReducePieces, HostPiecesGiveBitwiseTheOneExtentAnswer) {
+  TALLY_SEEDED_RNG(rng);
+  auto cpu = MakeCpuBackend({.threads = 2});
+  for (const DType dt : rules::kAllDTypes) {
+    const Array a = RandomArray(dt, 70001, rng, Fill::kWide);
+    const std::size_t es = rules::SizeOf(dt);
+    for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{7}}) {
+      const std::uint64_t n = row == 0 ? a.length : a.length / row * row;
+      const AggregationPlan plan{{dt, n, row}, EveryMergeableOp(dt)};
+      const std::span<const std::byte> bytes = std::span(a.bytes).first(n * es);
+      const PlacedPiece whole{0, Extent::PageableHost(bytes)};
+      absl::StatusOr<AggregationResult> want = ReducePieces(*cpu, plan, std::span(&whole, 1), kNever);
+      absl::StatusOr<AggregationResult> got = ReducePieces(*cpu, plan, Cut(bytes, es, {1, 20000, 20003, 55555}), kNever);
+      ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
+      ExpectAgree(plan, *want, *got, /*exact=*/true, std::string(rules::Name(dt)) + " rows " + std::to_string(row));
+    }
+  }
+}
+
+TEST(ReducePieces, MergedPiecesGiveTheExactResultsExactlyWhereverRowsCross) {
+  TALLY_SEEDED_RNG(rng);
+  auto cpu = MakeCpuBackend({.threads = 2});
+  for (const DType dt : rules::kAllDTypes) {
+    for (const Fill fill : {Fill::kWide, Fill::kNarrow}) {  // narrow: ties across pieces
+      const Array a = RandomArray(dt, 60000, rng, fill);
+      const std::size_t es = rules::SizeOf(dt);
+      // Rows of 1, rows that pieces cut in two and in several, one row over all.
+      for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{8}, std::uint64_t{1000},
+                                      std::uint64_t{20000}, std::uint64_t{60000}}) {
+        const AggregationPlan plan{{dt, a.length, row}, EveryMergeableOp(dt)};
+        const PlacedPiece whole{0, Extent::PageableHost(a.bytes)};
+        absl::StatusOr<AggregationResult> want = ReducePieces(*cpu, plan, std::span(&whole, 1), kNever);
+        for (const std::vector<std::uint64_t>& cuts :
+             {std::vector<std::uint64_t>{30000}, {3, 10001, 10002, 30500, 59999}, {15000, 30000, 45000}}) {
+          std::vector<std::string> phases;
+          absl::StatusOr<AggregationResult> got = ReducePiecesByMerging(
+              *cpu, plan, Cut(a.bytes, es, cuts), kNever, [&](const char* p) { phases.emplace_back(p); });
+          ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
+          ExpectAgree(plan, *want, *got, /*exact=*/false,
+                      std::string(rules::Name(dt)) + " rows " + std::to_string(row) + " in " +
+                          std::to_string(cuts.size() + 1) + " pieces");
+          EXPECT_EQ(phases, (std::vector<std::string>{"started", "consumed", "finished"}));
+        }
+      }
+    }
+  }
+}
+
+TEST(ReducePieces, CallersPartialStatesKeepTheirBaseIndex) {
+  TALLY_SEEDED_RNG(rng);
+  auto cpu = MakeCpuBackend({.threads = 2});
+  const Array a = RandomArray(DType::kInt32, 9000, rng, Fill::kNarrow);
+  for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{900}}) {
+    AggregationPlan plan{{DType::kInt32, a.length, row}, EveryMergeableOp(DType::kInt32)};
+    for (OpSpec& op : plan.ops) {
+      op.partial = true;
+      op.base_index = 1000000;
+    }
+    const PlacedPiece whole{0, Extent::PageableHost(a.bytes)};
+    absl::StatusOr<AggregationResult> want = ReducePieces(*cpu, plan, std::span(&whole, 1), kNever);
+    absl::StatusOr<AggregationResult> got = ReducePiecesByMerging(*cpu, plan, Cut(a.bytes, 4, {450, 4001}), kNever);
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
+    // Exact but for the moments (float64 means and M2s, merged in another
+    // order); the argmin and argmax indices include the base.
+    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+      const auto& w = std::get<std::vector<rules::PartialState>>(want->values[i]);
+      const auto& g = std::get<std::vector<rules::PartialState>>(got->values[i]);
+      ASSERT_EQ(w.size(), g.size());
+      for (std::size_t r = 0; r < w.size(); ++r) {
+        const std::string where = std::string(rules::Name(plan.ops[i].kind)) + " row " + std::to_string(r) +
+                                  " of rows of " + std::to_string(row);
+        EXPECT_TRUE(Close(w[r].mean, g[r].mean) && Close(w[r].m2, g[r].m2)) << where;
+        rules::PartialState a = w[r], b = g[r];
+        a.mean = b.mean = a.m2 = b.m2 = 0;
+        EXPECT_TRUE(a == b) << where;
+        if (plan.ops[i].kind == OpKind::kArgmax) {
+          EXPECT_GE(g[r].index, 1000000) << where;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReducePieces, PiecesThatAreNotThePlansElementsAreRefused) {
+  auto cpu = MakeCpuBackend({.threads = 2});
+  std::vector<std::byte> bytes(4 * 1000);
+  const AggregationPlan plan{{DType::kFloat32, 1000, 0}, {OpSpec{.kind = OpKind::kSum}}};
+  for (const std::uint64_t drop : {std::uint64_t{4}, std::uint64_t{400}}) {
+    const std::vector<PlacedPiece> short_of = Cut(std::span(bytes).first(bytes.size() - drop), 4, {100});
+    EXPECT_EQ(ReducePiecesByMerging(*cpu, plan, short_of, kNever).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ReducePieces(*cpu, plan, short_of, kNever).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  const AggregationPlan ragged{{DType::kFloat32, 1000, 7}, {OpSpec{.kind = OpKind::kSum}}};  // 7 does not divide
+  EXPECT_EQ(ReducePiecesByMerging(*cpu, ragged, Cut(bytes, 4, {100}), kNever).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ReducePieces, ACancelStopsBetweenPieces) {
+  auto cpu = MakeCpuBackend({.threads = 2});
+  std::vector<std::byte> bytes(4 * 1000);
+  const AggregationPlan plan{{DType::kFloat32, 1000, 0}, {OpSpec{.kind = OpKind::kSum}}};
+  int polls = 0;
+  const auto third = [&] { return ++polls >= 3; };
+  EXPECT_EQ(ReducePiecesByMerging(*cpu, plan, Cut(bytes, 4, {100, 200, 300, 400}), third).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(polls, 3);
+}
+
+class ShardedStore : public ::testing::Test {
+ protected:
+  absl::StatusOr<DatasetInfo> Put(DatasetStore& store, const std::string& name, const Array& a) {
+    auto up = store.BeginUpload(name, a.dtype, a.length, /*replace=*/true, std::nullopt);
+    if (!up.ok()) return up.status();
+    for (std::size_t at = 0; at < a.bytes.size(); at += 999) {
+      const std::span<const std::byte> piece = std::span(a.bytes).subspan(at, std::min<std::size_t>(999, a.bytes.size() - at));
+      if (absl::Status s = (*up)->Append(Extent::PageableHost(piece)); !s.ok()) return s;
+    }
+    return (*up)->Commit();
+  }
+  std::unique_ptr<Backend> cpu_ = MakeCpuBackend({.threads = 2});
+};
+
+TEST_F(ShardedStore, ShardsHoldTheBytesAndAnswerAsOne) {
+  TALLY_SEEDED_RNG(rng);
+  DatasetStore store(*cpu_, DatasetOptions{.shards = 3, .min_shard_bytes = 4000}, nullptr);
+  const Array a = RandomArray(DType::kFloat32, 10007, rng, Fill::kWide);
+  absl::StatusOr<DatasetInfo> info = Put(store, "x", a);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->shards, 3u);
+  EXPECT_EQ(info->place, "host,host,host");
+  EXPECT_EQ(store.Usage().front().bytes, a.bytes.size());
+  EXPECT_EQ(store.Usage().front().datasets, 1u);
+  auto d = store.Acquire("x");
+  ASSERT_TRUE(d.ok());
+  // Nearly equal shards, end to end.
+  const std::vector<PlacedPiece> all = (*d)->Pieces(0, a.length);
+  ASSERT_EQ(all.size(), 3u);
+  std::uint64_t at = 0;
+  for (const PlacedPiece& p : all) {
+    EXPECT_EQ(p.first, at);
+    EXPECT_EQ(std::memcmp(p.extent.bytes.data(), a.bytes.data() + at * 4, p.extent.size()), 0);
+    EXPECT_NEAR(static_cast<double>(p.extent.size() / 4), a.length / 3.0, 1.0);
+    at += p.extent.size() / 4;
+  }
+  EXPECT_EQ(at, a.length);
+  // A range within one shard, one across two, and an empty one.
+  EXPECT_EQ((*d)->Pieces(10, 20).size(), 1u);
+  const std::vector<PlacedPiece> two = (*d)->Pieces(3000, 4000);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].first, 0u);
+  EXPECT_EQ(two[1].first + two[1].extent.size() / 4, 1000u);
+  const std::vector<PlacedPiece> none = (*d)->Pieces(5, 5);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].extent.size(), 0u);
+  // The query path's answer is bitwise the unsharded one on the cpu backend.
+  const AggregationPlan plan{{DType::kFloat32, 1000, 10}, EveryMergeableOp(DType::kFloat32)};
+  const PlacedPiece whole{0, Extent::PageableHost(std::span(a.bytes).subspan(3000 * 4, 1000 * 4))};
+  absl::StatusOr<AggregationResult> want = ReducePieces(*cpu_, plan, std::span(&whole, 1), kNever);
+  absl::StatusOr<AggregationResult> got = ReducePieces(*cpu_, plan, two, kNever);
+  ASSERT_TRUE(want.ok() && got.ok());
+  ExpectAgree(plan, *want, *got, /*exact=*/true, "a range across two shards");
+  // Small datasets are not cut below --dataset_min_shard_bytes.
+  const Array small = RandomArray(DType::kFloat32, 1500, rng, Fill::kWide);  // 6000 bytes: one shard
+  info = Put(store, "small", small);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->shards, 1u);
+  EXPECT_EQ(info->place, "host");
+  const Array empty = RandomArray(DType::kFloat32, 0, rng, Fill::kWide);
+  info = Put(store, "empty", empty);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->shards, 1u);
+  // Deleted, the shards' bytes all go back.
+  ASSERT_TRUE(store.Delete("x").ok());
+  d->reset();
+  for (int i = 0; i < 200 && store.Usage().front().bytes != small.bytes.size(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(store.Usage().front().bytes, small.bytes.size());
+}
+
+TEST_F(ShardedStore, AnUploadThatEndsEarlyOrOverrunsLeavesNoShardBehind) {
+  TALLY_SEEDED_RNG(rng);
+  DatasetStore store(*cpu_, DatasetOptions{.shards = 4, .min_shard_bytes = 4}, nullptr);
+  const Array a = RandomArray(DType::kFloat64, 1000, rng, Fill::kWide);
+  {
+    auto up = store.BeginUpload("y", DType::kFloat64, 1000, false, std::nullopt);
+    ASSERT_TRUE(up.ok());
+    ASSERT_TRUE((*up)->Append(Extent::PageableHost(std::span(a.bytes).first(5000))).ok());  // into the third shard
+    const absl::StatusOr<DatasetInfo> early = (*up)->Commit();
+    EXPECT_EQ(early.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(early.status().message().find("received 5000 of the 8000 bytes"), std::string::npos) << early.status();
+  }
+  {
+    auto up = store.BeginUpload("y", DType::kFloat64, 1000, false, std::nullopt);
+    ASSERT_TRUE(up.ok()) << up.status();
+    ASSERT_TRUE((*up)->Append(Extent::PageableHost(a.bytes)).ok());
+    const absl::Status over = (*up)->Append(Extent::PageableHost(std::span(a.bytes).first(8)));
+    EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(over.message().find("more than the 8000 bytes"), std::string::npos) << over;
+  }
+  EXPECT_EQ(store.Acquire("y").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Usage().front().bytes, 0u);
+}
+
+TEST_F(ShardedStore, TheBudgetCountsEveryShardOfAPlace) {
+  TALLY_SEEDED_RNG(rng);
+  // Three shards of one place: the place takes all of a dataset's bytes.
+  DatasetStore store(*cpu_, DatasetOptions{.max_bytes_per_place = 10000, .shards = 3, .min_shard_bytes = 4}, nullptr);
+  const Array a = RandomArray(DType::kFloat32, 2000, rng, Fill::kWide);  // 8000 bytes
+  ASSERT_TRUE(Put(store, "a", a).ok());
+  const absl::StatusOr<DatasetInfo> b = Put(store, "b", a);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(b.status().message().find("needs 8000 bytes on host"), std::string::npos) << b.status();
+  const Array big = RandomArray(DType::kFloat32, 3000, rng, Fill::kWide);  // 12000 bytes
+  const absl::StatusOr<DatasetInfo> c = Put(store, "c", big);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("12000 bytes"), std::string::npos) << c.status();
+  // With LRU eviction, the old dataset's shards make room.
+  DatasetStore lru(*cpu_, DatasetOptions{.max_bytes_per_place = 10000, .evict_lru = true, .shards = 3,
+                                         .min_shard_bytes = 4},
+                   nullptr);
+  ASSERT_TRUE(Put(lru, "a", a).ok());
+  ASSERT_TRUE(Put(lru, "b", a).ok()) << "eviction";
+  EXPECT_EQ(lru.Acquire("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(lru.Acquire("b").ok());
+}
+
+}  // namespace
+}  // namespace tally::testing
