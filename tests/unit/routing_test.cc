@@ -94,6 +94,11 @@ TEST(Routing, MeasuredModelFollowsItsRates) {
   EXPECT_EQ(Choose(m, big_fused, {.gpu_queued_bytes = std::uint64_t{1} << 30}), Path::kCpu);
   // A large sum goes to the GPU once the CPU has a second of work queued.
   EXPECT_EQ(Choose(m, big_sum, {.cpu_queued_seconds = 1.0}), Path::kGpu);
+  // Under load a CPU request is helped only by the threads the others leave
+  // over: with 12 requests in flight, 4 threads; with 16 or more, its own.
+  EXPECT_NEAR(m.CpuSeconds(big_fused, {.cpu_requests = 12}), 5e-6 + m.CpuWork(big_fused) / 4, 1e-9);
+  EXPECT_NEAR(m.CpuSeconds(big_fused, {.cpu_requests = 40}), 5e-6 + m.CpuWork(big_fused), 1e-9);
+  EXPECT_EQ(Choose(m, big_sum, {.cpu_requests = 40}), Path::kGpu);
   // Fewer pieces than threads: a 256 KiB array is one chunk, one thread.
   EXPECT_NEAR(m.CpuSeconds(PlanOf(256 << 10, fused, 256), {}), 5e-6 + (64 << 10) * (1.2 + 2) * 1e-9, 1e-9);
 }

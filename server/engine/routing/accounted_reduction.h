@@ -14,11 +14,17 @@ namespace tally::routing {
 
 class AccountedReduction final : public Reduction {
  public:
-  AccountedReduction(std::unique_ptr<Reduction> inner, std::atomic<std::int64_t>* account, std::int64_t amount)
-      : inner_(std::move(inner)), account_(account), amount_(amount) {
+  // `amount` is added to `account`, and one to `requests` (may be null).
+  AccountedReduction(std::unique_ptr<Reduction> inner, std::atomic<std::int64_t>* account, std::int64_t amount,
+                     std::atomic<std::int64_t>* requests = nullptr)
+      : inner_(std::move(inner)), account_(account), amount_(amount), requests_(requests) {
     account_->fetch_add(amount_, std::memory_order_relaxed);
+    if (requests_ != nullptr) requests_->fetch_add(1, std::memory_order_relaxed);
   }
-  ~AccountedReduction() override { account_->fetch_sub(amount_, std::memory_order_relaxed); }
+  ~AccountedReduction() override {
+    account_->fetch_sub(amount_, std::memory_order_relaxed);
+    if (requests_ != nullptr) requests_->fetch_sub(1, std::memory_order_relaxed);
+  }
   AccountedReduction(const AccountedReduction&) = delete;
   AccountedReduction& operator=(const AccountedReduction&) = delete;
 
@@ -31,6 +37,7 @@ class AccountedReduction final : public Reduction {
   std::unique_ptr<Reduction> inner_;
   std::atomic<std::int64_t>* const account_;
   const std::int64_t amount_;
+  std::atomic<std::int64_t>* const requests_;
 };
 
 }  // namespace tally::routing
