@@ -124,6 +124,17 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
                                                std::span<const PlacedPiece> pieces,
                                                const std::function<bool()>& cancelled,
                                                const std::function<void(const char*)>& phase) {
+  // Device bytes are read by the kernels, whose ops all have partial
+  // states; the others would be refused at Start as partial requests,
+  // with a message about partial states that nobody asked for.
+  for (const OpSpec& op : plan.ops) {
+    if (!rules::HasPartialState(op.kind)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          rules::Name(op.kind), " cannot be merged across a dataset's shards, and the GPU kernels do not compute "
+          "it (nor the other NaN-skipping ops, prod, count_nonzero, any, all or ptp): aggregate this dataset "
+          "without it."));
+    }
+  }
   std::vector<Job> jobs;
   for (const PlacedPiece& piece : pieces) CutPiece(plan, piece, jobs);
   std::map<int, std::vector<std::size_t>> by_device;
@@ -196,8 +207,6 @@ absl::StatusOr<AggregationResult> ReducePieces(Backend& backend, const Aggregati
   const bool host = std::all_of(pieces.begin(), pieces.end(),
                                 [](const PlacedPiece& p) { return p.extent.placement.host(); });
   if (host || pieces.size() == 1) return ReduceInOne(backend, plan, pieces, cancelled, phase);
-  // Device bytes are read by the kernels, whose ops all have partial
-  // states (rules::HasPartialState); a backend refuses the others at Start.
   return ReduceAcross(backend, plan, pieces, cancelled, phase);
 }
 

@@ -96,9 +96,9 @@ TEST(Routing, MeasuredModelFollowsItsRates) {
   EXPECT_EQ(Choose(m, big_sum, {.cpu_queued_seconds = 1.0}), Path::kGpu);
   // Under load a CPU request is helped only by the threads the others leave
   // over: with 12 requests in flight, 4 threads; with 16 or more, its own.
-  EXPECT_NEAR(m.CpuSeconds(big_fused, {.cpu_requests = 12}), 5e-6 + m.CpuWork(big_fused) / 4, 1e-9);
-  EXPECT_NEAR(m.CpuSeconds(big_fused, {.cpu_requests = 40}), 5e-6 + m.CpuWork(big_fused), 1e-9);
-  EXPECT_EQ(Choose(m, big_sum, {.cpu_requests = 40}), Path::kGpu);
+  EXPECT_NEAR(m.CpuSeconds(big_fused, {.busy_threads = 12}), 5e-6 + m.CpuWork(big_fused) / 4, 1e-9);
+  EXPECT_NEAR(m.CpuSeconds(big_fused, {.busy_threads = 40}), 5e-6 + m.CpuWork(big_fused), 1e-9);
+  EXPECT_EQ(Choose(m, big_sum, {.busy_threads = 40}), Path::kGpu);
   // Fewer pieces than threads: a 256 KiB array is one chunk, one thread.
   EXPECT_NEAR(m.CpuSeconds(PlanOf(256 << 10, fused, 256), {}), 5e-6 + (64 << 10) * (1.2 + 2) * 1e-9, 1e-9);
 }

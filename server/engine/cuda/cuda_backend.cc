@@ -128,7 +128,7 @@ class CudaBackend final : public Backend {
     const routing::Load load{
         .cpu_queued_seconds = static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
         .gpu_queued_bytes = static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed)),
-        .cpu_requests = static_cast<int>(cpu_requests_.load(std::memory_order_relaxed))};
+        .busy_threads = static_cast<int>(requests_.load(std::memory_order_relaxed))};
     if (routing::Choose(model_, plan, load) == routing::Path::kCpu) {
       CountRoute(Metrics::Route::kCpuByCost);
       return StartOnCpu(plan, from);
@@ -148,7 +148,7 @@ class CudaBackend final : public Backend {
     if (!on_lane.ok()) return on_lane;
     CountRoute(Metrics::Route::kGpu);
     return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
-        std::move(*on_lane), &gpu_queued_bytes_, static_cast<std::int64_t>(plan.array.bytes())));
+        std::move(*on_lane), &gpu_queued_bytes_, static_cast<std::int64_t>(plan.array.bytes()), &requests_));
   }
 
   // The plan on the CPU backend, holding its estimated work in the CPU
@@ -157,7 +157,7 @@ class CudaBackend final : public Backend {
     absl::StatusOr<std::unique_ptr<Reduction>> r = cpu_->Start(plan, from);
     if (!r.ok()) return r;
     return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
-        std::move(*r), &cpu_queued_ns_, static_cast<std::int64_t>(model_.CpuWork(plan) * 1e9), &cpu_requests_));
+        std::move(*r), &cpu_queued_ns_, static_cast<std::int64_t>(model_.CpuWork(plan) * 1e9), &requests_));
   }
 
   // Host bytes on a GPU lane, whatever their size (the CPU when the plan's
@@ -285,7 +285,7 @@ class CudaBackend final : public Backend {
   // The paths' load (routing::Load): the CPU path's estimated one-thread
   // work in ns, the GPU path's bytes, of the requests in flight.
   std::atomic<std::int64_t> cpu_queued_ns_{0};
-  std::atomic<std::int64_t> cpu_requests_{0};
+  std::atomic<std::int64_t> requests_{0};  // cost-routed requests in flight, either path
   std::atomic<std::int64_t> gpu_queued_bytes_{0};
   std::unique_ptr<cpu::ThreadPool> copiers_;
   cuda::EngineContext engine_;

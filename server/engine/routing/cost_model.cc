@@ -49,7 +49,7 @@ double MeasuredCostModel::CpuSeconds(const AggregationPlan& plan, const Load& lo
   const std::uint64_t chunk = cpu::CpuPolicy::kChunkElements;
   const std::uint64_t pieces = std::max<std::uint64_t>(1, (plan.array.length + chunk - 1) / chunk);
   const double threads = static_cast<double>(std::max(p_.cpu_threads, 1));
-  const double free = std::max(1.0, threads - static_cast<double>(std::max(load.cpu_requests, 0)));
+  const double free = std::max(1.0, threads - static_cast<double>(std::max(load.busy_threads, 0)));
   const double parallel = std::min<double>(free, static_cast<double>(pieces));
   const double read = static_cast<double>(plan.array.bytes()) / (std::max(p_.cpu_gb_per_s, 1e-3) * 1e9);
   return p_.cpu_fixed_us * 1e-6 + load.cpu_queued_seconds / threads + std::max(CpuWork(plan) / parallel, read);

@@ -29,9 +29,11 @@ const char* Name(Path path);
 struct Load {
   double cpu_queued_seconds = 0.0;     // one-thread work of the CPU path's requests in flight
   std::uint64_t gpu_queued_bytes = 0;  // bytes of the GPU path's requests in flight
-  // The CPU path's requests in flight: each keeps a thread, so a new one
-  // is helped only by the threads left over (cpu/thread_pool.h).
-  int cpu_requests = 0;
+  // Requests in flight on either path: each keeps a thread busy (the CPU
+  // path's reduces on it, the GPU path's fills pinned staging from it), so
+  // a new CPU request is helped only by the threads left over
+  // (cpu/thread_pool.h).
+  int busy_threads = 0;
 };
 
 // The rates a model is built from. Per-element CPU costs are one thread's,
