@@ -122,12 +122,14 @@ ABSL_FLAG(std::uint64_t, cuda_chunk_bytes, std::uint64_t{8} << 20,
 ABSL_FLAG(int, cuda_streams_per_device, 16,
           "Lanes per GPU: requests one GPU serves at once, each with its own streams, device buffers "
           "and state.");
-ABSL_FLAG(std::string, routing, "cost",
-          "With --backend=cuda or auto, where received arrays run: 'cost' sends each request to the CPU "
-          "or a GPU, whichever is estimated to finish it first under the present load (rates measured at "
-          "start-up, see --route_model); 'size' sends arrays under --small_request_bytes to the CPU and "
-          "the rest to a GPU, so a request always runs on the same hardware and gives the same bits. "
-          "Every response's execution.backend says which ran.");
+ABSL_FLAG(std::string, routing, "size",
+          "With --backend=cuda or auto, where received arrays run: 'size' sends arrays under "
+          "--small_request_bytes to the CPU and the rest to a GPU, so a request always runs on the same "
+          "hardware and gives the same bits, as the proto promises; 'cost' sends each request to the "
+          "CPU or a GPU, whichever is estimated to finish it first under the present load (rates "
+          "measured at start-up, see --route_model): faster for plain sums under load, slower for "
+          "fused ops under load, and the same request may then give other last bits of a float sum "
+          "from one call to the next. Every response's execution.backend says which ran.");
 ABSL_FLAG(std::string, route_model, "",
           "--routing=cost: rates to use instead of the measured ones, as key=value,... with keys "
           "cpu_fixed_us, cpu_read_ns, cpu_ns.OP (what an op adds per element on one thread, e.g. "

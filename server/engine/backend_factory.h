@@ -30,7 +30,7 @@ struct BackendOptions {
   // Received bytes go to the CPU or a GPU: "cost" (estimated time, from a
   // start-up calibration and --route_model; server/engine/routing) or
   // "size" (under small_request_bytes to the CPU).
-  std::string routing = "cost";
+  std::string routing = "size";
   bool route_calibration = true;  // measure the model's rates at start-up
   std::string route_model;        // "key=value,..." given rates (routing::ApplyOverrides)
 };

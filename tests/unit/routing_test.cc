@@ -128,7 +128,7 @@ TEST(Routing, RouteModelFlagOverridesAndRefusesWhatItDoesNotKnow) {
 TEST(Routing, CalibrationMeasuresEveryRate) {
   auto cpu = MakeCpuBackend({.threads = 2});
   const StartFn start = [&](const AggregationPlan& plan) { return cpu->Start(plan); };
-  absl::StatusOr<CostParams> p = Calibrate(start, 2, start);
+  absl::StatusOr<CostParams> p = Calibrate(start, 2, start, 4);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->cpu_threads, 2);
   for (double v : {p->cpu_fixed_us, p->cpu_read_ns, p->cpu_gb_per_s, p->gpu_fixed_us, p->gpu_gb_per_s,
@@ -146,7 +146,7 @@ TEST(Routing, CalibrationMeasuresEveryRate) {
   const StartFn broken = [](const AggregationPlan&) -> absl::StatusOr<std::unique_ptr<Reduction>> {
     return absl::UnavailableError("no lane");
   };
-  EXPECT_EQ(Calibrate(start, 2, broken).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Calibrate(start, 2, broken, 4).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

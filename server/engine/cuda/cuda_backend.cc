@@ -72,7 +72,8 @@ class CudaBackend final : public Backend {
     if (measure) {
       absl::StatusOr<routing::CostParams> measured = routing::Calibrate(
           [this](const AggregationPlan& plan) { return cpu_->Start(plan); }, cpu_threads_,
-          [this](const AggregationPlan& plan) { return StartOnLane(plan, lane_wait_); });
+          [this](const AggregationPlan& plan) { return StartOnLane(plan, lane_wait_); },
+          pool_->lanes_per_device() * static_cast<int>(pool_->ordinals().size()));
       if (!measured.ok()) {
         return absl::Status(measured.status().code(),
                             absl::StrCat("cuda backend: calibrating the routing: ", measured.status().message()));

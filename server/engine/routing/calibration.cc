@@ -93,7 +93,7 @@ class Timer {
 
 }  // namespace
 
-absl::StatusOr<CostParams> Calibrate(const StartFn& cpu, int cpu_threads, const StartFn& gpu) {
+absl::StatusOr<CostParams> Calibrate(const StartFn& cpu, int cpu_threads, const StartFn& gpu, int gpu_lanes) {
   constexpr std::uint64_t kGpuElements = std::uint64_t{4} << 20;  // 16 MiB
   // One CPU chunk: reduced by one thread, so the per-element costs are a
   // thread's.
@@ -148,11 +148,13 @@ absl::StatusOr<CostParams> Calibrate(const StartFn& cpu, int cpu_threads, const 
   // Several requests at once: how fast the GPU path drains what is queued
   // on it (its lanes copy and reduce side by side, sharing the host's
   // memory bandwidth and the copy threads).
-  constexpr int kTogether = 8;
-  absl::StatusOr<double> together = timer.Together(gpu, PlanOf(kGpuElements, {Op(OpKind::kSum)}), kTogether, 3);
+  const int together_requests = std::clamp(gpu_lanes, 1, 8);
+  absl::StatusOr<double> together =
+      timer.Together(gpu, PlanOf(kGpuElements, {Op(OpKind::kSum)}), together_requests, 3);
   if (!together.ok()) return together.status();
-  p.gpu_all_gb_per_s = std::max(p.gpu_gb_per_s, static_cast<double>(kTogether * kGpuElements * sizeof(float)) /
-                                                     std::max(*together, 1e-6) / 1e9);
+  p.gpu_all_gb_per_s =
+      std::max(p.gpu_gb_per_s, static_cast<double>(together_requests) * (kGpuElements * sizeof(float)) /
+                                   std::max(*together, 1e-6) / 1e9);
   return p;
 }
 

@@ -16,8 +16,9 @@ using StartFn = std::function<absl::StatusOr<std::unique_ptr<Reduction>>(const A
 
 // Measures CostParams: the CPU path through `cpu` (which has `cpu_threads`
 // threads), the GPU path through `gpu` (a Reduction on a GPU lane whatever
-// the plan's size). Float32 arrays, fed as 64 KiB runs the way gRPC
-// delivers a message. An error of either path is returned.
-absl::StatusOr<CostParams> Calibrate(const StartFn& cpu, int cpu_threads, const StartFn& gpu);
+// the plan's size; `gpu_lanes` of them, so that requests run together take
+// no more). Float32 arrays, fed as 64 KiB runs the way gRPC delivers a
+// message. An error of either path is returned.
+absl::StatusOr<CostParams> Calibrate(const StartFn& cpu, int cpu_threads, const StartFn& gpu, int gpu_lanes);
 
 }  // namespace tally::routing
