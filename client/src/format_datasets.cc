@@ -80,7 +80,8 @@ std::string Percent(std::uint64_t part, std::uint64_t whole) {
 std::string FormatDatasetText(const v1::DatasetInfo& d, absl::Time now) {
   const std::string expiry = ExpiryText(d, now);
   return absl::StrCat(d.name(), ": ", DTypeText(d.dtype()), ", ", d.length(), " elements (",
-                      FormatBytes(d.bytes()), ") on ", d.place(), ", version ", d.version(), ", ",
+                      FormatBytes(d.bytes()), ") on ", d.place(),
+                      d.shards() > 1 ? absl::StrCat(" in ", d.shards(), " shards") : "", ", version ", d.version(), ", ",
                       expiry.empty() ? "no TTL" : absl::StrCat("expires ", expiry), ", ",
                       d.queries(), d.queries() == 1 ? " query" : " queries");
 }
@@ -120,7 +121,7 @@ std::string DatasetJson(const v1::DatasetInfo& d) {
                       ",\"place\":", JsonQuote(d.place()), ",\"version\":", d.version(),
                       ",\"created_unix_seconds\":", DoubleText(d.created_unix_seconds()),
                       ",\"expires_unix_seconds\":", DoubleText(d.expires_unix_seconds()),
-                      ",\"queries\":", d.queries(), "}");
+                      ",\"queries\":", d.queries(), ",\"shards\":", std::max<std::uint32_t>(d.shards(), 1), "}");
 }
 
 std::string FormatDatasetsJson(const v1::ListDatasetsResponse& list) {

@@ -447,6 +447,33 @@ class Datasets(ServerCase):
         self.assertIn("RESOURCE_EXHAUSTED", r.stderr)
 
 
+class ShardedDatasets(ServerCase):
+    """A CPU server that cuts datasets into three shards: queries across them
+    answer bitwise as the array sent does, and the listing says how the
+    dataset is kept."""
+    SERVER_ARGS = ["--backend=cpu", "--dataset_shards=3", "--dataset_min_shard_bytes=4096"]
+
+    def test_a_sharded_dataset_answers_as_the_array_sent(self):
+        x = np.random.default_rng(12).standard_normal(30_000).astype(np.float32)
+        path = os.path.join(self.tmp.name, "s.npy")
+        np.save(path, x)
+        put = run("put", "s", path, self.target, "--json")
+        self.assertEqual(put.returncode, 0, put.stderr)
+        info = json.loads(put.stdout)["dataset"]
+        self.assertEqual((info["shards"], info["place"]), (3, "host,host,host"))
+        ops = "--ops=sum,min,max,argmin,argmax,std:1,hist:16:-2:2"
+        for rng in ("--range=9000:11000", "--range=0:30000", "--range=19999:20001"):
+            lo, hi = (int(v) for v in rng.split("=")[1].split(":"))
+            q = run("aggregate", "--dataset=s", rng, "--rows=2", ops, self.target, "--json")
+            self.assertEqual(q.returncode, 0, q.stderr)
+            sent_path = os.path.join(self.tmp.name, "part.npy")
+            np.save(sent_path, x[lo:hi])
+            sent = run("aggregate", sent_path, "--rows=2", ops, self.target, "--json")
+            self.assertEqual(json.loads(q.stdout)["results"], json.loads(sent.stdout)["results"], rng)
+        listing = run("datasets", self.target)
+        self.assertIn("in 3 shards", listing.stdout + run("datasets", "s", self.target).stdout)
+
+
 class Drain(unittest.TestCase):
     def test_sigterm_finishes_the_call_in_flight_and_exits_zero(self):
         server = TallyServer(SERVER, pb, ["--backend=cpu", "--drain_grace_seconds=20"])

@@ -332,6 +332,7 @@ class Datasets(Base):
         x = random_array(self.rng, np.uint32, 10_000)
         info = self.client.put_dataset("ds-client", x, replace=True)
         self.assertEqual((info.name, info.dtype, info.length, info.bytes), ("ds-client", np.dtype(np.uint32), 10_000, 40_000))
+        self.assertEqual(info.shards, 1)  # 40 KB: under two shards' minimum
         self.assertIn("ds-client", [d.name for d in self.client.list_datasets()])
         r = self.client.aggregate_dataset("ds-client", "sum,argmax,max", range=(1000, 9000), row_length=400)
         m = x[1000:9000].reshape(20, 400)

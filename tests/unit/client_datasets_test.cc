@@ -82,6 +82,11 @@ TEST(FormatDataset, OneLine) {
             "t: float64, 1 elements (8 B) on cuda:1, version 42, expires in 10m00s, 3 queries");
   EXPECT_NE(FormatDatasetText(Info("t", 1, 1'700'000'000 - 1), kNow).find("expires expired"),
             std::string::npos);
+  v1::DatasetInfo sharded = Info("big", 1 << 20, 0);
+  sharded.set_place("cuda:0,cuda:1");
+  sharded.set_shards(2);
+  EXPECT_EQ(FormatDatasetText(sharded, kNow),
+            "big: float64, 1048576 elements (8.00 MiB) on cuda:0,cuda:1 in 2 shards, version 42, no TTL, 3 queries");
 }
 
 TEST(FormatDataset, TableOfDatasetsAndPlaces) {
@@ -113,7 +118,7 @@ TEST(FormatDataset, Json) {
   EXPECT_EQ(DatasetJson(d),
             "{\"name\":\"q\\\"uote\",\"dtype\":\"float64\",\"length\":2,\"bytes\":16,"
             "\"place\":\"cuda:1\",\"version\":42,\"created_unix_seconds\":1.7e+09,"
-            "\"expires_unix_seconds\":0,\"queries\":3}");
+            "\"expires_unix_seconds\":0,\"queries\":3,\"shards\":1}");
   v1::ListDatasetsResponse list;
   *list.add_datasets() = d;
   v1::PlaceUsage* p = list.add_places();

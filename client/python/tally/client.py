@@ -43,16 +43,17 @@ class DatasetInfo:
     dtype: np.dtype
     length: int
     bytes: int
-    place: str
+    place: str         # "cuda:0"; sharded: each shard's place, comma-separated
     version: int
     created_unix_seconds: float
     expires_unix_seconds: float
     queries: int
+    shards: int = 1
 
     @classmethod
     def from_proto(cls, d: "pb.DatasetInfo") -> "DatasetInfo":
         return cls(d.name, FROM_WIRE.get(d.dtype, np.dtype(object)), d.length, d.bytes, d.place, d.version,
-                   d.created_unix_seconds, d.expires_unix_seconds, d.queries)
+                   d.created_unix_seconds, d.expires_unix_seconds, d.queries, max(d.shards, 1))
 
 
 @dataclass(frozen=True)
