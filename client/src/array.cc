@@ -19,12 +19,14 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       {"float32", "f4", DType::kFloat32}, {"float64", "f8", DType::kFloat64},
       {"int32", "i4", DType::kInt32},     {"int64", "i8", DType::kInt64},
       {"uint32", "u4", DType::kUInt32},   {"uint8", "u1", DType::kUInt8},
+      {"int8", "i1", DType::kInt8},       {"int16", "i2", DType::kInt16},
+      {"uint16", "u2", DType::kUInt16},   {"uint64", "u8", DType::kUInt64},
   };
   for (const Alias& a : kAliases) {
     if (lower == a.name || lower == a.short_name) return a.dtype;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype \"", name, "\"; expected float32, float64, int32, int64, uint32 or uint8"));
+      "unknown dtype \"", name, "\"; expected float32, float64, int8, int16, int32, int64, uint8, uint16, uint32 or uint64"));
 }
 
 }  // namespace tally::client

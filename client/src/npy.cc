@@ -153,6 +153,10 @@ absl::StatusOr<rules::DType> ParseDescr(absl::string_view descr) {
   if (type == "i8") return rules::DType::kInt64;
   if (type == "u4") return rules::DType::kUInt32;
   if (type == "u1") return rules::DType::kUInt8;
+  if (type == "i1") return rules::DType::kInt8;
+  if (type == "i2") return rules::DType::kInt16;
+  if (type == "u2") return rules::DType::kUInt16;
+  if (type == "u8") return rules::DType::kUInt64;
   return unsupported("");
 }
 

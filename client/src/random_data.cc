@@ -87,6 +87,18 @@ void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uin
       Fill<std::uint8_t>(out, length, rng,
                          [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 56); });
       break;
+    case rules::DType::kInt8:
+      Fill<std::int8_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::int8_t>(r >> 56); });
+      break;
+    case rules::DType::kInt16:
+      Fill<std::int16_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::int16_t>(r >> 48); });
+      break;
+    case rules::DType::kUInt16:
+      Fill<std::uint16_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::uint16_t>(r >> 48); });
+      break;
+    case rules::DType::kUInt64:
+      Fill<std::uint64_t>(out, length, rng, [](std::uint64_t r) { return r; });
+      break;
   }
 }
 

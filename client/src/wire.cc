@@ -17,6 +17,10 @@ v1::DType ToWire(rules::DType dtype) {
     case rules::DType::kInt64: return v1::DTYPE_INT64;
     case rules::DType::kUInt32: return v1::DTYPE_UINT32;
     case rules::DType::kUInt8: return v1::DTYPE_UINT8;
+    case rules::DType::kInt8: return v1::DTYPE_INT8;
+    case rules::DType::kInt16: return v1::DTYPE_INT16;
+    case rules::DType::kUInt16: return v1::DTYPE_UINT16;
+    case rules::DType::kUInt64: return v1::DTYPE_UINT64;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -17,11 +17,15 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType d) {
     case v1::DTYPE_INT64: return DType::kInt64;
     case v1::DTYPE_UINT32: return DType::kUInt32;
     case v1::DTYPE_UINT8: return DType::kUInt8;
+    case v1::DTYPE_INT8: return DType::kInt8;
+    case v1::DTYPE_INT16: return DType::kInt16;
+    case v1::DTYPE_UINT16: return DType::kUInt16;
+    case v1::DTYPE_UINT64: return DType::kUInt64;
     default: break;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "spec.dtype: ", d == v1::DTYPE_UNSPECIFIED ? std::string("no dtype was given") : absl::StrCat("unknown dtype ", static_cast<int>(d)),
-      "; expected one of float32, float64, int32, int64, uint32, uint8."));
+      "; expected one of float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64."));
 }
 
 v1::DType DTypeToProto(DType d) {
@@ -32,6 +36,10 @@ v1::DType DTypeToProto(DType d) {
     case DType::kInt64: return v1::DTYPE_INT64;
     case DType::kUInt32: return v1::DTYPE_UINT32;
     case DType::kUInt8: return v1::DTYPE_UINT8;
+    case DType::kInt8: return v1::DTYPE_INT8;
+    case DType::kInt16: return v1::DTYPE_INT16;
+    case DType::kUInt16: return v1::DTYPE_UINT16;
+    case DType::kUInt64: return v1::DTYPE_UINT64;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -84,10 +84,10 @@ inline std::vector<std::byte> RandomArray(DType dtype, std::uint64_t n, std::uin
         x[i] = static_cast<V>(std::uniform_int_distribution<std::int32_t>(-1000000, 1000000)(rng));
       } else if constexpr (std::is_same_v<V, std::int64_t>) {
         x[i] = std::uniform_int_distribution<std::int64_t>(-1000000000000, 1000000000000)(rng);
-      } else if constexpr (std::is_same_v<V, std::uint32_t>) {
-        x[i] = static_cast<V>(rng());
-      } else {
+      } else if constexpr (std::is_same_v<V, std::uint8_t>) {
         x[i] = static_cast<V>(rng() & 0xff);
+      } else {  // uint32, and int8, int16, uint16, uint64 over their whole range
+        x[i] = static_cast<V>(rng());
       }
     }
   });
@@ -103,6 +103,10 @@ inline HistogramSpec HistogramFor(DType dtype, std::uint32_t bins) {
     case DType::kInt64: return {bins, -8e11, 9e11};
     case DType::kUInt32: return {bins, 4e8, 3.9e9};
     case DType::kUInt8: return {bins, 10.0, 240.0};
+    case DType::kInt8: return {bins, -100.0, 110.0};
+    case DType::kInt16: return {bins, -30000.0, 31000.0};
+    case DType::kUInt16: return {bins, 1000.0, 64000.0};
+    case DType::kUInt64: return {bins, 1e18, 1.7e19};
   }
   return {bins, 0.0, 1.0};
 }

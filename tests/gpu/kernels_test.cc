@@ -92,6 +92,10 @@ rules::HistogramSpec RangeFor(std::uint32_t bins) {
     case DType::kInt64: return {bins, -7e18, 8e18};
     case DType::kUInt32: return {bins, 3e8, 3.9e9};
     case DType::kUInt8: return {bins, 12.0, 240.0};
+    case DType::kInt8: return {bins, -100.5, 110.0};
+    case DType::kInt16: return {bins, -30000.0, 31000.25};
+    case DType::kUInt16: return {bins, 1000.0, 64000.0};
+    case DType::kUInt64: return {bins, 1e18, 1.7e19};
   }
   return {bins, 0.0, 1.0};
 }

@@ -23,7 +23,8 @@ warnings.filterwarnings("ignore", message="Degrees of freedom <= 0")
 SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
-          "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8}
+          "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8, "int8": np.int8,
+          "int16": np.int16, "uint16": np.uint16, "uint64": np.uint64}
 
 
 def random_array(rng, dtype, n):
@@ -560,7 +561,7 @@ class NumpySemantics(unittest.TestCase):
             self.assertEqual(r, [1, 0, 0, 1], name)
             self.assertRefused(empty, [agg(pb.OP_PTP)], 0, "empty")
         # Integer wrap-around: prod modulo 2^64, ptp at the dtype's width.
-        for dtype in (np.int32, np.int64, np.uint32, np.uint8):
+        for dtype in (np.int32, np.int64, np.uint32, np.uint8, np.int8, np.int16, np.uint16, np.uint64):
             info = np.iinfo(dtype)
             x = np.array([info.max, info.min, info.max - 1, 3], dtype)
             r = [values(v)[0] for v in self.ask(x, [agg(pb.OP_PROD), agg(pb.OP_PTP)]).results]

@@ -16,6 +16,10 @@ SUPPORTED = {
     np.dtype(np.int64): pb.DTYPE_INT64,
     np.dtype(np.uint32): pb.DTYPE_UINT32,
     np.dtype(np.uint8): pb.DTYPE_UINT8,
+    np.dtype(np.int8): pb.DTYPE_INT8,
+    np.dtype(np.int16): pb.DTYPE_INT16,
+    np.dtype(np.uint16): pb.DTYPE_UINT16,
+    np.dtype(np.uint64): pb.DTYPE_UINT64,
 }
 SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED)
 FROM_WIRE = {v: k for k, v in SUPPORTED.items()}

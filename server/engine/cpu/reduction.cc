@@ -242,7 +242,7 @@ class CpuReduction final : public Reduction {
     short_rows_ = a.segmented() && a.row_length <= CpuPolicy::kShortRowElements;
 
     unsigned mask = 0;
-    if (needs_.native_sum || (needs_.dsum && !std::is_same_v<V, std::int64_t>)) mask |= kLaneSum;
+    if (needs_.native_sum || (needs_.dsum && !kWideInteger)) mask |= kLaneSum;
     if (needs_.sum_squares) mask |= kLaneSumSq;
     if (needs_.min) mask |= kLaneMin;
     if (needs_.max) mask |= kLaneMax;
@@ -425,8 +425,10 @@ class CpuReduction final : public Reduction {
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
       if (needs_.dsum) {
-        // Exact block sums for the narrow types (no overflow in a block).
-        if constexpr (std::is_same_v<V, std::int64_t>) {
+        // Exact block sums for the narrow types (no overflow in a block);
+        // 64-bit integers can overflow one, so they are summed in float64,
+        // as numpy's mean does.
+        if constexpr (kWideInteger) {
           p.dsum = DoubleSumLanes(x, n);
         } else if constexpr (std::is_signed_v<V>) {
           p.dsum = static_cast<double>(static_cast<std::int64_t>(t.sum));
@@ -781,6 +783,9 @@ class CpuReduction final : public Reduction {
   }
 
   static constexpr std::uint64_t kNoRow = std::numeric_limits<std::uint64_t>::max();
+  // int64 and uint64: a block's native sum can overflow, so the float64
+  // sum behind means and moments is taken in float64 itself.
+  static constexpr bool kWideInteger = std::is_integral_v<V> && sizeof(V) == 8;
 
   const AggregationPlan plan_;
   const std::vector<OpSpec> ops_;  // plan_.ops as this dtype computes them (EffectiveOps)

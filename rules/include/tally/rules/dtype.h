@@ -8,10 +8,11 @@
 
 namespace tally::rules {
 
-enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt32, kUInt8 };
+enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt32, kUInt8, kInt8, kInt16, kUInt16, kUInt64 };
 
-inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
-                                       DType::kInt64,   DType::kUInt32,  DType::kUInt8};
+inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,  DType::kInt64,
+                                       DType::kUInt32,  DType::kUInt8,   DType::kInt8,   DType::kInt16,
+                                       DType::kUInt16,  DType::kUInt64};
 
 constexpr std::size_t SizeOf(DType t) {
   switch (t) {
@@ -21,6 +22,10 @@ constexpr std::size_t SizeOf(DType t) {
     case DType::kInt64: return 8;
     case DType::kUInt32: return 4;
     case DType::kUInt8: return 1;
+    case DType::kInt8: return 1;
+    case DType::kInt16: return 2;
+    case DType::kUInt16: return 2;
+    case DType::kUInt64: return 8;
   }
   return 0;
 }
@@ -33,13 +38,21 @@ constexpr const char* Name(DType t) {
     case DType::kInt64: return "int64";
     case DType::kUInt32: return "uint32";
     case DType::kUInt8: return "uint8";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kUInt16: return "uint16";
+    case DType::kUInt64: return "uint64";
   }
   return "unknown";
 }
 
 constexpr bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
-constexpr bool IsSigned(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
-constexpr bool IsUnsigned(DType t) { return t == DType::kUInt32 || t == DType::kUInt8; }
+constexpr bool IsSigned(DType t) {
+  return t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kInt16;
+}
+constexpr bool IsUnsigned(DType t) {
+  return t == DType::kUInt32 || t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt64;
+}
 
 // Per-dtype types:
 //   value     the element type in memory
@@ -54,6 +67,10 @@ template <> struct Traits<DType::kInt32>   { using value = std::int32_t;  using 
 template <> struct Traits<DType::kInt64>   { using value = std::int64_t;  using sum = std::int64_t;  using extreme = std::int64_t;  using bin = double; };
 template <> struct Traits<DType::kUInt32>  { using value = std::uint32_t; using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
 template <> struct Traits<DType::kUInt8>   { using value = std::uint8_t;  using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
+template <> struct Traits<DType::kInt8>    { using value = std::int8_t;   using sum = std::int64_t;  using extreme = std::int64_t;  using bin = double; };
+template <> struct Traits<DType::kInt16>   { using value = std::int16_t;  using sum = std::int64_t;  using extreme = std::int64_t;  using bin = double; };
+template <> struct Traits<DType::kUInt16>  { using value = std::uint16_t; using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
+template <> struct Traits<DType::kUInt64>  { using value = std::uint64_t; using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
 
 // Calls f(std::integral_constant<DType, t>{}) for the runtime dtype t: the one
 // place that turns a runtime dtype into a compile-time one.
@@ -65,9 +82,13 @@ constexpr decltype(auto) VisitDType(DType t, F&& f) {
     case DType::kInt32: return f(std::integral_constant<DType, DType::kInt32>{});
     case DType::kInt64: return f(std::integral_constant<DType, DType::kInt64>{});
     case DType::kUInt32: return f(std::integral_constant<DType, DType::kUInt32>{});
-    case DType::kUInt8: break;
+    case DType::kUInt8: return f(std::integral_constant<DType, DType::kUInt8>{});
+    case DType::kInt8: return f(std::integral_constant<DType, DType::kInt8>{});
+    case DType::kInt16: return f(std::integral_constant<DType, DType::kInt16>{});
+    case DType::kUInt16: return f(std::integral_constant<DType, DType::kUInt16>{});
+    case DType::kUInt64: break;
   }
-  return f(std::integral_constant<DType, DType::kUInt8>{});
+  return f(std::integral_constant<DType, DType::kUInt64>{});
 }
 
 }  // namespace tally::rules
