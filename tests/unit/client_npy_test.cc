@@ -76,7 +76,9 @@ TEST(NpyHeader, EveryDtypeAndByteOrderMark) {
   for (const Case& c : {Case{"<f4", rules::DType::kFloat32}, Case{"<f8", rules::DType::kFloat64},
                         Case{"<i4", rules::DType::kInt32}, Case{"<i8", rules::DType::kInt64},
                         Case{"<u4", rules::DType::kUInt32}, Case{"|u1", rules::DType::kUInt8},
-                        Case{"<u1", rules::DType::kUInt8}, Case{"|f8", rules::DType::kFloat64}}) {
+                        Case{"<u1", rules::DType::kUInt8}, Case{"|f8", rules::DType::kFloat64},
+                        Case{"|i1", rules::DType::kInt8}, Case{"<i2", rules::DType::kInt16},
+                        Case{"<u2", rules::DType::kUInt16}, Case{"<u8", rules::DType::kUInt64}}) {
     const std::string data(2 * rules::SizeOf(c.dtype), '\x01');
     const std::string file = NpyFile(
         1, std::string("{'descr': '") + c.descr + "', 'fortran_order': False, 'shape': (2,), }", data);
