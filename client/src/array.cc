@@ -21,12 +21,13 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       {"uint32", "u4", DType::kUInt32},   {"uint8", "u1", DType::kUInt8},
       {"int8", "i1", DType::kInt8},       {"int16", "i2", DType::kInt16},
       {"uint16", "u2", DType::kUInt16},   {"uint64", "u8", DType::kUInt64},
+      {"bool", "b1", DType::kBool},
   };
   for (const Alias& a : kAliases) {
     if (lower == a.name || lower == a.short_name) return a.dtype;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype \"", name, "\"; expected float32, float64, int8, int16, int32, int64, uint8, uint16, uint32 or uint64"));
+      "unknown dtype \"", name, "\"; expected float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64 or bool"));
 }
 
 }  // namespace tally::client

@@ -139,8 +139,8 @@ absl::StatusOr<rules::DType> ParseDescr(absl::string_view descr) {
   const auto unsupported = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported .npy dtype '", descr, "'", why,
-        "; supported: <f4 <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 (little-endian float32, float64, int8, "
-        "int16, int32, int64, uint8, uint16, uint32, uint64)"));
+        "; supported: <f4 <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1 (little-endian float32, float64, "
+        "int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool)"));
   };
   if (descr.size() != 3) return unsupported("");
   const char order = descr[0];
@@ -157,6 +157,7 @@ absl::StatusOr<rules::DType> ParseDescr(absl::string_view descr) {
   if (type == "i2") return rules::DType::kInt16;
   if (type == "u2") return rules::DType::kUInt16;
   if (type == "u8") return rules::DType::kUInt64;
+  if (type == "b1") return rules::DType::kBool;
   return unsupported("");
 }
 

@@ -99,6 +99,9 @@ void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uin
     case rules::DType::kUInt64:
       Fill<std::uint64_t>(out, length, rng, [](std::uint64_t r) { return r; });
       break;
+    case rules::DType::kBool:
+      Fill<std::uint8_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 63); });
+      break;
   }
 }
 

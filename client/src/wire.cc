@@ -21,6 +21,7 @@ v1::DType ToWire(rules::DType dtype) {
     case rules::DType::kInt16: return v1::DTYPE_INT16;
     case rules::DType::kUInt16: return v1::DTYPE_UINT16;
     case rules::DType::kUInt64: return v1::DTYPE_UINT64;
+    case rules::DType::kBool: return v1::DTYPE_BOOL;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

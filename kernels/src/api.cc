@@ -32,7 +32,8 @@ cudaError_t Validate(const AggregatePlan& plan) {
   switch (plan.dtype) {
     case rules::DType::kFloat32: case rules::DType::kFloat64: case rules::DType::kInt32:
     case rules::DType::kInt64: case rules::DType::kUInt32: case rules::DType::kUInt8: case rules::DType::kInt8:
-    case rules::DType::kInt16: case rules::DType::kUInt16: case rules::DType::kUInt64: break;
+    case rules::DType::kInt16: case rules::DType::kUInt16: case rules::DType::kUInt64: case rules::DType::kBool:
+      break;
     default: return Invalid("plan.dtype is not a v1 dtype");
   }
   if (plan.ops == 0 || (plan.ops & ~kAllOps) != 0) return Invalid("plan.ops is empty or unknown");

@@ -80,6 +80,11 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
                                                      "'s length ", span, " exceeds 2^63 - 1."));
     }
   }
+  if (op.kind == OpKind::kPtp && dtype == DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        OpLabel(i, op), ": ptp of a bool array is not defined (numpy refuses boolean subtraction); "
+                        "ask for min and max."));
+  }
   if (rules::TakesDdof(op.kind)) {
     if (!std::isfinite(op.ddof) || op.ddof < 0) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -84,6 +84,8 @@ inline std::vector<std::byte> RandomArray(DType dtype, std::uint64_t n, std::uin
         x[i] = static_cast<V>(std::uniform_int_distribution<std::int32_t>(-1000000, 1000000)(rng));
       } else if constexpr (std::is_same_v<V, std::int64_t>) {
         x[i] = std::uniform_int_distribution<std::int64_t>(-1000000000000, 1000000000000)(rng);
+      } else if constexpr (decltype(d)::value == DType::kBool) {
+        x[i] = static_cast<V>(rng() & 1);
       } else if constexpr (std::is_same_v<V, std::uint8_t>) {
         x[i] = static_cast<V>(rng() & 0xff);
       } else {  // uint32, and int8, int16, uint16, uint64 over their whole range
@@ -107,6 +109,7 @@ inline HistogramSpec HistogramFor(DType dtype, std::uint32_t bins) {
     case DType::kInt16: return {bins, -30000.0, 31000.0};
     case DType::kUInt16: return {bins, 1000.0, 64000.0};
     case DType::kUInt64: return {bins, 1e18, 1.7e19};
+    case DType::kBool: return {bins, 0.5, 1.5};  // the 0s below, the 1s in the last bin
   }
   return {bins, 0.0, 1.0};
 }

@@ -72,7 +72,9 @@ std::vector<V<D>> Random(std::uint64_t n) {
   using T = V<D>;
   std::vector<T> x(n);
   auto& rng = Rng();
-  if constexpr (rules::IsFloat(D)) {
+  if constexpr (D == DType::kBool) {  // bytes of 0 and 1
+    for (auto& v : x) v = static_cast<T>(rng() & 1);
+  } else if constexpr (rules::IsFloat(D)) {
     std::uniform_real_distribution<double> u(-1000.0, 1000.0);
     for (auto& v : x) v = static_cast<T>(u(rng));
   } else {
@@ -96,6 +98,7 @@ rules::HistogramSpec RangeFor(std::uint32_t bins) {
     case DType::kInt16: return {bins, -30000.0, 31000.25};
     case DType::kUInt16: return {bins, 1000.0, 64000.0};
     case DType::kUInt64: return {bins, 1e18, 1.7e19};
+    case DType::kBool: return {bins, 0.5, 1.5};  // the 0s below, the 1s in the last bin
   }
   return {bins, 0.0, 1.0};
 }

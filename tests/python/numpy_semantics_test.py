@@ -24,10 +24,12 @@ SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % 
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
           "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8, "int8": np.int8,
-          "int16": np.int16, "uint16": np.uint16, "uint64": np.uint64}
+          "int16": np.int16, "uint16": np.uint16, "uint64": np.uint64, "bool": np.bool_}
 
 
 def random_array(rng, dtype, n):
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=n).astype(np.bool_)
     if dtype in (np.float32, np.float64):
         return (rng.standard_normal(n) * 3 + 0.5).astype(dtype)
     info = np.iinfo(dtype)
@@ -54,7 +56,7 @@ def values(result):
 def numpy_histogram(x, bins, lo, hi):
     """numpy.histogram plus the three counters tally adds, in numpy's own arithmetic."""
     counts, _ = np.histogram(x, bins=bins, range=(lo, hi))
-    work = x.astype(np.float64) if x.dtype.kind in "iu" else x
+    work = x.astype(np.float64) if x.dtype.kind in "iub" else x
     lo_t, hi_t = work.dtype.type(lo), work.dtype.type(hi)
     return counts, int(np.sum(work < lo_t)), int(np.sum(work > hi_t)), int(np.sum(np.isnan(work)))
 
@@ -487,7 +489,8 @@ class NumpySemantics(unittest.TestCase):
         float64), ptp exactly in the input's dtype."""
         m = x.reshape(-1, row_length) if row_length else x.reshape(1, -1)
         ops = [agg(pb.OP_PROD), agg(pb.OP_COUNT_NONZERO), agg(pb.OP_ANY), agg(pb.OP_ALL)]
-        if m.shape[1] > 0:
+        with_ptp = m.shape[1] > 0 and x.dtype != np.bool_  # numpy refuses ptp of bool
+        if with_ptp:
             ops.append(agg(pb.OP_PTP))
         r = [values(v) for v in self.ask(x, ops, row_length=row_length).results]
         with np.errstate(all="ignore"):
@@ -501,11 +504,11 @@ class NumpySemantics(unittest.TestCase):
                                            err_msg=label + " prod against numpy's")
             else:
                 self.assertEqual(r[0], np.prod(m, axis=1).tolist(), label + " prod")
-                self.assertEqual(np.prod(m, axis=1).dtype, np.int64 if x.dtype.kind == "i" else np.uint64)
+                self.assertEqual(np.prod(m, axis=1).dtype, np.int64 if x.dtype.kind in "ib" else np.uint64)
             self.assertEqual(r[1], np.count_nonzero(m, axis=1).tolist(), label + " count_nonzero")
             self.assertEqual(r[2], np.any(m, axis=1).astype(int).tolist(), label + " any")
             self.assertEqual(r[3], np.all(m, axis=1).astype(int).tolist(), label + " all")
-            if m.shape[1] > 0:
+            if with_ptp:
                 want = np.ptp(m, axis=1)
                 self.assertEqual(want.dtype, x.dtype)
                 if x.dtype.kind == "f":
@@ -559,7 +562,7 @@ class NumpySemantics(unittest.TestCase):
                                                         agg(pb.OP_ALL)]).results]
             self.assertEqual(r, [np.prod(empty), np.count_nonzero(empty), int(np.any(empty)), int(np.all(empty))], name)
             self.assertEqual(r, [1, 0, 0, 1], name)
-            self.assertRefused(empty, [agg(pb.OP_PTP)], 0, "empty")
+            self.assertRefused(empty, [agg(pb.OP_PTP)], 0, "ptp of a bool array" if dtype == np.bool_ else "empty")
         # Integer wrap-around: prod modulo 2^64, ptp at the dtype's width.
         for dtype in (np.int32, np.int64, np.uint32, np.uint8, np.int8, np.int16, np.uint16, np.uint64):
             info = np.iinfo(dtype)
@@ -568,6 +571,10 @@ class NumpySemantics(unittest.TestCase):
             with np.errstate(all="ignore"):
                 self.assertEqual(r, [int(np.prod(x)), int(np.ptp(x))], dtype.__name__)
         self.assertEqual(values(self.ask(np.array([-2**31, 2**31 - 1], np.int32), [agg(pb.OP_PTP)]).results[0]), [-1])
+        # numpy refuses ptp of bool (no boolean subtraction): so does tally.
+        with self.assertRaises(TypeError):
+            np.ptp(np.array([True, False]))
+        self.assertRefused(np.array([True, False]), [agg(pb.OP_PTP)], 0, "ptp of a bool array")
         # inf * 0 is NaN, as in numpy; NaN counts as nonzero and as True.
         x = np.array([np.inf, 0.0, 2.0], np.float64)
         with np.errstate(all="ignore"):

@@ -78,7 +78,8 @@ TEST(NpyHeader, EveryDtypeAndByteOrderMark) {
                         Case{"<u4", rules::DType::kUInt32}, Case{"|u1", rules::DType::kUInt8},
                         Case{"<u1", rules::DType::kUInt8}, Case{"|f8", rules::DType::kFloat64},
                         Case{"|i1", rules::DType::kInt8}, Case{"<i2", rules::DType::kInt16},
-                        Case{"<u2", rules::DType::kUInt16}, Case{"<u8", rules::DType::kUInt64}}) {
+                        Case{"<u2", rules::DType::kUInt16}, Case{"<u8", rules::DType::kUInt64},
+                        Case{"|b1", rules::DType::kBool}}) {
     const std::string data(2 * rules::SizeOf(c.dtype), '\x01');
     const std::string file = NpyFile(
         1, std::string("{'descr': '") + c.descr + "', 'fortran_order': False, 'shape': (2,), }", data);
@@ -130,7 +131,7 @@ TEST(NpyHeader, MalformedAndUnsupportedFilesAreClearErrors) {
       {NpyFile(1, dict(">f4", "False", "(2,)"), f4x2), "big-endian"},
       {NpyFile(1, dict("<f2", "False", "(2,)"), f4x2), "'<f2'"},
       {NpyFile(1, dict("<c8", "False", "(1,)"), std::string(8, '\0')), "'<c8'"},
-      {NpyFile(1, dict("|b1", "False", "(2,)"), "\1\0"), "'|b1'"},
+      {NpyFile(1, dict("<b2", "False", "(2,)"), "\1\0\1\0"), "'<b2'"},
       {NpyFile(1, dict("<f4", "False", "()"), Bytes<float>({1})), "0 dimensions"},
       {NpyFile(1, dict("<f4", "False", "(1, 1, 2)"), f4x2), "3 dimensions"},
       {NpyFile(1, dict("<f4", "False", "(3,)"), f4x2), "truncated"},

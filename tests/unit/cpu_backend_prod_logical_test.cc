@@ -117,8 +117,12 @@ TEST(CpuProdLogicalOps, FollowNumpyRowByRow) {
       const std::uint64_t rows = row > 1000 ? 3 : 200;
       rules::VisitDType(dtype, [&](auto dt) {
         using V = typename rules::Traits<decltype(dt)::value>::value;
-        const Array a = MakeArray(dtype, Values<V>(rows * row, row, rng));
-        const auto ops = NewOps(true);
+        std::vector<V> values = Values<V>(rows * row, row, rng);
+        if constexpr (decltype(dt)::value == DType::kBool) {
+          for (V& v : values) v = static_cast<V>(v & 1);  // numpy's bool_: 0 and 1
+        }
+        const Array a = MakeArray(dtype, values);
+        const auto ops = NewOps(/*with_ptp=*/dtype != DType::kBool);  // refused for bool (below)
         for (std::uint64_t segment : {row, rows * row}) {  // per row, then the whole array as one
           auto got = RunPieces(*backend, Plan(a, segment == rows * row ? 0 : segment, ops), a.bytes);
           ASSERT_TRUE(got.ok()) << got.status();
@@ -201,6 +205,11 @@ TEST(CpuProdLogicalOps, PtpWrapsAndRoundsInTheDtype) {
   EXPECT_EQ(std::get<std::vector<double>>(one(MakeArray<float>(DType::kFloat32, {3e38f, -3e38f})))[0],
             std::numeric_limits<double>::infinity());
   EXPECT_EQ(std::get<std::vector<double>>(one(MakeArray<double>(DType::kFloat64, {3e38, -3e38})))[0], 6e38);
+  // numpy refuses ptp of bool (no boolean subtraction): so does tally.
+  const Array b = MakeArray<std::uint8_t>(DType::kBool, {1, 0});
+  const auto refused = RunPieces(*backend, Plan(b, 0, {Op(OpKind::kPtp)}), b.bytes).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("ptp of a bool array"), std::string::npos) << refused;
 }
 
 TEST(CpuProdLogicalOps, ProductWrapsModulo2To64AndNanIsNonzero) {

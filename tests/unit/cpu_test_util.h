@@ -74,6 +74,11 @@ std::vector<V> RandomValues(std::uint64_t n, std::mt19937_64& rng, Fill fill) {
 }
 
 inline Array RandomArray(DType dtype, std::uint64_t n, std::mt19937_64& rng, Fill fill) {
+  if (dtype == DType::kBool) {  // numpy's bool_: bytes of 0 and 1
+    std::vector<std::uint8_t> v(n);
+    for (std::uint8_t& x : v) x = static_cast<std::uint8_t>(rng() & 1);
+    return MakeArray(dtype, v);
+  }
   return rules::VisitDType(dtype, [&](auto dt) {
     using V = typename rules::Traits<decltype(dt)::value>::value;
     return MakeArray(dtype, RandomValues<V>(n, rng, fill));

@@ -20,6 +20,7 @@ SUPPORTED = {
     np.dtype(np.int16): pb.DTYPE_INT16,
     np.dtype(np.uint16): pb.DTYPE_UINT16,
     np.dtype(np.uint64): pb.DTYPE_UINT64,
+    np.dtype(np.bool_): pb.DTYPE_BOOL,
 }
 SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED)
 FROM_WIRE = {v: k for k, v in SUPPORTED.items()}

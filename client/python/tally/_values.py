@@ -32,7 +32,8 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     if kind in ("any", "all"):
         return np.dtype(np.bool_)
     if kind in ("sum", "prod"):
-        return dtype if dtype.kind == "f" else np.dtype(np.int64 if dtype.kind == "i" else np.uint64)
+        # bool sums and products are int64, as for signed integers.
+        return dtype if dtype.kind == "f" else np.dtype(np.int64 if dtype.kind in "ib" else np.uint64)
     if kind in ("min", "max", "ptp"):
         return dtype
     if kind in ("mean", "variance", "stddev"):

@@ -175,8 +175,8 @@ class Client:
         """Aggregates ``array`` on the server and returns numpy's answers.
 
         ``array``: anything numpy.asarray takes, of dtype float32, float64,
-        int8, int16, int32, int64, uint8, uint16, uint32 or uint64 (TypeError
-        for any other, naming it).
+        int8, int16, int32, int64, uint8, uint16, uint32, uint64 or bool
+        (TypeError for any other, naming it).
         1-D arrays are aggregated whole; a 2-D array row by row (numpy's
         axis=1), every answer then being an array with one entry per row. A
         C-contiguous little-endian array is sent as it lies; any other (a

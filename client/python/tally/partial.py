@@ -30,6 +30,7 @@ _F64, _I64, _U64 = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
     """Where sums and extremes of ``dtype`` live in a state."""
+    # bool is reduced as uint8 on the server (tally.proto, DTYPE_BOOL).
     return _F64 if dtype.kind == "f" else (_I64 if dtype.kind == "i" else _U64)
 
 
@@ -88,9 +89,9 @@ class Partial:
         states = p.states
         acc = _acc_dtype(dtype)
         if op.kind == "sum":
-            field_name = {"f": "float_sum", "i": "int_sum", "u": "uint_sum"}[dtype.kind]
+            field_name = {"f": "float_sum", "i": "int_sum", "u": "uint_sum", "b": "uint_sum"}[dtype.kind]
         else:
-            field_name = {"f": "float_extreme", "i": "int_extreme", "u": "uint_extreme"}[dtype.kind]
+            field_name = {"f": "float_extreme", "i": "int_extreme", "u": "uint_extreme", "b": "uint_extreme"}[dtype.kind]
         bins = op.bins if op.kind == "histogram" else 0
         hist = np.zeros((len(states), bins), dtype=np.uint64)
         if bins:

@@ -8,11 +8,11 @@
 
 namespace tally::rules {
 
-enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt32, kUInt8, kInt8, kInt16, kUInt16, kUInt64 };
+enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt32, kUInt8, kInt8, kInt16, kUInt16, kUInt64, kBool };
 
 inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,  DType::kInt64,
                                        DType::kUInt32,  DType::kUInt8,   DType::kInt8,   DType::kInt16,
-                                       DType::kUInt16,  DType::kUInt64};
+                                       DType::kUInt16,  DType::kUInt64,  DType::kBool};
 
 constexpr std::size_t SizeOf(DType t) {
   switch (t) {
@@ -26,6 +26,7 @@ constexpr std::size_t SizeOf(DType t) {
     case DType::kInt16: return 2;
     case DType::kUInt16: return 2;
     case DType::kUInt64: return 8;
+    case DType::kBool: return 1;
   }
   return 0;
 }
@@ -42,6 +43,7 @@ constexpr const char* Name(DType t) {
     case DType::kInt16: return "int16";
     case DType::kUInt16: return "uint16";
     case DType::kUInt64: return "uint64";
+    case DType::kBool: return "bool";
   }
   return "unknown";
 }
@@ -51,7 +53,9 @@ constexpr bool IsSigned(DType t) {
   return t == DType::kInt32 || t == DType::kInt64 || t == DType::kInt8 || t == DType::kInt16;
 }
 constexpr bool IsUnsigned(DType t) {
-  return t == DType::kUInt32 || t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt64;
+  // bool is stored and reduced as uint8 holding 0 or 1 (see Traits).
+  return t == DType::kUInt32 || t == DType::kUInt8 || t == DType::kUInt16 || t == DType::kUInt64 ||
+         t == DType::kBool;
 }
 
 // Per-dtype types:
@@ -71,6 +75,9 @@ template <> struct Traits<DType::kInt8>    { using value = std::int8_t;   using 
 template <> struct Traits<DType::kInt16>   { using value = std::int16_t;  using sum = std::int64_t;  using extreme = std::int64_t;  using bin = double; };
 template <> struct Traits<DType::kUInt16>  { using value = std::uint16_t; using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
 template <> struct Traits<DType::kUInt64>  { using value = std::uint64_t; using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
+// numpy's bool_: one byte, 0 or 1. Its sums, products and extremes as
+// uint8's are numpy's values (a count of True, 0 or 1, False or True).
+template <> struct Traits<DType::kBool>    { using value = std::uint8_t;  using sum = std::uint64_t; using extreme = std::uint64_t; using bin = double; };
 
 // Calls f(std::integral_constant<DType, t>{}) for the runtime dtype t: the one
 // place that turns a runtime dtype into a compile-time one.
@@ -86,9 +93,10 @@ constexpr decltype(auto) VisitDType(DType t, F&& f) {
     case DType::kInt8: return f(std::integral_constant<DType, DType::kInt8>{});
     case DType::kInt16: return f(std::integral_constant<DType, DType::kInt16>{});
     case DType::kUInt16: return f(std::integral_constant<DType, DType::kUInt16>{});
-    case DType::kUInt64: break;
+    case DType::kUInt64: return f(std::integral_constant<DType, DType::kUInt64>{});
+    case DType::kBool: break;
   }
-  return f(std::integral_constant<DType, DType::kUInt64>{});
+  return f(std::integral_constant<DType, DType::kBool>{});
 }
 
 }  // namespace tally::rules
