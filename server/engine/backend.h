@@ -51,9 +51,19 @@ class Reduction {
   // in parallel overrides this, with the same results as Consume() of the
   // same bytes; this default hands them to Consume() in order.
   [[nodiscard]] virtual absl::Status ConsumeRuns(const HostRuns& runs) {
+    return ConsumeInOrder(runs, 0, runs.size());
+  }
+  // The size of one element of the array (the plan's dtype).
+  virtual std::size_t element_size() const = 0;
+  [[nodiscard]] virtual absl::StatusOr<AggregationResult> Finish() = 0;
+
+ protected:
+  // `bytes` of `runs` from byte `byte` through Consume(), one run's part at
+  // a time, re-blocked into whole elements.
+  [[nodiscard]] absl::Status ConsumeInOrder(const HostRuns& runs, std::uint64_t byte, std::uint64_t bytes) {
     ElementAligner aligner(element_size());
     absl::Status status;
-    runs.ForEachPart(0, runs.size(), [&](std::span<const std::byte> part) {
+    runs.ForEachPart(byte, bytes, [&](std::span<const std::byte> part) {
       if (!status.ok()) return;
       status = aligner.Push(part, [&](std::span<const std::byte> elements) {
         return Consume(Extent{elements, runs.placement()});
@@ -64,9 +74,6 @@ class Reduction {
     }
     return status;
   }
-  // The size of one element of the array (the plan's dtype).
-  virtual std::size_t element_size() const = 0;
-  [[nodiscard]] virtual absl::StatusOr<AggregationResult> Finish() = 0;
 };
 
 class Backend {

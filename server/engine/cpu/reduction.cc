@@ -32,7 +32,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/tuning.h"
-#include "server/engine/element_aligner.h"
 #include "server/engine/host_runs.h"
 #include "server/engine/finish.h"
 #include "tally/rules/combine.h"
@@ -278,22 +277,11 @@ class CpuReduction final : public Reduction {
   }
 
   absl::Status Consume(const Extent& piece) override {
-    if (!piece.placement.host()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the cpu backend cannot read ", piece.placement.Describe(), "."));
-    }
-    const std::span<const std::byte> bytes = piece.bytes;
-    if (bytes.size() % sizeof(V) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data: ", bytes.size(), " bytes is not a whole number of ", rules::Name(kD), " elements."));
-    }
-    std::uint64_t n = bytes.size() / sizeof(V);
-    if (n > plan_.array.length - consumed_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
-    }
+    absl::StatusOr<std::uint64_t> next = CheckNext(piece.placement, piece.size());
+    if (!next.ok()) return next.status();
+    std::uint64_t n = *next;
     consumed_ += n;
-    const std::byte* p = bytes.data();
+    const std::byte* p = piece.bytes.data();
     while (n > 0) {
       const std::uint64_t taken = Step(p, n);
       p += taken * sizeof(V);
@@ -307,19 +295,9 @@ class CpuReduction final : public Reduction {
   // block at a time; the rest goes through Consume() in order. The cuts are
   // the same as Consume()'s, so are the bits.
   absl::Status ConsumeRuns(const HostRuns& runs) override {
-    if (!runs.placement().host()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the cpu backend cannot read ", runs.placement().Describe(), "."));
-    }
-    if (runs.size() % sizeof(V) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data: ", runs.size(), " bytes is not a whole number of ", rules::Name(kD), " elements."));
-    }
-    const std::uint64_t n = runs.size() / sizeof(V);
-    if (n > plan_.array.length - consumed_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
-    }
+    absl::StatusOr<std::uint64_t> next = CheckNext(runs.placement(), runs.size());
+    if (!next.ok()) return next.status();
+    const std::uint64_t n = *next;
     std::uint64_t at = 0;
     while (at < n) {
       const std::uint64_t left = n - at;
@@ -504,22 +482,27 @@ class CpuReduction final : public Reduction {
     return chunk;
   }
 
+  // The element count of the next `bytes` bytes, read from `from`: host
+  // memory, whole elements, within spec.length.
+  absl::StatusOr<std::uint64_t> CheckNext(const Placement& from, std::uint64_t bytes) const {
+    if (!from.host()) {
+      return absl::FailedPreconditionError(absl::StrCat("the cpu backend cannot read ", from.Describe(), "."));
+    }
+    if (bytes % sizeof(V) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: ", bytes, " bytes is not a whole number of ", rules::Name(kD), " elements."));
+    }
+    if (bytes / sizeof(V) > plan_.array.length - consumed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    return bytes / sizeof(V);
+  }
+
   // A contiguous piece as a view of one run.
   static HostRuns OneRun(const std::byte* p, std::uint64_t elements) {
     const Extent whole = Extent::PageableHost({p, static_cast<std::size_t>(elements * sizeof(V))});
     return HostRuns({&whole, 1});
-  }
-
-  // `bytes` of `runs` from byte `byte`, element-aligned at both ends, through
-  // Consume() one run's part at a time.
-  absl::Status ConsumeInOrder(const HostRuns& runs, std::uint64_t byte, std::uint64_t bytes) {
-    ElementAligner aligner(sizeof(V));
-    absl::Status status;
-    runs.ForEachPart(byte, bytes, [&](std::span<const std::byte> part) {
-      if (!status.ok()) return;
-      status = aligner.Push(part, [&](std::span<const std::byte> e) { return Consume(Extent{e, runs.placement()}); });
-    });
-    return status;
   }
 
   // A block met one at a time: from the buffer, or around a piece's edges.

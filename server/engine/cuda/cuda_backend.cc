@@ -130,7 +130,8 @@ class CudaBackend final : public Backend {
         .cpu_queued_seconds = static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
         .gpu_queued_bytes = static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed)),
         .busy_threads = static_cast<int>(requests_.load(std::memory_order_relaxed))};
-    if (routing::Choose(model_, plan, load) == routing::Path::kCpu) {
+    const routing::Estimate estimate = routing::EstimateOf(model_, plan, load);
+    if (estimate.path() == routing::Path::kCpu) {
       CountRoute(Metrics::Route::kCpuByCost);
       return StartOnCpu(plan, from);
     }
@@ -140,7 +141,7 @@ class CudaBackend final : public Backend {
     // starts the request at once: a cost-routed request is never refused
     // for busy lanes.
     const auto lead = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::duration<double>(model_.CpuSeconds(plan, load) - model_.GpuSeconds(plan, load)));
+        std::chrono::duration<double>(estimate.gpu_lead_seconds()));
     absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan, std::min(lead, lane_wait_));
     if (absl::IsResourceExhausted(on_lane.status())) {
       CountRoute(Metrics::Route::kCpuLanesBusy);

@@ -105,18 +105,9 @@ class CudaReduction final : public Reduction {
   }
 
   absl::Status Consume(const Extent& piece) override {
-    if (!failed_.ok()) return failed_;
-    if (!lease_) return absl::FailedPreconditionError("cuda backend: Consume() after Finish().");
-    if (piece.size() % elem_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("data: ", piece.size(),
-                                                     " bytes is not a whole number of ",
-                                                     rules::Name(plan_.array.dtype), " elements."));
-    }
-    const std::uint64_t n = piece.size() / elem_;
-    if (n > plan_.array.length - consumed_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
-    }
+    absl::StatusOr<std::uint64_t> next = CheckNext(piece.size());
+    if (!next.ok()) return next.status();
+    const std::uint64_t n = *next;
     const bool on_device = piece.placement.memory == Memory::kDevice;
     if (on_device && piece.placement.device != lane_->device()) {
       return absl::FailedPreconditionError(absl::StrCat("cuda backend: a request on GPU ", lane_->device(),
@@ -141,17 +132,9 @@ class CudaReduction final : public Reduction {
         runs.size() < 2 * EnginePolicy::kParallelCopyBytes || passes_.passes.empty()) {
       return Reduction::ConsumeRuns(runs);
     }
-    if (!failed_.ok()) return failed_;
-    if (!lease_) return absl::FailedPreconditionError("cuda backend: Consume() after Finish().");
-    if (runs.size() % elem_ != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("data: ", runs.size(), " bytes is not a whole number of ",
-                                                     rules::Name(plan_.array.dtype), " elements."));
-    }
-    if (runs.size() / elem_ > plan_.array.length - consumed_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
-    }
-    consumed_ += runs.size() / elem_;
+    absl::StatusOr<std::uint64_t> next = CheckNext(runs.size());
+    if (!next.ok()) return next.status();
+    consumed_ += *next;
     std::uint64_t at = 0;
     while (at < runs.size()) {
       bool took_block = false;
@@ -227,6 +210,22 @@ class CudaReduction final : public Reduction {
   }
 
  private:
+  // The element count of the next `bytes` bytes: a live reduction, whole
+  // elements, within spec.length.
+  absl::StatusOr<std::uint64_t> CheckNext(std::uint64_t bytes) const {
+    if (!failed_.ok()) return failed_;
+    if (!lease_) return absl::FailedPreconditionError("cuda backend: Consume() after Finish().");
+    if (bytes % elem_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("data: ", bytes, " bytes is not a whole number of ",
+                                                     rules::Name(plan_.array.dtype), " elements."));
+    }
+    if (bytes / elem_ > plan_.array.length - consumed_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    return bytes / elem_;
+  }
+
   static cudaError_t Sync(cudaStream_t s) {
     TALLY_CUDA_TRY(cudaStreamSynchronize(s));
     return cudaSuccess;

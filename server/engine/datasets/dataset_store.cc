@@ -118,9 +118,9 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   const std::uint64_t limit = options_.max_bytes_per_place;
   std::vector<DatasetShard> shards = CutShards(length, size);
   {
-    std::vector<DatasetShard> probe;
-    for (const DatasetShard& sh : shards) probe.push_back(DatasetShard{0, sh.first, sh.length, nullptr});
-    const std::vector<std::uint64_t> need = Deal(probe, 0, size);
+    // The most one place takes, wherever the deal starts (the loop below
+    // deals again from the place with the most room).
+    const std::vector<std::uint64_t> need = Deal(shards, 0, size);
     const std::uint64_t most = *std::max_element(need.begin(), need.end());
     if (limit != 0 && most > limit) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -148,10 +148,15 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     auto over = [&](std::size_t p, std::uint64_t freeing) {
       return limit != 0 && places_[p].charged + need[p] > limit + freeing;
     };
-    std::size_t overflowing = places_.size();
-    for (std::size_t p = 0; p < places_.size() && overflowing == places_.size(); ++p) {
-      if (over(p, 0)) overflowing = p;
-    }
+    // The first place the upload does not fit, given what evictions free
+    // there; places_.size() when it fits everywhere.
+    auto first_over = [&](const std::vector<std::uint64_t>& freeing) {
+      std::size_t p = 0;
+      while (p < places_.size() && !over(p, freeing[p])) ++p;
+      return p;
+    };
+    const std::vector<std::uint64_t> nothing_freed(places_.size(), 0);
+    const std::size_t overflowing = first_over(nothing_freed);
     if (overflowing == places_.size()) {
       for (std::size_t p = 0; p < places_.size(); ++p) places_[p].charged += need[p];
       upload->store_ = this;  // from here its destruction gives the name and bytes back
@@ -167,14 +172,8 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     std::vector<std::shared_ptr<Dataset>> evicted;
     if (options_.evict_lru) {
       std::vector<std::uint64_t> freeing(places_.size(), 0);
-      auto still_over = [&] {
-        for (std::size_t p = 0; p < places_.size(); ++p) {
-          if (over(p, freeing[p])) return true;
-        }
-        return false;
-      };
       std::vector<std::string> victims;
-      for (auto it = lru_.rbegin(); it != lru_.rend() && still_over(); ++it) {
+      for (auto it = lru_.rbegin(); it != lru_.rend() && first_over(freeing) < places_.size(); ++it) {
         if (*it == name) continue;
         const Dataset& d = *entries_.at(*it).dataset;
         bool helps = false;
@@ -206,13 +205,9 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     lock.unlock();
     evicted.clear();  // their memory goes on the store's thread, which then wakes us
     lock.lock();
-    auto fits = [&] {
-      for (std::size_t p = 0; p < places_.size(); ++p) {
-        if (over(p, 0)) return false;
-      }
-      return true;
-    };
-    if (!freed_.wait_until(lock, give_up, fits)) return refuse();
+    if (!freed_.wait_until(lock, give_up, [&] { return first_over(nothing_freed) == places_.size(); })) {
+      return refuse();
+    }
   }
   lock.unlock();
   for (DatasetShard& sh : upload->shards_) {

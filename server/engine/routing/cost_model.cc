@@ -17,8 +17,12 @@ namespace tally::routing {
 
 const char* Name(Path path) { return path == Path::kCpu ? "cpu" : "gpu"; }
 
+Estimate EstimateOf(const CostModel& model, const AggregationPlan& plan, const Load& load) {
+  return Estimate{model.CpuSeconds(plan, load), model.GpuSeconds(plan, load)};
+}
+
 Path Choose(const CostModel& model, const AggregationPlan& plan, const Load& load) {
-  return model.GpuSeconds(plan, load) < model.CpuSeconds(plan, load) ? Path::kGpu : Path::kCpu;
+  return EstimateOf(model, plan, load).path();
 }
 
 namespace {
@@ -63,6 +67,28 @@ double MeasuredCostModel::GpuSeconds(const AggregationPlan& plan, const Load& lo
   return p_.gpu_fixed_us * 1e-6 + own + queued;
 }
 
+namespace {
+
+// The rates --route_model sets by name; `positive`: a rate something is
+// divided by, so 0 is refused.
+struct RateKey {
+  const char* name;
+  double CostParams::*field;
+  bool positive;
+};
+constexpr RateKey kRateKeys[] = {
+    {"cpu_fixed_us", &CostParams::cpu_fixed_us, false},
+    {"cpu_read_ns", &CostParams::cpu_read_ns, false},
+    {"cpu_gb_per_s", &CostParams::cpu_gb_per_s, true},
+    {"cpu_hist_small_ns", &CostParams::cpu_hist_small_ns, false},
+    {"cpu_hist_large_ns", &CostParams::cpu_hist_large_ns, false},
+    {"gpu_fixed_us", &CostParams::gpu_fixed_us, false},
+    {"gpu_gb_per_s", &CostParams::gpu_gb_per_s, true},
+    {"gpu_all_gb_per_s", &CostParams::gpu_all_gb_per_s, true},
+};
+
+}  // namespace
+
 absl::Status ApplyOverrides(absl::string_view text, CostParams* params) {
   if (text.empty()) return absl::OkStatus();
   for (absl::string_view item : absl::StrSplit(text, ',')) {
@@ -73,30 +99,18 @@ absl::Status ApplyOverrides(absl::string_view text, CostParams* params) {
           absl::StrCat("--route_model: '", item, "' is not KEY=VALUE with a non-negative number."));
     }
     const absl::string_view key = kv[0];
-    if (key == "cpu_threads") {
+    const RateKey* rate = std::find_if(std::begin(kRateKeys), std::end(kRateKeys),
+                                       [&](const RateKey& r) { return key == r.name; });
+    if (rate != std::end(kRateKeys)) {
+      if (rate->positive && value == 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--route_model: ", key, " must be positive."));
+      }
+      params->*(rate->field) = value;
+    } else if (key == "cpu_threads") {
       if (value < 1 || value != std::floor(value)) {
         return absl::InvalidArgumentError("--route_model: cpu_threads must be a whole number of at least 1.");
       }
       params->cpu_threads = static_cast<int>(value);
-    } else if (key == "cpu_fixed_us") {
-      params->cpu_fixed_us = value;
-    } else if (key == "cpu_read_ns") {
-      params->cpu_read_ns = value;
-    } else if (key == "cpu_gb_per_s") {
-      if (value == 0) return absl::InvalidArgumentError("--route_model: cpu_gb_per_s must be positive.");
-      params->cpu_gb_per_s = value;
-    } else if (key == "cpu_hist_small_ns") {
-      params->cpu_hist_small_ns = value;
-    } else if (key == "cpu_hist_large_ns") {
-      params->cpu_hist_large_ns = value;
-    } else if (key == "gpu_fixed_us") {
-      params->gpu_fixed_us = value;
-    } else if (key == "gpu_gb_per_s") {
-      if (value == 0) return absl::InvalidArgumentError("--route_model: gpu_gb_per_s must be positive.");
-      params->gpu_gb_per_s = value;
-    } else if (key == "gpu_all_gb_per_s") {
-      if (value == 0) return absl::InvalidArgumentError("--route_model: gpu_all_gb_per_s must be positive.");
-      params->gpu_all_gb_per_s = value;
     } else if (absl::ConsumePrefix(&kv[0], "cpu_ns.")) {
       int found = -1;
       for (int k = 0; k < rules::kNumOpKinds; ++k) {

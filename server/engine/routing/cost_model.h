@@ -68,8 +68,17 @@ class CostModel {
   virtual double GpuSeconds(const AggregationPlan& plan, const Load& load) const = 0;
 };
 
-// The path where the plan is estimated to finish first; a tie goes to the
-// CPU, which copies nothing.
+// Both paths' estimates for a plan under a load, and the path where it is
+// estimated to finish first: a tie goes to the CPU, which copies nothing.
+struct Estimate {
+  double cpu_seconds = 0.0;
+  double gpu_seconds = 0.0;
+  Path path() const { return gpu_seconds < cpu_seconds ? Path::kGpu : Path::kCpu; }
+  // How much sooner the GPU is estimated to finish (negative: later).
+  double gpu_lead_seconds() const { return cpu_seconds - gpu_seconds; }
+};
+Estimate EstimateOf(const CostModel& model, const AggregationPlan& plan, const Load& load);
+// EstimateOf(...).path(): the choice alone.
 Path Choose(const CostModel& model, const AggregationPlan& plan, const Load& load);
 
 // The model of the formulas in cost_model.cc over CostParams.
