@@ -139,14 +139,15 @@ absl::StatusOr<rules::DType> ParseDescr(absl::string_view descr) {
   const auto unsupported = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported .npy dtype '", descr, "'", why,
-        "; supported: <f4 <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1 (little-endian float32, float64, "
-        "int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool)"));
+        "; supported: <f2 <f4 <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1 (little-endian float16, float32, "
+        "float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool; .npy has no bfloat16)"));
   };
   if (descr.size() != 3) return unsupported("");
   const char order = descr[0];
   if (order == '>') return unsupported(" (big-endian)");
   if (order != '<' && order != '|') return unsupported("");
   const absl::string_view type = descr.substr(1);
+  if (type == "f2") return rules::DType::kFloat16;
   if (type == "f4") return rules::DType::kFloat32;
   if (type == "f8") return rules::DType::kFloat64;
   if (type == "i4") return rules::DType::kInt32;

@@ -102,6 +102,16 @@ void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uin
     case rules::DType::kBool:
       Fill<std::uint8_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 63); });
       break;
+    case rules::DType::kFloat16:  // [-1, 1), as float32's, rounded
+      Fill<rules::Float16>(out, length, rng, [](std::uint64_t r) {
+        return rules::RoundTo<rules::Float16>(static_cast<double>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * 0x1p-23);
+      });
+      break;
+    case rules::DType::kBFloat16:
+      Fill<rules::BFloat16>(out, length, rng, [](std::uint64_t r) {
+        return rules::RoundTo<rules::BFloat16>(static_cast<double>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * 0x1p-23);
+      });
+      break;
   }
 }
 

@@ -138,8 +138,12 @@ void MoreOne(rules::OpKind kind, std::uint64_t row_length, const At& at, v1::Agg
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
       }
-      if constexpr (rules::IsFloat(T)) {
+      if constexpr (rules::kIsFloatValue<V>) {
         const V d = hi - lo;  // in V: float32 rounds (and overflows) as numpy's float32 does
+        out->mutable_doubles()->add_values(nan ? std::nan("") : static_cast<double>(d));
+      } else if constexpr (rules::IsFloat(T)) {
+        // float16 and bfloat16: the exact difference rounded once to V.
+        const V d = rules::RoundTo<V>(static_cast<double>(hi) - static_cast<double>(lo));
         out->mutable_doubles()->add_values(nan ? std::nan("") : static_cast<double>(d));
       } else {
         using U = std::make_unsigned_t<V>;
@@ -163,6 +167,7 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
   using V = typename rules::Traits<T>::value;
   using Extreme = typename rules::Traits<T>::extreme;
   using Bin = typename rules::Traits<T>::bin;
+  using Binner = rules::BinnerFor<rules::Traits<T>>;
   // Integer dtypes hold no NaN: there numpy's nan-functions are the plain ones.
   const rules::OpKind kind = rules::IsFloat(T) ? *FromWire(agg.op()) : rules::PlainOf(*FromWire(agg.op()));
   const std::uint64_t row_length = array.row_length == 0 ? array.length : array.row_length;
@@ -254,9 +259,7 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
         break;
       }
       case rules::OpKind::kHistogram: {
-        const auto binner = rules::HistogramBinner<Bin>::Make(agg.histogram().bins(),
-                                                            agg.histogram().lo(),
-                                                            agg.histogram().hi());
+        const auto binner = Binner::Make(agg.histogram().bins(), agg.histogram().lo(), agg.histogram().hi());
         std::vector<std::uint64_t> counts(agg.histogram().bins(), 0);
         v1::Histogram* h = out->mutable_histograms()->add_histograms();
         std::uint64_t below = 0, above = 0, nan = 0;

@@ -22,6 +22,8 @@ v1::DType ToWire(rules::DType dtype) {
     case rules::DType::kUInt16: return v1::DTYPE_UINT16;
     case rules::DType::kUInt64: return v1::DTYPE_UINT64;
     case rules::DType::kBool: return v1::DTYPE_BOOL;
+    case rules::DType::kFloat16: return v1::DTYPE_FLOAT16;
+    case rules::DType::kBFloat16: return v1::DTYPE_BFLOAT16;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -30,8 +30,8 @@ Sends one array to a tally server, or names a dataset already resident there
 
 Input (exactly one):
   FILE.npy            a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D;
-                      dtypes float32 float64 int8 int16 int32 int64 uint8
-                      uint16 uint32 uint64 bool); a 2-D
+                      dtypes float16 float32 float64 int8 int16 int32 int64
+                      uint8 uint16 uint32 uint64 bool); a 2-D
                       array is aggregated per row. The file is mapped, not read.
   --raw=FILE          raw little-endian elements of --dtype (mapped, not read)
   --random=N          N random elements of --dtype (K/M/G suffixes allowed):
@@ -54,8 +54,8 @@ Flags:
                         prod count_nonzero|nnz any all ptp
                         (these last two groups run on the CPU: on a GPU
                         server, not for --dataset data kept on the GPU)
-  --dtype=T           float32 float64 int8 int16 int32 int64 uint8 uint16 uint32
-                      uint64 bool: required
+  --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
+                      uint8 uint16 uint32 uint64 bool: required
                       with --raw; for --random (default float32); a .npy
                       file names its own
   --seed=S            seed for --random (default 1)

@@ -33,8 +33,8 @@ NAME is 1 to 256 printable ASCII characters.
 
 Input (exactly one):
   FILE.npy            a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D;
-                      dtypes float32 float64 int8 int16 int32 int64 uint8
-                      uint16 uint32 uint64 bool). A 2-D
+                      dtypes float16 float32 float64 int8 int16 int32 int64
+                      uint8 uint16 uint32 uint64 bool). A 2-D
                       array is uploaded flat, row after row; query it per row
                       with --rows=COLUMNS (printed as a hint). The file is
                       mapped, not read.
@@ -43,8 +43,8 @@ Input (exactly one):
                       floats uniform in [-1, 1), integers spread over a range
 
 Flags:
-  --dtype=T           float32 float64 int8 int16 int32 int64 uint8 uint16 uint32
-                      uint64 bool: required
+  --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
+                      uint8 uint16 uint32 uint64 bool: required
                       with --raw; for --random (default float32)
   --seed=S            seed for --random (default 1)
   --replace           replace a dataset of the same name (atomically: queries

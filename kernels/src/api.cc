@@ -33,6 +33,7 @@ cudaError_t Validate(const AggregatePlan& plan) {
     case rules::DType::kFloat32: case rules::DType::kFloat64: case rules::DType::kInt32:
     case rules::DType::kInt64: case rules::DType::kUInt32: case rules::DType::kUInt8: case rules::DType::kInt8:
     case rules::DType::kInt16: case rules::DType::kUInt16: case rules::DType::kUInt64: case rules::DType::kBool:
+    case rules::DType::kFloat16: case rules::DType::kBFloat16:
       break;
     default: return Invalid("plan.dtype is not a v1 dtype");
   }

@@ -20,8 +20,9 @@ struct DevTraits {
   using S = typename rules::Traits<D>::sum;      // OP_SUM accumulator
   using E = typename rules::Traits<D>::extreme;  // min/max/arg values as stored
   using B = typename rules::Traits<D>::bin;      // histogram binning type
+  using BE = typename rules::Traits<D>::edge;    // what histogram edges are rounded to
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
-  static constexpr bool kFloat = std::is_floating_point_v<T>;
+  static constexpr bool kFloat = rules::kIsFloatValue<T>;
 };
 
 // One 16-byte load of K elements of input, through the read-only path

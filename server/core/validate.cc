@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "tally/rules/histogram_bin.h"
@@ -20,6 +21,16 @@ std::string Shortest(double x) {
   return std::string(buffer, end);
 }
 
+// The dtype numpy computes histogram edges in for input of `dtype`.
+const char* EdgeDTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat16:
+    case DType::kBFloat16: return rules::Name(dtype);
+    default: return "float64";
+  }
+}
+
 std::string OpLabel(std::size_t i, const OpSpec& op) {
   return absl::StrCat("aggregations[", i, "] (", rules::Name(op.kind), ")");
 }
@@ -31,8 +42,10 @@ std::string OpLabel(std::size_t i, const OpSpec& op) {
 // is within half a ulp of (lo + (bins - 1) * step) + step but for the
 // rounding of hi - lo (half a ulp) and of step (bins half-ulps of step). A
 // step above 4 ulps plus that keeps every pair of neighbours apart.
-template <typename T>
-bool EdgesCertainlyIncrease(const rules::HistogramBinner<T>& b, double lo, double hi) {
+template <typename T, typename E>
+bool EdgesCertainlyIncrease(const rules::HistogramBinner<T, E>& b, double lo, double hi) {
+  // 16-bit edges (at most 65537 of them, cheap to compute) are always checked one by one.
+  if constexpr (!std::is_same_v<T, E>) return false;
   const double top = 8 * std::fmax(std::fabs(lo), std::fabs(hi));
   if (!(top < static_cast<double>(std::numeric_limits<T>::max()))) return false;
   const T t = static_cast<T>(top);
@@ -41,9 +54,10 @@ bool EdgesCertainlyIncrease(const rules::HistogramBinner<T>& b, double lo, doubl
   return b.step > 4 * ulp + b.bins * step_ulp;
 }
 
-template <typename T>
+template <typename Tr>
 bool EdgesIncrease(const HistogramSpec& h) {
-  const auto b = rules::HistogramBinner<T>::Make(h.bins, h.lo, h.hi);
+  using T = typename Tr::bin;
+  const auto b = rules::BinnerFor<Tr>::Make(h.bins, h.lo, h.hi);
   // A step that rounds to 0 (hi - lo < bins * 2^-1075) makes numpy compute
   // the edges as i / bins * (hi - lo) + lo instead; they lie in [lo, hi],
   // which then holds fewer than bins + 1 doubles, so two are equal.
@@ -115,7 +129,7 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
       return absl::InvalidArgumentError(absl::StrCat(
           OpLabel(i, op), ": too many histogram.bins for the range: the edges of ", h.bins, " bins over [",
           Shortest(h.lo), ", ", Shortest(h.hi), "], numpy.linspace(lo, hi, bins + 1) in ",
-          dtype == DType::kFloat32 ? "float32" : "float64",
+          EdgeDTypeName(dtype),
           ", are not strictly increasing, so numpy cannot create ", h.bins,
           " finite-sized bins; use fewer bins or a wider range."));
     }
@@ -126,7 +140,7 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
 }  // namespace
 
 bool HistogramEdgesIncrease(const HistogramSpec& h, DType dtype) {
-  return rules::VisitDType(dtype, [&](auto d) { return EdgesIncrease<typename rules::Traits<decltype(d)::value>::bin>(h); });
+  return rules::VisitDType(dtype, [&](auto d) { return EdgesIncrease<rules::Traits<decltype(d)::value>>(h); });
 }
 
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan) {

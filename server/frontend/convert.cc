@@ -22,11 +22,13 @@ absl::StatusOr<DType> DTypeFromProto(v1::DType d) {
     case v1::DTYPE_UINT16: return DType::kUInt16;
     case v1::DTYPE_UINT64: return DType::kUInt64;
     case v1::DTYPE_BOOL: return DType::kBool;
+    case v1::DTYPE_FLOAT16: return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16: return DType::kBFloat16;
     default: break;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "spec.dtype: ", d == v1::DTYPE_UNSPECIFIED ? std::string("no dtype was given") : absl::StrCat("unknown dtype ", static_cast<int>(d)),
-      "; expected one of float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool."));
+      "; expected one of float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool."));
 }
 
 v1::DType DTypeToProto(DType d) {
@@ -42,6 +44,8 @@ v1::DType DTypeToProto(DType d) {
     case DType::kUInt16: return v1::DTYPE_UINT16;
     case DType::kUInt64: return v1::DTYPE_UINT64;
     case DType::kBool: return v1::DTYPE_BOOL;
+    case DType::kFloat16: return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16: return v1::DTYPE_BFLOAT16;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -2,6 +2,7 @@
 // per dtype, driving a Backend, and comparing results.
 #pragma once
 
+#include <algorithm>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -77,7 +78,7 @@ inline std::vector<std::byte> RandomArray(DType dtype, std::uint64_t n, std::uin
     using V = typename rules::Traits<decltype(d)::value>::value;
     V* x = reinterpret_cast<V*>(out.data());
     for (std::uint64_t i = 0; i < n; ++i) {
-      if constexpr (std::is_floating_point_v<V>) {
+      if constexpr (rules::kIsFloatValue<V>) {
         x[i] = static_cast<V>(std::normal_distribution<double>(3.0, 100.0)(rng));
         if (nans && rng() % 5000 == 0) x[i] = std::numeric_limits<V>::quiet_NaN();
       } else if constexpr (std::is_same_v<V, std::int32_t>) {
@@ -110,6 +111,10 @@ inline HistogramSpec HistogramFor(DType dtype, std::uint32_t bins) {
     case DType::kUInt16: return {bins, 1000.0, 64000.0};
     case DType::kUInt64: return {bins, 1e18, 1.7e19};
     case DType::kBool: return {bins, 0.5, 1.5};  // the 0s below, the 1s in the last bin
+    // Edges rounded to 11 or 8 bits increase strictly only up to these bin
+    // counts over this range (the server refuses more).
+    case DType::kFloat16: return {std::min(bins, 1024u), -150.0, 170.0};
+    case DType::kBFloat16: return {std::min(bins, 64u), -150.0, 170.0};
   }
   return {bins, 0.0, 1.0};
 }

@@ -99,6 +99,10 @@ rules::HistogramSpec RangeFor(std::uint32_t bins) {
     case DType::kUInt16: return {bins, 1000.0, 64000.0};
     case DType::kUInt64: return {bins, 1e18, 1.7e19};
     case DType::kBool: return {bins, 0.5, 1.5};  // the 0s below, the 1s in the last bin
+    // Edges rounded to 11 or 8 bits stay strictly increasing (the server
+    // refuses ranges where they do not) only up to these bin counts here.
+    case DType::kFloat16: return {std::min(bins, 1024u), -600.0, 700.25};
+    case DType::kBFloat16: return {std::min(bins, 256u), -600.0, 700.25};
   }
   return {bins, 0.0, 1.0};
 }
@@ -649,7 +653,8 @@ void EdgeNeighbours(std::uint32_t bins) {
   using T = V<D>;
   using B = typename rules::Traits<D>::bin;
   const rules::HistogramSpec h = RangeFor<D>(bins);
-  const auto binner = rules::HistogramBinner<B>::Make(h.bins, h.lo, h.hi);
+  bins = h.bins;  // fewer for the 16-bit floats
+  const auto binner = rules::BinnerFor<rules::Traits<D>>::Make(h.bins, h.lo, h.hi);
   const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
   const double hi = static_cast<double>(std::numeric_limits<T>::max());
   std::vector<T> x;

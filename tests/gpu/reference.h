@@ -36,7 +36,8 @@ std::vector<RefRow> Reference(const std::vector<typename rules::Traits<D>::value
   const std::uint64_t L = row_length == 0 ? n : row_length;
   const std::uint64_t rows = row_length == 0 ? 1 : n / row_length;
   std::vector<RefRow> out(rows);
-  const auto binner = h ? rules::HistogramBinner<B>::Make(h->bins, h->lo, h->hi) : rules::HistogramBinner<B>{};
+  using Binner = rules::BinnerFor<rules::Traits<D>>;
+  const auto binner = h ? Binner::Make(h->bins, h->lo, h->hi) : Binner{};
   for (std::uint64_t r = 0; r < rows; ++r) {
     RefRow& o = out[r];
     const T* p = x.data() + r * L;

@@ -36,7 +36,7 @@ std::vector<std::byte> RandomBytes(rules::DType dtype, std::uint64_t n, std::mt1
     using V = typename rules::Traits<decltype(dt)::value>::value;
     V* v = reinterpret_cast<V*>(out.data());
     for (std::uint64_t i = 0; i < n; ++i) {
-      if constexpr (std::is_floating_point_v<V>) {
+      if constexpr (rules::kIsFloatValue<V>) {
         v[i] = static_cast<V>(std::uniform_real_distribution<double>(-6.0, 9.0)(rng) * 100.0 + 1e3);
         if (nans && rng() % 50000 == 0) v[i] = std::numeric_limits<V>::quiet_NaN();
       } else {

@@ -24,13 +24,15 @@ SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % 
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32,
           "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8, "int8": np.int8,
-          "int16": np.int16, "uint16": np.uint16, "uint64": np.uint64, "bool": np.bool_}
+          "int16": np.int16, "uint16": np.uint16, "uint64": np.uint64, "bool": np.bool_,
+          "float16": np.float16}
+FLOATS = (np.float16, np.float32, np.float64)
 
 
 def random_array(rng, dtype, n):
     if dtype == np.bool_:
         return rng.integers(0, 2, size=n).astype(np.bool_)
-    if dtype in (np.float32, np.float64):
+    if dtype in FLOATS:
         return (rng.standard_normal(n) * 3 + 0.5).astype(dtype)
     info = np.iinfo(dtype)
     lo, hi = (max(info.min, -10**6), min(info.max, 10**6)) if dtype != np.uint8 else (0, 255)
@@ -67,7 +69,7 @@ NUMPY_REFUSES_NARROW_RANGES = tuple(int(p) for p in np.__version__.split(".")[:2
 
 
 def edge_dtype(dtype):
-    return np.float32 if dtype == np.float32 else np.float64
+    return dtype if dtype in (np.float16, np.float32) else np.float64
 
 
 def numpy2_accepts(bins, lo, hi, edges_in):
@@ -87,6 +89,19 @@ def numpy2_accepts(bins, lo, hi, edges_in):
             refused = "Too many bins" in str(e)
         assert refused == (not accepted), (bins, lo, hi, edges_in)
     return accepted
+
+
+def bfloat16_round(x):
+    """float64 x rounded once, to nearest even, to bfloat16 (8 significant
+    bits), as a float. Normal range only: what the tests use."""
+    if x == 0:
+        return 0.0
+    m, e = math.frexp(abs(x))  # abs(x) = m * 2^e, m in [0.5, 1)
+    q = m * 256
+    r = math.floor(q)
+    if q - r > 0.5 or (q - r == 0.5 and r % 2 == 1):
+        r += 1
+    return math.copysign(math.ldexp(r, e - 8), x)
 
 
 def double_order(x):
@@ -173,7 +188,9 @@ class NumpySemantics(unittest.TestCase):
                 expect_sum = np.sum(f64)
                 self.assertClose(values(r[0])[0], expect_sum, 1e-12, label + " sum", scale=magnitude)
                 # and the float32 answer numpy itself gives, to float32 precision
-                self.assertClose(values(r[0])[0], float(np.sum(x)), 1e-6 if x.dtype == np.float32 else 1e-12,
+                # (numpy adds float16 in float32 and rounds the sum to float16)
+                own = {np.dtype(np.float16): 2e-3, np.dtype(np.float32): 1e-6}.get(x.dtype, 1e-12)
+                self.assertClose(values(r[0])[0], float(np.sum(x)), own,
                                  label + " sum vs numpy's own", scale=magnitude)
             else:
                 acc = np.int64 if x.dtype.kind == "i" else np.uint64
@@ -215,7 +232,7 @@ class NumpySemantics(unittest.TestCase):
                     self.check_scalar_ops(random_array(self.rng, dtype, n), f"{name}[{n}] seed {SEED}")
 
     def test_nan_rules(self):
-        for dtype in (np.float32, np.float64):
+        for dtype in FLOATS:
             for where in ([0], [500], [999], [3, 700]):
                 x = random_array(self.rng, dtype, 1000)
                 x[where] = np.nan
@@ -248,16 +265,21 @@ class NumpySemantics(unittest.TestCase):
             for bins, lo, hi in ((1, -2.0, 3.0), (10, -1.0, 1.0), (256, -5.0, 5.0), (4096, -7.3, 8.1),
                                  (65536, -4.0, 4.0), (7, 0.0, 200.0)):
                 x = random_array(self.rng, dtype, 20011)
-                if dtype in (np.float32, np.float64):
+                if dtype in FLOATS:
                     x[::97] = np.nan
                 with self.subTest(dtype=name, bins=bins):
+                    if not numpy2_accepts(bins, lo, hi, edge_dtype(dtype)):
+                        # float16 edges: 4096 bins over [-7.3, 8.1] repeat some
+                        self.assertEqual(dtype, np.float16)
+                        self.assertRefusedAsTooManyBins(x, bins, lo, hi)
+                        continue
                     self.check_histogram(x, bins, lo, hi, f"{name} bins={bins} [{lo}, {hi}] seed {SEED}")
 
     def test_histogram_values_on_and_next_to_every_edge(self):
         # Edges as numpy computes them, in float32 for float32 input: values on
         # an edge, one ulp either side, and the range's ends.
-        for dtype in (np.float32, np.float64):
-            for bins, lo, hi in ((10, -1.0, 1.0), (3, 0.1, 0.7), (1000, -3.3, 9.1)):
+        for dtype in FLOATS:
+            for bins, lo, hi in ((10, -1.0, 1.0), (3, 0.1, 0.7), (1000 if dtype != np.float16 else 300, -3.3, 9.1)):
                 edges = np.linspace(lo, hi, bins + 1).astype(dtype)
                 x = np.concatenate([edges, np.nextafter(edges, dtype(-np.inf)), np.nextafter(edges, dtype(np.inf)),
                                     np.array([lo, hi], dtype=dtype)]).astype(dtype)
@@ -317,7 +339,7 @@ class NumpySemantics(unittest.TestCase):
         for name, dtype in DTYPES.items():
             for rows, n in ((1000, 1), (300, 32), (7, 1000), (2, 50000)):
                 x = random_array(self.rng, dtype, rows * n)
-                if dtype in (np.float32, np.float64):
+                if dtype in FLOATS:
                     x[5] = np.nan
                 m = x.reshape(rows, n)
                 ops = [agg(pb.OP_SUM), agg(pb.OP_MAX), agg(pb.OP_ARGMIN), agg(pb.OP_VARIANCE, ddof=1),
@@ -406,7 +428,7 @@ class NumpySemantics(unittest.TestCase):
             for n in (1, 2, 33, 1009, 100003):
                 x = random_array(self.rng, dtype, n)
                 cases = {"no NaN": x}
-                if dtype in (np.float32, np.float64):
+                if dtype in FLOATS:
                     for where, idx in (("at the start", [0]), ("at the end", [n - 1]),
                                        ("at both ends", [0, n - 1]), ("scattered", slice(None, None, 7))):
                         y = x.copy()
@@ -417,7 +439,7 @@ class NumpySemantics(unittest.TestCase):
                         self.check_nan_ops(y, 0, f"{name}[{n}] {what} seed {SEED}")
 
     def test_nan_ops_rows_with_all_nan_rows(self):
-        for dtype in (np.float32, np.float64):
+        for dtype in FLOATS:
             for rows, n in ((1000, 1), (300, 32), (7, 1000), (3, 70000)):
                 m = random_array(self.rng, dtype, rows * n).reshape(rows, n)
                 m[:, 0] = np.nan  # every row starts with a NaN
@@ -436,7 +458,7 @@ class NumpySemantics(unittest.TestCase):
                     self.check_nan_ops(x, 1, f"{name} 231x1")  # nanvar ddof=1 of one integer is var's
 
     def test_nan_ops_all_nan_and_empty_arrays(self):
-        for dtype in (np.float32, np.float64):
+        for dtype in FLOATS:
             x = np.full(1000, np.nan, dtype)
             self.check_nan_ops(x, 0, f"{dtype.__name__} all NaN")
             self.check_nan_ops(x, 0, f"{dtype.__name__} all NaN, streamed", stream=True)
@@ -500,7 +522,9 @@ class NumpySemantics(unittest.TestCase):
                 # numpy's own float32 product, where it does not overflow or underflow.
                 native = np.prod(m, axis=1).astype(np.float64)
                 ok = np.isfinite(native) & (np.abs(native) > 1e-30)
-                np.testing.assert_allclose(np.array(r[0])[ok], native[ok], rtol=1e-3 if x.dtype == np.float32 else 1e-10,
+                # numpy rounds each float16 and float32 product to the dtype
+                rtol = {np.dtype(np.float16): 5e-2, np.dtype(np.float32): 1e-3}.get(x.dtype, 1e-10)
+                np.testing.assert_allclose(np.array(r[0])[ok], native[ok], rtol=rtol,
                                            err_msg=label + " prod against numpy's")
             else:
                 self.assertEqual(r[0], np.prod(m, axis=1).tolist(), label + " prod")
@@ -520,7 +544,7 @@ class NumpySemantics(unittest.TestCase):
         """Values whose products neither overflow nor underflow float64 (floats
         near +-1), or wrap (integers), with zeros, -0.0 and NaNs added by the
         callers."""
-        if dtype in (np.float32, np.float64):
+        if dtype in FLOATS:
             return (self.rng.uniform(0.9, 1.1, n) * self.rng.choice([-1.0, 1.0], n)).astype(dtype)
         return random_array(self.rng, dtype, n)
 
@@ -532,7 +556,7 @@ class NumpySemantics(unittest.TestCase):
                 y = x.copy()
                 y[::13] = 0
                 cases["zeros"] = y
-                if dtype in (np.float32, np.float64):
+                if dtype in FLOATS:
                     z = x.copy()
                     z[::7] = -0.0
                     cases["-0.0"] = z
@@ -550,7 +574,7 @@ class NumpySemantics(unittest.TestCase):
                 m = self.prod_friendly(dtype, rows * n).reshape(rows, n)
                 m[rows // 2] = 0  # a row of zeros only
                 m[0, ::5] = 0
-                if dtype in (np.float32, np.float64):
+                if dtype in FLOATS:
                     m[-1, -1] = np.nan
                 with self.subTest(dtype=name, rows=rows, n=n):
                     self.check_prod_logical_ops(m.ravel(), n, f"{name} {rows}x{n} seed {SEED}")
@@ -608,6 +632,56 @@ class NumpySemantics(unittest.TestCase):
             self.ask(x, aggregations, row_length=row_length)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn(why, caught.exception.details())
+
+    def test_float16_sum_past_float16s_range(self):
+        # numpy adds float16 in float32 and rounds the sum to float16: inf past
+        # 65504. tally answers the float64 sum (the proto's DTYPE_FLOAT16).
+        x = np.full(10000, 100.0, np.float16)
+        r = values(self.ask(x, [agg(pb.OP_SUM), agg(pb.OP_MEAN), agg(pb.OP_PTP)]).results[0])
+        self.assertEqual(r, [1e6])
+        with np.errstate(over="ignore"):
+            self.assertEqual(np.sum(x), np.inf)
+        y = np.array([-60000.0, 60000.0], np.float16)  # ptp is rounded to float16: inf, as numpy's
+        with np.errstate(all="ignore"):
+            self.assertEqual(values(self.ask(y, [agg(pb.OP_PTP)]).results[0]), [float(np.ptp(y))])
+        self.assertEqual(values(self.ask(y, [agg(pb.OP_PTP)]).results[0]), [math.inf])
+
+    def test_bfloat16_is_float32s_top_half(self):
+        # numpy has no bfloat16: the array travels as its bits, and every
+        # answer is the answer for the same values as float32 (the proto's
+        # DTYPE_BFLOAT16), histogram edges rounded to bfloat16 aside.
+        for n in (1, 33, 100003):
+            f32 = (self.rng.standard_normal(n) * 3 + 0.5).astype(np.float32)
+            bits = (f32.view(np.uint32) >> 16).astype(np.uint16)
+            if n > 1:
+                bits[n // 2] = 0x7FC0  # a NaN
+            wide = (bits.astype(np.uint32) << 16).view(np.float32)
+            spec = pb.ArraySpec(dtype=pb.DTYPE_BFLOAT16)
+            ops = [agg(pb.OP_SUM), agg(pb.OP_MIN), agg(pb.OP_NANMAX), agg(pb.OP_NANARGMIN), agg(pb.OP_MEAN),
+                   agg(pb.OP_NANVAR, ddof=1), agg(pb.OP_HISTOGRAM, bins=20, lo=-4.0, hi=4.0), agg(pb.OP_PTP)]
+            r = [values(v) for v in self.server.aggregate(
+                pb.AggregateRequest(spec=spec, data=bits.tobytes(), aggregations=ops), timeout=60).results]
+            label = f"bfloat16[{n}] seed {SEED}"
+            w64 = wide.astype(np.float64)
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if n > 1:
+                    self.assertTrue(math.isnan(r[0][0]) and math.isnan(r[1][0]) and math.isnan(r[7][0]), label)
+                else:
+                    self.assertClose(r[0][0], np.sum(w64), 1e-12, label)
+                    self.assertEqual(r[1][0], float(wide[0]), label)
+                self.assertEqual(r[2][0], float(np.nanmax(wide)), label)
+                self.assertEqual(r[3][0], int(np.nanargmin(wide)), label)
+                self.assertClose(r[5][0] if n > 1 else 0.0, np.nanvar(w64, ddof=1) if n > 1 else 0.0, 1e-9, label)
+            # Edges: linspace in float64 rounded once to bfloat16 (8 bits).
+            edges = np.array([bfloat16_round(e) for e in np.linspace(-4.0, 4.0, 21)])
+            h = r[6][0]
+            finite = w64[~np.isnan(w64)]
+            inside = finite[(finite >= edges[0]) & (finite <= edges[-1])]
+            counts = np.bincount(np.minimum(np.searchsorted(edges, inside, side="right") - 1, 19), minlength=20)
+            self.assertEqual(list(h.counts), counts.tolist(), label)
+            self.assertEqual((h.below, h.above, h.nan),
+                             (int(np.sum(finite < edges[0])), int(np.sum(finite > edges[-1])), int(np.sum(np.isnan(w64)))))
 
     def test_float32_sum_of_ten_million_positive_values_is_accurate(self):
         x = self.rng.random(10_000_000, dtype=np.float32)

@@ -22,7 +22,8 @@ from tally_test_server import TallyServer
 SERVER_BINARY = None
 BACKEND = "cpu"
 SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
-DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint8, np.int8, np.int16, np.uint16, np.uint64, np.bool_]
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint8, np.int8, np.int16, np.uint16, np.uint64, np.bool_,
+          np.float16]
 ALL_OPS = ["sum", "min", "max", "mean", "count", "sumsq", "var", "std:1", "argmin", "argmax",
            "hist:37:-3.5:60.25"]
 warnings.filterwarnings("ignore", message="Degrees of freedom <= 0")
@@ -30,7 +31,10 @@ warnings.filterwarnings("ignore", message="Degrees of freedom <= 0")
 
 def random_array(rng, dtype, shape, nans=False):
     if np.dtype(dtype).kind == "f":
-        x = (rng.standard_normal(shape) * 20 + 10).astype(dtype)
+        # float16 values small enough that numpy's float16 variance (squares
+        # rounded to float16, summed into float16) does not overflow.
+        scale, shift = (0.5, 0.25) if dtype == np.float16 else (20, 10)
+        x = (rng.standard_normal(shape) * scale + shift).astype(dtype)
         if nans:
             x.reshape(-1)[rng.integers(0, x.size, 3)] = np.nan
         return x
@@ -78,6 +82,17 @@ class AgainstNumpy(Base):
             eps = np.finfo(x.dtype).eps
             if has_nan:
                 self.assertTrue(np.isnan(r["sum"]), msg)
+            elif x.dtype == np.float16:
+                # numpy adds float16 in float32 (pairwise) and rounds to
+                # float16; the client rounds tally's float64 sum to float16:
+                # a float16 ulp apart, plus float32's error.
+                eps32 = np.finfo(np.float32).eps
+                for op, ref in (("sum", float(np.sum(x))), ("mean", float(np.mean(x)))):
+                    bound = eps * abs(ref) + (np.log2(n) + 2) * eps32 * abs_sum / (n if op == "mean" else 1)
+                    self.assertLessEqual(abs(float(r[op]) - ref), bound, f"{op} {msg}")
+                # numpy's float16 variance squares and sums in float16.
+                np.testing.assert_allclose(r["var"], np.var(x), rtol=5e-3, err_msg=msg)
+                np.testing.assert_allclose(r["std:1"], np.std(x, ddof=1), rtol=5e-3, err_msg=msg)
             else:
                 # numpy adds float32 in float32 (pairwise), tally in float64.
                 bound = (np.log2(n) + 2) * eps * abs_sum if x.dtype == np.float32 else n * eps * abs_sum
@@ -350,11 +365,11 @@ class Datasets(Base):
 class BadInput(Base):
     def test_unsupported_dtypes_raise_type_error_naming_them(self):
         for bad in (np.zeros(3, np.complex128), np.array([object(), 1], dtype=object),
-                    np.zeros(3, "datetime64[s]"), np.zeros(3, np.float16), np.array(["a", "b"])):
+                    np.zeros(3, "datetime64[s]"), np.zeros(3, np.float128), np.array(["a", "b"])):
             with self.assertRaises(TypeError) as e:
                 self.client.aggregate(bad, "sum")
             self.assertIn(str(bad.dtype), str(e.exception))
-            self.assertIn("float32, float64, int32, int64, uint32, uint8, int8, int16, uint16, uint64, bool",
+            self.assertIn("float32, float64, int32, int64, uint32, uint8, int8, int16, uint16, uint64, bool, float16",
                           str(e.exception))
 
     def test_bad_op_strings_raise_value_error(self):

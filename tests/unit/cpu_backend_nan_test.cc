@@ -115,7 +115,7 @@ TEST(CpuNanOps, FollowNumpyRowByRowWithAllNanRows) {
       const std::uint64_t rows = row > 1000 ? 3 : 200;
       rules::VisitDType(dtype, [&](auto dt) {
         using V = typename rules::Traits<decltype(dt)::value>::value;
-        if constexpr (std::is_floating_point_v<V>) {
+        if constexpr (rules::kIsFloatValue<V>) {
           const Array a = NanArray<V>(dtype, rows * row, row, rng, true);
           const auto ops = NanOps(false);
           auto got = RunPieces(*backend, Plan(a, row, ops), a.bytes);

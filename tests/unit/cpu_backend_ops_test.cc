@@ -155,7 +155,7 @@ TEST_P(CpuFloatOpsTest, NanAnywhereWins) {
       Array a = base;
       rules::VisitDType(a.dtype, [&](auto dt) {
         using V = typename rules::Traits<decltype(dt)::value>::value;
-        if constexpr (std::is_floating_point_v<V>) {
+        if constexpr (rules::kIsFloatValue<V>) {
           V* x = reinterpret_cast<V*>(a.bytes.data());
           for (std::uint64_t i : where) x[i] = std::numeric_limits<V>::quiet_NaN();
         }
@@ -176,7 +176,7 @@ TEST_P(CpuFloatOpsTest, NanAnywhereWins) {
 TEST_P(CpuFloatOpsTest, InfinitiesAndSignedZeros) {
   rules::VisitDType(GetParam(), [&](auto dt) {
     using V = typename rules::Traits<decltype(dt)::value>::value;
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       const V inf = std::numeric_limits<V>::infinity();
       const std::vector<V> v = {1, -0.0f, 0.0f, inf, -inf, 2, inf, -inf, 0.0f};
       const Array a = MakeArray(GetParam(), v);

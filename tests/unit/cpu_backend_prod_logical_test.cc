@@ -32,7 +32,7 @@ std::vector<OpSpec> NewOps(bool with_ptp) {
 template <typename V>
 std::vector<V> Values(std::uint64_t n, std::uint64_t row, std::mt19937_64& rng) {
   std::vector<V> v = RandomValues<V>(n, rng, Fill::kWide);
-  if constexpr (std::is_floating_point_v<V>) {
+  if constexpr (rules::kIsFloatValue<V>) {
     std::uniform_real_distribution<double> d(0.9, 1.1);
     for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<V>(i % 3 == 1 ? -d(rng) : d(rng));
     for (std::uint64_t i = 0; i < n; i += 211) v[i] = std::numeric_limits<V>::quiet_NaN();
@@ -70,7 +70,7 @@ void CheckRow(std::span<const V> x, const std::vector<OpSpec>& ops, const Aggreg
     SCOPED_TRACE(::testing::Message() << rules::Name(ops[k].kind) << " row " << r << " of length " << x.size());
     switch (ops[k].kind) {
       case OpKind::kProduct:
-        if constexpr (std::is_floating_point_v<V>) {
+        if constexpr (rules::kIsFloatValue<V>) {
           if (nan) {
             EXPECT_TRUE(std::isnan(at(0.0))) << at(0.0);
           } else {
@@ -87,7 +87,7 @@ void CheckRow(std::span<const V> x, const std::vector<OpSpec>& ops, const Aggreg
       case OpKind::kAny: EXPECT_EQ(at(std::uint64_t{}), nonzero > 0 ? 1u : 0u); break;
       case OpKind::kAll: EXPECT_EQ(at(std::uint64_t{}), nonzero == x.size() ? 1u : 0u); break;
       case OpKind::kPtp:
-        if constexpr (std::is_floating_point_v<V>) {
+        if constexpr (rules::kIsFloatValue<V>) {
           const V want = hi - lo;  // in V, as numpy subtracts
           if (nan) {
             EXPECT_TRUE(std::isnan(at(0.0))) << at(0.0);

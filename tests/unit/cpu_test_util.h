@@ -62,7 +62,7 @@ std::vector<V> RandomValues(std::uint64_t n, std::mt19937_64& rng, Fill fill) {
   if (fill == Fill::kNarrow) {
     std::uniform_int_distribution<int> d(std::is_signed_v<V> ? -5 : 0, 9);
     for (V& x : v) x = static_cast<V>(d(rng));
-  } else if constexpr (std::is_floating_point_v<V>) {
+  } else if constexpr (rules::kIsFloatValue<V>) {
     std::uniform_real_distribution<double> d(-1000.0, 1000.0);
     for (V& x : v) x = static_cast<V>(d(rng));
   } else {
@@ -186,15 +186,16 @@ std::int64_t ArgExtreme(std::span<const V> x) {
   return static_cast<std::int64_t>(best);
 }
 // numpy.histogram as documented: edges = linspace(lo, hi, bins + 1) in
-// float64, cast to the binning type; a value's bin found by binary search.
-template <typename BinT, typename V>
+// float64, cast to the edge type (the binning type, or the 16-bit float
+// input's own); a value's bin found by binary search.
+template <typename BinT, typename V, typename EdgeT = BinT>
 HistogramResult HistogramRef(std::span<const V> x, const HistogramSpec& spec) {
   std::vector<BinT> edges(spec.bins + 1);
   const double step = (spec.hi - spec.lo) / static_cast<double>(spec.bins);
   for (std::uint32_t i = 0; i < spec.bins; ++i) {
-    edges[i] = static_cast<BinT>(static_cast<double>(i) * step + spec.lo);
+    edges[i] = static_cast<BinT>(rules::RoundTo<EdgeT>(static_cast<double>(i) * step + spec.lo));
   }
-  edges[spec.bins] = static_cast<BinT>(spec.hi);
+  edges[spec.bins] = static_cast<BinT>(rules::RoundTo<EdgeT>(spec.hi));
   HistogramResult r;
   r.counts.assign(spec.bins, 0);
   for (V v : x) {
@@ -261,7 +262,7 @@ void CheckRow(const OpSpec& op, std::span<const typename rules::Traits<kD>::valu
   const bool nan = AnyNan(x);
   const long double n = static_cast<long double>(x.size());
   auto put_extreme = [&](V want) {
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       const double got = ValueAt<double>(values, row);
       if (nan) {
         EXPECT_TRUE(std::isnan(got)) << got;
@@ -276,7 +277,7 @@ void CheckRow(const OpSpec& op, std::span<const typename rules::Traits<kD>::valu
   };
   switch (op.kind) {
     case OpKind::kSum:
-      if constexpr (std::is_floating_point_v<V>) {
+      if constexpr (rules::kIsFloatValue<V>) {
         const double got = ValueAt<double>(values, row);
         if (nan) {
           EXPECT_TRUE(std::isnan(got));
@@ -335,7 +336,7 @@ void CheckRow(const OpSpec& op, std::span<const typename rules::Traits<kD>::valu
     case OpKind::kArgmin: EXPECT_EQ(ValueAt<std::int64_t>(values, row), ArgExtreme<false>(x)); break;
     case OpKind::kArgmax: EXPECT_EQ(ValueAt<std::int64_t>(values, row), ArgExtreme<true>(x)); break;
     case OpKind::kHistogram:
-      EXPECT_EQ(ValueAt<HistogramResult>(values, row), (HistogramRef<BinT, V>(x, op.histogram)));
+      EXPECT_EQ(ValueAt<HistogramResult>(values, row), (HistogramRef<BinT, V, typename rules::Traits<kD>::edge>(x, op.histogram)));
       break;
     default: ADD_FAILURE() << "no reference here for " << rules::Name(op.kind) << " (cpu_backend_nan_test.cc)";
   }

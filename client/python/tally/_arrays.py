@@ -21,19 +21,32 @@ SUPPORTED = {
     np.dtype(np.uint16): pb.DTYPE_UINT16,
     np.dtype(np.uint64): pb.DTYPE_UINT64,
     np.dtype(np.bool_): pb.DTYPE_BOOL,
+    np.dtype(np.float16): pb.DTYPE_FLOAT16,
 }
+try:  # numpy has no bfloat16; ml_dtypes' is the one tally follows.
+    import ml_dtypes
+
+    SUPPORTED[np.dtype(ml_dtypes.bfloat16)] = pb.DTYPE_BFLOAT16
+except ImportError:
+    pass
 SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED)
 FROM_WIRE = {v: k for k, v in SUPPORTED.items()}
 
 
 def check_dtype(dtype: Any) -> np.dtype:
     """The native-order dtype for ``dtype``; TypeError when tally does not
-    aggregate it (complex, object, datetime, float16, bool, strings, ...)."""
+    aggregate it (complex, object, datetime, strings, ...)."""
     dt = np.dtype(dtype)
     native = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
     if native not in SUPPORTED:
         raise TypeError(f"tally cannot aggregate dtype {dt} ({dt.str}); supported: {SUPPORTED_NAMES}")
     return native
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """Whether tally treats ``dtype`` as floating point (ml_dtypes' bfloat16
+    is a float whose numpy kind is not "f")."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def wire_dtype(dtype: np.dtype) -> int:

@@ -7,6 +7,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ._ops import Op
+from . import _arrays
 
 
 # Each nan-function's plain op, whose result dtype it shares.
@@ -20,7 +21,7 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     numpy.sum gives int64 for signed, uint64 for unsigned integers and the
     input's float type (tally adds floats in float64, then rounds to it);
     min and max the input's dtype; mean, var and std float32 for float32
-    input and float64 otherwise. sum_squares (tally's own) is float64;
+    input (float16 and bfloat16 for theirs) and float64 otherwise. sum_squares (tally's own) is float64;
     count, argmin and argmax are int64 (numpy's intp). The nan-functions
     answer as their plain ones (numpy.nansum as numpy.sum, ...); nancount
     is int64 like count. prod answers as sum (numpy's accumulator types:
@@ -33,19 +34,21 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
         return np.dtype(np.bool_)
     if kind in ("sum", "prod"):
         # bool sums and products are int64, as for signed integers.
-        return dtype if dtype.kind == "f" else np.dtype(np.int64 if dtype.kind in "ib" else np.uint64)
+        return dtype if _arrays.is_float(dtype) else np.dtype(np.int64 if dtype.kind in "ib" else np.uint64)
     if kind in ("min", "max", "ptp"):
         return dtype
     if kind in ("mean", "variance", "stddev"):
-        return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
+        # float16 and bfloat16 too answer in their own dtype, as numpy does.
+        return dtype if _arrays.is_float(dtype) and dtype.itemsize <= 4 else np.dtype(np.float64)
     if kind == "sum_squares":
         return np.dtype(np.float64)
     return np.dtype(np.int64)
 
 
 def edge_dtype(dtype: np.dtype) -> np.dtype:
-    """numpy.histogram's edge dtype: float32 for float32 input, else float64."""
-    return np.dtype(np.float32) if dtype == np.float32 else np.dtype(np.float64)
+    """numpy.histogram's edge dtype: the input's for float32, float16 and
+    bfloat16, else float64."""
+    return dtype if _arrays.is_float(dtype) and dtype.itemsize <= 4 else np.dtype(np.float64)
 
 
 class Histogram:

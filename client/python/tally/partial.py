@@ -21,6 +21,7 @@ from . import _values
 from ._arrays import FROM_WIRE, check_dtype
 from ._ops import Op
 from .v1 import tally_pb2 as pb
+from . import _arrays
 
 #: The version of the rules this package merges and finishes.
 STATE_VERSION = 1
@@ -31,7 +32,7 @@ _F64, _I64, _U64 = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
     """Where sums and extremes of ``dtype`` live in a state."""
     # bool is reduced as uint8 on the server (tally.proto, DTYPE_BOOL).
-    return _F64 if dtype.kind == "f" else (_I64 if dtype.kind == "i" else _U64)
+    return _F64 if _arrays.is_float(dtype) else (_I64 if dtype.kind == "i" else _U64)
 
 
 @dataclass

@@ -32,10 +32,10 @@ struct ThreadAgg {
   static constexpr int kMaxGroupVecs = Policy::VecsPerThread(static_cast<int>(sizeof(T)));
   double sumsq;
   rules::Moments mom;
-  HistThread<B>* hist;
+  HistThread<B, typename DevTraits<D>::BE>* hist;
 
   // `defer`: argmin/argmax resolve their group at Finish() (ArgOp::UpdateGroup).
-  TALLY_DEV ThreadAgg(const Want& want, HistThread<B>* h, bool defer = false)
+  TALLY_DEV ThreadAgg(const Want& want, HistThread<B, typename DevTraits<D>::BE>* h, bool defer = false)
       : w(want), defer_args(defer), hist(h) {
     sum = SumOp<D>::Identity();
     mn = amin_v = amin_floor = ExtremeOp<D>::MinIdentity();

@@ -37,6 +37,7 @@ template <rules::DType D>
 struct AggArgs {
   using T = typename DevTraits<D>::T;
   using B = typename DevTraits<D>::B;
+  using BE = typename DevTraits<D>::BE;
   const T* chunk;
   std::int64_t n;            // elements in the chunk
   std::uint64_t offset;      // global index of chunk[0]
@@ -46,12 +47,12 @@ struct AggArgs {
   std::int64_t slices;       // SliceKernel: blocks per segment
   int team_lanes;            // TeamKernel: lanes per row
   Want want;
-  rules::HistogramBinner<B> binner;
+  rules::HistogramBinner<B, BE> binner;
   std::uint32_t hist_stride;  // bins + 3
   int cluster;                // blocks sharing one histogram (1: none)
   std::uint32_t per_rank;     // counters each block of a cluster holds
   bool edge_table;
-  HistQuick<typename DevTraits<D>::B> quick;
+  HistQuick<B, BE> quick;
   StateView state;
   Partial<D>* partials;  // [segments * slices] when slices > 1
   // When slices > 1 (no zeroing launch: the caller's scratch holds anything):
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   const std::int64_t j = blockIdx.x / a.slices, s = blockIdx.x % a.slices;
   const Segment seg = SegmentOf(a, j);
 
-  HistThread<B> hist{a.binner, nullptr, nullptr, nullptr, a.per_rank,
+  HistThread<B, typename DevTraits<D>::BE> hist{a.binner, nullptr, nullptr, nullptr, a.per_rank,
                      kVariant == kHistWide ? HistSink::kShared16
                      : a.cluster > 1       ? HistSink::kCluster
                                            : HistSink::kShared,
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBloc
     const std::int64_t j = team + it * teams;
     const bool active = j < a.segments;
     Segment seg = active ? SegmentOf(a, j) : Segment{0, 0, 0, 0, false};
-    HistThread<B> hist{a.binner, nullptr, nullptr,
+    HistThread<B, typename DevTraits<D>::BE> hist{a.binner, nullptr, nullptr,
                        w.hist && active ? a.state.hist + seg.row * a.hist_stride : nullptr, 0,
                        HistSink::kGlobal, a.quick};
     ThreadAgg<D> agg(w, &hist);
@@ -675,9 +676,9 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
                       static_cast<unsigned long long*>(at(lay.histograms)),
                       lay.histogram_stride};
   if (a.want.hist) {
-    a.binner = rules::HistogramBinner<B>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
+    a.binner = rules::HistogramBinner<B, typename DevTraits<D>::BE>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
     a.hist_stride = lay.histogram_stride;
-    a.quick = HistQuick<B>::Make(a.binner, plan.histogram.lo, plan.histogram.hi);
+    a.quick = HistQuick<B, typename DevTraits<D>::BE>::Make(a.binner, plan.histogram.lo, plan.histogram.hi);
     // Rows that start in this chunk begin with zero counters.
     const std::uint64_t first_fresh =
         plan.row_length == 0 ? (offset == 0 ? 0 : 1)

@@ -74,7 +74,7 @@ struct RoundMagic<double> {
 // lo_safe < frac(f) < hi_safe, with lo_safe = m rounded up and hi_safe =
 // 1 - m rounded down (frac(f) itself is exact). The edge tests of the GPU
 // suite put values on and one ulp around every edge.
-template <typename B>
+template <typename B, typename BE = B>
 struct HistQuick {
   B offset;   // RN(-lo_t * scale)
   B lo_safe;  // m rounded up; 2 (never safe) for margins over a quarter bin
@@ -84,8 +84,11 @@ struct HistQuick {
   // path too often, and each element branches on its own instead.
   bool per_element;
 
-  static HistQuick Make(const rules::HistogramBinner<B>& b, double lo, double hi) {
-    const double u = static_cast<double>(std::numeric_limits<B>::epsilon()) / 2;
+  static HistQuick Make(const rules::HistogramBinner<B, BE>& b, double lo, double hi) {
+    // u: the coarser of B's and the edges' unit roundoff (16-bit edges
+    // are rounded to 11 or 8 bits, however B computes).
+    const double u = std::fmax(static_cast<double>(std::numeric_limits<B>::epsilon()),
+                               static_cast<double>(std::numeric_limits<BE>::epsilon())) / 2;
     const double a = std::fmax(std::fabs(lo), std::fabs(hi));
     const double m = 3 * u * (a / b.step + static_cast<double>(b.bins)) * (1 + 0x1p-10);
     HistQuick q;
@@ -107,8 +110,8 @@ struct HistQuick {
 
 // True (and the slot in `slot`) when x is safely inside one bin; false when
 // x is near an edge, outside [lo, hi] or NaN (then `slot` is meaningless).
-template <typename B>
-TALLY_DEV bool SlotQuick(const rules::HistogramBinner<B>& b, const HistQuick<B>& q, B x,
+template <typename B, typename BE>
+TALLY_DEV bool SlotQuick(const rules::HistogramBinner<B, BE>& b, const HistQuick<B, BE>& q, B x,
                          std::int32_t& slot) {
   using R = RoundMagic<B>;
   const B f = R::Fma(x, b.scale, q.offset);
@@ -126,8 +129,8 @@ TALLY_DEV bool SlotQuick(const rules::HistogramBinner<B>& b, const HistQuick<B>&
 // table, edges[i] == binner.Edge(i) and edges[bins] == hi_t, or computed)
 // show it, and g is Bin's answer. A move (x within rounding of an edge) is
 // rare: the caller then asks Bin itself (`exact` false).
-template <typename B>
-TALLY_DEV std::int32_t SlotFast(const rules::HistogramBinner<B>& b, const B* edges, B x, bool& exact) {
+template <typename B, typename BE>
+TALLY_DEV std::int32_t SlotFast(const rules::HistogramBinner<B, BE>& b, const B* edges, B x, bool& exact) {
   const std::int32_t g = b.Guess(x);
   const B e0 = edges ? edges[g] : b.Edge(g);
   const B e1 = edges ? edges[g + 1] : b.Edge(g + 1);
@@ -145,15 +148,15 @@ TALLY_DEV std::int32_t SlotFast(const rules::HistogramBinner<B>& b, const B* edg
 // Where one thread's counts go, plus a run-length counter in registers: a run
 // of equal slots costs one atomic, so skewed data (every value in one bin)
 // does not serialize on one shared-memory address.
-template <typename B>
+template <typename B, typename BE = B>
 struct HistThread {
-  rules::HistogramBinner<B> binner;
+  rules::HistogramBinner<B, BE> binner;
   const B* edges;                // shared edge table, or nullptr
   unsigned* counts;              // shared counters (this block's part)
   unsigned long long* global;    // kGlobal: the row's counters in the state
   std::uint32_t per_rank;        // kCluster: slots held by each block
   HistSink sink;
-  HistQuick<B> quick;
+  HistQuick<B, BE> quick;
   std::int32_t run_slot = -1;
   unsigned run_count = 0;
 

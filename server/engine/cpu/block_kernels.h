@@ -38,7 +38,7 @@ inline constexpr unsigned kLaneMasks = 16;
 // complement for the signed ones, so overflow wraps as numpy's does).
 template <typename V>
 using SumLane = std::conditional_t<
-    std::is_floating_point_v<V>, double,
+    rules::kIsFloatValue<V>, double,
     std::conditional_t<std::is_same_v<V, std::uint8_t>, std::uint32_t, std::uint64_t>>;
 
 static_assert(CpuPolicy::kBlockElements * 255 < (std::uint64_t{1} << 32));
@@ -57,18 +57,18 @@ struct LaneTotals {
 
 template <typename V>
 constexpr V MinIdentity() {
-  if constexpr (std::is_floating_point_v<V>) return std::numeric_limits<V>::infinity();
+  if constexpr (rules::kIsFloatValue<V>) return std::numeric_limits<V>::infinity();
   return std::numeric_limits<V>::max();
 }
 template <typename V>
 constexpr V MaxIdentity() {
-  if constexpr (std::is_floating_point_v<V>) return -std::numeric_limits<V>::infinity();
+  if constexpr (rules::kIsFloatValue<V>) return -std::numeric_limits<V>::infinity();
   return std::numeric_limits<V>::lowest();
 }
 
 template <typename V>
 inline SumLane<V> WidenForSum(V v) {
-  if constexpr (std::is_floating_point_v<V>) {
+  if constexpr (rules::kIsFloatValue<V>) {
     return static_cast<double>(v);
   } else if constexpr (std::is_signed_v<V>) {
     return static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
@@ -97,7 +97,7 @@ TALLY_CPU_CLONES void FusedLanes(const V* x, std::size_t n, LaneTotals<V>* out) 
   constexpr int L = kLanesOf<V>;
   constexpr bool kSum = kMask & kLaneSum, kSq = kMask & kLaneSumSq;
   constexpr bool kMin = kMask & kLaneMin, kMax = kMask & kLaneMax;
-  constexpr bool kNan = std::is_floating_point_v<V> && (kMin || kMax);
+  constexpr bool kNan = rules::kIsFloatValue<V> && (kMin || kMax);
   SumLane<V> sum[L];
   double sq[L];
   V mn[L], mx[L], nan[L];
@@ -159,7 +159,7 @@ struct NanLaneTotals {
 // are; the sum adds 0 in its place (numpy.nansum replaces NaNs with 0).
 template <typename V, unsigned kMask>
 TALLY_CPU_CLONES void NanLanes(const V* x, std::size_t n, NanLaneTotals<V>* out) {
-  static_assert(std::is_floating_point_v<V>);
+  static_assert(rules::kIsFloatValue<V>);
   constexpr int L = CpuPolicy::kLanes;
   constexpr bool kSum = kMask & kNanLaneSum, kMin = kMask & kNanLaneMin, kMax = kMask & kNanLaneMax;
   double sum[L];
@@ -208,7 +208,7 @@ inline constexpr unsigned kMoreLaneMasks = 4;
 // uint64 accumulators' (two's complement multiplication modulo 2^64 is the
 // same for signed and unsigned).
 template <typename V>
-using ProductLane = std::conditional_t<std::is_floating_point_v<V>, double, std::uint64_t>;
+using ProductLane = std::conditional_t<rules::kIsFloatValue<V>, double, std::uint64_t>;
 
 template <typename V>
 struct MoreLaneTotals {
@@ -218,7 +218,7 @@ struct MoreLaneTotals {
 
 template <typename V>
 inline ProductLane<V> WidenForProduct(V v) {
-  if constexpr (std::is_floating_point_v<V>) {
+  if constexpr (rules::kIsFloatValue<V>) {
     return static_cast<double>(v);
   } else if constexpr (std::is_signed_v<V>) {
     return static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
@@ -337,8 +337,8 @@ struct HistogramSink {
 };
 
 // Bins x[0..n) exactly as numpy.histogram does (rules::HistogramBinner).
-template <typename V, typename BinT>
-void BinBlock(const V* x, std::size_t n, const rules::HistogramBinner<BinT>& binner,
+template <typename V, typename BinT, typename EdgeT>
+void BinBlock(const V* x, std::size_t n, const rules::HistogramBinner<BinT, EdgeT>& binner,
               const HistogramSink& sink) {
   std::uint64_t below = 0, above = 0, nan = 0;
   std::uint64_t* counts = sink.counts;

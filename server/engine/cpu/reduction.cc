@@ -226,7 +226,7 @@ struct HistogramOut {
 template <DType kD>
 class CpuReduction final : public Reduction {
   using V = typename rules::Traits<kD>::value;
-  using BinT = typename rules::Traits<kD>::bin;
+  using Binner = rules::BinnerFor<rules::Traits<kD>>;
 
  public:
   CpuReduction(const AggregationPlan& plan, ThreadPool* pool, std::string device)
@@ -247,7 +247,7 @@ class CpuReduction final : public Reduction {
     if (needs_.max) mask |= kLaneMax;
     static constexpr auto kTable = FusedTable<V>(std::make_index_sequence<kLaneMasks>{});
     fused_ = kTable[mask];
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       unsigned nan_mask = 0;
       if (needs_.nan_sum) nan_mask |= kNanLaneSum;
       if (needs_.nan_min) nan_mask |= kNanLaneMin;
@@ -267,7 +267,7 @@ class CpuReduction final : public Reduction {
       const OpSpec& op = ops_[k];
       values_.push_back(EmptyValues(op, kD, 0));
       if (op.kind == OpKind::kHistogram) {
-        binners_.push_back(rules::HistogramBinner<BinT>::Make(op.histogram.bins, op.histogram.lo,
+        binners_.push_back(Binner::Make(op.histogram.bins, op.histogram.lo,
                                                             op.histogram.hi));
         hist_ops_.push_back(static_cast<int>(k));
       }
@@ -398,7 +398,7 @@ class CpuReduction final : public Reduction {
     fused_(x, n, &t);
     Partial<V> p;
     p.count = n;
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       p.dsum = t.sum;
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
@@ -430,7 +430,7 @@ class CpuReduction final : public Reduction {
       const std::size_t i = FirstIndexOf(x, n, t.max);
       p.argmax = {x[i], static_cast<std::int64_t>(offset + i)};
     }
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       if (nan_fused_ != nullptr) ReduceNanBlock(x, n, offset, p);
     }
     if (more_fused_ != nullptr) {
@@ -646,7 +646,7 @@ class CpuReduction final : public Reduction {
 
   // Sets the state's extreme field for the dtype.
   static void PutExtreme(rules::PartialState& s, V v) {
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       s.float_extreme = static_cast<double>(v);
     } else if constexpr (std::is_signed_v<V>) {
       s.int_extreme = static_cast<std::int64_t>(v);
@@ -656,11 +656,15 @@ class CpuReduction final : public Reduction {
   }
 
   // numpy.ptp: max - min in the dtype. float32 subtracts in float32 (and
-  // may overflow to inf); integers wrap at their width, computed unsigned
+  // may overflow to inf); float16 and bfloat16 in float32, rounded once to
+  // the dtype (exactly their own subtraction: float32 has more than twice
+  // their precision); integers wrap at their width, computed unsigned
   // since signed overflow is undefined in C++. A NaN extreme gives NaN.
   static V Ptp(V min, V max) {
-    if constexpr (std::is_floating_point_v<V>) {
+    if constexpr (rules::kIsFloatValue<V>) {
       return max - min;
+    } else if constexpr (rules::kIsFloatValue<V>) {
+      return rules::RoundTo<V>(static_cast<float>(max) - static_cast<float>(min));
     } else {
       using U = std::make_unsigned_t<V>;
       return static_cast<V>(static_cast<U>(static_cast<U>(max) - static_cast<U>(min)));
@@ -676,7 +680,7 @@ class CpuReduction final : public Reduction {
     if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
     switch (op.kind) {
       case OpKind::kSum:
-        if constexpr (std::is_floating_point_v<V>) {
+        if constexpr (rules::kIsFloatValue<V>) {
           s.float_sum = acc.dsum;
         } else if constexpr (std::is_signed_v<V>) {
           s.int_sum = static_cast<std::int64_t>(acc.isum);
@@ -722,7 +726,7 @@ class CpuReduction final : public Reduction {
         s.index = acc.nan_argmax.index + static_cast<std::int64_t>(op.base_index);
         break;
       case OpKind::kProduct:
-        if constexpr (std::is_floating_point_v<V>) {
+        if constexpr (rules::kIsFloatValue<V>) {
           s.float_product = acc.product;
         } else if constexpr (std::is_signed_v<V>) {
           s.int_product = static_cast<std::int64_t>(acc.product);
@@ -788,7 +792,7 @@ class CpuReduction final : public Reduction {
 
   std::vector<OpValues> values_;  // the results, one per op
   std::uint64_t rows_built_ = 0;  // rows values_ holds so far
-  std::vector<rules::HistogramBinner<BinT>> binners_;
+  std::vector<Binner> binners_;
   std::vector<int> hist_ops_;              // the op of each binner
   std::vector<HistogramOut> hist_outs_;    // raw views of their results in values_
 

@@ -1,20 +1,22 @@
 // numpy.histogram's binning for equal-width bins over [lo, hi], reproduced
 // exactly: numpy computes the edges as linspace(lo, hi, bins + 1) in float64,
-// rounds them to the binning type (float32 for float32 input, float64
-// otherwise), and puts x in bin i when edge[i] <= x < edge[i+1], the last bin
+// rounds them to the edge type (float32 for float32 input, the input's dtype
+// for float16 and bfloat16, float64 otherwise), and puts x in bin i when edge[i] <= x < edge[i+1], the last bin
 // being closed. Values are compared with the range in the binning type too.
 #pragma once
 
 #include <cstdint>
 
+#include "tally/rules/half.h"
 #include "tally/rules/hd.h"
 
 namespace tally::rules {
 
 enum : std::int32_t { kBinBelow = -1, kBinAbove = -2, kBinNan = -3 };
 
-// T: the binning type (Traits<dtype>::bin).
-template <typename T>
+// T: the binning type (Traits<dtype>::bin); E: the type the edges and the
+// range are rounded to (Traits<dtype>::edge), whose values T holds exactly.
+template <typename T, typename E = T>
 struct HistogramBinner {
   double lo = 0.0;    // the requested range, in float64
   double step = 0.0;  // (hi - lo) / bins, as numpy.linspace computes it
@@ -27,17 +29,17 @@ struct HistogramBinner {
     HistogramBinner b;
     b.lo = lo;
     b.step = (hi - lo) / static_cast<double>(bins);
-    b.lo_t = static_cast<T>(lo);
-    b.hi_t = static_cast<T>(hi);
+    b.lo_t = static_cast<T>(RoundTo<E>(lo));
+    b.hi_t = static_cast<T>(RoundTo<E>(hi));
     b.scale = static_cast<T>(static_cast<double>(bins) / (hi - lo));
     b.bins = static_cast<std::int32_t>(bins);
     return b;
   }
 
-  // edge[i] = linspace(lo, hi, bins + 1)[i] in the binning type.
+  // edge[i] = linspace(lo, hi, bins + 1)[i] in the edge type.
   TALLY_HD T Edge(std::int32_t i) const {
     if (i >= bins) return hi_t;
-    return static_cast<T>(AddRn(MulRn(static_cast<double>(i), step), lo));
+    return static_cast<T>(RoundTo<E>(AddRn(MulRn(static_cast<double>(i), step), lo)));
   }
 
   // The bin that (x - lo) * scale points at, in [0, bins - 1]. f is compared
@@ -86,5 +88,9 @@ struct HistogramBinner {
     return a;
   }
 };
+
+// The binner of a dtype, given its Traits.
+template <typename Tr>
+using BinnerFor = HistogramBinner<typename Tr::bin, typename Tr::edge>;
 
 }  // namespace tally::rules

@@ -1,0 +1,12 @@
+// The fused aggregation kernels for bfloat16 input (one dtype per file keeps
+// each compile unit small; CI builds on 2 cores).
+#include "grid/aggregate_kernels.cuh"
+
+namespace tally::kernels::detail {
+template cudaError_t ScratchBytesFor<rules::DType::kBFloat16>(const AggregatePlan&, std::uint64_t,
+                                                      const DeviceInfo&, std::size_t*);
+template cudaError_t LaunchAccumulate<rules::DType::kBFloat16>(const AggregatePlan&, const ResultLayout&,
+                                                       const void*, std::uint64_t, std::uint64_t,
+                                                       void*, void*, std::size_t,
+                                                       const DeviceInfo&, cudaStream_t);
+}  // namespace tally::kernels::detail
