@@ -311,7 +311,10 @@ int main(int argc, char** argv) {
       const std::string name = what + " (" + type + ")";
       if (!wanted(name)) continue;
       Tally tl(dt, ops, elements, 0);
-      rows.push_back({name, gbs(MedianMs(s, [&] { tl.Run(x, s); })), read_gbs, "plain read", "", true});
+      const double ours = gbs(MedianMs(s, [&] { tl.Run(x, s); }));
+      // The 16-bit floats' sum is held to 0.97x the read ceiling.
+      const bool held = ops == Bit(OpKind::kSum) && (dt == DType::kFloat16 || dt == DType::kBFloat16);
+      rows.push_back({name, ours, read_gbs, "plain read", held ? ">= 0.97x" : "", ours >= 0.97 * read_gbs});
     }
   }
 

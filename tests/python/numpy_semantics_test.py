@@ -633,6 +633,24 @@ class NumpySemantics(unittest.TestCase):
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn(why, caught.exception.details())
 
+    def test_infinities_in_mean_and_variance(self):
+        # numpy's mean is the sum's: inf with +inf alone, NaN with both
+        # infinities; its variance is NaN (x - mean is inf - inf).
+        for dtype in FLOATS:
+            for n in (3, 1009, 100003):
+                for infs in ([np.inf], [-np.inf], [np.inf, -np.inf]):
+                    x = random_array(self.rng, dtype, n)
+                    x[self.rng.choice(n, len(infs), replace=False)] = infs
+                    ops = [agg(pb.OP_MEAN), agg(pb.OP_VARIANCE), agg(pb.OP_NANMEAN), agg(pb.OP_SUM)]
+                    r = [values(v)[0] for v in self.ask(x, ops).results]
+                    label = f"{dtype.__name__}[{n}] {infs} seed {SEED}"
+                    with np.errstate(all="ignore"):
+                        want = float(np.mean(x.astype(np.float64)))
+                        self.assertSame(r[0], want, label + " mean")
+                        self.assertSame(r[2], want, label + " nanmean")
+                        self.assertSame(r[3], float(np.sum(x.astype(np.float64))), label + " sum")
+                        self.assertTrue(math.isnan(r[1]) and math.isnan(np.var(x)), label + " var")
+
     def test_float16_sum_past_float16s_range(self):
         # numpy adds float16 in float32 and rounds the sum to float16: inf past
         # 65504. tally answers the float64 sum (the proto's DTYPE_FLOAT16).

@@ -69,6 +69,14 @@ TALLY_HD Moments MergeMoments(const Moments& a, const Moments& b) {
   if (b.count == 0.0) return a;
   if (a.count == 0.0) return b;
   const double n = a.count + b.count;
+  // An infinite or NaN mean (the values hold an infinity or a NaN): numpy's
+  // mean is then the sum's, inf, -inf or NaN, which adding the two means
+  // gives, and its variance NaN (x - mean is inf - inf). Chan's rule would
+  // give NaN for the mean too (inf - inf in delta). x - x is 0 exactly when
+  // x is finite.
+  if (!((a.mean - a.mean) + (b.mean - b.mean) == 0.0)) {
+    return Moments{n, a.mean + b.mean, __builtin_nan("")};
+  }
   const double delta = b.mean - a.mean;
   const double wb = b.count / n;
   Moments r;
