@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -19,15 +20,35 @@ using rules::HistogramSpec;
 using rules::OpKind;
 using rules::OpSpec;
 
+// The elements' offsets of variable-length segments (CSR: rows + 1 entries,
+// 0 first, never decreasing, the length last; tally/rules/segments.h).
+// Shared, since a plan is copied into every reduction that runs it.
+using Offsets = std::shared_ptr<const std::vector<std::uint64_t>>;
+
 struct ArraySpec {
   DType dtype = DType::kFloat32;
   std::uint64_t length = 0;      // elements
-  std::uint64_t row_length = 0;  // 0: not segmented; else elements per row
+  std::uint64_t row_length = 0;  // 0: no equal rows; else elements per row
+  Offsets offsets = nullptr;     // variable-length segments (row_length is then 0)
 
-  bool segmented() const { return row_length != 0; }
-  // Number of results per op: rows when segmented, else 1.
-  std::uint64_t rows() const { return segmented() ? length / row_length : 1; }
+  // One result per row or segment (rows below) instead of one.
+  bool segmented() const { return row_length != 0 || offsets != nullptr; }
+  bool variable() const { return offsets != nullptr; }
+  // Number of results per op: rows or segments when segmented, else 1.
+  std::uint64_t rows() const {
+    if (offsets) return offsets->size() - 1;
+    return row_length != 0 ? length / row_length : 1;
+  }
+  // Where row r starts and how many elements it has (the whole array is
+  // row 0 when not segmented).
+  std::uint64_t RowStart(std::uint64_t r) const { return offsets ? (*offsets)[r] : r * row_length; }
+  std::uint64_t RowLength(std::uint64_t r) const {
+    if (offsets) return (*offsets)[r + 1] - (*offsets)[r];
+    return row_length != 0 ? row_length : length;
+  }
   std::uint64_t bytes() const { return length * rules::SizeOf(dtype); }
+  // "row" or "segment", for messages.
+  const char* RowWord() const { return offsets ? "segment" : "row"; }
 };
 
 // A validated request: the array's spec and the ops to compute in one pass.

@@ -1,14 +1,18 @@
 #include "server/core/validate.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tally/rules/histogram_bin.h"
+#include "tally/rules/segments.h"
 
 namespace tally {
 namespace {
@@ -87,10 +91,11 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
   if (op.partial && (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax)) {
     // Indices are int64: the last one, base_index + the row's length - 1, must fit.
     constexpr std::uint64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
-    const std::uint64_t span = array.segmented() ? array.row_length : array.length;
+    // (A segment's length is bounded by the array's.)
+    const std::uint64_t span = array.row_length != 0 ? array.row_length : array.length;
     if (op.base_index > kMaxIndex - span) {
       return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op), ": partial.base_index ", op.base_index,
-                                                     " plus the ", array.segmented() ? "row" : "array",
+                                                     " plus the ", array.row_length != 0 ? "row" : "array",
                                                      "'s length ", span, " exceeds 2^63 - 1."));
     }
   }
@@ -137,6 +142,35 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
   return absl::OkStatus();
 }
 
+// Variable-length segments: offsets well formed (the front end has checked
+// the wire's; a backend driven directly must not trust its caller), not
+// with equal rows, and no empty segment for an op that has no value on an
+// empty array (numpy raises there).
+absl::Status ValidateSegments(const AggregationPlan& plan) {
+  const ArraySpec& a = plan.array;
+  if (a.row_length != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.offsets: give either row_length (", a.row_length,
+                                                   ") or offsets, not both."));
+  }
+  const std::vector<std::uint64_t>& off = *a.offsets;
+  if (rules::CheckOffsets(std::span<const std::uint64_t>(off), a.length).kind != rules::OffsetsFault::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.offsets: offsets must start at 0, never decrease and end at the array's length ", a.length, "."));
+  }
+  const auto empty_needed = std::find_if(plan.ops.begin(), plan.ops.end(),
+                                         [](const OpSpec& op) { return rules::NeedsNonEmpty(op); });
+  if (empty_needed == plan.ops.end()) return absl::OkStatus();
+  for (std::size_t s = 0; s + 1 < off.size(); ++s) {
+    if (off[s] == off[s + 1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OpLabel(static_cast<std::size_t>(empty_needed - plan.ops.begin()), *empty_needed), ": segment ", s,
+          " (offsets[", s, "] = offsets[", s + 1, "] = ", off[s], ") is empty, and an empty array has no ",
+          rules::Name(empty_needed->kind), " (numpy raises)."));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool HistogramEdgesIncrease(const HistogramSpec& h, DType dtype) {
@@ -169,10 +203,13 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   if (a.length > (std::uint64_t{1} << 62) / rules::SizeOf(a.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("spec.length: ", a.length, " elements is beyond any array tally can take."));
   }
-  if (a.segmented() && a.length % a.row_length != 0) {
+  if (a.row_length != 0 && a.length % a.row_length != 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", a.row_length,
                                                    " does not divide the array length ", a.length,
                                                    " (the array must be whole rows)."));
+  }
+  if (a.variable()) {
+    if (absl::Status s = ValidateSegments(plan); !s.ok()) return s;
   }
   if (!a.segmented() && a.length == 0) {
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
@@ -187,8 +224,9 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   const std::uint64_t rows = a.rows();
   if (rows != 0 && per_row > limits.max_result_values / rows) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "spec.row_length: ", rows, " rows x ", per_row, " result values per row exceeds the limit of ",
-        limits.max_result_values, " result values per response; use longer rows or fewer histogram bins."));
+        a.variable() ? "spec.offsets: " : "spec.row_length: ", rows, " ", a.RowWord(), "s x ", per_row,
+        " result values per ", a.RowWord(), " exceeds the limit of ", limits.max_result_values,
+        " result values per response; use longer ", a.RowWord(), "s or fewer histogram bins."));
   }
   return absl::OkStatus();
 }

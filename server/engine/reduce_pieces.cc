@@ -39,7 +39,7 @@ absl::Status CheckPieces(const AggregationPlan& plan, std::span<const PlacedPiec
     return absl::InvalidArgumentError(
         absl::StrCat("data: the pieces hold ", at, " of the ", plan.array.length, " elements in spec.length."));
   }
-  if (plan.array.segmented() && plan.array.length % plan.array.row_length != 0) {
+  if (plan.array.row_length != 0 && plan.array.length % plan.array.row_length != 0) {
     return absl::InvalidArgumentError(absl::StrCat("row_length: ", plan.array.row_length, " does not divide the ",
                                                    plan.array.length, " elements."));
   }
@@ -79,10 +79,19 @@ struct Job {
   std::uint64_t rows = 0;
 };
 
+// A job of `length` elements from `first`: one row's part (rows 0), equal
+// rows of `row_length`, or `rows` segments of the plan's from `row` on.
 Job MakeJob(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t first, std::uint64_t length,
-            std::uint64_t row_length, std::uint64_t row, std::uint64_t into_row) {
+            std::uint64_t row_length, std::uint64_t row, std::uint64_t into_row, std::uint64_t segments = 0) {
   Job job;
-  job.plan.array = ArraySpec{plan.array.dtype, length, row_length};
+  job.plan.array = ArraySpec{plan.array.dtype, length, row_length, nullptr};
+  if (segments > 0) {  // the plan's offsets from `row` on, counted from `first`
+    const std::vector<std::uint64_t>& all = *plan.array.offsets;
+    std::vector<std::uint64_t> own(all.begin() + static_cast<std::ptrdiff_t>(row),
+                                   all.begin() + static_cast<std::ptrdiff_t>(row + segments + 1));
+    for (std::uint64_t& o : own) o -= first;
+    job.plan.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(own));
+  }
   job.plan.ops = plan.ops;
   for (OpSpec& op : job.plan.ops) {
     op.partial = true;
@@ -92,8 +101,40 @@ Job MakeJob(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t
   const std::uint64_t size = rules::SizeOf(plan.array.dtype);
   job.extent = piece.extent.Sub((first - piece.first) * size, length * size);
   job.row = row;
-  job.rows = row_length == 0 ? 1 : length / row_length;
+  job.rows = segments > 0 ? segments : row_length == 0 ? 1 : length / row_length;
   return job;
+}
+
+// CutPiece for variable-length segments. Each segment goes to the piece
+// that holds its first element (an empty one to the piece at whose start
+// it lies, or to the last piece when it lies at the array's end), so that
+// every segment is some job's.
+void CutSegments(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t end, std::vector<Job>& jobs) {
+  const ArraySpec& a = plan.array;
+  const std::vector<std::uint64_t>& off = *a.offsets;
+  std::uint64_t at = piece.first;
+  // The segment holding element `at`: the last one starting at or before
+  // it that is not empty (there is one: at < length).
+  std::uint64_t row = static_cast<std::uint64_t>(std::upper_bound(off.begin(), off.end(), at) - off.begin()) - 1;
+  if (off[row] < at) {  // the rest of a segment begun before this piece
+    const std::uint64_t stop = std::min(end, off[row + 1]);
+    jobs.push_back(MakeJob(plan, piece, at, stop - at, 0, row, at - off[row]));
+    at = stop;
+    ++row;
+  } else {
+    // Empty segments at `at` come before the segment holding it.
+    while (row > 0 && off[row - 1] == at) --row;
+  }
+  // Whole segments: those that end by `end`, and at the array's end the
+  // empty ones there.
+  std::uint64_t last = row;
+  while (last < a.rows() && off[last + 1] <= end && (off[last] < end || end == a.length)) ++last;
+  if (last > row) {
+    jobs.push_back(MakeJob(plan, piece, at, off[last] - at, 0, row, 0, last - row));
+    at = off[last];
+    row = last;
+  }
+  if (at < end) jobs.push_back(MakeJob(plan, piece, at, end - at, 0, row, 0));  // a segment going on after
 }
 
 // The jobs of one piece, in element order.
@@ -104,6 +145,7 @@ void CutPiece(const AggregationPlan& plan, const PlacedPiece& piece, std::vector
     jobs.push_back(MakeJob(plan, piece, at, end - at, 0, 0, at));
     return;
   }
+  if (plan.array.variable()) return CutSegments(plan, piece, end, jobs);
   const std::uint64_t r = plan.array.row_length;
   if (at % r != 0) {  // the rest of a row begun before this piece
     const std::uint64_t stop = std::min(end, (at / r + 1) * r);
@@ -174,6 +216,9 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const OpSpec& op = plan.ops[i];
     std::vector<rules::PartialState> states(rows);
+    if (op.kind == OpKind::kHistogram) {  // an empty segment's bins stay 0 (an empty state merges as nothing)
+      for (rules::PartialState& s : states) s.histogram.counts.assign(op.histogram.bins, 0);
+    }
     for (std::size_t j = 0; j < jobs.size(); ++j) {
       auto* got = std::get_if<std::vector<rules::PartialState>>(&done[j].values[i]);
       if (got == nullptr || got->size() != jobs[j].rows) {

@@ -33,16 +33,20 @@ absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Re
 }
 
 absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t length, std::uint64_t row_length,
+                                                 const std::string& offsets, const char* offsets_field,
                                                  const AggregationList& aggregations, const RequestLimits& limits,
                                                  const char* where) {
   AggregationPlan plan;
   plan.array.dtype = dtype;
   plan.array.length = length;
   plan.array.row_length = row_length;
-  if (plan.array.segmented() && length % row_length != 0) {
+  if (row_length != 0 && length % row_length != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("row_length: ", row_length, " does not divide the ", length, " elements of the ", where, "."));
   }
+  absl::StatusOr<Offsets> checked = OffsetsFromProto(offsets, length, offsets_field);
+  if (!checked.ok()) return checked.status();
+  plan.array.offsets = std::move(*checked);
   return FinishPlan(std::move(plan), aggregations, limits);
 }
 

@@ -2,9 +2,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <span>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tally/rules/segments.h"
 #include "tally/v1/partial_state_wire.h"
 
 namespace tally {
@@ -125,6 +129,41 @@ void FillValues(std::vector<rules::PartialState>&& v, DType dtype, v1::Aggregati
 
 }  // namespace
 
+absl::StatusOr<Offsets> OffsetsFromProto(const std::string& bytes, std::uint64_t length, const char* field) {
+  if (bytes.empty()) return Offsets{};
+  if (bytes.size() % sizeof(std::int64_t) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.size(),
+                                                   " bytes is not a whole number of int64 offsets (8 bytes each)."));
+  }
+  // Copied, not viewed: the message's bytes need not be 8-byte aligned, and
+  // the plan outlives the message on a stream. Little-endian on the wire,
+  // as on every host tally builds for.
+  std::vector<std::int64_t> wire(bytes.size() / sizeof(std::int64_t));
+  std::memcpy(wire.data(), bytes.data(), bytes.size());
+  const rules::OffsetsFault f = rules::CheckOffsets(std::span<const std::int64_t>(wire), length);
+  const auto at = [&](std::size_t i) { return absl::StrCat(field, "[", i, "] = ", wire[i]); };
+  switch (f.kind) {
+    case rules::OffsetsFault::kNone: break;
+    case rules::OffsetsFault::kEmpty: break;  // not reached: bytes is not empty
+    case rules::OffsetsFault::kFirstNotZero:
+      return absl::InvalidArgumentError(absl::StrCat(at(0), ": the first offset must be 0."));
+    case rules::OffsetsFault::kDecreasing:
+      return absl::InvalidArgumentError(
+          absl::StrCat(at(f.index), " is less than ", field, "[", f.index - 1, "] = ", wire[f.index - 1],
+                       ": offsets must never decrease."));
+    case rules::OffsetsFault::kPastLength:
+      return absl::InvalidArgumentError(
+          absl::StrCat(at(f.index), " is past the end of the ", length, "-element array."));
+    case rules::OffsetsFault::kLastNotLength:
+      return absl::InvalidArgumentError(absl::StrCat(
+          at(f.index), ": the last offset must be the array's length, ", length,
+          " (every element in a segment)."));
+  }
+  std::vector<std::uint64_t> checked(wire.size());
+  std::memcpy(checked.data(), wire.data(), bytes.size());  // all >= 0 now
+  return std::make_shared<const std::vector<std::uint64_t>>(std::move(checked));
+}
+
 absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const AggregationList& aggregations,
                                               std::optional<std::uint64_t> data_bytes,
                                               const RequestLimits& limits) {
@@ -152,6 +191,10 @@ absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const A
     plan.array.length = spec.length();
   }
   plan.array.row_length = spec.row_length();
+  absl::StatusOr<Offsets> offsets = OffsetsFromProto(spec.offsets(), plan.array.length,
+                                                     data_bytes.has_value() ? "spec.offsets" : "header.spec.offsets");
+  if (!offsets.ok()) return offsets.status();
+  plan.array.offsets = std::move(*offsets);
   return FinishPlan(std::move(plan), aggregations, limits);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
@@ -23,6 +24,12 @@ using AggregationList = google::protobuf::RepeatedPtrField<v1::Aggregation>;
                                                             const AggregationList& aggregations,
                                                             std::optional<std::uint64_t> data_bytes,
                                                             const RequestLimits& limits);
+
+// The checked offsets of variable-length segments (tally/rules/segments.h)
+// from their wire form, int64 little-endian; null when `bytes` is empty.
+// Errors are INVALID_ARGUMENT naming `field` and the entry at fault.
+[[nodiscard]] absl::StatusOr<Offsets> OffsetsFromProto(const std::string& bytes, std::uint64_t length,
+                                                       const char* field);
 
 // `plan` with its array set: adds the aggregations and validates the whole.
 [[nodiscard]] absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const AggregationList& aggregations,

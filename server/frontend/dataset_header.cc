@@ -24,6 +24,10 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
     return absl::InvalidArgumentError(absl::StrCat(
         prefix, "spec.row_length: a dataset has no rows of its own; give row_length with each AggregateDataset."));
   }
+  if (!h.spec().offsets().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "spec.offsets: a dataset has no segments of its own; give offsets with each AggregateDataset."));
+  }
   if (!std::isfinite(h.ttl_seconds()) || h.ttl_seconds() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, "ttl_seconds: ", h.ttl_seconds(), " is not a finite number of seconds >= 0."));

@@ -158,8 +158,10 @@ class NumpySemantics(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng(SEED + hash(self.id()) % 1000)
 
-    def ask(self, x, aggregations, row_length=0, stream=False):
+    def ask(self, x, aggregations, row_length=0, stream=False, offsets=None):
         spec = pb.ArraySpec(dtype=pb.DType.Value("DTYPE_" + x.dtype.name.upper()), row_length=row_length)
+        if offsets is not None:
+            spec.offsets = np.asarray(offsets, "<i8").tobytes()
         data = np.ascontiguousarray(x).tobytes()
         if not stream:
             return self.server.aggregate(pb.AggregateRequest(spec=spec, data=data, aggregations=aggregations),
@@ -632,6 +634,100 @@ class NumpySemantics(unittest.TestCase):
             self.ask(x, aggregations, row_length=row_length)
         self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn(why, caught.exception.details())
+
+    def segment_lengths(self, empties):
+        """Lengths mixing single elements, short segments, runs of empty ones
+        (leading, inside, trailing) and one long one."""
+        lengths = [0, 0] if empties else []
+        for i in range(200):
+            lengths.append(int(self.rng.integers(1, 65)))
+            if empties and i % 29 == 0:
+                lengths += [0, 0]
+        lengths += [1, 70000, 3] + ([0] if empties else [])
+        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def test_variable_length_segments(self):
+        """Every segment's answer is numpy's for its slice; empty ones take the
+        empty array's (sum 0, mean NaN, prod 1, any False, all True)."""
+        for name, dtype in DTYPES.items():
+            for empties in (True, False):
+                off = self.segment_lengths(empties)
+                x = random_array(self.rng, dtype, int(off[-1]))
+                if dtype in FLOATS:
+                    x[self.rng.choice(x.size, 5, replace=False)] = np.nan
+                slices = [x[a:b] for a, b in zip(off[:-1], off[1:])]
+                ops = [agg(pb.OP_SUM), agg(pb.OP_MEAN), agg(pb.OP_COUNT), agg(pb.OP_VARIANCE, ddof=1),
+                       agg(pb.OP_NANSUM), agg(pb.OP_ANY), agg(pb.OP_ALL),
+                       agg(pb.OP_HISTOGRAM, bins=8, lo=-3.0, hi=60.0)]
+                if not empties:
+                    ops += [agg(pb.OP_MIN), agg(pb.OP_MAX), agg(pb.OP_ARGMIN), agg(pb.OP_NANARGMAX)
+                            if dtype not in FLOATS else agg(pb.OP_ARGMAX)]
+                for stream in (False, True):
+                    with self.subTest(dtype=name, empties=empties, stream=stream), np.errstate(all="ignore"), \
+                            warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        response = self.ask(x, ops, offsets=off, stream=stream)
+                        self.assertEqual(response.execution.rows, len(slices))
+                        r = [values(v) for v in response.results]
+                        wide = [s.astype(np.float64) for s in slices]
+                        scale = np.array([np.nansum(np.abs(w)) for w in wide])
+                        if x.dtype.kind == "f":
+                            self.assertCloseRows(r[0], [np.sum(w) for w in wide], 1e-12, scale, "sum")
+                        else:
+                            acc = np.int64 if x.dtype.kind == "i" else np.uint64
+                            self.assertEqual(r[0], [int(np.sum(s, dtype=acc)) for s in slices], "sum")
+                        counts = np.array([s.size for s in slices])
+                        self.assertCloseRows(r[1], [np.mean(w) if w.size else np.nan for w in wide], 1e-12,
+                                             scale / np.maximum(counts, 1), "mean")
+                        self.assertEqual(r[2], counts.tolist(), "count")
+                        self.assertCloseRows(r[3], [np.var(w, ddof=1) if w.size else np.nan for w in wide],
+                                             1e-9, 0, "var ddof=1")
+                        self.assertCloseRows(r[4], [np.nansum(w) for w in wide], 1e-12, scale, "nansum")
+                        self.assertEqual([bool(v) for v in r[5]], [bool(np.any(s)) for s in slices], "any")
+                        self.assertEqual([bool(v) for v in r[6]], [bool(np.all(s)) for s in slices], "all")
+                        for i in (0, 1, 2, len(slices) // 2, len(slices) - 3, len(slices) - 1):
+                            counts_i, below, above, nans = numpy_histogram(slices[i], 8, -3.0, 60.0)
+                            h = r[7][i]
+                            self.assertEqual((list(h.counts), h.below, h.above, h.nan),
+                                             (counts_i.tolist(), below, above, nans), f"histogram {i}")
+                        if not empties:
+                            np.testing.assert_array_equal(np.array(r[8], np.float64),
+                                                          [np.float64(np.min(s)) for s in slices], "min")
+                            np.testing.assert_array_equal(np.array(r[9], np.float64),
+                                                          [np.float64(np.max(s)) for s in slices], "max")
+                            self.assertEqual(r[10], [int(np.argmin(s)) for s in slices], "argmin")
+                            self.assertEqual(r[11], [int(np.argmax(s)) for s in slices], "argmax")
+
+    def test_bad_offsets_are_refused_naming_the_field(self):
+        import grpc
+        x = np.arange(10, dtype=np.float32)
+        cases = (([0, 5, 3, 10], "spec.offsets[2] = 3 is less than"),
+                 ([1, 5, 10], "spec.offsets[0] = 1: the first offset must be 0"),
+                 ([0, 5, 11], "spec.offsets[2] = 11 is past the end"),
+                 ([0, 5, 9], "spec.offsets[2] = 9: the last offset must be the array's length, 10"),
+                 ([0, -1, 10], "spec.offsets[1] = -1 is less than"))
+        for off, why in cases:
+            with self.subTest(offsets=off):
+                with self.assertRaises(grpc.RpcError) as caught:
+                    self.ask(x, [agg(pb.OP_SUM)], offsets=off)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn(why, caught.exception.details())
+        spec = pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, offsets=b"\0" * 12)
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.server.aggregate(pb.AggregateRequest(spec=spec, data=x.tobytes(), aggregations=[agg(pb.OP_SUM)]),
+                                  timeout=60)
+        self.assertIn("12 bytes is not a whole number of int64 offsets", caught.exception.details())
+        for op, why in ((pb.OP_MIN, "segment 1 (offsets[1] = offsets[2] = 5) is empty"),
+                        (pb.OP_NANARGMAX, "segment 1"), (pb.OP_PTP, "segment 1")):
+            with self.subTest(op=op), self.assertRaises(grpc.RpcError) as caught:
+                self.ask(x, [agg(pb.OP_SUM), agg(op)], offsets=[0, 5, 5, 10])
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(why, caught.exception.details())
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.ask(x, [agg(pb.OP_SUM)], row_length=5, offsets=[0, 5, 10])
+        self.assertIn("not both", caught.exception.details())
+        # The server carries on.
+        self.assertEqual(values(self.ask(x, [agg(pb.OP_SUM)], offsets=[0, 4, 10]).results[0]), [6.0, 39.0])
 
     def test_infinities_in_mean_and_variance(self):
         # numpy's mean is the sum's: inf with +inf alone, NaN with both

@@ -3,7 +3,9 @@
 // shards take gives the exact results exactly and float results to
 // rounding, for rows that cross the pieces, and keeps a caller's partial
 // states and base indices; a sharded dataset's pieces hold its bytes.
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,41 @@ TEST(ReducePieces, MergedPiecesGiveTheExactResultsExactlyWhereverRowsCross) {
                           std::to_string(cuts.size() + 1) + " pieces");
           EXPECT_EQ(phases, (std::vector<std::string>{"started", "consumed", "finished"}));
         }
+      }
+    }
+  }
+}
+
+// Variable-length segments cut by the pieces anywhere: inside a segment,
+// on its boundaries, where empty segments lie (at the array's start, at a
+// cut, at the end), and a segment spanning three pieces.
+TEST(ReducePieces, MergedPiecesCutSegmentsAnywhere) {
+  TALLY_SEEDED_RNG(rng);
+  auto cpu = MakeCpuBackend({.threads = 2});
+  const std::vector<std::uint64_t> offsets = {0, 0, 5, 5, 5, 1000, 1001, 1001, 20000, 20003, 59000, 60000, 60000};
+  const std::vector<std::vector<std::uint64_t>> cutss = {
+      {5}, {1, 5, 1000, 1001}, {999, 1002, 30000, 40000, 59999}, {20000, 20001, 59000}};
+  for (const DType dt : rules::kAllDTypes) {
+    const Array a = RandomArray(dt, 60000, rng, Fill::kNarrow);
+    const std::size_t es = rules::SizeOf(dt);
+    for (const bool empties : {true, false}) {
+      std::vector<std::uint64_t> off = offsets;
+      if (!empties) off.erase(std::unique(off.begin(), off.end()), off.end());
+      std::vector<OpSpec> ops = EveryMergeableOp(dt);
+      if (empties) {  // min, max, argmin and argmax have no value on an empty segment
+        std::erase_if(ops, [](const OpSpec& op) { return rules::NeedsNonEmpty(op.kind); });
+      }
+      const AggregationPlan plan{
+          {dt, a.length, 0, std::make_shared<const std::vector<std::uint64_t>>(off)}, ops};
+      const PlacedPiece whole{0, Extent::PageableHost(a.bytes)};
+      absl::StatusOr<AggregationResult> want = ReducePieces(*cpu, plan, std::span(&whole, 1), kNever);
+      ASSERT_TRUE(want.ok()) << want.status();
+      for (const std::vector<std::uint64_t>& cuts : cutss) {
+        absl::StatusOr<AggregationResult> got = ReducePiecesByMerging(*cpu, plan, Cut(a.bytes, es, cuts), kNever);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ExpectAgree(plan, *want, *got, /*exact=*/false,
+                    std::string(rules::Name(dt)) + (empties ? " with" : " without") + " empty segments in " +
+                        std::to_string(cuts.size() + 1) + " pieces");
       }
     }
   }

@@ -74,6 +74,26 @@ def prepare(array: Any) -> tuple[np.ndarray, int]:
     return a, (a.shape[1] if a.ndim == 2 else 0)
 
 
+def prepare_offsets(offsets: Any, ndim: int = 1) -> bytes:
+    """Variable-length segments' offsets as the wire takes them: int64
+    little-endian. ``offsets`` is a 1-D sequence of integers (numpy's
+    ``add.reduceat`` indices with the length appended, Arrow's list
+    offsets): segment s is ``a[offsets[s]:offsets[s + 1]]`` of the
+    ``ndim``-dimensional array ``a`` they cut (1-D only). Whether they
+    start at 0, never decrease and end at the length the server checks,
+    naming the entry at fault."""
+    o = np.asarray(offsets)
+    if ndim != 1:
+        raise ValueError(f"offsets cut a 1-D array into segments, not a {ndim}-D one")
+    if o.ndim != 1 or o.size == 0:
+        raise ValueError("offsets must be a 1-D sequence of at least one integer (segments + 1 entries)")
+    if o.dtype.kind not in "iu":
+        raise TypeError(f"offsets must be integers, not {o.dtype}")
+    if o.dtype.kind == "u" and o.size and int(o.max()) > np.iinfo(np.int64).max:
+        raise ValueError("offsets must fit in int64")
+    return np.ascontiguousarray(o, dtype="<i8").tobytes()
+
+
 def byte_view(a: np.ndarray) -> memoryview:
     """The array's bytes, uncopied."""
     return memoryview(a.reshape(-1).view(np.uint8))

@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from . import _values
-from ._arrays import FROM_WIRE, byte_view, check_dtype, prepare, wire_dtype
+from ._arrays import FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, wire_dtype
 from ._ops import Op, OpLike, parse_ops
 from .partial import Partial
 from .v1 import tally_pb2 as pb
@@ -170,8 +170,8 @@ class Client:
 
     # -- Aggregation ---------------------------------------------------------
 
-    def aggregate(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, timeout: Optional[float] = None,
-                  progress: Optional[Progress] = None) -> Results:
+    def aggregate(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, offsets: Any = None,
+                  timeout: Optional[float] = None, progress: Optional[Progress] = None) -> Results:
         """Aggregates ``array`` on the server and returns numpy's answers.
 
         ``array``: anything numpy.asarray takes, of dtype float32, float64,
@@ -182,6 +182,13 @@ class Client:
         C-contiguous little-endian array is sent as it lies; any other (a
         slice with strides, a transpose, big-endian data) is first copied
         into one that is.
+
+        ``offsets``: cut a 1-D array into variable-length segments instead
+        (segments + 1 integers, 0 first, the length last: segment s is
+        ``array[offsets[s]:offsets[s + 1]]``); every answer then has one
+        entry per segment, numpy's answer for that slice. An empty segment
+        gives the empty array's answer (sum 0, mean NaN); min, max, argmin,
+        argmax and ptp of one are refused, as numpy raises.
 
         ``ops``: strings as the CLI's ``--ops`` (``"sum"``, ``"std:1"``,
         ``"hist:256:-1:1"``, or several comma-separated), :class:`Op`
@@ -195,23 +202,26 @@ class Client:
         Raises :class:`Error` for a failed call."""
         parsed = parse_ops(ops)
         a, row_length = prepare(array)
-        response = self._send(a, row_length, [self._wire_op(o) for o in parsed], timeout, progress)
-        return self._results(parsed, a.dtype, row_length != 0, response)
+        cuts = None if offsets is None else prepare_offsets(offsets, a.ndim)
+        response = self._send(a, row_length, [self._wire_op(o) for o in parsed], timeout, progress, cuts)
+        return self._results(parsed, a.dtype, row_length != 0 or cuts is not None, response)
 
     def partial(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, base_index: int = 0,
-                timeout: Optional[float] = None, progress: Optional[Progress] = None) -> list[Partial]:
+                offsets: Any = None, timeout: Optional[float] = None,
+                progress: Optional[Progress] = None) -> list[Partial]:
         """The partial states of ``ops`` over ``array`` (one :class:`Partial`
         per op), to be merged with other parts' states and finished on the
         client (:func:`tally.merge`, :func:`tally.finish`). argmin/argmax
         indices in them are offset by ``base_index``: the position of this
         part's first element in the whole array (of each row's first
-        element in the whole row, for a 2-D part). Arrays and ops as
-        :meth:`aggregate`."""
+        element in the whole row, for a 2-D part). Arrays, ``offsets`` and
+        ops as :meth:`aggregate`."""
         parsed = parse_ops(ops)
         a, row_length = prepare(array)
+        cuts = None if offsets is None else prepare_offsets(offsets, a.ndim)
         wire = [self._wire_op(o, base_index) for o in parsed]
-        response = self._send(a, row_length, wire, timeout, progress)
-        return [Partial.from_proto(o, r, row_length != 0) for o, r in zip(parsed, response.results)]
+        response = self._send(a, row_length, wire, timeout, progress, cuts)
+        return [Partial.from_proto(o, r, row_length != 0 or cuts is not None) for o, r in zip(parsed, response.results)]
 
     # -- Resident datasets ---------------------------------------------------
 
@@ -234,29 +244,30 @@ class Client:
         return DatasetInfo.from_proto(response.dataset)
 
     def aggregate_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
-                          range: Optional[tuple[int, int]] = None, row_length: int = 0,
+                          range: Optional[tuple[int, int]] = None, row_length: int = 0, offsets: Any = None,
                           timeout: Optional[float] = None) -> Results:
         """Aggregates the dataset ``name`` (elements ``range = (begin, end)``
         of it when given) as :meth:`aggregate` would the same elements,
-        cut into rows of ``row_length`` when it is not 0. Asks
+        cut into rows of ``row_length`` when it is not 0, or into the
+        segments of ``offsets`` (counted from the range's start). Asks
         DescribeDataset for the dataset's dtype too: the answers' numpy
         dtypes follow it."""
         parsed = parse_ops(ops)
-        response = self._call(self._stub.AggregateDataset,
-                              self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length),
-                              timeout)
+        request = self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length, offsets)
+        response = self._call(self._stub.AggregateDataset, request, timeout)
         dtype = self._dataset_dtype(response, name, timeout)
-        return self._results(parsed, dtype, row_length != 0, response)
+        return self._results(parsed, dtype, row_length != 0 or offsets is not None, response)
 
     def partial_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
                         range: Optional[tuple[int, int]] = None, row_length: int = 0, base_index: int = 0,
-                        timeout: Optional[float] = None) -> list[Partial]:
+                        offsets: Any = None, timeout: Optional[float] = None) -> list[Partial]:
         """:meth:`partial` over a resident dataset (or a range of it)."""
         parsed = parse_ops(ops)
         wire = [self._wire_op(o, base_index) for o in parsed]
-        response = self._call(self._stub.AggregateDataset, self._dataset_request(name, wire, range, row_length),
-                              timeout)
-        return [Partial.from_proto(o, r, row_length != 0) for o, r in zip(parsed, response.results)]
+        response = self._call(self._stub.AggregateDataset,
+                              self._dataset_request(name, wire, range, row_length, offsets), timeout)
+        return [Partial.from_proto(o, r, row_length != 0 or offsets is not None)
+                for o, r in zip(parsed, response.results)]
 
     def list_datasets(self, *, timeout: Optional[float] = None) -> list[DatasetInfo]:
         """Every resident dataset, by name."""
@@ -378,8 +389,10 @@ class Client:
 
     @staticmethod
     def _dataset_request(name: str, wire: list, range: Optional[tuple[int, int]],
-                         row_length: int) -> "pb.AggregateDatasetRequest":
+                         row_length: int, offsets: Any = None) -> "pb.AggregateDatasetRequest":
         request = pb.AggregateDatasetRequest(name=name, row_length=row_length, aggregations=wire)
+        if offsets is not None:
+            request.offsets = prepare_offsets(offsets)
         if range is not None:
             request.range.begin, request.range.end = range
         return request
@@ -401,8 +414,8 @@ class Client:
                 progress(min(at + self.chunk_bytes, total), total)
 
     def _send(self, a: np.ndarray, row_length: int, wire: list, timeout: Optional[float],
-              progress: Optional[Progress]) -> "pb.AggregateResponse":
-        spec = pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length)
+              progress: Optional[Progress], offsets: Optional[bytes] = None) -> "pb.AggregateResponse":
+        spec = pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length, offsets=offsets or b"")
         if a.nbytes <= self.stream_threshold:
             if progress:
                 progress(0, a.nbytes)

@@ -235,10 +235,7 @@ class CpuReduction final : public Reduction {
         pool_(pool),
         device_(std::move(device)),
         needs_(NeedsOf(ops_)) {
-    const ArraySpec& a = plan_.array;
-    row_len_ = a.segmented() ? a.row_length : a.length;
-    rows_ = a.segmented() ? a.length / a.row_length : 1;
-    short_rows_ = a.segmented() && a.row_length <= CpuPolicy::kShortRowElements;
+    rows_ = plan_.array.rows();
 
     unsigned mask = 0;
     if (needs_.native_sum || (needs_.dsum && !kWideInteger)) mask |= kLaneSum;
@@ -274,6 +271,7 @@ class CpuReduction final : public Reduction {
     }
     hist_outs_.resize(binners_.size());
     buffer_.resize(kBlock);
+    EnterRow();
   }
 
   absl::Status Consume(const Extent& piece) override {
@@ -302,11 +300,12 @@ class CpuReduction final : public Reduction {
     while (at < n) {
       const std::uint64_t left = n - at;
       const std::uint64_t row_left = row_len_ - pos_;
+      const std::uint64_t whole_rows = short_rows_ && pos_ == 0 ? ShortRowsIn(left) : 0;
       std::uint64_t take = 0;
-      if (short_rows_ && pos_ == 0 && left >= row_len_) {
-        take = left / row_len_ * row_len_;
+      if (whole_rows > 0) {
+        take = ElementsOfRows(whole_rows);
         consumed_ += take;
-        ParallelRows(runs, at * sizeof(V), take / row_len_);
+        ParallelRows(runs, at * sizeof(V), whole_rows);
       } else if (!short_rows_ && pos_ % kChunk == 0 && (left >= kChunk || left >= row_left)) {
         take = std::min(left, row_left);
         if (take < row_left) take -= take % kChunk;
@@ -344,7 +343,7 @@ class CpuReduction final : public Reduction {
       // numpy raises for the whole call when any row is all NaN.
       return absl::InvalidArgumentError(absl::StrCat(
           rules::Name(FirstNeedingNonNan().kind), ": ",
-          plan_.array.segmented() ? absl::StrCat("row ", row, " is") : std::string("the array is"),
+          plan_.array.segmented() ? absl::StrCat(plan_.array.RowWord(), " ", row, " is") : std::string("the array is"),
           " all NaN, and an all-NaN slice has no index of its extreme (numpy raises)."));
     }
     AggregationResult result;
@@ -367,10 +366,10 @@ class CpuReduction final : public Reduction {
       if (pos_ == start + len) SequentialBlock(buffer_.data(), len, start);
       return take;
     }
-    if (short_rows_ && pos_ == 0 && n >= row_len_) {
-      const std::uint64_t rows = n / row_len_;
-      ParallelRows(OneRun(p, rows * row_len_), 0, rows);
-      return rows * row_len_;
+    if (const std::uint64_t rows = short_rows_ && pos_ == 0 ? ShortRowsIn(n) : 0; rows > 0) {
+      const std::uint64_t elements = ElementsOfRows(rows);
+      ParallelRows(OneRun(p, elements), 0, rows);
+      return elements;
     }
     const std::uint64_t row_left = row_len_ - pos_;
     if (!short_rows_ && pos_ % kChunk == 0 && (n >= kChunk || n >= row_left)) {
@@ -518,11 +517,31 @@ class CpuReduction final : public Reduction {
     if (pos_ == row_len_) EndRow();
   }
 
+  // Short rows from row_ on, whole, that the next `left` elements hold:
+  // all of them for equal rows; for segments, up to the first long one.
+  std::uint64_t ShortRowsIn(std::uint64_t left) const {
+    const ArraySpec& a = plan_.array;
+    if (!a.variable()) return left / row_len_;
+    const std::uint64_t start = a.RowStart(row_);
+    std::uint64_t r = row_;
+    while (r < rows_ && a.RowStart(r + 1) - start <= left && a.RowLength(r) <= CpuPolicy::kShortRowElements) ++r;
+    return r - row_;
+  }
+
+  // Elements of the `rows` rows from row_ on.
+  std::uint64_t ElementsOfRows(std::uint64_t rows) const {
+    return plan_.array.RowStart(row_ + rows) - plan_.array.RowStart(row_);
+  }
+
   // Whole short rows from byte `byte` of `runs`, in parallel, each reduced
-  // by one thread.
+  // by one thread, in groups of about kRowGroupElements elements.
   void ParallelRows(const HostRuns& runs, std::uint64_t byte, std::uint64_t rows) {
-    const std::uint64_t group = std::max<std::uint64_t>(1, CpuPolicy::kRowGroupElements / row_len_);
+    const ArraySpec& a = plan_.array;
     const std::uint64_t first = row_;
+    const std::uint64_t base = a.RowStart(first);
+    const std::uint64_t elements = a.RowStart(first + rows) - base;
+    const std::uint64_t group =
+        std::max<std::uint64_t>(1, CpuPolicy::kRowGroupElements * rows / std::max<std::uint64_t>(elements, 1));
     GrowRows(first + rows);
     pool_->ParallelFor((rows + group - 1) / group, [&](std::size_t item, int) {
       std::vector<HistogramSink> sinks(binners_.size());
@@ -530,11 +549,13 @@ class CpuReduction final : public Reduction {
       for (std::uint64_t r = item * group; r < end; ++r) {
         RowSinks(first + r, sinks);
         Partial<V> row;
-        Fold(row, ReduceChunk(runs, byte + r * row_len_ * sizeof(V), row_len_, 0, sinks.data()));
+        Fold(row, ReduceChunk(runs, byte + (a.RowStart(first + r) - base) * sizeof(V), a.RowLength(first + r), 0,
+                              sinks.data()));
         FinishRow(first + r, row);
       }
     });
     row_ += rows;
+    EnterRow();
   }
 
   // Whole chunks of one long row (the last may end the row short) from byte
@@ -642,6 +663,20 @@ class CpuReduction final : public Reduction {
     row_acc_ = Partial<V>{};
     ++row_;
     pos_ = 0;
+    EnterRow();
+  }
+
+  // At the start of row_: takes its length and path. Empty segments are
+  // finished here, since no element will end them.
+  void EnterRow() {
+    const ArraySpec& a = plan_.array;
+    while (a.variable() && row_ < rows_ && a.RowLength(row_) == 0) {
+      GrowRows(row_ + 1);
+      FinishRow(row_, Partial<V>{});
+      ++row_;
+    }
+    if (row_ < rows_) row_len_ = a.RowLength(row_);
+    short_rows_ = a.segmented() && row_len_ <= CpuPolicy::kShortRowElements;
   }
 
   // Sets the state's extreme field for the dtype.
@@ -661,7 +696,7 @@ class CpuReduction final : public Reduction {
   // their precision); integers wrap at their width, computed unsigned
   // since signed overflow is undefined in C++. A NaN extreme gives NaN.
   static V Ptp(V min, V max) {
-    if constexpr (rules::kIsFloatValue<V>) {
+    if constexpr (std::is_floating_point_v<V>) {
       return max - min;
     } else if constexpr (rules::kIsFloatValue<V>) {
       return rules::RoundTo<V>(static_cast<float>(max) - static_cast<float>(min));
@@ -786,7 +821,9 @@ class CpuReduction final : public Reduction {
   // The lowest all-NaN row, when an op has no value on one (nanargmin).
   std::atomic<std::uint64_t> all_nan_row_{kNoRow};
 
-  std::uint64_t row_len_ = 0;  // the whole array when not segmented
+  // The current row's length (the whole array's when not segmented) and
+  // whether it takes the short rows' path (EnterRow).
+  std::uint64_t row_len_ = 0;
   std::uint64_t rows_ = 0;
   bool short_rows_ = false;
 

@@ -103,6 +103,15 @@ class CudaBackend final : public Backend {
     // any, all or ptp yet. Bytes in host memory go to the CPU backend,
     // decided by the plan alone like every route here; bytes on a GPU
     // cannot, so those requests are refused.
+    // Variable-length segments: the kernels reduce equal rows only.
+    if (plan.array.variable()) {
+      if (from.memory == Memory::kDevice) {
+        return absl::FailedPreconditionError(
+            "the GPU kernels do not reduce variable-length segments (offsets) yet; they run on the CPU backend, "
+            "which cannot read GPU memory: send this array's bytes from host memory.");
+      }
+      return cpu_->Start(plan, from);
+    }
     const auto cpu_only = std::find_if(plan.ops.begin(), plan.ops.end(),
                                        [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });
     if (cpu_only != plan.ops.end()) {
