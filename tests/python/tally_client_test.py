@@ -290,6 +290,22 @@ class PartialStates(Base):
                         self.assert_same_answer(tally.finish(merged), want[k], op, x,
                                                 f"{np.dtype(dtype)} {shape} {op} {tree}")
 
+    def test_merged_infinities_give_numpys_mean_and_variance(self):
+        # numpy's mean of values holding an infinity is the sum's (inf, -inf,
+        # or NaN for both), and the variance NaN: Chan's merge alone would
+        # give NaN for the mean too (inf - inf).
+        for inf_parts in (([np.inf], []), ([-np.inf], [-np.inf]), ([np.inf], [-np.inf])):
+            a = np.array([1.0, 2.0] + inf_parts[0])
+            b = np.array([3.0] + inf_parts[1])
+            whole = np.concatenate([a, b])
+            for op in ("mean", "var"):
+                states = [self.client.partial(a, [op])[0], self.client.partial(b, [op], base_index=a.size)[0]]
+                got = float(tally.finish(tally.merge_all(states)))
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    want = float(np.mean(whole) if op == "mean" else np.var(whole))
+                self.assertTrue(got == want or (np.isnan(got) and np.isnan(want)), f"{op} of {whole}: {got} vs {want}")
+
     def test_one_part_finished_is_bitwise_the_servers_answer(self):
         ops = [tally.Op.parse(o) for o in ALL_OPS]
         for dtype in DTYPES:

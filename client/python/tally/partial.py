@@ -178,10 +178,17 @@ def merge(a: Partial, b: Partial) -> Partial:
             # rules::MergeMoments, in the same order of operations.
             na, nb = a.count.astype(np.float64), b.count.astype(np.float64)
             n = na + nb
-            delta = b.mean - a.mean
-            wb = nb / n
-            mean = a.mean + delta * wb
-            m2 = np.zeros_like(a.m2) if kind == "mean" else a.m2 + b.m2 + delta * delta * na * wb
+            with np.errstate(invalid="ignore", over="ignore"):
+                delta = b.mean - a.mean
+                wb = nb / n
+                mean = a.mean + delta * wb
+                m2 = np.zeros_like(a.m2) if kind == "mean" else a.m2 + b.m2 + delta * delta * na * wb
+                # A mean that is not finite (an infinity or NaN in the
+                # values): numpy's mean is the sum's, which adding the means
+                # gives, and its variance NaN.
+                inf = ~np.isfinite(a.mean) | ~np.isfinite(b.mean)
+                mean = np.where(inf, a.mean + b.mean, mean)
+                m2 = np.where(inf & (kind != "mean"), np.nan, m2)
         elif kind in ("min", "max"):
             value = _min_nan(a.value, b.value) if kind == "min" else _max_nan(a.value, b.value)
         elif kind in ("argmin", "argmax"):
