@@ -70,6 +70,8 @@ v1::ArraySpec SpecOf(const ArrayRef& array) {
   spec.set_dtype(ToWire(array.dtype));
   spec.set_length(array.length);
   spec.set_row_length(array.row_length);
+  // int64 little-endian on the wire, as in memory on every host tally builds for.
+  spec.set_offsets(reinterpret_cast<const char*>(array.offsets.data()), array.offsets.size_bytes());
   return spec;
 }
 
@@ -371,7 +373,8 @@ absl::StatusOr<v1::PutDatasetResponse> Client::PutDataset(absl::string_view name
 
 absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
     absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
-    const std::vector<v1::Aggregation>& aggregations, absl::Duration timeout) {
+    const std::vector<v1::Aggregation>& aggregations, absl::Duration timeout,
+    std::span<const std::int64_t> offsets) {
   v1::AggregateDatasetRequest request;
   request.set_name(std::string(name));
   if (range) {
@@ -379,6 +382,7 @@ absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
     request.mutable_range()->set_end(range->end);
   }
   request.set_row_length(row_length);
+  request.set_offsets(reinterpret_cast<const char*>(offsets.data()), offsets.size_bytes());
   request.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
   return CallMessage<v1::AggregateResponse>(stub_, AggregateDatasetMethod(), request, timeout);
 }

@@ -1,7 +1,12 @@
 // `tally aggregate`: send one array, or name a resident dataset, and print
 // the results.
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <optional>
+#include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -18,11 +23,12 @@
 #include "tally/client/format.h"
 #include "tally/client/input.h"
 #include "tally/client/shared_array.h"
+#include "tally/rules/dtype.h"
 
 namespace tally::client::tool {
 
 const absl::string_view kAggregateUsage = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
-       tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N]
+       tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N | --offsets=FILE.npy]
        tally aggregate [flags] --shm (FILE.npy | --raw=FILE --dtype=T | --random=N)
 
 Sends one array to a tally server, or names a dataset already resident there
@@ -62,6 +68,13 @@ Flags:
   --rows=N            aggregate rows of N elements each (one result per row);
                       must divide the length (of the range, with --dataset).
                       A 2-D .npy file sets it.
+  --offsets=FILE.npy  aggregate variable-length segments instead (one result
+                      per segment): a 1-D .npy of integers, segments + 1
+                      entries, 0 first, never decreasing, the array's (or
+                      the range's) length last; segment s is elements
+                      offsets[s] to offsets[s+1]-1. Empty segments give the
+                      empty array's answers (sum 0, mean NaN); min, max,
+                      argmin, argmax and ptp of one are refused.
   --range=A:B         with --dataset: only elements A to B-1 (A: from A to
                       the end; :B from 0). Indices may take K/M/G suffixes;
                       argmin/argmax then count from A, as if the range were
@@ -98,6 +111,7 @@ Examples:
   tally aggregate --raw=/data/x.f32 --dtype=float32 --rows=1024 --json
   tally aggregate --target=gpu-box:50051 big.npy --stream=always --timeout=60
   tally aggregate --dataset=temps --range=1M:2M --ops=mean,hist:64:-40:60
+  tally aggregate values.npy --offsets=group_starts.npy --ops=sum,mean,max
   tally aggregate --shm big.npy --ops=sum,max,hist:256:-1:1
 )";
 
@@ -112,6 +126,7 @@ struct AggregateArgs {
   std::optional<std::string> dataset;
   std::optional<RangeText> range;
   std::optional<std::uint64_t> row_length;
+  std::optional<std::string> offsets_path;
   bool shm = false;
   bool json = false;
   FormatOptions format;
@@ -169,6 +184,8 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
   if (!rows.ok()) return rows.status();
   a.row_length = *rows;
+  a.offsets_path = cl.TakeString("offsets");
+  if (a.offsets_path && a.row_length) return absl::InvalidArgumentError("give --rows or --offsets, not both");
   absl::StatusOr<bool> shm = cl.TakeBool("shm");
   if (!shm.ok()) return shm.status();
   a.shm = *shm;
@@ -194,9 +211,49 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   return a;
 }
 
-// Opens (maps) or generates the array, and cuts it into rows.
+// --offsets: a 1-D .npy of integers, as int64.
+absl::StatusOr<std::vector<std::int64_t>> LoadOffsets(const std::string& path) {
+  absl::StatusOr<InputArray> file = InputArray::OpenNpy(path);
+  if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat("--offsets: ", file.status().message()));
+  const ArrayRef& o = file->array();
+  if (o.row_length != 0) return absl::InvalidArgumentError(absl::StrCat("--offsets: ", path, " is not 1-D"));
+  if (rules::IsFloat(o.dtype) || o.dtype == DType::kBool) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--offsets: ", file->description(), " does not hold integers"));
+  }
+  std::vector<std::int64_t> offsets(o.length);
+  absl::Status fits = absl::OkStatus();
+  rules::VisitDType(o.dtype, [&](auto d) {
+    using V = typename rules::Traits<decltype(d)::value>::value;
+    if constexpr (std::is_integral_v<V>) {
+      for (std::uint64_t i = 0; i < o.length; ++i) {
+        V v;
+        std::memcpy(&v, o.data + i * sizeof(V), sizeof(V));
+        if constexpr (std::is_same_v<V, std::uint64_t>) {
+          if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) && fits.ok()) {
+            fits = absl::InvalidArgumentError(absl::StrCat("--offsets: entry ", i, " does not fit in int64"));
+          }
+        }
+        offsets[i] = static_cast<std::int64_t>(v);
+      }
+    }
+  });
+  if (!fits.ok()) return fits;
+  return offsets;
+}
+
+// Opens (maps) or generates the array, and cuts it into rows or segments.
 absl::StatusOr<InputArray> LoadArray(const AggregateArgs& a) {
   absl::StatusOr<InputArray> input = LoadInput(a.input);
+  if (input.ok() && a.offsets_path) {
+    if (input->array().row_length != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--offsets cuts a 1-D array into segments; ", input->description(), " is 2-D"));
+    }
+    absl::StatusOr<std::vector<std::int64_t>> offsets = LoadOffsets(*a.offsets_path);
+    if (!offsets.ok()) return offsets.status();
+    input->set_offsets(*std::move(offsets));
+  }
   if (!input.ok() || !a.row_length) return input;
   const std::uint64_t from_shape = input->array().row_length;
   if (from_shape != 0 && from_shape != *a.row_length) {
@@ -281,8 +338,14 @@ int QueryDataset(AggregateArgs& a) {
     }
     range = a.range->Resolve(length);
   }
+  std::vector<std::int64_t> offsets;
+  if (a.offsets_path) {
+    absl::StatusOr<std::vector<std::int64_t>> loaded = LoadOffsets(*a.offsets_path);
+    if (!loaded.ok()) return fail(loaded.status());
+    offsets = *std::move(loaded);
+  }
   absl::StatusOr<v1::AggregateResponse> response = client.AggregateDataset(
-      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout);
+      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout, offsets);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return fail(response.status());
   PrintResponse(a, *response, elapsed, "dataset");

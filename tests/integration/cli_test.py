@@ -76,6 +76,23 @@ class Cli(ServerCase):
         self.assertEqual(res[0]["values"], m.sum(axis=1).tolist())
         self.assertEqual(res[1]["values"], m.argmin(axis=1).tolist())
 
+    def test_offsets_npy_cuts_variable_length_segments(self):
+        x = np.random.default_rng(3).integers(-100, 100, 1000).astype(np.int32)
+        off = np.array([0, 0, 1, 400, 400, 1000], np.uint32)  # any integer dtype
+        np.save(self.path("v.npy"), x)
+        np.save(self.path("off.npy"), off)
+        out = self.aggregate_json(self.path("v.npy"), f"--offsets={self.path('off.npy')}", "--ops=sum,count")
+        self.assertEqual(out["results"][0]["values"], [int(x[a:b].sum()) for a, b in zip(off[:-1], off[1:])])
+        self.assertEqual(out["results"][1]["values"], np.diff(off).tolist())
+        self.assertEqual(out["execution"]["rows"], 5)
+        np.save(self.path("bad.npy"), np.array([0, 500, 499, 1000]))
+        r = run("aggregate", self.target, self.path("v.npy"), f"--offsets={self.path('bad.npy')}")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("spec.offsets[2] = 499", r.stderr)
+        r = run("aggregate", self.target, self.path("v.npy"), f"--offsets={self.path('v.npy')}", "--rows=10")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not both", r.stderr)
+
     def test_raw_file_with_dtype(self):
         x = np.random.default_rng(2).integers(0, 255, 100000, endpoint=True).astype(np.uint8)
         x.tofile(self.path("x.u8"))
@@ -292,6 +309,24 @@ class Datasets(ServerCase):
         res = self.query("--dataset=m", "--range=250:500", "--rows=50", "--ops=sum")
         self.assertEqual(res[0]["values"], m.reshape(-1)[250:500].reshape(5, 50).sum(axis=1).tolist())
         self.assertEqual(self.json_of("put", "m2", self.path("m.npy"))["row_length"], 25)
+
+    def test_dataset_range_cut_by_offsets(self):
+        x = np.random.default_rng(14).standard_normal(5000)
+        np.save(self.path("d.npy"), x)
+        self.ok("put", "d", self.path("d.npy"))
+        off = np.array([0, 10, 10, 2500, 3000], np.int64)  # over the range [1000, 4000)
+        np.save(self.path("doff.npy"), off)
+        res = self.query("--dataset=d", "--range=1000:4000", f"--offsets={self.path('doff.npy')}",
+                         "--ops=mean,sum,count")
+        part = x[1000:4000]
+        slices = [part[a:b] for a, b in zip(off[:-1], off[1:])]
+        self.assertEqual(res[2]["values"], [s.size for s in slices])
+        means = res[0]["values"]
+        self.assertEqual(means[1], "nan")
+        for got, s in zip(means[:1] + means[2:], slices[:1] + slices[2:]):
+            self.assertAlmostEqual(got, float(np.mean(s)), delta=1e-12)
+        self.assertIn("segment 1", self.fails(1, "aggregate", "--dataset=d", "--range=1000:4000",
+                                              f"--offsets={self.path('doff.npy')}", "--ops=argmax"))
 
     def test_raw_and_random_inputs(self):
         x = np.random.default_rng(13).integers(0, 255, 70_000, endpoint=True).astype(np.uint8)

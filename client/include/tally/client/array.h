@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -20,10 +21,16 @@ struct ArrayRef {
   const std::byte* data = nullptr;
   std::uint64_t length = 0;      // elements
   std::uint64_t row_length = 0;  // 0: the whole array; N: rows of N elements
+  // Variable-length segments instead of rows (CSR offsets: segments + 1
+  // entries, 0 first, the length last; the server checks them). Empty: none.
+  std::span<const std::int64_t> offsets = {};
 
   std::uint64_t size_bytes() const { return length * rules::SizeOf(dtype); }
-  // Results per aggregation: one per row, or one for the whole array.
-  std::uint64_t rows() const { return row_length == 0 ? 1 : length / row_length; }
+  // Results per aggregation: one per row or segment, or one for the whole array.
+  std::uint64_t rows() const {
+    if (!offsets.empty()) return offsets.size() - 1;
+    return row_length == 0 ? 1 : length / row_length;
+  }
 };
 
 // "float32", "f4", "float64", "f8", "int32", "i4", "int64", "i8", "uint32",

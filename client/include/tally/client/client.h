@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,14 +97,15 @@ class Client {
                                                                   const PutOptions& options = {});
 
   // Aggregates the dataset `name`, or elements `range` of it, cut into rows
-  // of `row_length` elements (0: one result per aggregation). Results are
+  // of `row_length` elements (0: one result per aggregation) or into the
+  // segments of `offsets` (counted from the range's start). Results are
   // those Aggregate gives on the same elements (tally.proto says to what
   // precision); arg* indices count from the range's start. NOT_FOUND for an
   // unknown name.
   [[nodiscard]] absl::StatusOr<v1::AggregateResponse> AggregateDataset(
       absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
       const std::vector<v1::Aggregation>& aggregations,
-      absl::Duration timeout = absl::InfiniteDuration());
+      absl::Duration timeout = absl::InfiniteDuration(), std::span<const std::int64_t> offsets = {});
 
   // Every dataset, by name, and what each place (GPU or host) holds.
   [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "tally/client/array.h"
@@ -29,12 +31,18 @@ class InputArray {
   // Segments the array into rows of `row_length` elements (0: whole array).
   // The server checks that it divides the length.
   void set_row_length(std::uint64_t row_length) { array_.row_length = row_length; }
+  // Cuts the array into variable-length segments at `offsets` (kept here).
+  void set_offsets(std::vector<std::int64_t> offsets) {
+    offsets_ = std::move(offsets);
+    array_.offsets = offsets_;
+  }
   // e.g. "data.npy (float32, shape 1000x256)", for messages.
   const std::string& description() const { return description_; }
 
  private:
   std::variant<std::monostate, MappedFile, HostBuffer> storage_;
   ArrayRef array_;
+  std::vector<std::int64_t> offsets_;
   std::string description_;
 };
 
