@@ -7,15 +7,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
+#include "tally/kernels/segmented.h"
 
 namespace {
 
@@ -147,6 +151,72 @@ struct Row {
   std::string ref_name, target;
   bool met;
 };
+
+// CSR offsets over n elements from segment lengths drawn with a fixed seed;
+// the last segment is cut so that the lengths add up to n. empty_every > 0:
+// every empty_every-th segment is empty (the others are drawn as without).
+std::vector<std::int64_t> CsrOffsets(std::int64_t n, const std::function<std::int64_t(std::mt19937_64&)>& draw,
+                                     int empty_every = 0) {
+  std::mt19937_64 rng(20261202);
+  std::vector<std::int64_t> off{0};
+  std::int64_t total = 0;
+  for (std::int64_t k = 1; total < n; ++k) {
+    if (empty_every > 0 && k % empty_every == 0) {
+      off.push_back(total);
+      continue;
+    }
+    total += std::min(draw(rng), n - total);
+    off.push_back(total);
+  }
+  return off;
+}
+
+// Compares AggregateSegments' results (d_result, device) with a host long
+// double reference: sums and dsums to 1e-12 of the segment's sum of |x|,
+// min and max exactly. Returns the largest relative sum error, or -1 after
+// printing the first mismatches.
+double CheckSegments(const std::vector<float>& hx, const std::vector<std::int64_t>& off,
+                     const tally::kernels::SegmentedPlan& plan, const void* d_result) {
+  const tally::kernels::SegmentedLayout lay = tally::kernels::LayoutOf(plan);
+  std::vector<unsigned char> res(lay.bytes);
+  CHECK(cudaMemcpy(res.data(), d_result, lay.bytes, cudaMemcpyDeviceToHost));
+  auto field = [&](std::size_t at, std::size_t seg) {
+    double v;
+    std::memcpy(&v, res.data() + at + seg * 8, 8);
+    return v;
+  };
+  constexpr std::size_t kAbsent = tally::kernels::SegmentedLayout::kAbsent;
+  double worst = 0.0;
+  int bad = 0;
+  for (std::size_t seg = 0; seg + 1 < off.size(); ++seg) {
+    long double sum = 0, abs_sum = 0;
+    float mn = INFINITY, mx = -INFINITY;
+    for (std::int64_t i = off[seg]; i < off[seg + 1]; ++i) {
+      const float v = hx[static_cast<std::size_t>(i)];
+      sum += v;
+      abs_sum += std::fabs(v);
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+    }
+    bool ok = true;
+    for (const std::size_t at : {lay.sum, lay.dsum}) {
+      if (at == kAbsent) continue;
+      const double got = field(at, seg);
+      const double err = abs_sum > 0 ? static_cast<double>(std::fabs(got - sum) / abs_sum) : std::fabs(got);
+      worst = std::max(worst, err);
+      ok = ok && err <= 1e-12;
+    }
+    if (lay.min != kAbsent) ok = ok && field(lay.min, seg) == static_cast<double>(mn);
+    if (lay.max != kAbsent) ok = ok && field(lay.max, seg) == static_cast<double>(mx);
+    if (!ok && bad++ < 5) {
+      std::fprintf(stderr, "segment %zu [%lld, %lld): sum %.17g (want %.17Lg) min %.9g (want %.9g) max %.9g (want %.9g)\n",
+                   seg, static_cast<long long>(off[seg]), static_cast<long long>(off[seg + 1]),
+                   lay.sum != kAbsent ? field(lay.sum, seg) : 0.0, sum,
+                   lay.min != kAbsent ? field(lay.min, seg) : 0.0, mn, lay.max != kAbsent ? field(lay.max, seg) : 0.0, mx);
+    }
+  }
+  return bad > 0 ? -1.0 : worst;
+}
 
 }  // namespace
 
@@ -300,6 +370,147 @@ int main(int argc, char** argv) {
     rows.push_back({"segmented sum+max+argmin, rows of 1024", gbs(MedianMs(s, [&] { tl.Run(x, s); })), read_gbs, "plain read", "", true});
   }
 
+  // Variable-length segments over CSR offsets (tally/kernels/segmented.h):
+  // sums of the same float32 input in segments of three length
+  // distributions drawn on the host (fixed seed), tally against CUB's
+  // DeviceSegmentedReduce::Sum (float output) in the same run. GB/s counts
+  // the data bytes alone; the offsets (8 bytes) and tally's float64 sums (8
+  // bytes) per segment come on top, so the floor in these GB/s is the read
+  // ceiling x data / (data + 16 x segments). Every run's sums are checked
+  // against a host long double reference, min and max exactly on one
+  // distribution; a mismatch fails the bench.
+  bool csr_failed = false;
+  const std::int64_t ni = static_cast<std::int64_t>(n);
+  auto uniform = [](std::int64_t lo, std::int64_t hi) {
+    return std::function<std::int64_t(std::mt19937_64&)>(
+        [=](std::mt19937_64& r) { return std::uniform_int_distribution<std::int64_t>(lo, hi)(r); });
+  };
+  // P(length >= k) = k^-0.5, so P(length = k) ~ k^-1.5 (zeta-like, alpha
+  // 1.5), capped at 2^24: mean length about 8200.
+  const std::function<std::int64_t(std::mt19937_64&)> power_law = [](std::mt19937_64& r) {
+    const double u = 1.0 - static_cast<double>(r() >> 11) * 0x1p-53;  // (0, 1]
+    return static_cast<std::int64_t>(std::min(std::floor(1.0 / (u * u)), 16777216.0));
+  };
+  struct Dist {
+    std::string name;
+    std::function<std::vector<std::int64_t>()> make;
+    bool cub;  // timed against CUB too
+    std::vector<std::int64_t> off;
+  };
+  std::vector<Dist> dists;
+  dists.push_back({"uniform 1-64", [&] { return CsrOffsets(ni, uniform(1, 64)); }, true, {}});
+  dists.push_back({"uniform 1K-64K", [&] { return CsrOffsets(ni, uniform(1024, 65536)); }, true, {}});
+  dists.push_back({"power-law a=1.5 max 2^24", [&] { return CsrOffsets(ni, power_law); }, true, {}});
+  dists.push_back({"uniform 1-64, every 7th empty", [&] { return CsrOffsets(ni, uniform(1, 64), 7); }, false, {}});
+  dists.push_back({"uniform 1K-64K, every 7th empty", [&] { return CsrOffsets(ni, uniform(1024, 65536), 7); }, false, {}});
+  dists.push_back({"power-law, every 7th empty", [&] { return CsrOffsets(ni, power_law, 7); }, false, {}});
+  dists.push_back({"uniform 1-64, 2^20 empty at one offset",
+                   [&] {
+                     // 2^20 empty segments piled up at one offset, mid-array.
+                     std::vector<std::int64_t> off = CsrOffsets(ni, uniform(1, 64));
+                     const std::size_t mid = off.size() / 2;
+                     off.insert(off.begin() + static_cast<std::ptrdiff_t>(mid), std::size_t{1} << 20, off[mid]);
+                     return off;
+                   },
+                   false, {}});
+  // The row names start so, for the filter.
+  auto sum_name = [](const Dist& d) { return "segmented csr sum, " + d.name; };
+  auto all_name = [](const Dist& d) { return "segmented csr sum+min+max+mean, " + d.name; };
+  bool any_csr = false;
+  for (Dist& d : dists) {
+    const bool want = wanted(sum_name(d)) || (d.name == "uniform 1-64" && wanted(all_name(d)));
+    if (want) d.off = d.make();
+    any_csr = any_csr || want;
+  }
+  if (any_csr) {
+    std::vector<float> hx(n);
+    CHECK(cudaMemcpy(hx.data(), x, n * 4, cudaMemcpyDeviceToHost));
+    std::size_t max_segs = 0;
+    for (const Dist& d : dists) max_segs = std::max(max_segs, d.off.empty() ? 0 : d.off.size() - 1);
+    std::int64_t* d_off;
+    void *d_res, *d_scr, *d_cub_tmp = nullptr;
+    float* d_cub_out;
+    tally::kernels::SegmentedPlan most;
+    most.ops = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) | Bit(OpKind::kMean);
+    most.length = n;
+    most.segments = max_segs;
+    std::size_t scr_bytes = 0, cub_tmp_bytes = 0;
+    CHECK(tally::kernels::SegmentedScratchBytes(most, &scr_bytes));
+    CHECK(cudaMalloc(&d_off, (max_segs + 1) * 8));
+    CHECK(cudaMalloc(&d_res, tally::kernels::LayoutOf(most).bytes));
+    CHECK(cudaMalloc(&d_scr, scr_bytes));
+    CHECK(cudaMalloc(&d_cub_out, max_segs * 4));
+    for (const Dist& d : dists) {
+      if (d.off.empty()) continue;
+      const std::int64_t segs = static_cast<std::int64_t>(d.off.size() - 1);
+      char label[160];
+      std::snprintf(label, sizeof label, "%s, %.2fM segments (GB/s of data bytes)", sum_name(d).c_str(),
+                    segs / 1e6);
+      const bool also_all = d.name == "uniform 1-64" && wanted(all_name(d));
+      CHECK(cudaMemcpy(d_off, d.off.data(), d.off.size() * 8, cudaMemcpyHostToDevice));
+      tally::kernels::SegmentedPlan plan;
+      plan.ops = Bit(OpKind::kSum);
+      plan.length = n;
+      plan.segments = static_cast<std::uint64_t>(segs);
+      if (wanted(sum_name(d))) {
+        CHECK(cudaMemset(d_res, 0xA5, tally::kernels::LayoutOf(plan).bytes));
+        const double ours = gbs(MedianMs(s, [&] {
+          CHECK(tally::kernels::AggregateSegments(plan, x, d_off, d_res, d_scr, scr_bytes, s));
+        }));
+        const double err = CheckSegments(hx, d.off, plan, d_res);
+        std::printf("check: %s: %lld segment sums, max relative error %.2g (limit 1e-12)%s\n", d.name.c_str(),
+                    static_cast<long long>(segs), err, err < 0 ? ": MISMATCH" : "");
+        csr_failed = csr_failed || err < 0;
+        const double floor = read_gbs * static_cast<double>(n) * 4 / (static_cast<double>(n) * 4 + 16.0 * segs);
+        char name[320];
+        if (d.cub) {
+          std::size_t need = 0;
+          CHECK(cub::DeviceSegmentedReduce::Sum(nullptr, need, x, d_cub_out, segs, d_off, d_off + 1, s));
+          if (need > cub_tmp_bytes) {
+            CHECK(cudaFree(d_cub_tmp));
+            CHECK(cudaMalloc(&d_cub_tmp, need));
+            cub_tmp_bytes = need;
+          }
+          const double theirs = gbs(MedianMs(s, [&] {
+            std::size_t tb = cub_tmp_bytes;
+            CHECK(cub::DeviceSegmentedReduce::Sum(d_cub_tmp, tb, x, d_cub_out, segs, d_off, d_off + 1, s));
+          }));
+          std::snprintf(name, sizeof name, "%s: %.2fx CUB, %.2fx read (bytes floor %.2fx)", label,
+                        ours / theirs, ours / read_gbs, floor / read_gbs);
+          rows.push_back({name, ours, theirs, "CUB DeviceSegmentedReduce::Sum",
+                          ">= 1.5x CUB, >= 0.80x read", ours >= 1.5 * theirs && ours >= 0.80 * read_gbs});
+        } else {
+          std::snprintf(name, sizeof name, "%s: %.2fx read (bytes floor %.2fx)", label, ours / read_gbs,
+                        floor / read_gbs);
+          rows.push_back({name, ours, read_gbs, "plain read", ">= 0.80x read", ours >= 0.80 * read_gbs});
+        }
+      }
+      if (also_all) {
+        // The full variant (min, max and the float64 sum for the mean
+        // beside the sum), min and max checked exactly.
+        CHECK(cudaMemset(d_res, 0xA5, tally::kernels::LayoutOf(most).bytes));
+        tally::kernels::SegmentedPlan all = plan;
+        all.ops = most.ops;
+        const double full = gbs(MedianMs(s, [&] {
+          CHECK(tally::kernels::AggregateSegments(all, x, d_off, d_res, d_scr, scr_bytes, s));
+        }));
+        const double err_all = CheckSegments(hx, d.off, all, d_res);
+        std::printf("check: %s, sum+min+max+mean: %lld segments, max relative sum error %.2g, min and max exact%s\n",
+                    d.name.c_str(), static_cast<long long>(segs), err_all, err_all < 0 ? ": MISMATCH" : "");
+        csr_failed = csr_failed || err_all < 0;
+        char name[320];
+        std::snprintf(name, sizeof name, "%s (GB/s of data bytes): %.2fx read", all_name(d).c_str(),
+                      full / read_gbs);
+        rows.push_back({name, full, read_gbs, "plain read", "", true});
+      }
+    }
+    CHECK(cudaFree(d_off));
+    CHECK(cudaFree(d_res));
+    CHECK(cudaFree(d_scr));
+    CHECK(cudaFree(d_cub_out));
+    CHECK(cudaFree(d_cub_tmp));
+  }
+
   // Every dtype's sum and fused sum+min+max+argmax over the same bytes
   // (random bit patterns of each type), against the read ceiling.
   for (const DType dt : tally::rules::kAllDTypes) {
@@ -386,6 +597,10 @@ int main(int argc, char** argv) {
     std::printf("\n| latency, sum of 1K float32 to host | tally p50 %.1f us | CUB p50 %.1f us | target: no slower | %s |\n",
                 ours, theirs, ours <= theirs ? "yes" : "NO");
     cudaFreeHost(h_f);
+  }
+  if (csr_failed) {
+    std::fprintf(stderr, "segmented csr: results differ from the host reference\n");
+    return 1;
   }
   return 0;
 }

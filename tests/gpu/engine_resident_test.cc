@@ -6,6 +6,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
+#include <vector>
+
 #include "server/engine/datasets/dataset_store.h"
 #include "server/engine/reduce_pieces.h"
 #include "tests/gpu/engine_test_util.h"
@@ -233,6 +236,70 @@ TEST(EngineResident, ShardedDatasetsGiveTheUnshardedAnswer) {
   ASSERT_TRUE(b.ok());
   const AggregationPlan nan = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kNanMin)});
   EXPECT_EQ(ReducePieces(*cuda, nan, (*b)->Pieces(24950, 25050), [] { return false; }).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Variable-length segments over device bytes: the segmented kernels' sum,
+// min, max, mean and count against the cpu backend on the same bytes (exact
+// for integers, extremes and counts), whole and sharded (segments cut by
+// the shards, merged from partial states), empty segments included; other
+// ops are refused for device bytes, and host bytes run on the cpu.
+TEST(EngineResident, SegmentsOnDeviceBytesGiveTheCpuAnswer) {
+  TALLY_REQUIRE_GPU();
+  auto cuda = MakeCuda(TestOptions());
+  ASSERT_NE(cuda, nullptr);
+  auto cpu = MakeCpu();
+  DatasetStore whole(*cuda, DatasetOptions{.shards = 1}, nullptr);
+  DatasetStore sharded(*cuda, DatasetOptions{.shards = 3, .min_shard_bytes = 1}, nullptr);
+  std::mt19937_64 rng(std::random_device{}());
+  for (const DType dt : rules::kAllDTypes) {
+    for (const bool empties : {false, true}) {
+      // Lengths: single elements, short ones, runs of empty ones, a long one.
+      std::vector<std::uint64_t> off{0};
+      std::uniform_int_distribution<std::uint64_t> len(1, 64);
+      for (int i = 0; i < 3000; ++i) {
+        off.push_back(off.back() + (i == 1500 ? 70000 : len(rng)));
+        if (empties && i % 97 == 0) off.insert(off.end(), 3, off.back());
+      }
+      const std::uint64_t n = off.back();
+      const std::vector<std::byte> data = RandomArray(dt, n, rng(), true);
+      for (DatasetStore* store : {&whole, &sharded}) {
+        auto up = store->BeginUpload("s", dt, n, /*replace=*/true, std::nullopt);
+        ASSERT_TRUE(up.ok()) << up.status();
+        ASSERT_TRUE((*up)->Append(Extent::PageableHost(data)).ok());
+        ASSERT_TRUE((*up)->Commit().ok());
+      }
+      std::vector<OpSpec> ops = {Op(OpKind::kSum), Op(OpKind::kMean), Op(OpKind::kCount)};
+      if (!empties) ops.insert(ops.end(), {Op(OpKind::kMin), Op(OpKind::kMax)});
+      AggregationPlan plan = Plan(dt, n, 0, ops);
+      plan.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(off);
+      absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      for (DatasetStore* store : {&whole, &sharded}) {
+        auto d = store->Acquire("s");
+        ASSERT_TRUE(d.ok());
+        const std::string what = std::string(rules::Name(dt)) + (empties ? " with empty segments" : "") +
+                                 (store == &sharded ? ", sharded" : ", whole");
+        absl::StatusOr<AggregationResult> got = ReducePieces(*cuda, plan, (*d)->Pieces(0, n), [] { return false; });
+        ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+        EXPECT_EQ(got->backend, "cuda") << what;
+        // Integer sums, counts and extremes exactly; means to rounding (a
+        // segment cut by the shards merges its parts' moments).
+        ExpectSame(plan, *ref, *got, /*exact=*/false, what);
+      }
+      // The host bytes of the same plan run on the cpu backend.
+      absl::StatusOr<AggregationResult> host = RunRequest(*cuda, plan, data);
+      ASSERT_TRUE(host.ok()) << host.status();
+      EXPECT_EQ(host->backend, "cpu");
+      if (HasFailure()) return;
+    }
+  }
+  auto d = whole.Acquire("s");
+  ASSERT_TRUE(d.ok());
+  const std::uint64_t n = (*d)->info().length;
+  AggregationPlan other = Plan((*d)->info().dtype, n, 0, {Op(OpKind::kVariance)});
+  other.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::vector<std::uint64_t>{0, n});
+  EXPECT_EQ(ReducePieces(*cuda, other, (*d)->Pieces(0, n), [] { return false; }).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

@@ -20,6 +20,7 @@
 #include "server/engine/cuda/cuda_reduction.h"
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
+#include "server/engine/cuda/segment_reduction.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/engine/routing/accounted_reduction.h"
 #include "server/engine/routing/calibration.h"
@@ -103,14 +104,24 @@ class CudaBackend final : public Backend {
     // any, all or ptp yet. Bytes in host memory go to the CPU backend,
     // decided by the plan alone like every route here; bytes on a GPU
     // cannot, so those requests are refused.
-    // Variable-length segments: the kernels reduce equal rows only.
+    // Variable-length segments: host bytes on the CPU (the fused kernels
+    // reduce equal rows only); device bytes with the segmented kernels,
+    // which compute sum, min, max, mean and count.
     if (plan.array.variable()) {
-      if (from.memory == Memory::kDevice) {
+      if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
+      if (!cuda::SegmentKernelsCompute(plan)) {
         return absl::FailedPreconditionError(
-            "the GPU kernels do not reduce variable-length segments (offsets) yet; they run on the CPU backend, "
-            "which cannot read GPU memory: send this array's bytes from host memory.");
+            "the GPU kernels compute sum, min, max, mean and count of variable-length segments (offsets); the "
+            "other ops run on the CPU backend, which cannot read GPU memory: ask for those five only, or send "
+            "this array's bytes from host memory.");
       }
-      return cpu_->Start(plan, from);
+      if (!pool_->Uses(from.device)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cuda backend: GPU ", from.device, " is not one of the devices in use."));
+      }
+      absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(from.device, lane_wait_);
+      if (!lease.ok()) return lease.status();
+      return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
     }
     const auto cpu_only = std::find_if(plan.ops.begin(), plan.ops.end(),
                                        [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });

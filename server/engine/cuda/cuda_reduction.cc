@@ -389,15 +389,7 @@ class CudaReduction final : public Reduction {
   // error also marks the device lost.
   absl::Status Fail(cudaError_t err, const char* what) {
     if (!failed_.ok()) return failed_;
-    const std::string where = LastErrorWhere();
-    (void)cudaGetLastError();  // clears an error that is not sticky
-    const cudaError_t probe = cudaStreamQuery(lane_->compute_stream().get());
-    const bool sticky = IsSticky(err) || (probe != cudaSuccess && probe != cudaErrorNotReady);
-    const std::string& device = engine_->devices->DeviceName(lane_->device());
-    spdlog::error("cuda backend: request on {} lane {} failed {}: {}{}", device, lane_->index(),
-                  what, where, sticky ? " (sticky: the device is lost)" : "");
-    if (sticky) engine_->devices->MarkLost(lane_->device(), where);
-    failed_ = absl::InternalError(absl::StrCat("CUDA error on ", device, " while ", what, ": ", where));
+    failed_ = LaneFailure(engine_, lane_, err, what);
     return failed_;
   }
 
@@ -532,6 +524,18 @@ class CudaReduction final : public Reduction {
 };
 
 }  // namespace
+
+absl::Status LaneFailure(EngineContext* engine, DeviceLane* lane, cudaError_t err, const char* what) {
+  const std::string where = LastErrorWhere();
+  (void)cudaGetLastError();  // clears an error that is not sticky
+  const cudaError_t probe = cudaStreamQuery(lane->compute_stream().get());
+  const bool sticky = IsSticky(err) || (probe != cudaSuccess && probe != cudaErrorNotReady);
+  const std::string& device = engine->devices->DeviceName(lane->device());
+  spdlog::error("cuda backend: request on {} lane {} failed {}: {}{}", device, lane->index(), what, where,
+                sticky ? " (sticky: the device is lost)" : "");
+  if (sticky) engine->devices->MarkLost(lane->device(), where);
+  return absl::InternalError(absl::StrCat("CUDA error on ", device, " while ", what, ": ", where));
+}
 
 PassPlan PlanPasses(const AggregationPlan& plan) {
   PassPlan out;

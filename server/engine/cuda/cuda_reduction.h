@@ -61,6 +61,10 @@ struct EngineContext {
   std::array<std::atomic<std::int64_t>, kTrackedDevices> memory_reported_ns{};
 };
 
+// A CUDA call on `lane` failed: INTERNAL naming the call (logged); an error
+// after which the device's context is unusable also marks it lost.
+absl::Status LaneFailure(EngineContext* engine, DeviceLane* lane, cudaError_t err, const char* what);
+
 // `lease` holds a lane of a device in engine->devices; passes fit its state
 // and scratch for chunks of the lane's chunk size and for cuts of
 // `device_cut` elements (the launch size over bytes already on the device).

@@ -1,0 +1,5 @@
+// The variable-length segmented kernels for bool input (one dtype per file
+// keeps each compile unit small).
+#include "segmented/segmented_kernels.cuh"
+
+TALLY_SEGMENTED_INSTANTIATE(kBool)

@@ -1,0 +1,201 @@
+#include "server/engine/cuda/segment_reduction.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/engine/cuda/cuda_resources.h"
+#include "server/engine/finish.h"
+#include "tally/kernels/segmented.h"
+
+namespace tally::cuda {
+namespace {
+
+using rules::Bit;
+using rules::OpKind;
+
+constexpr rules::OpMask kSegmentOps =
+    Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) | Bit(OpKind::kMean) | Bit(OpKind::kCount);
+
+// The offsets lead the lane's state; the results follow at this alignment
+// (the kernels' layout aligns its fields to 256 bytes from its base).
+constexpr std::size_t kResultAlign = 256;
+
+std::size_t ResultsAt(std::uint64_t segments) {
+  const std::size_t offsets = (segments + 1) * sizeof(std::int64_t);
+  return (offsets + kResultAlign - 1) / kResultAlign * kResultAlign;
+}
+
+kernels::SegmentedPlan KernelPlanOf(const AggregationPlan& plan) {
+  kernels::SegmentedPlan k;
+  k.dtype = plan.array.dtype;
+  k.length = plan.array.length;
+  k.segments = plan.array.rows();
+  for (const OpSpec& op : plan.ops) k.ops |= Bit(op.kind);
+  return k;
+}
+
+class SegmentReduction final : public Reduction {
+ public:
+  SegmentReduction(const AggregationPlan& plan, DevicePool::Lease lease, EngineContext* engine,
+                   std::size_t scratch)
+      : plan_(plan),
+        kplan_(KernelPlanOf(plan)),
+        layout_(kernels::LayoutOf(kplan_)),
+        lease_(std::move(lease)),
+        lane_(lease_.lane()),
+        engine_(engine),
+        scratch_(scratch) {}
+
+  absl::Status Consume(const Extent& piece) override {
+    if (piece.placement.memory != Memory::kDevice || piece.placement.device != lane_->device()) {
+      return absl::FailedPreconditionError(absl::StrCat("cuda backend: segments on GPU ", lane_->device(),
+                                                        " were handed ", piece.placement.Describe(), "."));
+    }
+    if (piece.size() == 0) return absl::OkStatus();
+    if (data_ != nullptr && piece.bytes.data() != data_ + consumed_) {
+      return absl::InvalidArgumentError("cuda backend: segments' device bytes must be one contiguous array.");
+    }
+    if (consumed_ + piece.size() > plan_.array.bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
+    }
+    if (data_ == nullptr) data_ = piece.bytes.data();
+    consumed_ += piece.size();
+    return absl::OkStatus();
+  }
+
+  std::size_t element_size() const override { return rules::SizeOf(plan_.array.dtype); }
+
+  absl::StatusOr<AggregationResult> Finish() override {
+    const ArraySpec& a = plan_.array;
+    if (consumed_ != a.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("data: received ", consumed_ / element_size(), " of the ",
+                                                     a.length, " elements in spec.length."));
+    }
+    const std::uint64_t segments = a.rows();
+    std::byte* const results = lane_->state() + ResultsAt(segments);
+    if (a.length > 0) {  // else every segment is empty: nothing to read
+      ScopedDevice on(lane_->device());
+      const cudaStream_t stream = lane_->compute_stream().get();
+      const std::vector<std::uint64_t>& offsets = *a.offsets;  // checked: as int64, the same bits
+      if (const cudaError_t e = cudaMemcpyAsync(lane_->state(), offsets.data(), offsets.size() * sizeof(std::int64_t),
+                                                cudaMemcpyHostToDevice, stream);
+          e != cudaSuccess) {
+        return LaneFailure(engine_, lane_, e, "copying the offsets");
+      }
+      if (const cudaError_t e = kernels::AggregateSegments(kplan_, data_,
+                                                           reinterpret_cast<const std::int64_t*>(lane_->state()),
+                                                           results, lane_->scratch(), scratch_, stream);
+          e != cudaSuccess) {
+        return LaneFailure(engine_, lane_, e, "reducing the segments");
+      }
+      if (const cudaError_t e = cudaMemcpyAsync(lane_->result(), results, layout_.bytes, cudaMemcpyDeviceToHost,
+                                                stream);
+          e != cudaSuccess) {
+        return LaneFailure(engine_, lane_, e, "copying the results back");
+      }
+      if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+        return LaneFailure(engine_, lane_, e, "waiting for the segments");
+      }
+    }
+    AggregationResult result;
+    result.backend = "cuda";
+    result.device = engine_->devices->DeviceName(lane_->device());
+    for (const OpSpec& op : plan_.ops) {
+      OpValues values = EmptyValues(op, a.dtype, segments);
+      for (std::uint64_t s = 0; s < segments; ++s) StoreRow(op, s, StateOf(op, s), values);
+      result.values.push_back(std::move(values));
+    }
+    return result;
+  }
+
+ private:
+  // Field `field` of segment s from the results copied back.
+  kernels::Scalar At(std::size_t field, std::uint64_t s) const {
+    kernels::Scalar v;
+    std::memcpy(&v, lane_->result() + field + s * sizeof(kernels::Scalar), sizeof(v));
+    return v;
+  }
+
+  // The op's state of segment s, as the other reductions build theirs.
+  rules::PartialState StateOf(const OpSpec& op, std::uint64_t s) const {
+    const ArraySpec& a = plan_.array;
+    rules::PartialState state;
+    state.count = a.RowLength(s);
+    if (state.count == 0) return state;  // the empty state: sums 0, no extreme
+    const DType dt = a.dtype;
+    auto put = [&](kernels::Scalar x, double& f, std::int64_t& i, std::uint64_t& u) {
+      if (rules::IsFloat(dt)) {
+        f = x.f64;
+      } else if (rules::IsSigned(dt)) {
+        i = x.i64;
+      } else {
+        u = x.u64;
+      }
+    };
+    switch (op.kind) {
+      case OpKind::kSum: put(At(layout_.sum, s), state.float_sum, state.int_sum, state.uint_sum); break;
+      case OpKind::kMin: put(At(layout_.min, s), state.float_extreme, state.int_extreme, state.uint_extreme); break;
+      case OpKind::kMax: put(At(layout_.max, s), state.float_extreme, state.int_extreme, state.uint_extreme); break;
+      case OpKind::kMean: state.mean = At(layout_.dsum, s).f64 / static_cast<double>(state.count); break;
+      default: break;  // kCount: the count alone; no other op reaches here (SegmentKernelsCompute)
+    }
+    return state;
+  }
+
+  const AggregationPlan plan_;
+  const kernels::SegmentedPlan kplan_;
+  const kernels::SegmentedLayout layout_;
+  DevicePool::Lease lease_;
+  DeviceLane* const lane_;
+  EngineContext* const engine_;
+  const std::size_t scratch_;
+  const std::byte* data_ = nullptr;
+  std::uint64_t consumed_ = 0;  // bytes
+};
+
+}  // namespace
+
+bool SegmentKernelsCompute(const AggregationPlan& plan) {
+  for (const OpSpec& op : plan.ops) {
+    if ((Bit(op.kind) & kSegmentOps) == 0) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<Reduction>> MakeSegmentReduction(const AggregationPlan& plan,
+                                                               DevicePool::Lease lease, EngineContext* engine) {
+  const kernels::SegmentedPlan kplan = KernelPlanOf(plan);
+  if (kernels::Validate(kplan) != cudaSuccess) {
+    return absl::InvalidArgumentError("cuda backend: the segmented kernels refuse this plan.");
+  }
+  const std::uint64_t segments = plan.array.rows();
+  const std::size_t state = ResultsAt(segments) + kernels::LayoutOf(kplan).bytes;
+  if (state > lease->state_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the offsets and results of ", segments, " segments need ", state,
+        " bytes of GPU state, over --cuda_max_state_bytes=", lease->state_bytes(),
+        ": ask for fewer segments or ops at once, or raise the flag."));
+  }
+  std::size_t scratch = 0;
+  {
+    ScopedDevice on(lease->device());
+    if (kernels::SegmentedScratchBytes(kplan, &scratch) != cudaSuccess) {
+      return absl::InternalError("cuda backend: sizing the segmented kernels' scratch failed.");
+    }
+  }
+  if (scratch > lease->scratch_bytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat("the segmented kernels need ", scratch,
+                                                     " bytes of scratch for this array, over the lane's ",
+                                                     lease->scratch_bytes(), "."));
+  }
+  return std::unique_ptr<Reduction>(std::make_unique<SegmentReduction>(plan, std::move(lease), engine, scratch));
+}
+
+}  // namespace tally::cuda
