@@ -13,12 +13,13 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize bench)
 kernel_tests=$build/tests/gpu/tally_gpu_tests
 engine_tests=$build/tests/gpu/tally_engine_gpu_tests
+segmented_tests=$build/tests/gpu/tally_segmented_gpu_tests
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 for step in "${steps[@]}"; do
   case $step in
     tests)
-      for t in "$kernel_tests" "$engine_tests"; do
+      for t in "$kernel_tests" "$segmented_tests" "$engine_tests"; do
         "$t" --gtest_brief=1 2>&1 | tee "$logs/$(basename "$t").log" || rc=1
       done ;;
     sanitize)
