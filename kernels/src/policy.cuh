@@ -162,31 +162,40 @@ namespace tally::kernels::detail {
 
 // The variable-length segmented kernels (segmented/segmented_kernels.cuh):
 // one table, H100 SXM, CUDA 13.0, 1 GiB float32, kSum, the kernel bench's
-// "segmented csr" rows.
+// "segmented csr" rows (2026-11-24; plain read ceiling 3067-3078 GB/s in the
+// same runs). Times are the SegmentKernel's alone (Nsight Compute).
 struct PolicySegmentedSm90 {
   // Consumer warps per block; one more warp copies tiles in (the producer).
+  // Not varied.
   static constexpr int kConsumerWarps = 8;
   // Each consumer thread walks one chunk of a tile's elements, read by
   // 16-byte shared loads: an odd number of them, so that the lanes' chunks
-  // start in different banks (with 8 vectors, a 128-byte stride, the 8
-  // lanes of each load phase hit the same 4 banks: main kernel 444 us for
-  // uniform 1K-64K lengths); at most 32 elements (the boundary mask). 7
-  // vectors for 4- and 8-byte elements, 3 for 2-byte, 1 for 1-byte.
+  // start in different banks. With 8 (a 128-byte stride) the 8 lanes of each
+  // load phase hit the same 4 banks: uniform 1-64 / 1K-64K 720 / 444 us;
+  // with 7: 453 / 383 us. At most 32 elements (the boundary mask): 7 vectors
+  // for 4- and 8-byte elements, 3 for 2-byte, 1 for 1-byte.
   static constexpr int ChunkVectors(int elem_bytes) { return elem_bytes >= 4 ? 7 : elem_bytes == 2 ? 3 : 1; }
   static constexpr int ChunkElements(int elem_bytes) { return ChunkVectors(elem_bytes) * 16 / elem_bytes; }
   // A tile holds at most 250 chunks' worth of elements (of the consumers'
   // 256: a tile's elements may start up to 15 bytes into their first
-  // vector, and its weight pass its diagonal by less than an end's). Merge items weigh what they cost in bytes: an element 1, a
-  // segment end (its 8-byte offset) 8 / element size, so a tile's elements
-  // and offsets together never pass TileWeight elements' bytes.
+  // vector, and its weight pass its diagonal by less than an end's). Merge
+  // items weigh what they cost in bytes: an element 1, a segment end (its
+  // 8-byte offset) 8 / element size, so a tile's elements and offsets
+  // together never pass TileWeight elements' bytes. Against unweighted
+  // tiles of 3840 items (15 KB of float32 in a 30 KB stage): half the tiles,
+  // and uniform 1K-64K 457 -> 444 us before the bank fix above.
   static constexpr int kTileChunks = 250;
   static constexpr int TileWeight(int elem_bytes) { return kTileChunks * ChunkElements(elem_bytes); }
   static constexpr int EndWeight(int elem_bytes) { return 8 / elem_bytes; }
-  // Tiles in flight per block (shared-memory stages), and blocks per SM.
+  // Tiles in flight per block (shared-memory stages), and blocks per SM:
+  // what shared memory holds (float32: 3 x 28 KB of stages + 16 KB of
+  // boundary indices per block). A bulk-copy pipeline alone (consumers
+  // summing every float) reached 3.1 TB/s with 1-2 blocks of 2-3 stages of
+  // 16-30 KB per SM.
   static constexpr int kStages = 3;
   static constexpr int kBlocksPerSm = 2;
   // Fix-up of segments that span tiles: windows of up to this many tiles are
-  // folded by one thread, longer ones by its whole warp.
+  // folded by one thread, longer ones by its whole warp. Not varied.
   static constexpr int kFixupThreads = 256;
   static constexpr int kShortWindow = 16;
 };

@@ -208,7 +208,7 @@ struct SegOps {
         mx = ExtremeOp<D>::Max(mx, x);
       }
     }
-    // A whole chunk: eight interleaved partial sums (lane-independent
+    // A whole chunk: eight interleaved partial sums (independent dependency
     // chains), then a fixed tree, instead of one chain through every
     // element; min and max likewise.
     template <int K>
@@ -259,7 +259,7 @@ struct SegArgs {
   std::int64_t n;         // elements
   std::int64_t segments;  // offsets has segments + 1
   std::int64_t tiles;
-  std::int64_t* splits;   // [tiles + 1]: ends before each tile's first item
+  std::int64_t* splits;   // [tiles + 1][2]: ends and elements before each tile
   // Per tile: the carry (the last, open segment's partial) and the head
   // (the first segment's in-tile part, written when it began earlier).
   S *carry_sum, *head_sum;
@@ -312,9 +312,9 @@ struct SegArgs {
 // counts the ends j whose prefix up to and including them (elements before
 // them, then ends 0..j) weighs at most d, and b takes elements up to the
 // next end or the weight left. splits[t] = {a, b} for d = t x TileWeight.
-// A binary search: wider ones (8 and 16 probes a round) were slower, their
-// deeper rounds being scattered DRAM reads (uniform 1-64 lengths: binary
-// 22.6 us, 8-ary 32 us, 16-ary 46 us).
+// A binary search: wider ones (7 and 15 probes a round) were slower, their
+// deeper rounds being scattered DRAM reads (uniform 1-64 lengths, 42K
+// tiles: binary 16.9 us, 8-ary 32 us, 16-ary 46 us).
 template <rules::DType D, bool kFull>
 __global__ void __launch_bounds__(256) PartitionKernel(const SegArgs<D, kFull> a) {
   using G = SegGeometry<typename SegOps<D, kFull>::T>;
@@ -539,28 +539,27 @@ __device__ void ConsumeTiles(const SegArgs<D, kFull>& a, SegShared<D, kFull>& sh
     }
 
     // head: the elements before the chunk's first boundary (all of them when
-    // it has none); run: those after it, closed at each further boundary.
+    // it has none); run: those after its last boundary. One running partial:
+    // the head is taken at the first boundary, later closed segments are
+    // written as they close.
     typename Ops::Run head_run, run;
-    head_run.Reset();
     run.Reset();
     const bool has_end = mask != 0;
     if (__all_sync(0xffffffffu, !edge && !has_end)) {
-      head_run.AddAll(v);
+      run.AddAll(v);
     } else {
       const int first = has_end ? __ffs(static_cast<int>(mask)) - 1 : kChunk;
-      const std::uint32_t rest = mask & (mask - 1);
 #pragma unroll
       for (int k = 0; k < kChunk; ++k) {
-        if ((rest >> k) & 1u) {
-          a.StoreResult(m.a0 + sh.seg_at[c0 + k], run.Part());
+        if ((mask >> k) & 1u) {
+          if (k == first) head_run = run;
+          else a.StoreResult(m.a0 + sh.seg_at[c0 + k], run.Part());
           run.Reset();
         }
-        if (!kFull || ((valid >> k) & 1u)) {
-          if (k < first) head_run.Add(v[k]);
-          else run.Add(v[k]);
-        }
+        if (!kFull || ((valid >> k) & 1u)) run.Add(v[k]);
       }
     }
+    if (!has_end) head_run = run;
     const P head = head_run.Part();
     const std::int64_t head_seg = has_end ? m.a0 + sh.seg_at[c0 + __ffs(static_cast<int>(mask)) - 1] : 0;
     // The stage is read and every loaded element used: free it for the
@@ -571,7 +570,7 @@ __device__ void ConsumeTiles(const SegArgs<D, kFull>& a, SegShared<D, kFull>& sh
 
     // Segmented scan over the chunks: (has a boundary, partial after the
     // last boundary, or of the whole chunk).
-    const P tail = has_end ? run.Part() : head;
+    const P tail = run.Part();
     P inc = tail;
     bool inc_flag = has_end;
     const bool warp_ends = __any_sync(0xffffffffu, has_end);
@@ -711,7 +710,7 @@ __global__ void __launch_bounds__(SegPolicy::kFixupThreads) FixupKernel(const Se
     wide_lanes &= wide_lanes - 1;
     const std::int64_t wf = __shfl_sync(0xffffffffu, f, leader);
     const std::int64_t wt = __shfl_sync(0xffffffffu, t, leader);
-    constexpr int kWideBatch = 2 * kBatch;
+    constexpr int kWideBatch = kFull ? kBatch : 4 * kBatch;
     P part = Ops::Identity();
     std::int64_t j = wf + lane;
     for (; j + 32 * (kWideBatch - 1) < wt; j += 32 * kWideBatch) {
