@@ -407,19 +407,10 @@ class CudaReduction final : public Reduction {
       return s;
     }
     if (count == 0) return s;  // the empty state: sums 0, no extreme, index -1
-    auto put = [&](kernels::Scalar x, double& f, std::int64_t& i, std::uint64_t& u) {
-      if (rules::IsFloat(dt)) {
-        f = x.f64;
-      } else if (rules::IsSigned(dt)) {
-        i = x.i64;
-      } else {
-        u = x.u64;
-      }
-    };
     switch (op.kind) {
-      case OpKind::kSum: put(v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
-      case OpKind::kMin: put(v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
-      case OpKind::kMax: put(v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
+      case OpKind::kSum: PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
+      case OpKind::kMin: PutScalar(dt, v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
+      case OpKind::kMax: PutScalar(dt, v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
       case OpKind::kMean: s.mean = v.Moments(r).mean; break;
       case OpKind::kSumSquares: s.sum_squares = v.SumSquares(r); break;
       case OpKind::kVariance:
@@ -428,11 +419,11 @@ class CudaReduction final : public Reduction {
         s.m2 = v.Moments(r).m2;
         break;
       case OpKind::kArgmin:
-        put(v.ArgminValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
+        PutScalar(dt, v.ArgminValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
         s.index = v.Argmin(r) + static_cast<std::int64_t>(op.base_index);
         break;
       case OpKind::kArgmax:
-        put(v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
+        PutScalar(dt, v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
         s.index = v.Argmax(r) + static_cast<std::int64_t>(op.base_index);
         break;
       case OpKind::kCount:

@@ -61,6 +61,18 @@ struct EngineContext {
   std::array<std::atomic<std::int64_t>, kTrackedDevices> memory_reported_ns{};
 };
 
+// A kernel's result slot into the member of a partial state's float,
+// int64 or uint64 triple that `dtype`'s values take (Scalar's member).
+inline void PutScalar(DType dtype, kernels::Scalar x, double& f, std::int64_t& i, std::uint64_t& u) {
+  if (rules::IsFloat(dtype)) {
+    f = x.f64;
+  } else if (rules::IsSigned(dtype)) {
+    i = x.i64;
+  } else {
+    u = x.u64;
+  }
+}
+
 // A CUDA call on `lane` failed: INTERNAL naming the call (logged); an error
 // after which the device's context is unusable also marks it lost.
 absl::Status LaneFailure(EngineContext* engine, DeviceLane* lane, cudaError_t err, const char* what);

@@ -130,19 +130,10 @@ class SegmentReduction final : public Reduction {
     state.count = a.RowLength(s);
     if (state.count == 0) return state;  // the empty state: sums 0, no extreme
     const DType dt = a.dtype;
-    auto put = [&](kernels::Scalar x, double& f, std::int64_t& i, std::uint64_t& u) {
-      if (rules::IsFloat(dt)) {
-        f = x.f64;
-      } else if (rules::IsSigned(dt)) {
-        i = x.i64;
-      } else {
-        u = x.u64;
-      }
-    };
     switch (op.kind) {
-      case OpKind::kSum: put(At(layout_.sum, s), state.float_sum, state.int_sum, state.uint_sum); break;
-      case OpKind::kMin: put(At(layout_.min, s), state.float_extreme, state.int_extreme, state.uint_extreme); break;
-      case OpKind::kMax: put(At(layout_.max, s), state.float_extreme, state.int_extreme, state.uint_extreme); break;
+      case OpKind::kSum: PutScalar(dt, At(layout_.sum, s), state.float_sum, state.int_sum, state.uint_sum); break;
+      case OpKind::kMin: PutScalar(dt, At(layout_.min, s), state.float_extreme, state.int_extreme, state.uint_extreme); break;
+      case OpKind::kMax: PutScalar(dt, At(layout_.max, s), state.float_extreme, state.int_extreme, state.uint_extreme); break;
       case OpKind::kMean: state.mean = At(layout_.dsum, s).f64 / static_cast<double>(state.count); break;
       default: break;  // kCount: the count alone; no other op reaches here (SegmentKernelsCompute)
     }
