@@ -36,8 +36,12 @@ enum class OpKind : std::uint8_t {
   kAny,
   kAll,
   kPtp,
+  // numpy's (min, max) in one answer, Arrow's min_max: two values per row.
+  // A plan never holds it: the server's front end asks the engine for kMin
+  // and kMax (one fused pass) and pairs their answers (ExpandMinMax).
+  kMinMax,
 };
-inline constexpr int kNumOpKinds = 25;
+inline constexpr int kNumOpKinds = 26;
 // The GPU kernels compute the ops before kNanSum; the CUDA backend hands
 // plans with any later op (RunsOnKernels) to the CPU backend.
 inline constexpr int kNumKernelOpKinds = 11;
@@ -69,6 +73,7 @@ constexpr const char* Name(OpKind k) {
     case OpKind::kAny: return "any";
     case OpKind::kAll: return "all";
     case OpKind::kPtp: return "ptp";
+    case OpKind::kMinMax: return "minmax";
   }
   return "unknown";
 }
@@ -83,6 +88,9 @@ constexpr bool RunsOnKernels(OpKind k) { return static_cast<int>(k) < kNumKernel
 // NaN-skipping ops, product, count_nonzero, any, all and ptp); a request
 // for one's partial state is refused.
 constexpr bool HasPartialState(OpKind k) { return RunsOnKernels(k); }
+
+// Values an op answers per row: two for kMinMax (min, then max), else one.
+constexpr int ValuesPerRow(OpKind k) { return k == OpKind::kMinMax ? 2 : 1; }
 
 // The NaN-propagating op a NaN-skipping one is on an input without NaNs.
 // On integer dtypes numpy's nan-functions are exactly these (nanvar calls
@@ -108,7 +116,7 @@ constexpr OpKind PlainOf(OpKind k) {
 constexpr bool NeedsNonEmpty(OpKind k) {
   const OpKind p = PlainOf(k);
   return p == OpKind::kMin || p == OpKind::kMax || p == OpKind::kArgmin || p == OpKind::kArgmax ||
-         p == OpKind::kPtp;
+         p == OpKind::kPtp || p == OpKind::kMinMax;
 }
 
 // Ops with no value on a row whose elements are all NaN: numpy.nanargmin

@@ -183,6 +183,7 @@ constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
     case OpKind::kSum:
     case OpKind::kMin:
     case OpKind::kMax:
+    case OpKind::kMinMax:
     case OpKind::kProduct:
     case OpKind::kPtp:
       if (IsFloat(dtype)) return ResultKind::kDouble;
