@@ -54,6 +54,7 @@ constexpr OpAlias kOpAliases[] = {
     {"any", rules::OpKind::kAny},
     {"all", rules::OpKind::kAll},
     {"ptp", rules::OpKind::kPtp},
+    {"minmax", rules::OpKind::kMinMax},
 };
 
 constexpr absl::string_view kKnownOps =

@@ -65,16 +65,6 @@ grpc::ByteBuffer MessageWithBorrowedBytes(std::string head, const std::byte* dat
   return grpc::ByteBuffer(slices, 2);
 }
 
-v1::ArraySpec SpecOf(const ArrayRef& array) {
-  v1::ArraySpec spec;
-  spec.set_dtype(ToWire(array.dtype));
-  spec.set_length(array.length);
-  spec.set_row_length(array.row_length);
-  // int64 little-endian on the wire, as in memory on every host tally builds for.
-  spec.set_offsets(reinterpret_cast<const char*>(array.offsets.data()), array.offsets.size_bytes());
-  return spec;
-}
-
 template <typename Response>
 absl::StatusOr<Response> ParseResponse(grpc::ByteBuffer* reply) {
   Response response;
@@ -374,7 +364,7 @@ absl::StatusOr<v1::PutDatasetResponse> Client::PutDataset(absl::string_view name
 absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
     absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
     const std::vector<v1::Aggregation>& aggregations, absl::Duration timeout,
-    std::span<const std::int64_t> offsets) {
+    std::span<const std::int64_t> offsets, std::span<const std::uint8_t> validity) {
   v1::AggregateDatasetRequest request;
   request.set_name(std::string(name));
   if (range) {
@@ -383,6 +373,7 @@ absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
   }
   request.set_row_length(row_length);
   request.set_offsets(reinterpret_cast<const char*>(offsets.data()), offsets.size_bytes());
+  request.set_validity(reinterpret_cast<const char*>(validity.data()), validity.size_bytes());
   request.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
   return CallMessage<v1::AggregateResponse>(stub_, AggregateDatasetMethod(), request, timeout);
 }

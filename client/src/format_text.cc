@@ -1,6 +1,7 @@
 // The human-readable result format.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "tally/client/format.h"
 #include "tally/client/number_text.h"
 #include "tally/client/sizes.h"
+#include "tally/client/wire.h"
 
 namespace tally::client {
 namespace {
@@ -101,7 +103,9 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
                      : r.values_case() == v1::AggregationResult::kInt64S  ? r.int64s().values_size()
                      : r.values_case() == v1::AggregationResult::kUint64S ? r.uint64s().values_size()
                      : r.histograms().histograms_size();
-    if (rows != 1) absl::StrAppend(&label, " [", rows, " rows]");
+    const std::optional<rules::OpKind> kind = FromWire(r.aggregation().op());
+    const int per_row = kind ? rules::ValuesPerRow(*kind) : 1;  // minmax: min and max
+    if (rows != per_row) absl::StrAppend(&label, " [", rows / per_row, " rows]");
     values.push_back(ValuesText(r, options));
     if (!IsBlock(values.back())) width = std::max(width, label.size());
     labels.push_back(std::move(label));

@@ -198,19 +198,25 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
         }
         break;
       case rules::OpKind::kMin:
-      case rules::OpKind::kMax: {
-        Extreme e = static_cast<Extreme>(at(0));
+      case rules::OpKind::kMax:
+      case rules::OpKind::kMinMax: {
+        Extreme lo = static_cast<Extreme>(at(0)), hi = lo;
         for (std::uint64_t i = 1; i < row_length; ++i) {
           const auto v = static_cast<Extreme>(at(i));
-          e = kind == rules::OpKind::kMin ? rules::MinNan(e, v) : rules::MaxNan(e, v);
+          lo = rules::MinNan(lo, v);
+          hi = rules::MaxNan(hi, v);
         }
-        if constexpr (rules::IsFloat(T)) {
-          out->mutable_doubles()->add_values(e);
-        } else if constexpr (rules::IsSigned(T)) {
-          out->mutable_int64s()->add_values(e);
-        } else {
-          out->mutable_uint64s()->add_values(e);
-        }
+        const auto put = [&](Extreme e) {
+          if constexpr (rules::IsFloat(T)) {
+            out->mutable_doubles()->add_values(e);
+          } else if constexpr (rules::IsSigned(T)) {
+            out->mutable_int64s()->add_values(e);
+          } else {
+            out->mutable_uint64s()->add_values(e);
+          }
+        };
+        if (kind != rules::OpKind::kMax) put(lo);  // minmax: min, then max
+        if (kind != rules::OpKind::kMin) put(hi);
         break;
       }
       case rules::OpKind::kMean: {
@@ -331,6 +337,7 @@ v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType d
     case rules::OpKind::kSum:
     case rules::OpKind::kMin:
     case rules::OpKind::kMax:
+    case rules::OpKind::kMinMax:
     case rules::OpKind::kProduct:
     case rules::OpKind::kPtp:
       if (rules::IsFloat(dtype)) return v1::AggregationResult::kDoubles;
@@ -350,6 +357,9 @@ v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType d
 absl::StatusOr<v1::AggregateResponse> ComputeReference(
     const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations) {
   if (aggregations.empty()) return absl::InvalidArgumentError("no aggregations");
+  if (!array.offsets.empty() || !array.validity.empty()) {
+    return absl::InvalidArgumentError("the reference computes whole arrays and equal rows: no offsets, no mask");
+  }
   if (array.row_length != 0 && array.length % array.row_length != 0) {
     return absl::InvalidArgumentError(absl::StrCat("row_length ", array.row_length,
                                                    " does not divide length ", array.length));

@@ -32,11 +32,7 @@ SharedArray::~SharedArray() {
 
 absl::StatusOr<v1::AggregateResponse> SharedArray::Aggregate(const std::vector<v1::Aggregation>& aggregations,
                                                              absl::Duration timeout, Client* via) const {
-  v1::ArraySpec spec;
-  spec.set_dtype(ToWire(array_.dtype));
-  spec.set_length(array_.length);
-  spec.set_row_length(array_.row_length);
-  spec.set_offsets(reinterpret_cast<const char*>(array_.offsets.data()), array_.offsets.size_bytes());
+  const v1::ArraySpec spec = SpecOf(array_);
   return (via != nullptr ? via : client_)->AggregateRegion(region_, 0, spec, aggregations, timeout);
 }
 

@@ -28,6 +28,17 @@ v1::DType ToWire(rules::DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+v1::ArraySpec SpecOf(const ArrayRef& array) {
+  v1::ArraySpec spec;
+  spec.set_dtype(ToWire(array.dtype));
+  spec.set_length(array.length);
+  spec.set_row_length(array.row_length);
+  // int64 little-endian on the wire, as in memory on every host tally builds for.
+  spec.set_offsets(reinterpret_cast<const char*>(array.offsets.data()), array.offsets.size_bytes());
+  spec.set_validity(reinterpret_cast<const char*>(array.validity.data()), array.validity.size_bytes());
+  return spec;
+}
+
 std::optional<rules::DType> FromWire(v1::DType dtype) {
   for (rules::DType d : rules::kAllDTypes) {
     if (ToWire(d) == dtype) return d;
@@ -62,6 +73,7 @@ v1::Op ToWire(rules::OpKind op) {
     case rules::OpKind::kAny: return v1::OP_ANY;
     case rules::OpKind::kAll: return v1::OP_ALL;
     case rules::OpKind::kPtp: return v1::OP_PTP;
+    case rules::OpKind::kMinMax: return v1::OP_MINMAX;
   }
   return v1::OP_UNSPECIFIED;
 }

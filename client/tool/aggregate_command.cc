@@ -1,5 +1,6 @@
 // `tally aggregate`: send one array, or name a resident dataset, and print
 // the results.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -28,7 +29,7 @@
 namespace tally::client::tool {
 
 const absl::string_view kAggregateUsage = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
-       tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N | --offsets=FILE.npy]
+       tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N | --offsets=FILE.npy] [--valid=FILE.npy]
        tally aggregate [flags] --shm (FILE.npy | --raw=FILE --dtype=T | --random=N)
 
 Sends one array to a tally server, or names a dataset already resident there
@@ -51,7 +52,7 @@ Input (exactly one):
 
 Flags:
   --ops=LIST          aggregations, comma-separated (default sum,min,max,mean,count):
-                        sum min max mean count argmin argmax
+                        sum min max minmax mean count argmin argmax
                         sumsq|sum_squares  var|variance[:DDOF]  std|stddev[:DDOF]
                         hist|histogram:BINS:LO:HI
                         NaN-skipping, as numpy's nan-functions: nansum nanmean
@@ -75,6 +76,14 @@ Flags:
                       offsets[s] to offsets[s+1]-1. Empty segments give the
                       empty array's answers (sum 0, mean NaN); min, max,
                       argmin, argmax and ptp of one are refused.
+  --valid=FILE.npy    skip missing elements: a 1-D .npy of bool (or
+                      integers: nonzero is valid) as long as the array (or
+                      the range); every op reads only the elements marked
+                      True, as numpy does on x[valid] (argmin/argmax still
+                      count every element). It is sent as a bitmap, one bit
+                      per element. A row with no valid elements gives the
+                      empty array's answers; min, max, argmin, argmax, ptp
+                      and minmax of one are refused.
   --range=A:B         with --dataset: only elements A to B-1 (A: from A to
                       the end; :B from 0). Indices may take K/M/G suffixes;
                       argmin/argmax then count from A, as if the range were
@@ -112,6 +121,7 @@ Examples:
   tally aggregate --target=gpu-box:50051 big.npy --stream=always --timeout=60
   tally aggregate --dataset=temps --range=1M:2M --ops=mean,hist:64:-40:60
   tally aggregate values.npy --offsets=group_starts.npy --ops=sum,mean,max
+  tally aggregate readings.npy --valid=present.npy --ops=mean,minmax,count
   tally aggregate --shm big.npy --ops=sum,max,hist:256:-1:1
 )";
 
@@ -127,6 +137,7 @@ struct AggregateArgs {
   std::optional<RangeText> range;
   std::optional<std::uint64_t> row_length;
   std::optional<std::string> offsets_path;
+  std::optional<std::string> valid_path;
   bool shm = false;
   bool json = false;
   FormatOptions format;
@@ -186,6 +197,7 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   a.row_length = *rows;
   a.offsets_path = cl.TakeString("offsets");
   if (a.offsets_path && a.row_length) return absl::InvalidArgumentError("give --rows or --offsets, not both");
+  a.valid_path = cl.TakeString("valid");
   absl::StatusOr<bool> shm = cl.TakeBool("shm");
   if (!shm.ok()) return shm.status();
   a.shm = *shm;
@@ -242,9 +254,41 @@ absl::StatusOr<std::vector<std::int64_t>> LoadOffsets(const std::string& path) {
   return offsets;
 }
 
-// Opens (maps) or generates the array, and cuts it into rows or segments.
+// --valid: a 1-D .npy of bool or integers (nonzero: valid), packed into
+// the wire's bitmap (bit i % 8 of byte i / 8, least significant first).
+// `length`, when known here, is the array's.
+absl::StatusOr<std::vector<std::uint8_t>> LoadValidity(const std::string& path,
+                                                      std::optional<std::uint64_t> length) {
+  absl::StatusOr<InputArray> file = InputArray::OpenNpy(path);
+  if (!file.ok()) return absl::InvalidArgumentError(absl::StrCat("--valid: ", file.status().message()));
+  const ArrayRef& v = file->array();
+  if (v.row_length != 0) return absl::InvalidArgumentError(absl::StrCat("--valid: ", path, " is not 1-D"));
+  if (rules::IsFloat(v.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("--valid: ", file->description(), " does not hold bools"));
+  }
+  if (length && v.length != *length) {
+    return absl::InvalidArgumentError(absl::StrCat("--valid: ", file->description(), " has ", v.length,
+                                                   " entries for an array of ", *length, " elements"));
+  }
+  std::vector<std::uint8_t> bits((v.length + 7) / 8, 0);
+  const std::size_t size = rules::SizeOf(v.dtype);
+  for (std::uint64_t i = 0; i < v.length; ++i) {
+    const std::byte* e = v.data + i * size;
+    const bool valid = std::any_of(e, e + size, [](std::byte b) { return b != std::byte{0}; });
+    if (valid) bits[i / 8] |= static_cast<std::uint8_t>(1u << (i % 8));
+  }
+  return bits;
+}
+
+// Opens (maps) or generates the array, cuts it into rows or segments, and
+// masks it.
 absl::StatusOr<InputArray> LoadArray(const AggregateArgs& a) {
   absl::StatusOr<InputArray> input = LoadInput(a.input);
+  if (input.ok() && a.valid_path) {
+    absl::StatusOr<std::vector<std::uint8_t>> valid = LoadValidity(*a.valid_path, input->array().length);
+    if (!valid.ok()) return valid.status();
+    input->set_validity(*std::move(valid));
+  }
   if (input.ok() && a.offsets_path) {
     if (input->array().row_length != 0) {
       return absl::InvalidArgumentError(
@@ -344,8 +388,14 @@ int QueryDataset(AggregateArgs& a) {
     if (!loaded.ok()) return fail(loaded.status());
     offsets = *std::move(loaded);
   }
+  std::vector<std::uint8_t> validity;
+  if (a.valid_path) {
+    absl::StatusOr<std::vector<std::uint8_t>> loaded = LoadValidity(*a.valid_path, std::nullopt);
+    if (!loaded.ok()) return fail(loaded.status());
+    validity = *std::move(loaded);
+  }
   absl::StatusOr<v1::AggregateResponse> response = client.AggregateDataset(
-      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout, offsets);
+      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout, offsets, validity);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return fail(response.status());
   PrintResponse(a, *response, elapsed, "dataset");

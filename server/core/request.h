@@ -25,11 +25,35 @@ using rules::OpSpec;
 // Shared, since a plan is copied into every reduction that runs it.
 using Offsets = std::shared_ptr<const std::vector<std::uint64_t>>;
 
+// A validity mask over the array's elements (tally/rules/validity.h: bit i
+// of the little-endian words is element i, 1 = valid), its bits past the
+// length cleared, in whole 32-bit words so that the GPU reads it by words.
+// Shared like Offsets.
+using Validity = std::shared_ptr<const std::vector<std::uint32_t>>;
+
+// The mask of elements [first, first + count) of `mask`, as a mask of its
+// own (bit 0 = element first); null for a null mask.
+inline Validity SliceValidity(const Validity& mask, std::uint64_t first, std::uint64_t count) {
+  if (mask == nullptr) return nullptr;
+  const std::vector<std::uint32_t>& from = *mask;
+  std::vector<std::uint32_t> own((count + 31) / 32, 0);
+  const std::uint64_t shift = first & 31;
+  for (std::uint64_t w = 0; w < own.size(); ++w) {
+    const std::uint64_t at = (first >> 5) + w;
+    std::uint64_t bits = from[at] >> shift;
+    if (shift != 0 && at + 1 < from.size()) bits |= static_cast<std::uint64_t>(from[at + 1]) << (32 - shift);
+    own[w] = static_cast<std::uint32_t>(bits);
+  }
+  if (const std::uint64_t tail = count & 31; tail != 0) own.back() &= (std::uint32_t{1} << tail) - 1;
+  return std::make_shared<const std::vector<std::uint32_t>>(std::move(own));
+}
+
 struct ArraySpec {
   DType dtype = DType::kFloat32;
   std::uint64_t length = 0;      // elements
   std::uint64_t row_length = 0;  // 0: no equal rows; else elements per row
   Offsets offsets = nullptr;     // variable-length segments (row_length is then 0)
+  Validity validity = nullptr;   // null: every element is valid
 
   // One result per row or segment (rows below) instead of one.
   bool segmented() const { return row_length != 0 || offsets != nullptr; }
@@ -47,6 +71,11 @@ struct ArraySpec {
     return row_length != 0 ? row_length : length;
   }
   std::uint64_t bytes() const { return length * rules::SizeOf(dtype); }
+  bool masked() const { return validity != nullptr; }
+  // Whether element i (0 <= i < length) is valid.
+  bool Valid(std::uint64_t i) const {
+    return validity == nullptr || (((*validity)[i >> 5] >> (i & 31)) & 1u) != 0;
+  }
   // "row" or "segment", for messages.
   const char* RowWord() const { return offsets ? "segment" : "row"; }
 };
@@ -55,6 +84,12 @@ struct ArraySpec {
 struct AggregationPlan {
   ArraySpec array;
   std::vector<OpSpec> ops;
+  // The aggregations' kinds as asked, when they differ from `ops`: a
+  // kMinMax aggregation i is computed as ops[i] = kMin and one kMax
+  // appended after the aggregations (the k-th minmax's at asked.size() + k),
+  // so ops[0, asked.size()) keep the aggregations' positions. Empty: the
+  // ops are the aggregations.
+  std::vector<OpKind> asked{};
 };
 
 using HistogramResult = rules::HistogramCounts;

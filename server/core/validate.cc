@@ -192,14 +192,22 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   if (plan.ops.empty()) {
     return absl::InvalidArgumentError("aggregations: at least one aggregation is required.");
   }
-  if (plan.ops.size() > limits.max_aggregations) {
+  const std::size_t asked = plan.asked.empty() ? plan.ops.size() : plan.asked.size();
+  if (asked > limits.max_aggregations) {
     return absl::InvalidArgumentError(absl::StrCat("aggregations: at most ", limits.max_aggregations,
-                                                   " aggregations per request, got ", plan.ops.size(), "."));
+                                                   " aggregations per request, got ", asked, "."));
   }
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+    if (plan.ops[i].kind == OpKind::kMinMax) {  // the front end asks for its min and max instead
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, plan.ops[i]), ": a plan computes minmax as min and max."));
+    }
     if (absl::Status s = ValidateOp(i, plan.ops[i], plan.array); !s.ok()) return s;
   }
   const ArraySpec& a = plan.array;
+  if (a.validity != nullptr && a.validity->size() != (a.length + 31) / 32) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.validity: ", a.validity->size(),
+                                                   " words of mask for ", a.length, " elements."));
+  }
   if (a.length > (std::uint64_t{1} << 62) / rules::SizeOf(a.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("spec.length: ", a.length, " elements is beyond any array tally can take."));
   }

@@ -11,6 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "server/core/request.h"
 #include "tally/rules/partial.h"
 
@@ -54,6 +56,17 @@ inline void StoreRow(const OpSpec& op, std::uint64_t row, rules::PartialState&& 
         }
       },
       values);
+}
+
+// INVALID_ARGUMENT for `op`, which has no value on an empty array, on a
+// row (the array when not segmented) whose elements are all masked out:
+// numpy raises on the row's x[valid].
+inline absl::Status NoValidElements(const OpSpec& op, const ArraySpec& array, std::uint64_t row) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      rules::Name(op.kind), ": ",
+      array.segmented() ? absl::StrCat(array.RowWord(), " ", row, " has") : std::string("the array has"),
+      " no valid elements (its validity bits are all 0), and an empty array has no ", rules::Name(op.kind),
+      " (numpy raises)."));
 }
 
 }  // namespace tally

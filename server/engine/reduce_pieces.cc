@@ -84,7 +84,8 @@ struct Job {
 Job MakeJob(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t first, std::uint64_t length,
             std::uint64_t row_length, std::uint64_t row, std::uint64_t into_row, std::uint64_t segments = 0) {
   Job job;
-  job.plan.array = ArraySpec{plan.array.dtype, length, row_length, nullptr};
+  job.plan.array = ArraySpec{plan.array.dtype, length, row_length, nullptr,
+                             SliceValidity(plan.array.validity, first, length)};
   if (segments > 0) {  // the plan's offsets from `row` on, counted from `first`
     const std::vector<std::uint64_t>& all = *plan.array.offsets;
     std::vector<std::uint64_t> own(all.begin() + static_cast<std::ptrdiff_t>(row),
@@ -231,7 +232,12 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
       }
     }
     OpValues values = EmptyValues(op, dtype, rows);
-    for (std::uint64_t row = 0; row < rows; ++row) StoreRow(op, row, std::move(states[row]), values);
+    for (std::uint64_t row = 0; row < rows; ++row) {
+      // Rows with no elements are refused before any work; a row whose
+      // elements are all masked out is only known empty now.
+      if (rules::NeedsNonEmpty(op) && states[row].count == 0) return NoValidElements(op, plan.array, row);
+      StoreRow(op, row, std::move(states[row]), values);
+    }
     out.values.push_back(std::move(values));
   }
   Note(phase, "finished");

@@ -8,6 +8,7 @@
 namespace tally {
 
 std::vector<OpKind> OpKinds(const AggregationPlan& plan) {
+  if (!plan.asked.empty()) return plan.asked;
   std::vector<OpKind> kinds;
   kinds.reserve(plan.ops.size());
   for (const OpSpec& op : plan.ops) kinds.push_back(op.kind);
@@ -34,6 +35,7 @@ absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Re
 
 absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t length, std::uint64_t row_length,
                                                  const std::string& offsets, const char* offsets_field,
+                                                 const std::string& validity, const char* validity_field,
                                                  const AggregationList& aggregations, const RequestLimits& limits,
                                                  const char* where) {
   AggregationPlan plan;
@@ -47,6 +49,9 @@ absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t leng
   absl::StatusOr<Offsets> checked = OffsetsFromProto(offsets, length, offsets_field);
   if (!checked.ok()) return checked.status();
   plan.array.offsets = std::move(*checked);
+  absl::StatusOr<Validity> mask = ValidityFromProto(validity, length, validity_field);
+  if (!mask.ok()) return mask.status();
+  plan.array.validity = std::move(*mask);
   return FinishPlan(std::move(plan), aggregations, limits);
 }
 

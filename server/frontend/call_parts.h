@@ -29,11 +29,13 @@ std::vector<OpKind> OpKinds(const AggregationPlan& plan);
 // The plan for `length` elements of `dtype` that lie where the server keeps
 // them (a dataset's range, a region): rows of `row_length` (0: none), which
 // must divide the length, or the segments of `offsets` (wire form; empty:
-// none; `offsets_field` names it in errors); `where` names the elements in
-// the message.
+// none; `offsets_field` names it in errors), with the validity mask
+// `validity` (wire form; empty: none); `where` names the elements in the
+// message.
 [[nodiscard]] absl::StatusOr<AggregationPlan> PlanOverElements(DType dtype, std::uint64_t length,
                                                                std::uint64_t row_length, const std::string& offsets,
-                                                               const char* offsets_field,
+                                                               const char* offsets_field, const std::string& validity,
+                                                               const char* validity_field,
                                                                const AggregationList& aggregations,
                                                                const RequestLimits& limits, const char* where);
 

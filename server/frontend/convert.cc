@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tally/rules/segments.h"
+#include "tally/rules/validity.h"
 #include "tally/v1/partial_state_wire.h"
 
 namespace tally {
@@ -83,12 +84,13 @@ absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
     case v1::OP_ANY: return OpKind::kAny;
     case v1::OP_ALL: return OpKind::kAll;
     case v1::OP_PTP: return OpKind::kPtp;
+    case v1::OP_MINMAX: return OpKind::kMinMax;
     default: break;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "aggregations[", index, "].op: ",
       op == v1::OP_UNSPECIFIED ? std::string("no op was given") : absl::StrCat("unknown op ", static_cast<int>(op)),
-      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount, prod, count_nonzero, any, all, ptp."));
+      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount, prod, count_nonzero, any, all, ptp, minmax."));
 }
 
 // NaN results go out as one canonical quiet NaN, so equal requests give
@@ -125,6 +127,23 @@ void FillValues(std::vector<rules::PartialState>&& v, DType dtype, v1::Aggregati
   p->set_dtype(DTypeToProto(dtype));
   p->mutable_states()->Reserve(static_cast<int>(v.size()));
   for (rules::PartialState& state : v) PartialStateToProto(std::move(state), p->add_states());
+}
+
+// A minmax's answer from its min's and its max's: min_0, max_0, min_1, ...
+OpValues PairRows(OpValues&& min, const OpValues& max) {
+  return std::visit(
+      [&](auto&& lo) -> OpValues {
+        using Vec = std::decay_t<decltype(lo)>;
+        const Vec& hi = std::get<Vec>(max);
+        Vec both;
+        both.reserve(lo.size() * 2);
+        for (std::size_t r = 0; r < lo.size(); ++r) {
+          both.push_back(std::move(lo[r]));
+          both.push_back(hi[r]);
+        }
+        return both;
+      },
+      std::move(min));
 }
 
 }  // namespace
@@ -164,6 +183,19 @@ absl::StatusOr<Offsets> OffsetsFromProto(const std::string& bytes, std::uint64_t
   return std::make_shared<const std::vector<std::uint64_t>>(std::move(checked));
 }
 
+absl::StatusOr<Validity> ValidityFromProto(const std::string& bytes, std::uint64_t length, const char* field) {
+  if (bytes.empty()) return Validity{};  // no mask (an empty array's is empty too)
+  if (bytes.size() != rules::ValidityBytes(length)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", bytes.size(), " bytes, but a mask of ", length, " elements takes ceil(", length,
+        " / 8) = ", rules::ValidityBytes(length), " bytes (one bit per element, least significant first)."));
+  }
+  std::vector<std::uint32_t> words((length + 31) / 32, 0);
+  std::memcpy(words.data(), bytes.data(), bytes.size());  // little-endian, as on every host tally builds for
+  if (const std::uint64_t tail = length & 31; tail != 0) words.back() &= (std::uint32_t{1} << tail) - 1;
+  return std::make_shared<const std::vector<std::uint32_t>>(std::move(words));
+}
+
 absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const AggregationList& aggregations,
                                               std::optional<std::uint64_t> data_bytes,
                                               const RequestLimits& limits) {
@@ -195,6 +227,10 @@ absl::StatusOr<AggregationPlan> PlanFromProto(const v1::ArraySpec& spec, const A
                                                      data_bytes.has_value() ? "spec.offsets" : "header.spec.offsets");
   if (!offsets.ok()) return offsets.status();
   plan.array.offsets = std::move(*offsets);
+  absl::StatusOr<Validity> mask = ValidityFromProto(spec.validity(), plan.array.length,
+                                                    data_bytes.has_value() ? "spec.validity" : "header.spec.validity");
+  if (!mask.ok()) return mask.status();
+  plan.array.validity = std::move(*mask);
   return FinishPlan(std::move(plan), aggregations, limits);
 }
 
@@ -211,7 +247,26 @@ absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const Aggregati
     op.histogram = HistogramSpec{a.histogram().bins(), a.histogram().lo(), a.histogram().hi()};
     op.partial = a.has_partial();
     op.base_index = a.partial().base_index();
+    if (op.kind == OpKind::kMinMax) {
+      if (op.partial) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "aggregations[", i, "].partial: minmax has no partial state of its own; ask for the partial states of "
+            "min and max."));
+      }
+      op.kind = OpKind::kMin;
+    }
     plan.ops.push_back(op);
+  }
+  // Each minmax's max after the aggregations, so that every aggregation
+  // keeps its position in plan.ops (and in the errors that name it).
+  for (int i = 0; i < aggregations.size(); ++i) {
+    if (aggregations[i].op() != v1::OP_MINMAX) continue;
+    if (plan.asked.empty()) {
+      for (int k = 0; k < aggregations.size(); ++k) plan.asked.push_back(*OpFromProto(k, aggregations[k].op()));
+    }
+    OpSpec max = plan.ops[static_cast<std::size_t>(i)];
+    max.kind = OpKind::kMax;
+    plan.ops.push_back(max);
   }
   if (absl::Status s = ValidatePlan(plan, limits); !s.ok()) return s;
   return plan;
@@ -219,11 +274,13 @@ absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const Aggregati
 
 void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregations, AggregationResult result,
                    double server_seconds, v1::AggregateResponse* response) {
-  for (std::size_t i = 0; i < result.values.size(); ++i) {
+  std::size_t next_max = static_cast<std::size_t>(aggregations.size());
+  for (int i = 0; i < aggregations.size(); ++i) {
     v1::AggregationResult* out = response->add_results();
-    *out->mutable_aggregation() = aggregations[static_cast<int>(i)];
-    std::visit([&](auto&& values) { FillValues(std::move(values), plan.array.dtype, out); },
-               std::move(result.values[i]));
+    *out->mutable_aggregation() = aggregations[i];
+    OpValues& values = result.values[static_cast<std::size_t>(i)];
+    if (aggregations[i].op() == v1::OP_MINMAX) values = PairRows(std::move(values), result.values[next_max++]);
+    std::visit([&](auto&& v) { FillValues(std::move(v), plan.array.dtype, out); }, std::move(values));
   }
   v1::Execution* e = response->mutable_execution();
   e->set_elements(plan.array.length);

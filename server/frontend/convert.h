@@ -31,7 +31,14 @@ using AggregationList = google::protobuf::RepeatedPtrField<v1::Aggregation>;
 [[nodiscard]] absl::StatusOr<Offsets> OffsetsFromProto(const std::string& bytes, std::uint64_t length,
                                                        const char* field);
 
+// A validity mask (tally/rules/validity.h) from its wire form, exactly
+// ceil(length / 8) bytes; null when `bytes` is empty. Errors are
+// INVALID_ARGUMENT naming `field`.
+[[nodiscard]] absl::StatusOr<Validity> ValidityFromProto(const std::string& bytes, std::uint64_t length,
+                                                         const char* field);
+
 // `plan` with its array set: adds the aggregations and validates the whole.
+// A minmax aggregation becomes a min and a max (AggregationPlan::asked).
 [[nodiscard]] absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const AggregationList& aggregations,
                                                          const RequestLimits& limits);
 
@@ -41,7 +48,8 @@ v1::DType DTypeToProto(DType dtype);
 
 void DatasetInfoToProto(const DatasetInfo& info, v1::DatasetInfo* out);
 
-// Fills `response` with `result`'s values, echoing the request's aggregations.
+// Fills `response` with `result`'s values, echoing the request's aggregations
+// (a minmax's min and max paired, row by row).
 void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregations,
                    AggregationResult result, double server_seconds, v1::AggregateResponse* response);
 

@@ -123,8 +123,9 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
                                                          info.name, "' of ", info.length, " elements."));
         }
       }
-      absl::StatusOr<AggregationPlan> checked = PlanOverElements(info.dtype, end - begin, request->row_length(), request->offsets(), "offsets",
-                                                                 request->aggregations(), options_.limits, "range");
+      absl::StatusOr<AggregationPlan> checked =
+          PlanOverElements(info.dtype, end - begin, request->row_length(), request->offsets(), "offsets",
+                           request->validity(), "validity", request->aggregations(), options_.limits, "range");
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
       record->Phase("planned");

@@ -28,6 +28,10 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
     return absl::InvalidArgumentError(absl::StrCat(
         prefix, "spec.offsets: a dataset has no segments of its own; give offsets with each AggregateDataset."));
   }
+  if (!h.spec().validity().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, "spec.validity: a dataset has no mask of its own; give validity with each AggregateDataset."));
+  }
   if (!std::isfinite(h.ttl_seconds()) || h.ttl_seconds() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, "ttl_seconds: ", h.ttl_seconds(), " is not a finite number of seconds >= 0."));

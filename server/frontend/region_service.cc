@@ -174,7 +174,8 @@ grpc::ServerUnaryReactor* RegionService::AggregateRegion(grpc::CallbackServerCon
                     if (!span.ok()) return span.status();
                     absl::StatusOr<AggregationPlan> plan =
                         PlanOverElements(*dtype, request->spec().length(), request->spec().row_length(),
-                                         request->spec().offsets(), "spec.offsets", request->aggregations(), limits_,
+                                         request->spec().offsets(), "spec.offsets", request->spec().validity(),
+                                         "spec.validity", request->aggregations(), limits_,
                                          "array");
                     if (!plan.ok()) return plan.status();
                     record.SetOps(OpKinds(*plan));

@@ -94,6 +94,31 @@ def prepare_offsets(offsets: Any, ndim: int = 1) -> bytes:
     return np.ascontiguousarray(o, dtype="<i8").tobytes()
 
 
+def split_masked(array: Any, valid: Any) -> tuple[Any, Any]:
+    """The data and the validity of ``array``: a numpy.ma.MaskedArray's
+    mask, inverted, is its validity (True = valid); ``valid`` given as well
+    is refused, since the two could disagree."""
+    if isinstance(array, np.ma.MaskedArray):
+        if valid is not None:
+            raise ValueError("give a masked array or valid=, not both")
+        mask = np.ma.getmaskarray(array)
+        return np.ma.getdata(array), ~mask
+    return array, valid
+
+
+def prepare_validity(valid: Any, shape: tuple[int, ...]) -> bytes:
+    """A validity mask as the wire takes it: Arrow's bitmap, bit i % 8 of
+    byte i / 8 (least significant first) for element i of the array in C
+    order, 1 = valid. ``valid`` is array-like of bools (nonzero numbers
+    count as True) of the array's ``shape``."""
+    v = np.asarray(valid)
+    if v.shape != tuple(shape) and not (v.ndim == 0 and tuple(shape) == (1,)):
+        raise ValueError(f"valid= has shape {v.shape}, but the array has shape {tuple(shape)}")
+    if v.dtype.kind not in "biu":
+        raise TypeError(f"valid= must hold bools, not {v.dtype}")
+    return np.packbits(v.reshape(-1) != 0, bitorder="little").tobytes()
+
+
 def byte_view(a: np.ndarray) -> memoryview:
     """The array's bytes, uncopied."""
     return memoryview(a.reshape(-1).view(np.uint8))

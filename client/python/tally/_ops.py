@@ -18,7 +18,7 @@ _ALIASES = {
     "nanargmin": "nanargmin", "nanargmax": "nanargmax", "nanvar": "nanvar", "nanstd": "nanstd",
     "nancount": "nancount",
     "prod": "prod", "product": "prod", "count_nonzero": "count_nonzero", "nnz": "count_nonzero",
-    "any": "any", "all": "all", "ptp": "ptp",
+    "any": "any", "all": "all", "ptp": "ptp", "minmax": "minmax",
 }
 OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "stddev",
             "argmin", "argmax", "histogram",
@@ -26,13 +26,15 @@ OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "st
             "nansum", "nanmean", "nanmin", "nanmax", "nanargmin", "nanargmax", "nanvar", "nanstd",
             "nancount",
             # numpy.prod, count_nonzero, any, all and ptp (tally.proto, OP_PROD...).
-            "prod", "count_nonzero", "any", "all", "ptp")
+            "prod", "count_nonzero", "any", "all", "ptp",
+            # (min, max) in one answer (tally.proto, OP_MINMAX).
+            "minmax")
 # Ops that take a ddof.
 _DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
 _KNOWN = ("sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], "
           "stddev|std[:DDOF], argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, "
           "nanmax, nanargmin, nanargmax, nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, "
-          "count_nonzero|nnz, any, all, ptp")
+          "count_nonzero|nnz, any, all, ptp, minmax")
 MAX_HISTOGRAM_BINS = 65536
 
 

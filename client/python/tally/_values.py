@@ -35,7 +35,7 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     if kind in ("sum", "prod"):
         # bool sums and products are int64, as for signed integers.
         return dtype if _arrays.is_float(dtype) else np.dtype(np.int64 if dtype.kind in "ib" else np.uint64)
-    if kind in ("min", "max", "ptp"):
+    if kind in ("min", "max", "ptp", "minmax"):
         return dtype
     if kind in ("mean", "variance", "stddev"):
         # float16 and bfloat16 too answer in their own dtype, as numpy does.
@@ -80,8 +80,13 @@ class Histogram:
 
 def present(op: Op, dtype: np.dtype, raw: np.ndarray, segmented: bool) -> Any:
     """Per-row wire values (float64, int64 or uint64) as numpy would answer:
-    an array for a segmented request, else a numpy scalar."""
+    an array for a segmented request, else a numpy scalar. minmax answers
+    two values per row: a ``(min, max)`` tuple, or an array of shape
+    (rows, 2) when segmented."""
     out = raw.astype(value_dtype(op, dtype), copy=False)
+    if op.kind == "minmax":
+        pairs = out.reshape(-1, 2)
+        return pairs if segmented else (pairs[0, 0], pairs[0, 1])
     return out if segmented else out[0]
 
 

@@ -10,7 +10,8 @@ import grpc
 import numpy as np
 
 from . import _values
-from ._arrays import FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, wire_dtype
+from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
+                      split_masked, wire_dtype)
 from ._ops import Op, OpLike, parse_ops
 from .partial import Partial
 from .v1 import tally_pb2 as pb
@@ -171,7 +172,8 @@ class Client:
     # -- Aggregation ---------------------------------------------------------
 
     def aggregate(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, offsets: Any = None,
-                  timeout: Optional[float] = None, progress: Optional[Progress] = None) -> Results:
+                  valid: Any = None, timeout: Optional[float] = None,
+                  progress: Optional[Progress] = None) -> Results:
         """Aggregates ``array`` on the server and returns numpy's answers.
 
         ``array``: anything numpy.asarray takes, of dtype float32, float64,
@@ -190,6 +192,15 @@ class Client:
         gives the empty array's answer (sum 0, mean NaN); min, max, argmin,
         argmax and ptp of one are refused, as numpy raises.
 
+        ``valid``: which elements take part, array-like of bools of the
+        array's shape (pandas: ``series.notna()``); a numpy.ma.MaskedArray
+        brings its own (its mask inverted). Every op then answers as numpy
+        does on ``array[valid]`` (row by row, segment by segment), except
+        that argmin and argmax still count every element, as numpy.ma's do.
+        A row with no valid elements gives the empty array's answer (sum 0,
+        mean NaN); min, max, argmin, argmax, ptp and minmax of one are
+        refused. The mask travels as a bitmap, one bit per element.
+
         ``ops``: strings as the CLI's ``--ops`` (``"sum"``, ``"std:1"``,
         ``"hist:256:-1:1"``, or several comma-separated), :class:`Op`
         objects, or a list of both. ValueError for a bad one.
@@ -201,26 +212,30 @@ class Client:
         if given, is called with (bytes sent, total bytes) as they go.
         Raises :class:`Error` for a failed call."""
         parsed = parse_ops(ops)
+        array, valid = split_masked(array, valid)
         a, row_length = prepare(array)
         cuts = None if offsets is None else prepare_offsets(offsets, a.ndim)
-        response = self._send(a, row_length, [self._wire_op(o) for o in parsed], timeout, progress, cuts)
+        bits = None if valid is None else prepare_validity(valid, a.shape)
+        response = self._send(a, row_length, [self._wire_op(o) for o in parsed], timeout, progress, cuts, bits)
         return self._results(parsed, a.dtype, row_length != 0 or cuts is not None, response)
 
     def partial(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, base_index: int = 0,
-                offsets: Any = None, timeout: Optional[float] = None,
+                offsets: Any = None, valid: Any = None, timeout: Optional[float] = None,
                 progress: Optional[Progress] = None) -> list[Partial]:
         """The partial states of ``ops`` over ``array`` (one :class:`Partial`
         per op), to be merged with other parts' states and finished on the
         client (:func:`tally.merge`, :func:`tally.finish`). argmin/argmax
         indices in them are offset by ``base_index``: the position of this
         part's first element in the whole array (of each row's first
-        element in the whole row, for a 2-D part). Arrays, ``offsets`` and
-        ops as :meth:`aggregate`."""
+        element in the whole row, for a 2-D part). Arrays, ``offsets``,
+        ``valid`` and ops as :meth:`aggregate`."""
         parsed = parse_ops(ops)
+        array, valid = split_masked(array, valid)
         a, row_length = prepare(array)
         cuts = None if offsets is None else prepare_offsets(offsets, a.ndim)
+        bits = None if valid is None else prepare_validity(valid, a.shape)
         wire = [self._wire_op(o, base_index) for o in parsed]
-        response = self._send(a, row_length, wire, timeout, progress, cuts)
+        response = self._send(a, row_length, wire, timeout, progress, cuts, bits)
         return [Partial.from_proto(o, r, row_length != 0 or cuts is not None) for o, r in zip(parsed, response.results)]
 
     # -- Resident datasets ---------------------------------------------------
@@ -245,27 +260,28 @@ class Client:
 
     def aggregate_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
                           range: Optional[tuple[int, int]] = None, row_length: int = 0, offsets: Any = None,
-                          timeout: Optional[float] = None) -> Results:
+                          valid: Any = None, timeout: Optional[float] = None) -> Results:
         """Aggregates the dataset ``name`` (elements ``range = (begin, end)``
         of it when given) as :meth:`aggregate` would the same elements,
         cut into rows of ``row_length`` when it is not 0, or into the
-        segments of ``offsets`` (counted from the range's start). Asks
-        DescribeDataset for the dataset's dtype too: the answers' numpy
-        dtypes follow it."""
+        segments of ``offsets`` (counted from the range's start), over the
+        elements ``valid`` (1-D, one entry per element of the range) marks
+        True. Asks DescribeDataset for the dataset's dtype too: the
+        answers' numpy dtypes follow it."""
         parsed = parse_ops(ops)
-        request = self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length, offsets)
+        request = self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length, offsets, valid)
         response = self._call(self._stub.AggregateDataset, request, timeout)
         dtype = self._dataset_dtype(response, name, timeout)
         return self._results(parsed, dtype, row_length != 0 or offsets is not None, response)
 
     def partial_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
                         range: Optional[tuple[int, int]] = None, row_length: int = 0, base_index: int = 0,
-                        offsets: Any = None, timeout: Optional[float] = None) -> list[Partial]:
+                        offsets: Any = None, valid: Any = None, timeout: Optional[float] = None) -> list[Partial]:
         """:meth:`partial` over a resident dataset (or a range of it)."""
         parsed = parse_ops(ops)
         wire = [self._wire_op(o, base_index) for o in parsed]
         response = self._call(self._stub.AggregateDataset,
-                              self._dataset_request(name, wire, range, row_length, offsets), timeout)
+                              self._dataset_request(name, wire, range, row_length, offsets, valid), timeout)
         return [Partial.from_proto(o, r, row_length != 0 or offsets is not None)
                 for o, r in zip(parsed, response.results)]
 
@@ -378,6 +394,8 @@ class Client:
 
     @staticmethod
     def _wire_op(op: Op, base_index: Optional[int] = None) -> "pb.Aggregation":
+        if base_index is not None and op.kind == "minmax":
+            raise ValueError("minmax has no partial state of its own; ask for the partial states of min and max")
         a = pb.Aggregation(op=getattr(pb, "OP_" + op.kind.upper()), ddof=op.ddof)
         if op.kind == "histogram":
             a.histogram.bins, a.histogram.lo, a.histogram.hi = op.bins, op.lo, op.hi
@@ -389,10 +407,13 @@ class Client:
 
     @staticmethod
     def _dataset_request(name: str, wire: list, range: Optional[tuple[int, int]],
-                         row_length: int, offsets: Any = None) -> "pb.AggregateDatasetRequest":
+                         row_length: int, offsets: Any = None, valid: Any = None) -> "pb.AggregateDatasetRequest":
         request = pb.AggregateDatasetRequest(name=name, row_length=row_length, aggregations=wire)
         if offsets is not None:
             request.offsets = prepare_offsets(offsets)
+        if valid is not None:
+            v = np.asarray(valid)
+            request.validity = prepare_validity(v, (v.size,))
         if range is not None:
             request.range.begin, request.range.end = range
         return request
@@ -414,8 +435,10 @@ class Client:
                 progress(min(at + self.chunk_bytes, total), total)
 
     def _send(self, a: np.ndarray, row_length: int, wire: list, timeout: Optional[float],
-              progress: Optional[Progress], offsets: Optional[bytes] = None) -> "pb.AggregateResponse":
-        spec = pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length, offsets=offsets or b"")
+              progress: Optional[Progress], offsets: Optional[bytes] = None,
+              validity: Optional[bytes] = None) -> "pb.AggregateResponse":
+        spec = pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length, offsets=offsets or b"",
+                            validity=validity or b"")
         if a.nbytes <= self.stream_threshold:
             if progress:
                 progress(0, a.nbytes)

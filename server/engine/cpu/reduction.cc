@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
+#include "server/engine/cpu/masked_block.h"
 #include "server/engine/cpu/tuning.h"
 #include "server/engine/host_runs.h"
 #include "server/engine/finish.h"
@@ -77,6 +79,7 @@ struct Partial {
 // deterministic): cheaper for short rows, and a lone -0.0 stays -0.0.
 template <typename V>
 void Fold(Partial<V>& acc, const Partial<V>& b) {
+  if (b.count == 0) return;  // a block whose elements are all masked out
   if (acc.count == 0) {
     acc = b;
     return;
@@ -153,7 +156,8 @@ Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kCountNonzero:
       case OpKind::kAny:
       case OpKind::kAll: n.nonzero = true; break;
-      case OpKind::kPtp: n.min = n.max = true; break;
+      case OpKind::kPtp:
+      case OpKind::kMinMax: n.min = n.max = true; break;  // a plan holds no kMinMax (ValidatePlan)
     }
   }
   return n;
@@ -271,6 +275,7 @@ class CpuReduction final : public Reduction {
     }
     hist_outs_.resize(binners_.size());
     buffer_.resize(kBlock);
+    if (plan_.array.masked()) mask_.emplace(plan_.array.validity->data(), plan_.array.length);
     EnterRow();
   }
 
@@ -339,6 +344,11 @@ class CpuReduction final : public Reduction {
       }
       FinishRow(0, Partial<V>{});  // sums 0, mean NaN; empty partial states
     }
+    if (const std::uint64_t row = no_valid_row_.load(); row != kNoRow) {
+      return NoValidElements(*std::find_if(plan_.ops.begin(), plan_.ops.end(),
+                                           [](const OpSpec& o) { return rules::NeedsNonEmpty(o); }),
+                             plan_.array, row);
+    }
     if (const std::uint64_t row = all_nan_row_.load(); row != kNoRow) {
       // numpy raises for the whole call when any row is all NaN.
       return absl::InvalidArgumentError(absl::StrCat(
@@ -389,10 +399,29 @@ class CpuReduction final : public Reduction {
     return n;
   }
 
-  // Reduces one block at row position `offset` into a Partial, binning it
-  // into `sinks` (one per histogram op).
-  Partial<V> ReduceBlock(const V* x, std::size_t n, std::uint64_t offset,
+  // Reduces one block at row position `offset`, element `first` of the
+  // array, into a Partial, binning it into `sinks` (one per histogram op).
+  // Under a mask only its valid elements, gathered into `gathered`.
+  Partial<V> ReduceBlock(const V* x, std::size_t n, std::uint64_t offset, std::uint64_t first,
+                         const HistogramSink* sinks, Gathered<V>& gathered) const {
+    if (mask_) {
+      const std::size_t valid = mask_->Count(first, n);
+      if (valid == 0) return Partial<V>{};
+      if (valid < n) {
+        gathered.From(x, n, *mask_, first);
+        return ReduceDense(gathered.values.get(), valid, offset, gathered.positions.get(), sinks);
+      }
+    }
+    return ReduceDense(x, n, offset, nullptr, sinks);
+  }
+
+  // Reduces x[0, n) into a Partial. Element i lies at row position
+  // offset + i, or offset + where[i] for a block's gathered valid elements.
+  Partial<V> ReduceDense(const V* x, std::size_t n, std::uint64_t offset, const std::uint32_t* where,
                          const HistogramSink* sinks) const {
+    const auto at = [&](std::size_t i) {
+      return static_cast<std::int64_t>(offset + (where != nullptr ? where[i] : i));
+    };
     LaneTotals<V> t;
     fused_(x, n, &t);
     Partial<V> p;
@@ -423,14 +452,14 @@ class CpuReduction final : public Reduction {
     }
     if (needs_.argmin) {
       const std::size_t i = FirstIndexOf(x, n, t.min);
-      p.argmin = {x[i], static_cast<std::int64_t>(offset + i)};
+      p.argmin = {x[i], at(i)};
     }
     if (needs_.argmax) {
       const std::size_t i = FirstIndexOf(x, n, t.max);
-      p.argmax = {x[i], static_cast<std::int64_t>(offset + i)};
+      p.argmax = {x[i], at(i)};
     }
     if constexpr (rules::kIsFloatValue<V>) {
-      if (nan_fused_ != nullptr) ReduceNanBlock(x, n, offset, p);
+      if (nan_fused_ != nullptr) ReduceNanBlock(x, n, at, p);
     }
     if (more_fused_ != nullptr) {
       MoreLaneTotals<V> m;
@@ -444,7 +473,8 @@ class CpuReduction final : public Reduction {
 
   // The NaN-skipping fields of a block's Partial. A block without non-NaN
   // elements keeps the empty ones (no moments, no argmin candidate).
-  void ReduceNanBlock(const V* x, std::size_t n, std::uint64_t offset, Partial<V>& p) const {
+  template <typename At>
+  void ReduceNanBlock(const V* x, std::size_t n, const At& at, Partial<V>& p) const {
     NanLaneTotals<V> t;
     nan_fused_(x, n, &t);
     p.nan_count = t.count;
@@ -459,24 +489,26 @@ class CpuReduction final : public Reduction {
     }
     if (needs_.nan_argmin) {
       const std::size_t i = FirstIndexOf(x, n, t.min);  // t.min is not NaN
-      p.nan_argmin = {x[i], static_cast<std::int64_t>(offset + i)};
+      p.nan_argmin = {x[i], at(i)};
     }
     if (needs_.nan_argmax) {
       const std::size_t i = FirstIndexOf(x, n, t.max);
-      p.nan_argmax = {x[i], static_cast<std::int64_t>(offset + i)};
+      p.nan_argmax = {x[i], at(i)};
     }
   }
 
-  // Reduces `len` elements of the row starting at row position `start`
-  // (at most one chunk), read from `runs` at byte `byte`, block by block,
-  // folding in block order.
+  // Reduces `len` elements of the row starting at row position `start`,
+  // element `first` of the array (at most one chunk), read from `runs` at
+  // byte `byte`, block by block, folding in block order.
   Partial<V> ReduceChunk(const HostRuns& runs, std::uint64_t byte, std::uint64_t len, std::uint64_t start,
-                         const HistogramSink* sinks) const {
+                         std::uint64_t first, const HistogramSink* sinks) const {
     Partial<V> chunk;
     std::unique_ptr<V[]> bounce;
+    Gathered<V> gathered;
     for (std::uint64_t b = 0; b < len; b += kBlock) {
       const std::uint64_t n = std::min(kBlock, len - b);
-      Fold(chunk, ReduceBlock(BlockAt<V>(runs, byte + b * sizeof(V), n, bounce), n, start + b, sinks));
+      Fold(chunk, ReduceBlock(BlockAt<V>(runs, byte + b * sizeof(V), n, bounce), n, start + b, first + b, sinks,
+                              gathered));
     }
     return chunk;
   }
@@ -508,7 +540,7 @@ class CpuReduction final : public Reduction {
   void SequentialBlock(const V* x, std::uint64_t len, std::uint64_t start) {
     GrowRows(row_ + 1);
     RowSinks(row_, sinks_);
-    Fold(chunk_acc_, ReduceBlock(x, len, start, sinks_.data()));
+    Fold(chunk_acc_, ReduceBlock(x, len, start, plan_.array.RowStart(row_) + start, sinks_.data(), gathered_));
     pos_ = start + len;
     if (pos_ % kChunk == 0 || pos_ == row_len_) {
       Fold(row_acc_, chunk_acc_);
@@ -550,7 +582,7 @@ class CpuReduction final : public Reduction {
         RowSinks(first + r, sinks);
         Partial<V> row;
         Fold(row, ReduceChunk(runs, byte + (a.RowStart(first + r) - base) * sizeof(V), a.RowLength(first + r), 0,
-                              sinks.data()));
+                              a.RowStart(first + r), sinks.data()));
         FinishRow(first + r, row);
       }
     });
@@ -572,13 +604,14 @@ class CpuReduction final : public Reduction {
       RowSinks(row_, sinks_);
     }
     const std::uint64_t base = pos_;
+    const std::uint64_t row_first = plan_.array.RowStart(row_);
     pool_->ParallelFor(chunks, [&](std::size_t i, int slot) {
       const HistogramSink* sinks =
           scratch ? scratch_sinks_.data() + static_cast<std::size_t>(slot) * binners_.size()
                   : sinks_.data();
       const std::uint64_t start = i * kChunk;
       const std::uint64_t len = std::min(kChunk, elements - start);
-      partials_[i] = ReduceChunk(runs, byte + start * sizeof(V), len, base + start, sinks);
+      partials_[i] = ReduceChunk(runs, byte + start * sizeof(V), len, base + start, row_first + base + start, sinks);
     });
     for (const Partial<V>& c : partials_) Fold(row_acc_, c);
     pos_ += elements;
@@ -773,15 +806,18 @@ class CpuReduction final : public Reduction {
       case OpKind::kAny:
       case OpKind::kAll: s.nonzero = acc.nonzero; break;
       case OpKind::kPtp: PutExtreme(s, Ptp(acc.min, acc.max)); break;
+      case OpKind::kMinMax: break;  // a plan holds no kMinMax (ValidatePlan)
     }
     return s;
   }
 
   // Notes that `row` is all NaN, for ops that have no value on one; the
   // lowest such row is named, whichever thread finishes it.
-  void NoteAllNan(std::uint64_t row) {
-    std::uint64_t seen = all_nan_row_.load();
-    while (row < seen && !all_nan_row_.compare_exchange_weak(seen, row)) {
+  void NoteAllNan(std::uint64_t row) { NoteLowest(all_nan_row_, row); }
+
+  static void NoteLowest(std::atomic<std::uint64_t>& lowest, std::uint64_t row) {
+    std::uint64_t seen = lowest.load();
+    while (row < seen && !lowest.compare_exchange_weak(seen, row)) {
     }
   }
 
@@ -796,6 +832,7 @@ class CpuReduction final : public Reduction {
     for (std::size_t k = 0; k < ops_.size(); ++k) {
       const OpSpec& op = ops_[k];
       if (rules::NeedsNonNan(op.kind) && acc.nan_count == 0 && acc.count > 0) NoteAllNan(row);
+      if (mask_ && rules::NeedsNonEmpty(op) && acc.count == 0) NoteLowest(no_valid_row_, row);
       if (op.kind == OpKind::kHistogram) {
         if (op.partial) std::get<std::vector<rules::PartialState>>(values_[k])[row].count = acc.count;
         continue;
@@ -820,6 +857,10 @@ class CpuReduction final : public Reduction {
 
   // The lowest all-NaN row, when an op has no value on one (nanargmin).
   std::atomic<std::uint64_t> all_nan_row_{kNoRow};
+  // The lowest row whose elements are all masked out, when an op has no
+  // value on an empty one (min).
+  std::atomic<std::uint64_t> no_valid_row_{kNoRow};
+  std::optional<MaskBits> mask_;  // the plan's validity mask, if any
 
   // The current row's length (the whole array's when not segmented) and
   // whether it takes the short rows' path (EnterRow).
@@ -841,6 +882,7 @@ class CpuReduction final : public Reduction {
   Partial<V> chunk_acc_{};  // the current chunk's complete blocks, folded
   std::vector<V> buffer_;   // the current block, while it is incomplete
   std::unique_ptr<V[]> bounce_;  // misaligned pieces of a block met one at a time
+  Gathered<V> gathered_;         // a masked block met one at a time
 
   std::vector<Partial<V>> partials_;  // one dispatch's chunk partials
   std::vector<HistogramSink> sinks_;

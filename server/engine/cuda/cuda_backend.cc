@@ -107,6 +107,13 @@ class CudaBackend final : public Backend {
     // Variable-length segments: host bytes on the CPU (the fused kernels
     // reduce equal rows only); device bytes with the segmented kernels,
     // which compute sum, min, max, mean and count.
+    // Validity masks: read by the CPU backend for now.
+    if (plan.array.masked()) {
+      if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
+      return absl::FailedPreconditionError(
+          "the GPU kernels do not read validity masks yet; masked arrays run on the CPU backend, which cannot read "
+          "GPU memory: send this array's bytes from host memory, or aggregate it without a mask.");
+    }
     if (plan.array.variable()) {
       if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
       if (!cuda::SegmentKernelsCompute(plan)) {

@@ -24,6 +24,9 @@ struct ArrayRef {
   // Variable-length segments instead of rows (CSR offsets: segments + 1
   // entries, 0 first, the length last; the server checks them). Empty: none.
   std::span<const std::int64_t> offsets = {};
+  // A validity mask (Arrow's bitmap: bit i % 8 of byte i / 8 is element i,
+  // 1 = valid; ceil(length / 8) bytes). Empty: every element is valid.
+  std::span<const std::uint8_t> validity = {};
 
   std::uint64_t size_bytes() const { return length * rules::SizeOf(dtype); }
   // Results per aggregation: one per row or segment, or one for the whole array.

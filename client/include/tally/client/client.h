@@ -98,14 +98,16 @@ class Client {
 
   // Aggregates the dataset `name`, or elements `range` of it, cut into rows
   // of `row_length` elements (0: one result per aggregation) or into the
-  // segments of `offsets` (counted from the range's start). Results are
+  // segments of `offsets` (counted from the range's start), skipping the
+  // elements `validity` marks missing (bit 0 is the range's first). Results are
   // those Aggregate gives on the same elements (tally.proto says to what
   // precision); arg* indices count from the range's start. NOT_FOUND for an
   // unknown name.
   [[nodiscard]] absl::StatusOr<v1::AggregateResponse> AggregateDataset(
       absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
       const std::vector<v1::Aggregation>& aggregations,
-      absl::Duration timeout = absl::InfiniteDuration(), std::span<const std::int64_t> offsets = {});
+      absl::Duration timeout = absl::InfiniteDuration(), std::span<const std::int64_t> offsets = {},
+      std::span<const std::uint8_t> validity = {});
 
   // Every dataset, by name, and what each place (GPU or host) holds.
   [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(

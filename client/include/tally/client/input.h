@@ -36,6 +36,12 @@ class InputArray {
     offsets_ = std::move(offsets);
     array_.offsets = offsets_;
   }
+  // Skips the elements whose bit in `validity` (Arrow's bitmap, kept here)
+  // is 0.
+  void set_validity(std::vector<std::uint8_t> validity) {
+    validity_ = std::move(validity);
+    array_.validity = validity_;
+  }
   // e.g. "data.npy (float32, shape 1000x256)", for messages.
   const std::string& description() const { return description_; }
 
@@ -43,6 +49,7 @@ class InputArray {
   std::variant<std::monostate, MappedFile, HostBuffer> storage_;
   ArrayRef array_;
   std::vector<std::int64_t> offsets_;
+  std::vector<std::uint8_t> validity_;
   std::string description_;
 };
 

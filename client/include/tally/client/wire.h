@@ -7,6 +7,7 @@
 
 #include "absl/strings/string_view.h"
 #include "tally/rules/dtype.h"
+#include "tally/client/array.h"
 #include "tally/rules/op.h"
 #include "tally/v1/tally.pb.h"
 
@@ -17,6 +18,9 @@ v1::Op ToWire(rules::OpKind op);
 // nullopt for *_UNSPECIFIED and values this client does not know.
 std::optional<rules::DType> FromWire(v1::DType dtype);
 std::optional<rules::OpKind> FromWire(v1::Op op);
+
+// The wire spec of `array`: dtype, length, rows or offsets, validity mask.
+v1::ArraySpec SpecOf(const ArrayRef& array);
 
 // rules::Name as absl::string_view: Debian's abseil is built with its own
 // string_view type, which std::string_view does not convert to (going
