@@ -90,6 +90,10 @@ struct AggregationPlan {
   // so ops[0, asked.size()) keep the aggregations' positions. Empty: the
   // ops are the aggregations.
   std::vector<OpKind> asked{};
+
+  // ops[i]'s name as its aggregation asked for it ("minmax" for the min
+  // standing in for one), for messages.
+  const char* NameOf(std::size_t i) const { return rules::Name(i < asked.size() ? asked[i] : ops[i].kind); }
 };
 
 using HistogramResult = rules::HistogramCounts;

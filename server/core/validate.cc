@@ -35,9 +35,7 @@ const char* EdgeDTypeName(DType dtype) {
   }
 }
 
-std::string OpLabel(std::size_t i, const OpSpec& op) {
-  return absl::StrCat("aggregations[", i, "] (", rules::Name(op.kind), ")");
-}
+std::string OpLabel(std::size_t i, const char* name) { return absl::StrCat("aggregations[", i, "] (", name, ")"); }
 
 // True when the edges certainly increase, without computing them: each edge
 // is lo + i * step after at most three roundings (the product and the sum in
@@ -76,7 +74,7 @@ bool EdgesIncrease(const HistogramSpec& h) {
   return true;
 }
 
-absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array) {
+absl::Status ValidateOp(std::size_t i, const char* name, const OpSpec& op, const ArraySpec& array) {
   const DType dtype = array.dtype;
   if (op.partial && !rules::HasPartialState(op.kind)) {
     // A NaN-skipping op's state would be the plain op's over the non-NaN
@@ -85,7 +83,7 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
     // yet (and ptp's difference cannot be merged at all); refused rather
     // than answered with a state nobody finishes.
     return absl::InvalidArgumentError(absl::StrCat(
-        OpLabel(i, op), ": partial states of ", rules::IsNanSkipping(op.kind) ? "NaN-skipping ops" : rules::Name(op.kind),
+        OpLabel(i, name), ": partial states of ", rules::IsNanSkipping(op.kind) ? "NaN-skipping ops" : rules::Name(op.kind),
         " are not supported; ask for the value."));
   }
   if (op.partial && (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax)) {
@@ -94,45 +92,45 @@ absl::Status ValidateOp(std::size_t i, const OpSpec& op, const ArraySpec& array)
     // (A segment's length is bounded by the array's.)
     const std::uint64_t span = array.row_length != 0 ? array.row_length : array.length;
     if (op.base_index > kMaxIndex - span) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op), ": partial.base_index ", op.base_index,
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": partial.base_index ", op.base_index,
                                                      " plus the ", array.row_length != 0 ? "row" : "array",
                                                      "'s length ", span, " exceeds 2^63 - 1."));
     }
   }
   if (op.kind == OpKind::kPtp && dtype == DType::kBool) {
     return absl::InvalidArgumentError(absl::StrCat(
-        OpLabel(i, op), ": ptp of a bool array is not defined (numpy refuses boolean subtraction); "
+        OpLabel(i, name), ": ptp of a bool array is not defined (numpy refuses boolean subtraction); "
                         "ask for min and max."));
   }
   if (rules::TakesDdof(op.kind)) {
     if (!std::isfinite(op.ddof) || op.ddof < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          OpLabel(i, op), ": ddof must be finite and >= 0, got ", op.ddof, "."));
+          OpLabel(i, name), ": ddof must be finite and >= 0, got ", op.ddof, "."));
     }
   }
   if (op.kind == OpKind::kHistogram) {
     const HistogramSpec& h = op.histogram;
     if (h.bins == 0 || h.bins > rules::kMaxHistogramBins) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op), ": histogram.bins must be 1 to ",
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": histogram.bins must be 1 to ",
                                                      rules::kMaxHistogramBins, ", got ", h.bins, "."));
     }
     if (!std::isfinite(h.lo) || !std::isfinite(h.hi)) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op),
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name),
                                                      ": histogram.lo and histogram.hi must be finite, got [",
                                                      h.lo, ", ", h.hi, "]."));
     }
     if (!(h.lo < h.hi)) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, op),
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name),
                                                      ": histogram.lo must be less than histogram.hi, got [",
                                                      h.lo, ", ", h.hi, "]."));
     }
     if (!std::isfinite(h.hi - h.lo)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          OpLabel(i, op), ": histogram range [", h.lo, ", ", h.hi, "] is too wide: hi - lo overflows float64."));
+          OpLabel(i, name), ": histogram range [", h.lo, ", ", h.hi, "] is too wide: hi - lo overflows float64."));
     }
     if (!HistogramEdgesIncrease(h, dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          OpLabel(i, op), ": too many histogram.bins for the range: the edges of ", h.bins, " bins over [",
+          OpLabel(i, name), ": too many histogram.bins for the range: the edges of ", h.bins, " bins over [",
           Shortest(h.lo), ", ", Shortest(h.hi), "], numpy.linspace(lo, hi, bins + 1) in ",
           EdgeDTypeName(dtype),
           ", are not strictly increasing, so numpy cannot create ", h.bins,
@@ -160,12 +158,13 @@ absl::Status ValidateSegments(const AggregationPlan& plan) {
   const auto empty_needed = std::find_if(plan.ops.begin(), plan.ops.end(),
                                          [](const OpSpec& op) { return rules::NeedsNonEmpty(op); });
   if (empty_needed == plan.ops.end()) return absl::OkStatus();
+  const auto first = static_cast<std::size_t>(empty_needed - plan.ops.begin());
   for (std::size_t s = 0; s + 1 < off.size(); ++s) {
     if (off[s] == off[s + 1]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          OpLabel(static_cast<std::size_t>(empty_needed - plan.ops.begin()), *empty_needed), ": segment ", s,
+          OpLabel(first, plan.NameOf(first)), ": segment ", s,
           " (offsets[", s, "] = offsets[", s + 1, "] = ", off[s], ") is empty, and an empty array has no ",
-          rules::Name(empty_needed->kind), " (numpy raises)."));
+          plan.NameOf(first), " (numpy raises)."));
     }
   }
   return absl::OkStatus();
@@ -199,9 +198,9 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   }
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     if (plan.ops[i].kind == OpKind::kMinMax) {  // the front end asks for its min and max instead
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, plan.ops[i]), ": a plan computes minmax as min and max."));
+      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, "minmax"), ": a plan computes minmax as min and max."));
     }
-    if (absl::Status s = ValidateOp(i, plan.ops[i], plan.array); !s.ok()) return s;
+    if (absl::Status s = ValidateOp(i, plan.NameOf(i), plan.ops[i], plan.array); !s.ok()) return s;
   }
   const ArraySpec& a = plan.array;
   if (a.validity != nullptr && a.validity->size() != (a.length + 31) / 32) {
@@ -222,9 +221,9 @@ absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limi
   if (!a.segmented() && a.length == 0) {
     for (std::size_t i = 0; i < plan.ops.size(); ++i) {
       if (rules::NeedsNonEmpty(plan.ops[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, plan.ops[i]),
+        return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, plan.NameOf(i)),
                                                        ": the array is empty, and an empty array has no ",
-                                                       rules::Name(plan.ops[i].kind), "."));
+                                                       plan.NameOf(i), "."));
       }
     }
   }

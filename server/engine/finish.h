@@ -58,14 +58,14 @@ inline void StoreRow(const OpSpec& op, std::uint64_t row, rules::PartialState&& 
       values);
 }
 
-// INVALID_ARGUMENT for `op`, which has no value on an empty array, on a
+// INVALID_ARGUMENT for `op` (its name), which has no value on an empty array, on a
 // row (the array when not segmented) whose elements are all masked out:
 // numpy raises on the row's x[valid].
-inline absl::Status NoValidElements(const OpSpec& op, const ArraySpec& array, std::uint64_t row) {
+inline absl::Status NoValidElements(const char* op, const ArraySpec& array, std::uint64_t row) {
   return absl::InvalidArgumentError(absl::StrCat(
-      rules::Name(op.kind), ": ",
+      op, ": ",
       array.segmented() ? absl::StrCat(array.RowWord(), " ", row, " has") : std::string("the array has"),
-      " no valid elements (its validity bits are all 0), and an empty array has no ", rules::Name(op.kind),
+      " no valid elements (its validity bits are all 0), and an empty array has no ", op,
       " (numpy raises)."));
 }
 

@@ -235,7 +235,7 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
     for (std::uint64_t row = 0; row < rows; ++row) {
       // Rows with no elements are refused before any work; a row whose
       // elements are all masked out is only known empty now.
-      if (rules::NeedsNonEmpty(op) && states[row].count == 0) return NoValidElements(op, plan.array, row);
+      if (rules::NeedsNonEmpty(op) && states[row].count == 0) return NoValidElements(plan.NameOf(i), plan.array, row);
       StoreRow(op, row, std::move(states[row]), values);
     }
     out.values.push_back(std::move(values));

@@ -93,6 +93,24 @@ class Cli(ServerCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("not both", r.stderr)
 
+    def test_valid_npy_masks_elements_and_minmax_pairs(self):
+        x = np.random.default_rng(4).standard_normal(1000)
+        valid = np.random.default_rng(5).random(1000) < 0.5
+        np.save(self.path("x.npy"), x)
+        np.save(self.path("valid.npy"), valid)
+        out = self.aggregate_json(self.path("x.npy"), f"--valid={self.path('valid.npy')}", "--ops=count,minmax,argmax")
+        res = out["results"]
+        self.assertEqual(res[0]["values"], [int(valid.sum())])
+        self.assertEqual(res[1]["values"], [float(x[valid].min()), float(x[valid].max())])
+        self.assertEqual(res[2]["values"], [int(np.ma.masked_array(x, ~valid).argmax())])
+        text = run("aggregate", self.target, self.path("x.npy"), "--ops=minmax", "--rows=100")
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn("minmax [10 rows]", text.stdout)
+        np.save(self.path("short.npy"), valid[:-1])
+        r = run("aggregate", self.target, self.path("x.npy"), f"--valid={self.path('short.npy')}")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("has 999 entries for an array of 1000 elements", r.stderr)
+
     def test_raw_file_with_dtype(self):
         x = np.random.default_rng(2).integers(0, 255, 100000, endpoint=True).astype(np.uint8)
         x.tofile(self.path("x.u8"))
@@ -327,6 +345,18 @@ class Datasets(ServerCase):
             self.assertAlmostEqual(got, float(np.mean(s)), delta=1e-12)
         self.assertIn("segment 1", self.fails(1, "aggregate", "--dataset=d", "--range=1000:4000",
                                               f"--offsets={self.path('doff.npy')}", "--ops=argmax"))
+
+    def test_dataset_range_with_a_mask(self):
+        x = np.arange(5000, dtype=np.int64)
+        np.save(self.path("dm.npy"), x)
+        self.ok("put", "dm", self.path("dm.npy"))
+        valid = (np.arange(3000) % 3) == 0  # over the range [1000, 4000)
+        np.save(self.path("dvalid.npy"), valid)
+        res = self.query("--dataset=dm", "--range=1000:4000", f"--valid={self.path('dvalid.npy')}", "--ops=sum,count")
+        self.assertEqual(res[0]["values"], [int(x[1000:4000][valid].sum())])
+        self.assertEqual(res[1]["values"], [int(valid.sum())])
+        self.assertIn("validity: 375 bytes, but a mask of 2000 elements", self.fails(
+            1, "aggregate", "--dataset=dm", "--range=1000:3000", f"--valid={self.path('dvalid.npy')}"))
 
     def test_raw_and_random_inputs(self):
         x = np.random.default_rng(13).integers(0, 255, 70_000, endpoint=True).astype(np.uint8)

@@ -158,10 +158,12 @@ class NumpySemantics(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng(SEED + hash(self.id()) % 1000)
 
-    def ask(self, x, aggregations, row_length=0, stream=False, offsets=None):
+    def ask(self, x, aggregations, row_length=0, stream=False, offsets=None, valid=None):
         spec = pb.ArraySpec(dtype=pb.DType.Value("DTYPE_" + x.dtype.name.upper()), row_length=row_length)
         if offsets is not None:
             spec.offsets = np.asarray(offsets, "<i8").tobytes()
+        if valid is not None:
+            spec.validity = np.packbits(np.asarray(valid, bool).reshape(-1), bitorder="little").tobytes()
         data = np.ascontiguousarray(x).tobytes()
         if not stream:
             return self.server.aggregate(pb.AggregateRequest(spec=spec, data=data, aggregations=aggregations),
@@ -728,6 +730,157 @@ class NumpySemantics(unittest.TestCase):
         self.assertIn("not both", caught.exception.details())
         # The server carries on.
         self.assertEqual(values(self.ask(x, [agg(pb.OP_SUM)], offsets=[0, 4, 10]).results[0]), [6.0, 39.0])
+
+    def check_masked_rows(self, x, valid, bounds, ops_extremes, response, label):
+        """Each row [a, b) of `bounds` answers as numpy on x[a:b][valid[a:b]];
+        argmin and argmax at the valid element's position in the row."""
+        r = [values(v) for v in response.results]
+        rows = [(x[a:b][valid[a:b]], np.flatnonzero(valid[a:b])) for a, b in bounds]
+        wide = [v.astype(np.float64) for v, _ in rows]
+        scale = np.array([np.nansum(np.abs(w)) for w in wide])
+        counts = np.array([w.size for w in wide])
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if x.dtype.kind == "f":
+                self.assertCloseRows(r[0], [np.sum(w) for w in wide], 1e-12, scale, label + " sum")
+            else:
+                acc = np.int64 if x.dtype.kind in "ib" else np.uint64
+                self.assertEqual(r[0], [int(np.sum(v, dtype=acc)) for v, _ in rows], label + " sum")
+            self.assertCloseRows(r[1], [np.mean(w) if w.size else np.nan for w in wide], 1e-12,
+                                 scale / np.maximum(counts, 1), label + " mean")
+            self.assertEqual(r[2], counts.tolist(), label + " count")
+            self.assertCloseRows(r[3], [np.var(w, ddof=1) if w.size else np.nan for w in wide], 1e-9, 0,
+                                 label + " var ddof=1")
+            self.assertCloseRows(r[4], [np.nansum(w) for w in wide], 1e-12, scale, label + " nansum")
+            for i in sorted({0, len(rows) // 2, len(rows) - 1}):
+                c, below, above, nans = numpy_histogram(rows[i][0], 8, -3.0, 60.0)
+                h = r[5][i]
+                self.assertEqual((list(h.counts), h.below, h.above, h.nan), (c.tolist(), below, above, nans),
+                                 f"{label} histogram {i}")
+            if ops_extremes:
+                np.testing.assert_array_equal(np.array(r[6], np.float64), [np.float64(np.min(v)) for v, _ in rows],
+                                              label + " min")
+                self.assertEqual(r[7], [int(w[np.argmin(v)]) for v, w in rows], label + " argmin")
+                self.assertEqual(r[8], [int(w[np.argmax(v)]) for v, w in rows], label + " argmax")
+                pairs = np.array(r[9], np.float64).reshape(-1, 2)
+                np.testing.assert_array_equal(pairs[:, 0], [np.float64(np.min(v)) for v, _ in rows],
+                                              label + " minmax's min")
+                np.testing.assert_array_equal(pairs[:, 1], [np.float64(np.max(v)) for v, _ in rows],
+                                              label + " minmax's max")
+
+    def test_validity_masks(self):
+        """Every op answers as numpy on x[valid], whole, by rows and by
+        segments, unary and streamed; indices count every element."""
+        n, row = 20000, 400
+        off = np.array([0, 3, 3000, 3001, 9000, 15000, n])
+        for name, dtype in DTYPES.items():
+            x = random_array(self.rng, dtype, n)
+            if dtype in FLOATS:
+                x[self.rng.choice(x.size, 7, replace=False)] = np.nan
+            masks = {"random": self.rng.random(n) < 0.5, "every 7th missing": np.arange(n) % 7 != 3,
+                     "all valid": np.ones(n, bool), "valid runs": (np.arange(n) // 2500) % 2 == 0}
+            ops = [agg(pb.OP_SUM), agg(pb.OP_MEAN), agg(pb.OP_COUNT), agg(pb.OP_VARIANCE, ddof=1),
+                   agg(pb.OP_NANSUM), agg(pb.OP_HISTOGRAM, bins=8, lo=-3.0, hi=60.0)]
+            extremes = [agg(pb.OP_MIN), agg(pb.OP_ARGMIN), agg(pb.OP_ARGMAX), agg(pb.OP_MINMAX)]
+            for mask_name, valid in masks.items():
+                shapes = [("whole", dict(), [(0, n)], True),
+                          (f"rows of {row}", dict(row_length=row), [(a, a + row) for a in range(0, n, row)],
+                           mask_name != "valid runs"),
+                          ("segments", dict(offsets=off), list(zip(off[:-1], off[1:])), mask_name == "all valid")]
+                for shape, kw, bounds, with_extremes in shapes:
+                    for stream in (False, True):
+                        with self.subTest(dtype=name, mask=mask_name, shape=shape, stream=stream):
+                            response = self.ask(x, ops + (extremes if with_extremes else []), stream=stream,
+                                                valid=valid, **kw)
+                            self.check_masked_rows(x, valid, bounds, with_extremes, response,
+                                                   f"{name} {mask_name} {shape}")
+
+    def test_masked_arrays_agree_with_numpy_ma(self):
+        """numpy.ma's answers, the reference for masked arrays in numpy."""
+        x = random_array(self.rng, np.float64, 5000)
+        valid = self.rng.random(x.size) < 0.3
+        m = np.ma.masked_array(x, mask=~valid)
+        r = [values(v)[0] for v in self.ask(x, [agg(pb.OP_SUM), agg(pb.OP_MEAN), agg(pb.OP_STDDEV, ddof=1),
+                                                agg(pb.OP_ARGMIN), agg(pb.OP_ARGMAX), agg(pb.OP_COUNT)],
+                                             valid=valid).results]
+        self.assertClose(r[0], m.sum(), 1e-12, "sum", scale=float(np.abs(m).sum()))
+        self.assertClose(r[1], m.mean(), 1e-12, "mean", scale=float(np.abs(m).mean()))
+        self.assertClose(r[2], m.std(ddof=1), 1e-9, "std ddof=1")
+        self.assertEqual((r[3], r[4], r[5]), (int(m.argmin()), int(m.argmax()), int(m.count())))
+
+    def test_rows_with_no_valid_element(self):
+        """Empty-array answers; ops with no value there are refused naming the row."""
+        import grpc
+        x = np.arange(12, dtype=np.int32)
+        valid = np.ones(12, bool)
+        valid[4:8] = False  # row 1 of rows of 4
+        r = [values(v) for v in self.ask(x, [agg(pb.OP_SUM), agg(pb.OP_MEAN), agg(pb.OP_COUNT)], row_length=4,
+                                         valid=valid).results]
+        self.assertEqual(r[0], [6, 0, 38])
+        self.assertTrue(math.isnan(r[1][1]))
+        self.assertEqual(r[2], [4, 0, 4])
+        for op in (pb.OP_MIN, pb.OP_ARGMAX, pb.OP_MINMAX, pb.OP_PTP):
+            for stream in (False, True):
+                with self.subTest(op=op, stream=stream), self.assertRaises(grpc.RpcError) as caught:
+                    self.ask(x, [agg(pb.OP_SUM), agg(op)], row_length=4, valid=valid, stream=stream)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+                self.assertIn("row 1 has no valid elements", caught.exception.details())
+        nothing = np.zeros(12, bool)
+        self.assertEqual(values(self.ask(x, [agg(pb.OP_SUM)], valid=nothing).results[0]), [0])
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.ask(x.astype(np.float32), [agg(pb.OP_NANMIN)], valid=nothing)
+        self.assertIn("the array has no valid elements", caught.exception.details())
+
+    def test_bad_masks_are_refused_naming_the_field(self):
+        import grpc
+        x = np.arange(10, dtype=np.float32)
+        for size in (1, 3):
+            spec = pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, validity=b"\xff" * size)
+            with self.subTest(size=size), self.assertRaises(grpc.RpcError) as caught:
+                self.server.aggregate(pb.AggregateRequest(spec=spec, data=x.tobytes(), aggregations=[agg(pb.OP_SUM)]),
+                                      timeout=60)
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn(f"spec.validity: {size} bytes, but a mask of 10 elements takes ceil(10 / 8) = 2 bytes",
+                          caught.exception.details())
+
+        def stream():
+            yield pb.AggregateStreamRequest(header=pb.AggregateStreamRequest.Header(
+                spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, length=10, validity=b"\xff"),
+                aggregations=[agg(pb.OP_SUM)]))
+            yield pb.AggregateStreamRequest(chunk=x.tobytes())
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.server.aggregate_stream(stream(), timeout=60)
+        self.assertIn("header.spec.validity: 1 bytes", caught.exception.details())
+        # Bits past the length are ignored; the server carries on.
+        spec = pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, validity=bytes([0b11111110, 0b11111111]))
+        got = self.server.aggregate(pb.AggregateRequest(spec=spec, data=x.tobytes(),
+                                                        aggregations=[agg(pb.OP_SUM), agg(pb.OP_COUNT)]), timeout=60)
+        self.assertEqual([values(v)[0] for v in got.results], [45.0, 9])
+
+    def test_minmax(self):
+        """(min, max) in one answer: two values per row, min first."""
+        import grpc
+        for name, dtype in DTYPES.items():
+            x = random_array(self.rng, dtype, 3000)
+            with self.subTest(dtype=name):
+                got = values(self.ask(x, [agg(pb.OP_MINMAX), agg(pb.OP_SUM)]).results[0])
+                self.assertEqual(len(got), 2)
+                self.assertSame(got[0], np.min(x), "min")
+                self.assertSame(got[1], np.max(x), "max")
+                rows = values(self.ask(x, [agg(pb.OP_MAX), agg(pb.OP_MINMAX)], row_length=300).results[1])
+                want = np.stack([x.reshape(-1, 300).min(axis=1), x.reshape(-1, 300).max(axis=1)], axis=1)
+                np.testing.assert_array_equal(np.array(rows, np.float64), want.astype(np.float64).reshape(-1))
+        y = np.array([1.0, np.nan, 3.0], np.float64)
+        self.assertTrue(all(math.isnan(v) for v in values(self.ask(y, [agg(pb.OP_MINMAX)]).results[0])))
+        partial = agg(pb.OP_MINMAX)
+        partial.partial.base_index = 0
+        for a, why in (([partial], "aggregations[0].partial: minmax has no partial state"),):
+            with self.assertRaises(grpc.RpcError) as caught:
+                self.ask(y, a)
+            self.assertIn(why, caught.exception.details())
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.ask(np.zeros(0, np.float32), [agg(pb.OP_MINMAX)])
+        self.assertIn("empty array has no minmax", caught.exception.details())
 
     def test_infinities_in_mean_and_variance(self):
         # numpy's mean is the sum's: inf with +inf alone, NaN with both

@@ -197,6 +197,36 @@ class AgainstNumpy(Base):
         with self.assertRaises(tally.Error):
             self.client.aggregate(m, "nanargmax")
 
+    def test_masks_answer_as_numpy_on_the_valid_elements(self):
+        x = random_array(self.rng, np.float32, 5000, False)
+        valid = self.rng.random(x.size) < 0.6
+        r = self.client.aggregate(x, "sum,mean,count,argmax,minmax", valid=valid)
+        np.testing.assert_allclose(r["sum"], np.sum(x[valid], dtype=np.float64), rtol=1e-6)
+        np.testing.assert_allclose(r["mean"], np.mean(x[valid], dtype=np.float64), rtol=1e-6)
+        self.assertEqual(r["count"], np.count_nonzero(valid))
+        self.assertEqual(r["argmax"], np.ma.masked_array(x, ~valid).argmax())
+        self.assertEqual(r["minmax"], (np.min(x[valid]), np.max(x[valid])))
+        self.assertEqual(r["minmax"][0].dtype, np.float32)
+        # A numpy.ma.MaskedArray brings its own mask; rows mask row by row.
+        m = np.ma.masked_array(x.reshape(10, 500), mask=~valid.reshape(10, 500))
+        rows = self.client.aggregate(m, "sum,minmax,count")
+        np.testing.assert_allclose(rows["sum"], m.sum(axis=1).astype(np.float64), rtol=1e-5)
+        np.testing.assert_array_equal(rows["minmax"], np.stack([m.min(axis=1), m.max(axis=1)], axis=1))
+        np.testing.assert_array_equal(rows["count"], m.count(axis=1))
+        with self.assertRaises(ValueError):
+            self.client.aggregate(m, "sum", valid=valid.reshape(10, 500))
+        with self.assertRaises(ValueError):
+            self.client.aggregate(x, "sum", valid=valid[:-1])
+        with self.assertRaises(ValueError):
+            self.client.partial(x, "minmax")
+        self.client.put_dataset("ds-masked", x, replace=True)
+        try:
+            d = self.client.aggregate_dataset("ds-masked", "sum,min", range=(1000, 3000), valid=valid[1000:3000])
+            np.testing.assert_allclose(d["sum"], np.sum(x[1000:3000][valid[1000:3000]], dtype=np.float64), rtol=1e-6)
+            self.assertEqual(d["min"], np.min(x[1000:3000][valid[1000:3000]]))
+        finally:
+            self.client.delete_dataset("ds-masked")
+
     def test_prod_logical_ops_answer_in_numpy_dtypes(self):
         for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint32, np.uint8):
             x = random_array(self.rng, dtype, 1000)

@@ -345,9 +345,9 @@ class CpuReduction final : public Reduction {
       FinishRow(0, Partial<V>{});  // sums 0, mean NaN; empty partial states
     }
     if (const std::uint64_t row = no_valid_row_.load(); row != kNoRow) {
-      return NoValidElements(*std::find_if(plan_.ops.begin(), plan_.ops.end(),
-                                           [](const OpSpec& o) { return rules::NeedsNonEmpty(o); }),
-                             plan_.array, row);
+      const auto first = std::find_if(plan_.ops.begin(), plan_.ops.end(),
+                                      [](const OpSpec& o) { return rules::NeedsNonEmpty(o); });
+      return NoValidElements(plan_.NameOf(static_cast<std::size_t>(first - plan_.ops.begin())), plan_.array, row);
     }
     if (const std::uint64_t row = all_nan_row_.load(); row != kNoRow) {
       // numpy raises for the whole call when any row is all NaN.
