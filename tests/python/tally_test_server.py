@@ -69,6 +69,14 @@ class TallyServer:
             "/tally.v1.Aggregator/AggregateStream",
             request_serializer=tally_pb2.AggregateStreamRequest.SerializeToString,
             response_deserializer=tally_pb2.AggregateResponse.FromString)
+        self.put_dataset = self.channel.stream_unary(
+            "/tally.v1.Aggregator/PutDataset",
+            request_serializer=tally_pb2.PutDatasetRequest.SerializeToString,
+            response_deserializer=tally_pb2.PutDatasetResponse.FromString)
+        self.aggregate_dataset = self.channel.unary_unary(
+            "/tally.v1.Aggregator/AggregateDataset",
+            request_serializer=tally_pb2.AggregateDatasetRequest.SerializeToString,
+            response_deserializer=tally_pb2.AggregateResponse.FromString)
         self._health = self.channel.unary_unary("/grpc.health.v1.Health/Check")
         deadline = time.time() + 20
         while True:
