@@ -1,6 +1,7 @@
 // The host API of tally/kernels/aggregate.h: plan checks, the state layout,
 // and the one dispatch over dtype to the per-dtype launchers.
 #include <cmath>
+#include <cstdint>
 
 #include "grid/dispatch.h"
 #include "policy.cuh"
@@ -13,7 +14,8 @@ namespace {
 using rules::Has;
 using rules::OpKind;
 
-constexpr rules::OpMask kAllOps = (rules::OpMask{1} << rules::kNumKernelOpKinds) - 1;
+// The ops before kNanSum, and the NaN-skipping ones.
+constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds) - 1) | kNanOps;
 
 cudaError_t Invalid(const char* why) {
   return cuda::Record(cudaErrorInvalidValue, why, __FILE__, __LINE__);
@@ -38,6 +40,10 @@ cudaError_t Validate(const AggregatePlan& plan) {
     default: return Invalid("plan.dtype is not a v1 dtype");
   }
   if (plan.ops == 0 || (plan.ops & ~kAllOps) != 0) return Invalid("plan.ops is empty or unknown");
+  if ((plan.ops & kNanOps) != 0 && !rules::IsFloat(plan.dtype))
+    return Invalid("NaN-skipping ops need a float dtype (on integers they are the plain ops)");
+  if (reinterpret_cast<std::uintptr_t>(plan.validity) % 4 != 0)
+    return Invalid("plan.validity is not 4-byte aligned");
   if (Has(plan.ops, OpKind::kHistogram)) {
     const rules::HistogramSpec& h = plan.histogram;
     if (h.bins < 1 || h.bins > rules::kMaxHistogramBins) return Invalid("histogram.bins not in 1..65536");
@@ -79,6 +85,18 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
     l.histogram_stride = plan.histogram.bins + 3;
     l.histograms = take(true, std::size_t{8} * l.histogram_stride);
   }
+  l.count = take(plan.validity != nullptr, 8);
+  l.nan_count = take((m & kNanOps) != 0, 8);
+  l.nan_sum = take(Has(m, OpKind::kNanSum), 8);
+  l.nan_min = take(Has(m, OpKind::kNanMin), 8);
+  l.nan_max = take(Has(m, OpKind::kNanMax), 8);
+  l.nan_moments = take(Has(m, OpKind::kNanMean) || Has(m, OpKind::kNanVariance) ||
+                           Has(m, OpKind::kNanStddev),
+                       sizeof(rules::Moments));
+  l.nan_argmin = take(Has(m, OpKind::kNanArgmin), 8);
+  l.nan_argmin_value = take(Has(m, OpKind::kNanArgmin), 8);
+  l.nan_argmax = take(Has(m, OpKind::kNanArgmax), 8);
+  l.nan_argmax_value = take(Has(m, OpKind::kNanArgmax), 8);
   l.bytes = at;
   return l;
 }

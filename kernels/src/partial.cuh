@@ -25,6 +25,16 @@ struct Partial {
   rules::Moments mom;
   rules::ArgCandidate<E> amin;
   rules::ArgCandidate<E> amax;
+  // Masked plans: the valid elements. NaN-skipping ops (float dtypes): the
+  // same fields over the valid elements that are not NaN.
+  unsigned long long count;
+  double nsum;
+  unsigned long long ncount;
+  E nmin;
+  E nmax;
+  rules::Moments nmom;
+  rules::ArgCandidate<E> namin;
+  rules::ArgCandidate<E> namax;
 };
 
 template <rules::DType D>
@@ -38,6 +48,14 @@ TALLY_DEV Partial<D> IdentityPartial() {
   p.mom = rules::Moments{};
   p.amin = {p.min, -1};
   p.amax = {p.max, -1};
+  p.count = 0;
+  p.nsum = 0.0;
+  p.ncount = 0;
+  p.nmin = p.min;
+  p.nmax = p.max;
+  p.nmom = rules::Moments{};
+  p.namin = p.amin;
+  p.namax = p.amax;
   return p;
 }
 
@@ -50,6 +68,15 @@ TALLY_DEV void MergeInto(Partial<D>& a, const Partial<D>& b, const Want& w) {
   if (w.moments) a.mom = rules::MergeMoments(a.mom, b.mom);
   if (w.argmin) a.amin = ArgOp<D, false>::Merge(a.amin, b.amin);
   if (w.argmax) a.amax = ArgOp<D, true>::Merge(a.amax, b.amax);
+  if (w.count) a.count += b.count;
+  if (w.nsum) a.nsum = a.nsum + b.nsum;
+  if (w.ncount) a.ncount += b.ncount;
+  // No NaN in these: MinNan/MaxNan are the plain extremes here.
+  if (w.nmin) a.nmin = ExtremeOp<D>::MergeMin(a.nmin, b.nmin);
+  if (w.nmax) a.nmax = ExtremeOp<D>::MergeMax(a.nmax, b.nmax);
+  if (w.nmom) a.nmom = rules::MergeMoments(a.nmom, b.nmom);
+  if (w.namin) a.namin = ArgOp<D, false>::Merge(a.namin, b.namin);
+  if (w.namax) a.namax = ArgOp<D, true>::Merge(a.namax, b.namax);
 }
 
 // The partner lane's value; types narrower than 32 bits travel as an int.
@@ -83,6 +110,24 @@ TALLY_DEV Partial<D> ShflXor(const Partial<D>& p, int lane_mask, int width, cons
     q.amax.value = ShflXor(p.amax.value, lane_mask, width);
     q.amax.index = ShflXor(p.amax.index, lane_mask, width);
   }
+  if (w.count) q.count = ShflXor(p.count, lane_mask, width);
+  if (w.nsum) q.nsum = ShflXor(p.nsum, lane_mask, width);
+  if (w.ncount) q.ncount = ShflXor(p.ncount, lane_mask, width);
+  if (w.nmin) q.nmin = ShflXor(p.nmin, lane_mask, width);
+  if (w.nmax) q.nmax = ShflXor(p.nmax, lane_mask, width);
+  if (w.nmom) {
+    q.nmom.count = ShflXor(p.nmom.count, lane_mask, width);
+    q.nmom.mean = ShflXor(p.nmom.mean, lane_mask, width);
+    q.nmom.m2 = ShflXor(p.nmom.m2, lane_mask, width);
+  }
+  if (w.namin) {
+    q.namin.value = ShflXor(p.namin.value, lane_mask, width);
+    q.namin.index = ShflXor(p.namin.index, lane_mask, width);
+  }
+  if (w.namax) {
+    q.namax.value = ShflXor(p.namax.value, lane_mask, width);
+    q.namax.index = ShflXor(p.namax.index, lane_mask, width);
+  }
   return q;
 }
 
@@ -106,6 +151,14 @@ TALLY_HD unsigned PartialWords(const Want& w) {
   if (w.moments) m |= WordSpan(offsetof(P, mom), sizeof(P::mom));
   if (w.argmin) m |= WordSpan(offsetof(P, amin), sizeof(P::amin));
   if (w.argmax) m |= WordSpan(offsetof(P, amax), sizeof(P::amax));
+  if (w.count) m |= WordSpan(offsetof(P, count), sizeof(P::count));
+  if (w.nsum) m |= WordSpan(offsetof(P, nsum), sizeof(P::nsum));
+  if (w.ncount) m |= WordSpan(offsetof(P, ncount), sizeof(P::ncount));
+  if (w.nmin) m |= WordSpan(offsetof(P, nmin), sizeof(P::nmin));
+  if (w.nmax) m |= WordSpan(offsetof(P, nmax), sizeof(P::nmax));
+  if (w.nmom) m |= WordSpan(offsetof(P, nmom), sizeof(P::nmom));
+  if (w.namin) m |= WordSpan(offsetof(P, namin), sizeof(P::namin));
+  if (w.namax) m |= WordSpan(offsetof(P, namax), sizeof(P::namax));
   return m;
 }
 
@@ -165,6 +218,14 @@ TALLY_DEV void StoreRow(const StateView& st, std::uint64_t row, Partial<D> p, bo
     if (w.moments) old.mom = static_cast<rules::Moments*>(st.moments)[row];
     if (w.argmin) old.amin = {static_cast<E*>(st.argmin_value)[row], st.argmin[row]};
     if (w.argmax) old.amax = {static_cast<E*>(st.argmax_value)[row], st.argmax[row]};
+    if (w.count) old.count = st.count[row];
+    if (w.nsum) old.nsum = st.nan_sum[row];
+    if (w.ncount) old.ncount = st.nan_count[row];
+    if (w.nmin) old.nmin = static_cast<E*>(st.nan_min)[row];
+    if (w.nmax) old.nmax = static_cast<E*>(st.nan_max)[row];
+    if (w.nmom) old.nmom = static_cast<rules::Moments*>(st.nan_moments)[row];
+    if (w.namin) old.namin = {static_cast<E*>(st.nan_argmin_value)[row], st.nan_argmin[row]};
+    if (w.namax) old.namax = {static_cast<E*>(st.nan_argmax_value)[row], st.nan_argmax[row]};
     MergeInto(old, p, w);
     p = old;
   }
@@ -180,6 +241,20 @@ TALLY_DEV void StoreRow(const StateView& st, std::uint64_t row, Partial<D> p, bo
   if (w.argmax) {
     st.argmax[row] = p.amax.index;
     static_cast<E*>(st.argmax_value)[row] = p.amax.value;
+  }
+  if (w.count) st.count[row] = p.count;
+  if (w.nsum) st.nan_sum[row] = p.nsum;
+  if (w.ncount) st.nan_count[row] = p.ncount;
+  if (w.nmin) static_cast<E*>(st.nan_min)[row] = p.nmin;
+  if (w.nmax) static_cast<E*>(st.nan_max)[row] = p.nmax;
+  if (w.nmom) static_cast<rules::Moments*>(st.nan_moments)[row] = p.nmom;
+  if (w.namin) {
+    st.nan_argmin[row] = p.namin.index;
+    static_cast<E*>(st.nan_argmin_value)[row] = p.namin.value;
+  }
+  if (w.namax) {
+    st.nan_argmax[row] = p.namax.index;
+    static_cast<E*>(st.nan_argmax_value)[row] = p.namax.value;
   }
 }
 

@@ -85,6 +85,15 @@ struct PolicySm90 {
   static constexpr int kTailPartialLoads = 2;
   static constexpr int kTeamFullBlocksPerSm = 2;
   static constexpr int kTeamLeanBlocksPerSm = 3;
+  // The masking variants (a validity mask, NaN-skipping ops). kNanSimple
+  // (sums, extremes and counts, plain and NaN-skipping) is kSimple's shape:
+  // 3 blocks per SM of SimpleVecs vectors, not pipelined, 96 KB of loads in
+  // flight per SM, and each vector's 4-byte word of validity bits beside
+  // them. kEvery, every field of both kinds, is kFull's: 2 blocks per SM
+  // of VecsPerThread vectors; its team kernel likewise.
+  static constexpr int kNanSimpleBlocksPerSm = 3;
+  static constexpr int kEveryBlocksPerSm = 2;
+  static constexpr int kTeamEveryBlocksPerSm = 2;
   // 16-byte loads each thread issues before it uses any (per tile), by
   // element size. 4 (64 B in flight per thread); 8 spills in both variants;
   // uint8 takes 2 (32 elements per tile), since 4 spilled 4 KB in the full

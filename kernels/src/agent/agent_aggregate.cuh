@@ -1,6 +1,8 @@
 // What one thread does with its share of a range of elements: 16-byte vector
 // loads, Policy::VecsPerThread of them issued before any is used, all requested ops
-// accumulated in registers, then turned into a Partial.
+// accumulated in registers, then turned into a Partial. The masking kernels
+// (kMasking: a validity mask, NaN-skipping ops) add each group with the
+// bits of the elements that take part (AddOk, AccumulateRangeOk).
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,9 @@
 
 namespace tally::kernels::detail {
 
-template <rules::DType D>
+template <rules::DType D, bool kMaskingAgg = false>
 struct ThreadAgg {
+  static constexpr bool kMasking = kMaskingAgg;
   using T = typename DevTraits<D>::T;
   using S = typename DevTraits<D>::S;
   using E = typename DevTraits<D>::E;
@@ -33,6 +36,13 @@ struct ThreadAgg {
   double sumsq;
   rules::Moments mom;
   HistThread<B, typename DevTraits<D>::BE>* hist;
+  // kMasking only: valid elements, and the NaN-skipping ops' state.
+  unsigned long long cnt = 0, ncnt = 0;
+  double nsum = 0.0;
+  T nmn, nmx;
+  rules::Moments nmom{};
+  T namin_v, namax_v;
+  std::int64_t namin_i = -1, namax_i = -1;
 
   // `defer`: argmin/argmax resolve their group at Finish() (ArgOp::UpdateGroup).
   TALLY_DEV ThreadAgg(const Want& want, HistThread<B, typename DevTraits<D>::BE>* h, bool defer = false)
@@ -40,6 +50,8 @@ struct ThreadAgg {
     sum = SumOp<D>::Identity();
     mn = amin_v = amin_floor = ExtremeOp<D>::MinIdentity();
     mx = amax_v = amax_floor = ExtremeOp<D>::MaxIdentity();
+    nmn = namin_v = ExtremeOp<D>::MinIdentity();
+    nmx = namax_v = ExtremeOp<D>::MaxIdentity();
     amin_i = amax_i = -1;
     sumsq = 0.0;
     mom = rules::Moments{};
@@ -149,6 +161,156 @@ struct ThreadAgg {
     Add<1, 1>(g, b, 1);
   }
 
+  // The masking kernels' Add: bit e of vm[v] is set when element e of
+  // vector v is valid (vm[v] is 0 for v >= nvec). The plain ops see the
+  // valid elements only, as if they ran on x[valid]: an element that is not
+  // is replaced by the op's identity (0 for sums, the extremes' identities,
+  // for argmin/argmax together with its bit, UpdateGroupOk) or skipped
+  // (moments, histogram). The NaN-skipping ops (float dtypes) see the valid
+  // elements that are not NaN the same way. Never deferred, never shared
+  // across the warp: the masking kernels are not where the plain ops'
+  // speed is won.
+  template <int V, int K>
+  TALLY_DEV void AddOk(const T (&x)[V][K], const std::int64_t (&base)[V], int nvec,
+                       const unsigned (&vm)[V]) {
+    static_assert(kMasking);
+    using X = ExtremeOp<D>;
+    auto bit = [](unsigned m, int e) { return ((m >> e) & 1u) != 0; };
+    if (w.count) {
+      unsigned c = 0;
+#pragma unroll
+      for (int v = 0; v < V; ++v) c += __popc(vm[v]);
+      cnt += c;
+    }
+    if (w.sum) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+          S g = bit(vm[v], 0) ? SumOp<D>::Lift(x[v][0]) : SumOp<D>::Identity();
+#pragma unroll
+          for (int e = 1; e < K; ++e)
+            g = SumOp<D>::Merge(g, bit(vm[v], e) ? SumOp<D>::Lift(x[v][e]) : SumOp<D>::Identity());
+          sum = SumOp<D>::Merge(sum, g);
+        }
+    }
+    if (w.min || w.max) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+#pragma unroll
+          for (int e = 0; e < K; ++e) {
+            if (w.min) mn = X::Min(mn, bit(vm[v], e) ? x[v][e] : X::MinIdentity());
+            if (w.max) mx = X::Max(mx, bit(vm[v], e) ? x[v][e] : X::MaxIdentity());
+          }
+        }
+    }
+    if (w.sumsq) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if (v < nvec) {
+          double g = 0.0;
+#pragma unroll
+          for (int e = 0; e < K; ++e) {
+            const double d = bit(vm[v], e) ? static_cast<double>(x[v][e]) : 0.0;
+            g = __fma_rn(d, d, g);
+          }
+          sumsq += g;
+        }
+    }
+    if (w.moments) mom = rules::MergeMoments(mom, MomentsOp<D>::template GroupOk<V, K>(x, nvec, vm));
+    if constexpr (V * K <= 32) {
+      if (w.argmin || w.argmax) {
+        T y[V][K];
+        if (w.argmin) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+#pragma unroll
+            for (int e = 0; e < K; ++e) y[v][e] = bit(vm[v], e) ? x[v][e] : X::MinIdentity();
+          ArgOp<D, false>::template UpdateGroupOk<V, K>(amin_v, amin_i, y, base, nvec, vm);
+        }
+        if (w.argmax) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+#pragma unroll
+            for (int e = 0; e < K; ++e) y[v][e] = bit(vm[v], e) ? x[v][e] : X::MaxIdentity();
+          ArgOp<D, true>::template UpdateGroupOk<V, K>(amax_v, amax_i, y, base, nvec, vm);
+        }
+      }
+    }
+    if (w.hist) {
+      std::int32_t slot[V][K];
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int e = 0; e < K; ++e)
+          if (!hist->Quick(x[v][e], slot[v][e])) slot[v][e] = hist->SlotSlow(x[v][e]);
+      hist->template CountGroupOk<V, K>(slot, nvec, vm);
+    }
+    if constexpr (DevTraits<D>::kFloat) {
+      if (w.ncount) {  // every NaN-skipping op
+        unsigned ok[V];
+        unsigned c = 0;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          unsigned b = 0;
+#pragma unroll
+          for (int e = 0; e < K; ++e) b |= x[v][e] == x[v][e] ? 1u << e : 0u;
+          ok[v] = vm[v] & b;
+          c += __popc(ok[v]);
+        }
+        ncnt += c;
+        if (w.nsum) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            if (v < nvec) {
+              double g = 0.0;
+#pragma unroll
+              for (int e = 0; e < K; ++e) g += bit(ok[v], e) ? static_cast<double>(x[v][e]) : 0.0;
+              nsum += g;
+            }
+        }
+        if (w.nmin || w.nmax) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            if (v < nvec) {
+#pragma unroll
+              for (int e = 0; e < K; ++e) {
+                if (w.nmin) nmn = X::Min(nmn, bit(ok[v], e) ? x[v][e] : X::MinIdentity());
+                if (w.nmax) nmx = X::Max(nmx, bit(ok[v], e) ? x[v][e] : X::MaxIdentity());
+              }
+            }
+        }
+        if (w.nmom) nmom = rules::MergeMoments(nmom, MomentsOp<D>::template GroupOk<V, K>(x, nvec, ok));
+        if constexpr (V * K <= 32) {
+          if (w.namin || w.namax) {
+            T y[V][K];
+            if (w.namin) {
+#pragma unroll
+              for (int v = 0; v < V; ++v)
+#pragma unroll
+                for (int e = 0; e < K; ++e) y[v][e] = bit(ok[v], e) ? x[v][e] : X::MinIdentity();
+              ArgOp<D, false>::template UpdateGroupOk<V, K>(namin_v, namin_i, y, base, nvec, ok);
+            }
+            if (w.namax) {
+#pragma unroll
+              for (int v = 0; v < V; ++v)
+#pragma unroll
+                for (int e = 0; e < K; ++e) y[v][e] = bit(ok[v], e) ? x[v][e] : X::MaxIdentity();
+              ArgOp<D, true>::template UpdateGroupOk<V, K>(namax_v, namax_i, y, base, nvec, ok);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  TALLY_DEV void AddOneOk(T x, std::int64_t index, bool valid) {
+    const T g[1][1] = {{x}};
+    const std::int64_t b[1] = {index};
+    const unsigned vm[1] = {valid ? 1u : 0u};
+    AddOk<1, 1>(g, b, 1, vm);
+  }
+
   // `data`, `shift` and `stride` say where the elements Add() saw are: row
   // index i at data[i - shift], a group's vectors `stride` elements apart
   // (ArgOp::Resolve).
@@ -164,6 +326,16 @@ struct ThreadAgg {
     p.mom = mom;
     p.amin = {static_cast<E>(amin_v), amin_i};
     p.amax = {static_cast<E>(amax_v), amax_i};
+    if constexpr (kMasking) {
+      p.count = cnt;
+      p.nsum = nsum;
+      p.ncount = ncnt;
+      p.nmin = static_cast<E>(nmn);
+      p.nmax = static_cast<E>(nmx);
+      p.nmom = nmom;
+      p.namin = {static_cast<E>(namin_v), namin_i};
+      p.namax = {static_cast<E>(namax_v), namax_i};
+    }
     return p;
   }
 };
@@ -188,7 +360,7 @@ template <rules::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(
           int kSyncTiles = 0, bool kPipe = false, bool kWarpShare = false>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
-                               ThreadAgg<D>& agg, std::int64_t part = 0,
+                               ThreadAgg<D, false>& agg, std::int64_t part = 0,
                                std::int64_t parts = 1) {
   using T = typename DevTraits<D>::T;
   constexpr int K = DevTraits<D>::kVec;
@@ -267,6 +439,75 @@ TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, s
     if (nvec > 0) agg.template Add<U, K>(x, base, nvec);
   }
   for (std::int64_t i = a + nv * K + lane; i < end; i += lanes) agg.AddOne(p[i], i + shift);
+}
+
+}  // namespace tally::kernels::detail
+
+namespace tally::kernels::detail {
+
+// AccumulateRange for the masking kernels (ThreadAgg<D, true>): the same
+// walk (head, full tiles dealt round-robin to the parts, a partial tile, a
+// tail), not pipelined, and with each vector the validity bits of its
+// elements: element i of p is element goff + i of the array, whose bit
+// `validity` holds (nullptr: every element valid, as for the NaN-skipping
+// ops without a mask). A warp's lanes read neighbouring vectors, so their
+// bits come from the same few words: one 4-byte load per 16-byte vector,
+// served by one L1 line per warp instruction.
+template <rules::DType D, int U>
+TALLY_DEV void AccumulateRangeOk(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
+                                 std::int64_t end, int lane, int lanes, std::int64_t shift,
+                                 ThreadAgg<D, true>& agg, std::int64_t part, std::int64_t parts,
+                                 const std::uint32_t* __restrict__ validity, std::uint64_t goff) {
+  using T = typename DevTraits<D>::T;
+  constexpr int K = DevTraits<D>::kVec;
+  if (begin >= end) return;
+  auto bits = [&](std::int64_t i, int k) -> unsigned {
+    return validity == nullptr ? (1u << k) - 1u : ValidBits(validity, goff + static_cast<std::uint64_t>(i), k);
+  };
+  const auto addr = reinterpret_cast<std::uintptr_t>(p + begin);
+  const std::int64_t head = static_cast<std::int64_t>(((16 - (addr & 15)) & 15) / sizeof(T));
+  const std::int64_t a = begin + head < end ? begin + head : end;
+  if (part == 0) {
+    for (std::int64_t i = begin + lane; i < a; i += lanes) agg.AddOneOk(p[i], i + shift, bits(i, 1) != 0);
+  }
+  const std::int64_t nv = (end - a) / K;
+  const uint4* vp = reinterpret_cast<const uint4*>(p + a);
+  const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
+  const std::int64_t full = nv / tile;
+  std::int64_t t = part * tile;
+  for (; t + tile <= nv; t += parts * tile) {
+    T x[U][K];
+    std::int64_t base[U];
+    unsigned vm[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
+      LoadVec<T, K>(x[k], vp + j);
+      vm[k] = bits(a + j * K, K);
+      base[k] = a + j * K + shift;
+    }
+    agg.template AddOk<U, K>(x, base, U, vm);
+  }
+  if (full % parts != part) return;  // the partial tile and the tail are another part's
+  if (t < nv) {
+    T x[U][K] = {};
+    std::int64_t base[U];
+    unsigned vm[U];
+    int nvec = 0;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
+      vm[k] = 0;
+      if (j < nv) {
+        LoadVec<T, K>(x[k], vp + j);
+        vm[k] = bits(a + j * K, K);
+        nvec = k + 1;
+      }
+      base[k] = a + j * K + shift;
+    }
+    if (nvec > 0) agg.template AddOk<U, K>(x, base, nvec, vm);
+  }
+  for (std::int64_t i = a + nv * K + lane; i < end; i += lanes) agg.AddOneOk(p[i], i + shift, bits(i, 1) != 0);
 }
 
 }  // namespace tally::kernels::detail

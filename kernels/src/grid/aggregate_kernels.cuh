@@ -15,6 +15,12 @@
 //                in shared memory, then one lane per row.
 //   SmallKernel  a small whole array (one block) with sum, min and max only:
 //                the latency path, as lean as CUB's single-tile kernel.
+//
+// A plan with a validity mask or a NaN-skipping op takes the masking
+// variants instead (SliceKernel kNanSimple or kEvery, TeamKernel kEvery),
+// which read each vector's validity bits and test each element for NaN
+// (ThreadAgg::AddOk); the other kernels never see either, so plain plans
+// run exactly the code they ran before masks existed.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -39,6 +45,7 @@ struct AggArgs {
   using B = typename DevTraits<D>::B;
   using BE = typename DevTraits<D>::BE;
   const T* chunk;
+  const std::uint32_t* validity;  // the whole array's bitmap, or nullptr
   std::int64_t n;            // elements in the chunk
   std::uint64_t offset;      // global index of chunk[0]
   std::uint64_t row_length;  // 0: whole array
@@ -96,12 +103,22 @@ TALLY_DEV Segment SegmentOf(const AggArgs<D>& a, std::int64_t j) {
 // one block's u32 counters (HistSink::kShared16, one 1024-thread block per
 // SM); kFull has everything; kSimple is sum, min and max alone, lean enough
 // for long groups of loads; kHistOnly is a histogram alone (the common
-// request), lean enough for 4 blocks per SM. Six slice variants and two
-// team variants per dtype, not one per op subset.
-enum Variant : int { kLean = 0, kHist = 1, kFull = 2, kHistWide = 3, kSimple = 4, kHistOnly = 5 };
+// request), lean enough for 4 blocks per SM. The masking variants (a
+// validity mask, NaN-skipping ops): kNanSimple is sums, extremes and
+// counts, plain and NaN-skipping, as lean as kSimple; kEvery has every
+// field of both. Eight slice variants and three team variants per dtype,
+// not one per op subset.
+enum Variant : int {
+  kLean = 0, kHist = 1, kFull = 2, kHistWide = 3, kSimple = 4, kHistOnly = 5, kNanSimple = 6, kEvery = 7
+};
+constexpr bool MaskingVariant(int variant) { return variant == kNanSimple || variant == kEvery; }
 
 template <rules::DType D>
 TALLY_DEV Want VariantWant(Want w, int variant) {
+  if (!MaskingVariant(variant) || !DevTraits<D>::kFloat)
+    w.nsum = w.ncount = w.nmin = w.nmax = w.nmom = w.namin = w.namax = false;
+  if (!MaskingVariant(variant)) w.count = false;
+  if (variant == kNanSimple) w.sumsq = w.moments = w.argmin = w.argmax = w.hist = w.nmom = w.namin = w.namax = false;
   if (variant == kLean) w.moments = w.hist = false;
   if (variant == kHist || variant == kHistWide) w.moments = false;
   if (variant == kSimple) w.sumsq = w.moments = w.argmin = w.argmax = w.hist = false;
@@ -115,6 +132,8 @@ constexpr int SliceBlocksPerSm(int variant) {
          : variant == kFull ? Policy::kFullBlocksPerSm
          : variant == kSimple ? Policy::kSimpleBlocksPerSm
          : variant == kHistOnly ? Policy::kHistOnlyBlocksPerSm
+         : variant == kNanSimple ? Policy::kNanSimpleBlocksPerSm
+         : variant == kEvery ? Policy::kEveryBlocksPerSm
                             : 1;
 }
 // Whether the variant's loop keeps the next tile's loads in flight while it
@@ -140,6 +159,7 @@ constexpr int SliceVecs(int variant) {
          : variant == kHistWide ? Policy::HistWideVecs(kBytes)
          : variant == kSimple   ? Policy::SimpleVecs(kBytes)
          : variant == kLean     ? Policy::LeanVecs(kBytes)
+         : variant == kNanSimple ? Policy::SimpleVecs(kBytes)
                                 : Policy::VecsPerThread(kBytes);
 }
 // kHistWide: full tiles between barriers. A window between two barriers
@@ -193,9 +213,15 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   constexpr bool kDefer = kVariant == kHist || kVariant == kHistWide || kVariant == kFull;
   static_assert(!kDefer || DevTraits<D>::kVec > 4 || kU <= ThreadAgg<D>::kMaxGroupVecs,
                 "a deferred group must fit ArgOp::Resolve's loads");
-  ThreadAgg<D> agg(w, &hist, kDefer);
-  AccumulateRange<D, kU, kSync, SlicePipelined(kVariant), SliceWarpShare(kVariant)>(
-      a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s, a.slices);
+  constexpr bool kMasking = MaskingVariant(kVariant);
+  ThreadAgg<D, kMasking> agg(w, &hist, kDefer);
+  if constexpr (kMasking) {
+    AccumulateRangeOk<D, kU>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s,
+                             a.slices, a.validity, a.offset);
+  } else {
+    AccumulateRange<D, kU, kSync, SlicePipelined(kVariant), SliceWarpShare(kVariant)>(
+        a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s, a.slices);
+  }
   Partial<D> p = BlockReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(blockDim.x) * DevTraits<D>::kVec), w, red);
 
   if (w.hist) {
@@ -237,7 +263,8 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   // words only) before it uses any, so that each step costs about one
   // round trip to L2 rather than one per load.
   constexpr int kFlagLoads = Policy::kTailFlagLoads;
-  constexpr int kPartialLoads = (kVariant == kSimple || kVariant == kLean) ? Policy::kTailPartialLoads : 1;
+  constexpr int kPartialLoads =
+      (kVariant == kSimple || kVariant == kLean || kVariant == kNanSimple) ? Policy::kTailPartialLoads : 1;
   const unsigned words = PartialWords<D>(w);
   if (words == 0) return;  // a histogram alone: its counts are in the state already
   // One sequentially consistent fence per block, in thread 0: the barrier
@@ -286,11 +313,15 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   if (threadIdx.x == 0) StoreRow(a.state, seg.row, r, seg.fresh, w);
 }
 
-template <rules::DType D, bool kAll>
-__global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBlocksPerSm : Policy::kTeamLeanBlocksPerSm)
+// kVariant: kLean, kFull or kEvery (the masking one).
+template <rules::DType D, int kVariant>
+__global__ void __launch_bounds__(Policy::kThreads, kVariant == kLean ? Policy::kTeamLeanBlocksPerSm
+                                                    : kVariant == kFull ? Policy::kTeamFullBlocksPerSm
+                                                                        : Policy::kTeamEveryBlocksPerSm)
     TeamKernel(const AggArgs<D> a) {
   using B = typename DevTraits<D>::B;
-  const Want w = VariantWant<D>(a.want, kAll ? kFull : kLean);
+  constexpr bool kMasking = MaskingVariant(kVariant);
+  const Want w = VariantWant<D>(a.want, kVariant);
   const int g = a.team_lanes;
   const std::int64_t gtid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t team = gtid / g;
@@ -304,8 +335,13 @@ __global__ void __launch_bounds__(Policy::kThreads, kAll ? Policy::kTeamFullBloc
     HistThread<B, typename DevTraits<D>::BE> hist{a.binner, nullptr, nullptr,
                        w.hist && active ? a.state.hist + seg.row * a.hist_stride : nullptr, 0,
                        HistSink::kGlobal, a.quick};
-    ThreadAgg<D> agg(w, &hist);
-    AccumulateRange<D>(a.chunk, seg.begin, seg.end, lane, g, seg.shift, agg);
+    ThreadAgg<D, kMasking> agg(w, &hist);
+    if constexpr (kMasking) {
+      AccumulateRangeOk<D, Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T)))>(
+          a.chunk, seg.begin, seg.end, lane, g, seg.shift, agg, 0, 1, a.validity, a.offset);
+    } else {
+      AccumulateRange<D>(a.chunk, seg.begin, seg.end, lane, g, seg.shift, agg);
+    }
     const Partial<D> p = TeamReduce(agg.Finish(a.chunk, seg.shift, static_cast<std::int64_t>(g) * DevTraits<D>::kVec), g, w);
     if (active && lane == 0) StoreRow(a.state, seg.row, p, seg.fresh, w);
   }
@@ -471,11 +507,19 @@ inline std::int64_t CeilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1)
 
 inline bool NeedsFull(const Want& w) { return w.moments || w.hist; }
 
+
 template <rules::DType D>
 using KernelFn = void (*)(AggArgs<D>);
+// The team kernel for a plan's rows.
+template <rules::DType D>
+KernelFn<D> TeamKernelFor(const Want& w) {
+  if (w.Masking()) return TeamKernel<D, kEvery>;
+  return NeedsFull(w) ? TeamKernel<D, kFull> : TeamKernel<D, kLean>;
+}
 
 template <rules::DType D>
 KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
+  if (w.Masking()) return w.OnlySimpleMasking() ? SliceKernel<D, kNanSimple> : SliceKernel<D, kEvery>;
   if (w.moments) return SliceKernel<D, kFull>;
   if (w.OnlyHistogram() && !wide) return SliceKernel<D, kHistOnly>;
   if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
@@ -496,7 +540,7 @@ bool Small(const AggregatePlan& plan, std::uint64_t n, std::uint64_t offset, con
 // Histograms whose u32 counters do not fit one block and that need no
 // moments take SliceKernel<kHistWide> (Policy::kHistWideThreads).
 inline bool WideHistogram(const AggregatePlan& plan, const Want& w) {
-  return w.hist && !w.moments &&
+  return w.hist && !w.moments && !w.Masking() &&
          static_cast<std::int64_t>(plan.histogram.bins + 3) * 4 > Policy::kHistCountBytesPerBlock;
 }
 
@@ -510,9 +554,9 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   constexpr int K = DevTraits<D>::kVec;
   LaunchShape sh{};
   sh.segments = segments;
-  const Want w = Want::From(plan.ops);
-  const bool full = NeedsFull(w);
-  const auto team_kernel = full ? TeamKernel<D, true> : TeamKernel<D, false>;
+  const Want w = Want::From(plan.ops, plan.validity != nullptr);
+  const bool full = NeedsFull(w) || w.Masking();
+  const auto team_kernel = TeamKernelFor<D>(w);
   sh.wide = WideHistogram(plan, w);
   sh.threads = sh.wide ? Policy::kHistWideThreads : Policy::kThreads;
   const auto slice_kernel = SliceKernelFor<D>(w, sh.wide);
@@ -636,7 +680,7 @@ cudaError_t ScratchBytesFor(const AggregatePlan& plan, std::uint64_t max_chunk,
     TALLY_CUDA_TRY(ShapeFor<D>(plan, n1, 1, dev, false, &one_row));
     if (one_row.slices > sh.slices) sh.slices = one_row.slices;
   }
-  *bytes = ScratchOf(sh, sizeof(Partial<D>), PartialWords<D>(Want::From(plan.ops)));
+  *bytes = ScratchOf(sh, sizeof(Partial<D>), PartialWords<D>(Want::From(plan.ops, plan.validity != nullptr)));
   return cudaSuccess;
 }
 
@@ -649,10 +693,11 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   using B = typename DevTraits<D>::B;
   AggArgs<D> a{};
   a.chunk = static_cast<const T*>(chunk);
+  a.validity = plan.validity;
   a.n = static_cast<std::int64_t>(n);
   a.offset = offset;
   a.row_length = plan.row_length;
-  a.want = Want::From(plan.ops);
+  a.want = Want::From(plan.ops, plan.validity != nullptr);
   if (plan.row_length == 0) {
     a.first_row = 0;
     a.segments = 1;
@@ -674,7 +719,17 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
                       static_cast<std::int64_t*>(at(lay.argmax)),
                       at(lay.argmax_value),
                       static_cast<unsigned long long*>(at(lay.histograms)),
-                      lay.histogram_stride};
+                      lay.histogram_stride,
+                      static_cast<unsigned long long*>(at(lay.count)),
+                      static_cast<double*>(at(lay.nan_sum)),
+                      static_cast<unsigned long long*>(at(lay.nan_count)),
+                      at(lay.nan_min),
+                      at(lay.nan_max),
+                      at(lay.nan_moments),
+                      static_cast<std::int64_t*>(at(lay.nan_argmin)),
+                      at(lay.nan_argmin_value),
+                      static_cast<std::int64_t*>(at(lay.nan_argmax)),
+                      at(lay.nan_argmax_value)};
   if (a.want.hist) {
     a.binner = rules::HistogramBinner<B, typename DevTraits<D>::BE>::Make(plan.histogram.bins, plan.histogram.lo, plan.histogram.hi);
     a.hist_stride = lay.histogram_stride;
@@ -706,8 +761,7 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   a.cluster = sh.cluster;
   a.per_rank = sh.per_rank;
   a.edge_table = sh.edge_table;
-  const bool full = NeedsFull(a.want);
-  const auto team_kernel = full ? TeamKernel<D, true> : TeamKernel<D, false>;
+  const auto team_kernel = TeamKernelFor<D>(a.want);
   const auto slice_kernel = SliceKernelFor<D>(a.want, sh.wide);
   if (sh.rowvec) {
     RowVecKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, 0, stream>>>(a);

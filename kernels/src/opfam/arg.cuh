@@ -139,6 +139,51 @@ struct ArgOp {
     at += (i / K) * stride + i % K;
     pending = 0;
   }
+  // Visit a group of which only some elements take part (the masking
+  // kernels): y holds each element, or the op's identity in place of one
+  // that does not take part (ok[v] bit e clear: masked, or NaN for the
+  // NaN-skipping ops; ok[v] is 0 for v >= nvec). The group's extreme over y
+  // is then the extreme of the elements that take part (NaN-propagating:
+  // NaN only when one that takes part is NaN), and the first occurrence is
+  // looked for among those alone, so an identity standing in for another
+  // element is never picked, even where it equals the extreme (a row of
+  // +inf for argmin). A group with none that take part changes nothing.
+  template <int V, int K>
+  static TALLY_DEV void UpdateGroupOk(T& best, std::int64_t& at, const T (&y)[V][K],
+                                      const std::int64_t (&base)[V], int nvec,
+                                      const unsigned (&ok)[V]) {
+    static_assert(V * K <= 32);
+    unsigned any = 0;
+#pragma unroll
+    for (int v = 0; v < V; ++v) any |= ok[v];
+    if (any == 0) return;
+    T m = kMax ? ExtremeOp<D>::MaxIdentity() : ExtremeOp<D>::MinIdentity();
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (v < nvec) {
+#pragma unroll
+        for (int e = 0; e < K; ++e) m = kMax ? ExtremeOp<D>::Max(m, y[v][e]) : ExtremeOp<D>::Min(m, y[v][e]);
+      }
+    bool take = kMax ? (m > best) : (m < best);
+    if constexpr (DevTraits<D>::kFloat) take = take || (m != m && best == best);
+    if (!(take || at < 0)) return;
+    const bool nan = m != m;
+    unsigned hits = 0;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+      for (int e = 0; e < K; ++e) {
+        const bool hit = nan ? y[v][e] != y[v][e] : y[v][e] == m;
+        hits |= (((ok[v] >> e) & 1u) != 0 && hit) ? 1u << (v * K + e) : 0u;
+      }
+    const int i = __ffs(static_cast<int>(hits)) - 1;  // m is one of them
+    const int vi = i / K;
+    std::int64_t b = base[0];
+#pragma unroll
+    for (int v = 1; v < V; ++v) b = vi == v ? base[v] : b;
+    at = b + (i - vi * K);
+    best = m;
+  }
   static TALLY_DEV rules::ArgCandidate<E> Merge(const rules::ArgCandidate<E>& a,
                                               const rules::ArgCandidate<E>& b) {
     return rules::PickArg<kMax>(a, b);

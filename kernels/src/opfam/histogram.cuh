@@ -246,6 +246,23 @@ struct HistThread {
         for (int e = 0; e < K; ++e) CountRun(slot[v][e]);
       }
   }
+  // CountGroup for the masking kernels: only the elements whose bit is set
+  // in vm[v] (bit e of vector v) are counted; a masked one is counted
+  // nowhere, not even as below, above or NaN.
+  template <int V, int K>
+  TALLY_DEV void CountGroupOk(const std::int32_t (&slot)[V][K], int nvec, const unsigned (&vm)[V]) {
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if (v < nvec) {
+#pragma unroll
+        for (int e = 0; e < K; ++e) {
+          if (((vm[v] >> e) & 1u) == 0) continue;
+          if (!Policy::kSharedRunLength && sink == HistSink::kShared) atomicAdd(counts + slot[v][e], 1u);
+          else if (sink == HistSink::kShared16) Count16(slot[v][e], 1);
+          else CountRun(slot[v][e]);
+        }
+      }
+  }
   // One more in `slot`, counted by runs (Emit at each change of slot).
   TALLY_DEV void CountRun(std::int32_t slot) {
     if (slot == run_slot) {

@@ -36,6 +36,11 @@
 //   same stream. Calls are asynchronous on `stream`.
 // - Errors come back as cudaError_t (cudaErrorInvalidValue for a bad plan or
 //   argument); tally::cuda::LastErrorWhere() says where a CUDA call failed.
+// - A validity mask (plan.validity) makes every op skip the elements whose
+//   bit is 0, as if it ran on x[valid]; the NaN-skipping ops (float dtypes)
+//   skip NaNs too, as numpy's nan-functions do. Both run in the same single
+//   pass, beside any plain ops; plans with neither run the kernels they ran
+//   before (a mask costs nothing when there is none).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -61,10 +66,26 @@ struct AggregatePlan {
   std::uint64_t length = 0;
   // 0: the whole array is one row. N > 0: rows of N elements; N divides length.
   std::uint64_t row_length = 0;
+  // Arrow's validity bitmap of the whole array, on the device, or nullptr
+  // (every element valid). Bit i (bit i % 32 of the little-endian 32-bit
+  // word i / 32, i.e. bit i % 8 of byte i / 8: tally/rules/validity.h) is
+  // element i, counted over all chunks from the array's start; 1 = valid.
+  // 4-byte aligned and readable up to ceil(length / 32) words; the bits
+  // past `length` are ignored. With a mask the result stores each row's
+  // valid elements (ResultLayout::count), an all-masked row is empty (sum 0,
+  // moments count 0, min/max the identities below, argmin/argmax -1), and
+  // argmin/argmax indices still count every element from the row start.
+  const std::uint32_t* validity = nullptr;
 };
 
 // cudaSuccess, or cudaErrorInvalidValue when the plan breaks the v1 limits.
 [[nodiscard]] cudaError_t Validate(const AggregatePlan& plan);
+
+// The NaN-skipping ops (kNanSum ... kNanCount) a plan may ask for: float
+// dtypes only (on integers and bool they are the plain ops, as in numpy, and
+// Validate refuses their bits there).
+inline constexpr rules::OpMask kNanOps =
+    (rules::Bit(rules::OpKind::kNanCount) << 1) - rules::Bit(rules::OpKind::kNanSum);
 
 // Rows reported: 1 for a whole array, length / row_length when segmented.
 std::uint64_t RowsOf(const AggregatePlan& plan);
@@ -87,13 +108,31 @@ union Scalar {
 //   argmin/argmax               int64[rows], index from the row start
 //   argmin_value/argmax_value   Scalar[rows], the element at that index
 //   histograms   uint64[rows][histogram_stride]: counts[bins], below, above, nan
-// Absent ops leave their arrays out; nothing is stored for kCount.
+//   count        uint64[rows], the valid elements (plans with a validity mask)
+// The NaN-skipping ops' fields, over the (valid) elements that are not NaN:
+//   nan_count    uint64[rows], for every NaN-skipping op (numpy.nancount;
+//                0 says the row had none: nanmin/nanmax/nanargmin/
+//                nanargmax then have no value, nanmean/nanvar NaN)
+//   nan_sum      double[rows] (numpy.nansum: 0 when there are none)
+//   nan_min, nan_max              Scalar[rows] (f64); +inf / -inf when none
+//   nan_moments  rules::Moments[rows] (nanmean, nanvar, nanstd)
+//   nan_argmin/nan_argmax         int64[rows], the first occurrence of the
+//                                 non-NaN extreme from the row start; -1 when none
+//   nan_argmin_value/nan_argmax_value   Scalar[rows] (f64), the element there
+// The extremes' identities, which an empty row holds: +inf / -inf for float
+// dtypes, the dtype's max / lowest for integers (in Scalar's member).
+// Absent ops leave their arrays out; nothing is stored for kCount without a
+// mask.
 struct ResultLayout {
   static constexpr std::size_t kAbsent = ~std::size_t{0};
   std::uint64_t rows = 0;
   std::size_t sum = kAbsent, min = kAbsent, max = kAbsent, moments = kAbsent,
               sum_squares = kAbsent, argmin = kAbsent, argmin_value = kAbsent, argmax = kAbsent,
               argmax_value = kAbsent, histograms = kAbsent;
+  std::size_t count = kAbsent;
+  std::size_t nan_count = kAbsent, nan_sum = kAbsent, nan_min = kAbsent, nan_max = kAbsent,
+              nan_moments = kAbsent, nan_argmin = kAbsent, nan_argmin_value = kAbsent,
+              nan_argmax = kAbsent, nan_argmax_value = kAbsent;
   std::uint32_t histogram_stride = 0;  // bins + 3
   std::size_t bytes = 0;               // state bytes = result bytes
 };
@@ -134,8 +173,9 @@ class ResultView {
 
   const ResultLayout& layout() const { return layout_; }
   std::uint64_t Rows() const { return layout_.rows; }
+  // The row's elements; with a validity mask, its valid elements (stored).
   std::uint64_t Count(std::uint64_t row) const {
-    (void)row;
+    if (layout_.count != ResultLayout::kAbsent) return At<std::uint64_t>(layout_.count, row);
     return plan_.row_length == 0 ? plan_.length : plan_.row_length;
   }
   Scalar Sum(std::uint64_t r) const { return At<Scalar>(layout_.sum, r); }
@@ -159,6 +199,24 @@ class ResultView {
   std::uint64_t HistogramBelow(std::uint64_t r) const { return Histogram(r)[layout_.histogram_stride - 3]; }
   std::uint64_t HistogramAbove(std::uint64_t r) const { return Histogram(r)[layout_.histogram_stride - 2]; }
   std::uint64_t HistogramNan(std::uint64_t r) const { return Histogram(r)[layout_.histogram_stride - 1]; }
+
+  // The NaN-skipping ops, over the row's (valid) elements that are not NaN.
+  // NanCount(r) == 0: none; then NanSum is 0, NanMin/NanMax hold +inf/-inf
+  // (no value: numpy warns and answers NaN), NanMean and NanVariance are
+  // NaN, NanArgmin/NanArgmax are -1 (numpy raises).
+  std::uint64_t NanCount(std::uint64_t r) const { return At<std::uint64_t>(layout_.nan_count, r); }
+  double NanSum(std::uint64_t r) const { return At<double>(layout_.nan_sum, r); }
+  Scalar NanMin(std::uint64_t r) const { return At<Scalar>(layout_.nan_min, r); }
+  Scalar NanMax(std::uint64_t r) const { return At<Scalar>(layout_.nan_max, r); }
+  rules::Moments NanMoments(std::uint64_t r) const { return At<rules::Moments>(layout_.nan_moments, r); }
+  double NanMean(std::uint64_t r) const { return rules::MeanOf(NanMoments(r)); }
+  // numpy.nanvar / nanstd: NaN where count - ddof <= 0.
+  double NanVariance(std::uint64_t r, double ddof) const { return rules::NanVarianceOf(NanMoments(r), ddof); }
+  double NanStddev(std::uint64_t r, double ddof) const { return rules::NanStddevOf(NanMoments(r), ddof); }
+  std::int64_t NanArgmin(std::uint64_t r) const { return At<std::int64_t>(layout_.nan_argmin, r); }
+  std::int64_t NanArgmax(std::uint64_t r) const { return At<std::int64_t>(layout_.nan_argmax, r); }
+  Scalar NanArgminValue(std::uint64_t r) const { return At<Scalar>(layout_.nan_argmin_value, r); }
+  Scalar NanArgmaxValue(std::uint64_t r) const { return At<Scalar>(layout_.nan_argmax_value, r); }
 
  private:
   template <typename V>
