@@ -303,5 +303,71 @@ TEST(EngineResident, SegmentsOnDeviceBytesGiveTheCpuAnswer) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Validity masks and the NaN-skipping ops on the fused kernels: GPU
+// datasets (whole and in shards) and host bytes on a lane give the cpu
+// backend's answers; rows with no valid element are refused as there.
+TEST(EngineResident, MasksAndNanOpsOnTheGpuGiveTheCpuAnswer) {
+  TALLY_REQUIRE_GPU();
+  auto cuda = MakeCuda(TestOptions());
+  ASSERT_NE(cuda, nullptr);
+  auto cpu = MakeCpu();
+  DatasetStore whole(*cuda, DatasetOptions{.shards = 1}, nullptr);
+  DatasetStore sharded(*cuda, DatasetOptions{.shards = 3, .min_shard_bytes = 1}, nullptr);
+  std::mt19937_64 rng(std::random_device{}());
+  const std::uint64_t n = 3 * 1024 * 1024 + 77;
+  for (const DType dt : rules::kAllDTypes) {
+    std::vector<std::byte> data = RandomArray(dt, n, rng(), true);
+    if (rules::IsFloat(dt)) {  // a few NaNs for the nan-ops to skip
+      const std::size_t es = rules::SizeOf(dt);
+      for (std::uint64_t i = 5; i < n; i += 100003) {
+        for (std::size_t b = 0; b < es; ++b) data[i * es + b] = std::byte{0xff};
+      }
+    }
+    std::vector<std::uint32_t> words((n + 31) / 32);
+    for (std::uint32_t& w : words) w = static_cast<std::uint32_t>(rng()) | static_cast<std::uint32_t>(rng());
+    words.back() &= (std::uint32_t{1} << (n % 32)) - 1;
+    for (DatasetStore* store : {&whole, &sharded}) {
+      auto up = store->BeginUpload("m", dt, n, /*replace=*/true, std::nullopt);
+      ASSERT_TRUE(up.ok()) << up.status();
+      ASSERT_TRUE((*up)->Append(Extent::PageableHost(data)).ok());
+      ASSERT_TRUE((*up)->Commit().ok());
+    }
+    for (const std::uint64_t row_length : {std::uint64_t{0}, n}) {
+      std::vector<OpSpec> ops = {Op(OpKind::kSum), Op(OpKind::kMean), Op(OpKind::kCount), Op(OpKind::kMin),
+                                 Op(OpKind::kArgmax), Op(OpKind::kVariance, 1.0)};
+      if (row_length == 0) {  // nan-ops have no partial state: not across shards
+        for (const OpKind k : {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanMin, OpKind::kNanArgmax,
+                               OpKind::kNanCount, OpKind::kNanStddev}) {
+          ops.push_back(Op(k));
+        }
+      }
+      AggregationPlan plan = Plan(dt, n, row_length, ops);
+      plan.array.validity = std::make_shared<const std::vector<std::uint32_t>>(words);
+      absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
+      ASSERT_TRUE(ref.ok()) << ref.status();
+      for (DatasetStore* store : {&whole, &sharded}) {
+        if (row_length == 0 && store == &sharded) continue;
+        auto d = store->Acquire("m");
+        ASSERT_TRUE(d.ok());
+        const std::string what = std::string(rules::Name(dt)) + (store == &sharded ? ", sharded" : ", whole");
+        absl::StatusOr<AggregationResult> got = ReducePieces(*cuda, plan, (*d)->Pieces(0, n), [] { return false; });
+        ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+        EXPECT_EQ(got->backend, "cuda") << what;
+        ExpectSame(plan, *ref, *got, /*exact=*/false, what);
+      }
+      if (HasFailure()) return;
+    }
+  }
+  // A row with no valid element: min is refused naming it, on the GPU too.
+  auto d = whole.Acquire("m");
+  ASSERT_TRUE(d.ok());
+  const DType dt = (*d)->info().dtype;
+  AggregationPlan empty_row = Plan(dt, n, 0, {Op(OpKind::kSum), Op(OpKind::kMin)});
+  empty_row.array.validity = std::make_shared<const std::vector<std::uint32_t>>((n + 31) / 32, 0u);
+  const absl::Status refused = ReducePieces(*cuda, empty_row, (*d)->Pieces(0, n), [] { return false; }).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("the array has no valid elements"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace tally::engine_test

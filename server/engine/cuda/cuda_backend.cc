@@ -100,19 +100,20 @@ class CudaBackend final : public Backend {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
-    // The kernels do not compute the NaN-skipping ops, prod, count_nonzero,
-    // any, all or ptp yet. Bytes in host memory go to the CPU backend,
-    // decided by the plan alone like every route here; bytes on a GPU
-    // cannot, so those requests are refused.
+    // The fused kernels compute the ops before kNanSum and the NaN-skipping
+    // ones, not prod, count_nonzero, any, all or ptp yet. Bytes in host
+    // memory go to the CPU backend for those, decided by the plan alone like
+    // every route here; bytes on a GPU cannot, so those requests are refused.
     // Variable-length segments: host bytes on the CPU (the fused kernels
     // reduce equal rows only); device bytes with the segmented kernels,
     // which compute sum, min, max, mean and count.
-    // Validity masks: read by the CPU backend for now.
-    if (plan.array.masked()) {
+    // Validity masks: the fused kernels read them; the segmented ones do not.
+    if (plan.array.masked() && plan.array.variable()) {
       if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
       return absl::FailedPreconditionError(
-          "the GPU kernels do not read validity masks yet; masked arrays run on the CPU backend, which cannot read "
-          "GPU memory: send this array's bytes from host memory, or aggregate it without a mask.");
+          "the GPU kernels do not read a validity mask with variable-length segments (offsets); those run on the "
+          "CPU backend, which cannot read GPU memory: send this array's bytes from host memory, or aggregate it "
+          "with either offsets or a mask.");
     }
     if (plan.array.variable()) {
       if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
@@ -131,12 +132,14 @@ class CudaBackend final : public Backend {
       return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
     }
     const auto cpu_only = std::find_if(plan.ops.begin(), plan.ops.end(),
-                                       [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });
+                                       [](const OpSpec& op) {
+                                         return !rules::RunsOnKernels(op.kind) && !rules::IsNanSkipping(op.kind);
+                                       });
     if (cpu_only != plan.ops.end()) {
       if (from.memory == Memory::kDevice) {
         return absl::FailedPreconditionError(absl::StrCat(
             "the GPU kernels do not compute ", rules::Name(cpu_only->kind),
-            " (nor the other NaN-skipping ops, prod, count_nonzero, any, all or ptp) yet; they run on the "
+            " (nor prod, count_nonzero, any, all or ptp) yet; they run on the "
             "CPU backend, which cannot read GPU memory: aggregate this GPU dataset or CUDA IPC region "
             "without them, or send its bytes from host memory."));
       }

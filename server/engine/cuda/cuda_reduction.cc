@@ -42,11 +42,14 @@ namespace {
 
 using rules::Bit;
 
-rules::OpMask MaskOf(OpKind k) {
+// The kernel op bits for `k` over `dtype`: on integer dtypes the
+// NaN-skipping ops are their plain ops (numpy's rule), as the kernels take
+// them. Without a mask count is derived; with one a pass stores it.
+rules::OpMask MaskOf(OpKind k, DType dtype, bool masked) {
   switch (k) {
-    case OpKind::kCount:
-    case OpKind::kHistogram: return 0;  // count is derived; histograms get their own pass
-    default: return Bit(k);
+    case OpKind::kCount: return masked ? Bit(k) : 0;
+    case OpKind::kHistogram: return 0;  // histograms get their own pass
+    default: return Bit(rules::IsFloat(dtype) ? k : rules::PlainOf(k));
   }
 }
 
@@ -87,7 +90,7 @@ class CudaReduction final : public Reduction {
   CudaReduction(const AggregationPlan& plan, PassPlan passes, DevicePool::Lease lease,
                 EngineContext* engine, std::uint64_t device_cut)
       : plan_(plan),
-        passes_(std::move(passes)),
+        passes_(ReadingMaskFrom(std::move(passes), lease.lane())),
         engine_(engine),
         lease_(std::move(lease)),
         lane_(lease_.lane()),
@@ -96,6 +99,16 @@ class CudaReduction final : public Reduction {
         elem_(rules::SizeOf(plan.array.dtype)),
         chunk_elems_(lane_->chunk_bytes() / elem_),
         device_cut_(std::max<std::uint64_t>(device_cut, 1)) {}
+
+  // The passes with their plans pointing at the mask's place in `lane`'s
+  // state, where Launch() copies it before the first chunk.
+  static PassPlan ReadingMaskFrom(PassPlan passes, DeviceLane* lane) {
+    if (passes.mask_bytes > 0) {
+      const auto* words = reinterpret_cast<const std::uint32_t*>(lane->state() + passes.mask_offset);
+      for (Pass& pass : passes.passes) pass.plan.validity = words;
+    }
+    return passes;
+  }
 
   ~CudaReduction() override {
     if (!lease_) return;
@@ -197,6 +210,7 @@ class CudaReduction final : public Reduction {
         }
       }
     }
+    if (absl::Status s = CheckRowsHaveValues(); !s.ok()) return s;
     AggregationResult result = Collect();
     result.backend = "cuda";
     result.device = engine_->devices->DeviceName(lane_->device());
@@ -349,6 +363,14 @@ class CudaReduction final : public Reduction {
   // Every pass over `elements` at `d_data` on the device, the array's next
   // elements.
   absl::Status Launch(const void* d_data, std::uint64_t elements) {
+    if (!launched_ && passes_.mask_bytes > 0) {
+      // The mask goes into the lane's state once, ahead of the first
+      // chunk on the same stream; every pass reads it from there.
+      std::byte* words = lane_->state() + passes_.mask_offset;
+      const cudaError_t err = cudaMemcpyAsync(words, plan_.array.validity->data(), passes_.mask_bytes,
+                                              cudaMemcpyHostToDevice, lane_->compute_stream().get());
+      if (err != cudaSuccess) return Fail(err, "copying the validity mask");
+    }
     for (const Pass& pass : passes_.passes) {
       const cudaError_t err = kernels::Accumulate(
           pass.plan, d_data, elements, offset_, lane_->state() + pass.state_offset,
@@ -393,11 +415,14 @@ class CudaReduction final : public Reduction {
     return failed_;
   }
 
-  // The op's state of row `r` from a finished pass's result.
+  // The op's state of row `r` from a finished pass's result. A
+  // NaN-skipping op's state covers the elements that are not NaN.
   static rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultView& v,
-                                     std::uint64_t r, std::uint64_t count) {
+                                     std::uint64_t r) {
     rules::PartialState s;
-    s.count = count;
+    const bool nan_op = rules::IsNanSkipping(op.kind) && rules::IsFloat(dt);
+    const OpKind kind = rules::IsFloat(dt) ? op.kind : rules::PlainOf(op.kind);
+    s.count = nan_op ? v.NanCount(r) : v.Count(r);
     if (op.kind == OpKind::kHistogram) {
       const std::uint64_t* h = v.Histogram(r);
       s.histogram.counts.assign(h, h + op.histogram.bins);
@@ -406,8 +431,8 @@ class CudaReduction final : public Reduction {
       s.histogram.nan = v.HistogramNan(r);
       return s;
     }
-    if (count == 0) return s;  // the empty state: sums 0, no extreme, index -1
-    switch (op.kind) {
+    if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
+    switch (kind) {
       case OpKind::kSum: PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
       case OpKind::kMin: PutScalar(dt, v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
       case OpKind::kMax: PutScalar(dt, v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
@@ -426,11 +451,54 @@ class CudaReduction final : public Reduction {
         PutScalar(dt, v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
         s.index = v.Argmax(r) + static_cast<std::int64_t>(op.base_index);
         break;
+      case OpKind::kNanSum: s.float_sum = v.NanSum(r); break;
+      case OpKind::kNanMin: s.float_extreme = v.NanMin(r).f64; break;
+      case OpKind::kNanMax: s.float_extreme = v.NanMax(r).f64; break;
+      case OpKind::kNanMean: s.mean = v.NanMoments(r).mean; break;
+      case OpKind::kNanVariance:
+      case OpKind::kNanStddev:
+        s.mean = v.NanMoments(r).mean;
+        s.m2 = v.NanMoments(r).m2;
+        break;
+      case OpKind::kNanArgmin:
+        s.float_extreme = v.NanArgminValue(r).f64;
+        s.index = v.NanArgmin(r) + static_cast<std::int64_t>(op.base_index);
+        break;
+      case OpKind::kNanArgmax:
+        s.float_extreme = v.NanArgmaxValue(r).f64;
+        s.index = v.NanArgmax(r) + static_cast<std::int64_t>(op.base_index);
+        break;
       case OpKind::kCount:
+      case OpKind::kNanCount:
       case OpKind::kHistogram: break;
       default: break;  // ops past the kernels' (RunsOnKernels) never reach them (CudaBackend::Start)
     }
     return s;
+  }
+
+  // A row's answer that only the data can refuse: an op with no value on
+  // an empty array over a row whose elements are all masked out, or
+  // nanargmin/nanargmax over an all-NaN row (numpy raises for both).
+  absl::Status CheckRowsHaveValues() const {
+    const ArraySpec& a = plan_.array;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const OpSpec& op = plan_.ops[i];
+      const bool empty_refused = a.masked() && rules::NeedsNonEmpty(op);
+      const bool all_nan_refused = rules::NeedsNonNan(op.kind) && rules::IsFloat(a.dtype);
+      if (passes_.op_pass[i] < 0 || !(empty_refused || all_nan_refused)) continue;
+      const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
+      const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
+      for (std::uint64_t r = 0; r < a.rows(); ++r) {
+        if (empty_refused && v.Count(r) == 0) return NoValidElements(plan_.NameOf(i), a, r);
+        if (all_nan_refused && v.NanCount(r) == 0 && v.Count(r) > 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              rules::Name(op.kind), ": ",
+              a.segmented() ? absl::StrCat(a.RowWord(), " ", r, " is") : std::string("the array is"),
+              " all NaN, and an all-NaN slice has no index of its extreme (numpy raises)."));
+        }
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Every op's per-row results from the passes' states, through the
@@ -444,7 +512,7 @@ class CudaReduction final : public Reduction {
     for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
       const OpSpec& op = plan_.ops[i];
       OpValues values = EmptyValues(op, a.dtype, rows);
-      if (op.kind == OpKind::kCount) {
+      if (passes_.op_pass[i] < 0) {  // count without a mask
         for (std::uint64_t r = 0; r < rows; ++r) {
           rules::PartialState state;
           state.count = count;
@@ -453,7 +521,7 @@ class CudaReduction final : public Reduction {
       } else {
         const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
         const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
-        for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, StateOf(op, a.dtype, v, r, count), values);
+        for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, StateOf(op, a.dtype, v, r), values);
       }
       result.values.push_back(std::move(values));
     }
@@ -534,8 +602,9 @@ PassPlan PlanPasses(const AggregationPlan& plan) {
   base.dtype = plan.array.dtype;
   base.length = plan.array.length;
   base.row_length = plan.array.row_length;
+  const bool masked = plan.array.masked();
   rules::OpMask fused = 0;
-  for (const OpSpec& op : plan.ops) fused |= MaskOf(op.kind);
+  for (const OpSpec& op : plan.ops) fused |= MaskOf(op.kind, plan.array.dtype, masked);
 
   // Pass 0: the fused ops, with the first histogram if there is one.
   out.op_pass.assign(plan.ops.size(), -1);
@@ -548,7 +617,7 @@ PassPlan PlanPasses(const AggregationPlan& plan) {
   }
   for (std::size_t i = 0; i < plan.ops.size(); ++i) {
     const OpSpec& op = plan.ops[i];
-    if (op.kind == OpKind::kCount) continue;
+    if (op.kind == OpKind::kCount && !masked) continue;
     if (op.kind != OpKind::kHistogram) {
       out.op_pass[i] = 0;
       continue;
@@ -571,6 +640,11 @@ PassPlan PlanPasses(const AggregationPlan& plan) {
     p.layout = kernels::LayoutOf(p.plan);
     p.state_offset = out.state_bytes;
     out.state_bytes += (p.layout.bytes + 255) / 256 * 256;
+  }
+  if (masked) {
+    out.mask_offset = out.state_bytes;
+    out.mask_bytes = plan.array.validity->size() * sizeof(std::uint32_t);
+    out.state_bytes += (out.mask_bytes + 255) / 256 * 256;
   }
   return out;
 }

@@ -32,8 +32,12 @@ struct Pass {
 };
 
 struct PassPlan {
-  std::vector<Pass> passes;  // empty when only kCount is asked for
-  std::vector<int> op_pass;  // per op of the request: its pass; -1 for kCount
+  std::vector<Pass> passes;  // empty when only kCount is asked for, without a mask
+  std::vector<int> op_pass;  // per op of the request: its pass; -1 for kCount without a mask
+  // A validity mask's words follow the passes' states in the lane's state
+  // memory (mask_bytes 0: no mask); the passes read it from there.
+  std::size_t mask_offset = 0;
+  std::size_t mask_bytes = 0;
   std::size_t state_bytes = 0;
 };
 
