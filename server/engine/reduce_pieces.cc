@@ -167,15 +167,15 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
                                                std::span<const PlacedPiece> pieces,
                                                const std::function<bool()>& cancelled,
                                                const std::function<void(const char*)>& phase) {
-  // Device bytes are read by the kernels, whose ops all have partial
-  // states; the others would be refused at Start as partial requests,
-  // with a message about partial states that nobody asked for.
+  // The shards' parts are merged from partial states; an op without them
+  // would be refused at Start as a partial request, with a message about
+  // partial states that nobody asked for.
   for (const OpSpec& op : plan.ops) {
     if (!rules::HasPartialState(op.kind)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          rules::Name(op.kind), " cannot be merged across a dataset's shards, and the GPU kernels do not compute "
-          "it (nor the other NaN-skipping ops, prod, count_nonzero, any, all or ptp): aggregate this dataset "
-          "without it."));
+          rules::Name(op.kind), " has no partial state yet (nor have the other NaN-skipping ops, prod, "
+          "count_nonzero, any, all and ptp), so it cannot be merged across a dataset's shards: aggregate this "
+          "dataset without it, or upload it in one shard."));
     }
   }
   std::vector<Job> jobs;

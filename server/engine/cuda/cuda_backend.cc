@@ -132,9 +132,7 @@ class CudaBackend final : public Backend {
       return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
     }
     const auto cpu_only = std::find_if(plan.ops.begin(), plan.ops.end(),
-                                       [](const OpSpec& op) {
-                                         return !rules::RunsOnKernels(op.kind) && !rules::IsNanSkipping(op.kind);
-                                       });
+                                       [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });
     if (cpu_only != plan.ops.end()) {
       if (from.memory == Memory::kDevice) {
         return absl::FailedPreconditionError(absl::StrCat(

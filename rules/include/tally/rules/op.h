@@ -42,8 +42,9 @@ enum class OpKind : std::uint8_t {
   kMinMax,
 };
 inline constexpr int kNumOpKinds = 26;
-// The GPU kernels compute the ops before kNanSum; the CUDA backend hands
-// plans with any later op (RunsOnKernels) to the CPU backend.
+// The ops before kNanSum: the v1 ops, the ones with partial states. The GPU
+// kernels compute them and the NaN-skipping ones (RunsOnKernels); the CUDA
+// backend hands plans with any other op to the CPU backend.
 inline constexpr int kNumKernelOpKinds = 11;
 
 constexpr const char* Name(OpKind k) {
@@ -81,13 +82,14 @@ constexpr const char* Name(OpKind k) {
 // The NaN-skipping ops (numpy.nansum, ...).
 constexpr bool IsNanSkipping(OpKind k) { return k >= OpKind::kNanSum && k <= OpKind::kNanCount; }
 
-// Whether the GPU kernels compute the op (the kinds before kNanSum).
-constexpr bool RunsOnKernels(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds; }
+// Whether the GPU kernels compute the op: the kinds before kNanSum, and the
+// NaN-skipping ones.
+constexpr bool RunsOnKernels(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds || IsNanSkipping(k); }
 
 // Ops whose partial states the wire and the clients do not carry yet (the
 // NaN-skipping ops, product, count_nonzero, any, all and ptp); a request
 // for one's partial state is refused.
-constexpr bool HasPartialState(OpKind k) { return RunsOnKernels(k); }
+constexpr bool HasPartialState(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds; }
 
 // Values an op answers per row: two for kMinMax (min, then max), else one.
 constexpr int ValuesPerRow(OpKind k) { return k == OpKind::kMinMax ? 2 : 1; }
