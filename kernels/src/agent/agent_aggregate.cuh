@@ -183,14 +183,14 @@ struct ThreadAgg {
       cnt += c;
     }
     if (w.sum) {
+      // Zero in the element's own type (one select, before the widening).
 #pragma unroll
       for (int v = 0; v < V; ++v)
         if (v < nvec) {
-          S g = bit(vm[v], 0) ? SumOp<D>::Lift(x[v][0]) : SumOp<D>::Identity();
+          T y[K];
 #pragma unroll
-          for (int e = 1; e < K; ++e)
-            g = SumOp<D>::Merge(g, bit(vm[v], e) ? SumOp<D>::Lift(x[v][e]) : SumOp<D>::Identity());
-          sum = SumOp<D>::Merge(sum, g);
+          for (int e = 0; e < K; ++e) y[e] = bit(vm[v], e) ? x[v][e] : T{};
+          sum = SumOp<D>::Merge(sum, SumOp<D>::template Group<K>(y));
         }
     }
     if (w.min || w.max) {
@@ -263,10 +263,10 @@ struct ThreadAgg {
 #pragma unroll
           for (int v = 0; v < V; ++v)
             if (v < nvec) {
-              double g = 0.0;
+              T y[K];
 #pragma unroll
-              for (int e = 0; e < K; ++e) g += bit(ok[v], e) ? static_cast<double>(x[v][e]) : 0.0;
-              nsum += g;
+              for (int e = 0; e < K; ++e) y[e] = bit(ok[v], e) ? x[v][e] : T{};
+              nsum += SumOp<D>::template Group<K>(y);
             }
         }
         if (w.nmin || w.nmax) {
@@ -453,7 +453,63 @@ namespace tally::kernels::detail {
 // ops without a mask). A warp's lanes read neighbouring vectors, so their
 // bits come from the same few words: one 4-byte load per 16-byte vector,
 // served by one L1 line per warp instruction.
-template <rules::DType D, int U>
+//
+// With kSplit the tiles run in one of three loops chosen once per range:
+// no mask (the bits are constants and every select folds away), vectors
+// aligned to K elements of the array (their bits never straddle two words:
+// one load and one shift), and any other alignment (ValidBits). Without
+// it (the kernels with every field, whose registers are the limit) only
+// the last, for code size, which then also serves plans without a mask.
+enum class BitsMode : int { kNone, kAligned, kAny };
+
+template <rules::DType D, int U, BitsMode kMode>
+TALLY_DEV void TilesOk(const uint4* vp, std::int64_t a, std::int64_t nv, std::int64_t t, int lane, int lanes,
+                       std::int64_t shift, ThreadAgg<D, true>& agg, std::int64_t parts,
+                       const std::uint32_t* __restrict__ validity, std::uint64_t goff, bool partial_tile) {
+  using T = typename DevTraits<D>::T;
+  constexpr int K = DevTraits<D>::kVec;
+  constexpr unsigned kAll = (1u << K) - 1u;
+  auto bits = [&](std::int64_t i) -> unsigned {
+    const std::uint64_t g = goff + static_cast<std::uint64_t>(i);
+    if constexpr (kMode == BitsMode::kNone) return kAll;
+    else if constexpr (kMode == BitsMode::kAligned) return (__ldg(validity + (g >> 5)) >> (g & 31)) & kAll;
+    else return validity == nullptr ? kAll : ValidBits(validity, g, K);  // unsplit: any plan
+  };
+  const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
+  for (; t + tile <= nv; t += parts * tile) {
+    T x[U][K];
+    std::int64_t base[U];
+    unsigned vm[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) LoadVec<T, K>(x[k], vp + t + static_cast<std::int64_t>(k) * lanes + lane);
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
+      vm[k] = bits(a + j * K);
+      base[k] = a + j * K + shift;
+    }
+    agg.template AddOk<U, K>(x, base, U, vm);
+  }
+  if (!partial_tile || t >= nv) return;
+  T x[U][K] = {};
+  std::int64_t base[U];
+  unsigned vm[U];
+  int nvec = 0;
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
+    vm[k] = 0;
+    if (j < nv) {
+      LoadVec<T, K>(x[k], vp + j);
+      vm[k] = bits(a + j * K);
+      nvec = k + 1;
+    }
+    base[k] = a + j * K + shift;
+  }
+  if (nvec > 0) agg.template AddOk<U, K>(x, base, nvec, vm);
+}
+
+template <rules::DType D, int U, bool kSplit = false>
 TALLY_DEV void AccumulateRangeOk(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                  std::int64_t end, int lane, int lanes, std::int64_t shift,
                                  ThreadAgg<D, true>& agg, std::int64_t part, std::int64_t parts,
@@ -461,53 +517,34 @@ TALLY_DEV void AccumulateRangeOk(const typename DevTraits<D>::T* __restrict__ p,
   using T = typename DevTraits<D>::T;
   constexpr int K = DevTraits<D>::kVec;
   if (begin >= end) return;
-  auto bits = [&](std::int64_t i, int k) -> unsigned {
-    return validity == nullptr ? (1u << k) - 1u : ValidBits(validity, goff + static_cast<std::uint64_t>(i), k);
+  auto bit = [&](std::int64_t i) -> bool {
+    return validity == nullptr || ValidBits(validity, goff + static_cast<std::uint64_t>(i), 1) != 0;
   };
   const auto addr = reinterpret_cast<std::uintptr_t>(p + begin);
   const std::int64_t head = static_cast<std::int64_t>(((16 - (addr & 15)) & 15) / sizeof(T));
   const std::int64_t a = begin + head < end ? begin + head : end;
   if (part == 0) {
-    for (std::int64_t i = begin + lane; i < a; i += lanes) agg.AddOneOk(p[i], i + shift, bits(i, 1) != 0);
+    for (std::int64_t i = begin + lane; i < a; i += lanes) agg.AddOneOk(p[i], i + shift, bit(i));
   }
   const std::int64_t nv = (end - a) / K;
   const uint4* vp = reinterpret_cast<const uint4*>(p + a);
   const std::int64_t tile = static_cast<std::int64_t>(lanes) * U;
   const std::int64_t full = nv / tile;
-  std::int64_t t = part * tile;
-  for (; t + tile <= nv; t += parts * tile) {
-    T x[U][K];
-    std::int64_t base[U];
-    unsigned vm[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
-      LoadVec<T, K>(x[k], vp + j);
-      vm[k] = bits(a + j * K, K);
-      base[k] = a + j * K + shift;
+  const bool mine = full % parts == part;  // the partial tile and the tail are this part's
+  const std::int64_t t = part * tile;
+  if constexpr (kSplit) {
+    if (validity == nullptr) {
+      TilesOk<D, U, BitsMode::kNone>(vp, a, nv, t, lane, lanes, shift, agg, parts, validity, goff, mine);
+    } else if ((goff + static_cast<std::uint64_t>(a)) % K == 0) {
+      TilesOk<D, U, BitsMode::kAligned>(vp, a, nv, t, lane, lanes, shift, agg, parts, validity, goff, mine);
+    } else {
+      TilesOk<D, U, BitsMode::kAny>(vp, a, nv, t, lane, lanes, shift, agg, parts, validity, goff, mine);
     }
-    agg.template AddOk<U, K>(x, base, U, vm);
+  } else {
+    TilesOk<D, U, BitsMode::kAny>(vp, a, nv, t, lane, lanes, shift, agg, parts, validity, goff, mine);
   }
-  if (full % parts != part) return;  // the partial tile and the tail are another part's
-  if (t < nv) {
-    T x[U][K] = {};
-    std::int64_t base[U];
-    unsigned vm[U];
-    int nvec = 0;
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const std::int64_t j = t + static_cast<std::int64_t>(k) * lanes + lane;
-      vm[k] = 0;
-      if (j < nv) {
-        LoadVec<T, K>(x[k], vp + j);
-        vm[k] = bits(a + j * K, K);
-        nvec = k + 1;
-      }
-      base[k] = a + j * K + shift;
-    }
-    if (nvec > 0) agg.template AddOk<U, K>(x, base, nvec, vm);
-  }
-  for (std::int64_t i = a + nv * K + lane; i < end; i += lanes) agg.AddOneOk(p[i], i + shift, bits(i, 1) != 0);
+  if (!mine) return;
+  for (std::int64_t i = a + nv * K + lane; i < end; i += lanes) agg.AddOneOk(p[i], i + shift, bit(i));
 }
 
 }  // namespace tally::kernels::detail

@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   constexpr bool kMasking = MaskingVariant(kVariant);
   ThreadAgg<D, kMasking> agg(w, &hist, kDefer);
   if constexpr (kMasking) {
-    AccumulateRangeOk<D, kU>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s,
-                             a.slices, a.validity, a.offset);
+    AccumulateRangeOk<D, kU, kVariant == kNanSimple>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x,
+                                                     seg.shift, agg, s, a.slices, a.validity, a.offset);
   } else {
     AccumulateRange<D, kU, kSync, SlicePipelined(kVariant), SliceWarpShare(kVariant)>(
         a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, agg, s, a.slices);
