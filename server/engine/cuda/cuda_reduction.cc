@@ -642,6 +642,11 @@ PassPlan PlanPasses(const AggregationPlan& plan) {
     out.state_bytes += (p.layout.bytes + 255) / 256 * 256;
   }
   if (masked) {
+    // The kernel a pass runs, and so its scratch (ScratchNeeded, before a
+    // lane is leased), depends on whether it reads a mask: the passes point
+    // at a placeholder until ReadingMaskFrom() gives them the lane's copy.
+    static constexpr std::uint32_t kMaskPlaceholder = 0;
+    for (Pass& p : out.passes) p.plan.validity = &kMaskPlaceholder;
     out.mask_offset = out.state_bytes;
     out.mask_bytes = plan.array.validity->size() * sizeof(std::uint32_t);
     out.state_bytes += (out.mask_bytes + 255) / 256 * 256;
