@@ -118,26 +118,10 @@ void ExpectIntegerAnswersOfTheValidElements(Backend& backend, const Array& a, co
     auto want = RunPieces(backend, AggregationPlan{ArraySpec{a.dtype, valid.size() / es, 0}, exact}, valid);
     ASSERT_TRUE(want.ok()) << want.status();
     for (std::size_t j = 0; j < exact.size(); ++j) {
-      EXPECT_TRUE(SameBits(std::visit([&](const auto& all) -> OpValues {
-                             using Vec = std::decay_t<decltype(all)>;
-                             return Vec{all.at(r)};
-                           }, got.values[at[j]]),
-                           want->values[j]))
+      EXPECT_TRUE(SameBits(RowOf(got.values[at[j]], r), want->values[j]))
           << rules::Name(exact[j].kind) << " of " << spec.RowWord() << " " << r;
     }
   }
-}
-
-absl::StatusOr<AggregationResult> RunAsRuns(Backend& backend, const AggregationPlan& plan,
-                                            std::span<const std::byte> bytes, std::size_t run) {
-  auto reduction = backend.Start(plan);
-  if (!reduction.ok()) return reduction.status();
-  std::vector<Extent> runs;
-  for (std::size_t off = 0; off < bytes.size(); off += run) {
-    runs.push_back(Extent::PageableHost(bytes.subspan(off, std::min(run, bytes.size() - off))));
-  }
-  if (absl::Status s = (*reduction)->ConsumeRuns(HostRuns(runs)); !s.ok()) return s;
-  return (*reduction)->Finish();
 }
 
 void CheckShape(Backend& backend, const Array& a, const ArraySpec& spec, std::mt19937_64& rng) {

@@ -46,14 +46,6 @@ std::shared_ptr<const std::vector<std::uint64_t>> OffsetsOf(const std::vector<st
   return std::make_shared<const std::vector<std::uint64_t>>(std::move(off));
 }
 
-// Row `row` of `v`, as a one-row result of the same kind.
-OpValues RowOf(const OpValues& v, std::uint64_t row) {
-  return std::visit([&](const auto& all) -> OpValues {
-    using Vec = std::decay_t<decltype(all)>;
-    return Vec{all.at(row)};
-  }, v);
-}
-
 // Ops with a value on an empty array (every segment may be one), and on
 // floats the NaN-skipping ones too.
 std::vector<OpSpec> OpsForEmpty(DType dtype) {
@@ -87,20 +79,6 @@ void ExpectEachSegmentIsItsSlice(Backend& backend, const Array& a, const Aggrega
           << rules::Name(plan.ops[k].kind) << " of segment " << s << " [" << start << ", " << start + n << ")";
     }
   }
-}
-
-// The runs of `bytes` cut every `run` bytes (elements cut too), handed to
-// ConsumeRuns() at once.
-absl::StatusOr<AggregationResult> RunAsRuns(Backend& backend, const AggregationPlan& plan,
-                                            std::span<const std::byte> bytes, std::size_t run) {
-  auto reduction = backend.Start(plan);
-  if (!reduction.ok()) return reduction.status();
-  std::vector<Extent> runs;
-  for (std::size_t off = 0; off < bytes.size(); off += run) {
-    runs.push_back(Extent::PageableHost(bytes.subspan(off, std::min(run, bytes.size() - off))));
-  }
-  if (absl::Status s = (*reduction)->ConsumeRuns(HostRuns(runs)); !s.ok()) return s;
-  return (*reduction)->Finish();
 }
 
 TEST_P(CpuSegmentsTest, EverySegmentIsItsSliceBitwise) {

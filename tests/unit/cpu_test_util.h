@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "server/core/request.h"
 #include "server/engine/backend.h"
+#include "server/engine/host_runs.h"
 #include "tally/rules/dtype.h"
 #include "tests/unit/test_seed.h"
 
@@ -124,6 +125,28 @@ inline bool SameBits(const OpValues& a, const OpValues& b) {
     return true;
   }
   return a == b;
+}
+
+// Row `row` of `v`, as a one-row result of the same kind.
+inline OpValues RowOf(const OpValues& v, std::uint64_t row) {
+  return std::visit([&](const auto& all) -> OpValues {
+    using Vec = std::decay_t<decltype(all)>;
+    return Vec{all.at(row)};
+  }, v);
+}
+
+// Runs `plan` over `bytes` cut every `run` bytes (elements cut too), handed
+// to ConsumeRuns() at once, as a unary message's receive slices are.
+inline absl::StatusOr<AggregationResult> RunAsRuns(Backend& backend, const AggregationPlan& plan,
+                                                   std::span<const std::byte> bytes, std::size_t run) {
+  auto reduction = backend.Start(plan);
+  if (!reduction.ok()) return reduction.status();
+  std::vector<Extent> runs;
+  for (std::size_t off = 0; off < bytes.size(); off += run) {
+    runs.push_back(Extent::PageableHost(bytes.subspan(off, std::min(run, bytes.size() - off))));
+  }
+  if (absl::Status s = (*reduction)->ConsumeRuns(HostRuns(runs)); !s.ok()) return s;
+  return (*reduction)->Finish();
 }
 
 // ---- References, one row at a time -------------------------------------
