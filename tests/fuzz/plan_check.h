@@ -16,8 +16,17 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
                               const RequestLimits& limits) {
   const ArraySpec& a = plan.array;
   TALLY_FUZZ_CHECK(!plan.ops.empty(), "an accepted plan has an aggregation");
-  TALLY_FUZZ_CHECK(plan.ops.size() <= limits.max_aggregations, "at most max_aggregations");
-  TALLY_FUZZ_CHECK(plan.ops.size() == static_cast<std::size_t>(aggregations.size()), "one op per aggregation");
+  // A minmax aggregation is planned as a min at its place and a max appended
+  // (AggregationPlan::asked), so the plan may hold more ops than were asked.
+  const std::size_t asked = plan.asked.empty() ? plan.ops.size() : plan.asked.size();
+  TALLY_FUZZ_CHECK(asked <= limits.max_aggregations, "at most max_aggregations");
+  TALLY_FUZZ_CHECK(asked == static_cast<std::size_t>(aggregations.size()), "one asked op per aggregation");
+  std::size_t minmaxes = 0;
+  for (const OpKind k : plan.asked) minmaxes += k == OpKind::kMinMax ? 1 : 0;
+  TALLY_FUZZ_CHECK(plan.ops.size() == asked + minmaxes, "a minmax adds exactly one op, its max");
+  for (const OpSpec& op : plan.ops) {
+    TALLY_FUZZ_CHECK(op.kind != OpKind::kMinMax, "no backend sees a minmax");
+  }
   // The byte length neither overflows nor disagrees with the data.
   const std::uint64_t size = rules::SizeOf(a.dtype);
   TALLY_FUZZ_CHECK(a.length <= (std::uint64_t{1} << 62) / size, "length x element size fits in 62 bits");
