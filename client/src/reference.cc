@@ -2,6 +2,7 @@
 // tally/rules (NaN handling, argmin/argmax ties, variance, histogram edges).
 #include "tally/client/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "tally/client/wire.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/histogram_bin.h"
+#include "tally/rules/validity.h"
 
 namespace tally::client {
 namespace {
@@ -22,6 +24,20 @@ V Load(const std::byte* data, std::uint64_t i) {
   V v;
   std::memcpy(&v, data + i * sizeof(V), sizeof(V));  // .npy data need not be aligned
   return v;
+}
+
+// Where result r's elements lie: a segment, a row, or the whole array.
+struct RowExtent {
+  std::uint64_t start;
+  std::uint64_t length;
+};
+RowExtent RowOf(const ArrayRef& array, std::uint64_t r) {
+  if (!array.offsets.empty()) {
+    const auto b = static_cast<std::uint64_t>(array.offsets[r]);
+    return {b, static_cast<std::uint64_t>(array.offsets[r + 1]) - b};
+  }
+  const std::uint64_t row_length = array.row_length == 0 ? array.length : array.row_length;
+  return {r * row_length, row_length};
 }
 
 absl::Status CheckAggregation(const v1::Aggregation& a) {
@@ -43,16 +59,16 @@ absl::Status CheckAggregation(const v1::Aggregation& a) {
 
 // A NaN-skipping op over one row of a float dtype: its plain op over the
 // row's non-NaN elements, by numpy's nan-function rules.
-template <typename At>
+template <typename At, typename Pos>
 absl::Status NanOne(rules::OpKind kind, double ddof, std::uint64_t row_length, const At& at,
-                    v1::AggregationResult* out) {
+                    const Pos& pos, v1::AggregationResult* out) {
   std::vector<double> x;
   std::vector<std::int64_t> where;
   for (std::uint64_t i = 0; i < row_length; ++i) {
     const double v = static_cast<double>(at(i));
     if (rules::IsNan(v)) continue;
     x.push_back(v);
-    where.push_back(static_cast<std::int64_t>(i));
+    where.push_back(static_cast<std::int64_t>(pos(i)));
   }
   const double n = static_cast<double>(x.size());
   double sum = 0.0;
@@ -170,16 +186,33 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
   using Binner = rules::BinnerFor<rules::Traits<T>>;
   // Integer dtypes hold no NaN: there numpy's nan-functions are the plain ones.
   const rules::OpKind kind = rules::IsFloat(T) ? *FromWire(agg.op()) : rules::PlainOf(*FromWire(agg.op()));
-  const std::uint64_t row_length = array.row_length == 0 ? array.length : array.row_length;
-  const std::uint64_t rows = array.row_length == 0 ? 1 : array.length / array.row_length;
-  if (rules::NeedsNonEmpty(kind) && row_length == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(NameOf(kind), " of an empty array"));
-  }
+  const std::uint64_t rows = array.rows();
   *out->mutable_aggregation() = agg;
 
+  std::vector<std::uint64_t> where;  // a masked row's valid positions
   for (std::uint64_t r = 0; r < rows; ++r) {
-    const std::byte* row = array.data + r * row_length * sizeof(V);
-    const auto at = [&](std::uint64_t i) { return Load<V>(row, i); };
+    const RowExtent e = RowOf(array, r);
+    const std::byte* row = array.data + e.start * sizeof(V);
+    // The row as the op reads it: every element, or with a mask the valid
+    // ones; pos(i) is the i-th read element's position in the row (what
+    // argmin and argmax answer, numpy.ma's rule).
+    std::uint64_t row_length = e.length;
+    if (!array.validity.empty()) {
+      where.clear();
+      for (std::uint64_t i = 0; i < e.length; ++i) {
+        if (rules::IsValid(array.validity.data(), e.start + i)) where.push_back(i);
+      }
+      row_length = where.size();
+    }
+    const bool masked = !array.validity.empty();
+    const auto pos = [&](std::uint64_t i) { return masked ? where[i] : i; };
+    const auto at = [&](std::uint64_t i) { return Load<V>(row, pos(i)); };
+    if (rules::NeedsNonEmpty(kind) && row_length == 0) {
+      return absl::InvalidArgumentError(
+          rows == 1 && array.offsets.empty()
+              ? absl::StrCat(NameOf(kind), " of an empty array")
+              : absl::StrCat(NameOf(kind), " of an empty ", array.offsets.empty() ? "row " : "segment ", r));
+    }
     const double n = static_cast<double>(row_length);
     switch (kind) {
       case rules::OpKind::kSum:
@@ -255,9 +288,9 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
       }
       case rules::OpKind::kArgmin:
       case rules::OpKind::kArgmax: {
-        rules::ArgCandidate<V> best{at(0), 0};
+        rules::ArgCandidate<V> best{at(0), static_cast<std::int64_t>(pos(0))};
         for (std::uint64_t i = 1; i < row_length; ++i) {
-          const rules::ArgCandidate<V> c{at(i), static_cast<std::int64_t>(i)};
+          const rules::ArgCandidate<V> c{at(i), static_cast<std::int64_t>(pos(i))};
           best = kind == rules::OpKind::kArgmax ? rules::PickArg<true>(best, c)
                                               : rules::PickArg<false>(best, c);
         }
@@ -294,7 +327,7 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
       case rules::OpKind::kPtp: MoreOne<T>(kind, row_length, at, out); break;
       default:
         if constexpr (rules::IsFloat(T)) {
-          if (absl::Status s = NanOne(kind, agg.ddof(), row_length, at, out); !s.ok()) return s;
+          if (absl::Status s = NanOne(kind, agg.ddof(), row_length, at, pos, out); !s.ok()) return s;
         }
         break;
     }
@@ -357,10 +390,19 @@ v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType d
 absl::StatusOr<v1::AggregateResponse> ComputeReference(
     const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations) {
   if (aggregations.empty()) return absl::InvalidArgumentError("no aggregations");
-  if (!array.offsets.empty() || !array.validity.empty()) {
-    return absl::InvalidArgumentError("the reference computes whole arrays and equal rows: no offsets, no mask");
+  if (!array.offsets.empty()) {
+    const auto& o = array.offsets;
+    if (o.front() != 0 || static_cast<std::uint64_t>(o.back()) != array.length ||
+        !std::is_sorted(o.begin(), o.end())) {
+      return absl::InvalidArgumentError("offsets must rise from 0 to the length");
+    }
   }
-  if (array.row_length != 0 && array.length % array.row_length != 0) {
+  if (!array.validity.empty() && array.validity.size() != rules::ValidityBytes(array.length)) {
+    return absl::InvalidArgumentError(absl::StrCat("a mask of ", array.length, " elements takes ",
+                                                   rules::ValidityBytes(array.length), " bytes, got ",
+                                                   array.validity.size()));
+  }
+  if (array.offsets.empty() && array.row_length != 0 && array.length % array.row_length != 0) {
     return absl::InvalidArgumentError(absl::StrCat("row_length ", array.row_length,
                                                    " does not divide length ", array.length));
   }
@@ -375,7 +417,7 @@ absl::StatusOr<v1::AggregateResponse> ComputeReference(
   v1::Execution* e = response.mutable_execution();
   e->set_elements(array.length);
   e->set_bytes(array.size_bytes());
-  e->set_rows(array.row_length == 0 ? 1 : array.length / array.row_length);
+  e->set_rows(array.rows());
   e->set_backend("reference");
   e->set_device("host");
   return response;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "tally/client/aggregations.h"
@@ -120,6 +121,61 @@ TEST(Reference, RejectsRowLengthThatDoesNotDivide) {
   const absl::StatusOr<v1::AggregateResponse> r =
       ComputeReference(Ref(x, rules::DType::kFloat32, 3), *ParseAggregations("sum"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Offsets as numpy.add.reduceat would cut them (with empty segments kept
+// empty): [1, -2 | | 3, 4, 5 | -6].
+TEST(Reference, VariableLengthSegments) {
+  const std::vector<std::int32_t> x = {1, -2, 3, 4, 5, -6};
+  const std::vector<std::int64_t> offsets = {0, 2, 2, 5, 6};
+  ArrayRef a = Ref(x, rules::DType::kInt32);
+  a.offsets = offsets;
+  const v1::AggregateResponse r = Compute(a, "sum,count,mean");
+  EXPECT_EQ(Values(r.results(0).int64s().values()), (std::vector<std::int64_t>{-1, 0, 12, -6}));
+  EXPECT_EQ(Values(r.results(1).uint64s().values()), (std::vector<std::uint64_t>{2, 0, 3, 1}));
+  EXPECT_TRUE(std::isnan(r.results(2).doubles().values(1)));  // an empty segment's mean
+  EXPECT_EQ(r.execution().rows(), 4u);
+  // argmax answers the position inside the segment; min of the empty one
+  // is refused naming it.
+  const std::vector<std::int64_t> no_empty = {0, 2, 5, 6};
+  ArrayRef b = a;
+  b.offsets = no_empty;
+  EXPECT_EQ(Values(Compute(b, "argmax").results(0).int64s().values()), (std::vector<std::int64_t>{0, 2, 0}));
+  const absl::StatusOr<v1::AggregateResponse> min = ComputeReference(a, *ParseAggregations("min"));
+  EXPECT_EQ(min.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(min.status().message().find("segment 1"), std::string::npos) << min.status();
+  const std::vector<std::int64_t> falling = {0, 4, 3, 6};
+  a.offsets = falling;
+  EXPECT_EQ(ComputeReference(a, *ParseAggregations("sum")).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// numpy.ma on [3, 9, -1, 7, 2, 8] with elements 1 and 3 masked out (bits
+// 0b110101): sum 12, min -1, argmax 5 (the masked 9 is skipped, positions
+// kept), count 4; by rows of 3, the second row's argmin is its element 1.
+TEST(Reference, MasksSkipTheInvalidElements) {
+  const std::vector<double> x = {3, 9, -1, 7, 2, 8};
+  const std::vector<std::uint8_t> valid = {0b110101};
+  ArrayRef a = Ref(x, rules::DType::kFloat64);
+  a.validity = valid;
+  const v1::AggregateResponse r = Compute(a, "sum,min,argmax,count,mean,nanargmin");
+  EXPECT_EQ(r.results(0).doubles().values(0), 12.0);
+  EXPECT_EQ(r.results(1).doubles().values(0), -1.0);
+  EXPECT_EQ(r.results(2).int64s().values(0), 5);
+  EXPECT_EQ(r.results(3).uint64s().values(0), 4u);
+  EXPECT_EQ(r.results(4).doubles().values(0), 3.0);
+  EXPECT_EQ(r.results(5).int64s().values(0), 2);
+  a.row_length = 3;
+  const v1::AggregateResponse rows = Compute(a, "argmin,count");
+  EXPECT_EQ(Values(rows.results(0).int64s().values()), (std::vector<std::int64_t>{2, 1}));
+  EXPECT_EQ(Values(rows.results(1).uint64s().values()), (std::vector<std::uint64_t>{2, 2}));
+  // A row with no valid element has no min; a mask of the wrong size is refused.
+  const std::vector<std::uint8_t> first_row_out = {0b111000};
+  a.validity = first_row_out;
+  EXPECT_EQ(ComputeReference(a, *ParseAggregations("min")).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Compute(a, "sum").results(0).doubles().values(0), 0.0);
+  const std::vector<std::uint8_t> too_long = {0xff, 0xff};
+  a.validity = too_long;
+  EXPECT_EQ(ComputeReference(a, *ParseAggregations("sum")).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CompareResults, ToleranceExactnessAndMessages) {

@@ -17,8 +17,12 @@ namespace tally::client {
 // in tally.proto's Op comments).
 v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType dtype);
 
-// INVALID_ARGUMENT for requests the contract rejects (row length that does
-// not divide the length, min of an empty row, bad histogram spec, ...).
+// Whole arrays, equal rows or CSR segments, with or without a validity
+// mask (masked-out elements skipped, argmin/argmax answering positions in
+// the row, numpy.ma's rule). INVALID_ARGUMENT for requests the contract
+// rejects (row length that does not divide the length, offsets that do not
+// rise from 0 to the length, a mask of the wrong size, min of an empty or
+// all-masked row, bad histogram spec, ...).
 // execution.backend is "reference".
 [[nodiscard]] absl::StatusOr<v1::AggregateResponse> ComputeReference(
     const ArrayRef& array, const std::vector<v1::Aggregation>& aggregations);
