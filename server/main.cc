@@ -133,10 +133,10 @@ ABSL_FLAG(std::string, routing, "size",
 ABSL_FLAG(std::string, route_model, "",
           "--routing=cost: rates to use instead of the measured ones, as key=value,... with keys "
           "cpu_fixed_us, cpu_read_ns, cpu_ns.OP (what an op adds per element on one thread, e.g. "
-          "cpu_ns.argmax=0.4), cpu_hist_small_ns, cpu_hist_large_ns (256 and 65536 bins), cpu_threads, "
-          "cpu_gb_per_s (all threads), gpu_fixed_us, gpu_gb_per_s (one request) and gpu_all_gb_per_s "
-          "(all lanes, the rate queued bytes drain at). The start-up log prints the measured set in this "
-          "form.");
+          "cpu_ns.argmax=0.4), cpu_hist_small_ns, cpu_hist_large_ns (256 and 65536 bins), cpu_mask_ns "
+          "(a validity mask's gather per element), cpu_threads, cpu_gb_per_s (all threads), gpu_fixed_us, "
+          "gpu_gb_per_s (one request) and gpu_all_gb_per_s (all lanes, the rate queued bytes drain at). "
+          "The start-up log prints the measured set in this form.");
 ABSL_FLAG(bool, route_calibration, true,
           "--routing=cost: measure the routing rates at start-up (about 0.1 s); off: only --route_model "
           "and built-in defaults.");

@@ -3,7 +3,9 @@
 // --route_model parser, and the calibration run against the CPU backend
 // standing in for both paths.
 #include <cmath>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/engine/cpu/cpu_backend.h"
@@ -103,6 +105,23 @@ TEST(Routing, MeasuredModelFollowsItsRates) {
   EXPECT_NEAR(m.CpuSeconds(PlanOf(256 << 10, fused, 256), {}), 5e-6 + (64 << 10) * (1.2 + 2) * 1e-9, 1e-9);
 }
 
+// A validity mask costs the CPU its gather (cpu_mask_ns an element) and the
+// GPU path its bytes (one bit an element, copied with the data).
+TEST(Routing, MasksCostTheCpuTheGatherAndTheGpuTheirBytes) {
+  CostParams p = HostLike();
+  p.cpu_mask_ns = 3;
+  const MeasuredCostModel m(p);
+  const AggregationPlan sum = PlanOf(16 << 20, {OpKind::kSum});
+  AggregationPlan masked = sum;
+  masked.array.validity = std::make_shared<const std::vector<std::uint32_t>>((4 << 20) / 32, 0x55555555u);
+  EXPECT_NEAR(m.CpuWork(masked), m.CpuWork(sum) + (4 << 20) * 3e-9, 1e-12);
+  EXPECT_NEAR(m.GpuSeconds(masked, {}), m.GpuSeconds(sum, {}) + (512 << 10) / 25e9, 1e-12);
+  // 16 MiB: a plain sum is the CPU's (memory-bound, 40 GB/s), a masked one
+  // is the GPU's (3.5 ns an element over 16 threads).
+  EXPECT_EQ(Choose(m, sum, {}), Path::kCpu);
+  EXPECT_EQ(Choose(m, masked, {}), Path::kGpu);
+}
+
 TEST(Routing, RouteModelFlagOverridesAndRefusesWhatItDoesNotKnow) {
   CostParams p;
   ASSERT_TRUE(ApplyOverrides("gpu_fixed_us=80,cpu_ns.argmax=0.75,cpu_threads=4,cpu_gb_per_s=12.5", &p).ok());
@@ -111,7 +130,7 @@ TEST(Routing, RouteModelFlagOverridesAndRefusesWhatItDoesNotKnow) {
   EXPECT_EQ(p.cpu_threads, 4);
   EXPECT_EQ(p.cpu_gb_per_s, 12.5);
   for (const char* bad : {"gpu_fixed_us", "gpu_fixed_us=-1", "gpu_fixed_us=x", "speed=3", "cpu_ns.frobnicate=1",
-                          "cpu_ns.histogram=1", "cpu_threads=0", "cpu_threads=2.5", "gpu_gb_per_s=0",
+                          "cpu_ns.histogram=1", "cpu_mask_ns=-2", "cpu_threads=0", "cpu_threads=2.5", "gpu_gb_per_s=0",
                           "gpu_all_gb_per_s=0"}) {
     CostParams q;
     const absl::Status s = ApplyOverrides(bad, &q);
@@ -142,6 +161,7 @@ TEST(Routing, CalibrationMeasuresEveryRate) {
   EXPECT_GT(p->cpu_hist_small_ns, 0.0) << Describe(*p);
   EXPECT_GT(p->cpu_hist_large_ns, 0.0) << Describe(*p);
   EXPECT_GT(p->cpu_op_ns[static_cast<std::size_t>(OpKind::kVariance)], 0.0) << Describe(*p);
+  EXPECT_GT(p->cpu_mask_ns, 0.0) << Describe(*p);
   // A failing path fails the calibration.
   const StartFn broken = [](const AggregationPlan&) -> absl::StatusOr<std::unique_ptr<Reduction>> {
     return absl::UnavailableError("no lane");

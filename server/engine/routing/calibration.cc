@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -131,6 +132,20 @@ absl::StatusOr<CostParams> Calibrate(const StartFn& cpu, int cpu_threads, const 
     absl::StatusOr<double> with = per_element_ns({Op(OpKind::kSum), Histogram(bins)});
     if (!with.ok()) return with.status();
     *out = std::max(0.0, *with - *read);
+  }
+
+  {
+    // A random mask with about half the elements valid: the gather's cost.
+    AggregationPlan masked = PlanOf(kCpuElements, {Op(OpKind::kSum)});
+    std::vector<std::uint32_t> words((kCpuElements + 31) / 32);
+    for (std::uint32_t& w : words) {
+      x = x * 1664525u + 1013904223u;
+      w = x;
+    }
+    masked.array.validity = std::make_shared<const std::vector<std::uint32_t>>(std::move(words));
+    absl::StatusOr<double> t = timer.Median(cpu, masked, 9);
+    if (!t.ok()) return t.status();
+    p.cpu_mask_ns = std::max(0.0, (*t - *fixed) * 1e9 / static_cast<double>(kCpuElements) - *read);
   }
 
   // All threads over an array larger than most caches: the CPU path's

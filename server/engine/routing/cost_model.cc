@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "server/engine/cpu/tuning.h"
+#include "tally/rules/validity.h"
 
 namespace tally::routing {
 
@@ -43,6 +44,7 @@ double MeasuredCostModel::CpuWork(const AggregationPlan& plan) const {
     ns += op.kind == OpKind::kHistogram ? HistogramNs(p_, op.histogram.bins)
                                         : p_.cpu_op_ns[static_cast<std::size_t>(op.kind)];
   }
+  if (plan.array.masked()) ns += p_.cpu_mask_ns;
   return static_cast<double>(plan.array.length) * ns * 1e-9;
 }
 
@@ -62,7 +64,9 @@ double MeasuredCostModel::CpuSeconds(const AggregationPlan& plan, const Load& lo
 double MeasuredCostModel::GpuSeconds(const AggregationPlan& plan, const Load& load) const {
   // This request's bytes at one request's rate, behind the queued bytes,
   // which the lanes drain together.
-  const double own = static_cast<double>(plan.array.bytes()) / (std::max(p_.gpu_gb_per_s, 1e-3) * 1e9);
+  const std::uint64_t mask_bytes = plan.array.masked() ? rules::ValidityBytes(plan.array.length) : 0;
+  const double own =
+      static_cast<double>(plan.array.bytes() + mask_bytes) / (std::max(p_.gpu_gb_per_s, 1e-3) * 1e9);
   const double queued = static_cast<double>(load.gpu_queued_bytes) / (std::max(p_.gpu_all_gb_per_s, 1e-3) * 1e9);
   return p_.gpu_fixed_us * 1e-6 + own + queued;
 }
@@ -82,6 +86,7 @@ constexpr RateKey kRateKeys[] = {
     {"cpu_gb_per_s", &CostParams::cpu_gb_per_s, true},
     {"cpu_hist_small_ns", &CostParams::cpu_hist_small_ns, false},
     {"cpu_hist_large_ns", &CostParams::cpu_hist_large_ns, false},
+    {"cpu_mask_ns", &CostParams::cpu_mask_ns, false},
     {"gpu_fixed_us", &CostParams::gpu_fixed_us, false},
     {"gpu_gb_per_s", &CostParams::gpu_gb_per_s, true},
     {"gpu_all_gb_per_s", &CostParams::gpu_all_gb_per_s, true},
@@ -137,9 +142,9 @@ std::string Describe(const CostParams& p) {
   }
   return absl::StrFormat(
       "cpu_threads=%d,cpu_fixed_us=%.1f,cpu_read_ns=%.3f,cpu_gb_per_s=%.1f,%scpu_hist_small_ns=%.3f,"
-      "cpu_hist_large_ns=%.3f,gpu_fixed_us=%.1f,gpu_gb_per_s=%.2f,gpu_all_gb_per_s=%.2f",
+      "cpu_hist_large_ns=%.3f,cpu_mask_ns=%.3f,gpu_fixed_us=%.1f,gpu_gb_per_s=%.2f,gpu_all_gb_per_s=%.2f",
       p.cpu_threads, p.cpu_fixed_us, p.cpu_read_ns, p.cpu_gb_per_s, absl::StrJoin(ops, ""), p.cpu_hist_small_ns,
-      p.cpu_hist_large_ns, p.gpu_fixed_us, p.gpu_gb_per_s, p.gpu_all_gb_per_s);
+      p.cpu_hist_large_ns, p.cpu_mask_ns, p.gpu_fixed_us, p.gpu_gb_per_s, p.gpu_all_gb_per_s);
 }
 
 }  // namespace tally::routing

@@ -51,8 +51,11 @@ struct CostParams {
   std::array<double, rules::kNumOpKinds> cpu_op_ns{};
   double cpu_hist_small_ns = 1.0;
   double cpu_hist_large_ns = 4.0;
+  // What a validity mask adds per element: the gather of each block's valid
+  // elements (cpu/masked_block.h), measured with a random half-valid mask.
+  double cpu_mask_ns = 1.0;
   double gpu_fixed_us = 60.0;         // a GPU request with no bytes: lane, launch, copy back, sync
-  double gpu_gb_per_s = 20.0;         // one request's pageable bytes through staging and the H2D copy
+  double gpu_gb_per_s = 20.0;         // one request's pageable bytes (and its mask) through staging and the H2D copy
   // All lanes together: the rate at which the bytes already queued on the
   // GPU path drain, several requests copying and reducing at once.
   double gpu_all_gb_per_s = 40.0;
@@ -95,7 +98,7 @@ class MeasuredCostModel final : public CostModel {
 };
 
 // Applies "key=value,..." (--route_model) to `params`. Keys: cpu_threads,
-// cpu_fixed_us, cpu_read_ns, cpu_gb_per_s, cpu_hist_small_ns, cpu_hist_large_ns,
+// cpu_fixed_us, cpu_read_ns, cpu_gb_per_s, cpu_hist_small_ns, cpu_hist_large_ns, cpu_mask_ns,
 // gpu_fixed_us, gpu_gb_per_s, gpu_all_gb_per_s, and cpu_ns.OP for an op's added cost (OP as
 // the wire names it: sum, argmax, nanvar, ...). An unknown key or a bad or
 // negative value is INVALID_ARGUMENT naming it.
