@@ -163,10 +163,14 @@ void CutPiece(const AggregationPlan& plan, const PlacedPiece& piece, std::vector
 
 // Jobs by GPU, then round by round: each GPU's next job started and fed
 // (the launches are asynchronous), then every started one finished.
-absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const AggregationPlan& plan,
+absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const AggregationPlan& asked,
                                                std::span<const PlacedPiece> pieces,
                                                const std::function<bool()>& cancelled,
                                                const std::function<void(const char*)>& phase) {
+  // The ops as the dtype computes them: on integers a NaN-skipping op is its
+  // plain op, which has a partial state. Messages name the ops as asked.
+  AggregationPlan plan = asked;
+  for (OpSpec& op : plan.ops) op = AsComputedFor(op, plan.array.dtype);
   // The shards' parts are merged from partial states; an op without them
   // would be refused at Start as a partial request, with a message about
   // partial states that nobody asked for.
@@ -235,7 +239,7 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
     for (std::uint64_t row = 0; row < rows; ++row) {
       // Rows with no elements are refused before any work; a row whose
       // elements are all masked out is only known empty now.
-      if (rules::NeedsNonEmpty(op) && states[row].count == 0) return NoValidElements(plan.NameOf(i), plan.array, row);
+      if (rules::NeedsNonEmpty(op) && states[row].count == 0) return NoValidElements(asked.NameOf(i), plan.array, row);
       StoreRow(op, row, std::move(states[row]), values);
     }
     out.values.push_back(std::move(values));

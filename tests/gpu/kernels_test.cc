@@ -23,6 +23,7 @@
 #include "tests/unit/numpy_edges.h"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace tally::testing {
 namespace {
@@ -33,57 +34,12 @@ using kernels::ResultView;
 using rules::DType;
 using rules::OpKind;
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cuda::LastErrorWhere()
-
-bool HaveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU kernel tests skipped"
-
-bool Small() {
-  const char* s = std::getenv("TALLY_GPU_TEST_SMALL");
-  return s != nullptr && s[0] == '1';
-}
-
-std::mt19937_64& Rng() {
-  static std::mt19937_64 rng([] {
-    const std::uint64_t seed = std::random_device{}();
-    std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));
-    return seed;
-  }());
-  return rng;
-}
-
 constexpr rules::OpMask kAllScalarOps =
     rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kMin) | rules::Bit(OpKind::kMax) |
     rules::Bit(OpKind::kMean) | rules::Bit(OpKind::kCount) | rules::Bit(OpKind::kSumSquares) |
     rules::Bit(OpKind::kVariance) | rules::Bit(OpKind::kStddev) | rules::Bit(OpKind::kArgmin) |
     rules::Bit(OpKind::kArgmax);
 constexpr rules::OpMask kAllOps = kAllScalarOps | rules::Bit(OpKind::kHistogram);
-
-template <DType D>
-using V = typename rules::Traits<D>::value;
-
-// Random values spread over the dtype's range (floats: [-1000, 1000]).
-template <DType D>
-std::vector<V<D>> Random(std::uint64_t n) {
-  using T = V<D>;
-  std::vector<T> x(n);
-  auto& rng = Rng();
-  if constexpr (D == DType::kBool) {  // bytes of 0 and 1
-    for (auto& v : x) v = static_cast<T>(rng() & 1);
-  } else if constexpr (rules::IsFloat(D)) {
-    std::uniform_real_distribution<double> u(-1000.0, 1000.0);
-    for (auto& v : x) v = static_cast<T>(u(rng));
-  } else {
-    using W = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
-    std::uniform_int_distribution<W> u(std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
-    for (auto& v : x) v = static_cast<T>(u(rng));
-  }
-  return x;
-}
 
 // A histogram range that leaves values below and above it.
 template <DType D>
@@ -170,12 +126,6 @@ void RunPlan(const AggregatePlan& plan, const void* x, std::uint64_t chunk,
   CUDA_OK(cudaGetLastError());
   const auto* h = static_cast<const unsigned char*>(r.h_result);
   out->assign(h, h + r.layout.bytes);
-}
-
-bool Close(long double got, long double want, long double tol) {
-  if (std::isnan(want)) return std::isnan(got);
-  if (std::isinf(want)) return got == want;
-  return std::fabs(got - want) <= tol;
 }
 
 // Compares every requested field of every row with the reference.
@@ -275,15 +225,11 @@ void CheckCase(const std::vector<V<D>>& x, std::uint64_t row_length, rules::OpMa
                " bins=" + std::to_string(hist ? bins : 0));
 }
 
-template <typename F>
-void ForEachDType(F&& f) {
-  for (DType d : rules::kAllDTypes) rules::VisitDType(d, [&](auto c) { f(c); });
-}
 
 // --- whole arrays ------------------------------------------------------
 
 TEST(Kernels, WholeArrayAllOpsFusedEverySize) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   std::vector<std::uint64_t> sizes = {0, 1, 2, 31, 33, 1000, 4099, 1000003};
   if (!Small()) sizes.push_back(9000001);
   ForEachDType([&](auto c) {
@@ -297,7 +243,7 @@ TEST(Kernels, WholeArrayAllOpsFusedEverySize) {
 }
 
 TEST(Kernels, WholeArrayEachOpAlone) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (int k = 0; k < rules::kNumKernelOpKinds; ++k) {
@@ -315,7 +261,7 @@ TEST(Kernels, WholeArrayEachOpAlone) {
 // both alignments, fed in one call to Aggregate and in one Accumulate, with
 // NaNs and with the integer extremes.
 TEST(Kernels, SmallWholeArraysSumMinMax) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const rules::OpMask sum = rules::Bit(OpKind::kSum), mn = rules::Bit(OpKind::kMin),
                     mx = rules::Bit(OpKind::kMax);
   ForEachDType([&](auto c) {
@@ -348,7 +294,7 @@ TEST(Kernels, SmallWholeArraysSumMinMax) {
 }
 
 TEST(Kernels, HistogramBinCountsIncludingClusters) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (std::uint32_t bins : {2u, 7u, 100u, 4096u, 4097u, 20000u, 65535u, 65536u}) {
@@ -358,7 +304,7 @@ TEST(Kernels, HistogramBinCountsIncludingClusters) {
 }
 
 TEST(Kernels, LargeFloat32) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const std::uint64_t n = Small() ? (1u << 20) + 5 : (1ull << 26) + 5;
   const auto x = Random<DType::kFloat32>(n);
   CheckCase<DType::kFloat32>(x, 0, kAllOps, 65536, 0, "large fused");
@@ -368,7 +314,7 @@ TEST(Kernels, LargeFloat32) {
 
 // float32 sums of one sign: relative error <= 1e-6 of the exact sum.
 TEST(Kernels, Float32SumPrecision) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const std::uint64_t n = Small() ? (1u << 20) : 100000000ull;
   std::vector<float> x(n);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
@@ -389,7 +335,7 @@ TEST(Kernels, Float32SumPrecision) {
 // --- rows ----------------------------------------------------------------
 
 TEST(Kernels, SegmentedRowShapes) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   struct Shape { std::uint64_t rows, len; };
   std::vector<Shape> shapes = {{1, 1}, {5, 1}, {1, 31}, {1000, 32}, {301, 33}, {64, 1000}, {33, 1024},
                                {7, 4100}, {3, 5000}, {2, 65536}, {5, 70001}};
@@ -406,7 +352,7 @@ TEST(Kernels, SegmentedRowShapes) {
 // one-vector-per-lane path when the data is aligned and chunks hold whole
 // rows; the team path otherwise), many rows, whole and chunked.
 TEST(Kernels, SegmentedShortVectorRows) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const rules::OpMask lean = rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kMin) |
                            rules::Bit(OpKind::kMax) | rules::Bit(OpKind::kSumSquares) |
                            rules::Bit(OpKind::kArgmin) | rules::Bit(OpKind::kArgmax);
@@ -428,7 +374,7 @@ TEST(Kernels, SegmentedShortVectorRows) {
 }
 
 TEST(Kernels, SegmentedEachOpAlone) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (int k = 0; k < rules::kNumKernelOpKinds; ++k) {
@@ -443,7 +389,7 @@ TEST(Kernels, SegmentedEachOpAlone) {
 // --- chunked feeding -----------------------------------------------------
 
 TEST(Kernels, ChunkedWholeAndRowsSpanningChunks) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     const auto x = Random<D>(1000003);
@@ -463,7 +409,7 @@ TEST(Kernels, ChunkedWholeAndRowsSpanningChunks) {
 // Scratch sized once for the largest chunk must do for every smaller chunk
 // (a short array, a stream's tail), whose rows get more slices each.
 TEST(Kernels, ScratchForTheLargestChunkServesSmallerOnes) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const std::uint64_t largest = std::uint64_t{8} << 20;  // elements
   for (std::uint64_t row : {16391ull, 65543ull, 1000003ull}) {
     const auto x = Random<DType::kFloat32>(3 * row);
@@ -487,7 +433,7 @@ TEST(Kernels, ScratchForTheLargestChunkServesSmallerOnes) {
 // (they add their counts straight to the state); any other op does. The
 // histogram tests above then run with none.
 TEST(Kernels, ScratchOnlyWhereBlocksMergePartials) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   AggregatePlan plan;
   plan.dtype = DType::kFloat32;
   plan.length = std::uint64_t{1} << 24;
@@ -510,7 +456,7 @@ TEST(Kernels, ScratchOnlyWhereBlocksMergePartials) {
 }
 
 TEST(Kernels, DeterministicBitwise) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const auto x = Random<DType::kFloat32>(Small() ? 1000003 : 20000003);
   for (std::uint64_t row : {0ull, 1000003ull}) {
     AggregatePlan plan;
@@ -568,13 +514,13 @@ void FloatEdges() {
 }
 
 TEST(Kernels, FloatNanInfTiesAndEdges) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   FloatEdges<DType::kFloat32>();
   FloatEdges<DType::kFloat64>();
 }
 
 TEST(Kernels, IntegerExtremesAndTies) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     using T = V<D>;
@@ -601,7 +547,7 @@ TEST(Kernels, IntegerExtremesAndTies) {
 // survive ties between lanes and blocks, NaNs, and data whose extreme moves
 // at every tile (ramps) or recurs once a period (a sawtooth).
 TEST(Kernels, ArgExtremesTiesNansAndMovingBests) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const rules::OpMask args = rules::Bit(OpKind::kArgmin) | rules::Bit(OpKind::kArgmax);
   const rules::OpMask with_moments = args | rules::Bit(OpKind::kVariance);
   ForEachDType([&](auto c) {
@@ -684,7 +630,7 @@ void EdgeNeighbours(std::uint32_t bins) {
 }
 
 TEST(Kernels, HistogramValuesAtAndAroundEdges) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (std::uint32_t bins : {3u, 256u, 4096u, 65536u}) EdgeNeighbours<D>(bins);
@@ -717,7 +663,7 @@ void EdgesOfAnExtremeRange(const rules::HistogramSpec& h) {
 }
 
 TEST(Kernels, HistogramRangesAtTheEndsOfTheExponentRange) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const double tiny = std::numeric_limits<double>::denorm_min();
   EdgesOfAnExtremeRange<DType::kFloat64>({65536, 0.0, 65536 * 4 * tiny});
   EdgesOfAnExtremeRange<DType::kFloat64>({1000, -1e-310, 1e-310});
@@ -732,7 +678,7 @@ TEST(Kernels, HistogramRangesAtTheEndsOfTheExponentRange) {
 }
 
 TEST(Kernels, SkewedHistogramOneBin) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   std::vector<float> x(Small() ? 100003 : 5000011, 0.5f);
   for (std::uint32_t bins : {256u, 4096u, 65536u}) {
     CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram), bins, 0, "skewed");
@@ -745,7 +691,7 @@ TEST(Kernels, SkewedHistogramOneBin) {
 // millions of counts each, so every block carries in both fields several
 // times, from many threads at once.
 TEST(Kernels, WideHistogramCarries) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU kernel tests");
   const std::size_t n = Small() ? 1200001 : 12000001;
   {
     const rules::HistogramSpec h = RangeFor<DType::kFloat32>(65536);

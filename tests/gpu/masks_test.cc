@@ -27,6 +27,7 @@
 #include "reference.h"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace tally::testing {
 namespace {
@@ -38,57 +39,12 @@ using rules::DType;
 using rules::OpKind;
 using rules::OpMask;
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cuda::LastErrorWhere()
-
-bool HaveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU mask and NaN-op tests skipped"
-
-bool Small() {
-  const char* s = std::getenv("TALLY_GPU_TEST_SMALL");
-  return s != nullptr && s[0] == '1';
-}
-
-std::mt19937_64& Rng() {
-  static std::mt19937_64 rng([] {
-    const std::uint64_t seed = std::random_device{}();
-    std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));
-    return seed;
-  }());
-  return rng;
-}
-
 constexpr OpMask kPlainOps = (OpMask{1} << rules::kNumKernelOpKinds) - 1;  // histogram included
 constexpr OpMask kSumMinMax = rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kMin) | rules::Bit(OpKind::kMax);
 constexpr OpMask kArgs = rules::Bit(OpKind::kArgmin) | rules::Bit(OpKind::kArgmax);
 constexpr OpMask kNanSimple = rules::Bit(OpKind::kNanSum) | rules::Bit(OpKind::kNanMin) |
                               rules::Bit(OpKind::kNanMax) | rules::Bit(OpKind::kNanCount);
 constexpr OpMask kNanAll = kernels::kNanOps;
-
-template <DType D>
-using V = typename rules::Traits<D>::value;
-
-// Random values spread over the dtype's range (floats: [-1000, 1000]).
-template <DType D>
-std::vector<V<D>> Random(std::uint64_t n) {
-  using T = V<D>;
-  std::vector<T> x(n);
-  auto& rng = Rng();
-  if constexpr (D == DType::kBool) {
-    for (auto& v : x) v = static_cast<T>(rng() & 1);
-  } else if constexpr (rules::IsFloat(D)) {
-    std::uniform_real_distribution<double> u(-1000.0, 1000.0);
-    for (auto& v : x) v = static_cast<T>(u(rng));
-  } else {
-    using W = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
-    std::uniform_int_distribution<W> u(std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
-    for (auto& v : x) v = static_cast<T>(u(rng));
-  }
-  return x;
-}
 
 // A validity mask: one bool per element, packed by Pack().
 using Mask = std::vector<bool>;
@@ -266,12 +222,6 @@ void RunPlan(AggregatePlan plan, const void* x, const Mask* mask, std::uint64_t 
   out->assign(h, h + lay.bytes);
 }
 
-bool Close(long double got, long double want, long double tol) {
-  if (std::isnan(want)) return std::isnan(got);
-  if (std::isinf(want)) return got == want;
-  return std::fabs(got - want) <= tol;
-}
-
 // The stored extreme of a row: the value, or the identity of an empty row.
 template <DType D>
 bool ExtremeIs(kernels::Scalar got, const RefRow& o, bool is_max, bool empty) {
@@ -427,10 +377,6 @@ void CheckCase(const std::vector<V<D>>& x, const Mask* mask, std::uint64_t row_l
 }
 
 template <typename F>
-void ForEachDType(F&& f) {
-  for (DType d : rules::kAllDTypes) rules::VisitDType(d, [&](auto c) { f(c); });
-}
-template <typename F>
 void ForEachFloat(F&& f) {
   for (DType d : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16})
     rules::VisitDType(d, [&](auto c) { f(c); });
@@ -445,7 +391,7 @@ constexpr MaskKind kMaskKinds[] = {MaskKind::kAllValid, MaskKind::kAllInvalid, M
 // kEvery kernel), sum/min/max/count (kNanSimple, and the latency path for
 // small arrays), argmin/argmax and a histogram alone.
 TEST(Masks, WholeArraysEveryDtypeEveryMask) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   std::vector<std::uint64_t> sizes = {0, 1, 33, 1000, 16411, 300007};
   if (!Small()) sizes.push_back(1000003);
   ForEachDType([&](auto c) {
@@ -469,7 +415,7 @@ TEST(Masks, WholeArraysEveryDtypeEveryMask) {
 // whole vectors, rows of one or more blocks), fed whole and in chunks that
 // cut rows anywhere; the mask is indexed by the global element index.
 TEST(Masks, RowsAndChunksEveryDtype) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   struct Shape {
     std::uint64_t rows, len;
   };
@@ -500,7 +446,7 @@ TEST(Masks, RowsAndChunksEveryDtype) {
 // are not multiples of 32 (the mask's words straddle the chunks) and at
 // every element (the scalar paths).
 TEST(Masks, MaskedRunAcrossChunkBoundaries) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     const std::uint64_t n = Small() ? 200003 : 1000003;
@@ -525,7 +471,7 @@ TEST(Masks, MaskedRunAcrossChunkBoundaries) {
 // valid one (and NaNs), which must not leak into min/max/argmin/argmax, and
 // the valid extremes tie, so the first valid occurrence must win.
 TEST(Masks, MaskedExtremesAndTies) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     using T = V<D>;
@@ -586,7 +532,7 @@ std::vector<std::pair<std::string, std::vector<V<D>>>> NanCases(std::uint64_t n)
 // without a mask, on the four float dtypes: whole arrays (the latency path
 // for small ones), rows and chunks.
 TEST(NanOps, EveryFloatDtypeWholeArrays) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   std::vector<std::uint64_t> sizes = {0, 1, 7, 33, 1000, 300007};
   if (!Small()) sizes.push_back(1000003);
   ForEachFloat([&](auto c) {
@@ -611,7 +557,7 @@ TEST(NanOps, EveryFloatDtypeWholeArrays) {
 }
 
 TEST(NanOps, RowsAndChunksWithAllNanRows) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   struct Shape {
     std::uint64_t rows, len;
   };
@@ -650,7 +596,7 @@ TEST(NanOps, RowsAndChunksWithAllNanRows) {
 // nanargmin/nanargmax: ties everywhere (four values), ramps whose best
 // moves at every tile, NaNs among them.
 TEST(NanOps, ArgExtremesTiesAndRamps) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   ForEachFloat([&](auto c) {
     constexpr DType D = decltype(c)::value;
     using T = V<D>;
@@ -676,7 +622,7 @@ TEST(NanOps, ArgExtremesTiesAndRamps) {
 // --- determinism and plans -------------------------------------------------
 
 TEST(MasksAndNanOps, DeterministicBitwise) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   const std::uint64_t n = Small() ? 1000003 : 20000003;
   auto x = Random<DType::kFloat32>(n);
   for (std::uint64_t i = 0; i < n; i += 101) x[i] = NAN;
@@ -704,7 +650,7 @@ TEST(MasksAndNanOps, DeterministicBitwise) {
 // masking kernels add in their own order), and the same argmin/argmax,
 // histogram and integer results exactly.
 TEST(MasksAndNanOps, AllValidMaskMatchesNoMask) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU mask and NaN-op tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     const auto x = Random<D>(100003);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tally/kernels/cuda_error.h"
+#include "tests/gpu/gpu_test_util.h"
 #include "tally/kernels/segmented.h"
 #include "tally/rules/combine.h"
 
@@ -29,50 +30,10 @@ using kernels::SegmentedPlan;
 using rules::DType;
 using rules::OpKind;
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cuda::LastErrorWhere()
-
-bool HaveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: GPU kernel tests skipped"
-
-std::mt19937_64& Rng() {
-  static std::mt19937_64 rng([] {
-    const std::uint64_t seed = std::random_device{}();
-    std::printf("[ seed     ] %llu\n", static_cast<unsigned long long>(seed));
-    return seed;
-  }());
-  return rng;
-}
-
 constexpr rules::OpMask kSum = rules::Bit(OpKind::kSum), kMin = rules::Bit(OpKind::kMin),
                         kMax = rules::Bit(OpKind::kMax), kMean = rules::Bit(OpKind::kMean),
                         kCount = rules::Bit(OpKind::kCount);
 constexpr rules::OpMask kAll = kSum | kMin | kMax | kMean | kCount;
-
-template <DType D>
-using V = typename rules::Traits<D>::value;
-
-// Random values spread over the dtype's range (floats: [-1000, 1000]).
-template <DType D>
-std::vector<V<D>> Random(std::uint64_t n) {
-  using T = V<D>;
-  std::vector<T> x(n);
-  auto& rng = Rng();
-  if constexpr (D == DType::kBool) {
-    for (auto& v : x) v = static_cast<T>(rng() & 1);
-  } else if constexpr (rules::IsFloat(D)) {
-    std::uniform_real_distribution<double> u(-1000.0, 1000.0);
-    for (auto& v : x) v = static_cast<T>(u(rng));
-  } else {
-    using W = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
-    std::uniform_int_distribution<W> u(std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
-    for (auto& v : x) v = static_cast<T>(u(rng));
-  }
-  return x;
-}
 
 // Offsets from segment lengths.
 std::vector<std::int64_t> OffsetsOf(const std::vector<std::int64_t>& lengths) {
@@ -219,12 +180,6 @@ void RunSegments(rules::OpMask ops, const std::vector<V<D>>& x, const std::vecto
 
 // A float64 sum against its long double reference: NaN for NaN, the same
 // infinity, else within `tol`.
-bool Close(long double got, long double want, long double tol) {
-  if (std::isnan(want)) return std::isnan(got);
-  if (std::isinf(want)) return got == want;
-  return std::fabs(got - want) <= tol;
-}
-
 template <typename R>
 R At(const std::vector<unsigned char>& res, std::size_t offset, std::size_t s) {
   R v;
@@ -296,10 +251,6 @@ void CheckCase(rules::OpMask ops, const std::vector<V<D>>& x, const std::vector<
   }
 }
 
-template <typename F>
-void ForEachDType(F&& f) {
-  for (DType d : rules::kAllDTypes) rules::VisitDType(d, [&](auto c) { f(c); });
-}
 
 template <DType D>
 std::vector<V<D>> RandomFor(const std::vector<std::int64_t>& off) {
@@ -309,7 +260,7 @@ std::vector<V<D>> RandomFor(const std::vector<std::int64_t>& off) {
 // --- every dtype, every op ------------------------------------------------
 
 TEST(Segmented, EveryDTypeEveryOpMixedLengths) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     const auto off = OffsetsOf(MixedLengths(400));
@@ -324,7 +275,7 @@ TEST(Segmented, EveryDTypeEveryOpMixedLengths) {
 }
 
 TEST(Segmented, EmptySegmentsAtStartMiddleEndAndPiledUp) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     // Empty first and last, a pile of 100000 at one offset in the middle
@@ -349,7 +300,7 @@ TEST(Segmented, EmptySegmentsAtStartMiddleEndAndPiledUp) {
 }
 
 TEST(Segmented, AllSegmentsEmptyAndNoSegments) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (std::size_t segs : {1ul, 5ul, 3840ul, 3841ul, 20000ul}) {
@@ -367,7 +318,7 @@ TEST(Segmented, AllSegmentsEmptyAndNoSegments) {
 }
 
 TEST(Segmented, SingleElementSegments) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     for (std::size_t segs : {1ul, 31ul, 1920ul, 1921ul, 100003ul}) {
@@ -380,7 +331,7 @@ TEST(Segmented, SingleElementSegments) {
 // One segment over many tiles (a window of thousands of carries), between
 // small ones, and the whole array as one segment.
 TEST(Segmented, HugeSegments) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   ForEachDType([&](auto c) {
     constexpr DType D = decltype(c)::value;
     const std::int64_t huge = D == DType::kFloat32 || D == DType::kInt8 ? (1ll << 24) + 7 : 3000017;
@@ -397,7 +348,7 @@ TEST(Segmented, HugeSegments) {
 // elements for 8-, 1-, 2- and 4-byte dtypes, less the tile's ends), so that
 // segments start and end at, just before and just after tile boundaries.
 TEST(Segmented, LengthsAroundTheTile) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   std::vector<std::int64_t> len;
   for (std::int64_t tile : {3500, 4000, 6000, 7000}) {
     for (std::int64_t l : {tile - 2, tile - 1, tile, tile + 1, 2 * tile - 1, 2 * tile, std::int64_t{0}, std::int64_t{1},
@@ -435,7 +386,7 @@ void NanCase() {
 }
 
 TEST(Segmented, NanInsideSegmentsGivesNanMinMax) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   NanCase<DType::kFloat32>();
   NanCase<DType::kFloat64>();
   NanCase<DType::kFloat16>();
@@ -443,7 +394,7 @@ TEST(Segmented, NanInsideSegmentsGivesNanMinMax) {
 }
 
 TEST(Segmented, IntegerSumsWrapModulo2To64) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   {
     const auto off = OffsetsOf({3, 1, 0, 50000, 2});
     std::vector<std::int64_t> x(static_cast<std::size_t>(off.back()), std::numeric_limits<std::int64_t>::max());
@@ -463,7 +414,7 @@ TEST(Segmented, IntegerSumsWrapModulo2To64) {
 // --- determinism and plan checks --------------------------------------------
 
 TEST(Segmented, DeterministicBitwise) {
-  REQUIRE_GPU();
+  TALLY_REQUIRE_GPU("GPU segmented kernel tests");
   const auto off = OffsetsOf(MixedLengths(2000));
   const auto x = RandomFor<DType::kFloat32>(off);
   std::vector<unsigned char> first, again;

@@ -4,8 +4,10 @@
 // rounding, for rows that cross the pieces, and keeps a caller's partial
 // states and base indices; a sharded dataset's pieces hold its bytes.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -208,6 +210,23 @@ TEST(ReducePieces, OpsWithoutPartialStatesAreRefusedWhenMerged) {
   EXPECT_NE(s.message().find("nanmin has no partial state yet"), std::string::npos) << s;
   // Host pieces need no merging: one reduction takes them all.
   EXPECT_TRUE(ReducePieces(*cpu, plan, Cut(bytes, 4, {100}), kNever).ok());
+  // On integers the NaN-skipping ops are their plain ops, which merge:
+  // nanvar of [1, 2, 4] in int32 is numpy.var's, inf where ddof >= n.
+  const std::vector<std::int32_t> ints = {1, 2, 4};
+  const std::span<const std::byte> int_bytes = std::as_bytes(std::span(ints));
+  for (const double ddof : {0.0, 3.0}) {
+    const AggregationPlan nan_ops{{DType::kInt32, 3, 0},
+                                  {OpSpec{.kind = OpKind::kNanVariance, .ddof = ddof}, OpSpec{.kind = OpKind::kNanMin}}};
+    absl::StatusOr<AggregationResult> got = ReducePiecesByMerging(*cpu, nan_ops, Cut(int_bytes, 4, {1}), kNever);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const double var = std::get<std::vector<double>>(got->values[0])[0];
+    if (ddof == 0.0) {
+      EXPECT_DOUBLE_EQ(var, 14.0 / 9.0);
+    } else {
+      EXPECT_TRUE(std::isinf(var)) << var;
+    }
+    EXPECT_EQ(std::get<std::vector<std::int64_t>>(got->values[1])[0], 1);
+  }
 }
 
 TEST(ReducePieces, ACancelStopsBetweenPieces) {

@@ -163,13 +163,9 @@ Needs NeedsOf(const std::vector<OpSpec>& ops) {
   return n;
 }
 
-// The ops as a dtype computes them: on integer dtypes, which hold no NaN,
-// each NaN-skipping op is its plain op (numpy.nanvar of integers is
-// numpy.var, whose ddof >= n gives inf, not nanvar's NaN).
+// The ops as a dtype computes them (AsComputedFor in finish.h).
 std::vector<OpSpec> EffectiveOps(std::vector<OpSpec> ops, DType dtype) {
-  if (!rules::IsFloat(dtype)) {
-    for (OpSpec& op : ops) op.kind = rules::PlainOf(op.kind);
-  }
+  for (OpSpec& op : ops) op = AsComputedFor(op, dtype);
   return ops;
 }
 

@@ -510,7 +510,7 @@ class CudaReduction final : public Reduction {
     AggregationResult result;
     result.values.reserve(plan_.ops.size());
     for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
-      const OpSpec& op = plan_.ops[i];
+      const OpSpec op = AsComputedFor(plan_.ops[i], a.dtype);
       OpValues values = EmptyValues(op, a.dtype, rows);
       if (passes_.op_pass[i] < 0) {  // count without a mask
         for (std::uint64_t r = 0; r < rows; ++r) {
