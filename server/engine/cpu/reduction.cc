@@ -1,7 +1,7 @@
 // The CPU backend's Reduction. The array is cut at fixed row-relative
 // positions into blocks (CpuPolicy::kBlockElements) and chunks
 // (kChunkBlocks blocks). A block is reduced by one fixed algorithm
-// (block_kernels.h) into a Partial; a chunk folds its blocks' partials in
+// (block_kernels.h) into a Partial (block_partial.h); a chunk folds its blocks' partials in
 // block order; a row folds its chunks' partials in chunk order. How Consume()
 // pieces the array and how many threads share the work therefore cannot
 // change a single bit of the results. Histogram counts are integers, so they
@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
+#include "server/engine/cpu/block_partial.h"
 #include "server/engine/cpu/masked_block.h"
 #include "server/engine/cpu/tuning.h"
 #include "server/engine/host_runs.h"
@@ -47,151 +48,6 @@ namespace {
 
 constexpr std::uint64_t kBlock = CpuPolicy::kBlockElements;
 constexpr std::uint64_t kChunk = CpuPolicy::kChunkElements;
-
-// Everything any op needs from a block, a chunk or a row.
-template <typename V>
-struct Partial {
-  std::uint64_t count = 0;
-  double dsum = 0.0;       // float64 sum: floats' OP_SUM, mean, variance
-  std::uint64_t isum = 0;  // integers' OP_SUM, modulo 2^64
-  double sum_squares = 0.0;
-  V min = MinIdentity<V>();
-  V max = MaxIdentity<V>();
-  rules::Moments moments{};
-  rules::ArgCandidate<V> argmin{V{}, -1};
-  rules::ArgCandidate<V> argmax{V{}, -1};
-  // The same over the non-NaN elements, for the NaN-skipping ops.
-  std::uint64_t nan_count = 0;  // non-NaN elements
-  double nan_dsum = 0.0;
-  V nan_min = MinIdentity<V>();
-  V nan_max = MaxIdentity<V>();
-  rules::Moments nan_moments{};
-  rules::ArgCandidate<V> nan_argmin{V{}, -1};
-  rules::ArgCandidate<V> nan_argmax{V{}, -1};
-  // numpy.prod in its accumulator type (ProductLane), and the elements that
-  // are not zero (count_nonzero, any, all).
-  ProductLane<V> product = 1;
-  std::uint64_t nonzero = 0;
-};
-
-// acc := acc followed by b. Every field is cheap, so all are folded. An
-// empty acc takes b as it is (one rule for every path, so still bitwise
-// deterministic): cheaper for short rows, and a lone -0.0 stays -0.0.
-template <typename V>
-void Fold(Partial<V>& acc, const Partial<V>& b) {
-  if (b.count == 0) return;  // a block whose elements are all masked out
-  if (acc.count == 0) {
-    acc = b;
-    return;
-  }
-  acc.count += b.count;
-  acc.dsum += b.dsum;
-  acc.isum += b.isum;
-  acc.sum_squares += b.sum_squares;
-  acc.min = rules::MinNan(acc.min, b.min);
-  acc.max = rules::MaxNan(acc.max, b.max);
-  acc.moments = rules::MergeMoments(acc.moments, b.moments);
-  acc.argmin = rules::PickArg<false>(acc.argmin, b.argmin);
-  acc.argmax = rules::PickArg<true>(acc.argmax, b.argmax);
-  acc.nan_count += b.nan_count;
-  acc.nan_dsum += b.nan_dsum;
-  acc.nan_min = b.nan_min < acc.nan_min ? b.nan_min : acc.nan_min;  // neither is NaN
-  acc.nan_max = b.nan_max > acc.nan_max ? b.nan_max : acc.nan_max;
-  acc.nan_moments = rules::MergeMoments(acc.nan_moments, b.nan_moments);
-  acc.nan_argmin = rules::PickArg<false>(acc.nan_argmin, b.nan_argmin);
-  acc.nan_argmax = rules::PickArg<true>(acc.nan_argmax, b.nan_argmax);
-  acc.product *= b.product;  // integers wrap modulo 2^64
-  acc.nonzero += b.nonzero;
-}
-
-// What the plan's ops need computed per block.
-struct Needs {
-  bool native_sum = false;
-  bool dsum = false;
-  bool sum_squares = false;
-  bool min = false;
-  bool max = false;
-  bool mean = false;     // the moments' count and mean
-  bool moments = false;  // and their M2
-  bool argmin = false;
-  bool argmax = false;
-  // NaN-skipping (float dtypes only).
-  bool nan_sum = false;  // the non-NaN count and float64 sum
-  bool nan_min = false;
-  bool nan_max = false;
-  bool nan_mean = false;
-  bool nan_moments = false;
-  bool nan_argmin = false;
-  bool nan_argmax = false;
-  bool any_nan() const { return nan_sum || nan_min || nan_max; }
-  bool product = false;
-  bool nonzero = false;
-};
-
-Needs NeedsOf(const std::vector<OpSpec>& ops) {
-  Needs n;
-  for (const OpSpec& op : ops) {
-    switch (op.kind) {
-      case OpKind::kSum: n.native_sum = true; break;
-      case OpKind::kMin: n.min = true; break;
-      case OpKind::kMax: n.max = true; break;
-      case OpKind::kMean: n.dsum = n.mean = true; break;
-      case OpKind::kCount: break;
-      case OpKind::kSumSquares: n.sum_squares = true; break;
-      case OpKind::kVariance:
-      case OpKind::kStddev: n.dsum = n.moments = true; break;
-      case OpKind::kArgmin: n.argmin = n.min = true; break;
-      case OpKind::kArgmax: n.argmax = n.max = true; break;
-      case OpKind::kHistogram: break;
-      case OpKind::kNanSum:
-      case OpKind::kNanCount: n.nan_sum = true; break;
-      case OpKind::kNanMin: n.nan_sum = n.nan_min = true; break;
-      case OpKind::kNanMax: n.nan_sum = n.nan_max = true; break;
-      case OpKind::kNanMean: n.nan_sum = n.nan_mean = true; break;
-      case OpKind::kNanVariance:
-      case OpKind::kNanStddev: n.nan_sum = n.nan_moments = true; break;
-      case OpKind::kNanArgmin: n.nan_sum = n.nan_argmin = n.nan_min = true; break;
-      case OpKind::kNanArgmax: n.nan_sum = n.nan_argmax = n.nan_max = true; break;
-      case OpKind::kProduct: n.product = true; break;
-      case OpKind::kCountNonzero:
-      case OpKind::kAny:
-      case OpKind::kAll: n.nonzero = true; break;
-      case OpKind::kPtp:
-      case OpKind::kMinMax: n.min = n.max = true; break;  // a plan holds no kMinMax (ValidatePlan)
-    }
-  }
-  return n;
-}
-
-// The ops as a dtype computes them (AsComputedFor in finish.h).
-std::vector<OpSpec> EffectiveOps(std::vector<OpSpec> ops, DType dtype) {
-  for (OpSpec& op : ops) op = AsComputedFor(op, dtype);
-  return ops;
-}
-
-template <typename V>
-using FusedFn = void (*)(const V*, std::size_t, LaneTotals<V>*);
-
-template <typename V, std::size_t... kMasks>
-constexpr std::array<FusedFn<V>, kLaneMasks> FusedTable(std::index_sequence<kMasks...>) {
-  return {&FusedLanes<V, static_cast<unsigned>(kMasks)>...};
-}
-
-template <typename V>
-using NanFn = void (*)(const V*, std::size_t, NanLaneTotals<V>*);
-
-template <typename V>
-using MoreFn = void (*)(const V*, std::size_t, MoreLaneTotals<V>*);
-
-template <typename V, std::size_t... kMasks>
-constexpr std::array<MoreFn<V>, kMoreLaneMasks> MoreTable(std::index_sequence<kMasks...>) {
-  return {&MoreLanes<V, static_cast<unsigned>(kMasks)>...};
-}
-
-template <typename V, std::size_t... kMasks>
-constexpr std::array<NanFn<V>, kNanLaneMasks> NanTable(std::index_sequence<kMasks...>) {
-  return {&NanLanes<V, static_cast<unsigned>(kMasks)>...};
-}
 
 // Elements of the piece that are not aligned for V are copied to `bounce`
 // first (allocated on first need). Not thread_local: static TLS is reserved in
