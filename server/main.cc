@@ -147,8 +147,9 @@ ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
           "With --backend=cuda or auto and --routing=size: arrays smaller than this run on the CPU; 0: "
           "everything on the GPU. With --routing=cost it applies to registered host regions only.");
 ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
-          "Per-lane device memory for results (rows x ops, histograms); requests needing more run on "
-          "the CPU backend.");
+          "Per-lane device memory for results (rows x ops, histograms), a request's validity mask and "
+          "its offsets; a request of host bytes needing more runs on the CPU backend, one of GPU bytes "
+          "(a dataset, a CUDA IPC region) is refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
@@ -181,7 +182,9 @@ namespace {
 
 constexpr char kUsage[] =
     "aggregates numeric arrays sent over gRPC (tally.v1.Aggregator): sums, min/max,\n"
-    "means, variances, argmin/argmax and histograms, whole or per row, on a GPU or the CPU.\n"
+    "means, variances, argmin/argmax, histograms, numpy's NaN-skipping nan* ops, prod,\n"
+    "count_nonzero, any, all and ptp, whole, per row or per segment, skipping missing\n"
+    "values when a validity mask is given, on a GPU or the CPU.\n"
     "Arrays come inline, streamed, or from resident datasets uploaded once (PutDataset) and\n"
     "kept in GPU memory (host memory on the cpu backend) for any number of queries, or from\n"
     "shared memory a client on the same host registers once (a /dev/shm object, or CUDA IPC).\n"

@@ -58,9 +58,9 @@ Flags:
                         NaN-skipping, as numpy's nan-functions: nansum nanmean
                         nanmin nanmax nanargmin nanargmax nanvar[:DDOF]
                         nanstd[:DDOF] nancount
-                        prod count_nonzero|nnz any all ptp
-                        (these last two groups run on the CPU: on a GPU
-                        server, not for --dataset data kept on the GPU)
+                        prod|product count_nonzero|nnz any all ptp
+                        (this last group runs on the CPU: on a GPU server,
+                        not for --dataset data kept on the GPU)
   --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
                       uint8 uint16 uint32 uint64 bool: required
                       with --raw; for --random (default float32); a .npy
@@ -75,15 +75,16 @@ Flags:
                       the range's) length last; segment s is elements
                       offsets[s] to offsets[s+1]-1. Empty segments give the
                       empty array's answers (sum 0, mean NaN); min, max,
-                      argmin, argmax and ptp of one are refused.
+                      minmax, argmin, argmax, ptp and their nan forms are
+                      refused for one.
   --valid=FILE.npy    skip missing elements: a 1-D .npy of bool (or
                       integers: nonzero is valid) as long as the array (or
                       the range); every op reads only the elements marked
                       True, as numpy does on x[valid] (argmin/argmax still
                       count every element). It is sent as a bitmap, one bit
                       per element. A row with no valid elements gives the
-                      empty array's answers; min, max, argmin, argmax, ptp
-                      and minmax of one are refused.
+                      empty array's answers; min, max, minmax, argmin,
+                      argmax, ptp and their nan forms are refused for one.
   --range=A:B         with --dataset: only elements A to B-1 (A: from A to
                       the end; :B from 0). Indices may take K/M/G suffixes;
                       argmin/argmax then count from A, as if the range were
@@ -105,9 +106,10 @@ JSON: {"results":[{"op":"sum","type":"float64","values":[...]},
                    "histograms":[{"counts":[...],"below":0,"above":0,"nan":0}]}],
        "execution":{"elements":N,"bytes":N,"rows":N,"backend":"cpu","device":"...",
                     "server_seconds":S,"client_seconds":S,"transport":"unary"}}
-  one "values"/"histograms" entry per row; integers exact; NaN and infinities
-  as the strings "nan", "inf", "-inf". "transport" is "unary", "stream" or,
-  with --dataset, "dataset"; with --shm, "shm".
+  one "values"/"histograms" entry per row (two values for minmax: min, then
+  max); "ddof" for variance, stddev, nanvar and nanstd; integers exact; NaN
+  and infinities as the strings "nan", "inf", "-inf". "transport" is
+  "unary", "stream" or, with --dataset, "dataset"; with --shm, "shm".
 
 Exit status: 0 success; 1 the request failed (the server's status code and
 message are printed on stderr: NOT_FOUND for an unknown dataset,

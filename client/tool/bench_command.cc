@@ -65,8 +65,8 @@ Flags:
                        log-uniformly from [MIN, MAX], e.g. --sizes=1K:256M
   --sizes=A,B,...      resident, shm: one dataset (region) of each size,
                        e.g. 1M,64M,1G,4G
-  --dtype=T            float32 (default) float64 int8 int16 int32 int64 uint8 uint16
-                       uint32 uint64 bool
+  --dtype=T            float32 (default) float16 bfloat16 float64 int8 int16 int32
+                       int64 uint8 uint16 uint32 uint64 bool
   --ops=LIST[;LIST...] aggregations as for tally aggregate (default sum);
                        several lists separated by ";" (quote them) are taken
                        in turn, e.g. "sum;min,max,argmax;sum,max,hist:256:-1:1"

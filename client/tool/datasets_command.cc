@@ -32,7 +32,7 @@ Flags:
                         {"datasets":[{"name":..,"dtype":"float32","length":N,
                           "bytes":N,"place":"host","version":N,
                           "created_unix_seconds":S,"expires_unix_seconds":S,
-                          "queries":N}],
+                          "queries":N,"shards":N}],
                          "places":[{"place":"host","datasets":N,"bytes":N,
                           "limit_bytes":N}]}
                       expires_unix_seconds and limit_bytes are 0 for none;

@@ -15,9 +15,11 @@ Client for the tally aggregation service (gRPC tally.v1.Aggregator).
 
 Commands:
   aggregate   send one array (.npy, raw file or random), or name a resident
-              dataset, and print its aggregations: sum min max mean count
-              sumsq var std argmin argmax histogram, over the whole array
-              (or a range of a dataset) or per row
+              dataset, and print its aggregations: sum min max minmax mean
+              count sumsq var std argmin argmax histogram, numpy's
+              NaN-skipping nan* ops, prod count_nonzero any all ptp; over
+              the whole array (or a range of a dataset), per row, or per
+              segment, skipping missing values when given a mask
   put         upload an array as a named dataset the server keeps resident
               (GPU or host memory), to aggregate many times without resending
   datasets    list the resident datasets, and each place's usage and limit

@@ -57,7 +57,7 @@ Flags:
   --json              print JSON instead of text:
                         {"dataset":{"name":..,"dtype":..,"length":N,"bytes":N,
                          "place":"host","version":N,"created_unix_seconds":S,
-                         "expires_unix_seconds":S,"queries":N},
+                         "expires_unix_seconds":S,"queries":N,"shards":N},
                          "row_length":N,"server_seconds":S,"client_seconds":S}
                       row_length: the 2-D file's row length, 0 for 1-D input
 

@@ -176,9 +176,10 @@ class Client:
                   progress: Optional[Progress] = None) -> Results:
         """Aggregates ``array`` on the server and returns numpy's answers.
 
-        ``array``: anything numpy.asarray takes, of dtype float32, float64,
-        int8, int16, int32, int64, uint8, uint16, uint32, uint64 or bool
-        (TypeError for any other, naming it).
+        ``array``: anything numpy.asarray takes, of dtype float16, float32,
+        float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64 or
+        bool, or ml_dtypes' bfloat16 where ml_dtypes is installed
+        (:data:`tally.SUPPORTED_DTYPES`; TypeError for any other, naming it).
         1-D arrays are aggregated whole; a 2-D array row by row (numpy's
         axis=1), every answer then being an array with one entry per row. A
         C-contiguous little-endian array is sent as it lies; any other (a
@@ -189,8 +190,9 @@ class Client:
         (segments + 1 integers, 0 first, the length last: segment s is
         ``array[offsets[s]:offsets[s + 1]]``); every answer then has one
         entry per segment, numpy's answer for that slice. An empty segment
-        gives the empty array's answer (sum 0, mean NaN); min, max, argmin,
-        argmax and ptp of one are refused, as numpy raises.
+        gives the empty array's answer (sum 0, mean NaN); min, max, minmax,
+        argmin, argmax, ptp and their nan forms are refused for one, as
+        numpy raises.
 
         ``valid``: which elements take part, array-like of bools of the
         array's shape (pandas: ``series.notna()``); a numpy.ma.MaskedArray
@@ -198,12 +200,14 @@ class Client:
         does on ``array[valid]`` (row by row, segment by segment), except
         that argmin and argmax still count every element, as numpy.ma's do.
         A row with no valid elements gives the empty array's answer (sum 0,
-        mean NaN); min, max, argmin, argmax, ptp and minmax of one are
-        refused. The mask travels as a bitmap, one bit per element.
+        mean NaN); min, max, minmax, argmin, argmax, ptp and their nan forms
+        are refused for one. The mask travels as a bitmap, one bit per
+        element.
 
         ``ops``: strings as the CLI's ``--ops`` (``"sum"``, ``"std:1"``,
         ``"hist:256:-1:1"``, or several comma-separated), :class:`Op`
-        objects, or a list of both. ValueError for a bad one.
+        objects, or a list of both. ValueError for a bad one. ``minmax``
+        answers a ``(min, max)`` tuple (rows: an array of shape (rows, 2)).
 
         Answers have the dtypes numpy's reductions return (see
         :func:`tally._values.value_dtype`); histograms are

@@ -187,6 +187,13 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
     mapping from host names to servers sends each worker's chunks to its own
     host's server (and round-robin over them from other hosts).
 
+    ``ops`` as :meth:`tally.Client.aggregate` takes them, among those with
+    partial states: sum, min, max, mean, count, sum_squares, variance,
+    stddev, argmin, argmax and histogram. The NaN-skipping ops, prod,
+    count_nonzero, any, all and ptp have none yet (the servers refuse them:
+    :class:`tally.Error`, INVALID_ARGUMENT), nor has minmax (ValueError: ask
+    for min and max).
+
     Each chunk's partial states come from a server (the chunk step, on the
     workers), are merged in Dask's combine and aggregate steps (on the
     workers, in block order: deterministic for a given chunking and

@@ -11,11 +11,14 @@
 namespace tally::client {
 
 // Comma-separated tokens, each NAME or NAME:ARGS:
-//   sum  min  max  mean  count  argmin  argmax
+//   sum  min  max  minmax  mean  count  argmin  argmax
 //   sum_squares | sumsq
 //   variance | var [:DDOF]      DDOF finite, >= 0 (default 0)
 //   stddev   | std [:DDOF]
 //   histogram | hist :BINS:LO:HI   1 <= BINS <= 65536, LO < HI, both finite
+//   nansum  nanmean  nanmin  nanmax  nanargmin  nanargmax  nancount
+//   nanvar [:DDOF]  nanstd [:DDOF]
+//   prod | product  count_nonzero | nnz  any  all  ptp
 // Spaces around tokens are ignored. An error names the offending token.
 [[nodiscard]] absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregations(absl::string_view text);
 

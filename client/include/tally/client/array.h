@@ -36,8 +36,11 @@ struct ArrayRef {
   }
 };
 
-// "float32", "f4", "float64", "f8", "int32", "i4", "int64", "i8", "uint32",
-// "u4", "uint8", "u1".
+// A dtype by its name or numpy's kind-and-size code, in any case:
+// "float16" "f2", "bfloat16" "bf16", "float32" "f4", "float64" "f8",
+// "int8" "i1", "int16" "i2", "int32" "i4", "int64" "i8", "uint8" "u1",
+// "uint16" "u2", "uint32" "u4", "uint64" "u8", "bool" "b1".
+// INVALID_ARGUMENT naming the supported ones otherwise.
 [[nodiscard]] absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 }  // namespace tally::client

@@ -19,7 +19,7 @@ struct FormatOptions {
   int max_bins_shown = 16;
   // Client-side facts added to "execution" when known.
   std::optional<double> client_seconds;
-  std::optional<std::string> transport;  // "unary", "stream" or "dataset"
+  std::optional<std::string> transport;  // "unary", "stream", "dataset" or "shm"
 };
 
 // One line per aggregation ("sum = 12.5"; rows as "[1, 2, 3, ... (997 more)]";
@@ -36,10 +36,12 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
 //    "execution": {"elements": N, "bytes": N, "rows": N, "backend": "cpu",
 //                  "device": "...", "server_seconds": 0.01,
 //                  "client_seconds": 0.02, "transport": "unary"}}
-// ("transport" is "dataset" for a query of a resident dataset.)
+// ("transport" is "dataset" for a query of a resident dataset, "shm" for a
+// shared-memory region.)
 // "op" is the name from tally/rules/op.h. "values" and "histograms" hold one
-// entry per row (one for an unsegmented array). "ddof" appears for variance
-// and stddev only; client_seconds and transport only when known.
+// entry per row (one for an unsegmented array; minmax: two per row, min
+// then max). "ddof" appears for variance, stddev, nanvar and nanstd only;
+// client_seconds and transport only when known.
 // Integers (int64, uint64, counts) are printed exactly as JSON integers.
 // Floats use the shortest text that reads back to the same double;
 // NaN, +inf and -inf, which JSON lacks, are the strings "nan", "inf", "-inf".
@@ -59,8 +61,9 @@ std::string FormatDatasetsText(const v1::ListDatasetsResponse& list, absl::Time 
 // One dataset as a JSON object, no newline. Schema (fields only ever added):
 //   {"name": "temps", "dtype": "float32", "length": N, "bytes": N,
 //    "place": "cuda:0", "version": N, "created_unix_seconds": S,
-//    "expires_unix_seconds": S, "queries": N}
-// expires_unix_seconds is 0 for a dataset without a TTL.
+//    "expires_unix_seconds": S, "queries": N, "shards": N}
+// expires_unix_seconds is 0 for a dataset without a TTL; shards is at
+// least 1.
 std::string DatasetJson(const v1::DatasetInfo& dataset);
 
 // ListDatasets as JSON: {"datasets": [DatasetJson, ...],

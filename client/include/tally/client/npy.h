@@ -24,8 +24,9 @@ struct NpyHeader {
 
 // Parses and checks the header at the start of `file` (the whole file, or at
 // least its header), and that the file holds exactly the bytes the header
-// promises. Accepts the dtypes tally aggregates (<f4 <f8 <i4 <i8 <u4 |u1,
-// with '<' or '|' where the byte order does not matter), C order, 1-D or 2-D.
+// promises. Accepts the dtypes tally aggregates that .npy can hold (<f2 <f4
+// <f8 |i1 <i2 <i4 <i8 |u1 <u2 <u4 <u8 |b1, with '<' or '|' where the byte
+// order does not matter; .npy has no bfloat16), C order, 1-D or 2-D.
 [[nodiscard]] absl::StatusOr<NpyHeader> ParseNpyHeader(std::span<const std::byte> file);
 
 }  // namespace tally::client

@@ -27,10 +27,12 @@ class HostBuffer {
 
 // Fills `length` elements of `dtype` at `out` from a generator seeded with
 // `seed` (xoshiro256**, so the same seed gives the same bytes everywhere).
-// Values, uniform: floats in [-1, 1); int32 in [-2^20, 2^20); int64 in
-// [-2^32, 2^32) (beyond int32's range); uint32 in [0, 2^20); uint8 in
-// [0, 256). Never all zeros; integer sums cannot overflow for any array
-// below 2^30 elements.
+// Values, uniform: floats in [-1, 1) (float16 and bfloat16 rounded to
+// their dtype); int32 in [-2^20, 2^20); int64 in [-2^32, 2^32) (beyond
+// int32's range); uint32 in [0, 2^20); int8, int16, uint8, uint16 and
+// uint64 over their whole range; bool 0 or 1. Never all zeros; integer
+// sums cannot overflow for any array below 2^30 elements, except uint64's,
+// which wrap modulo 2^64 as numpy's do.
 void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length);
 
 }  // namespace tally::client
