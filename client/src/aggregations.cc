@@ -60,7 +60,7 @@ constexpr OpAlias kOpAliases[] = {
 constexpr absl::string_view kKnownOps =
     "sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], stddev|std[:DDOF], "
     "argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, "
-    "nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, count_nonzero|nnz, any, all, ptp";
+    "nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, count_nonzero|nnz, any, all, ptp, minmax";
 
 absl::Status BadToken(absl::string_view token, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("bad aggregation \"", token, "\": ", why));

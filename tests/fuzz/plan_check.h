@@ -54,7 +54,7 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
     }
     if (op.partial) per_row += kPartialStateExtraValues;
     if (!a.segmented() && a.length == 0) {
-      TALLY_FUZZ_CHECK(!rules::NeedsNonEmpty(op), "an empty array has no min, max, argmin or argmax");
+      TALLY_FUZZ_CHECK(!rules::NeedsNonEmpty(op), "an empty array has no min, max, arg*, ptp or their nan forms");
     }
   }
   // The response, and the per-row state the backends allocate, are bounded.

@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   tally::fuzz::ByteReader in(data, size);
   tally::v1::ArraySpec spec;
   // Enum values outside the enum's range travel on the wire as they are.
-  spec.set_dtype(static_cast<tally::v1::DType>(in.Byte() < 0xf0 ? in.Byte() % 8 : in.Raw<std::int32_t>()));
+  spec.set_dtype(static_cast<tally::v1::DType>(in.Byte() < 0xf0 ? in.Byte() % tally::v1::DType_ARRAYSIZE : in.Raw<std::int32_t>()));
   if (in.Bool()) spec.set_length(in.Count());
   spec.set_row_length(in.Count());
   std::optional<std::uint64_t> data_bytes;
@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   tally::AggregationList aggregations;
   for (int i = 0; i < count && in.remaining() > 0; ++i) {
     tally::v1::Aggregation* a = aggregations.Add();
-    a->set_op(static_cast<tally::v1::Op>(in.Byte() < 0xf0 ? in.Byte() % 13 : in.Raw<std::int32_t>()));
+    a->set_op(static_cast<tally::v1::Op>(in.Byte() < 0xf0 ? in.Byte() % tally::v1::Op_ARRAYSIZE : in.Raw<std::int32_t>()));
     if (in.Bool()) a->set_ddof(in.Double());
     if (in.Bool()) {
       const std::uint8_t bins = in.Byte();

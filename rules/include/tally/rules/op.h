@@ -38,7 +38,8 @@ enum class OpKind : std::uint8_t {
   kPtp,
   // numpy's (min, max) in one answer, Arrow's min_max: two values per row.
   // A plan never holds it: the server's front end asks the engine for kMin
-  // and kMax (one fused pass) and pairs their answers (ExpandMinMax).
+  // and kMax (one fused pass) and pairs their answers (FinishPlan and
+  // ResultToProto in server/frontend/convert.cc).
   kMinMax,
 };
 inline constexpr int kNumOpKinds = 26;
