@@ -140,6 +140,10 @@ ABSL_FLAG(std::string, route_model, "",
 ABSL_FLAG(bool, route_calibration, true,
           "--routing=cost: measure the routing rates at start-up (about 0.1 s); off: only --route_model "
           "and built-in defaults.");
+ABSL_FLAG(std::string, fault_lose_gpu, "",
+          "Testing only: ORDINAL@SECONDS marks that GPU lost SECONDS after start, as a sticky CUDA error "
+          "would, to test losing a GPU under load: no new request goes to it, the other GPUs serve, and "
+          "health (service \"cuda:ORDINAL\") and tally_device_serving report it. Empty: no fault.");
 ABSL_FLAG(int, staging_copy_threads, 8,
           "With --backend=cuda or auto: threads that copy a received message into pinned staging in "
           "parallel (1: the request's own thread alone).");
@@ -258,6 +262,7 @@ int main(int argc, char** argv) {
   config.backend.routing = absl::GetFlag(FLAGS_routing);
   config.backend.route_model = absl::GetFlag(FLAGS_route_model);
   config.backend.route_calibration = absl::GetFlag(FLAGS_route_calibration);
+  config.backend.fault_lose_gpu = absl::GetFlag(FLAGS_fault_lose_gpu);
   config.backend.staging_copy_threads = absl::GetFlag(FLAGS_staging_copy_threads);
   config.backend.max_state_bytes = absl::GetFlag(FLAGS_cuda_max_state_bytes);
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));

@@ -16,13 +16,17 @@ whether it is serving, and prints the status: SERVING, NOT_SERVING (e.g.
 draining after SIGTERM), SERVICE_UNKNOWN or UNKNOWN.
 
 Flags:
-  --service=NAME      "" (default: the whole server) or tally.v1.Aggregator
+  --service=NAME      "" (default: the whole server), tally.v1.Aggregator,
+                      or on a GPU server one GPU by its place, cuda:0, cuda:1,
+                      ...: NOT_SERVING once that GPU is lost, while the
+                      server serves on the others
   --timeout=SECONDS   give up after this long (default 5)
 
 Exit status: 0 SERVING; 1 anything else, or no answer; 2 bad flags.
 
-Example:
+Examples:
   tally health --target=gpu-box:50051 --service=tally.v1.Aggregator
+  tally health --target=gpu-box:50051 --service=cuda:1
 )";
 
 int RunHealth(const std::vector<std::string>& args) {

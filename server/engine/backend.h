@@ -127,9 +127,20 @@ class Backend {
         name() + " backend cannot read GPU memory: register a host shared-memory region instead.");
   }
 
-  // OK while the backend can serve; otherwise why not (e.g. a GPU was lost).
-  // The server polls it and reports NOT_SERVING on the health service.
+  // OK while the backend can serve; otherwise why not (e.g. every GPU was
+  // lost). The server polls it and reports NOT_SERVING on the health service.
   virtual absl::Status Health() const { return absl::OkStatus(); }
+
+  // Each device's own health, named by its resident place ("cuda:1"): OK, or
+  // why no new request goes to it. A server with two GPUs that loses one
+  // keeps serving on the other; the server reports each device under its
+  // place on the health service and in tally_device_serving. Empty for
+  // backends without devices.
+  struct DeviceHealth {
+    std::string place;
+    absl::Status status;
+  };
+  virtual std::vector<DeviceHealth> DevicesHealth() const { return {}; }
 
   // Where to report engine metrics (copy and kernel time, pinned pool,
   // device memory); called once, before the first Start(). May stay unset.

@@ -33,6 +33,9 @@ struct BackendOptions {
   std::string routing = "size";
   bool route_calibration = true;  // measure the model's rates at start-up
   std::string route_model;        // "key=value,..." given rates (routing::ApplyOverrides)
+  // Testing only: "ORDINAL@SECONDS" marks that GPU lost that long after
+  // start, as a sticky CUDA error would (server/engine/cuda/device_fault.h).
+  std::string fault_lose_gpu;
 };
 
 // The backend kinds this build can run, for --help and error messages.

@@ -116,6 +116,7 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
     }
   }
   s->SetServing(true);
+  s->MirrorDevices();
   s->watcher_ = std::thread([raw = s.get()] { raw->WatchHealth(); });
   return s;
 }
@@ -124,6 +125,7 @@ void TallyServer::WatchHealth() {
   bool serving = true;
   std::unique_lock<std::mutex> lock(watch_mu_);
   while (!watch_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_watching_; })) {
+    MirrorDevices();
     const absl::Status health = backend_->Health();
     if (health.ok() == serving) continue;
     serving = health.ok();
@@ -133,6 +135,25 @@ void TallyServer::WatchHealth() {
       spdlog::error("backend {} cannot serve: {}; health NOT_SERVING", backend_->name(), health.ToString());
     }
     SetServing(serving);
+  }
+}
+
+void TallyServer::MirrorDevices() {
+  for (const Backend::DeviceHealth& d : backend_->DevicesHealth()) {
+    const bool ok = d.status.ok();
+    const auto [it, first] = device_serving_.try_emplace(d.place, ok);
+    if (!first && it->second == ok) continue;
+    it->second = ok;
+    if (!ok) {
+      spdlog::error("{} takes no new requests: {}; health of service \"{}\" NOT_SERVING", d.place,
+                    d.status.ToString(), d.place);
+    } else if (!first) {
+      spdlog::info("{} is serving again", d.place);
+    }
+    for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+      if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(d.place, ok);
+    }
+    metrics_->SetDeviceServing(d.place, ok);
   }
 }
 

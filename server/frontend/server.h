@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,6 +78,9 @@ class TallyServer {
   // Polls the backend's health and mirrors it on the health services.
   void WatchHealth();
   void SetServing(bool serving);
+  // Each device's health on the health services under its place ("cuda:1")
+  // and in tally_device_serving, where it changed since the last call.
+  void MirrorDevices();
   void StopWatching();
 
   std::unique_ptr<Backend> backend_;
@@ -98,6 +102,7 @@ class TallyServer {
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool stop_watching_ = false;
+  std::map<std::string, bool> device_serving_;  // as last reported, by place
   std::thread watcher_;
 };
 

@@ -218,6 +218,12 @@ Metrics::Metrics(const Options& options)
                                  .Help("Device memory in total, by CUDA device ordinal and model name.")
                                  .Labels(constant)
                                  .Register(r);
+  device_serving_ = &prometheus::BuildGauge()
+                         .Name("tally_device_serving")
+                         .Help("1 while a device (\"cuda:1\") takes new requests, 0 once it is lost; the "
+                               "server keeps serving while any device does.")
+                         .Labels(constant)
+                         .Register(r);
 
   resident_bytes_ = &prometheus::BuildGauge()
                          .Name("tally_dataset_resident_bytes")
@@ -418,6 +424,11 @@ void Metrics::SetDeviceMemory(int device, const std::string& name, std::uint64_t
   const prometheus::Labels labels = {{"device", std::to_string(device)}, {"device_name", name}};
   device_memory_used_->Add(labels).Set(static_cast<double>(used));
   device_memory_capacity_->Add(labels).Set(static_cast<double>(total));
+}
+
+void Metrics::SetDeviceServing(const std::string& place, bool serving) {
+  // Called when a device's health changes, not per request.
+  device_serving_->Add({{"place", place}}).Set(serving ? 1.0 : 0.0);
 }
 
 void Metrics::SetResidentDatasets(const std::string& place, std::uint64_t bytes, std::uint64_t datasets,

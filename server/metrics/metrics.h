@@ -130,6 +130,9 @@ class Metrics {
   void SetDeviceMemory(int device, const std::string& name, std::uint64_t used,
                        std::uint64_t total);
   void SetPinnedPool(std::uint64_t total, std::uint64_t used);
+  // Whether a device (by its place, "cuda:1") takes new requests: 0 once it
+  // is lost (a sticky CUDA error), while the others go on serving.
+  void SetDeviceServing(const std::string& place, bool serving);
 
   // Resident datasets. `place` is where they live ("cuda:0", "host"):
   // bytes charged there, datasets published, and the limit (0: none).
@@ -179,6 +182,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* h2d_seconds_;
   prometheus::Family<prometheus::Counter>* kernel_seconds_;
   prometheus::Family<prometheus::Gauge>* device_memory_used_;
+  prometheus::Family<prometheus::Gauge>* device_serving_;
   prometheus::Family<prometheus::Gauge>* device_memory_capacity_;
 
   std::array<prometheus::Histogram*, kNumMethods> duration_{};

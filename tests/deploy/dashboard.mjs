@@ -16,7 +16,7 @@ const args = Object.fromEntries(
 const GPU_ONLY = new Set([
   "tally_host_to_device_bytes_total", "tally_host_to_device_seconds_total",
   "tally_kernel_seconds_total", "tally_device_memory_used_bytes",
-  "tally_device_memory_capacity_bytes",
+  "tally_device_memory_capacity_bytes", "tally_device_serving",
 ]);
 const KEYWORDS = new Set(["by", "without", "on", "ignoring", "group_left", "group_right",
   "bool", "and", "or", "unless", "offset", "inf", "nan"]);

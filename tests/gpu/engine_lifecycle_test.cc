@@ -1,13 +1,17 @@
 // The CUDA backend's lifecycle: cancelled requests give their lane back,
-// busy lanes turn requests away with RESOURCE_EXHAUSTED, and a long stream
-// runs in bounded memory.
+// busy lanes turn requests away with RESOURCE_EXHAUSTED, a long stream runs
+// in bounded memory, and a GPU lost under load takes no new requests while
+// the others serve.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "server/engine/cuda/device_fault.h"
 #include "tests/gpu/engine_test_util.h"
 
 namespace tally::engine_test {
@@ -177,6 +181,97 @@ TEST(EngineLifecycle, StreamsFourGiBInBoundedMemory) {
   std::printf("streamed 4 GiB in %.2f s (%.2f GB/s); RSS %.0f -> %.0f MiB (%+.1f MiB)\n", seconds,
               4.294967296 / seconds, rss_before / 1048576.0, rss_after / 1048576.0, growth_mib);
   EXPECT_LT(growth_mib, 64.0) << "RSS grew while streaming";
+}
+
+// --fault_lose_gpu's value; needs no GPU.
+TEST(DeviceFault, TakesOrdinalAtSecondsAndRefusesTheRest) {
+  absl::StatusOr<std::optional<cuda::LoseGpuFault>> none = cuda::ParseLoseGpuFault("");
+  ASSERT_TRUE(none.ok() && !none->has_value());
+  absl::StatusOr<std::optional<cuda::LoseGpuFault>> f = cuda::ParseLoseGpuFault("1@2.5");
+  ASSERT_TRUE(f.ok() && f->has_value()) << f.status();
+  EXPECT_EQ((*f)->device, 1);
+  EXPECT_EQ((*f)->after, std::chrono::milliseconds(2500));
+  for (const char* bad : {"1", "@3", "x@1", "-1@1", "1@-2", "1@nan", "1@inf", "1@2@3", "1@"}) {
+    absl::StatusOr<std::optional<cuda::LoseGpuFault>> b = cuda::ParseLoseGpuFault(bad);
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(b.status().message().find("--fault_lose_gpu"), std::string::npos) << b.status();
+  }
+}
+
+// --fault_lose_gpu marks GPU 0 lost mid-load, as a sticky CUDA error would.
+// Every request either answers what the cpu backend answers or, once no
+// usable GPU is left, fails UNAVAILABLE at once; none hangs. Afterwards GPU
+// 0 takes no new request: with other GPUs they serve (and health stays OK),
+// with none the backend is UNAVAILABLE naming the lost one.
+TEST(EngineLifecycle, LosingAGpuUnderLoad) {
+  TALLY_REQUIRE_GPU();
+  const int gpus = GpuCount();
+  BackendOptions o = TestOptions();
+  o.cuda_devices.clear();
+  for (int d = 0; d < gpus; ++d) o.cuda_devices.push_back(d);
+  o.fault_lose_gpu = "0@0.3";
+  std::unique_ptr<Backend> cuda = MakeCuda(o);
+  ASSERT_NE(cuda, nullptr);
+  std::unique_ptr<Backend> cpu = MakeCpu();
+  const DType t = DType::kFloat32;
+  const std::uint64_t n = (std::uint64_t{3} << 20) + 77;
+  const AggregationPlan plan = Plan(t, n, 0, {Op(OpKind::kSum), Op(OpKind::kMax), Op(OpKind::kArgmax)});
+  const std::vector<std::byte> data = RandomArray(t, n, 61);
+  absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
+  ASSERT_TRUE(want.ok()) << want.status();
+
+  constexpr int kThreads = 6;
+  std::atomic<int> ok{0}, unavailable{0}, other{0}, on_lost_after{0};
+  std::atomic<bool> lost_seen{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
+        // Whether GPU 0 was already lost before this request started.
+        const bool lost_before = !cuda->DevicesHealth().front().status.ok();
+        absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, {100000});
+        if (got.ok()) {
+          ++ok;
+          ExpectSame(plan, *want, *got, /*exact=*/false, "under a GPU loss");
+          if (lost_before && got->device.find("(0)") != std::string::npos) ++on_lost_after;
+        } else if (absl::IsUnavailable(got.status())) {
+          ++unavailable;
+          lost_seen = true;
+          EXPECT_NE(got.status().message().find("--fault_lose_gpu"), std::string::npos) << got.status();
+        } else {
+          ++other;
+          ADD_FAILURE() << got.status();
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 1.5 + 2.0) << "a request outlived the load by more than a lane wait";
+  EXPECT_GT(ok.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(on_lost_after.load(), 0) << "requests started on GPU 0 after it was lost";
+
+  const std::vector<Backend::DeviceHealth> health = cuda->DevicesHealth();
+  ASSERT_EQ(health.size(), static_cast<std::size_t>(gpus));
+  EXPECT_EQ(health[0].place, "cuda:0");
+  EXPECT_TRUE(absl::IsUnavailable(health[0].status)) << health[0].status;
+  for (int d = 1; d < gpus; ++d) EXPECT_TRUE(health[static_cast<std::size_t>(d)].status.ok()) << d;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<AggregationResult> after = RunRequest(*cuda, plan, data);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (gpus == 1) {
+    EXPECT_TRUE(lost_seen.load());
+    EXPECT_TRUE(absl::IsUnavailable(cuda->Health())) << cuda->Health();
+    EXPECT_TRUE(absl::IsUnavailable(after.status())) << after.status();
+    EXPECT_LT(waited, 0.1) << "an UNAVAILABLE answer must not wait for a lane";
+  } else {
+    EXPECT_TRUE(cuda->Health().ok()) << cuda->Health();
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->device.find("(0)"), std::string::npos) << after->device;
+    EXPECT_EQ(unavailable.load(), 0);
+  }
 }
 
 }  // namespace

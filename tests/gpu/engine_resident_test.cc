@@ -234,9 +234,21 @@ TEST(EngineResident, ShardedDatasetsGiveTheUnshardedAnswer) {
   // Ops the kernels do not compute are refused for device bytes, sharded or not.
   auto b = sharded.Acquire("x");
   ASSERT_TRUE(b.ok());
-  const AggregationPlan nan = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kNanMin)});
-  EXPECT_EQ(ReducePieces(*cuda, nan, (*b)->Pieces(24950, 25050), [] { return false; }).status().code(),
+  const auto never = [] { return false; };
+  const AggregationPlan prod = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kProduct)});
+  EXPECT_EQ(ReducePieces(*cuda, prod, (*b)->Pieces(24950, 25050), never).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  // On integers a NaN-skipping op is its plain op, whose partial states
+  // merge across the shards: nanmin of uint8 is min.
+  const AggregationPlan nan = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kNanMin), Op(OpKind::kNanArgmax)});
+  const AggregationPlan plain = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kMin), Op(OpKind::kArgmax)});
+  absl::StatusOr<AggregationResult> as_nan = ReducePieces(*cuda, nan, (*b)->Pieces(24950, 25050), never);
+  absl::StatusOr<AggregationResult> as_plain = ReducePieces(*cuda, plain, (*b)->Pieces(24950, 25050), never);
+  ASSERT_TRUE(as_nan.ok() && as_plain.ok()) << as_nan.status() << " / " << as_plain.status();
+  EXPECT_EQ(std::get<std::vector<std::uint64_t>>(as_nan->values[0]),
+            std::get<std::vector<std::uint64_t>>(as_plain->values[0]));
+  EXPECT_EQ(std::get<std::vector<std::int64_t>>(as_nan->values[1]),
+            std::get<std::vector<std::int64_t>>(as_plain->values[1]));
 }
 
 // Variable-length segments over device bytes: the segmented kernels' sum,

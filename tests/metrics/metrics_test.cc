@@ -103,6 +103,7 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
   Metrics m(Cpu());
   m.HostToDevice(0, 1, 0.1);  // families with per-device children need one
   m.SetDeviceMemory(0, "G", 1, 2);
+  m.SetDeviceServing("cuda:0", true);
   m.SetResidentDatasets("cuda:0", 1, 1, 0);
   const std::string text = m.Scrape();
   const std::vector<std::string> families = {
@@ -121,7 +122,7 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_dataset_deletions_total", "tally_quota_rejections_total",
       "tally_regions",               "tally_region_bytes",
       "tally_region_limit_bytes",    "tally_region_queries_total",
-      "tally_routed_requests_total"};
+      "tally_routed_requests_total", "tally_device_serving"};
   for (const auto& f : families) {
     EXPECT_NE(text.find("# HELP " + f + " "), std::string::npos) << f;
     EXPECT_NE(text.find("# TYPE " + f + " "), std::string::npos) << f;
@@ -304,6 +305,13 @@ TEST(Metrics, PerDeviceCountersAndMemory) {
   const Labels gpu0 = {{"device", "0"}, {"device_name", "NVIDIA H100 80GB HBM3"}};
   EXPECT_EQ(Value(t, "tally_device_memory_used_bytes", gpu0), 300.0);
   EXPECT_EQ(Value(t, "tally_device_memory_capacity_bytes", gpu0), 1000.0);
+  // A lost device reads 0 beside one still serving.
+  m.SetDeviceServing("cuda:0", true);
+  m.SetDeviceServing("cuda:1", true);
+  m.SetDeviceServing("cuda:1", false);
+  const std::string after = m.Scrape();
+  EXPECT_EQ(Value(after, "tally_device_serving", {{"place", "cuda:0"}}), 1.0);
+  EXPECT_EQ(Value(after, "tally_device_serving", {{"place", "cuda:1"}}), 0.0);
 }
 
 TEST(Metrics, ConcurrentRecordingLosesNothing) {

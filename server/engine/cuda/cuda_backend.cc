@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/cuda/attachments.h"
 #include "server/engine/cuda/cuda_reduction.h"
+#include "server/engine/cuda/device_fault.h"
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
 #include "server/engine/cuda/segment_reduction.h"
@@ -232,6 +234,16 @@ class CudaBackend final : public Backend {
     return cuda::AttachIpc(*pool_, handle, device, bytes);
   }
   absl::Status Health() const override { return pool_->Health(); }
+  std::vector<DeviceHealth> DevicesHealth() const override {
+    std::vector<DeviceHealth> out;
+    for (const int d : pool_->ordinals()) out.push_back({absl::StrCat("cuda:", d), pool_->DeviceHealth(d)});
+    return out;
+  }
+
+  // --fault_lose_gpu: marks a GPU lost after a delay (device_fault.h).
+  void InjectFault(const cuda::LoseGpuFault& fault) {
+    fault_ = std::make_unique<cuda::DeviceFault>(pool_.get(), fault);
+  }
 
   void SetMetrics(Metrics* metrics) override {
     engine_.metrics.store(metrics, std::memory_order_release);
@@ -319,6 +331,7 @@ class CudaBackend final : public Backend {
   std::atomic<std::int64_t> gpu_queued_bytes_{0};
   std::unique_ptr<cpu::ThreadPool> copiers_;
   cuda::EngineContext engine_;
+  std::unique_ptr<cuda::DeviceFault> fault_;  // last: stopped before the pool goes
 };
 
 }  // namespace
@@ -397,10 +410,21 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& o
   if (routing::CostParams check; !routing::ApplyOverrides(options.route_model, &check).ok()) {
     return routing::ApplyOverrides(options.route_model, &check);
   }
+  absl::StatusOr<std::optional<cuda::LoseGpuFault>> fault = cuda::ParseLoseGpuFault(options.fault_lose_gpu);
+  if (!fault.ok()) return fault.status();
+  if (*fault && !p.Uses((*fault)->device)) {
+    return absl::InvalidArgumentError(absl::StrCat("--fault_lose_gpu: GPU ", (*fault)->device,
+                                                   " is not one of the devices in use."));
+  }
   std::unique_ptr<Backend> cpu = MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
   auto backend = std::make_unique<CudaBackend>(std::move(*pool), std::move(cpu), options);
   spdlog::info("cuda backend: {}", backend->device());
   if (absl::Status s = backend->CalibrateRouting(options); !s.ok()) return s;
+  if (*fault) {
+    spdlog::warn("cuda backend: --fault_lose_gpu: GPU {} will be marked lost {} ms from now (a test)",
+                 (*fault)->device, (*fault)->after.count());
+    backend->InjectFault(**fault);
+  }
   return backend;
 }
 

@@ -215,10 +215,17 @@ absl::Status DevicePool::Health() const {
   std::lock_guard lock(mutex_);
   std::string why;
   for (const Device& d : devices_) {
-    if (d.lost) absl::StrAppend(&why, why.empty() ? "" : "; ", d.lost_why);
+    if (!d.lost) return absl::OkStatus();
+    absl::StrAppend(&why, why.empty() ? "" : "; ", d.lost_why);
   }
-  if (why.empty()) return absl::OkStatus();
   return absl::UnavailableError(why);
+}
+
+absl::Status DevicePool::DeviceHealth(int device) const {
+  std::lock_guard lock(mutex_);
+  const Device* d = Find(device);
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("cuda backend: GPU ", device, " is not in use."));
+  return d->lost ? absl::UnavailableError(d->lost_why) : absl::OkStatus();
 }
 
 PinnedPool& DevicePool::pinned(int device) { return *Find(device)->pinned; }

@@ -43,9 +43,13 @@ class DevicePool {
   [[nodiscard]] absl::StatusOr<Lease> Checkout(std::chrono::milliseconds wait, double* waited,
                                                int only_device = -1);
 
-  // A sticky error: no new request goes to `device`, and Health() says why.
+  // A sticky error: no new request goes to `device`, and DeviceHealth() says
+  // why. Requests holding its lanes finish (with the error) and give them back.
   void MarkLost(int device, const std::string& why);
+  // UNAVAILABLE when every device is lost (nothing can run), naming them.
   absl::Status Health() const;
+  // UNAVAILABLE when `device` is lost, saying why.
+  absl::Status DeviceHealth(int device) const;
 
   PinnedPool& pinned(int device);
   // The staging pool over all devices.
