@@ -7,6 +7,10 @@ Prints the time of the 2 GiB through Dask+tally and Dask+numpy.
 
 usage: tally_dask_test.py TALLY_SERVER_BINARY
 (the package, built with its stubs, on PYTHONPATH)
+
+TALLY_DASK_SERVER_ARGS sets the servers: one per ";"-separated entry, each
+its flags, e.g. one server per GPU on a host with two:
+"--backend=cuda --cuda_devices=0;--backend=cuda --cuda_devices=1".
 """
 import os
 import signal
@@ -32,15 +36,19 @@ SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % 
 # for a quick run.
 ELEMENTS = int(os.environ.get("TALLY_DASK_ELEMENTS", 2**28))
 CHUNKS = 64
+# The servers' flags, one entry each (a CPU host's two by default: one
+# core's worth of threads each, as 2 workers and 2 servers share its cores).
+SERVER_ARGS = [entry.split() for entry in
+               os.environ.get("TALLY_DASK_SERVER_ARGS", "--backend=cpu --threads=2;--backend=cpu --threads=2").split(";")
+               if entry.strip()]
 OPS = "sum,min,max,mean,count,sumsq,var,std:1,argmin,argmax,hist:256:-1:1"
 
 
 class DaskCluster(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # Each server gets one core's worth of threads: 2 workers and 2
-        # servers share this machine's cores.
-        cls.servers = [TallyServer(SERVER_BINARY, tally_pb2, ["--backend=cpu", "--threads=2"]) for _ in range(2)]
+        cls.servers = [TallyServer(SERVER_BINARY, tally_pb2, args) for args in SERVER_ARGS]
+        print(f"\nservers: {[' '.join(a) for a in SERVER_ARGS]}", flush=True)
         cls.targets = [f"127.0.0.1:{s.port}" for s in cls.servers]
         cls.cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                    memory_limit="4GiB")
