@@ -120,15 +120,19 @@ absl::StatusOr<v1::AggregationResult> FinishPartials(const v1::AggregationResult
   absl::StatusOr<rules::OpSpec> spec = SpecOf(partial.aggregation());
   if (!spec.ok()) return spec.status();
   const rules::DType dtype = *FromWire(partial.partials().dtype());
+  // On integer dtypes a NaN-skipping op is its plain op (numpy's rule): the
+  // server finishes nanvar of integers as var, and so does the client.
+  if (!rules::IsFloat(dtype)) spec->kind = rules::PlainOf(spec->kind);
   v1::AggregationResult out;
   *out.mutable_aggregation() = partial.aggregation();
   out.mutable_aggregation()->clear_partial();
   const rules::ResultKind kind = rules::ResultKindOf(spec->kind, dtype);
   for (const v1::PartialState& wire : partial.partials().states()) {
     const rules::PartialState s = PartialStateFromProto(wire);
-    if (rules::NeedsNonEmpty(spec->kind) && s.count == 0) {
+    if (!rules::HasValue(spec->kind, dtype, s)) {
       return absl::InvalidArgumentError(absl::StrCat(AggregationLabel(partial.aggregation()),
-                                                     " of no elements has no value."));
+                                                     s.elements > 0 ? " of only NaN elements has no value."
+                                                                    : " of no elements has no value."));
     }
     switch (kind) {
       case rules::ResultKind::kDouble: {

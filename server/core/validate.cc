@@ -77,16 +77,14 @@ bool EdgesIncrease(const HistogramSpec& h) {
 absl::Status ValidateOp(std::size_t i, const char* name, const OpSpec& op, const ArraySpec& array) {
   const DType dtype = array.dtype;
   if (op.partial && !rules::HasPartialState(op.kind)) {
-    // A NaN-skipping op's state would be the plain op's over the non-NaN
-    // elements, and prod's or count_nonzero's a product or a count, but the
+    // prod's or count_nonzero's state would be a product or a count, but the
     // wire form (PartialState) and the clients' merges do not carry them
     // yet (and ptp's difference cannot be merged at all); refused rather
     // than answered with a state nobody finishes.
-    return absl::InvalidArgumentError(absl::StrCat(
-        OpLabel(i, name), ": partial states of ", rules::IsNanSkipping(op.kind) ? "NaN-skipping ops" : rules::Name(op.kind),
-        " are not supported; ask for the value."));
+    return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": partial states of ", rules::Name(op.kind),
+                                                   " are not supported; ask for the value."));
   }
-  if (op.partial && (op.kind == OpKind::kArgmin || op.kind == OpKind::kArgmax)) {
+  if (op.partial && (rules::PlainOf(op.kind) == OpKind::kArgmin || rules::PlainOf(op.kind) == OpKind::kArgmax)) {
     // Indices are int64: the last one, base_index + the row's length - 1, must fit.
     constexpr std::uint64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
     // (A segment's length is bounded by the array's.)

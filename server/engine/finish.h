@@ -77,4 +77,12 @@ inline absl::Status NoValidElements(const char* op, const ArraySpec& array, std:
       " (numpy raises)."));
 }
 
+// INVALID_ARGUMENT for `op` (nanargmin, nanargmax) over a row (the array
+// when not segmented) whose elements are all NaN: numpy raises.
+inline absl::Status AllNan(const char* op, const ArraySpec& array, std::uint64_t row) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", array.segmented() ? absl::StrCat(array.RowWord(), " ", row, " is") : std::string("the array is"),
+      " all NaN, and an all-NaN slice has no index of its extreme (numpy raises)."));
+}
+
 }  // namespace tally

@@ -177,9 +177,9 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
   for (const OpSpec& op : plan.ops) {
     if (!rules::HasPartialState(op.kind)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          rules::Name(op.kind), " has no partial state yet (nor have the other NaN-skipping ops, prod, "
-          "count_nonzero, any, all and ptp), so it cannot be merged across a dataset's shards: aggregate this "
-          "dataset without it, or upload it in one shard."));
+          rules::Name(op.kind), " has no partial state yet (nor have prod, count_nonzero, any, all and "
+          "ptp), so it cannot be merged across a dataset's shards: aggregate this dataset without it, or "
+          "upload it in one shard."));
     }
   }
   std::vector<Job> jobs;
@@ -239,7 +239,12 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
     for (std::uint64_t row = 0; row < rows; ++row) {
       // Rows with no elements are refused before any work; a row whose
       // elements are all masked out is only known empty now.
-      if (rules::NeedsNonEmpty(op) && states[row].count == 0) return NoValidElements(asked.NameOf(i), plan.array, row);
+      if (!op.partial && !rules::HasValue(op.kind, dtype, states[row])) {
+        // No non-NaN element where one is needed (nanargmin of an all-NaN
+        // row), or no element at all (min of a row all masked out).
+        if (states[row].elements > 0) return AllNan(asked.NameOf(i), plan.array, row);
+        return NoValidElements(asked.NameOf(i), plan.array, row);
+      }
       StoreRow(op, row, std::move(states[row]), values);
     }
     out.values.push_back(std::move(values));

@@ -347,18 +347,17 @@ TEST(EngineResident, MasksAndNanOpsOnTheGpuGiveTheCpuAnswer) {
     for (const std::uint64_t row_length : {std::uint64_t{0}, n}) {
       std::vector<OpSpec> ops = {Op(OpKind::kSum), Op(OpKind::kMean), Op(OpKind::kCount), Op(OpKind::kMin),
                                  Op(OpKind::kArgmax), Op(OpKind::kVariance, 1.0)};
-      if (row_length == 0) {  // nan-ops have no partial state: not across shards
-        for (const OpKind k : {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanMin, OpKind::kNanArgmax,
-                               OpKind::kNanCount, OpKind::kNanStddev}) {
-          ops.push_back(Op(k));
-        }
+      // The nan-ops too, whole and across the shards (merged from their
+      // partial states, PartialState::elements included).
+      for (const OpKind k : {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanMin, OpKind::kNanArgmax,
+                             OpKind::kNanCount, OpKind::kNanStddev}) {
+        ops.push_back(Op(k));
       }
       AggregationPlan plan = Plan(dt, n, row_length, ops);
       plan.array.validity = std::make_shared<const std::vector<std::uint32_t>>(words);
       absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
       ASSERT_TRUE(ref.ok()) << ref.status();
       for (DatasetStore* store : {&whole, &sharded}) {
-        if (row_length == 0 && store == &sharded) continue;
         auto d = store->Acquire("m");
         ASSERT_TRUE(d.ok());
         const std::string what = std::string(rules::Name(dt)) + (store == &sharded ? ", sharded" : ", whole");

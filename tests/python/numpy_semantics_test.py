@@ -503,10 +503,23 @@ class NumpySemantics(unittest.TestCase):
         for a, b in zip(unary, streamed):
             self.assertEqual(a.SerializeToString(), b.SerializeToString())
 
-    def test_nan_op_partial_states_are_refused(self):
-        a = agg(pb.OP_NANSUM)
-        a.partial.SetInParent()
-        self.assertRefused(np.ones(10, np.float32), [a], 0, "partial states of NaN-skipping ops")
+    def test_nan_op_partial_states_cover_the_non_nan_elements(self):
+        # The plain op's state over the non-NaN elements (count is theirs)
+        # and every element counted in `elements`; an all-NaN row's state is
+        # the empty one, not a refusal (the parts are merged before any answer).
+        x = np.array([[1, np.nan, 3, np.nan], [np.nan, np.nan, np.nan, np.nan]], np.float32)
+        ops = [agg(pb.OP_NANSUM), agg(pb.OP_NANMIN), agg(pb.OP_NANARGMAX), agg(pb.OP_NANVAR)]
+        for a in ops:
+            a.partial.base_index = 10
+        results = self.ask(x, ops, row_length=4).results
+        for r, kind in zip(results, ("nansum", "nanmin", "nanargmax", "nanvar")):
+            s = r.partials.states
+            self.assertEqual([st.count for st in s], [2, 0], kind)
+            self.assertEqual([st.elements for st in s], [4, 4], kind)
+        self.assertEqual(results[0].partials.states[0].float_sum, 4.0)
+        self.assertEqual(results[1].partials.states[0].float_extreme, 1.0)
+        self.assertEqual(results[2].partials.states[0].index, 12)
+        self.assertEqual((results[3].partials.states[0].mean, results[3].partials.states[0].m2), (2.0, 2.0))
 
     def check_prod_logical_ops(self, x, row_length, label):
         """prod, count_nonzero, any, all and ptp against numpy, row by row

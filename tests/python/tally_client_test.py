@@ -336,6 +336,44 @@ class PartialStates(Base):
                     want = float(np.mean(whole) if op == "mean" else np.var(whole))
                 self.assertTrue(got == want or (np.isnan(got) and np.isnan(want)), f"{op} of {whole}: {got} vs {want}")
 
+    def test_nan_skipping_partials_merge_to_numpys_nan_functions(self):
+        # Each part's state covers its non-NaN elements; merged they give
+        # numpy's nan-functions over the whole array, on floats with NaNs (a
+        # part all NaN included) and on integers (where they are the plain
+        # ops: nanvar with ddof >= n is inf, as var's).
+        nan_ops = ["nansum", "nanmean", "nanmin", "nanmax", "nanargmin", "nanargmax", "nanvar", "nanstd:1",
+                   "nancount"]
+        numpy_of = {"nansum": np.nansum, "nanmean": np.nanmean, "nanmin": np.nanmin, "nanmax": np.nanmax,
+                    "nanargmin": np.nanargmin, "nanargmax": np.nanargmax, "nanvar": np.nanvar,
+                    "nanstd:1": lambda v: np.nanstd(v, ddof=1), "nancount": lambda v: np.count_nonzero(~np.isnan(v))}
+        for dtype in (np.float64, np.float32, np.float16, np.int32):
+            x = random_array(self.rng, dtype, (9_001,))
+            if np.dtype(dtype).kind == "f":
+                x[self.rng.integers(0, x.size, 700)] = np.nan
+                x[3000:4000] = np.nan  # the second part is all NaN
+            cuts = [0, 3000, 4000, 6500, x.size]
+            parts = [self.client.partial(x[a:b], nan_ops, base_index=a) for a, b in zip(cuts, cuts[1:])]
+            for k, op in enumerate(nan_ops):
+                got = tally.finish(tally.merge_all([p[k] for p in parts]))
+                want = numpy_of[op](x.astype(np.float64) if np.dtype(dtype).kind == "f" else x)
+                if op in ("nanargmin", "nanargmax", "nancount", "nanmin", "nanmax"):
+                    self.assertEqual(float(got), float(want), f"{np.dtype(dtype)} {op}")
+                else:
+                    # Answers come in the input's float type, as numpy's do.
+                    rtol = {np.float32: 1e-6, np.float16: 1e-3}.get(dtype, 1e-9)
+                    np.testing.assert_allclose(float(got), float(want), rtol=rtol, err_msg=f"{np.dtype(dtype)} {op}")
+        for dtype, check in ((np.int32, np.isinf), (np.float64, np.isnan)):
+            (p,) = self.client.partial(np.array([1, 2, 4], dtype), ["nanvar:3"])
+            self.assertTrue(check(float(tally.finish(p))), np.dtype(dtype))
+        # All NaN: nanmin NaN (numpy warns), nanargmin no value (numpy raises);
+        # no element at all: neither has a value.
+        nanmin, nanargmin = self.client.partial(np.full(5, np.nan), ["nanmin", "nanargmin"])
+        self.assertTrue(np.isnan(tally.finish(tally.merge(nanmin, tp.empty(nanmin.op, np.float64)))))
+        with self.assertRaises(ValueError):
+            tally.finish(nanargmin)
+        with self.assertRaises(ValueError):
+            tally.finish(self.client.partial(np.zeros(0), ["nanmin"])[0])
+
     def test_one_part_finished_is_bitwise_the_servers_answer(self):
         ops = [tally.Op.parse(o) for o in ALL_OPS]
         for dtype in DTYPES:

@@ -206,13 +206,35 @@ TEST(CpuNanOps, EmptyAndAllNanArrays) {
   EXPECT_EQ(arg.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(CpuNanOps, PartialStatesAreRefused) {
+// A NaN-skipping op's partial state: the plain op's over the non-NaN
+// elements, every element counted besides; an all-NaN row's is the empty
+// state, not a refusal (nanargmin's too: the parts merge first).
+TEST(CpuNanOps, PartialStatesCoverTheNonNanElementsAndCountEveryOne) {
   auto backend = MakeCpuBackend({.threads = 1});
-  const Array a = MakeArray<float>(DType::kFloat32, {1.0f, 2.0f});
-  OpSpec op = Op(OpKind::kNanSum);
-  op.partial = true;
-  auto got = RunPieces(*backend, Plan(a, 0, {op}), a.bytes);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  const float nan = std::nanf("");
+  const Array a = MakeArray<float>(DType::kFloat32, {1.0f, nan, 4.0f, nan, nan, nan});
+  std::vector<OpSpec> ops = {Op(OpKind::kNanSum), Op(OpKind::kNanArgmin), Op(OpKind::kNanMax)};
+  for (OpSpec& op : ops) {
+    op.partial = true;
+    op.base_index = 100;
+  }
+  auto got = RunPieces(*backend, Plan(a, 3, ops), a.bytes);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const auto& states = std::get<std::vector<rules::PartialState>>(got->values[k]);
+    ASSERT_EQ(states.size(), 2u);
+    EXPECT_EQ(states[0].count, 2u) << k;
+    EXPECT_EQ(states[0].elements, 3u) << k;
+    EXPECT_EQ(states[1].count, 0u) << k;
+    EXPECT_EQ(states[1].elements, 3u) << k;
+  }
+  EXPECT_EQ(std::get<std::vector<rules::PartialState>>(got->values[0])[0].float_sum, 5.0);
+  EXPECT_EQ(std::get<std::vector<rules::PartialState>>(got->values[1])[0].index, 100);
+  EXPECT_EQ(std::get<std::vector<rules::PartialState>>(got->values[2])[0].float_extreme, 4.0);
+  // Without `partial`, nanargmin of the all-NaN row is refused, naming it.
+  auto refused = RunPieces(*backend, Plan(a, 3, {Op(OpKind::kNanArgmin)}), a.bytes);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("row 1 is all NaN"), std::string::npos) << refused.status();
 }
 
 }  // namespace

@@ -52,6 +52,34 @@ TEST(PartialRules, AnEmptyStateIsTheIdentity) {
   }
 }
 
+// A NaN-skipping op's state: its count is the non-NaN elements, its
+// elements every one, added even when one side has no non-NaN element. An
+// all-NaN row's nanmin is NaN, an empty row's has no value; nanargmin of
+// either has none; on integers the ops are plain.
+TEST(PartialRules, NanSkippingStatesCountEveryElementAndTellAllNanFromEmpty) {
+  PartialState some = Arg(-2.0, 4);
+  some.elements = 5;
+  PartialState all_nan;
+  all_nan.elements = 3;
+  const OpSpec nanmin = Spec(OpKind::kNanMin);
+  const PartialState merged = Merge(nanmin, DType::kFloat32, all_nan, some);
+  EXPECT_EQ(merged.count, 3u);
+  EXPECT_EQ(merged.elements, 8u);
+  EXPECT_EQ(merged.float_extreme, -2.0);
+  EXPECT_EQ(Merge(nanmin, DType::kFloat32, some, all_nan).elements, 8u);
+  const PartialState nans_only = Merge(nanmin, DType::kFloat32, all_nan, all_nan);
+  EXPECT_EQ(nans_only.count, 0u);
+  EXPECT_EQ(nans_only.elements, 6u);
+  EXPECT_TRUE(HasValue(OpKind::kNanMin, DType::kFloat32, nans_only));
+  EXPECT_TRUE(std::isnan(FinishDouble(nanmin, nans_only)));
+  EXPECT_FALSE(HasValue(OpKind::kNanMin, DType::kFloat32, PartialState{}));
+  EXPECT_FALSE(HasValue(OpKind::kNanArgmin, DType::kFloat32, nans_only));
+  EXPECT_TRUE(HasValue(OpKind::kNanSum, DType::kFloat32, nans_only));
+  EXPECT_FALSE(HasValue(OpKind::kMin, DType::kFloat32, PartialState{}));
+  EXPECT_FALSE(HasValue(OpKind::kNanMin, DType::kInt32, PartialState{}));
+  EXPECT_TRUE(HasValue(OpKind::kMin, DType::kInt32, some));
+}
+
 TEST(PartialRules, IntegerSumsWrapModulo2To64AndUnsignedExtremesCompareUnsigned) {
   PartialState a, b;
   a.count = b.count = 1;

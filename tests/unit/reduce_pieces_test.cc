@@ -204,10 +204,10 @@ TEST(ReducePieces, PiecesThatAreNotThePlansElementsAreRefused) {
 TEST(ReducePieces, OpsWithoutPartialStatesAreRefusedWhenMerged) {
   auto cpu = MakeCpuBackend({.threads = 2});
   std::vector<std::byte> bytes(4 * 1000);
-  const AggregationPlan plan{{DType::kFloat32, 1000, 0}, {OpSpec{.kind = OpKind::kNanMin}}};
+  const AggregationPlan plan{{DType::kFloat32, 1000, 0}, {OpSpec{.kind = OpKind::kProduct}}};
   const absl::Status s = ReducePiecesByMerging(*cpu, plan, Cut(bytes, 4, {100}), kNever).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("nanmin has no partial state yet"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("prod has no partial state yet"), std::string::npos) << s;
   // Host pieces need no merging: one reduction takes them all.
   EXPECT_TRUE(ReducePieces(*cpu, plan, Cut(bytes, 4, {100}), kNever).ok());
   // On integers the NaN-skipping ops are their plain ops, which merge:
@@ -226,6 +226,56 @@ TEST(ReducePieces, OpsWithoutPartialStatesAreRefusedWhenMerged) {
       EXPECT_TRUE(std::isinf(var)) << var;
     }
     EXPECT_EQ(std::get<std::vector<std::int64_t>>(got->values[1])[0], 1);
+  }
+}
+
+// Float NaN-skipping ops merged across pieces (as a GPU dataset's shards
+// are) give the one-reduction answer: rows of 8, cut mid-row, one piece all
+// NaN, one row all NaN. nanmin of the all-NaN row is NaN (numpy warns);
+// nanargmin of it is refused naming the row (numpy raises).
+TEST(ReducePieces, NanOpsMergeAcrossPiecesAsOneReductionAnswers) {
+  auto cpu = MakeCpuBackend({.threads = 2});
+  const float nan = std::nanf("");
+  std::vector<float> x(40);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 23) - 11.0f;
+  for (std::size_t i = 10; i < 14; ++i) x[i] = nan;  // the second piece below, all NaN
+  for (std::size_t i = 24; i < 32; ++i) x[i] = nan;  // row 3
+  x[3] = nan;
+  const std::span<const std::byte> bytes = std::as_bytes(std::span(x));
+  const std::vector<OpSpec> ops = {OpSpec{.kind = OpKind::kNanSum}, OpSpec{.kind = OpKind::kNanMin},
+                                   OpSpec{.kind = OpKind::kNanMax}, OpSpec{.kind = OpKind::kNanMean},
+                                   OpSpec{.kind = OpKind::kNanVariance, .ddof = 1.0},
+                                   OpSpec{.kind = OpKind::kNanCount}};
+  const AggregationPlan plan{{DType::kFloat32, 40, 8}, ops};
+  absl::StatusOr<AggregationResult> whole = ReducePieces(*cpu, plan, Cut(bytes, 4, {}), kNever);
+  absl::StatusOr<AggregationResult> merged = ReducePiecesByMerging(*cpu, plan, Cut(bytes, 4, {10, 14, 27}), kNever);
+  ASSERT_TRUE(whole.ok() && merged.ok()) << whole.status() << " / " << merged.status();
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (k == 5) {
+      EXPECT_EQ(std::get<std::vector<std::uint64_t>>(merged->values[k]),
+                std::get<std::vector<std::uint64_t>>(whole->values[k]));
+      continue;
+    }
+    const auto& want = std::get<std::vector<double>>(whole->values[k]);
+    const auto& got = std::get<std::vector<double>>(merged->values[k]);
+    ASSERT_EQ(got.size(), 5u);
+    for (std::size_t r = 0; r < got.size(); ++r) {
+      if (std::isnan(want[r])) {
+        EXPECT_TRUE(std::isnan(got[r])) << "op " << k << " row " << r;
+      } else {
+        EXPECT_NEAR(got[r], want[r], 1e-12 * std::max(1.0, std::fabs(want[r]))) << "op " << k << " row " << r;
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(std::get<std::vector<double>>(merged->values[1])[3]));  // nanmin, the all-NaN row
+  EXPECT_EQ(std::get<std::vector<std::uint64_t>>(merged->values[5])[3], 0u);
+  // nanargmin over the all-NaN row: refused, naming it, merged or not.
+  const AggregationPlan arg{{DType::kFloat32, 40, 8}, {OpSpec{.kind = OpKind::kNanArgmin}}};
+  for (const bool merge : {false, true}) {
+    const absl::Status s = (merge ? ReducePiecesByMerging(*cpu, arg, Cut(bytes, 4, {10, 14, 27}), kNever)
+                                  : ReducePieces(*cpu, arg, Cut(bytes, 4, {}), kNever)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << merge;
+    EXPECT_NE(s.message().find("row 3 is all NaN"), std::string::npos) << s;
   }
 }
 

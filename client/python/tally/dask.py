@@ -136,7 +136,8 @@ def _concat_rows(blocks: list[tp.Partial]) -> tp.Partial:
     """Row blocks' states, in row order, as one state of all the rows."""
     first = blocks[0]
     fields = {name: np.concatenate([getattr(b, name) for b in blocks])
-              for name in ("count", "value", "sum_squares", "mean", "m2", "index", "histogram", "below", "above", "nan")}
+              for name in ("count", "value", "sum_squares", "mean", "m2", "index", "histogram", "below", "above", "nan",
+                           "elements")}
     return tp.Partial(op=first.op, dtype=first.dtype, segmented=True, version=first.version, **fields)
 
 
@@ -189,8 +190,10 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
 
     ``ops`` as :meth:`tally.Client.aggregate` takes them, among those with
     partial states: sum, min, max, mean, count, sum_squares, variance,
-    stddev, argmin, argmax and histogram. The NaN-skipping ops, prod,
-    count_nonzero, any, all and ptp have none yet (the servers refuse them:
+    stddev, argmin, argmax, histogram and the NaN-skipping ops (nansum,
+    nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount:
+    pandas' skipna). prod, count_nonzero, any, all and ptp have none yet
+    (the servers refuse them:
     :class:`tally.Error`, INVALID_ARGUMENT), nor has minmax (ValueError: ask
     for min and max).
 

@@ -28,6 +28,16 @@ STATE_VERSION = 1
 
 _F64, _I64, _U64 = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.uint64)
 
+#: A NaN-skipping op's state is its plain op's over the elements that are
+#: not NaN (``count`` is theirs, ``elements`` every element), so it merges
+#: as the plain op's does.
+_PLAIN = {"nansum": "sum", "nanmean": "mean", "nanmin": "min", "nanmax": "max", "nanargmin": "argmin",
+          "nanargmax": "argmax", "nanvar": "variance", "nanstd": "stddev", "nancount": "count"}
+
+
+def _plain(kind: str) -> str:
+    return _PLAIN.get(kind, kind)
+
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
     """Where sums and extremes of ``dtype`` live in a state."""
@@ -45,6 +55,8 @@ class Partial:
     input's dtype; ``index`` the argmin/argmax index (-1 where ``count`` is
     0); ``mean`` and ``m2`` the moments (``m2`` stays 0 for mean);
     ``histogram`` the counts (rows x bins) and ``below``, ``above``, ``nan``.
+    For the NaN-skipping ops ``count`` is the elements that are not NaN and
+    ``elements`` every element (0 for the other ops).
     Picklable, so Dask can move it between workers.
     """
 
@@ -61,7 +73,12 @@ class Partial:
     below: np.ndarray
     above: np.ndarray
     nan: np.ndarray
+    elements: np.ndarray = None  # type: ignore[assignment]
     version: int = field(default=STATE_VERSION)
+
+    def __post_init__(self) -> None:
+        if self.elements is None:
+            self.elements = np.zeros(len(self.count), dtype=_U64)
 
     @property
     def rows(self) -> int:
@@ -89,7 +106,7 @@ class Partial:
         dtype = FROM_WIRE[p.dtype]
         states = p.states
         acc = _acc_dtype(dtype)
-        if op.kind == "sum":
+        if _plain(op.kind) == "sum":
             field_name = {"f": "float_sum", "i": "int_sum", "u": "uint_sum", "b": "uint_sum"}[dtype.kind]
         else:
             field_name = {"f": "float_extreme", "i": "int_extreme", "u": "uint_extreme", "b": "uint_extreme"}[dtype.kind]
@@ -111,7 +128,8 @@ class Partial:
             histogram=hist,
             below=np.array([s.histogram.below for s in states], dtype=np.uint64),
             above=np.array([s.histogram.above for s in states], dtype=np.uint64),
-            nan=np.array([s.histogram.nan for s in states], dtype=np.uint64))
+            nan=np.array([s.histogram.nan for s in states], dtype=np.uint64),
+            elements=np.array([s.elements for s in states], dtype=np.uint64))
 
 
 def _check(a: Partial, b: Partial) -> None:
@@ -162,7 +180,7 @@ def merge(a: Partial, b: Partial) -> Partial:
             kept = keep_a.reshape((-1,) + (1,) * (merged.ndim - 1))
             return np.where(kept, x, np.where(sel, y, merged))
 
-        kind = a.op.kind
+        kind = _plain(a.op.kind)
         count = a.count + b.count
         value, index = a.value, a.index
         mean, m2, sum_squares = a.mean, a.m2, a.sum_squares
@@ -202,7 +220,8 @@ def merge(a: Partial, b: Partial) -> Partial:
             value=pick(value, a.value, b.value), sum_squares=pick(sum_squares, a.sum_squares, b.sum_squares),
             mean=pick(mean, a.mean, b.mean), m2=pick(m2, a.m2, b.m2), index=pick(index, a.index, b.index),
             histogram=pick(hist, a.histogram, b.histogram), below=pick(below, a.below, b.below),
-            above=pick(above, a.above, b.above), nan=pick(nan, a.nan, b.nan))
+            above=pick(above, a.above, b.above), nan=pick(nan, a.nan, b.nan),
+            elements=a.elements + b.elements)  # even where a side has count 0
 
 
 def merge_all(states: list[Partial]) -> Partial:
@@ -219,10 +238,20 @@ def finish_raw(p: Partial) -> np.ndarray:
     """The wire values of a state, per row, as the server finishes them:
     float64, int64 or uint64 (the tally.proto result field). Histograms
     are not scalars; see :func:`finish`. ValueError for min, max, argmin or
-    argmax of a row with no elements (numpy raises too)."""
-    kind = p.op.kind
-    if kind in ("min", "max", "argmin", "argmax") and np.any(p.count == 0):
-        raise ValueError(f"{p.op} of no elements has no value")
+    argmax of a row with no elements (numpy raises too); on float dtypes
+    for nanargmin and nanargmax of a row with no element that is not NaN,
+    and for nanmin and nanmax of an empty row (of an all-NaN one they are
+    NaN, as numpy's)."""
+    nan_float = p.op.kind in _PLAIN and _arrays.is_float(p.dtype)
+    kind = _plain(p.op.kind)
+    if kind in ("min", "max", "argmin", "argmax"):
+        no_value = p.count == 0
+        if nan_float and kind in ("min", "max"):
+            no_value &= p.elements == 0
+        if np.any(no_value):
+            raise ValueError(f"{p.op} of no elements has no value")
+    if nan_float and kind in ("min", "max"):
+        return np.where(p.count == 0, np.nan, p.value)
     with np.errstate(all="ignore"):
         if kind in ("sum", "min", "max"):
             return p.value.copy()
@@ -237,8 +266,11 @@ def finish_raw(p: Partial) -> np.ndarray:
         if kind in ("variance", "stddev"):
             # rules::VarianceOf: m2 / max(n - ddof, 0); NaN for no elements.
             divisor = p.count.astype(np.float64) - p.op.ddof
-            divisor = np.where(divisor < 0.0, 0.0, divisor)
-            var = np.where(p.count == 0, np.nan, p.m2 / divisor)
+            if nan_float:  # rules::NanVarianceOf: NaN where count - ddof <= 0
+                var = np.where(divisor > 0.0, p.m2 / np.where(divisor > 0.0, divisor, 1.0), np.nan)
+            else:
+                divisor = np.where(divisor < 0.0, 0.0, divisor)
+                var = np.where(p.count == 0, np.nan, p.m2 / divisor)
             return np.sqrt(var) if kind == "stddev" else var
     raise ValueError(f"{p.op} has no scalar value")
 
@@ -263,4 +295,4 @@ def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
     return Partial(op=op, dtype=dt, segmented=rows is not None, count=z(_U64), value=z(_acc_dtype(dt)),
                    sum_squares=z(_F64), mean=z(_F64), m2=z(_F64), index=np.full(n, -1, dtype=_I64),
                    histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
-                   below=z(_U64), above=z(_U64), nan=z(_U64))
+                   below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64))

@@ -16,6 +16,7 @@ void PartialStateToProto(rules::PartialState&& s, v1::PartialState* out) {
   out->set_int_extreme(s.int_extreme);
   out->set_uint_extreme(s.uint_extreme);
   out->set_index(s.index);
+  out->set_elements(s.elements);
   if (!s.histogram.counts.empty()) {
     v1::Histogram* h = out->mutable_histogram();
     h->mutable_counts()->Add(s.histogram.counts.begin(), s.histogram.counts.end());
@@ -38,6 +39,7 @@ rules::PartialState PartialStateFromProto(const v1::PartialState& p) {
   s.int_extreme = p.int_extreme();
   s.uint_extreme = p.uint_extreme();
   s.index = p.index();
+  s.elements = p.elements();
   if (p.has_histogram()) {
     s.histogram.counts.assign(p.histogram().counts().begin(), p.histogram().counts().end());
     s.histogram.below = p.histogram().below();

@@ -203,10 +203,7 @@ class CpuReduction final : public Reduction {
     }
     if (const std::uint64_t row = all_nan_row_.load(); row != kNoRow) {
       // numpy raises for the whole call when any row is all NaN.
-      return absl::InvalidArgumentError(absl::StrCat(
-          rules::Name(FirstNeedingNonNan().kind), ": ",
-          plan_.array.segmented() ? absl::StrCat(plan_.array.RowWord(), " ", row, " is") : std::string("the array is"),
-          " all NaN, and an all-NaN slice has no index of its extreme (numpy raises)."));
+      return AllNan(rules::Name(FirstNeedingNonNan().kind), plan_.array, row);
     }
     AggregationResult result;
     result.values = std::move(values_);
@@ -595,8 +592,10 @@ class CpuReduction final : public Reduction {
   // are binned in place as the blocks go by).
   static rules::PartialState StateOf(const OpSpec& op, const Partial<V>& acc) {
     rules::PartialState s;
-    // A NaN-skipping op's state covers the non-NaN elements.
+    // A NaN-skipping op's state covers the non-NaN elements, and counts
+    // every element besides.
     s.count = rules::IsNanSkipping(op.kind) ? acc.nan_count : acc.count;
+    if (rules::IsNanSkipping(op.kind)) s.elements = acc.count;
     if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
     switch (op.kind) {
       case OpKind::kSum:
@@ -674,7 +673,7 @@ class CpuReduction final : public Reduction {
   }
 
   const OpSpec& FirstNeedingNonNan() const {
-    return *std::find_if(ops_.begin(), ops_.end(), [](const OpSpec& op) { return rules::NeedsNonNan(op.kind); });
+    return *std::find_if(ops_.begin(), ops_.end(), [](const OpSpec& op) { return rules::NeedsNonNan(op); });
   }
 
   // Writes every op's result for `row`: its value or its partial state.
@@ -683,7 +682,7 @@ class CpuReduction final : public Reduction {
   void FinishRow(std::uint64_t row, const Partial<V>& acc) {
     for (std::size_t k = 0; k < ops_.size(); ++k) {
       const OpSpec& op = ops_[k];
-      if (rules::NeedsNonNan(op.kind) && acc.nan_count == 0 && acc.count > 0) NoteAllNan(row);
+      if (rules::NeedsNonNan(op) && acc.nan_count == 0 && acc.count > 0) NoteAllNan(row);
       if (mask_ && rules::NeedsNonEmpty(op) && acc.count == 0) NoteLowest(no_valid_row_, row);
       if (op.kind == OpKind::kHistogram) {
         if (op.partial) std::get<std::vector<rules::PartialState>>(values_[k])[row].count = acc.count;

@@ -423,6 +423,7 @@ class CudaReduction final : public Reduction {
     const bool nan_op = rules::IsNanSkipping(op.kind) && rules::IsFloat(dt);
     const OpKind kind = rules::IsFloat(dt) ? op.kind : rules::PlainOf(op.kind);
     s.count = nan_op ? v.NanCount(r) : v.Count(r);
+    if (nan_op) s.elements = v.Count(r);  // every element, NaN or not
     if (op.kind == OpKind::kHistogram) {
       const std::uint64_t* h = v.Histogram(r);
       s.histogram.counts.assign(h, h + op.histogram.bins);
@@ -484,18 +485,13 @@ class CudaReduction final : public Reduction {
     for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
       const OpSpec& op = plan_.ops[i];
       const bool empty_refused = a.masked() && rules::NeedsNonEmpty(op);
-      const bool all_nan_refused = rules::NeedsNonNan(op.kind) && rules::IsFloat(a.dtype);
+      const bool all_nan_refused = rules::NeedsNonNan(op) && rules::IsFloat(a.dtype);
       if (passes_.op_pass[i] < 0 || !(empty_refused || all_nan_refused)) continue;
       const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
       const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
       for (std::uint64_t r = 0; r < a.rows(); ++r) {
         if (empty_refused && v.Count(r) == 0) return NoValidElements(plan_.NameOf(i), a, r);
-        if (all_nan_refused && v.NanCount(r) == 0 && v.Count(r) > 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              rules::Name(op.kind), ": ",
-              a.segmented() ? absl::StrCat(a.RowWord(), " ", r, " is") : std::string("the array is"),
-              " all NaN, and an all-NaN slice has no index of its extreme (numpy raises)."));
-        }
+        if (all_nan_refused && v.NanCount(r) == 0 && v.Count(r) > 0) return AllNan(rules::Name(op.kind), a, r);
       }
     }
     return absl::OkStatus();

@@ -87,10 +87,12 @@ constexpr bool IsNanSkipping(OpKind k) { return k >= OpKind::kNanSum && k <= OpK
 // NaN-skipping ones.
 constexpr bool RunsOnKernels(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds || IsNanSkipping(k); }
 
-// Ops whose partial states the wire and the clients do not carry yet (the
-// NaN-skipping ops, product, count_nonzero, any, all and ptp); a request
-// for one's partial state is refused.
-constexpr bool HasPartialState(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds; }
+// Ops whose partial states the wire and the clients carry: the kinds before
+// kNanSum, and the NaN-skipping ones (their plain op's state over the
+// non-NaN elements, with every element counted: PartialState::elements).
+// prod, count_nonzero, any, all and ptp have none yet; a request for one's
+// partial state is refused.
+constexpr bool HasPartialState(OpKind k) { return static_cast<int>(k) < kNumKernelOpKinds || IsNanSkipping(k); }
 
 // Values an op answers per row: two for kMinMax (min, then max), else one.
 constexpr int ValuesPerRow(OpKind k) { return k == OpKind::kMinMax ? 2 : 1; }
@@ -154,6 +156,10 @@ struct OpSpec {
 // An op that has no value on an empty input, unless it asks for its
 // partial state (an empty state is a valid one: merging leaves the other).
 constexpr bool NeedsNonEmpty(const OpSpec& op) { return !op.partial && NeedsNonEmpty(op.kind); }
+// nanargmin and nanargmax have no value on an all-NaN row, unless they ask
+// for the partial state: an all-NaN part's is the empty one (count 0, its
+// elements counted), merged with the other parts' before any answer.
+constexpr bool NeedsNonNan(const OpSpec& op) { return !op.partial && NeedsNonNan(op.kind); }
 
 // A set of op kinds as a bit mask, so a fused kernel can pick its work with
 // uniform branches at run time instead of one instantiation per subset.

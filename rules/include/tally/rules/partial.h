@@ -64,6 +64,10 @@ struct PartialState {
   std::uint64_t uint_product = 0;
   // kCountNonzero, kAny, kAll: the elements that are not zero.
   std::uint64_t nonzero = 0;
+  // The NaN-skipping ops: every element covered, NaN or not (count is the
+  // non-NaN ones). Tells an all-NaN part (nanmin is NaN) from an empty one
+  // (nanmin has no value); merged by adding, even where count is 0.
+  std::uint64_t elements = 0;
   // kPtp carries its value, max - min in the dtype (numpy.ptp), in the
   // extreme fields: a difference cannot be merged, so its partial state is
   // refused (HasPartialState) and the state only carries a row's value.
@@ -121,14 +125,36 @@ void MergeArg(DType dtype, const PartialState& b, PartialState& r) {
 // moments deterministic for a given merge tree (the same rounding as the
 // backends' own merges of their blocks). Argmin/argmax keep numpy's first
 // occurrence whichever side comes first; the other merges put `a` first.
+// Whether a row's merged state has a value for `kind` over `dtype` (the one
+// test servers and clients make before finishing a state): min, max,
+// argmin, argmax, ptp and minmax of no element have none; on float dtypes
+// nanargmin and nanargmax of no non-NaN element have none, and nanmin and
+// nanmax of an all-NaN row are NaN (numpy warns) but of an empty one have
+// none (numpy raises). On integer dtypes the NaN-skipping ops are the
+// plain ones.
+inline bool HasValue(OpKind kind, DType dtype, const PartialState& s) {
+  if (s.count > 0 || !NeedsNonEmpty(kind)) return true;
+  if (!IsFloat(dtype) || !IsNanSkipping(kind)) return false;
+  return (kind == OpKind::kNanMin || kind == OpKind::kNanMax) && s.elements > 0;
+}
+
 inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, const PartialState& b) {
-  if (b.count == 0) return a;  // an empty state is the identity
-  if (a.count == 0) return b;
+  const std::uint64_t elements = a.elements + b.elements;
+  if (b.count == 0) {  // an empty state is the identity (but for its elements)
+    PartialState r = a;
+    r.elements = elements;
+    return r;
+  }
+  if (a.count == 0) {
+    PartialState r = b;
+    r.elements = elements;
+    return r;
+  }
   PartialState r = a;
   r.count = a.count + b.count;
+  r.elements = elements;
   // A NaN-skipping op's state has its plain op's shape over the non-NaN
-  // elements (count is theirs), so it merges the same way. Servers refuse
-  // partial states of NaN-skipping ops for now; this keeps the rule total.
+  // elements (count is theirs), so it merges the same way.
   switch (PlainOf(op.kind)) {
     case OpKind::kSum:
       r.float_sum = a.float_sum + b.float_sum;
