@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import unittest
+import warnings
 
 import dask
 import dask.array as da
@@ -123,6 +124,33 @@ class DaskCluster(unittest.TestCase):
         np.testing.assert_allclose(got["sumsq"], want_sumsq, rtol=1e-9)
         np.testing.assert_allclose(got["var"], want_var, rtol=1e-9)
         np.testing.assert_allclose(got["std:1"], want_std, rtol=1e-9)
+
+    def test_nan_skipping_ops_get_numpys_nan_functions(self):
+        # pandas' skipna reductions: NaNs at random, a whole row and a whole
+        # block all NaN; rows chunked both ways and the array whole.
+        rng = np.random.default_rng(SEED + 3)
+        mn = rng.standard_normal((600, 2001))
+        mn[rng.random(mn.shape) < 0.1] = np.nan
+        mn[17] = np.nan
+        mn[100:300, 0:700] = np.nan
+        m = da.from_array(mn, chunks=(200, 700))
+        ops = "nansum,nanmean,nanmin,nanmax,nanargmin,nanargmax,nanvar,nanstd:1,nancount"
+        want = {"nansum": np.nansum, "nanmean": np.nanmean, "nanmin": np.nanmin, "nanmax": np.nanmax,
+                "nanvar": np.nanvar, "nanstd:1": lambda v, axis=None: np.nanstd(v, axis=axis, ddof=1),
+                "nancount": lambda v, axis=None: np.count_nonzero(~np.isnan(v), axis=axis)}
+        whole = td.aggregate(da.from_array(mn.reshape(-1), chunks=200_003), ops, self.targets)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for op, f in want.items():
+                np.testing.assert_allclose(whole[op], f(mn), rtol=1e-9, err_msg=op)
+            self.assertEqual(whole["nanargmin"], np.nanargmin(mn))
+            self.assertEqual(whole["nanargmax"], np.nanargmax(mn))
+            rows = td.aggregate(m, "nansum,nanmean,nanmin,nanmax,nanvar,nancount", self.targets)
+            for op in ("nansum", "nanmean", "nanmin", "nanmax", "nanvar", "nancount"):
+                np.testing.assert_allclose(rows[op], want[op](mn, axis=1), rtol=1e-9, err_msg=op)
+        self.assertTrue(np.isnan(rows["nanmin"][17]))  # the all-NaN row: NaN, as numpy (which warns)
+        with self.assertRaises((tally.Error, ValueError)):
+            td.aggregate(m, "nanargmin", self.targets)  # numpy raises for an all-NaN row
 
     def test_rows_chunked_both_ways_get_numpys_answers(self):
         m = da.random.RandomState(SEED + 1).randint(-40, 40, size=(3000, 5001), chunks=(700, 1300)).astype(np.int32)
