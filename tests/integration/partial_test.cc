@@ -21,11 +21,17 @@ namespace {
 
 using client::ArrayRef;
 
+// Every op with a partial state: the plain ones, then the NaN-skipping ones
+// (on integers those are the plain ops; on floats with NaNs a part of one
+// element may be all NaN).
 std::vector<v1::Aggregation> AllOps() {
-  v1::Aggregation var = Op(v1::OP_VARIANCE), std1 = Op(v1::OP_STDDEV);
+  v1::Aggregation var = Op(v1::OP_VARIANCE), std1 = Op(v1::OP_STDDEV), nanstd1 = Op(v1::OP_NANSTD);
   std1.set_ddof(1.0);
+  nanstd1.set_ddof(1.0);
   return {Op(v1::OP_SUM),    Op(v1::OP_MIN),         Op(v1::OP_MAX), Op(v1::OP_MEAN),   Op(v1::OP_COUNT),
-          Op(v1::OP_SUM_SQUARES), var, std1,        Op(v1::OP_ARGMIN), Op(v1::OP_ARGMAX), Hist(33, -4.5, 7.25)};
+          Op(v1::OP_SUM_SQUARES), var, std1,        Op(v1::OP_ARGMIN), Op(v1::OP_ARGMAX), Hist(33, -4.5, 7.25),
+          Op(v1::OP_NANSUM), Op(v1::OP_NANMEAN), Op(v1::OP_NANMIN), Op(v1::OP_NANMAX), Op(v1::OP_NANARGMIN),
+          Op(v1::OP_NANARGMAX), Op(v1::OP_NANVAR), nanstd1, Op(v1::OP_NANCOUNT)};
 }
 
 // Values with ties across parts (small integers) or floats with a spread
@@ -55,7 +61,10 @@ std::vector<double> AbsSums(rules::DType dtype, const std::vector<std::byte>& by
     using V = typename rules::Traits<decltype(dt)::value>::value;
     const V* v = reinterpret_cast<const V*>(bytes.data());
     for (std::uint64_t r = 0; r < rows; ++r)
-      for (std::uint64_t c = 0; c < row_length; ++c) out[r] += std::fabs(static_cast<double>(v[r * row_length + c]));
+      for (std::uint64_t c = 0; c < row_length; ++c) {
+        const double x = static_cast<double>(v[r * row_length + c]);
+        if (!std::isnan(x)) out[r] += std::fabs(x);  // the NaN-skipping sums' scale
+      }
   });
   return out;
 }
@@ -117,7 +126,7 @@ void ExpectSameAnswers(const v1::AggregateResponse& got, const v1::AggregateResp
     const v1::AggregationResult &g = got.results(i), &w = want.results(i);
     const v1::Op op = w.aggregation().op();
     const std::string label = what + " op " + v1::Op_Name(op);
-    if (!w.has_doubles() || op == v1::OP_MIN || op == v1::OP_MAX) {
+    if (!w.has_doubles() || op == v1::OP_MIN || op == v1::OP_MAX || op == v1::OP_NANMIN || op == v1::OP_NANMAX) {
       // Integers, counts, extremes, indices, histograms: exact (bitwise:
       // both sides send one canonical NaN).
       EXPECT_EQ(g.SerializeAsString(), w.SerializeAsString())
@@ -135,8 +144,8 @@ void ExpectSameAnswers(const v1::AggregateResponse& got, const v1::AggregateResp
       // tally.proto: float sums and moments agree to rounding. Sums at
       // 1e-12 of sum|x| (means of its 1/n), positive moments relatively.
       double tolerance = 1e-12 * std::fabs(b);
-      if (op == v1::OP_SUM) tolerance = 1e-12 * abs_sums[r];
-      if (op == v1::OP_MEAN) tolerance = 1e-12 * abs_sums[r] / static_cast<double>(row_length);
+      if (op == v1::OP_SUM || op == v1::OP_NANSUM) tolerance = 1e-12 * abs_sums[r];
+      if (op == v1::OP_MEAN || op == v1::OP_NANMEAN) tolerance = 1e-12 * abs_sums[r] / static_cast<double>(row_length);
       EXPECT_NEAR(a, b, tolerance) << label << " row " << r;
     }
   }
