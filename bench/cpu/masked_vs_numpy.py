@@ -18,22 +18,14 @@ import argparse
 import os
 import platform
 import sys
-import time
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from tally_test_server import TallyServer, load_messages  # noqa: E402
-
-
-def best(fn, reps):
-    t = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_numpy import best_seconds as best  # noqa: E402
 
 
 def main():

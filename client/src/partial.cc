@@ -122,7 +122,7 @@ absl::StatusOr<v1::AggregationResult> FinishPartials(const v1::AggregationResult
   const rules::DType dtype = *FromWire(partial.partials().dtype());
   // On integer dtypes a NaN-skipping op is its plain op (numpy's rule): the
   // server finishes nanvar of integers as var, and so does the client.
-  if (!rules::IsFloat(dtype)) spec->kind = rules::PlainOf(spec->kind);
+  *spec = rules::AsComputedFor(*spec, dtype);
   v1::AggregationResult out;
   *out.mutable_aggregation() = partial.aggregation();
   out.mutable_aggregation()->clear_partial();

@@ -18,13 +18,7 @@
 
 namespace tally {
 
-// The op as `dtype` computes and finishes it: integer dtypes hold no NaN, so
-// there each NaN-skipping op is its plain op, as in numpy (numpy.nanvar of
-// integers is numpy.var, whose ddof >= n gives inf, not nanvar's NaN).
-inline OpSpec AsComputedFor(OpSpec op, DType dtype) {
-  if (!rules::IsFloat(dtype)) op.kind = rules::PlainOf(op.kind);
-  return op;
-}
+using rules::AsComputedFor;
 
 // Results of `rows` rows for `op` over `dtype`, zeroed, in the alternative
 // the response carries (histograms with their bins).

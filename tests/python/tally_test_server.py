@@ -61,22 +61,18 @@ class TallyServer:
             f"127.0.0.1:{self.port}",
             options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
         self.pb = tally_pb2
-        self.aggregate = self.channel.unary_unary(
-            "/tally.v1.Aggregator/Aggregate",
-            request_serializer=tally_pb2.AggregateRequest.SerializeToString,
-            response_deserializer=tally_pb2.AggregateResponse.FromString)
-        self.aggregate_stream = self.channel.stream_unary(
-            "/tally.v1.Aggregator/AggregateStream",
-            request_serializer=tally_pb2.AggregateStreamRequest.SerializeToString,
-            response_deserializer=tally_pb2.AggregateResponse.FromString)
-        self.put_dataset = self.channel.stream_unary(
-            "/tally.v1.Aggregator/PutDataset",
-            request_serializer=tally_pb2.PutDatasetRequest.SerializeToString,
-            response_deserializer=tally_pb2.PutDatasetResponse.FromString)
-        self.aggregate_dataset = self.channel.unary_unary(
-            "/tally.v1.Aggregator/AggregateDataset",
-            request_serializer=tally_pb2.AggregateDatasetRequest.SerializeToString,
-            response_deserializer=tally_pb2.AggregateResponse.FromString)
+
+        def method(kind, name, request, response):
+            return kind(f"/tally.v1.Aggregator/{name}", request_serializer=request.SerializeToString,
+                        response_deserializer=response.FromString)
+
+        unary, stream = self.channel.unary_unary, self.channel.stream_unary
+        self.aggregate = method(unary, "Aggregate", tally_pb2.AggregateRequest, tally_pb2.AggregateResponse)
+        self.aggregate_stream = method(stream, "AggregateStream", tally_pb2.AggregateStreamRequest,
+                                       tally_pb2.AggregateResponse)
+        self.put_dataset = method(stream, "PutDataset", tally_pb2.PutDatasetRequest, tally_pb2.PutDatasetResponse)
+        self.aggregate_dataset = method(unary, "AggregateDataset", tally_pb2.AggregateDatasetRequest,
+                                        tally_pb2.AggregateResponse)
         self._health = self.channel.unary_unary("/grpc.health.v1.Health/Check")
         deadline = time.time() + 20
         while True:

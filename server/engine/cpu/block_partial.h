@@ -134,7 +134,7 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
   return n;
 }
 
-// The ops as a dtype computes them (AsComputedFor in finish.h).
+// The ops as a dtype computes them (rules::AsComputedFor).
 inline std::vector<OpSpec> EffectiveOps(std::vector<OpSpec> ops, DType dtype) {
   for (OpSpec& op : ops) op = AsComputedFor(op, dtype);
   return ops;

@@ -236,7 +236,7 @@ class CudaBackend final : public Backend {
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {
     std::vector<DeviceHealth> out;
-    for (const int d : pool_->ordinals()) out.push_back({absl::StrCat("cuda:", d), pool_->DeviceHealth(d)});
+    for (const ResidentPlace& p : ResidentPlaces()) out.push_back({p.label, pool_->DeviceHealth(p.index)});
     return out;
   }
 

@@ -125,6 +125,15 @@ void MergeArg(DType dtype, const PartialState& b, PartialState& r) {
 // moments deterministic for a given merge tree (the same rounding as the
 // backends' own merges of their blocks). Argmin/argmax keep numpy's first
 // occurrence whichever side comes first; the other merges put `a` first.
+// The op as `dtype` computes and finishes it: integer dtypes hold no NaN, so
+// there each NaN-skipping op is its plain op, as in numpy (numpy.nanvar of
+// integers is numpy.var, whose ddof >= n gives inf, not nanvar's NaN). The
+// backends, the shard merge and the clients' finishing all apply it.
+inline OpSpec AsComputedFor(OpSpec op, DType dtype) {
+  if (!IsFloat(dtype)) op.kind = PlainOf(op.kind);
+  return op;
+}
+
 // Whether a row's merged state has a value for `kind` over `dtype` (the one
 // test servers and clients make before finishing a state): min, max,
 // argmin, argmax, ptp and minmax of no element have none; on float dtypes
