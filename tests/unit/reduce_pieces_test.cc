@@ -269,6 +269,23 @@ TEST(ReducePieces, NanOpsMergeAcrossPiecesAsOneReductionAnswers) {
   }
   EXPECT_TRUE(std::isnan(std::get<std::vector<double>>(merged->values[1])[3]));  // nanmin, the all-NaN row
   EXPECT_EQ(std::get<std::vector<std::uint64_t>>(merged->values[5])[3], 0u);
+  // nanargmin and nanargmax with row 3 no longer all NaN: the indices of
+  // rows cut mid-row count from the row's start, as one reduction's do.
+  std::vector<float> y = x;
+  for (std::size_t i = 24; i < 30; ++i) y[i] = static_cast<float>(i % 5);
+  const AggregationPlan args{{DType::kFloat32, 40, 8},
+                             {OpSpec{.kind = OpKind::kNanArgmin}, OpSpec{.kind = OpKind::kNanArgmax}}};
+  const std::span<const std::byte> y_bytes = std::as_bytes(std::span(y));
+  absl::StatusOr<AggregationResult> args_whole = ReducePieces(*cpu, args, Cut(y_bytes, 4, {}), kNever);
+  absl::StatusOr<AggregationResult> args_merged =
+      ReducePiecesByMerging(*cpu, args, Cut(y_bytes, 4, {10, 14, 27}), kNever);
+  ASSERT_TRUE(args_whole.ok() && args_merged.ok()) << args_whole.status() << " / " << args_merged.status();
+  EXPECT_EQ(std::get<std::vector<std::int64_t>>(args_whole->values[0]),
+            (std::vector<std::int64_t>{0, 6, 7, 1, 1}));  // row 1 past the all-NaN piece, row 3 cut at 27
+  for (std::size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(std::get<std::vector<std::int64_t>>(args_merged->values[k]),
+              std::get<std::vector<std::int64_t>>(args_whole->values[k])) << "op " << k;
+  }
   // nanargmin over the all-NaN row: refused, naming it, merged or not.
   const AggregationPlan arg{{DType::kFloat32, 40, 8}, {OpSpec{.kind = OpKind::kNanArgmin}}};
   for (const bool merge : {false, true}) {
