@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "server/allocator.h"
+#include "server/receive_arena.h"
 #include "server/frontend/server.h"
 #include "spdlog/spdlog.h"
 
@@ -147,6 +148,11 @@ ABSL_FLAG(std::string, fault_lose_gpu, "",
 ABSL_FLAG(int, staging_copy_threads, 8,
           "With --backend=cuda or auto: threads that copy a received message into pinned staging in "
           "parallel (1: the request's own thread alone).");
+ABSL_FLAG(std::uint64_t, pinned_receive_bytes, 0,
+          "With --backend=cuda or auto: host memory, mapped and registered with CUDA once at start, that the "
+          "allocator hands out before asking the system, so gRPC's receive slices lie in pinned memory and "
+          "are copied to the GPU where they lie, with no CPU copy into staging (server/receive_arena.h). "
+          "Resident (pinned) from the start, never grows; 0: off.");
 ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
           "With --backend=cuda or auto and --routing=size: arrays smaller than this run on the CPU; 0: "
           "everything on the GPU. With --routing=cost it applies to registered host regions only.");
@@ -298,6 +304,21 @@ int main(int argc, char** argv) {
   config.transport.min_client_ping_interval =
       std::chrono::seconds(absl::GetFlag(FLAGS_min_client_ping_interval_seconds));
   const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);
+  tally::ReceiveArena* receive_arena = nullptr;
+  if (const std::uint64_t arena_bytes = absl::GetFlag(FLAGS_pinned_receive_bytes); arena_bytes > 0) {
+    if (config.backend.kind == "cpu" || config.backend.kind == "null") {
+      spdlog::critical("--pinned_receive_bytes: the {} backend copies nothing to a GPU; leave it 0",
+                       config.backend.kind);
+      return 2;
+    }
+    absl::StatusOr<tally::ReceiveArena*> arena = tally::ReceiveArena::Install(arena_bytes);
+    if (!arena.ok()) {
+      spdlog::critical("--pinned_receive_bytes: {}", arena.status().ToString());
+      return 1;
+    }
+    config.backend.receive_arena = (*arena)->memory();
+    receive_arena = *arena;
+  }
 
   absl::StatusOr<std::unique_ptr<tally::TallyServer>> server = tally::TallyServer::Start(config);
   if (!server.ok()) {
@@ -325,6 +346,10 @@ int main(int argc, char** argv) {
                signal == SIGTERM ? "SIGTERM" : "SIGINT", grace);
   (*server)->Drain(std::chrono::milliseconds(static_cast<long long>(grace * 1000)));
   server->reset();
+  if (receive_arena != nullptr) {
+    spdlog::info("receive arena: the allocator took {} of its {} MiB", receive_arena->taken() >> 20,
+                 receive_arena->memory().size() >> 20);
+  }
   spdlog::info("tally-server stopped");
   return 0;
 }

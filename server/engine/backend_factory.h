@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ struct BackendOptions {
   std::string routing = "size";
   bool route_calibration = true;  // measure the model's rates at start-up
   std::string route_model;        // "key=value,..." given rates (routing::ApplyOverrides)
+  // Host memory to register with CUDA once, at start: the receive arena
+  // (server/receive_arena.h) that gRPC's receive slices are allocated from.
+  // Slices in it are copied to a GPU where they lie. Empty: none.
+  std::span<std::byte> receive_arena;
   // Testing only: "ORDINAL@SECONDS" marks that GPU lost that long after
   // start, as a sticky CUDA error would (server/engine/cuda/device_fault.h).
   std::string fault_lose_gpu;

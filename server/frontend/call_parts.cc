@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
+#include "server/engine/received_memory.h"
 
 namespace tally {
 
@@ -22,7 +23,7 @@ absl::Status ConsumePieces(const SlicedBytes& bytes, ElementAligner& aligner, Re
   if (aligner.carried() == 0 && bytes.size() % reduction.element_size() == 0) {
     std::vector<Extent> runs;
     runs.reserve(bytes.pieces().size());
-    for (std::span<const std::byte> piece : bytes.pieces()) runs.push_back(Extent::PageableHost(piece));
+    for (std::span<const std::byte> piece : bytes.pieces()) runs.push_back({piece, PlacementOfReceived(piece)});
     return reduction.ConsumeRuns(HostRuns(runs));
   }
   for (std::span<const std::byte> piece : bytes.pieces()) {

@@ -198,6 +198,13 @@ Metrics::Metrics(const Options& options)
                     .Help("Bytes copied from host to device, by CUDA device ordinal.")
                     .Labels(constant)
                     .Register(r);
+  h2d_direct_bytes_ = &prometheus::BuildCounter()
+                          .Name("tally_host_to_device_direct_bytes_total")
+                          .Help("Of tally_host_to_device_bytes_total, the bytes copied from where gRPC received "
+                                "them (the pinned receive arena, --pinned_receive_bytes), with no CPU copy into "
+                                "pinned staging first; by CUDA device ordinal.")
+                          .Labels(constant)
+                          .Register(r);
   h2d_seconds_ = &prometheus::BuildCounter()
                       .Name("tally_host_to_device_seconds_total")
                       .Help("Time spent in host-to-device copies, by CUDA device ordinal.")
@@ -398,8 +405,8 @@ Metrics::DeviceChildren Metrics::Device(int device) {
     }
   }
   const prometheus::Labels labels = {{"device", std::to_string(device)}};
-  DeviceChildren d{&h2d_bytes_->Add(labels), &h2d_seconds_->Add(labels),
-                   &kernel_seconds_->Add(labels)};
+  DeviceChildren d{&h2d_bytes_->Add(labels), &h2d_seconds_->Add(labels), &kernel_seconds_->Add(labels),
+                   &h2d_direct_bytes_->Add(labels)};
   if (cached) {
     std::lock_guard<std::mutex> lock(device_mutex_);
     if (device_children_[device].load(std::memory_order_relaxed) == nullptr) {
@@ -414,6 +421,10 @@ void Metrics::HostToDevice(int device, std::uint64_t bytes, double seconds) {
   const DeviceChildren d = Device(device);
   d.h2d_bytes->Increment(static_cast<double>(bytes));
   d.h2d_seconds->Increment(seconds);
+}
+
+void Metrics::HostToDeviceDirect(int device, std::uint64_t bytes) {
+  Device(device).h2d_direct_bytes->Increment(static_cast<double>(bytes));
 }
 
 void Metrics::KernelTime(int device, double seconds) { Device(device).kernel_seconds->Increment(seconds); }

@@ -126,6 +126,9 @@ class Metrics {
 
   // Per-GPU work; `device` is the CUDA ordinal.
   void HostToDevice(int device, std::uint64_t bytes, double seconds);
+  // Of those bytes, the ones copied from where they were received (the
+  // pinned receive arena) with no CPU copy into staging first.
+  void HostToDeviceDirect(int device, std::uint64_t bytes);
   void KernelTime(int device, double seconds);
   void SetDeviceMemory(int device, const std::string& name, std::uint64_t used,
                        std::uint64_t total);
@@ -166,6 +169,7 @@ class Metrics {
     prometheus::Counter* h2d_bytes = nullptr;
     prometheus::Counter* h2d_seconds = nullptr;
     prometheus::Counter* kernel_seconds = nullptr;
+    prometheus::Counter* h2d_direct_bytes = nullptr;
   };
   DeviceChildren Device(int device);
   prometheus::Counter& RequestCounter(int method, int code, int identity);
@@ -181,6 +185,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* h2d_bytes_;
   prometheus::Family<prometheus::Counter>* h2d_seconds_;
   prometheus::Family<prometheus::Counter>* kernel_seconds_;
+  prometheus::Family<prometheus::Counter>* h2d_direct_bytes_;
   prometheus::Family<prometheus::Gauge>* device_memory_used_;
   prometheus::Family<prometheus::Gauge>* device_serving_;
   prometheus::Family<prometheus::Gauge>* device_memory_capacity_;

@@ -1,7 +1,11 @@
 // The CUDA backend's answers: equal to the CPU backend's for every op and
 // dtype, bitwise the same however the array is split, several histograms
 // and ddofs in one request, small requests on the CPU.
+#include <cuda_runtime_api.h>
+
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <gtest/gtest.h>
 
 #include "tests/gpu/engine_test_util.h"
@@ -194,7 +198,9 @@ TEST(EngineRouting, DefaultOptionsServeALargeArray) {
 }
 
 // A message's receive slices, all at once: staging filled by several
-// threads gives the bits of the same bytes fed one piece at a time.
+// threads, and runs in pinned memory (the receive arena's) copied where
+// they lie, all or some of them, give the bits of the same bytes fed one
+// piece at a time.
 TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
   TALLY_REQUIRE_GPU();
   BackendOptions o = TestOptions();
@@ -205,29 +211,41 @@ TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
   for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kUInt8}) {
     const std::uint64_t n = 5 * ((std::uint64_t{19} << 20) / rules::SizeOf(t) / 5 + 1);  // over four chunks, five rows
     const std::vector<std::byte> data = RandomArray(t, n, 77);
+    void* pinned_copy = nullptr;
+    ASSERT_EQ(cudaHostAlloc(&pinned_copy, data.size(), cudaHostAllocPortable), cudaSuccess);
+    const std::unique_ptr<void, cudaError_t (*)(void*)> pinned_owner(pinned_copy, cudaFreeHost);
+    std::memcpy(pinned_copy, data.data(), data.size());
+    const std::span<const std::byte> pinned(static_cast<const std::byte*>(pinned_copy), data.size());
     for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{n / 5}}) {
       const AggregationPlan plan = Plan(t, n, row, AllOps(t));
       absl::StatusOr<AggregationResult> want = RunRequest(*cuda, plan, data, {12345});
       ASSERT_TRUE(want.ok()) << want.status();
       for (const std::uint64_t run : {std::uint64_t{8192}, std::uint64_t{65536}, std::uint64_t{65537}}) {
         for (const std::uint64_t lead : {std::uint64_t{0}, std::uint64_t{1001}}) {
-          absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan);
-          ASSERT_TRUE(r.ok()) << r.status();
-          const std::size_t es = rules::SizeOf(t);
-          if (lead > 0) {
-            ASSERT_TRUE((*r)->Consume(std::span(data).first(lead * es)).ok());
+          // Runs pageable, pinned, or every fifth pageable and the rest pinned.
+          for (const int kind : {0, 1, 2}) {
+            absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan);
+            ASSERT_TRUE(r.ok()) << r.status();
+            const std::size_t es = rules::SizeOf(t);
+            if (lead > 0) {
+              ASSERT_TRUE((*r)->Consume(std::span(data).first(lead * es)).ok());
+            }
+            std::vector<Extent> runs;
+            for (std::size_t at = lead * es; at < data.size(); at += run) {
+              const std::size_t len = std::min<std::size_t>(run, data.size() - at);
+              const bool pin = kind == 1 || (kind == 2 && runs.size() % 5 != 4);
+              runs.push_back(pin ? Extent{pinned.subspan(at, len), Placement::PinnedHost()}
+                                 : Extent::PageableHost(std::span(data).subspan(at, len)));
+            }
+            ASSERT_TRUE((*r)->ConsumeRuns(HostRuns(runs)).ok());
+            absl::StatusOr<AggregationResult> got = (*r)->Finish();
+            ASSERT_TRUE(got.ok()) << got.status();
+            EXPECT_EQ(got->backend, "cuda");
+            ExpectSame(plan, *want, *got, /*exact=*/true,
+                       std::string(rules::Name(t)) + " runs of " + std::to_string(run) + " lead " +
+                           std::to_string(lead) + " row " + std::to_string(row) + " runs " +
+                           (kind == 0 ? "pageable" : kind == 1 ? "pinned" : "mixed"));
           }
-          std::vector<Extent> runs;
-          for (std::size_t at = lead * es; at < data.size(); at += run) {
-            runs.push_back(Extent::PageableHost(std::span(data).subspan(at, std::min<std::size_t>(run, data.size() - at))));
-          }
-          ASSERT_TRUE((*r)->ConsumeRuns(HostRuns(runs)).ok());
-          absl::StatusOr<AggregationResult> got = (*r)->Finish();
-          ASSERT_TRUE(got.ok()) << got.status();
-          EXPECT_EQ(got->backend, "cuda");
-          ExpectSame(plan, *want, *got, /*exact=*/true,
-                     std::string(rules::Name(t)) + " runs of " + std::to_string(run) + " lead " +
-                         std::to_string(lead) + " row " + std::to_string(row));
         }
       }
     }

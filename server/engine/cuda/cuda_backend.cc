@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "server/engine/cuda/device_resident.h"
 #include "server/engine/cuda/segment_reduction.h"
 #include "server/engine/cuda/tuning.h"
+#include "server/engine/received_memory.h"
 #include "server/engine/routing/accounted_reduction.h"
 #include "server/engine/routing/calibration.h"
 #include "server/engine/routing/cost_model.h"
@@ -91,6 +93,23 @@ class CudaBackend final : public Backend {
                  measure ? "calibrated" : "not calibrated",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
                  options.route_model.empty() ? "" : ", with --route_model", routing::Describe(params));
+    return absl::OkStatus();
+  }
+
+  ~CudaBackend() override {
+    if (receive_arena_) SetPinnedReceiveMemory({});
+  }
+
+  // Registers the receive arena with CUDA (portable: every GPU's lanes copy
+  // from it), after which received slices in it count as pinned host memory.
+  absl::Status RegisterReceiveArena(std::span<std::byte> arena) {
+    absl::StatusOr<std::unique_ptr<Attachment>> registered = cuda::AttachPinnedHost(arena);
+    if (!registered.ok()) {
+      return absl::Status(registered.status().code(),
+                          absl::StrCat("--pinned_receive_bytes: ", registered.status().message()));
+    }
+    receive_arena_ = std::move(*registered);
+    SetPinnedReceiveMemory(arena);
     return absl::OkStatus();
   }
 
@@ -330,6 +349,7 @@ class CudaBackend final : public Backend {
   std::atomic<std::int64_t> requests_{0};  // cost-routed requests in flight, either path
   std::atomic<std::int64_t> gpu_queued_bytes_{0};
   std::unique_ptr<cpu::ThreadPool> copiers_;
+  std::unique_ptr<Attachment> receive_arena_;  // registered; cleared from received_memory first
   cuda::EngineContext engine_;
   std::unique_ptr<cuda::DeviceFault> fault_;  // last: stopped before the pool goes
 };
@@ -419,6 +439,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& o
   std::unique_ptr<Backend> cpu = MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
   auto backend = std::make_unique<CudaBackend>(std::move(*pool), std::move(cpu), options);
   spdlog::info("cuda backend: {}", backend->device());
+  if (!options.receive_arena.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status s = backend->RegisterReceiveArena(options.receive_arena); !s.ok()) return s;
+    spdlog::info("cuda backend: {} MiB receive arena registered with CUDA in {:.0f} ms: received slices in it "
+                 "are copied to the GPU where they lie",
+                 options.receive_arena.size() >> 20,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (absl::Status s = backend->CalibrateRouting(options); !s.ok()) return s;
   if (*fault) {
     spdlog::warn("cuda backend: --fault_lose_gpu: GPU {} will be marked lost {} ms from now (a test)",

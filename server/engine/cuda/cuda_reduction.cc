@@ -135,31 +135,49 @@ class CudaReduction final : public Reduction {
     return ConsumeHost(piece.bytes.data(), n, piece.placement.memory == Memory::kPinnedHost);
   }
 
-  // Runs of pageable memory present at once (a unary message's slices):
-  // several threads fill each staging block, a piece of at least
-  // EnginePolicy::kParallelCopyBytes each, and the block goes to the device
-  // as Consume() sends it: the same chunks, so the same bits. Chunk k's copy
-  // to the device still overlaps chunk k+1's filling.
+  // Runs of host memory present at once (a unary message's slices), cut
+  // into the same chunks as Consume() would cut them, so the same bits:
+  // a chunk whose runs all lie in pinned memory (the receive arena) is
+  // copied to the device from where the runs lie, one copy per run, with no
+  // CPU copy; any other chunk is gathered into a staging block first, by
+  // several threads, a piece of at least EnginePolicy::kParallelCopyBytes
+  // each, when the message is large enough to share. Chunk k's copy to the
+  // device still overlaps chunk k+1's filling.
   absl::Status ConsumeRuns(const HostRuns& runs) override {
-    if (engine_->copiers == nullptr || runs.placement().memory != Memory::kPageableHost ||
-        runs.size() < 2 * EnginePolicy::kParallelCopyBytes || passes_.passes.empty()) {
+    const bool share = engine_->copiers != nullptr && runs.size() >= 2 * EnginePolicy::kParallelCopyBytes;
+    if (passes_.passes.empty() || (runs.pinned_bytes() == 0 && !share)) {
       return Reduction::ConsumeRuns(runs);
     }
     absl::StatusOr<std::uint64_t> next = CheckNext(runs.size());
     if (!next.ok()) return next.status();
     consumed_ += *next;
+    const std::uint64_t block = pinned_->block_bytes();
     std::uint64_t at = 0;
     while (at < runs.size()) {
+      const std::uint64_t chunk = std::min<std::uint64_t>(block, runs.size() - at);
+      // A whole chunk, or the array's last (consumed_ counts these runs).
+      const bool cut_as_consume = chunk == block || (at + chunk == runs.size() && consumed_ == plan_.array.length);
+      if (cut_as_consume && staging_.filled() == 0 && runs.Pinned(at, chunk)) {
+        ScopedDevice on(lane_->device());
+        if (absl::Status s = SubmitInPlace(runs, at, chunk); !s.ok()) return s;
+        at += chunk;
+        continue;
+      }
       bool took_block = false;
       absl::StatusOr<std::span<std::byte>> room = staging_.Room(runs.size() - at, &took_block);
       if (!room.ok()) return failed_ = room.status();
       if (took_block) ReportPinned();
       const std::span<std::byte> to = *room;
-      const std::size_t pieces = std::max<std::size_t>(1, to.size() / EnginePolicy::kParallelCopyBytes);
-      engine_->copiers->ParallelFor(pieces, [&](std::size_t i, int) {
+      const std::size_t pieces = share ? std::max<std::size_t>(1, to.size() / EnginePolicy::kParallelCopyBytes) : 1;
+      const auto fill = [&](std::size_t i, int) {
         const std::size_t from = i * to.size() / pieces, end = (i + 1) * to.size() / pieces;
         runs.CopyOut(at + from, end - from, to.data() + from);
-      });
+      };
+      if (pieces > 1) {
+        engine_->copiers->ParallelFor(pieces, fill);
+      } else {
+        fill(0, 0);
+      }
       staging_.Filled(to.size());
       at += to.size();
       if (staging_.full()) {
@@ -287,6 +305,36 @@ class CudaReduction final : public Reduction {
   // buffer and folds them in. `staged`, when set, is the pool block `src`
   // lies in; it goes back to the pool once the copy has read it.
   absl::Status SubmitChunk(const std::byte* src, std::uint64_t elements, PinnedPool::Block staged) {
+    return SubmitChunkCopiedBy(elements, staged, [&](std::byte* to, cudaStream_t copy) {
+      TALLY_CUDA_TRY(cudaMemcpyAsync(to, src, elements * elem_, cudaMemcpyHostToDevice, copy));
+      return cudaSuccess;
+    });
+  }
+
+  // Bytes [at, at + bytes) of `runs`, every one in pinned memory, copied to
+  // the next chunk buffer from where they lie (one copy per run) and folded
+  // in. The runs outlive the copies: the request holds its message until
+  // Finish() or the destructor has drained the lane.
+  absl::Status SubmitInPlace(const HostRuns& runs, std::uint64_t at, std::uint64_t bytes) {
+    absl::Status s = SubmitChunkCopiedBy(bytes / elem_, PinnedPool::Block{}, [&](std::byte* to, cudaStream_t copy) {
+      cudaError_t err = cudaSuccess;
+      runs.ForEachPart(at, bytes, [&](std::span<const std::byte> part) {
+        if (err == cudaSuccess) {
+          err = cudaMemcpyAsync(to, part.data(), part.size(), cudaMemcpyHostToDevice, copy);
+          if (err != cudaSuccess) Record(err, "cudaMemcpyAsync(received slice)", __FILE__, __LINE__);
+        }
+        to += part.size();
+      });
+      return err;
+    });
+    if (s.ok()) direct_bytes_ += bytes;
+    return s;
+  }
+
+  // SubmitChunk with the copy into the chunk buffer made by
+  // `copy_in(chunk buffer, copy stream)`.
+  template <typename CopyIn>
+  absl::Status SubmitChunkCopiedBy(std::uint64_t elements, PinnedPool::Block staged, CopyIn&& copy_in) {
     DeviceLane::Slot& s = lane_->slot(chunks_);
     if (s.pending) {
       if (absl::Status st = Retire(s); !st.ok()) {
@@ -298,7 +346,7 @@ class CudaReduction final : public Reduction {
     const StreamView copy = lane_->copy_stream();
     const cudaError_t err = [&] {
       TALLY_CUDA_TRY(cudaEventRecord(s.copy_start.get(), copy.get()));
-      TALLY_CUDA_TRY(cudaMemcpyAsync(s.chunk.data(), src, bytes, cudaMemcpyHostToDevice, copy.get()));
+      if (const cudaError_t e = copy_in(s.chunk.data(), copy.get()); e != cudaSuccess) return e;
       TALLY_CUDA_TRY(cudaEventRecord(s.copy_done.get(), copy.get()));
       return cudaSuccess;
     }();
@@ -535,6 +583,8 @@ class CudaReduction final : public Reduction {
     if (m == nullptr) return;
     const int dev = lane_->device();
     if (h2d_bytes_ > 0) m->HostToDevice(dev, h2d_bytes_, h2d_seconds_);
+    if (direct_bytes_ > 0) m->HostToDeviceDirect(dev, direct_bytes_);
+    direct_bytes_ = 0;
     if (kernel_seconds_ > 0.0) m->KernelTime(dev, kernel_seconds_);
     h2d_bytes_ = 0;
     h2d_seconds_ = kernel_seconds_ = 0.0;
@@ -574,6 +624,7 @@ class CudaReduction final : public Reduction {
 
   // Not yet reported to Metrics.
   std::uint64_t h2d_bytes_ = 0;
+  std::uint64_t direct_bytes_ = 0;  // of h2d_bytes_, copied from where they were received
   double h2d_seconds_ = 0.0;
   double kernel_seconds_ = 0.0;
 };
