@@ -13,9 +13,14 @@
 #include <cstddef>
 #include <string>
 
-// Read by jemalloc before its first allocation.
+// Read by jemalloc before its first allocation. retain:false: jemalloc asks
+// for extents of the sizes it needs and releases each once its pages have
+// been free for dirty_decay_ms, instead of growing each of its arenas in
+// ever larger steps and keeping what it took; so the receive arena
+// (receive_arena.h) is shared by every jemalloc arena, its memory going
+// back to it within a second of being freed.
 extern "C" {
-const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false";
 }
 
 namespace tally {

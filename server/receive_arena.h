@@ -5,10 +5,11 @@
 // slices where they lie instead of a CPU copying each message into pinned
 // staging first (docs/performance.md, "Receiving into pinned memory").
 //
-// Bounded: the stretch is mapped once, whole, and never grows; once jemalloc
-// has taken all of it, new extents come from the system as before, and
-// extents taken from it stay with jemalloc (never returned, purged or
-// decommitted: pinned pages cannot be) for it to reuse.
+// Bounded: the stretch is mapped once, whole, and never grows. While
+// jemalloc holds all of it, new extents come from the system as before;
+// extents jemalloc releases (server/allocator.cc: a second after their
+// pages were freed) come back to it for any thread to take next. Its pages
+// stay resident: never purged or decommitted, as pinned pages cannot be.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +28,7 @@ class ReceiveArena {
   static absl::StatusOr<ReceiveArena*> Install(std::uint64_t bytes);
 
   std::span<std::byte> memory() const;
-  // Bytes of it jemalloc has taken so far.
+  // Bytes of it jemalloc holds now.
   std::uint64_t taken() const;
 
  private:
