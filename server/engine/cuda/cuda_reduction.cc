@@ -151,6 +151,18 @@ class CudaReduction final : public Reduction {
     absl::StatusOr<std::uint64_t> next = CheckNext(runs.size());
     if (!next.ok()) return next.status();
     consumed_ += *next;
+    // The runs are valid only during this call (a stream's chunk is
+    // released as soon as it returns): copies that read them where they lie
+    // are waited for before it does, on every path. For a unary message the
+    // wait costs nothing: Finish() would wait for them next.
+    bool copied_in_place = false;
+    struct WaitForInPlaceCopies {
+      CudaReduction* self;
+      const bool& copied;
+      ~WaitForInPlaceCopies() {
+        if (copied) self->WaitForCopies();
+      }
+    } wait{this, copied_in_place};
     const std::uint64_t block = pinned_->block_bytes();
     std::uint64_t at = 0;
     while (at < runs.size()) {
@@ -159,6 +171,7 @@ class CudaReduction final : public Reduction {
       const bool cut_as_consume = chunk == block || (at + chunk == runs.size() && consumed_ == plan_.array.length);
       if (cut_as_consume && staging_.filled() == 0 && runs.Pinned(at, chunk)) {
         ScopedDevice on(lane_->device());
+        copied_in_place = true;
         if (absl::Status s = SubmitInPlace(runs, at, chunk); !s.ok()) return s;
         at += chunk;
         continue;
@@ -313,8 +326,7 @@ class CudaReduction final : public Reduction {
 
   // Bytes [at, at + bytes) of `runs`, every one in pinned memory, copied to
   // the next chunk buffer from where they lie (one copy per run) and folded
-  // in. The runs outlive the copies: the request holds its message until
-  // Finish() or the destructor has drained the lane.
+  // in. The caller waits for the copies (WaitForCopies) before the runs go.
   absl::Status SubmitInPlace(const HostRuns& runs, std::uint64_t at, std::uint64_t bytes) {
     absl::Status s = SubmitChunkCopiedBy(bytes / elem_, PinnedPool::Block{}, [&](std::byte* to, cudaStream_t copy) {
       cudaError_t err = cudaSuccess;
@@ -329,6 +341,16 @@ class CudaReduction final : public Reduction {
     });
     if (s.ok()) direct_bytes_ += bytes;
     return s;
+  }
+
+  // Waits until every copy issued so far has read its source; a failure
+  // fails the request.
+  void WaitForCopies() {
+    ScopedDevice on(lane_->device());
+    if (const cudaError_t err = cudaStreamSynchronize(lane_->copy_stream().get()); err != cudaSuccess) {
+      Record(err, "cudaStreamSynchronize(copy stream)", __FILE__, __LINE__);
+      (void)Fail(err, "waiting for copies from received slices");
+    }
   }
 
   // SubmitChunk with the copy into the chunk buffer made by
