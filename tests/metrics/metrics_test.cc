@@ -114,6 +114,7 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_in_flight_bytes",      "tally_queue_wait_seconds",
       "tally_pinned_pool_capacity_bytes", "tally_pinned_pool_used_bytes",
       "tally_host_to_device_bytes_total", "tally_host_to_device_seconds_total",
+      "tally_host_to_device_direct_bytes_total",
       "tally_kernel_seconds_total", "tally_device_memory_used_bytes",
       "tally_device_memory_capacity_bytes", "tally_dataset_resident_bytes",
       "tally_datasets",             "tally_dataset_limit_bytes",
@@ -292,6 +293,8 @@ TEST(Metrics, PerDeviceCountersAndMemory) {
   m.HostToDevice(40, 1, 1.0);
   m.KernelTime(1, 0.5);
   m.KernelTime(1, 0.25);
+  m.HostToDeviceDirect(0, 1000);  // of device 0's 1024, copied from where received
+  m.HostToDeviceDirect(40, 3);
   m.SetDeviceMemory(0, "NVIDIA H100 80GB HBM3", 100, 1000);
   m.SetDeviceMemory(0, "NVIDIA H100 80GB HBM3", 300, 1000);
   const std::string t = m.Scrape();
@@ -300,6 +303,9 @@ TEST(Metrics, PerDeviceCountersAndMemory) {
   EXPECT_EQ(Value(t, "tally_host_to_device_seconds_total", {{"device", "0"}}), 0.5);
   EXPECT_EQ(Value(t, "tally_host_to_device_bytes_total", {{"device", "1"}}), 7.0);
   EXPECT_EQ(Value(t, "tally_host_to_device_bytes_total", {{"device", "40"}}), 10.0);
+  EXPECT_EQ(Value(t, "tally_host_to_device_direct_bytes_total", {{"device", "0"}}), 1000.0);
+  EXPECT_EQ(Value(t, "tally_host_to_device_direct_bytes_total", {{"device", "1"}}), 0.0);
+  EXPECT_EQ(Value(t, "tally_host_to_device_direct_bytes_total", {{"device", "40"}}), 3.0);
   EXPECT_EQ(Value(t, "tally_kernel_seconds_total", {{"device", "1"}}), 0.75);
   EXPECT_EQ(Value(t, "tally_kernel_seconds_total", {{"device", "0"}}), 0.0);
   const Labels gpu0 = {{"device", "0"}, {"device_name", "NVIDIA H100 80GB HBM3"}};
