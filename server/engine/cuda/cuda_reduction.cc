@@ -126,7 +126,7 @@ class CudaReduction final : public Reduction {
       return absl::FailedPreconditionError(absl::StrCat("cuda backend: a request on GPU ", lane_->device(),
                                                         " cannot read ", piece.placement.Describe(), "."));
     }
-    if (on_device && staging_.filled() > 0) {
+    if (on_device && (staging_.filled() > 0 || open_bytes_ > 0)) {
       return absl::FailedPreconditionError("cuda backend: device bytes after host bytes in one request.");
     }
     consumed_ += n;
@@ -135,17 +135,20 @@ class CudaReduction final : public Reduction {
     return ConsumeHost(piece.bytes.data(), n, piece.placement.memory == Memory::kPinnedHost);
   }
 
-  // Runs of host memory present at once (a unary message's slices), cut
-  // into the same chunks as Consume() would cut them, so the same bits:
-  // a chunk whose runs all lie in pinned memory (the receive arena) is
-  // copied to the device from where the runs lie, one copy per run, with no
-  // CPU copy; any other chunk is gathered into a staging block first, by
-  // several threads, a piece of at least EnginePolicy::kParallelCopyBytes
-  // each, when the message is large enough to share. Chunk k's copy to the
-  // device still overlaps chunk k+1's filling.
+  // Runs of host memory present at once (a unary message's slices, or a
+  // stream chunk's), cut into the same chunks as Consume() would cut them,
+  // so the same bits. Runs in pinned memory (the receive arena) are copied
+  // into the device's chunk buffer from where they lie, one copy per run,
+  // with no CPU copy: a chunk opened that way takes the following runs, of
+  // this call and the next ones (a stream's next chunks), until it is full
+  // or the array ends. Any other chunk is gathered into a staging block
+  // first, by several threads, a piece of at least
+  // EnginePolicy::kParallelCopyBytes each, when the message is large enough
+  // to share. Chunk k's copy to the device still overlaps chunk k+1's
+  // filling.
   absl::Status ConsumeRuns(const HostRuns& runs) override {
     const bool share = engine_->copiers != nullptr && runs.size() >= 2 * EnginePolicy::kParallelCopyBytes;
-    if (passes_.passes.empty() || (runs.pinned_bytes() == 0 && !share)) {
+    if (passes_.passes.empty() || (runs.pinned_bytes() == 0 && !share && open_bytes_ == 0)) {
       return Reduction::ConsumeRuns(runs);
     }
     absl::StatusOr<std::uint64_t> next = CheckNext(runs.size());
@@ -166,14 +169,18 @@ class CudaReduction final : public Reduction {
     const std::uint64_t block = pinned_->block_bytes();
     std::uint64_t at = 0;
     while (at < runs.size()) {
-      const std::uint64_t chunk = std::min<std::uint64_t>(block, runs.size() - at);
-      // A whole chunk, or the array's last (consumed_ counts these runs).
-      const bool cut_as_consume = chunk == block || (at + chunk == runs.size() && consumed_ == plan_.array.length);
-      if (cut_as_consume && staging_.filled() == 0 && runs.Pinned(at, chunk)) {
+      // A device chunk open, or one to open: staging empty (so at a chunk
+      // boundary) and the runs up to the next boundary all pinned.
+      if (open_bytes_ > 0 ||
+          (staging_.filled() == 0 && runs.Pinned(at, std::min<std::uint64_t>(block, runs.size() - at)))) {
+        const std::uint64_t take = std::min<std::uint64_t>(block - open_bytes_, runs.size() - at);
         ScopedDevice on(lane_->device());
         copied_in_place = true;
-        if (absl::Status s = SubmitInPlace(runs, at, chunk); !s.ok()) return s;
-        at += chunk;
+        absl::Status s = AppendToDeviceChunk(runs, at, take);
+        at += take;
+        const bool array_ends = at == runs.size() && consumed_ == plan_.array.length;  // consumed_ counts these runs
+        if (s.ok() && (open_bytes_ == block || array_ends)) s = CloseDeviceChunk();
+        if (!s.ok()) return s;
         continue;
       }
       bool took_block = false;
@@ -221,7 +228,9 @@ class CudaReduction final : public Reduction {
     }
     if (!passes_.passes.empty()) {
       ScopedDevice on(lane_->device());
-      if (staging_.filled() > 0) {
+      if (open_bytes_ > 0) {  // the array's last chunk, its copies issued
+        if (absl::Status s = CloseDeviceChunk(); !s.ok()) return s;
+      } else if (staging_.filled() > 0) {
         if (absl::Status s = SubmitStaged(); !s.ok()) return s;
       } else if (!launched_) {
         // An empty array still needs its state started (aggregate.h).
@@ -284,6 +293,20 @@ class CudaReduction final : public Reduction {
   absl::Status ConsumeHost(const std::byte* p, std::uint64_t n, bool pinned) {
     const bool reaches_end = consumed_ == plan_.array.length;  // consumed_ already counts these n
     while (n > 0) {
+      if (open_bytes_ > 0) {  // a device chunk that ConsumeRuns opened takes these bytes next
+        const std::uint64_t take = std::min<std::uint64_t>(n, (pinned_->block_bytes() - open_bytes_) / elem_);
+        const Extent part{std::span<const std::byte>(p, take * elem_),
+                          pinned ? Placement::PinnedHost() : Placement::PageableHost()};
+        ScopedDevice on(lane_->device());
+        absl::Status st = AppendToDeviceChunk(HostRuns({&part, 1}), 0, take * elem_);
+        p += take * elem_;
+        n -= take;
+        if (st.ok() && (open_bytes_ == pinned_->block_bytes() || (n == 0 && reaches_end))) st = CloseDeviceChunk();
+        if (pinned) WaitForCopies();  // the caller's bytes may go when this returns
+        if (!st.ok()) return st;
+        if (!failed_.ok()) return failed_;
+        continue;
+      }
       if (pinned && staging_.filled() == 0 && (n >= chunk_elems_ || reaches_end)) {
         const std::uint64_t take = std::min(n, chunk_elems_);
         ScopedDevice on(lane_->device());
@@ -324,23 +347,51 @@ class CudaReduction final : public Reduction {
     });
   }
 
-  // Bytes [at, at + bytes) of `runs`, every one in pinned memory, copied to
-  // the next chunk buffer from where they lie (one copy per run) and folded
-  // in. The caller waits for the copies (WaitForCopies) before the runs go.
-  absl::Status SubmitInPlace(const HostRuns& runs, std::uint64_t at, std::uint64_t bytes) {
-    absl::Status s = SubmitChunkCopiedBy(bytes / elem_, PinnedPool::Block{}, [&](std::byte* to, cudaStream_t copy) {
-      cudaError_t err = cudaSuccess;
-      runs.ForEachPart(at, bytes, [&](std::span<const std::byte> part) {
-        if (err == cudaSuccess) {
-          err = cudaMemcpyAsync(to, part.data(), part.size(), cudaMemcpyHostToDevice, copy);
-          if (err != cudaSuccess) Record(err, "cudaMemcpyAsync(received slice)", __FILE__, __LINE__);
-        }
-        to += part.size();
-      });
-      return err;
+  // Bytes [at, at + bytes) of `runs` copied into the device chunk being
+  // filled (opened first if none is), each run's part from where it lies:
+  // pinned parts read by the copy engine as they are, pageable ones (a
+  // slice outside the receive arena) staged by the driver. The caller waits
+  // for the copies (WaitForCopies) before the runs go.
+  absl::Status AppendToDeviceChunk(const HostRuns& runs, std::uint64_t at, std::uint64_t bytes) {
+    DeviceLane::Slot& s = lane_->slot(chunks_);
+    const cudaStream_t copy = lane_->copy_stream().get();
+    if (open_bytes_ == 0) {
+      if (s.pending) {
+        if (absl::Status st = Retire(s); !st.ok()) return st;
+      }
+      if (const cudaError_t e = cudaEventRecord(s.copy_start.get(), copy); e != cudaSuccess) {
+        Record(e, "cudaEventRecord(copy_start)", __FILE__, __LINE__);
+        return Fail(e, "opening a chunk");
+      }
+    }
+    cudaError_t err = cudaSuccess;
+    std::uint64_t offset = at;
+    runs.ForEachPart(at, bytes, [&](std::span<const std::byte> part) {
+      if (err != cudaSuccess) return;
+      err = cudaMemcpyAsync(s.chunk.data() + open_bytes_, part.data(), part.size(), cudaMemcpyHostToDevice, copy);
+      if (err != cudaSuccess) {
+        Record(err, "cudaMemcpyAsync(received slice)", __FILE__, __LINE__);
+        return;
+      }
+      if (runs.Pinned(offset, part.size())) direct_bytes_ += part.size();
+      offset += part.size();
+      open_bytes_ += part.size();
     });
-    if (s.ok()) direct_bytes_ += bytes;
-    return s;
+    if (err != cudaSuccess) return Fail(err, "copying received slices to the device");
+    return absl::OkStatus();
+  }
+
+  // Folds in the device chunk being filled, once its copies are done.
+  absl::Status CloseDeviceChunk() {
+    DeviceLane::Slot& s = lane_->slot(chunks_);
+    const std::size_t bytes = std::exchange(open_bytes_, 0);
+    if (const cudaError_t e = cudaEventRecord(s.copy_done.get(), lane_->copy_stream().get()); e != cudaSuccess) {
+      Record(e, "cudaEventRecord(copy_done)", __FILE__, __LINE__);
+      return Fail(e, "closing a chunk");
+    }
+    s.pending = true;  // from here the slot's events are recorded
+    s.bytes = bytes;
+    return LaunchAfterCopy(s, bytes / elem_);
   }
 
   // Waits until every copy issued so far has read its source; a failure
@@ -385,6 +436,12 @@ class CudaReduction final : public Reduction {
     }
     s.pending = true;  // from here the slot's events are recorded
     s.bytes = bytes;
+    return LaunchAfterCopy(s, elements);
+  }
+
+  // The kernels over slot `s`'s chunk buffer, `elements` long, ordered
+  // after its copy (s.copy_done recorded).
+  absl::Status LaunchAfterCopy(DeviceLane::Slot& s, std::uint64_t elements) {
     const cudaError_t wait = [&] {
       TALLY_CUDA_TRY(cudaStreamWaitEvent(lane_->compute_stream().get(), s.copy_done.get(), 0));
       TALLY_CUDA_TRY(cudaEventRecord(s.kernel_start.get(), lane_->compute_stream().get()));
@@ -647,6 +704,7 @@ class CudaReduction final : public Reduction {
   // Not yet reported to Metrics.
   std::uint64_t h2d_bytes_ = 0;
   std::uint64_t direct_bytes_ = 0;  // of h2d_bytes_, copied from where they were received
+  std::size_t open_bytes_ = 0;      // copied so far into the device chunk being filled (ConsumeRuns)
   double h2d_seconds_ = 0.0;
   double kernel_seconds_ = 0.0;
 };
