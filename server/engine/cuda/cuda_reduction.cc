@@ -341,11 +341,37 @@ class CudaReduction final : public Reduction {
   // buffer and folds them in. `staged`, when set, is the pool block `src`
   // lies in; it goes back to the pool once the copy has read it.
   absl::Status SubmitChunk(const std::byte* src, std::uint64_t elements, PinnedPool::Block staged) {
-    return SubmitChunkCopiedBy(elements, staged, [&](std::byte* to, cudaStream_t copy) {
-      TALLY_CUDA_TRY(cudaMemcpyAsync(to, src, elements * elem_, cudaMemcpyHostToDevice, copy));
+    DeviceLane::Slot& s = lane_->slot(chunks_);
+    if (s.pending) {
+      if (absl::Status st = Retire(s); !st.ok()) {
+        if (staged) pinned_->ReleaseNow(staged);
+        return st;
+      }
+    }
+    const std::size_t bytes = elements * elem_;
+    const StreamView copy = lane_->copy_stream();
+    const cudaError_t err = [&] {
+      TALLY_CUDA_TRY(cudaEventRecord(s.copy_start.get(), copy.get()));
+      TALLY_CUDA_TRY(cudaMemcpyAsync(s.chunk.data(), src, bytes, cudaMemcpyHostToDevice, copy.get()));
+      TALLY_CUDA_TRY(cudaEventRecord(s.copy_done.get(), copy.get()));
       return cudaSuccess;
-    });
+    }();
+    absl::Status released;
+    if (staged) {
+      released = pinned_->Release(staged, copy);
+      ReportPinned();
+    }
+    if (err != cudaSuccess) return Fail(err, "copying a chunk to the device");
+    if (!released.ok()) {
+      spdlog::error("cuda backend: request on {} failed: {}",
+                    engine_->devices->DeviceName(lane_->device()), released.ToString());
+      return failed_ = released;
+    }
+    s.pending = true;  // from here the slot's events are recorded
+    s.bytes = bytes;
+    return LaunchAfterCopy(s, elements);
   }
+
 
   // Bytes [at, at + bytes) of `runs` copied into the device chunk being
   // filled (opened first if none is), each run's part from where it lies:
@@ -402,41 +428,6 @@ class CudaReduction final : public Reduction {
       Record(err, "cudaStreamSynchronize(copy stream)", __FILE__, __LINE__);
       (void)Fail(err, "waiting for copies from received slices");
     }
-  }
-
-  // SubmitChunk with the copy into the chunk buffer made by
-  // `copy_in(chunk buffer, copy stream)`.
-  template <typename CopyIn>
-  absl::Status SubmitChunkCopiedBy(std::uint64_t elements, PinnedPool::Block staged, CopyIn&& copy_in) {
-    DeviceLane::Slot& s = lane_->slot(chunks_);
-    if (s.pending) {
-      if (absl::Status st = Retire(s); !st.ok()) {
-        if (staged) pinned_->ReleaseNow(staged);
-        return st;
-      }
-    }
-    const std::size_t bytes = elements * elem_;
-    const StreamView copy = lane_->copy_stream();
-    const cudaError_t err = [&] {
-      TALLY_CUDA_TRY(cudaEventRecord(s.copy_start.get(), copy.get()));
-      if (const cudaError_t e = copy_in(s.chunk.data(), copy.get()); e != cudaSuccess) return e;
-      TALLY_CUDA_TRY(cudaEventRecord(s.copy_done.get(), copy.get()));
-      return cudaSuccess;
-    }();
-    absl::Status released;
-    if (staged) {
-      released = pinned_->Release(staged, copy);
-      ReportPinned();
-    }
-    if (err != cudaSuccess) return Fail(err, "copying a chunk to the device");
-    if (!released.ok()) {
-      spdlog::error("cuda backend: request on {} failed: {}",
-                    engine_->devices->DeviceName(lane_->device()), released.ToString());
-      return failed_ = released;
-    }
-    s.pending = true;  // from here the slot's events are recorded
-    s.bytes = bytes;
-    return LaunchAfterCopy(s, elements);
   }
 
   // The kernels over slot `s`'s chunk buffer, `elements` long, ordered
