@@ -14,6 +14,10 @@
 // - Pinned host bytes take the same chunks, but whole chunks are copied to
 //   the device straight from where they lie, with no host copy; only a
 //   piece's ragged ends are staged. Same cuts, so the same bits.
+// - Received slices in the receive arena (pinned, server/receive_arena.h)
+//   are copied into a device chunk buffer from where they lie, one copy per
+//   slice, a chunk taking slices across a stream's messages until it is
+//   full: again the same cuts.
 // - Device bytes on the lane's GPU are reduced in place, in cuts of
 //   `device_cut` elements (the whole array when its scratch fits the lane):
 //   no copy at all.
@@ -30,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/cuda/pass_results.h"
 #include "server/engine/cuda/staging_block.h"
 #include "server/engine/finish.h"
 #include "server/engine/cuda/tuning.h"
@@ -250,8 +255,8 @@ class CudaReduction final : public Reduction {
         }
       }
     }
-    if (absl::Status s = CheckRowsHaveValues(); !s.ok()) return s;
-    AggregationResult result = Collect();
+    if (absl::Status s = CheckRowsHaveValues(plan_, passes_, lane_->result()); !s.ok()) return s;
+    AggregationResult result = CollectResults(plan_, passes_, lane_->result());
     result.backend = "cuda";
     result.device = engine_->devices->DeviceName(lane_->device());
     {
@@ -531,115 +536,6 @@ class CudaReduction final : public Reduction {
     if (!failed_.ok()) return failed_;
     failed_ = LaneFailure(engine_, lane_, err, what);
     return failed_;
-  }
-
-  // The op's state of row `r` from a finished pass's result. A
-  // NaN-skipping op's state covers the elements that are not NaN.
-  static rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultView& v,
-                                     std::uint64_t r) {
-    rules::PartialState s;
-    const bool nan_op = rules::IsNanSkipping(op.kind) && rules::IsFloat(dt);
-    const OpKind kind = rules::IsFloat(dt) ? op.kind : rules::PlainOf(op.kind);
-    s.count = nan_op ? v.NanCount(r) : v.Count(r);
-    if (nan_op) s.elements = v.Count(r);  // every element, NaN or not
-    if (op.kind == OpKind::kHistogram) {
-      const std::uint64_t* h = v.Histogram(r);
-      s.histogram.counts.assign(h, h + op.histogram.bins);
-      s.histogram.below = v.HistogramBelow(r);
-      s.histogram.above = v.HistogramAbove(r);
-      s.histogram.nan = v.HistogramNan(r);
-      return s;
-    }
-    if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
-    switch (kind) {
-      case OpKind::kSum: PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
-      case OpKind::kMin: PutScalar(dt, v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
-      case OpKind::kMax: PutScalar(dt, v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
-      case OpKind::kMean: s.mean = v.Moments(r).mean; break;
-      case OpKind::kSumSquares: s.sum_squares = v.SumSquares(r); break;
-      case OpKind::kVariance:
-      case OpKind::kStddev:
-        s.mean = v.Moments(r).mean;
-        s.m2 = v.Moments(r).m2;
-        break;
-      case OpKind::kArgmin:
-        PutScalar(dt, v.ArgminValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
-        s.index = v.Argmin(r) + static_cast<std::int64_t>(op.base_index);
-        break;
-      case OpKind::kArgmax:
-        PutScalar(dt, v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
-        s.index = v.Argmax(r) + static_cast<std::int64_t>(op.base_index);
-        break;
-      case OpKind::kNanSum: s.float_sum = v.NanSum(r); break;
-      case OpKind::kNanMin: s.float_extreme = v.NanMin(r).f64; break;
-      case OpKind::kNanMax: s.float_extreme = v.NanMax(r).f64; break;
-      case OpKind::kNanMean: s.mean = v.NanMoments(r).mean; break;
-      case OpKind::kNanVariance:
-      case OpKind::kNanStddev:
-        s.mean = v.NanMoments(r).mean;
-        s.m2 = v.NanMoments(r).m2;
-        break;
-      case OpKind::kNanArgmin:
-        s.float_extreme = v.NanArgminValue(r).f64;
-        s.index = v.NanArgmin(r) + static_cast<std::int64_t>(op.base_index);
-        break;
-      case OpKind::kNanArgmax:
-        s.float_extreme = v.NanArgmaxValue(r).f64;
-        s.index = v.NanArgmax(r) + static_cast<std::int64_t>(op.base_index);
-        break;
-      case OpKind::kCount:
-      case OpKind::kNanCount:
-      case OpKind::kHistogram: break;
-      default: break;  // ops past the kernels' (RunsOnKernels) never reach them (CudaBackend::Start)
-    }
-    return s;
-  }
-
-  // A row's answer that only the data can refuse: an op with no value on
-  // an empty array over a row whose elements are all masked out, or
-  // nanargmin/nanargmax over an all-NaN row (numpy raises for both).
-  absl::Status CheckRowsHaveValues() const {
-    const ArraySpec& a = plan_.array;
-    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
-      const OpSpec& op = plan_.ops[i];
-      const bool empty_refused = a.masked() && rules::NeedsNonEmpty(op);
-      const bool all_nan_refused = rules::NeedsNonNan(op) && rules::IsFloat(a.dtype);
-      if (passes_.op_pass[i] < 0 || !(empty_refused || all_nan_refused)) continue;
-      const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
-      const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
-      for (std::uint64_t r = 0; r < a.rows(); ++r) {
-        if (empty_refused && v.Count(r) == 0) return NoValidElements(plan_.NameOf(i), a, r);
-        if (all_nan_refused && v.NanCount(r) == 0 && v.Count(r) > 0) return AllNan(rules::Name(op.kind), a, r);
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // Every op's per-row results from the passes' states, through the
-  // finishing step the backends share (server/engine/finish.h).
-  AggregationResult Collect() const {
-    const ArraySpec& a = plan_.array;
-    const std::uint64_t rows = a.rows();
-    const std::uint64_t count = a.segmented() ? a.row_length : a.length;
-    AggregationResult result;
-    result.values.reserve(plan_.ops.size());
-    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
-      const OpSpec op = AsComputedFor(plan_.ops[i], a.dtype);
-      OpValues values = EmptyValues(op, a.dtype, rows);
-      if (passes_.op_pass[i] < 0) {  // count without a mask
-        for (std::uint64_t r = 0; r < rows; ++r) {
-          rules::PartialState state;
-          state.count = count;
-          StoreRow(op, r, std::move(state), values);
-        }
-      } else {
-        const Pass& pass = passes_.passes[static_cast<std::size_t>(passes_.op_pass[i])];
-        const kernels::ResultView v(pass.plan, lane_->result() + pass.state_offset);
-        for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, StateOf(op, a.dtype, v, r), values);
-      }
-      result.values.push_back(std::move(values));
-    }
-    return result;
   }
 
   void ReportPinned() const {
