@@ -340,6 +340,11 @@ int main(int argc, char** argv) {
       (*server)->health_port() == 0 ? std::string("none") : std::to_string((*server)->health_port()),
       tally::AllocatorDescription());
 
+  if (receive_arena != nullptr && (*server)->backend().name() != "cuda") {
+    spdlog::warn("--pinned_receive_bytes: the {} backend copies nothing to a GPU, so the receive arena is "
+                 "plain memory here; leave it 0 on hosts without one",
+                 (*server)->backend().name());
+  }
   int signal = 0;
   sigwait(&stop_signals, &signal);
   spdlog::info("received {}: draining (health NOT_SERVING, up to {} s for calls in flight)",

@@ -428,15 +428,18 @@ TEST(Metrics, ServesOverHttpAndReportsBindFailures) {
 
 // Runs promtool check metrics on `text`; returns its exit status and output.
 std::pair<int, std::string> Promtool(const std::string& text) {
-  const std::string dir = testing::TempDir();
-  const std::string in = dir + "/scrape.txt", out = dir + "/promtool.out";
+  // Files of this process's own: ctest runs the tests that call this in
+  // parallel, each in its own process, sharing TempDir().
+  const std::string stem = testing::TempDir() + "/promtool-" + std::to_string(getpid());
+  const std::string in = stem + ".txt", out = stem + ".out";
   std::ofstream(in) << text;
   const std::string cmd =
       std::string(TALLY_PROMTOOL) + " check metrics < " + in + " > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
-  std::ifstream o(out);
   std::stringstream ss;
-  ss << o.rdbuf();
+  ss << std::ifstream(out).rdbuf();
+  std::remove(in.c_str());
+  std::remove(out.c_str());
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, ss.str()};
 }
 
