@@ -54,8 +54,7 @@ void TakeFrom(std::size_t i, std::uint64_t offset, std::uint64_t size) {
   const Range r = g_free[i];
   const Range before{r.offset, offset - r.offset};
   const Range after{offset + size, r.offset + r.size - offset - size};
-  if (before.size > 0 && after.size > 0) {
-    if (g_ranges == kMaxFreeRanges) return;  // cannot split: caller checked
+  if (before.size > 0 && after.size > 0) {  // a new entry: Take() made sure there is room
     std::memmove(g_free + i + 2, g_free + i + 1, (g_ranges - i - 1) * sizeof(Range));
     g_free[i] = before;
     g_free[i + 1] = after;

@@ -84,7 +84,7 @@ absl::Status ValidateOp(std::size_t i, const char* name, const OpSpec& op, const
     return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": partial states of ", rules::Name(op.kind),
                                                    " are not supported; ask for the value."));
   }
-  if (op.partial && (rules::PlainOf(op.kind) == OpKind::kArgmin || rules::PlainOf(op.kind) == OpKind::kArgmax)) {
+  if (op.partial && rules::AnswersIndex(op.kind)) {
     // Indices are int64: the last one, base_index + the row's length - 1, must fit.
     constexpr std::uint64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
     // (A segment's length is bounded by the array's.)

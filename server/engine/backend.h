@@ -59,14 +59,16 @@ class Reduction {
 
  protected:
   // `bytes` of `runs` from byte `byte` through Consume(), one run's part at
-  // a time, re-blocked into whole elements.
+  // a time, re-blocked into whole elements. Always as pageable host memory:
+  // an element cut by a run boundary is handed over from the aligner's own
+  // buffer, and runs passed here are valid only during the call.
   [[nodiscard]] absl::Status ConsumeInOrder(const HostRuns& runs, std::uint64_t byte, std::uint64_t bytes) {
     ElementAligner aligner(element_size());
     absl::Status status;
     runs.ForEachPart(byte, bytes, [&](std::span<const std::byte> part) {
       if (!status.ok()) return;
       status = aligner.Push(part, [&](std::span<const std::byte> elements) {
-        return Consume(Extent{elements, runs.placement()});
+        return Consume(Extent::PageableHost(elements));
       });
     });
     if (status.ok() && aligner.carried() != 0) {

@@ -97,8 +97,7 @@ Job MakeJob(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t
   for (OpSpec& op : job.plan.ops) {
     op.partial = true;
     // Indices count from the row's start (the array's when not segmented).
-    const OpKind plain = rules::PlainOf(op.kind);  // nanargmin and nanargmax too
-    if (plain == OpKind::kArgmin || plain == OpKind::kArgmax) op.base_index += into_row;
+    if (rules::AnswersIndex(op.kind)) op.base_index += into_row;
   }
   const std::uint64_t size = rules::SizeOf(plan.array.dtype);
   job.extent = piece.extent.Sub((first - piece.first) * size, length * size);

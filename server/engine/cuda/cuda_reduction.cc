@@ -102,7 +102,6 @@ class CudaReduction final : public Reduction {
         pinned_(&engine->devices->pinned(lane_->device())),
         staging_(pinned_),
         elem_(rules::SizeOf(plan.array.dtype)),
-        chunk_elems_(lane_->chunk_bytes() / elem_),
         device_cut_(std::max<std::uint64_t>(device_cut, 1)) {}
 
   // The passes with their plans pointing at the mask's place in `lane`'s
@@ -144,9 +143,9 @@ class CudaReduction final : public Reduction {
   // stream chunk's), cut into the same chunks as Consume() would cut them,
   // so the same bits. Runs in pinned memory (the receive arena) are copied
   // into the device's chunk buffer from where they lie, one copy per run,
-  // with no CPU copy: a chunk opened that way takes the following runs, of
-  // this call and the next ones (a stream's next chunks), until it is full
-  // or the array ends. Any other chunk is gathered into a staging block
+  // with no CPU copy (CopyInPlace): a chunk opened that way takes the
+  // following runs, of this call and the next ones (a stream's next
+  // chunks), until it is full or the array ends. Any other chunk is gathered into a staging block
   // first, by several threads, a piece of at least
   // EnginePolicy::kParallelCopyBytes each, when the message is large enough
   // to share. Chunk k's copy to the device still overlaps chunk k+1's
@@ -178,14 +177,10 @@ class CudaReduction final : public Reduction {
       // boundary) and the runs up to the next boundary all pinned.
       if (open_bytes_ > 0 ||
           (staging_.filled() == 0 && runs.Pinned(at, std::min<std::uint64_t>(block, runs.size() - at)))) {
-        const std::uint64_t take = std::min<std::uint64_t>(block - open_bytes_, runs.size() - at);
-        ScopedDevice on(lane_->device());
         copied_in_place = true;
-        absl::Status s = AppendToDeviceChunk(runs, at, take);
-        at += take;
-        const bool array_ends = at == runs.size() && consumed_ == plan_.array.length;  // consumed_ counts these runs
-        if (s.ok() && (open_bytes_ == block || array_ends)) s = CloseDeviceChunk();
-        if (!s.ok()) return s;
+        absl::StatusOr<std::uint64_t> took = CopyInPlace(runs, at);
+        if (!took.ok()) return took.status();
+        at += *took;
         continue;
       }
       bool took_block = false;
@@ -290,34 +285,23 @@ class CudaReduction final : public Reduction {
     return cudaSuccess;
   }
 
-  // Host bytes, cut into chunks at fixed multiples of the chunk size. From
-  // pinned memory a whole chunk, or the array's last short one, goes to the
-  // device as it lies (the same cuts, so the same bits); everything else is
-  // gathered into a staging block first. A shared-memory region is read
-  // only by the copy engine that way, never by a CPU copy.
+  // Host bytes, cut into chunks at fixed multiples of the chunk size (the
+  // same cuts, so the same bits). Pinned bytes at a chunk boundary go into
+  // the device's chunk buffer from where they lie, as ConsumeRuns' pinned
+  // runs do, and so does anything after them in that chunk; everything else
+  // is gathered into a staging block first. A shared-memory region is read
+  // only by the copy engine that way, never by a CPU copy. The bytes of a
+  // Consume() outlive the reduction (Reduction's contract), so nothing here
+  // waits for its copies.
   absl::Status ConsumeHost(const std::byte* p, std::uint64_t n, bool pinned) {
-    const bool reaches_end = consumed_ == plan_.array.length;  // consumed_ already counts these n
     while (n > 0) {
-      if (open_bytes_ > 0) {  // a device chunk that ConsumeRuns opened takes these bytes next
-        const std::uint64_t take = std::min<std::uint64_t>(n, (pinned_->block_bytes() - open_bytes_) / elem_);
-        const Extent part{std::span<const std::byte>(p, take * elem_),
+      if (open_bytes_ > 0 || (pinned && staging_.filled() == 0)) {
+        const Extent rest{std::span<const std::byte>(p, n * elem_),
                           pinned ? Placement::PinnedHost() : Placement::PageableHost()};
-        ScopedDevice on(lane_->device());
-        absl::Status st = AppendToDeviceChunk(HostRuns({&part, 1}), 0, take * elem_);
-        p += take * elem_;
-        n -= take;
-        if (st.ok() && (open_bytes_ == pinned_->block_bytes() || (n == 0 && reaches_end))) st = CloseDeviceChunk();
-        if (pinned) WaitForCopies();  // the caller's bytes may go when this returns
-        if (!st.ok()) return st;
-        if (!failed_.ok()) return failed_;
-        continue;
-      }
-      if (pinned && staging_.filled() == 0 && (n >= chunk_elems_ || reaches_end)) {
-        const std::uint64_t take = std::min(n, chunk_elems_);
-        ScopedDevice on(lane_->device());
-        if (absl::Status s = SubmitChunk(p, take, PinnedPool::Block{}); !s.ok()) return s;
-        p += take * elem_;
-        n -= take;
+        absl::StatusOr<std::uint64_t> took = CopyInPlace(HostRuns({&rest, 1}), 0);
+        if (!took.ok()) return took.status();
+        p += *took;
+        n -= *took / elem_;
         continue;
       }
       // A block is one chunk, a whole number of elements.
@@ -377,6 +361,21 @@ class CudaReduction final : public Reduction {
     return LaunchAfterCopy(s, elements);
   }
 
+
+  // Bytes of `runs` from `at` up to the next chunk boundary (or their end)
+  // copied into the device chunk being filled, which is folded in once full
+  // or once the array ends; how many bytes that took.
+  absl::StatusOr<std::uint64_t> CopyInPlace(const HostRuns& runs, std::uint64_t at) {
+    const std::uint64_t block = pinned_->block_bytes();
+    const std::uint64_t take = std::min<std::uint64_t>(block - open_bytes_, runs.size() - at);
+    ScopedDevice on(lane_->device());
+    if (absl::Status s = AppendToDeviceChunk(runs, at, take); !s.ok()) return s;
+    const bool array_ends = at + take == runs.size() && consumed_ == plan_.array.length;  // consumed_ counts these
+    if (open_bytes_ == block || array_ends) {
+      if (absl::Status s = CloseDeviceChunk(); !s.ok()) return s;
+    }
+    return take;
+  }
 
   // Bytes [at, at + bytes) of `runs` copied into the device chunk being
   // filled (opened first if none is), each run's part from where it lies:
@@ -577,8 +576,8 @@ class CudaReduction final : public Reduction {
   DeviceLane* const lane_;
   PinnedPool* const pinned_;
   StagingBlock staging_;  // the chunk being gathered from pageable bytes
+  std::size_t open_bytes_ = 0;  // copied so far into the device chunk being filled in place
   const std::size_t elem_;
-  const std::uint64_t chunk_elems_;
 
   const std::uint64_t device_cut_;  // elements per launch over device bytes
 
@@ -591,7 +590,6 @@ class CudaReduction final : public Reduction {
   // Not yet reported to Metrics.
   std::uint64_t h2d_bytes_ = 0;
   std::uint64_t direct_bytes_ = 0;  // of h2d_bytes_, copied from where they were received
-  std::size_t open_bytes_ = 0;      // copied so far into the device chunk being filled (ConsumeRuns)
   double h2d_seconds_ = 0.0;
   double kernel_seconds_ = 0.0;
 };

@@ -160,6 +160,9 @@ constexpr bool NeedsNonEmpty(const OpSpec& op) { return !op.partial && NeedsNonE
 // for the partial state: an all-NaN part's is the empty one (count 0, its
 // elements counted), merged with the other parts' before any answer.
 constexpr bool NeedsNonNan(const OpSpec& op) { return !op.partial && NeedsNonNan(op.kind); }
+// argmin, argmax, nanargmin and nanargmax: their answer and partial state
+// are an index (offset by OpSpec::base_index).
+constexpr bool AnswersIndex(OpKind k) { return PlainOf(k) == OpKind::kArgmin || PlainOf(k) == OpKind::kArgmax; }
 
 // A set of op kinds as a bit mask, so a fused kernel can pick its work with
 // uniform branches at run time instead of one instantiation per subset.

@@ -148,20 +148,14 @@ inline bool HasValue(OpKind kind, DType dtype, const PartialState& s) {
 }
 
 inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, const PartialState& b) {
-  const std::uint64_t elements = a.elements + b.elements;
-  if (b.count == 0) {  // an empty state is the identity (but for its elements)
-    PartialState r = a;
-    r.elements = elements;
-    return r;
-  }
-  if (a.count == 0) {
-    PartialState r = b;
-    r.elements = elements;
+  if (a.count == 0 || b.count == 0) {  // an empty state is the identity (but for its elements)
+    PartialState r = b.count == 0 ? a : b;
+    r.elements = a.elements + b.elements;
     return r;
   }
   PartialState r = a;
   r.count = a.count + b.count;
-  r.elements = elements;
+  r.elements = a.elements + b.elements;
   // A NaN-skipping op's state has its plain op's shape over the non-NaN
   // elements (count is theirs), so it merges the same way.
   switch (PlainOf(op.kind)) {
