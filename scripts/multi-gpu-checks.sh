@@ -11,14 +11,19 @@
 #            server per GPU with the clients split evenly, GB/s of each
 #   sharded  a 4 GiB resident dataset in one shard per GPU against the same
 #            dataset on GPU 0 alone: the scan rate of each (query time is
-#            its inverse)
+#            its inverse), and on the first two GPUs where there are more
+#   concurrent  64 clients over resident 1 GiB and 4 GiB datasets (the
+#            server's default sharding), --verify: one server on GPU 0,
+#            then on the first two GPUs, then on every GPU, GB/s of each
+#            against N times the one-GPU rate; then every GPU with each
+#            dataset whole on one of them (--dataset_shards=1)
 #   lose     a server owning every GPU loses the last one mid-load
 #            (--fault_lose_gpu): the requests must all be right, the other
 #            GPUs serve, and health names the lost one
 #   dask     tests/python/tally_dask_test.py with one server per GPU (needs
 #            python3's dask and distributed)
 #
-# usage: scripts/multi-gpu-checks.sh [STEP...]   (all six by default)
+# usage: scripts/multi-gpu-checks.sh [STEP...]   (all seven by default)
 # env:   BUILD (build), LOG_DIR, DURATION (soak seconds, 60),
 #        STREAM_SECONDS (20), PYTHONPATH for the dask step (default: the
 #        build's Python package and tests/python)
@@ -32,7 +37,7 @@ server=$build/server/tally-server
 tally=$build/client/tally
 mkdir -p "$logs"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests soak streams sharded lose dask)
+[ ${#steps[@]} -eq 0 ] && steps=(tests soak streams sharded concurrent lose dask)
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$gpus" -lt 1 ]; then
@@ -146,20 +151,48 @@ for step in "${steps[@]}"; do
         "ratio $(python3 -c "print(round($one / $per, 2) if $per else 'n/a')")"
       for f in "$logs"/streams-*.json; do summary "$f"; done ;;
     sharded)
-      start sharded-all --dataset_shards="$gpus" --dataset_min_shard_bytes=1 || { rc=1; continue; }
-      "$tally" bench --target="$target" --mode=resident --size=4G --clients=1 --duration=10 \
-        --ops=sum,min,max,argmax --verify --json > "$logs/sharded-all.json" 2>&1 || rc=1
-      stop "$spid"
       start sharded-gpu0 --cuda_devices=0 --dataset_shards=1 || { rc=1; continue; }
       "$tally" bench --target="$target" --mode=resident --size=4G --clients=1 --duration=10 \
         --ops=sum,min,max,argmax --verify --json > "$logs/sharded-gpu0.json" 2>&1 || rc=1
       stop "$spid"
-      all=$(gbps "$logs/sharded-all.json")
       alone=$(gbps "$logs/sharded-gpu0.json")
-      echo "4 GiB scan: $gpus shards on $gpus GPU(s) $all GB/s, one GPU $alone GB/s;" \
-        "query time ratio $(python3 -c "print(round($alone / $all, 2) if $all else 'n/a')") (target <= 0.6)"
-      summary "$logs/sharded-all.json"
-      summary "$logs/sharded-gpu0.json" ;;
+      summary "$logs/sharded-gpu0.json"
+      for n in $( [ "$gpus" -gt 2 ] && echo 2) "$gpus"; do
+        start "sharded-$n" --cuda_devices="$(seq -s, 0 $((n - 1)))" --dataset_shards="$n" \
+          --dataset_min_shard_bytes=1 || { rc=1; continue; }
+        "$tally" bench --target="$target" --mode=resident --size=4G --clients=1 --duration=10 \
+          --ops=sum,min,max,argmax --verify --json > "$logs/sharded-$n.json" 2>&1 || rc=1
+        stop "$spid"
+        all=$(gbps "$logs/sharded-$n.json")
+        echo "4 GiB scan: $n shards on $n GPU(s) $all GB/s, one GPU $alone GB/s;" \
+          "query time ratio $(python3 -c "print(round($alone / $all, 2) if $all else 'n/a')")" \
+          "(target <= $( [ "$n" -le 2 ] && echo 0.6 || echo 0.35))"
+        summary "$logs/sharded-$n.json"
+      done ;;
+    concurrent)
+      one=0
+      for n in 1 $( [ "$gpus" -gt 2 ] && echo 2) $( [ "$gpus" -gt 1 ] && echo "$gpus"); do
+        start "concurrent-$n" --cuda_devices="$(seq -s, 0 $((n - 1)))" || { rc=1; continue; }
+        "$tally" bench --target="$target" --mode=resident --sizes=1G,4G --clients=64 --duration=8 \
+          --ops="sum;sum,max,hist:256:-1:1" --verify --json > "$logs/concurrent-$n.json" 2>&1 || rc=1
+        metric tally_queue_wait_seconds_sum; metric tally_queue_wait_seconds_count
+        stop "$spid"
+        g=$(gbps "$logs/concurrent-$n.json")
+        [ "$n" -eq 1 ] && one=$g
+        echo "64 clients, resident 1G and 4G, $n GPU(s): $g GB/s;" \
+          "$(python3 -c "print(f'{$g / ($n * $one):.2f} x {$n} x the one-GPU rate' if $one else '')") (target >= 0.85)"
+        summary "$logs/concurrent-$n.json"
+      done
+      # The same load with every dataset whole on one GPU (the store spreads
+      # them over the GPUs): which layout serves many clients better.
+      if [ "$gpus" -gt 1 ]; then
+        start concurrent-whole --dataset_shards=1 || { rc=1; continue; }
+        "$tally" bench --target="$target" --mode=resident --sizes=1G,4G --clients=64 --duration=8 \
+          --ops="sum;sum,max,hist:256:-1:1" --verify --json > "$logs/concurrent-whole.json" 2>&1 || rc=1
+        stop "$spid"
+        echo "64 clients, $gpus GPU(s), datasets unsharded: $(gbps "$logs/concurrent-whole.json") GB/s"
+        summary "$logs/concurrent-whole.json"
+      fi ;;
     lose)
       last=$((gpus - 1))
       start lose --fault_lose_gpu="$last@10" || { rc=1; continue; }
@@ -187,7 +220,7 @@ for step in "${steps[@]}"; do
       TALLY_DASK_SERVER_ARGS=$args PYTHONPATH=${PYTHONPATH:-$build/client/python:tests/python} \
         python3 tests/python/tally_dask_test.py "$server" > "$logs/dask.txt" 2>&1 || rc=1
       grep -E '^(Ran|OK|FAILED)|servers:|Dask\+tally|seconds|GiB' "$logs/dask.txt" | head -12 ;;
-    *) echo "unknown step '$step' (tests, soak, streams, sharded, lose, dask)" >&2; exit 2 ;;
+    *) echo "unknown step '$step' (tests, soak, streams, sharded, concurrent, lose, dask)" >&2; exit 2 ;;
   esac
 done
 exit $rc

@@ -1,9 +1,12 @@
 #include "server/engine/reduce_pieces.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -161,8 +164,31 @@ void CutPiece(const AggregationPlan& plan, const PlacedPiece& piece, std::vector
   if (at < end) jobs.push_back(MakeJob(plan, piece, at, end - at, 0, at / r, 0));  // a row going on after
 }
 
-// Jobs by GPU, then round by round: each GPU's next job started and fed
-// (the launches are asynchronous), then every started one finished.
+// One GPU's jobs, one after another, each on a lane taken for it alone
+// and given back (its Reduction destroyed) before the next job's lane is
+// asked for: the thread never holds a lane while it waits for one.
+absl::Status RunJobs(Backend& backend, std::span<const Job> jobs, std::span<const std::size_t> list,
+                     std::span<AggregationResult> done, const std::function<bool()>& cancelled,
+                     const std::atomic<bool>& failed, const std::function<void()>& started) {
+  for (const std::size_t j : list) {
+    if (failed.load(std::memory_order_relaxed)) return absl::OkStatus();  // another GPU's error is the answer
+    if (cancelled()) return CancelledByClient();
+    absl::StatusOr<std::unique_ptr<Reduction>> r = backend.Start(jobs[j].plan, jobs[j].extent.placement);
+    if (!r.ok()) return r.status();
+    started();
+    if (absl::Status s = (*r)->Consume(jobs[j].extent); !s.ok()) return s;
+    absl::StatusOr<AggregationResult> result = (*r)->Finish();
+    if (!result.ok()) return result.status();
+    done[j] = std::move(*result);
+  }
+  return absl::OkStatus();
+}
+
+// Jobs by GPU, each GPU's on a thread of its own (the first on the
+// caller's), so that a query never holds one GPU's lane while it waits for
+// another's. Holding and waiting (each GPU's next job started in turn,
+// then all finished) kept lanes idle: with 64 clients on 4 GPUs, queries
+// queued behind lanes held by queries that were themselves waiting.
 absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const AggregationPlan& asked,
                                                std::span<const PlacedPiece> pieces,
                                                const std::function<bool()>& cancelled,
@@ -187,24 +213,25 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
   std::map<int, std::vector<std::size_t>> by_device;
   for (std::size_t j = 0; j < jobs.size(); ++j) by_device[jobs[j].extent.placement.device].push_back(j);
   std::vector<AggregationResult> done(jobs.size());
-  for (std::size_t round = 0;; ++round) {
-    std::vector<std::pair<std::size_t, std::unique_ptr<Reduction>>> running;
+  std::vector<absl::Status> status(by_device.size());
+  std::atomic<bool> failed{false};
+  std::once_flag once;  // "started": the first job has its lane
+  const std::function<void()> started = [&] { std::call_once(once, [&] { Note(phase, "started"); }); };
+  {
+    std::vector<std::jthread> others;
+    std::size_t k = 0;
     for (const auto& [device, list] : by_device) {
-      if (round >= list.size()) continue;
-      if (cancelled()) return CancelledByClient();
-      const Job& job = jobs[list[round]];
-      absl::StatusOr<std::unique_ptr<Reduction>> r = backend.Start(job.plan, job.extent.placement);
-      if (!r.ok()) return r.status();
-      if (absl::Status s = (*r)->Consume(job.extent); !s.ok()) return s;
-      running.emplace_back(list[round], std::move(*r));
+      auto run = [&, k, &list = list] {
+        status[k] = RunJobs(backend, jobs, list, done, cancelled, failed, started);
+        if (!status[k].ok()) failed.store(true, std::memory_order_relaxed);
+      };
+      if (k + 1 < by_device.size()) others.emplace_back(run);
+      else run();  // the last GPU's jobs on this thread
+      ++k;
     }
-    if (running.empty()) break;
-    if (round == 0) Note(phase, "started");
-    for (auto& [j, r] : running) {
-      absl::StatusOr<AggregationResult> result = r->Finish();
-      if (!result.ok()) return result.status();
-      done[j] = std::move(*result);
-    }
+  }  // the threads joined
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
   }
   Note(phase, "consumed");
   // Each row's states merged in element order, then finished as the

@@ -18,8 +18,10 @@
 //     unsharded answer;
 //   - float sums and moments are deterministic for a dataset's shard layout
 //     and agree with the unsharded answer to rounding (another merge order).
-// The pieces of each GPU run one after another and the GPUs side by side,
-// so a query holds one lane per GPU at a time, never one per shard.
+// The pieces of each GPU run one after another, on a thread per GPU, so the
+// GPUs work side by side and no query holds one GPU's lane while it waits
+// for another's: each job takes a lane, and gives it back before the next
+// job of its GPU asks for one.
 #pragma once
 
 #include <functional>

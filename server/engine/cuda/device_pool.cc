@@ -136,10 +136,10 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
       absl::StatusOr<std::unique_ptr<DeviceLane>> lane =
           DeviceLane::Create(d.ordinal, l, sizes, {result, pool->state_bytes_});
       if (!lane.ok()) return lane.status();
-      d.free.push_back(lane->get());
       d.lanes.push_back(std::move(*lane));
     }
   }
+  pool->slots_ = std::make_unique<LaneSlots>(std::vector<int>(n, lanes));
   return pool;
 }
 
@@ -147,56 +147,47 @@ DevicePool::~DevicePool() = default;
 
 absl::StatusOr<DevicePool::Lease> DevicePool::Checkout(std::chrono::milliseconds wait,
                                                        double* waited, int only_device) {
-  const auto start = std::chrono::steady_clock::now();
-  if (only_device >= 0 && !Uses(only_device)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cuda backend: GPU ", only_device, " is not one of the devices in use."));
-  }
-  std::unique_lock lock(mutex_);
-  Device* chosen = nullptr;
-  bool all_lost = false;
-  auto pick = [&] {
-    chosen = nullptr;
-    all_lost = true;
-    for (std::size_t k = 0; k < devices_.size(); ++k) {
-      Device& d = devices_[(next_ + k) % devices_.size()];
-      if (only_device >= 0 && d.ordinal != only_device) continue;
-      if (d.lost) continue;
-      all_lost = false;
-      if (!d.free.empty() && (chosen == nullptr || d.free.size() > chosen->free.size())) chosen = &d;
+  int place = -1;
+  if (only_device >= 0) {
+    const Device* d = Find(only_device);
+    if (d == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cuda backend: GPU ", only_device, " is not one of the devices in use."));
     }
-    return chosen != nullptr || all_lost;
-  };
-  const bool ready = returned_.wait_for(lock, wait, pick);
-  *waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (all_lost) {
+    place = static_cast<int>(d - devices_.data());
+  }
+  const LaneSlots::Taken taken = slots_->Take(place, wait);
+  *waited = taken.waited_seconds;
+  if (taken.outcome == LaneSlots::Outcome::kLost) {
+    std::lock_guard lock(mutex_);
     std::string why;
-    for (const Device& d : devices_) absl::StrAppend(&why, why.empty() ? "" : "; ", d.lost_why);
+    for (const Device& d : devices_) {
+      if (only_device < 0 || d.ordinal == only_device) absl::StrAppend(&why, why.empty() ? "" : "; ", d.lost_why);
+    }
     return absl::UnavailableError(absl::StrCat(
         only_device >= 0 ? "cuda backend: the GPU that holds the data is lost: " : "cuda backend: every GPU is lost: ",
         why));
   }
-  if (!ready) {
+  if (taken.outcome == LaneSlots::Outcome::kBusy) {
+    if (only_device >= 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cuda backend: the ", lanes_per_device_, " lanes of GPU ", only_device, " (--cuda_streams_per_device=",
+          lanes_per_device_, ") stayed busy for --cuda_lane_wait_ms=", wait.count(),
+          "; retry, or raise --cuda_streams_per_device."));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
         "cuda backend: all ", lanes_per_device_ * static_cast<int>(devices_.size()),
         " GPU lanes (--cuda_streams_per_device=", lanes_per_device_, " on ", devices_.size(),
         " GPU(s)) stayed busy for --cuda_lane_wait_ms=", wait.count(),
         "; retry, or raise --cuda_streams_per_device."));
   }
-  next_ = (static_cast<std::size_t>(chosen - devices_.data()) + 1) % devices_.size();
-  DeviceLane* lane = chosen->free.back();
-  chosen->free.pop_back();
-  return Lease(this, lane);
+  return Lease(this, devices_[static_cast<std::size_t>(taken.place)].lanes[static_cast<std::size_t>(taken.lane)].get());
 }
 
 void DevicePool::Return(DeviceLane* lane) {
-  {
-    std::lock_guard lock(mutex_);
-    Device* d = Find(lane->device());
-    if (d == nullptr) return;
-    d->free.push_back(lane);  // a lost device's lanes stay unused: pick() skips it
-  }
-  returned_.notify_one();
+  const Device* d = Find(lane->device());
+  if (d == nullptr) return;
+  slots_->Give(static_cast<int>(d - devices_.data()), lane->index());  // a lost device's lanes stay unused
 }
 
 void DevicePool::MarkLost(int device, const std::string& why) {
@@ -208,7 +199,7 @@ void DevicePool::MarkLost(int device, const std::string& why) {
     d->lost_why = absl::StrCat("CUDA device ", d->label, " lost: ", why);
     spdlog::error("cuda backend: {}; no new requests go to it", d->lost_why);
   }
-  returned_.notify_all();  // waiters re-check whether every device is lost
+  slots_->MarkLost(static_cast<int>(Find(device) - devices_.data()));  // waiters re-check
 }
 
 absl::Status DevicePool::Health() const {

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -17,6 +16,7 @@
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/device_lane.h"
 #include "server/engine/cuda/pinned_pool.h"
+#include "server/engine/lane_slots.h"
 
 namespace tally::cuda {
 
@@ -75,8 +75,7 @@ class DevicePool {
     std::string name;  // the model, from cudaGetDeviceProperties
     std::string label; // "name (ordinal)"
     std::unique_ptr<PinnedPool> pinned;
-    std::vector<std::unique_ptr<DeviceLane>> lanes;
-    std::vector<DeviceLane*> free;
+    std::vector<std::unique_ptr<DeviceLane>> lanes;  // lane i is LaneSlots' lane i of this place
     bool lost = false;
     std::string lost_why;
   };
@@ -92,10 +91,9 @@ class DevicePool {
   std::size_t scratch_bytes_ = 0;
   PinnedBuffer upstream_;  // the one pinned allocation: staging + lane results
 
-  mutable std::mutex mutex_;
-  std::condition_variable returned_;
+  mutable std::mutex mutex_;  // devices_' lost and lost_why
   std::vector<Device> devices_;
-  std::size_t next_ = 0;  // round-robin among equally busy devices
+  std::unique_ptr<LaneSlots> slots_;  // free lanes; place i is devices_[i]
 };
 
 // A checked-out lane; destroying it gives the lane back (the holder has
