@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Configures and builds tally into build/ (CUDA too when nvcc is installed).
+# Configures and builds tally into build/ (CUDA too when nvcc is installed),
+# or into TALLY_BUILD_DIR.
 # Extra arguments go to the CMake configure step, e.g. -DTALLY_ENABLE_CUDA=OFF.
+# TALLY_TARGETS (space-separated) builds only those targets and what they
+# need, e.g. TALLY_TARGETS="tally-server tally" for the server and the CLI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
-cmake --build build -j"$(nproc)"
+dir=${TALLY_BUILD_DIR:-build}
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@"
+targets=()
+for t in ${TALLY_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
