@@ -1,8 +1,13 @@
 // tally-server: serves tally.v1.Aggregator over gRPC.
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -110,7 +115,9 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Address of the Prometheus /metrics endpoint; empty disables it.");
 ABSL_FLAG(double, drain_grace_seconds, 30,
           "On SIGTERM or SIGINT: health turns NOT_SERVING, new calls are refused, and calls in flight "
-          "get this long to finish before they are cancelled; then the process exits 0.");
+          "get this long to finish before they are cancelled; then the process exits 0. Should the "
+          "stop take 5 s longer than this (a call stuck where a cancel cannot reach it), it exits 1 "
+          "then; a second signal while draining exits 0 at once.");
 // The cuda backend's; why each default is what it is: server/engine/cuda/tuning.h.
 ABSL_FLAG(std::vector<std::string>, cuda_devices, {},
           "Comma-separated CUDA device ordinals to use; empty: every visible GPU.");
@@ -218,6 +225,35 @@ sigset_t BlockStopSignals() {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
+}
+
+// The drain cancels calls still in flight after the grace, but a worker
+// stuck in a system call does not see a cancel, and the teardown waits for
+// the workers. So the process ends anyway once the grace and a margin for
+// the teardown have passed (the deployment's termination grace is 10 s over
+// the drain grace), or at once on a second stop signal.
+constexpr double kTeardownMarginSeconds = 5;
+
+void EndWithinGrace(const sigset_t& stop_signals, double grace_seconds) {
+  std::thread([stop_signals, grace_seconds] {
+    const double limit = grace_seconds + kTeardownMarginSeconds;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    int again = -1;
+    do {  // another signal's handler (the SIGBUS guard's) may interrupt the wait
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      const timespec wait{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+      again = sigtimedwait(&stop_signals, nullptr, &wait);
+    } while (again < 0 && errno == EINTR);
+    if (again > 0) {
+      spdlog::warn("a second stop signal while draining: exiting now");
+    } else {
+      spdlog::error("still stopping {} s after the stop signal (a call is stuck where no cancel reaches): "
+                    "exiting now", limit);
+    }
+    spdlog::shutdown();
+    std::_Exit(again > 0 ? 0 : 1);
+  }).detach();
 }
 
 }  // namespace
@@ -349,6 +385,7 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &signal);
   spdlog::info("received {}: draining (health NOT_SERVING, up to {} s for calls in flight)",
                signal == SIGTERM ? "SIGTERM" : "SIGINT", grace);
+  EndWithinGrace(stop_signals, grace);
   (*server)->Drain(std::chrono::milliseconds(static_cast<long long>(grace * 1000)));
   server->reset();
   if (receive_arena != nullptr) {
