@@ -22,7 +22,8 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
-          "Address to serve gRPC on (host:port; port 0 picks a free port).");
+          "Address to serve gRPC on (host:port; port 0 picks a free port). A port another process "
+          "(another tally-server too) listens on stops the start with an error naming the port.");
 ABSL_FLAG(std::string, backend, "auto",
           "What computes the aggregations: auto (cuda when a GPU is visible, else cpu), cpu, cuda, or "
           "null (does all RPC work, discards the data, returns empty results; for measuring the "

@@ -40,6 +40,19 @@ std::uint64_t ReceiveQuota(const ServiceOptions& service) {
   return service.max_inflight_bytes + 2 * static_cast<std::uint64_t>(TransportLimit(service.max_unary_bytes));
 }
 
+// gRPC sets SO_REUSEPORT on its listeners by default, so a second server
+// started on a port in use would bind it too and the kernel would split new
+// connections between the two (a second server knows none of the first's
+// datasets). Without it, the second one fails to start.
+void ListenAlone(grpc::ServerBuilder& builder) { builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0); }
+
+absl::Status CannotListen(const char* flag, const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  const std::string port = colon == std::string::npos ? address : address.substr(colon + 1);
+  return absl::UnavailableError(absl::StrCat(flag, ": could not listen on ", address, ": port ", port,
+                                             " is in use by another process, or the address is not valid."));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConfig& config) {
@@ -97,23 +110,19 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   }
   builder.SetMaxSendMessageSize(INT_MAX);
   ApplyTransportLimits(config.transport, builder);
+  ListenAlone(builder);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->region_service_.get());
   s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("--listen: could not listen on ", config.listen,
-                                               " (address in use or not valid)."));
-  }
+  if (!s->server_ || s->port_ == 0) return CannotListen("--listen", config.listen);
   if (!config.health_listen.empty()) {
     // Health only, in plaintext: what it tells (serving or not) is no secret.
     grpc::ServerBuilder health_builder;
     health_builder.AddListeningPort(config.health_listen, grpc::InsecureServerCredentials(), &s->health_port_);
     ApplyTransportLimits(config.transport, health_builder);
+    ListenAlone(health_builder);
     s->health_server_ = health_builder.BuildAndStart();
-    if (!s->health_server_ || s->health_port_ == 0) {
-      return absl::UnavailableError(absl::StrCat("--health_listen: could not listen on ", config.health_listen,
-                                                 " (address in use or not valid)."));
-    }
+    if (!s->health_server_ || s->health_port_ == 0) return CannotListen("--health_listen", config.health_listen);
   }
   s->SetServing(true);
   s->MirrorDevices();
