@@ -176,7 +176,10 @@ ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
           "(or evicts, with --dataset_evict_lru). 0: no limit but the memory itself.");
 ABSL_FLAG(bool, dataset_evict_lru, false,
           "When an upload does not fit under --max_dataset_bytes, evict the least recently queried "
-          "datasets of that GPU (or the host) until it does, instead of refusing the upload.");
+          "datasets of that GPU (or the host) until it does, instead of refusing the upload. Only at the "
+          "commit of an upload that arrived whole (a cancelled, short or refused upload evicts nothing), "
+          "each eviction logged at warning; until then the datasets stay, so resident memory may reach "
+          "twice the limit while uploads are in progress.");
 ABSL_FLAG(int, dataset_shards, 0,
           "Resident datasets: how many shards a dataset is cut into, dealt round-robin over the GPUs "
           "(or the host). 0: one per GPU, so a query on a server with several GPUs runs on all of "

@@ -186,7 +186,11 @@ TEST_F(DatasetStoreTest, TheBudgetRefusesWhatDoesNotFitAndSaysWhy) {
   const absl::Status s = Put("b", Random(1000, testing::TestSeed())).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(s.message().find("10000-byte limit"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("holds 8000 bytes in 1 dataset"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("holds 8000 bytes of its 10000-byte limit (--max_dataset_bytes): 8000 in 1 "
+                            "dataset(s), 0 in uploads in progress"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.message().find("still being read"), std::string::npos) << s;
   EXPECT_EQ(Put("huge", Random(3000, testing::TestSeed())).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store_->List().size(), 1u);  // nothing evicted without the flag
   ASSERT_TRUE(store_->Delete("a").ok());
@@ -210,6 +214,73 @@ TEST_F(DatasetStoreTest, LruEvictionTakesTheLeastRecentlyQueried) {
   // Larger than the whole budget: refused, nothing evicted for it.
   EXPECT_EQ(Put("huge", Random(4000, 5)).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store_->List().size(), 3u);
+}
+
+TEST_F(DatasetStoreTest, LruEvictsOnlyAtTheCommitOfAWholeUpload) {
+  DatasetOptions o;
+  o.max_bytes_per_place = 12000;
+  o.evict_lru = true;
+  Make(o);
+  ASSERT_TRUE(Put("a", Random(1000, 1)).ok());
+  ASSERT_TRUE(Put("b", Random(1000, 2)).ok());
+  ASSERT_TRUE(Put("c", Random(1000, 3)).ok());
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const DatasetInfo& i : store_->List()) out.push_back(i.name);
+    return out;
+  };
+  const std::vector<std::string> all{"a", "b", "c"};
+  // An upload of the whole budget that ends early, is abandoned, or sends
+  // too much evicts nothing.
+  {
+    auto up = store_->BeginUpload("big", DType::kFloat32, 3000, false, std::nullopt);
+    ASSERT_TRUE(up.ok()) << up.status();
+    const std::vector<float> part = Random(2, 4);
+    ASSERT_TRUE((*up)->Append(Extent::PageableHost(AsBytes(part))).ok());
+    EXPECT_EQ(names(), all);
+    EXPECT_EQ((*up)->Commit().status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(names(), all);
+  EXPECT_TRUE(ChargeBecomes(12000));
+  // Uploads in progress never hold more than the budget between them.
+  {
+    auto first = store_->BeginUpload("x", DType::kFloat32, 2000, false, std::nullopt);
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto second = store_->BeginUpload("y", DType::kFloat32, 2000, false, std::nullopt);
+    ASSERT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(second.status().message().find("8000 in uploads in progress"), std::string::npos) << second.status();
+    EXPECT_EQ(second.status().message().find("still being read"), std::string::npos) << second.status();
+  }
+  EXPECT_EQ(names(), all);
+  // The upload that arrives whole evicts, at its commit, the least recently
+  // queried: "a" was queried last, so "b" and "c" go.
+  ASSERT_TRUE(store_->Acquire("a").ok());
+  ASSERT_TRUE(Put("d", Random(2000, 5)).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"a", "d"}));
+}
+
+TEST_F(DatasetStoreTest, AReplaceNeedsRoomForOneVersion) {
+  for (const bool lru : {false, true}) {
+    SCOPED_TRACE(lru ? "with LRU eviction" : "without");
+    DatasetOptions o;
+    o.max_bytes_per_place = 12000;
+    o.evict_lru = lru;
+    Make(o);
+    ASSERT_TRUE(Put("other", Random(1000, 1)).ok());
+    ASSERT_TRUE(Put("r", Random(2000, 2)).ok());
+    ASSERT_TRUE(store_->Acquire("other").ok());  // r is the least recently queried
+    // A same-size replace at a full budget: nothing else is evicted.
+    const std::vector<float> v = Random(2000, 3);
+    ASSERT_TRUE(Put("r", v, /*replace=*/true).ok());
+    std::vector<std::string> names;
+    for (const DatasetInfo& i : store_->List()) names.push_back(i.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"other", "r"}));
+    auto r = store_->Acquire("r");
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(Holds(**r, v));
+    r->reset();
+    EXPECT_TRUE(ChargeBecomes(12000));
+  }
 }
 
 TEST_F(DatasetStoreTest, ExpiredDatasetsGoAndTheirMemoryWithThem) {

@@ -15,8 +15,17 @@
 // - One upload per name at a time: a second upload of a name being uploaded
 //   is refused (exactly one of two concurrent uploads wins).
 // - Bytes are charged to their place from the upload's start until the
-//   memory is freed, so a replacement needs room for both versions while it
-//   uploads, and a deleted dataset still read by a query still counts.
+//   memory is freed, so a deleted dataset still read by a query still counts.
+// - Room is judged twice. An upload starts when it would fit once what its
+//   commit may remove is gone: the version it replaces and, with LRU
+//   eviction, the place's other datasets; so uploads in progress never
+//   hold more than the budget between them. At commit, under the lock, the
+//   resident bytes (published, and removed but still read) plus the
+//   upload's must fit the budget once the replaced version goes: a replace
+//   needs room for one version. Only then, and only for an upload that
+//   arrived whole, are least recently used datasets evicted (each logged at
+//   warning with its name and the upload it made room for); an upload that
+//   fails, is cancelled or is refused evicts nothing.
 //
 // Shards: a dataset of at least two shards' minimum size is cut into
 // contiguous element ranges of nearly equal length, dealt round-robin over
@@ -176,8 +185,17 @@ class DatasetStore {
  private:
   struct Place {
     ResidentPlace where;
-    std::uint64_t charged = 0;
-    std::uint64_t datasets = 0;
+    std::uint64_t charged = 0;    // all of the below, and removed datasets still read
+    std::uint64_t uploading = 0;  // uploads in progress
+    std::uint64_t published = 0;  // published datasets
+    std::uint64_t datasets = 0;   // published
+  };
+  // What a commit would remove to make room for bytes `adding` (per place)
+  // under `name`; `short_of` is the first place still over the budget after
+  // all that (places_.size() when everything fits).
+  struct Room {
+    std::vector<std::string> victims;  // least recently used first
+    std::size_t short_of = 0;
   };
   struct Entry {
     std::shared_ptr<Dataset> dataset;
@@ -199,9 +217,15 @@ class DatasetStore {
   void Charge(int place, std::int64_t bytes);
   void ReportLocked();
   void Sweep();
-  std::shared_ptr<Dataset> Publish(Upload& upload);
+  // `for_commit`: room in resident bytes for a commit (the evictable
+  // datasets are named); otherwise whether an upload may start (every
+  // charge counts, and evictable bytes are only counted).
+  Room FindRoomLocked(const std::string& name, const std::vector<std::uint64_t>& adding, bool for_commit) const;
+  std::string RefusalLocked(const std::string& name, const std::vector<std::uint64_t>& adding,
+                            std::size_t place) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Dataset>> Publish(Upload& upload);
   void Abandon(Upload& upload);
-  std::string Fullness(const Place& p) const;
+  std::string FullnessLocked(const Place& p) const;
 
   Backend& backend_;
   const DatasetOptions options_;
