@@ -1,4 +1,7 @@
 // tally-server: serves tally.v1.Aggregator over gRPC.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -63,6 +66,11 @@ ABSL_FLAG(int, max_connection_age_grace_seconds, 600,
 ABSL_FLAG(int, keepalive_seconds, 60,
           "The server pings a connection quiet this long and closes it if no answer comes in 20 s. "
           "0: no pings.");
+ABSL_FLAG(int, min_free_file_descriptors, 256,
+          "New connections are refused (accepted and closed at once) while fewer file descriptors than this "
+          "(at most a quarter of the limit) are left under the process's limit, so that running out refuses "
+          "connections instead of stopping the listener; they are accepted again as descriptors come back. "
+          "At start the soft limit on open files is raised to the hard limit.");
 ABSL_FLAG(int, min_client_ping_interval_seconds, 10,
           "Clients may ping at most this often; one that pings more often is told to go away. 0: no "
           "minimum.");
@@ -231,6 +239,19 @@ sigset_t BlockStopSignals() {
   return set;
 }
 
+// Every connection, region and dataset upload's stream holds a file
+// descriptor; the soft limit (often 1024) is a default for interactive
+// shells, not a server. Raised to the hard limit, which the administrator set.
+void RaiseOpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  const rlim_t was = files.rlim_cur;
+  files.rlim_cur = files.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &files) == 0) {
+    spdlog::info("open files: soft limit raised from {} to the hard limit {}", was, files.rlim_max);
+  }
+}
+
 // The drain cancels calls still in flight after the grace, but a worker
 // stuck in a system call does not see a cancel, and the teardown waits for
 // the workers. So the process ends anyway once the grace and a margin for
@@ -273,6 +294,7 @@ int main(int argc, char** argv) {
 
   const spdlog::level::level_enum level = spdlog::level::from_str(absl::GetFlag(FLAGS_log_level));
   spdlog::set_level(level);
+  RaiseOpenFileLimit();
 
   tally::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
@@ -341,6 +363,7 @@ int main(int argc, char** argv) {
   config.transport.max_connection_age_grace =
       std::chrono::seconds(absl::GetFlag(FLAGS_max_connection_age_grace_seconds));
   config.transport.keepalive = std::chrono::seconds(absl::GetFlag(FLAGS_keepalive_seconds));
+  config.transport.min_free_fds = std::max(0, absl::GetFlag(FLAGS_min_free_file_descriptors));
   config.transport.min_client_ping_interval =
       std::chrono::seconds(absl::GetFlag(FLAGS_min_client_ping_interval_seconds));
   const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);

@@ -82,9 +82,12 @@ TEST_F(HostileDatasetTest, UploadsThatNeverLandEvictNothing) {
     EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   EXPECT_EQ(Names(), six);
+  // The server lets go of an abandoned upload's bytes just after it answers.
+  ASSERT_TRUE(MetricReaches("tally_dataset_resident_bytes", 6 * kMiB)) << Metric("tally_dataset_resident_bytes");
   // Cut short: declares 4 MiB, sends 2 MiB and ends.
   EXPECT_EQ(Put("short", 4 * kMiB, 2 * kMiB).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Names(), six);
+  ASSERT_TRUE(MetricReaches("tally_dataset_resident_bytes", 6 * kMiB)) << Metric("tally_dataset_resident_bytes");
 
   // Refused while another upload holds the budget: neither evicts.
   {
@@ -102,6 +105,7 @@ TEST_F(HostileDatasetTest, UploadsThatNeverLandEvictNothing) {
     writer->Finish();
   }
   EXPECT_EQ(Names(), six);
+  ASSERT_TRUE(MetricReaches("tally_dataset_resident_bytes", 6 * kMiB)) << Metric("tally_dataset_resident_bytes");
   EXPECT_EQ(Metric("tally_dataset_evictions_total"), 0);
   EXPECT_TRUE(log.Lines("evicted").empty());
 

@@ -7,8 +7,18 @@ usage: hostile_process_test.py CASE TALLY_SERVER_BINARY PROTO_ROOT
                       clients than there are request workers, is refused at
                       once; the server serves on, and SIGTERM ends it within
                       its drain grace.
+  fd_exhaustion       a server with 256 file descriptors (soft and hard
+                      limit) and 400 idle TCP connections: new connections
+                      are refused while descriptors are short, the client
+                      already connected is served, and once the idle ones
+                      close a new connection is served at its usual latency
+                      (gRPC's own listener stopped for good at the first
+                      EMFILE).
 """
 import os
+import resource
+import socket
+import statistics
 import sys
 import threading
 import time
@@ -95,7 +105,85 @@ def sigterm_after_fifo(binary, pb):
     return failures
 
 
-CASES = {"sigterm_after_fifo": sigterm_after_fifo}
+def latencies(server, pb, n=20):
+    out = [served(server, pb) for _ in range(n)]
+    return None if None in out else out
+
+
+def fd_exhaustion(binary, pb):
+    limit = 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))  # room for our own sockets
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    server = TallyServer(binary, pb, ["--backend=cpu", "--threads=2"], preexec_fn=low_limit)
+    failures = []
+    before = latencies(server, pb)
+    if before is None:
+        return ["a normal request failed before the attack"]
+    idle = []
+    try:
+        for _ in range(400):
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=2))
+            except OSError:
+                pass
+        time.sleep(1)
+        # The server closed the connections it refused.
+        refused = 0
+        for s in idle:
+            s.setblocking(False)
+            try:
+                refused += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                refused += 1
+        print(f"{len(idle)} idle connections opened, {refused} refused by the server")
+        if refused == 0:
+            failures.append("no connection was refused with 256 file descriptors")
+        during = latencies(server, pb, 5)
+        if during is None:
+            failures.append("the client connected before the attack was not served during it")
+    finally:
+        for s in idle:
+            s.close()
+    # New connections are served again once the idle ones have closed.
+    after = None
+    deadline = time.time() + 10
+    while after is None and time.time() < deadline:
+        fresh = TallyServer.__new__(TallyServer)
+        fresh_channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        call = fresh_channel.unary_unary("/tally.v1.Aggregator/Aggregate",
+                                         request_serializer=pb.AggregateRequest.SerializeToString,
+                                         response_deserializer=pb.AggregateResponse.FromString)
+        fresh.aggregate = call
+        try:
+            call(good_request(pb), timeout=2)
+            after = latencies(fresh, pb)
+        except grpc.RpcError:
+            time.sleep(0.5)
+        fresh_channel.close()
+    output = server.stop()
+    if after is None:
+        failures.append("a new connection was not served within 10 s of the idle connections closing")
+    else:
+        b, a = statistics.median(before) * 1000, statistics.median(after) * 1000
+        print(f"normal request latency, median: {b:.2f} ms before, {a:.2f} ms on a new connection after")
+        if a > max(4 * b, 50):
+            failures.append(f"latency after the attack {a:.2f} ms, before {b:.2f} ms")
+    if "refusing new connections" not in output:
+        failures.append("the server did not log that it refused connections")
+    if "Failed accept4" in output:
+        failures.append("gRPC's listener hit EMFILE")
+    if failures:
+        print(output[-3000:])
+    return failures
+
+
+CASES = {"sigterm_after_fifo": sigterm_after_fifo, "fd_exhaustion": fd_exhaustion}
 
 
 def main():
