@@ -90,8 +90,10 @@ ABSL_FLAG(int, tls_refresh_seconds, 60,
           "How often the TLS files are looked at for changes (at least 1).");
 ABSL_FLAG(std::string, auth_token_file, "",
           "Bearer tokens the Aggregator calls must carry (metadata `authorization: Bearer <token>`): a file of "
-          "lines `<sha256 hex of the token> <identity>` ('#' comments). Re-read within a second when it "
-          "changes. A call without an accepted token gets UNAUTHENTICATED. Health (and reflection) stay open. "
+          "lines `<sha256 hex of the token> <identity>` ('#' comments). Re-read within two seconds when it "
+          "changes (once it has stopped changing); a file that is unreadable, malformed or empty keeps the "
+          "tokens read before, and the log says why. Replace it atomically (write a new file, rename it over "
+          "this one). A call without an accepted token gets UNAUTHENTICATED. Health (and reflection) stay open. "
           "Empty (and no --auth_identity_from_client_cert): no authentication, every call is 'anonymous'.");
 ABSL_FLAG(bool, auth_identity_from_client_cert, false,
           "With mutual TLS (--tls_client_ca_file): a call without a bearer token acts as its verified client "
