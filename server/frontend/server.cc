@@ -9,6 +9,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/frontend/request_record.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -125,6 +126,7 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   s->region_service_ = std::make_unique<RegionService>(*s->backend_, *s->regions_, *s->datasets_, *s->service_,
                                                        *s->quotas_, *s->request_workers_, s->metrics_.get(),
                                                        config.service.limits);
+  RouteProtobufLog();
   grpc::EnableDefaultHealthCheckService(true);
   // The plugin is process-wide: once on, every server built after has it.
   if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();

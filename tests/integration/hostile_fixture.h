@@ -3,6 +3,10 @@
 // attack, and the checks that the server held on and gave everything back.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -23,6 +27,30 @@ constexpr int kRequests = 100;
 // Below this, a p99 counts as served normally whatever the unloaded one
 // was: a refused request takes --admission_wait_ms (2 s) to be refused.
 constexpr double kLatencyFloorSeconds = 0.5;
+
+// A real shared-memory object of `bytes` bytes, unlinked when it goes.
+class ShmObject {
+ public:
+  ShmObject(const std::string& name, std::size_t bytes) : name_("/" + name) {
+    const int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ok_ = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+    if (fd >= 0) ::close(fd);
+  }
+  ~ShmObject() { ::shm_unlink(name_.c_str()); }
+  bool ok() const { return ok_; }
+  // As a client that shrinks its object under a registered region does.
+  bool Truncate(std::size_t bytes) {
+    const int fd = ::shm_open(name_.c_str(), O_RDWR, 0600);
+    const bool done = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+    if (fd >= 0) ::close(fd);
+    return done;
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  bool ok_ = false;
+};
 
 // The server's log lines while it lives, kept to be read by the test: a
 // sink on spdlog's default logger, which the server logs to.

@@ -41,23 +41,6 @@ class FifoInDevShm {
   bool made_ = false;
 };
 
-// A real shared-memory object of `bytes` bytes, unlinked when it goes.
-class ShmObject {
- public:
-  ShmObject(const std::string& name, std::size_t bytes) : name_("/" + name) {
-    const int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    ok_ = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(bytes)) == 0;
-    if (fd >= 0) ::close(fd);
-  }
-  ~ShmObject() { ::shm_unlink(name_.c_str()); }
-  bool ok() const { return ok_; }
-  const std::string& name() const { return name_; }
-
- private:
-  std::string name_;
-  bool ok_ = false;
-};
-
 grpc::Status RegisterHost(v1::SharedMemory::Stub& stub, const std::string& name, const std::string& shm_name,
                           std::uint64_t bytes, std::chrono::milliseconds deadline = 5s) {
   v1::RegisterHostRegionRequest r;
