@@ -87,9 +87,12 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(std::string path, std
   return file;
 }
 
-absl::Status TokenFile::Load() {
+absl::Status TokenFile::Load(const std::optional<Stamp>& expected) {
   struct stat st {}, after {};
   if (::stat(path_.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path_, ": cannot stat the file."));
+  if (expected && !(StampOf(st) == *expected)) {
+    return absl::UnavailableError(absl::StrCat(path_, ": changed again before it was read."));
+  }
   absl::StatusOr<std::string> text = ReadWhole(path_);
   if (!text.ok()) return text.status();
   if (::stat(path_.c_str(), &after) != 0 || !(StampOf(after) == StampOf(st)) ||
@@ -130,11 +133,15 @@ void TokenFile::MaybeReloadLocked(Clock::time_point now) {
     return;
   }
   settling_.reset();
-  if (absl::Status s = Load(); !s.ok()) {
+  if (absl::Status s = Load(seen); !s.ok()) {
+    if (s.code() == absl::StatusCode::kUnavailable) {  // still being written: read at a later check
+      spdlog::debug("--auth_token_file: {}", std::string(s.message()));
+      return;
+    }
     spdlog::warn("--auth_token_file: {} The {} token(s) read before stay in force; write the file whole and "
                  "rename it into place.",
                  std::string(s.message()), table_.size());
-    if (s.code() != absl::StatusCode::kUnavailable) refused_ = seen;  // else: read again at the next change
+    refused_ = seen;  // logged once; read again when it changes
     return;
   }
   refused_.reset();

@@ -57,7 +57,9 @@ class TokenFile {
   static Stamp StampOf(const struct stat& st);
   TokenFile(std::string path, std::chrono::milliseconds recheck) : path_(std::move(path)), recheck_(recheck) {}
   // Reads and parses the file; the table in force changes only on success.
-  absl::Status Load();
+  // UNAVAILABLE when the file is not the version `expected` (when given)
+  // or changed while it was read.
+  absl::Status Load(const std::optional<Stamp>& expected = std::nullopt);
   void MaybeReloadLocked(Clock::time_point now);
 
   const std::string path_;
