@@ -55,8 +55,10 @@ class IdentityQuota {
   // naming the flag. With `alone_may_exceed`, a charge larger than the whole
   // quota succeeds when the identity holds nothing else (as the server-wide
   // in-flight budget lets one oversized request run alone).
+  // `probe`: a refusal is not counted in tally_quota_rejections_total,
+  // because the caller asks again (ChargeBy) and that answer counts.
   [[nodiscard]] absl::StatusOr<Charge> TryCharge(const std::string& identity, std::uint64_t amount,
-                                                 bool alone_may_exceed = false);
+                                                 bool alone_may_exceed = false, bool probe = false);
   // Waits until `deadline` for the identity's own holdings to make room.
   [[nodiscard]] absl::StatusOr<Charge> ChargeBy(const std::string& identity, std::uint64_t amount,
                                                 std::chrono::steady_clock::time_point deadline,
@@ -68,7 +70,7 @@ class IdentityQuota {
 
  private:
   bool FitsLocked(const std::string& identity, std::uint64_t amount, bool alone_may_exceed) const;
-  absl::Status RefusalLocked(const std::string& identity, std::uint64_t amount) const;
+  absl::Status RefusalLocked(const std::string& identity, std::uint64_t amount, bool counted) const;
   Charge TakeLocked(const std::string& identity, std::uint64_t amount);
   void Release(const std::string& identity, std::uint64_t amount);
 

@@ -98,5 +98,19 @@ TEST_F(HostileClientTest, AFifoInDevShmIsRefusedAtOnceAndHoldsNothing) {
   ExpectNothingHeld();
 }
 
+TEST_F(HostileClientTest, BadRegionNamesAreRefusedAsRegionNames) {
+  Start(ServerConfig{});
+  auto regions = v1::SharedMemory::NewStub(channel_);
+  ShmObject object("tally-name-test-" + std::to_string(getpid()), 4096);
+  ASSERT_TRUE(object.ok());
+  for (const std::string& name : {std::string(), std::string("tab\there"), std::string(300, 'r')}) {
+    const grpc::Status s = RegisterHost(*regions, name, object.name(), 4096);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find("region name"), std::string::npos) << s.error_message();
+    EXPECT_EQ(s.error_message().find("dataset"), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(Metric("tally_regions"), 0);
+}
+
 }  // namespace
 }  // namespace tally::testing

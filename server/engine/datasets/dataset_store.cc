@@ -72,18 +72,18 @@ DatasetStore::~DatasetStore() {
   // entries_ go with the members; their deleters now free inline.
 }
 
-absl::Status DatasetStore::CheckName(const std::string& name) {
-  if (name.empty()) return absl::InvalidArgumentError("name: a dataset name must not be empty.");
+absl::Status DatasetStore::CheckName(const std::string& name, const char* what) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("name: a ", what, " name must not be empty."));
   if (name.size() > 256) {
     return absl::InvalidArgumentError(
-        absl::StrCat("name: ", name.size(), " bytes is over the 256-byte limit for a dataset name."));
+        absl::StrCat("name: ", name.size(), " bytes is over the 256-byte limit for a ", what, " name."));
   }
   for (std::size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c < 0x20 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "name: byte ", i, " (0x", absl::Hex(c, absl::kZeroPad2),
-          ") is not printable ASCII; dataset names are 1 to 256 printable ASCII characters."));
+      return absl::InvalidArgumentError(absl::StrCat("name: byte ", i, " (0x", absl::Hex(c, absl::kZeroPad2),
+                                                     ") is not printable ASCII; ", what,
+                                                     " names are 1 to 256 printable ASCII characters."));
     }
   }
   return absl::OkStatus();

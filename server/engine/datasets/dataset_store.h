@@ -179,8 +179,9 @@ class DatasetStore {
   // Removes expired datasets now (the store's thread does it periodically).
   void ExpireNow();
 
-  // The rules on a dataset name: 1 to 256 bytes of printable ASCII.
-  [[nodiscard]] static absl::Status CheckName(const std::string& name);
+  // The rules on a dataset name: 1 to 256 bytes of printable ASCII. Regions
+  // follow the same rules; `what` names the kind in the message.
+  [[nodiscard]] static absl::Status CheckName(const std::string& name, const char* what = "dataset");
 
  private:
   struct Place {
