@@ -39,7 +39,8 @@ ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "larger than max\"), after gRPC has read it whole.");
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
-          "the chunks it has received and not yet reduced); past it a request, or a stream's next "
+          "the chunks it has received and not yet reduced; Aggregate, AggregateDataset and "
+          "AggregateRegion also their results while they run, 16 bytes per result value); past it a request, or a stream's next "
           "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. It also sizes gRPC's "
           "own quota for received messages, this plus 4 x --max_message_bytes (more when that is "
           "under 16 MiB): gRPC reads every message whole before any size check, and past the quota it "
@@ -106,9 +107,13 @@ ABSL_FLAG(std::uint64_t, quota_streams, 0,
           "Per identity: AggregateStream and PutDataset calls in progress at once; one more gets "
           "RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
 ABSL_FLAG(std::uint64_t, quota_dataset_bytes, 0,
-          "Per identity: bytes of resident datasets its uploads hold, from an upload's first chunk until the "
-          "dataset's memory is freed (delete, replace, expiry or eviction, once queries reading it end); an "
-          "upload past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
+          "Per identity: bytes of resident datasets its uploads hold (4 KiB more per dataset), from an upload's "
+          "first chunk until the dataset's memory is freed (delete, replace, expiry or eviction, once queries "
+          "reading it end); an upload past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
+ABSL_FLAG(std::uint64_t, quota_datasets, 0,
+          "Per identity: resident datasets its uploads hold (uploading or published, until freed, as "
+          "--quota_dataset_bytes counts them; a replace counts until the old version is freed); one more "
+          "upload gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
 ABSL_FLAG(std::uint64_t, quota_region_bytes, 0,
           "Per identity: bytes of shared-memory regions it has registered, until each is unregistered and "
           "no longer read; a registration past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota "
@@ -182,8 +187,14 @@ ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
           "Resident datasets (PutDataset): bytes they may take per GPU on the cuda backend, or in host "
-          "memory on the cpu backend. An upload that does not fit is refused with RESOURCE_EXHAUSTED "
-          "(or evicts, with --dataset_evict_lru). 0: no limit but the memory itself.");
+          "memory on the cpu backend, each dataset charged 4 KiB beyond its bytes. An upload that does not "
+          "fit is refused with RESOURCE_EXHAUSTED (or evicts, with --dataset_evict_lru). 0: no limit but "
+          "the memory itself.");
+ABSL_FLAG(std::uint64_t, max_datasets, 10000,
+          "Resident datasets the server holds at once, published or being uploaded; one more upload gets "
+          "RESOURCE_EXHAUSTED (a replace takes its old version's place). The default keeps ListDatasets "
+          "under gRPC's default 4 MiB receive limit. Each dataset is also charged 4 KiB beyond its bytes "
+          "against --max_dataset_bytes and --quota_dataset_bytes, what it costs the server. 0: no limit.");
 ABSL_FLAG(bool, dataset_evict_lru, false,
           "When an upload does not fit under --max_dataset_bytes, evict the least recently queried "
           "datasets of that GPU (or the host) until it does, instead of refusing the upload. Only at the "
@@ -314,6 +325,7 @@ int main(int argc, char** argv) {
   config.quotas.inflight_bytes = absl::GetFlag(FLAGS_quota_inflight_bytes);
   config.quotas.streams = absl::GetFlag(FLAGS_quota_streams);
   config.quotas.dataset_bytes = absl::GetFlag(FLAGS_quota_dataset_bytes);
+  config.quotas.datasets = absl::GetFlag(FLAGS_quota_datasets);
   config.quotas.region_bytes = absl::GetFlag(FLAGS_quota_region_bytes);
   config.backend.kind = absl::GetFlag(FLAGS_backend);
   config.threads = absl::GetFlag(FLAGS_threads);
@@ -338,6 +350,7 @@ int main(int argc, char** argv) {
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
+  config.datasets.max_datasets = absl::GetFlag(FLAGS_max_datasets);
   config.datasets.shards = absl::GetFlag(FLAGS_dataset_shards);
   config.datasets.min_shard_bytes = std::max<std::uint64_t>(1, absl::GetFlag(FLAGS_dataset_min_shard_bytes));
   if (config.datasets.shards < 0 || config.datasets.shards > 1024) {

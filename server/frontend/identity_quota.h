@@ -87,7 +87,8 @@ struct QuotaOptions {
   // Per identity; 0: no quota.
   std::uint64_t inflight_bytes = 0;  // bytes of requests in progress (as --max_inflight_bytes counts them)
   std::uint64_t streams = 0;         // AggregateStream and PutDataset calls in progress
-  std::uint64_t dataset_bytes = 0;   // resident dataset bytes, uploading or published, until freed
+  std::uint64_t dataset_bytes = 0;   // resident dataset bytes (and each one's overhead), until freed
+  std::uint64_t datasets = 0;        // resident datasets, uploading or published, until freed
   std::uint64_t region_bytes = 0;    // shared-memory region bytes registered, until unmapped
 };
 
@@ -98,10 +99,12 @@ struct IdentityQuotas {
       : inflight_bytes("--quota_inflight_bytes", "bytes in flight", options.inflight_bytes, metrics),
         streams("--quota_streams", "streams", options.streams, metrics),
         dataset_bytes("--quota_dataset_bytes", "bytes of resident datasets", options.dataset_bytes, metrics),
+        datasets("--quota_datasets", "datasets", options.datasets, metrics),
         region_bytes("--quota_region_bytes", "bytes of shared-memory regions", options.region_bytes, metrics) {}
   IdentityQuota inflight_bytes;
   IdentityQuota streams;
   IdentityQuota dataset_bytes;
+  IdentityQuota datasets;
   IdentityQuota region_bytes;
 };
 

@@ -14,6 +14,11 @@ usage: hostile_process_test.py CASE TALLY_SERVER_BINARY PROTO_ROOT
                       close a new connection is served at its usual latency
                       (gRPC's own listener stopped for good at the first
                       EMFILE).
+  many_datasets       one-byte datasets uploaded one after another under a
+                      1 MiB --max_dataset_bytes and --quota_dataset_bytes:
+                      each is charged what it costs, so a few hundred fit
+                      (75,000 did, for 338 MiB of RSS), and the server's RSS
+                      stays within a few MiB of where it started.
 """
 import os
 import resource
@@ -183,7 +188,50 @@ def fd_exhaustion(binary, pb):
     return failures
 
 
-CASES = {"sigterm_after_fifo": sigterm_after_fifo, "fd_exhaustion": fd_exhaustion}
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def many_datasets(binary, pb):
+    mib = 1 << 20
+    server = TallyServer(binary, pb, ["--backend=cpu", "--threads=2", f"--max_dataset_bytes={mib}",
+                                      f"--quota_dataset_bytes={mib}"])
+    failures = []
+    for _ in range(20):
+        served(server, pb)
+    base = rss_bytes(server.process.pid)
+    made, codes = 0, {}
+    start = time.time()
+    for i in range(5000):
+        header = pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
+            name=f"tiny-{i}", spec=pb.ArraySpec(dtype=pb.DTYPE_UINT8, length=1)))
+        try:
+            server.put_dataset(iter([header, pb.PutDatasetRequest(chunk=b"\1")]), timeout=10)
+            made += 1
+        except grpc.RpcError as e:
+            codes[e.code().name] = codes.get(e.code().name, 0) + 1
+    grown = rss_bytes(server.process.pid) - base
+    print(f"5000 one-byte uploads in {time.time() - start:.1f} s: {made} accepted, refused {codes}; "
+          f"RSS {base / mib:.1f} MiB before, +{grown / mib:.1f} MiB after")
+    if made > mib // 4096:
+        failures.append(f"{made} one-byte datasets fit under a 1 MiB budget")
+    if set(codes) != {"RESOURCE_EXHAUSTED"}:
+        failures.append(f"refusals {codes}, expected RESOURCE_EXHAUSTED only")
+    if grown > 32 * mib:
+        failures.append(f"RSS grew {grown / mib:.1f} MiB")
+    if served(server, pb) is None:
+        failures.append("a normal request failed after the uploads")
+    output = server.stop()
+    if failures:
+        print(output[-3000:])
+    return failures
+
+
+CASES = {"sigterm_after_fifo": sigterm_after_fifo, "fd_exhaustion": fd_exhaustion, "many_datasets": many_datasets}
 
 
 def main():

@@ -85,7 +85,10 @@ TEST_F(HostileTokenFileTest, RewritesInPlaceAndEmptyFilesKeepTheLastGoodTokens) 
   EXPECT_EQ(failed, 0) << failed << " of " << calls << " calls of listed identities failed while the file was "
                        << "rewritten in place";
 
-  // Emptied: the tokens read before stay, and the log says why, once.
+  // Emptied: the tokens read before stay, and the log says why, once. (A
+  // writer paused by a loaded machine may have left an empty file for a
+  // while above too, refused just the same.)
+  const std::size_t said = log.Lines("holds no token", spdlog::level::warn).size();
   std::ofstream(path_, std::ios::trunc).close();
   failed = 0;
   for (const auto end = std::chrono::steady_clock::now() + 500ms; std::chrono::steady_clock::now() < end;) {
@@ -93,7 +96,7 @@ TEST_F(HostileTokenFileTest, RewritesInPlaceAndEmptyFilesKeepTheLastGoodTokens) 
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_EQ(failed, 0);
-  EXPECT_EQ(log.Lines("holds no token", spdlog::level::warn).size(), 1u);
+  EXPECT_EQ(log.Lines("holds no token", spdlog::level::warn).size(), said + 1);
 
   // Written whole and renamed into place, as the README says: taken.
   std::ofstream(dir_ / "tokens.tmp") << Line("carol-secret", "carol");

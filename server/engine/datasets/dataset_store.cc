@@ -111,8 +111,8 @@ DatasetStore::Room DatasetStore::FindRoomLocked(const std::string& name, const s
     held[p] = (for_commit ? places_[p].charged - places_[p].uploading : places_[p].charged) + adding[p];
   }
   auto remove = [&](const Dataset& d) {
-    const std::uint64_t size = rules::SizeOf(d.info_.dtype);
-    for (const DatasetShard& sh : d.shards_) freed[static_cast<std::size_t>(sh.place)] += sh.length * size;
+    const std::vector<std::uint64_t> charges = ChargesOf(d.shards_, d.info_.dtype);
+    for (std::size_t p = 0; p < n; ++p) freed[p] += charges[p];
   };
   auto over = [&](std::size_t p) { return held[p] > limit + freed[p]; };
   auto first_over = [&] {
@@ -171,12 +171,13 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   {
     // The most one place takes, wherever the deal starts (the loop below
     // deals again from the place with the most room).
-    const std::vector<std::uint64_t> need = Deal(shards, 0, size);
+    const std::vector<std::uint64_t> need = Deal(shards, 0, dtype);
     const std::uint64_t most = *std::max_element(need.begin(), need.end());
     if (limit != 0 && most > limit) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "spec.length: ", bytes, " bytes", shards.size() > 1 ? absl::StrCat(" (", most, " on one place)") : "",
-          " is over the ", limit, "-byte limit per place (--max_dataset_bytes)."));
+          " and the ", kOverheadBytes, " every dataset is charged are over the ", limit,
+          "-byte limit per place (--max_dataset_bytes)."));
     }
   }
   const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
@@ -190,12 +191,20 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
       return absl::AlreadyExistsError(
           absl::StrCat("name: dataset '", name, "' exists; set replace to upload a new version."));
     }
+    // A replace takes its old version's place in the count at its commit.
+    if (options_.max_datasets != 0 && !entries_.contains(name) &&
+        entries_.size() + uploading_.size() >= options_.max_datasets) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "name: ", entries_.size(), " datasets exist and ", uploading_.size(),
+          " are being uploaded, the most --max_datasets=", options_.max_datasets,
+          " allows; delete datasets first."));
+    }
     // The deal starts at the place with the most room.
     std::size_t start = 0;
     for (std::size_t p = 1; p < places_.size(); ++p) {
       if (places_[p].charged < places_[start].charged) start = p;
     }
-    const std::vector<std::uint64_t> need = Deal(shards, start, size);
+    const std::vector<std::uint64_t> need = Deal(shards, start, dtype);
     // Nothing is evicted here: the upload may yet fail or be cancelled.
     // It starts if its commit could make room.
     const Room room = FindRoomLocked(name, need, /*for_commit=*/false);
@@ -248,14 +257,16 @@ std::vector<DatasetShard> DatasetStore::CutShards(std::uint64_t length, std::uin
 }
 
 std::vector<std::uint64_t> DatasetStore::Deal(std::vector<DatasetShard>& shards, std::size_t start,
-                                              std::uint64_t size) const {
-  std::vector<std::uint64_t> need(places_.size(), 0);
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    const std::size_t p = (start + i) % places_.size();
-    shards[i].place = static_cast<int>(p);
-    need[p] += shards[i].length * size;
-  }
-  return need;
+                                              DType dtype) const {
+  for (std::size_t i = 0; i < shards.size(); ++i) shards[i].place = static_cast<int>((start + i) % places_.size());
+  return ChargesOf(shards, dtype);
+}
+
+std::vector<std::uint64_t> DatasetStore::ChargesOf(const std::vector<DatasetShard>& shards, DType dtype) const {
+  std::vector<std::uint64_t> charges(places_.size(), 0);
+  for (const DatasetShard& sh : shards) charges[static_cast<std::size_t>(sh.place)] += sh.length * rules::SizeOf(dtype);
+  if (!shards.empty()) charges[static_cast<std::size_t>(shards.front().place)] += kOverheadBytes;
+  return charges;
 }
 
 std::vector<PlacedPiece> Dataset::Pieces(std::uint64_t begin, std::uint64_t end) const {
@@ -317,23 +328,21 @@ absl::StatusOr<DatasetInfo> DatasetStore::Upload::Commit() {
 
 void DatasetStore::Abandon(Upload& upload) {
   upload.done_ = true;
-  const std::uint64_t size = rules::SizeOf(upload.spec_.dtype);
   for (DatasetShard& sh : upload.shards_) sh.memory.reset();
   upload.charge_.reset();
   std::lock_guard lock(mu_);
   uploading_.erase(upload.name_);
-  for (const DatasetShard& sh : upload.shards_) {
-    places_[static_cast<std::size_t>(sh.place)].charged -= sh.length * size;
-    places_[static_cast<std::size_t>(sh.place)].uploading -= sh.length * size;
+  const std::vector<std::uint64_t> charges = ChargesOf(upload.shards_, upload.spec_.dtype);
+  for (std::size_t p = 0; p < places_.size(); ++p) {
+    places_[p].charged -= charges[p];
+    places_[p].uploading -= charges[p];
   }
   ReportLocked();
   freed_.notify_all();
 }
 
 absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
-  const std::uint64_t size = rules::SizeOf(upload.spec_.dtype);
-  std::vector<std::uint64_t> mine(places_.size(), 0);
-  for (const DatasetShard& sh : upload.shards_) mine[static_cast<std::size_t>(sh.place)] += sh.length * size;
+  const std::vector<std::uint64_t> mine = ChargesOf(upload.shards_, upload.spec_.dtype);
   const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
   std::vector<std::shared_ptr<Dataset>> removed;  // dropped outside the lock
   std::shared_ptr<Dataset> dataset;
@@ -396,9 +405,8 @@ void DatasetStore::RemoveLocked(std::map<std::string, Entry>::iterator it) {
   const Dataset& d = *it->second.dataset;
   for (const int p : PlacesOf(d)) --places_[static_cast<std::size_t>(p)].datasets;
   // Its bytes stay charged until its last reader lets go of them.
-  for (const DatasetShard& sh : d.shards_) {
-    places_[static_cast<std::size_t>(sh.place)].published -= sh.length * rules::SizeOf(d.info_.dtype);
-  }
+  const std::vector<std::uint64_t> charges = ChargesOf(d.shards_, d.info_.dtype);
+  for (std::size_t p = 0; p < places_.size(); ++p) places_[p].published -= charges[p];
   lru_.erase(it->second.lru);
   entries_.erase(it);
   ReportLocked();
@@ -513,11 +521,11 @@ void DatasetStore::Sweep() {
     freed.swap(reclaimer_->freed);
     lock.unlock();
     for (Dataset* d : freed) {
-      const std::uint64_t size = rules::SizeOf(d->info_.dtype);
-      std::vector<std::pair<int, std::uint64_t>> charges;
-      for (const DatasetShard& sh : d->shards_) charges.emplace_back(sh.place, sh.length * size);
+      const std::vector<std::uint64_t> charges = ChargesOf(d->shards_, d->info_.dtype);
       delete d;
-      for (const auto& [place, bytes] : charges) Charge(place, -static_cast<std::int64_t>(bytes));
+      for (std::size_t p = 0; p < charges.size(); ++p) {
+        if (charges[p] != 0) Charge(static_cast<int>(p), -static_cast<std::int64_t>(charges[p]));
+      }
     }
     ExpireNow();
     lock.lock();
