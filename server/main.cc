@@ -1,8 +1,16 @@
 // tally-server: serves tally.v1.Aggregator over gRPC.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -17,7 +25,8 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
-          "Address to serve gRPC on (host:port; port 0 picks a free port).");
+          "Address to serve gRPC on (host:port; port 0 picks a free port). A port another process "
+          "(another tally-server too) listens on stops the start with an error naming the port.");
 ABSL_FLAG(std::string, backend, "auto",
           "What computes the aggregations: auto (cuda when a GPU is visible, else cpu), cpu, cuda, or "
           "null (does all RPC work, discards the data, returns empty results; for measuring the "
@@ -30,7 +39,8 @@ ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "larger than max\"), after gRPC has read it whole.");
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
-          "the chunks it has received and not yet reduced); past it a request, or a stream's next "
+          "the chunks it has received and not yet reduced; Aggregate, AggregateDataset and "
+          "AggregateRegion also their results while they run, 16 bytes per result value); past it a request, or a stream's next "
           "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. It also sizes gRPC's "
           "own quota for received messages, this plus 4 x --max_message_bytes (more when that is "
           "under 16 MiB): gRPC reads every message whole before any size check, and past the quota it "
@@ -57,6 +67,11 @@ ABSL_FLAG(int, max_connection_age_grace_seconds, 600,
 ABSL_FLAG(int, keepalive_seconds, 60,
           "The server pings a connection quiet this long and closes it if no answer comes in 20 s. "
           "0: no pings.");
+ABSL_FLAG(int, min_free_file_descriptors, 256,
+          "New connections are refused (accepted and closed at once) while fewer file descriptors than this "
+          "(at most a quarter of the limit) are left under the process's limit, so that running out refuses "
+          "connections instead of stopping the listener; they are accepted again as descriptors come back. "
+          "At start the soft limit on open files is raised to the hard limit.");
 ABSL_FLAG(int, min_client_ping_interval_seconds, 10,
           "Clients may ping at most this often; one that pings more often is told to go away. 0: no "
           "minimum.");
@@ -76,8 +91,10 @@ ABSL_FLAG(int, tls_refresh_seconds, 60,
           "How often the TLS files are looked at for changes (at least 1).");
 ABSL_FLAG(std::string, auth_token_file, "",
           "Bearer tokens the Aggregator calls must carry (metadata `authorization: Bearer <token>`): a file of "
-          "lines `<sha256 hex of the token> <identity>` ('#' comments). Re-read within a second when it "
-          "changes. A call without an accepted token gets UNAUTHENTICATED. Health (and reflection) stay open. "
+          "lines `<sha256 hex of the token> <identity>` ('#' comments). Re-read within two seconds when it "
+          "changes (once it has stopped changing); a file that is unreadable, malformed or empty keeps the "
+          "tokens read before, and the log says why. Replace it atomically (write a new file, rename it over "
+          "this one). A call without an accepted token gets UNAUTHENTICATED. Health (and reflection) stay open. "
           "Empty (and no --auth_identity_from_client_cert): no authentication, every call is 'anonymous'.");
 ABSL_FLAG(bool, auth_identity_from_client_cert, false,
           "With mutual TLS (--tls_client_ca_file): a call without a bearer token acts as its verified client "
@@ -90,9 +107,13 @@ ABSL_FLAG(std::uint64_t, quota_streams, 0,
           "Per identity: AggregateStream and PutDataset calls in progress at once; one more gets "
           "RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
 ABSL_FLAG(std::uint64_t, quota_dataset_bytes, 0,
-          "Per identity: bytes of resident datasets its uploads hold, from an upload's first chunk until the "
-          "dataset's memory is freed (delete, replace, expiry or eviction, once queries reading it end); an "
-          "upload past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
+          "Per identity: bytes of resident datasets its uploads hold (4 KiB more per dataset), from an upload's "
+          "first chunk until the dataset's memory is freed (delete, replace, expiry or eviction, once queries "
+          "reading it end); an upload past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
+ABSL_FLAG(std::uint64_t, quota_datasets, 0,
+          "Per identity: resident datasets its uploads hold (uploading or published, until freed, as "
+          "--quota_dataset_bytes counts them; a replace counts until the old version is freed); one more "
+          "upload gets RESOURCE_EXHAUSTED naming this flag. 0: no quota.");
 ABSL_FLAG(std::uint64_t, quota_region_bytes, 0,
           "Per identity: bytes of shared-memory regions it has registered, until each is unregistered and "
           "no longer read; a registration past it gets RESOURCE_EXHAUSTED naming this flag. 0: no quota "
@@ -110,7 +131,9 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Address of the Prometheus /metrics endpoint; empty disables it.");
 ABSL_FLAG(double, drain_grace_seconds, 30,
           "On SIGTERM or SIGINT: health turns NOT_SERVING, new calls are refused, and calls in flight "
-          "get this long to finish before they are cancelled; then the process exits 0.");
+          "get this long to finish before they are cancelled; then the process exits 0. Should the "
+          "stop take 5 s longer than this (a call stuck where a cancel cannot reach it), it exits 1 "
+          "then; a second signal while draining exits 0 at once.");
 // The cuda backend's; why each default is what it is: server/engine/cuda/tuning.h.
 ABSL_FLAG(std::vector<std::string>, cuda_devices, {},
           "Comma-separated CUDA device ordinals to use; empty: every visible GPU.");
@@ -164,11 +187,20 @@ ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
           "Resident datasets (PutDataset): bytes they may take per GPU on the cuda backend, or in host "
-          "memory on the cpu backend. An upload that does not fit is refused with RESOURCE_EXHAUSTED "
-          "(or evicts, with --dataset_evict_lru). 0: no limit but the memory itself.");
+          "memory on the cpu backend, each dataset charged 4 KiB beyond its bytes. An upload that does not "
+          "fit is refused with RESOURCE_EXHAUSTED (or evicts, with --dataset_evict_lru). 0: no limit but "
+          "the memory itself.");
+ABSL_FLAG(std::uint64_t, max_datasets, 10000,
+          "Resident datasets the server holds at once, published or being uploaded; one more upload gets "
+          "RESOURCE_EXHAUSTED (a replace takes its old version's place). The default keeps ListDatasets "
+          "under gRPC's default 4 MiB receive limit. Each dataset is also charged 4 KiB beyond its bytes "
+          "against --max_dataset_bytes and --quota_dataset_bytes, what it costs the server. 0: no limit.");
 ABSL_FLAG(bool, dataset_evict_lru, false,
           "When an upload does not fit under --max_dataset_bytes, evict the least recently queried "
-          "datasets of that GPU (or the host) until it does, instead of refusing the upload.");
+          "datasets of that GPU (or the host) until it does, instead of refusing the upload. Only at the "
+          "commit of an upload that arrived whole (a cancelled, short or refused upload evicts nothing), "
+          "each eviction logged at warning; until then the datasets stay, so resident memory may reach "
+          "twice the limit while uploads are in progress.");
 ABSL_FLAG(int, dataset_shards, 0,
           "Resident datasets: how many shards a dataset is cut into, dealt round-robin over the GPUs "
           "(or the host). 0: one per GPU, so a query on a server with several GPUs runs on all of "
@@ -220,6 +252,48 @@ sigset_t BlockStopSignals() {
   return set;
 }
 
+// Every connection, region and dataset upload's stream holds a file
+// descriptor; the soft limit (often 1024) is a default for interactive
+// shells, not a server. Raised to the hard limit, which the administrator set.
+void RaiseOpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  const rlim_t was = files.rlim_cur;
+  files.rlim_cur = files.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &files) == 0) {
+    spdlog::info("open files: soft limit raised from {} to the hard limit {}", was, files.rlim_max);
+  }
+}
+
+// The drain cancels calls still in flight after the grace, but a worker
+// stuck in a system call does not see a cancel, and the teardown waits for
+// the workers. So the process ends anyway once the grace and a margin for
+// the teardown have passed (the deployment's termination grace is 10 s over
+// the drain grace), or at once on a second stop signal.
+constexpr double kTeardownMarginSeconds = 5;
+
+void EndWithinGrace(const sigset_t& stop_signals, double grace_seconds) {
+  std::thread([stop_signals, grace_seconds] {
+    const double limit = grace_seconds + kTeardownMarginSeconds;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
+    int again = -1;
+    do {  // another signal's handler (the SIGBUS guard's) may interrupt the wait
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      const timespec wait{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+      again = sigtimedwait(&stop_signals, nullptr, &wait);
+    } while (again < 0 && errno == EINTR);
+    if (again > 0) {
+      spdlog::warn("a second stop signal while draining: exiting now");
+    } else {
+      spdlog::error("still stopping {} s after the stop signal (a call is stuck where no cancel reaches): "
+                    "exiting now", limit);
+    }
+    spdlog::shutdown();
+    std::_Exit(again > 0 ? 0 : 1);
+  }).detach();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,6 +307,7 @@ int main(int argc, char** argv) {
 
   const spdlog::level::level_enum level = spdlog::level::from_str(absl::GetFlag(FLAGS_log_level));
   spdlog::set_level(level);
+  RaiseOpenFileLimit();
 
   tally::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
@@ -250,6 +325,7 @@ int main(int argc, char** argv) {
   config.quotas.inflight_bytes = absl::GetFlag(FLAGS_quota_inflight_bytes);
   config.quotas.streams = absl::GetFlag(FLAGS_quota_streams);
   config.quotas.dataset_bytes = absl::GetFlag(FLAGS_quota_dataset_bytes);
+  config.quotas.datasets = absl::GetFlag(FLAGS_quota_datasets);
   config.quotas.region_bytes = absl::GetFlag(FLAGS_quota_region_bytes);
   config.backend.kind = absl::GetFlag(FLAGS_backend);
   config.threads = absl::GetFlag(FLAGS_threads);
@@ -274,6 +350,7 @@ int main(int argc, char** argv) {
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
+  config.datasets.max_datasets = absl::GetFlag(FLAGS_max_datasets);
   config.datasets.shards = absl::GetFlag(FLAGS_dataset_shards);
   config.datasets.min_shard_bytes = std::max<std::uint64_t>(1, absl::GetFlag(FLAGS_dataset_min_shard_bytes));
   if (config.datasets.shards < 0 || config.datasets.shards > 1024) {
@@ -301,6 +378,7 @@ int main(int argc, char** argv) {
   config.transport.max_connection_age_grace =
       std::chrono::seconds(absl::GetFlag(FLAGS_max_connection_age_grace_seconds));
   config.transport.keepalive = std::chrono::seconds(absl::GetFlag(FLAGS_keepalive_seconds));
+  config.transport.min_free_fds = std::max(0, absl::GetFlag(FLAGS_min_free_file_descriptors));
   config.transport.min_client_ping_interval =
       std::chrono::seconds(absl::GetFlag(FLAGS_min_client_ping_interval_seconds));
   const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);
@@ -349,6 +427,7 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &signal);
   spdlog::info("received {}: draining (health NOT_SERVING, up to {} s for calls in flight)",
                signal == SIGTERM ? "SIGTERM" : "SIGINT", grace);
+  EndWithinGrace(stop_signals, grace);
   (*server)->Drain(std::chrono::milliseconds(static_cast<long long>(grace * 1000)));
   server->reset();
   if (receive_arena != nullptr) {

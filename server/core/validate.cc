@@ -185,6 +185,11 @@ std::uint64_t ResultValuesPerRow(const AggregationPlan& plan) {
   return n;
 }
 
+std::uint64_t ResultBytes(const AggregationPlan& plan) {
+  // Within the limit checked by ValidatePlan, this does not overflow.
+  return plan.array.rows() * ResultValuesPerRow(plan) * 2 * sizeof(double);
+}
+
 absl::Status ValidatePlan(const AggregationPlan& plan, const RequestLimits& limits) {
   if (plan.ops.empty()) {
     return absl::InvalidArgumentError("aggregations: at least one aggregation is required.");

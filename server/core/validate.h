@@ -25,6 +25,12 @@ inline constexpr std::uint64_t kPartialStateExtraValues = 3;
 // Values one row's results take in a response, for the result-size limit.
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan);
 
+// Bytes a request's results hold on the server while it runs: every value
+// as computed and again serialized in the response, 8 bytes each. A 1 KiB
+// request may ask for 2^24 values (256 MiB), so the results, not the
+// request, are what its memory is.
+std::uint64_t ResultBytes(const AggregationPlan& plan);
+
 // numpy 2's rule for histogram ranges: the bin edges, numpy.linspace(lo, hi,
 // bins + 1) in the edge dtype (float32 for float32 input, float64 otherwise),
 // must be strictly increasing; numpy.histogram raises "Too many bins for data

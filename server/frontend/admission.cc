@@ -24,8 +24,8 @@ bool AdmissionController::FitsLocked(std::uint64_t bytes) const {
   return budget_ == 0 || bytes == 0 || in_flight_ == 0 || in_flight_ + bytes <= budget_;
 }
 
-absl::Status AdmissionController::Refusal(std::uint64_t bytes) const {
-  if (metrics_ != nullptr) metrics_->AdmissionRejected();
+absl::Status AdmissionController::Refusal(std::uint64_t bytes, bool counted) const {
+  if (counted && metrics_ != nullptr) metrics_->AdmissionRejected();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the server is busy: ", in_flight_, " bytes of requests are in progress and this one needs ", bytes,
       " more, beyond the ", budget_, "-byte limit (--max_inflight_bytes) after waiting ", max_wait_.count(),
@@ -40,12 +40,12 @@ absl::StatusOr<AdmissionController::Ticket> AdmissionController::TryAdmit(std::u
                                                                            const std::string& identity) {
   IdentityQuota::Charge quota;
   if (per_identity_ != nullptr) {
-    absl::StatusOr<IdentityQuota::Charge> charged = per_identity_->TryCharge(identity, bytes, true);
+    absl::StatusOr<IdentityQuota::Charge> charged = per_identity_->TryCharge(identity, bytes, true, /*probe=*/true);
     if (!charged.ok()) return charged.status();
     quota = std::move(*charged);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!FitsLocked(bytes)) return Refusal(bytes);
+  if (!FitsLocked(bytes)) return Refusal(bytes, /*counted=*/false);
   return Take(bytes, std::move(quota));
 }
 
@@ -59,7 +59,9 @@ absl::StatusOr<AdmissionController::Ticket> AdmissionController::Admit(std::uint
     quota = std::move(*charged);
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (!freed_.wait_until(lock, deadline, [&] { return FitsLocked(bytes); })) return Refusal(bytes);
+  if (!freed_.wait_until(lock, deadline, [&] { return FitsLocked(bytes); })) {
+    return Refusal(bytes, /*counted=*/true);
+  }
   return Take(bytes, std::move(quota));
 }
 

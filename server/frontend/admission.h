@@ -51,7 +51,9 @@ class AdmissionController {
 
   // Reserves `bytes` (a request larger than the whole budget may still run
   // alone, when nothing else holds any). Without waiting: fails at once
-  // when the budget is spent.
+  // when the budget is spent. A probe: every caller that is refused asks
+  // again with Admit, so this refusal is not counted in the metrics (once
+  // per refused request, not twice).
   [[nodiscard]] absl::StatusOr<Ticket> TryAdmit(std::uint64_t bytes, const std::string& identity);
   // Waits up to the configured maximum for room (the identity's, then the
   // server's).
@@ -61,7 +63,7 @@ class AdmissionController {
 
  private:
   bool FitsLocked(std::uint64_t bytes) const;
-  absl::Status Refusal(std::uint64_t bytes) const;
+  absl::Status Refusal(std::uint64_t bytes, bool counted) const;
   Ticket Take(std::uint64_t bytes, IdentityQuota::Charge quota);
   void Release(std::uint64_t bytes);
 

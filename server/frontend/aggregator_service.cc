@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/validate.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
@@ -72,6 +73,13 @@ absl::StatusOr<std::string> AggregatorService::BeginCall(const grpc::CallbackSer
   return identity;
 }
 
+absl::StatusOr<AdmissionController::Ticket> AggregatorService::AdmitResults(const AggregationPlan& plan,
+                                                                           const std::string& identity) {
+  const std::uint64_t bytes = ResultBytes(plan);
+  if (bytes == 0) return AdmissionController::Ticket();
+  return admission_.Admit(bytes, identity);
+}
+
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::StartStream(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response, Metrics::Method method,
     std::unique_ptr<StreamJob> (AggregatorService::*make_job)(const std::string& identity)) {
@@ -130,12 +138,14 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
     return reactor;
   }
   record->SetOps(OpKinds(*plan));
+  // The request holds its bytes and, while it runs, its results.
+  const std::uint64_t held = data->size() + ResultBytes(*plan);
 
   // `ticket` is empty when admission must still wait for room.
-  auto run = [this, context, request, data, response, finish, record, identity = *identity,
+  auto run = [this, context, request, data, response, finish, record, identity = *identity, held,
               plan = std::move(*plan)](AdmissionController::Ticket ticket) {
-    if (ticket.bytes() == 0 && !data->empty()) {
-      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(data->size(), identity);
+    if (ticket.bytes() == 0 && held != 0) {
+      absl::StatusOr<AdmissionController::Ticket> admitted = admission_.Admit(held, identity);
       if (!admitted.ok()) return finish(admitted.status(), 0);
       ticket = std::move(*admitted);
     }
@@ -153,7 +163,7 @@ grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerConte
   };
   // Small requests that are admitted at once run right here; the rest go to
   // a worker, which may also wait for admission.
-  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(data->size(), *identity);
+  absl::StatusOr<AdmissionController::Ticket> ticket = admission_.TryAdmit(held, *identity);
   if (ticket.ok() && data->size() <= options_.inline_bytes) {
     run(std::move(*ticket));
   } else {

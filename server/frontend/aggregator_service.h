@@ -112,6 +112,12 @@ class AggregatorService final : public detail::AggregatorBase {
   // draining, then authenticated. The identity is recorded on `record` and
   // returned.
   absl::StatusOr<std::string> BeginCall(const grpc::CallbackServerContext& context, RequestRecord& record);
+  // Room under --max_inflight_bytes (and the identity's quota) for a
+  // query's results (ResultBytes), for queries of bytes that are already
+  // here (a dataset, a region); held until the response is written. Waits
+  // up to --admission_wait_ms, then RESOURCE_EXHAUSTED.
+  [[nodiscard]] absl::StatusOr<AdmissionController::Ticket> AdmitResults(const AggregationPlan& plan,
+                                                                         const std::string& identity);
 
  private:
   // A streaming call's reactor: BeginCall, then a place under the stream quota.

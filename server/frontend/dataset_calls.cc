@@ -51,7 +51,7 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   // the caller's identity until the dataset's memory is freed.
   absl::Status Start() override {
     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
-        BeginChargedUpload(service_.datasets_, service_.quotas_.dataset_bytes, identity_, header_);
+        BeginChargedUpload(service_.datasets_, service_.quotas_, identity_, header_);
     if (!upload.ok()) return upload.status();
     upload_ = std::move(*upload);
     return absl::OkStatus();
@@ -101,13 +101,14 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
     record->Complete(status, elements);
     reactor->Finish(ToGrpcStatus(status));
   };
-  if (absl::StatusOr<std::string> identity = BeginCall(*context, *record); !identity.ok()) {
+  absl::StatusOr<std::string> identity = BeginCall(*context, *record);
+  if (!identity.ok()) {
     finish(identity.status(), 0);
     return reactor;
   }
   // A lane may be waited for, and the cpu backend reads for a while: off
   // the gRPC thread.
-  request_workers_.Post([this, context, request, response, record, finish] {
+  request_workers_.Post([this, context, request, response, record, finish, identity = *std::move(identity)] {
     record->Phase("on worker");
     std::uint64_t elements = 0;
     const absl::Status s = [&]() -> absl::Status {
@@ -128,6 +129,8 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
                            request->validity(), "validity", request->aggregations(), options_.limits, "range");
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
+      absl::StatusOr<AdmissionController::Ticket> results = AdmitResults(*checked, identity);
+      if (!results.ok()) return results.status();
       record->Phase("planned");
       const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(begin, end);
       absl::StatusOr<AggregationResult> result = ReducePieces(

@@ -53,14 +53,19 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
 }
 
 absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(DatasetStore& datasets,
-                                                                     IdentityQuota& quota,
+                                                                     IdentityQuotas& quotas,
                                                                      const std::string& identity,
                                                                      const DatasetHeader& header) {
-  absl::StatusOr<IdentityQuota::Charge> charge =
-      quota.TryCharge(identity, header.length * rules::SizeOf(header.dtype));
-  if (!charge.ok()) return charge.status();
+  struct Charges {
+    IdentityQuota::Charge bytes, count;
+  };
+  absl::StatusOr<IdentityQuota::Charge> count = quotas.datasets.TryCharge(identity, 1);
+  if (!count.ok()) return count.status();
+  absl::StatusOr<IdentityQuota::Charge> bytes = quotas.dataset_bytes.TryCharge(
+      identity, header.length * rules::SizeOf(header.dtype) + DatasetStore::kOverheadBytes);
+  if (!bytes.ok()) return bytes.status();
   return datasets.BeginUpload(header.name, header.dtype, header.length, header.replace, header.ttl,
-                              std::make_shared<IdentityQuota::Charge>(std::move(*charge)));
+                              std::make_shared<Charges>(Charges{std::move(*bytes), std::move(*count)}));
 }
 
 }  // namespace tally

@@ -27,10 +27,12 @@ struct DatasetHeader {
 [[nodiscard]] absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest::Header& h,
                                                                    const std::string& prefix);
 
-// Reserves the name and the memory of `header`'s dataset, its bytes charged
-// to `identity`'s `quota` until the dataset's memory is freed (PutDataset and
+// Reserves the name and the memory of `header`'s dataset, charged to
+// `identity`'s quotas until the dataset's memory is freed: its bytes and the
+// overhead every dataset carries (DatasetStore::kOverheadBytes) to
+// --quota_dataset_bytes, and one dataset to --quota_datasets (PutDataset and
 // PutDatasetFromRegion alike).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(
-    DatasetStore& datasets, IdentityQuota& quota, const std::string& identity, const DatasetHeader& header);
+    DatasetStore& datasets, IdentityQuotas& quotas, const std::string& identity, const DatasetHeader& header);
 
 }  // namespace tally

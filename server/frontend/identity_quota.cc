@@ -34,8 +34,8 @@ bool IdentityQuota::FitsLocked(const std::string& identity, std::uint64_t amount
   return held <= limit_ && amount <= limit_ - held;
 }
 
-absl::Status IdentityQuota::RefusalLocked(const std::string& identity, std::uint64_t amount) const {
-  if (metrics_ != nullptr) metrics_->QuotaRejected(flag_);
+absl::Status IdentityQuota::RefusalLocked(const std::string& identity, std::uint64_t amount, bool counted) const {
+  if (counted && metrics_ != nullptr) metrics_->QuotaRejected(flag_);
   const auto it = used_.find(identity);
   return absl::ResourceExhaustedError(absl::StrCat(
       "quota: identity '", identity, "' holds ", it == used_.end() ? 0 : it->second, " ", unit_,
@@ -50,9 +50,9 @@ IdentityQuota::Charge IdentityQuota::TakeLocked(const std::string& identity, std
 }
 
 absl::StatusOr<IdentityQuota::Charge> IdentityQuota::TryCharge(const std::string& identity, std::uint64_t amount,
-                                                               bool alone_may_exceed) {
+                                                               bool alone_may_exceed, bool probe) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!FitsLocked(identity, amount, alone_may_exceed)) return RefusalLocked(identity, amount);
+  if (!FitsLocked(identity, amount, alone_may_exceed)) return RefusalLocked(identity, amount, !probe);
   return TakeLocked(identity, amount);
 }
 
@@ -61,7 +61,7 @@ absl::StatusOr<IdentityQuota::Charge> IdentityQuota::ChargeBy(const std::string&
                                                               bool alone_may_exceed) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!released_.wait_until(lock, deadline, [&] { return FitsLocked(identity, amount, alone_may_exceed); })) {
-    return RefusalLocked(identity, amount);
+    return RefusalLocked(identity, amount, true);
   }
   return TakeLocked(identity, amount);
 }

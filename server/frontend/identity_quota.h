@@ -55,8 +55,10 @@ class IdentityQuota {
   // naming the flag. With `alone_may_exceed`, a charge larger than the whole
   // quota succeeds when the identity holds nothing else (as the server-wide
   // in-flight budget lets one oversized request run alone).
+  // `probe`: a refusal is not counted in tally_quota_rejections_total,
+  // because the caller asks again (ChargeBy) and that answer counts.
   [[nodiscard]] absl::StatusOr<Charge> TryCharge(const std::string& identity, std::uint64_t amount,
-                                                 bool alone_may_exceed = false);
+                                                 bool alone_may_exceed = false, bool probe = false);
   // Waits until `deadline` for the identity's own holdings to make room.
   [[nodiscard]] absl::StatusOr<Charge> ChargeBy(const std::string& identity, std::uint64_t amount,
                                                 std::chrono::steady_clock::time_point deadline,
@@ -68,7 +70,7 @@ class IdentityQuota {
 
  private:
   bool FitsLocked(const std::string& identity, std::uint64_t amount, bool alone_may_exceed) const;
-  absl::Status RefusalLocked(const std::string& identity, std::uint64_t amount) const;
+  absl::Status RefusalLocked(const std::string& identity, std::uint64_t amount, bool counted) const;
   Charge TakeLocked(const std::string& identity, std::uint64_t amount);
   void Release(const std::string& identity, std::uint64_t amount);
 
@@ -85,7 +87,8 @@ struct QuotaOptions {
   // Per identity; 0: no quota.
   std::uint64_t inflight_bytes = 0;  // bytes of requests in progress (as --max_inflight_bytes counts them)
   std::uint64_t streams = 0;         // AggregateStream and PutDataset calls in progress
-  std::uint64_t dataset_bytes = 0;   // resident dataset bytes, uploading or published, until freed
+  std::uint64_t dataset_bytes = 0;   // resident dataset bytes (and each one's overhead), until freed
+  std::uint64_t datasets = 0;        // resident datasets, uploading or published, until freed
   std::uint64_t region_bytes = 0;    // shared-memory region bytes registered, until unmapped
 };
 
@@ -96,10 +99,12 @@ struct IdentityQuotas {
       : inflight_bytes("--quota_inflight_bytes", "bytes in flight", options.inflight_bytes, metrics),
         streams("--quota_streams", "streams", options.streams, metrics),
         dataset_bytes("--quota_dataset_bytes", "bytes of resident datasets", options.dataset_bytes, metrics),
+        datasets("--quota_datasets", "datasets", options.datasets, metrics),
         region_bytes("--quota_region_bytes", "bytes of shared-memory regions", options.region_bytes, metrics) {}
   IdentityQuota inflight_bytes;
   IdentityQuota streams;
   IdentityQuota dataset_bytes;
+  IdentityQuota datasets;
   IdentityQuota region_bytes;
 };
 

@@ -162,7 +162,7 @@ grpc::ServerUnaryReactor* RegionService::AggregateRegion(grpc::CallbackServerCon
                                                          v1::AggregateResponse* response) {
   return OnWorker(context, Metrics::Method::kAggregateRegion,
                   [this, context, request, response](RequestRecord& record,
-                                                     const std::string&) -> absl::StatusOr<std::uint64_t> {
+                                                     const std::string& identity) -> absl::StatusOr<std::uint64_t> {
                     absl::StatusOr<DType> dtype = DTypeFromProto(request->spec().dtype());
                     if (!dtype.ok()) return dtype.status();
                     if (!request->spec().has_length()) {
@@ -179,6 +179,8 @@ grpc::ServerUnaryReactor* RegionService::AggregateRegion(grpc::CallbackServerCon
                                          "array");
                     if (!plan.ok()) return plan.status();
                     record.SetOps(OpKinds(*plan));
+                    absl::StatusOr<AdmissionController::Ticket> results = aggregator_.AdmitResults(*plan, identity);
+                    if (!results.ok()) return results.status();
                     record.Phase("planned");
                     absl::StatusOr<AggregationResult> result = ReduceExtent(
                         backend_, *plan, span->bytes, [context] { return context->IsCancelled(); }, &record);
@@ -203,7 +205,7 @@ grpc::ServerUnaryReactor* RegionService::PutDatasetFromRegion(grpc::CallbackServ
                                                        header->length);
                     if (!span.ok()) return span.status();
                     absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> upload =
-                        BeginChargedUpload(datasets_, quotas_.dataset_bytes, identity, *header);
+                        BeginChargedUpload(datasets_, quotas_, identity, *header);
                     if (!upload.ok()) return upload.status();
                     if (absl::Status s = (*upload)->Append(span->bytes); !s.ok()) return s;
                     // Host bytes were read by now (the cpu backend copies at once; the

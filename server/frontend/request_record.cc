@@ -1,8 +1,87 @@
 #include "server/frontend/request_record.h"
 
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace tally {
+namespace {
+
+// A client can repeat a failing call thousands of times a second (a query
+// of a truncated region, a call during a drain); a log line each would bury
+// everything else. So such lines are logged at most once per cause per
+// interval: the first at once, then, at the next one after the interval,
+// the latest with how many there were meanwhile.
+constexpr auto kLimitedLogInterval = std::chrono::seconds(10);
+
+class LimitedLog {
+ public:
+  static LimitedLog& Get() {
+    static LimitedLog* log = new LimitedLog();  // never destroyed: requests may end during exit
+    return *log;
+  }
+
+  void Log(const std::string& cause, spdlog::level::level_enum level, const std::string& message) {
+    const auto now = std::chrono::steady_clock::now();
+    std::uint64_t held_back = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Cause& c = causes_.size() < kMaxCauses || causes_.contains(cause) ? causes_[cause] : causes_["other"];
+      if (c.seen && now - c.logged < kLimitedLogInterval) {
+        ++c.held_back;
+        return;
+      }
+      held_back = c.held_back;
+      c = Cause{true, now, 0};
+    }
+    if (held_back == 0) {
+      spdlog::log(level, "{}", message);
+    } else {
+      spdlog::log(level, "{} (and {} more like it in the last {} s)", message, held_back,
+                  std::chrono::duration_cast<std::chrono::seconds>(kLimitedLogInterval).count());
+    }
+  }
+
+ private:
+  struct Cause {
+    bool seen = false;
+    std::chrono::steady_clock::time_point logged;
+    std::uint64_t held_back = 0;  // not logged since then
+  };
+  std::mutex mu_;
+  // Causes are few and fixed (a method and a code; protobuf's message
+  // about a field), and bounded all the same.
+  static constexpr std::size_t kMaxCauses = 1024;
+  std::map<std::string, Cause> causes_;
+};
+
+void ProtobufLog(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+  const auto spd = level >= google::protobuf::LOGLEVEL_FATAL   ? spdlog::level::critical
+                   : level == google::protobuf::LOGLEVEL_ERROR ? spdlog::level::err
+                   : level == google::protobuf::LOGLEVEL_WARNING ? spdlog::level::warn
+                                                                 : spdlog::level::info;
+  // A string field that is not UTF-8 is the sender's doing: gRPC refuses
+  // the message, and protobuf says why each time.
+  const bool clients = message.find("invalid UTF-8") != std::string::npos;
+  LogLimited(absl::StrCat("protobuf ", file, ":", line, " ", message.substr(0, 120)),
+             clients ? spdlog::level::info : spd,
+             absl::StrCat("protobuf: ", message));
+}
+
+}  // namespace
+
+void LogLimited(const std::string& cause, spdlog::level::level_enum level, const std::string& message) {
+  LimitedLog::Get().Log(cause, level, message);
+}
+
+void RouteProtobufLog() {
+  static std::once_flag once;
+  std::call_once(once, [] { google::protobuf::SetLogHandler(&ProtobufLog); });
+}
 
 void InFlightTracker::Begin() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -53,6 +132,7 @@ void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements)
   }
   switch (status.code()) {
     case absl::StatusCode::kOk:
+      break;
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kInvalidArgument:
@@ -62,10 +142,22 @@ void RequestRecord::Complete(const absl::Status& status, std::uint64_t elements)
     case absl::StatusCode::kUnauthenticated:
       // The client's doing (or a busy server's answer), returned with the
       // reason and counted in the metrics: no line at info level.
-      if (!status.ok()) spdlog::debug("request refused: {}", status.ToString());
+      spdlog::debug("request refused: {}", status.ToString());
+      break;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+      // Also the client's doing, or the server's state (a drain, a region's
+      // object truncated, a call the backend does not serve), answered with
+      // the reason; worth a line now and then, never one each.
+      LogLimited(absl::StrCat(Metrics::MethodName(method_), " ", status.code()), spdlog::level::info,
+                 absl::StrCat(Metrics::MethodName(method_), " refused: ", status.ToString()));
       break;
     default:
-      spdlog::error("request failed: {}", status.ToString());
+      LogLimited(absl::StrCat(Metrics::MethodName(method_), " ", status.code()), spdlog::level::err,
+                 absl::StrCat(Metrics::MethodName(method_), " failed: ", status.ToString()));
       break;
   }
   if (metrics_ != nullptr) {

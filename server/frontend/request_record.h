@@ -7,10 +7,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "server/metrics/metrics.h"
+#include "spdlog/common.h"
 #include "tally/rules/op.h"
 
 namespace tally {
@@ -29,6 +31,14 @@ class InFlightTracker {
   std::condition_variable idle_;
   int in_flight_ = 0;
 };
+
+// Logs `message` at `level` at most once per `cause` (a short fixed key,
+// never the client's input) per 10 s, the next line saying how many were
+// held back: for whatever a client can make happen over and over.
+void LogLimited(const std::string& cause, spdlog::level::level_enum level, const std::string& message);
+// Sends protobuf's own log (a message with a string that is not UTF-8, one
+// line per message parsed) through LogLimited. Process-wide; once is enough.
+void RouteProtobufLog();
 
 class RequestRecord {
  public:

@@ -9,6 +9,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/frontend/request_record.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -40,7 +41,48 @@ std::uint64_t ReceiveQuota(const ServiceOptions& service) {
   return service.max_inflight_bytes + 2 * static_cast<std::uint64_t>(TransportLimit(service.max_unary_bytes));
 }
 
+// gRPC sets SO_REUSEPORT on its listeners by default, so a second server
+// started on a port in use would bind it too and the kernel would split new
+// connections between the two (a second server knows none of the first's
+// datasets). Without it, the second one fails to start. (The ConnectionGate
+// binds its own sockets without it too.)
+void ListenAlone(grpc::ServerBuilder& builder) { builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0); }
+
+absl::Status CannotListen(const char* flag, const std::string& address) {
+  const std::size_t colon = address.rfind(':');
+  const std::string port = colon == std::string::npos ? address : address.substr(colon + 1);
+  return absl::UnavailableError(absl::StrCat(flag, ": could not listen on ", address, ": port ", port,
+                                             " is in use by another process, or the address is not valid."));
+}
+
 }  // namespace
+
+absl::Status TallyServer::Port::Add(const char* flag, const std::string& address,
+                                    const std::shared_ptr<grpc::ServerCredentials>& credentials, int min_free_fds,
+                                    grpc::ServerBuilder& builder) {
+  ListenAlone(builder);
+  if (!ConnectionGate::Handles(address)) {
+    builder.AddListeningPort(address, credentials, &number);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<ConnectionGate>> listening = ConnectionGate::Listen(address, min_free_fds);
+  if (!listening.ok()) {
+    return absl::Status(listening.status().code(), absl::StrCat(flag, ": ", listening.status().message()));
+  }
+  gate = std::move(*listening);
+  number = gate->port();
+  acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
+  return absl::OkStatus();
+}
+
+void TallyServer::Port::Open() {
+  if (gate) gate->Start(std::move(acceptor));
+}
+
+void TallyServer::Port::Close() {
+  if (gate) gate->Stop();
+}
 
 absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConfig& config) {
   std::unique_ptr<TallyServer> s(new TallyServer());
@@ -84,11 +126,15 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   s->region_service_ = std::make_unique<RegionService>(*s->backend_, *s->regions_, *s->datasets_, *s->service_,
                                                        *s->quotas_, *s->request_workers_, s->metrics_.get(),
                                                        config.service.limits);
+  RouteProtobufLog();
   grpc::EnableDefaultHealthCheckService(true);
   // The plugin is process-wide: once on, every server built after has it.
   if (config.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, *credentials, &s->port_);
+  if (absl::Status st = s->port_.Add("--listen", config.listen, *credentials, config.transport.min_free_fds, builder);
+      !st.ok()) {
+    return st;
+  }
   builder.SetMaxReceiveMessageSize(TransportLimit(config.service.max_unary_bytes));
   if (const std::uint64_t quota = ReceiveQuota(config.service); quota != 0) {
     grpc::ResourceQuota receive_quota("tally-receive");
@@ -100,20 +146,23 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->region_service_.get());
   s->server_ = builder.BuildAndStart();
-  if (!s->server_ || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("--listen: could not listen on ", config.listen,
-                                               " (address in use or not valid)."));
-  }
+  if (!s->server_ || s->port_.number == 0) return CannotListen("--listen", config.listen);
+  s->port_.Open();
   if (!config.health_listen.empty()) {
     // Health only, in plaintext: what it tells (serving or not) is no secret.
     grpc::ServerBuilder health_builder;
-    health_builder.AddListeningPort(config.health_listen, grpc::InsecureServerCredentials(), &s->health_port_);
+    if (absl::Status st = s->health_port_.Add("--health_listen", config.health_listen,
+                                              grpc::InsecureServerCredentials(), config.transport.min_free_fds,
+                                              health_builder);
+        !st.ok()) {
+      return st;
+    }
     ApplyTransportLimits(config.transport, health_builder);
     s->health_server_ = health_builder.BuildAndStart();
-    if (!s->health_server_ || s->health_port_ == 0) {
-      return absl::UnavailableError(absl::StrCat("--health_listen: could not listen on ", config.health_listen,
-                                                 " (address in use or not valid)."));
+    if (!s->health_server_ || s->health_port_.number == 0) {
+      return CannotListen("--health_listen", config.health_listen);
     }
+    s->health_port_.Open();
   }
   s->SetServing(true);
   s->MirrorDevices();
@@ -190,6 +239,8 @@ void TallyServer::Drain(std::chrono::milliseconds grace) {
   if (!service_->WaitIdle(std::chrono::steady_clock::now() + grace)) {
     spdlog::warn("drain: calls still in flight after the {} ms grace are being cancelled", grace.count());
   }
+  port_.Close();
+  health_port_.Close();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
   server_->Wait();
   if (health_server_) {

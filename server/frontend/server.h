@@ -17,12 +17,18 @@
 #include "server/frontend/aggregator_service.h"
 #include "server/frontend/region_service.h"
 #include "server/frontend/auth_policy.h"
+#include "server/frontend/connection_gate.h"
 #include "server/frontend/identity_quota.h"
 #include "server/frontend/tls_credentials.h"
 #include "server/frontend/transport_limits.h"
 
 namespace grpc {
 class Server;
+class ServerBuilder;
+class ServerCredentials;
+namespace experimental {
+class ExternalConnectionAcceptor;
+}
 }
 
 namespace tally {
@@ -60,9 +66,9 @@ class TallyServer {
   static absl::StatusOr<std::unique_ptr<TallyServer>> Start(const ServerConfig& config);
   ~TallyServer();
 
-  int port() const { return port_; }
+  int port() const { return port_.number; }
   int metrics_port() const;
-  int health_port() const { return health_port_; }
+  int health_port() const { return health_port_.number; }
   const Backend& backend() const { return *backend_; }
   Metrics* metrics() { return metrics_.get(); }
   DatasetStore& datasets() { return *datasets_; }
@@ -95,8 +101,20 @@ class TallyServer {
   std::unique_ptr<RegionService> region_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> health_server_;
-  int port_ = 0;
-  int health_port_ = 0;
+  // A port the server listens on: through a ConnectionGate (TCP), or
+  // gRPC's own listener (unix sockets).
+  struct Port {
+    int number = 0;
+    std::unique_ptr<ConnectionGate> gate;
+    std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor;  // until Open()
+    [[nodiscard]] absl::Status Add(const char* flag, const std::string& address,
+                                   const std::shared_ptr<grpc::ServerCredentials>& credentials, int min_free_fds,
+                                   grpc::ServerBuilder& builder);
+    void Open();   // once the server is started
+    void Close();  // stops accepting
+  };
+  Port port_;         // after server_: the gate stops before the server goes
+  Port health_port_;
   bool drained_ = false;
 
   std::mutex watch_mu_;

@@ -83,21 +83,29 @@ absl::StatusOr<TokenFile::Table> TokenFile::Parse(absl::string_view text) {
 absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(std::string path, std::chrono::milliseconds recheck) {
   std::unique_ptr<TokenFile> file(new TokenFile(std::move(path), recheck));
   if (absl::Status s = file->Load(); !s.ok()) return s;
-  if (file->table_.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(file->path_, ": holds no token; no call could authenticate."));
-  }
   file->checked_ = Clock::now();
   return file;
 }
 
-// Reads and parses the file; on failure the table in force stays.
-absl::Status TokenFile::Load() {
-  struct stat st {};
+absl::Status TokenFile::Load(const std::optional<Stamp>& expected) {
+  struct stat st {}, after {};
   if (::stat(path_.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path_, ": cannot stat the file."));
+  if (expected && !(StampOf(st) == *expected)) {
+    return absl::UnavailableError(absl::StrCat(path_, ": changed again before it was read."));
+  }
   absl::StatusOr<std::string> text = ReadWhole(path_);
   if (!text.ok()) return text.status();
+  if (::stat(path_.c_str(), &after) != 0 || !(StampOf(after) == StampOf(st)) ||
+      text->size() != static_cast<std::size_t>(st.st_size)) {
+    return absl::UnavailableError(absl::StrCat(path_, ": changed while it was read."));
+  }
   absl::StatusOr<Table> table = Parse(*text);
   if (!table.ok()) return absl::InvalidArgumentError(absl::StrCat(path_, ": ", table.status().message()));
+  // An empty file is what a writer that truncates first leaves for a while,
+  // and taken it would lock every caller out.
+  if (table->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": holds no token; no call could authenticate."));
+  }
   table_ = std::move(*table);
   stamp_ = StampOf(st);
   return absl::OkStatus();
@@ -108,14 +116,35 @@ void TokenFile::MaybeReloadLocked(Clock::time_point now) {
   checked_ = now;
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) {
-    spdlog::error("--auth_token_file {}: cannot stat it; the tokens read before stay in force", path_);
+    if (!refused_ || !(*refused_ == Stamp{})) {
+      spdlog::warn("--auth_token_file {}: cannot stat it; the {} token(s) read before stay in force", path_,
+                   table_.size());
+      refused_ = Stamp{};
+    }
     return;
   }
-  if (StampOf(st) == stamp_) return;
-  if (absl::Status s = Load(); !s.ok()) {
-    spdlog::error("--auth_token_file: {}; the tokens read before stay in force", std::string(s.message()));
+  const Stamp seen = StampOf(st);
+  if (seen == stamp_ || (refused_ && seen == *refused_)) {
+    settling_.reset();
     return;
   }
+  if (!settling_ || !(*settling_ == seen)) {
+    settling_ = seen;  // read at the next check, if it has stopped changing by then
+    return;
+  }
+  settling_.reset();
+  if (absl::Status s = Load(seen); !s.ok()) {
+    if (s.code() == absl::StatusCode::kUnavailable) {  // still being written: read at a later check
+      spdlog::debug("--auth_token_file: {}", std::string(s.message()));
+      return;
+    }
+    spdlog::warn("--auth_token_file: {} The {} token(s) read before stay in force; write the file whole and "
+                 "rename it into place.",
+                 std::string(s.message()), table_.size());
+    refused_ = seen;  // logged once; read again when it changes
+    return;
+  }
+  refused_.reset();
   spdlog::info("--auth_token_file {}: re-read, {} token(s)", path_, table_.size());
 }
 

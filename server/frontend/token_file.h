@@ -7,8 +7,11 @@
 // file is looked at again at most every `recheck` and re-read when it
 // changed (a new inode, size or modification time: a Secret volume's
 // symlink swap is one), so tokens are added and revoked without a restart.
-// A file that can no longer be read or parsed leaves the last good table in
-// force, and says so in the log.
+// A changed file is read once it has stopped changing (the same stamp at
+// two checks in a row), so a file rewritten in place is not taken half
+// written. A file that cannot be read or parsed, holds no token, or changed
+// while it was read leaves the last good table in force, and says so in the
+// log once per version of the file.
 #pragma once
 
 #include <chrono>
@@ -53,14 +56,19 @@ class TokenFile {
   };
   static Stamp StampOf(const struct stat& st);
   TokenFile(std::string path, std::chrono::milliseconds recheck) : path_(std::move(path)), recheck_(recheck) {}
-  absl::Status Load();
+  // Reads and parses the file; the table in force changes only on success.
+  // UNAVAILABLE when the file is not the version `expected` (when given)
+  // or changed while it was read.
+  absl::Status Load(const std::optional<Stamp>& expected = std::nullopt);
   void MaybeReloadLocked(Clock::time_point now);
 
   const std::string path_;
   const std::chrono::milliseconds recheck_;
   std::mutex mu_;
   Table table_;
-  Stamp stamp_;
+  Stamp stamp_;                    // of the file the table was read from
+  std::optional<Stamp> settling_;  // a change seen at the last check
+  std::optional<Stamp> refused_;   // a version of the file already refused (and logged)
   Clock::time_point checked_;
 };
 

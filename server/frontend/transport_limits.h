@@ -36,6 +36,10 @@ struct TransportOptions {
   // one that pings more often is told to go away (GOAWAY too_many_pings).
   // 0: no minimum.
   std::chrono::seconds min_client_ping_interval{10};
+  // New connections are refused while fewer file descriptors than this are
+  // left under the process's limit (at most a quarter of the limit), so
+  // the listener is never the call that runs out (ConnectionGate).
+  int min_free_fds = 256;
 };
 
 void ApplyTransportLimits(const TransportOptions& options, grpc::ServerBuilder& builder);

@@ -106,8 +106,8 @@ class Metrics {
   // the quota ("--quota_streams"). Also counted by RequestFinished().
   void QuotaRejected(const std::string& flag);
   // The per-identity quotas' flags, whose refusal series exist from the start.
-  static constexpr std::array<const char*, 3> kQuotaFlags = {"--quota_inflight_bytes", "--quota_streams",
-                                                             "--quota_dataset_bytes"};
+  static constexpr std::array<const char*, 4> kQuotaFlags = {"--quota_inflight_bytes", "--quota_streams",
+                                                             "--quota_dataset_bytes", "--quota_datasets"};
   // A request turned away by admission control (RESOURCE_EXHAUSTED). It is
   // still counted by RequestFinished(); this counter says why.
   void AdmissionRejected();

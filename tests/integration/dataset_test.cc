@@ -101,7 +101,7 @@ TEST_F(DatasetTest, ListDescribeDelete) {
   EXPECT_EQ(list.datasets(1).name(), "b");
   EXPECT_GT(list.datasets(1).expires_unix_seconds(), list.datasets(1).created_unix_seconds() + 3599);
   ASSERT_EQ(list.places_size(), 1);
-  EXPECT_EQ(list.places(0).bytes(), 8000u);
+  EXPECT_EQ(list.places(0).bytes(), 8000u + 2 * DatasetStore::kOverheadBytes);  // two datasets
   grpc::ClientContext c2;
   v1::DescribeDatasetRequest d;
   d.set_name("a");

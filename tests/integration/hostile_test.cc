@@ -11,8 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "server_fixture.h"
-#include "tests/integration/hostile_clients.h"
+#include "tests/integration/hostile_fixture.h"
 #include "tests/unit/test_seed.h"
 
 namespace tally::testing {
@@ -20,13 +19,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using hostile::ServedRun;
-
-// Requests per measurement of the well-behaved client (half unary, half
-// streams); its p99 is then the second-worst request.
-constexpr int kRequests = 100;
-// Below this, a p99 counts as served normally whatever the unloaded one
-// was: a refused request takes --admission_wait_ms (2 s) to be refused.
-constexpr double kLatencyFloorSeconds = 0.5;
 
 // gRPC stays initialized from the first test to the last: otherwise the last
 // gRPC object of a test shuts the library down, and that waits (up to 10 s)
@@ -37,42 +29,6 @@ class GrpcForAllTests : public ::testing::Environment {
   void TearDown() override { grpc_shutdown(); }
 };
 ::testing::Environment* const grpc_for_all_tests = ::testing::AddGlobalTestEnvironment(new GrpcForAllTests);
-
-class HostileClientTest : public ServerFixture {
- protected:
-  void SetUp() override {}  // each test starts its own server
-
-  void Start(ServerConfig config) {
-    StartServer(config);
-    target_ = "127.0.0.1:" + std::to_string(server_->port());
-  }
-
-  // The well-behaved client alone, after a few requests to warm up.
-  ServedRun Unloaded() {
-    hostile::WellBehavedClient(channel_, 4);
-    ServedRun run = hostile::WellBehavedClient(channel_, kRequests);
-    EXPECT_EQ(run.failures, 0) << run.Summary();
-    return run;
-  }
-
-  void ExpectServedAsUnloaded(const ServedRun& unloaded, const ServedRun& attacked) {
-    std::printf("well-behaved client, unloaded:     %s\nwell-behaved client, under attack: %s\n",
-                unloaded.Summary().c_str(), attacked.Summary().c_str());
-    EXPECT_EQ(attacked.failures, 0) << attacked.Summary();
-    EXPECT_EQ(static_cast<int>(attacked.seconds.size()), kRequests);
-    const double limit = std::max(2 * unloaded.Percentile(99), kLatencyFloorSeconds);
-    EXPECT_LE(attacked.Percentile(99), limit) << "unloaded: " << unloaded.Summary()
-                                              << "\nunder attack: " << attacked.Summary();
-  }
-
-  // Everything the attack held has gone back.
-  void ExpectNothingHeld() {
-    EXPECT_TRUE(MetricReaches("tally_in_flight_bytes", 0)) << Metric("tally_in_flight_bytes");
-    EXPECT_TRUE(MetricReaches("tally_requests_in_flight", 0)) << Metric("tally_requests_in_flight");
-  }
-
-  std::string target_;
-};
 
 TEST_F(HostileClientTest, IdleStreamsHoldNothingAndEndAfterTheIdleTimeout) {
   // The idle-stream attack against the default limits: 64 streams announce

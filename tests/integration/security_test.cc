@@ -345,7 +345,7 @@ TEST_F(SecurityTest, StreamQuotaIsPerIdentityAndNamesItsFlag) {
 TEST_F(SecurityTest, DatasetQuotaHoldsUntilTheMemoryIsFreed) {
   ServerConfig config;
   config.auth.token_file = WriteTokens({{"a", "alice"}, {"b", "bob"}});
-  config.quotas.dataset_bytes = 4000;
+  config.quotas.dataset_bytes = 4000 + DatasetStore::kOverheadBytes;  // one dataset of up to 4000 bytes
   Start(config);
   client::Client alice(Channel(Token("a")));
   client::Client bob(Channel(Token("b")));
@@ -354,7 +354,7 @@ TEST_F(SecurityTest, DatasetQuotaHoldsUntilTheMemoryIsFreed) {
   array.data = reinterpret_cast<const std::byte*>(values.data());
   array.length = values.size();
   ASSERT_TRUE(alice.PutDataset("first", array).ok());
-  EXPECT_EQ(server_->quotas().dataset_bytes.used("alice"), 3200u);
+  EXPECT_EQ(server_->quotas().dataset_bytes.used("alice"), 3200u + DatasetStore::kOverheadBytes);
   const auto refused = alice.PutDataset("second", array);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("--quota_dataset_bytes"), absl::string_view::npos) << refused.status();

@@ -52,11 +52,12 @@ def free_port():
 
 
 class TallyServer:
-    def __init__(self, binary, tally_pb2, extra_args=()):
+    def __init__(self, binary, tally_pb2, extra_args=(), preexec_fn=None):
+        """preexec_fn: run in the child before the server starts (e.g. to set its limits)."""
         self.port = free_port()
         self.process = subprocess.Popen(
             [binary, f"--listen=127.0.0.1:{self.port}", "--metrics_listen=", *extra_args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn)
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{self.port}",
             options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])

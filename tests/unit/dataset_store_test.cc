@@ -18,6 +18,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
+constexpr std::uint64_t kO = DatasetStore::kOverheadBytes;  // what each dataset is charged beyond its bytes
+
 std::vector<float> Random(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -146,9 +148,9 @@ TEST_F(DatasetStoreTest, ExistingNamesNeedReplaceAndReadersKeepTheirVersion) {
   // The query that started on the old version still reads it, whole.
   EXPECT_TRUE(Holds(**reader, v1));
   EXPECT_TRUE(Holds(**store_->Acquire("x"), v2));
-  EXPECT_EQ(ChargedBytes(), (v1.size() + v2.size()) * 4);
+  EXPECT_EQ(ChargedBytes(), (v1.size() + v2.size()) * 4 + 2 * kO);
   reader->reset();
-  EXPECT_TRUE(ChargeBecomes(v2.size() * 4));
+  EXPECT_TRUE(ChargeBecomes(v2.size() * 4 + kO));
 }
 
 TEST_F(DatasetStoreTest, OfTwoConcurrentUploadsOfANameExactlyOneWins) {
@@ -180,13 +182,18 @@ TEST_F(DatasetStoreTest, OfTwoConcurrentUploadsOfANameExactlyOneWins) {
 
 TEST_F(DatasetStoreTest, TheBudgetRefusesWhatDoesNotFitAndSaysWhy) {
   DatasetOptions o;
-  o.max_bytes_per_place = 10000;
+  o.max_bytes_per_place = 10000 + kO;
   Make(o);
   ASSERT_TRUE(Put("a", Random(2000, testing::TestSeed())).ok());  // 8000 bytes
   const absl::Status s = Put("b", Random(1000, testing::TestSeed())).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(s.message().find("10000-byte limit"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("holds 8000 bytes in 1 dataset"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(std::to_string(10000 + kO) + "-byte limit"), std::string::npos) << s;
+  const std::string a = std::to_string(8000 + kO);
+  EXPECT_NE(s.message().find("holds " + a + " bytes of its " + std::to_string(10000 + kO) +
+                             "-byte limit (--max_dataset_bytes): " + a + " in 1 dataset(s), 0 in uploads in progress"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.message().find("still being read"), std::string::npos) << s;
   EXPECT_EQ(Put("huge", Random(3000, testing::TestSeed())).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store_->List().size(), 1u);  // nothing evicted without the flag
   ASSERT_TRUE(store_->Delete("a").ok());
@@ -196,7 +203,7 @@ TEST_F(DatasetStoreTest, TheBudgetRefusesWhatDoesNotFitAndSaysWhy) {
 
 TEST_F(DatasetStoreTest, LruEvictionTakesTheLeastRecentlyQueried) {
   DatasetOptions o;
-  o.max_bytes_per_place = 12000;
+  o.max_bytes_per_place = 12000 + 3 * kO;
   o.evict_lru = true;
   Make(o);
   ASSERT_TRUE(Put("old", Random(1000, 1)).ok());
@@ -208,8 +215,104 @@ TEST_F(DatasetStoreTest, LruEvictionTakesTheLeastRecentlyQueried) {
   for (const DatasetInfo& i : store_->List()) names.push_back(i.name);
   EXPECT_EQ(names, (std::vector<std::string>{"new", "next", "old"}));
   // Larger than the whole budget: refused, nothing evicted for it.
-  EXPECT_EQ(Put("huge", Random(4000, 5)).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Put("huge", Random(6000, 5)).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(store_->List().size(), 3u);
+}
+
+TEST_F(DatasetStoreTest, LruEvictsOnlyAtTheCommitOfAWholeUpload) {
+  DatasetOptions o;
+  o.max_bytes_per_place = 12000 + 3 * kO;
+  o.evict_lru = true;
+  Make(o);
+  ASSERT_TRUE(Put("a", Random(1000, 1)).ok());
+  ASSERT_TRUE(Put("b", Random(1000, 2)).ok());
+  ASSERT_TRUE(Put("c", Random(1000, 3)).ok());
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const DatasetInfo& i : store_->List()) out.push_back(i.name);
+    return out;
+  };
+  const std::vector<std::string> all{"a", "b", "c"};
+  // An upload of the whole budget that ends early, is abandoned, or sends
+  // too much evicts nothing.
+  {
+    auto up = store_->BeginUpload("big", DType::kFloat32, 3000, false, std::nullopt);
+    ASSERT_TRUE(up.ok()) << up.status();
+    const std::vector<float> part = Random(2, 4);
+    ASSERT_TRUE((*up)->Append(Extent::PageableHost(AsBytes(part))).ok());
+    EXPECT_EQ(names(), all);
+    EXPECT_EQ((*up)->Commit().status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(names(), all);
+  EXPECT_TRUE(ChargeBecomes(12000 + 3 * kO));
+  // Uploads in progress never hold more than the budget between them.
+  {
+    auto first = store_->BeginUpload("x", DType::kFloat32, 2000, false, std::nullopt);
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto second = store_->BeginUpload("y", DType::kFloat32, 3000, false, std::nullopt);
+    ASSERT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_NE(second.status().message().find(std::to_string(8000 + kO) + " in uploads in progress"),
+              std::string::npos)
+        << second.status();
+    EXPECT_EQ(second.status().message().find("still being read"), std::string::npos) << second.status();
+  }
+  EXPECT_EQ(names(), all);
+  // The upload that arrives whole evicts, at its commit, the least recently
+  // queried: "a" was queried last, so "b" and "c" go.
+  ASSERT_TRUE(store_->Acquire("a").ok());
+  ASSERT_TRUE(Put("d", Random(2000, 5)).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"a", "d"}));
+}
+
+TEST_F(DatasetStoreTest, AReplaceNeedsRoomForOneVersion) {
+  for (const bool lru : {false, true}) {
+    SCOPED_TRACE(lru ? "with LRU eviction" : "without");
+    DatasetOptions o;
+    o.max_bytes_per_place = 12000 + 2 * kO;
+    o.evict_lru = lru;
+    Make(o);
+    ASSERT_TRUE(Put("other", Random(1000, 1)).ok());
+    ASSERT_TRUE(Put("r", Random(2000, 2)).ok());
+    ASSERT_TRUE(store_->Acquire("other").ok());  // r is the least recently queried
+    // A same-size replace at a full budget: nothing else is evicted.
+    const std::vector<float> v = Random(2000, 3);
+    ASSERT_TRUE(Put("r", v, /*replace=*/true).ok());
+    std::vector<std::string> names;
+    for (const DatasetInfo& i : store_->List()) names.push_back(i.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"other", "r"}));
+    auto r = store_->Acquire("r");
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(Holds(**r, v));
+    r->reset();
+    EXPECT_TRUE(ChargeBecomes(12000 + 2 * kO));
+  }
+}
+
+TEST_F(DatasetStoreTest, EmptyDatasetsAreChargedAndCounted) {
+  DatasetOptions o;
+  o.max_bytes_per_place = 10 * kO;
+  o.max_datasets = 20;
+  Make(o);
+  // Empty datasets cost what a dataset costs: ten fit under ten overheads.
+  int made = 0;
+  absl::Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    absl::StatusOr<DatasetInfo> put = Put("empty" + std::to_string(i), {});
+    if (put.ok()) ++made;
+    else refused = put.status();
+  }
+  EXPECT_EQ(made, 10);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_EQ(ChargedBytes(), 10 * kO);
+  // And no more of them than max_datasets, whatever the bytes.
+  Make(DatasetOptions{.max_datasets = 20});
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Put("d" + std::to_string(i), Random(1, 1)).ok());
+  const absl::Status more = Put("one-more", Random(1, 1)).status();
+  EXPECT_EQ(more.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(more.message().find("--max_datasets=20"), std::string::npos) << more;
+  EXPECT_TRUE(Put("d3", Random(2, 2), /*replace=*/true).ok());  // a replace takes its old version's place
+  ASSERT_TRUE(store_->Delete("d0").ok());
+  EXPECT_TRUE(Put("one-more", Random(1, 1)).ok());
 }
 
 TEST_F(DatasetStoreTest, ExpiredDatasetsGoAndTheirMemoryWithThem) {
@@ -221,7 +324,7 @@ TEST_F(DatasetStoreTest, ExpiredDatasetsGoAndTheirMemoryWithThem) {
   std::this_thread::sleep_for(milliseconds(150));
   EXPECT_EQ(store_->Acquire("brief").status().code(), absl::StatusCode::kNotFound);
   ASSERT_EQ(store_->List().size(), 1u);
-  EXPECT_TRUE(ChargeBecomes(4000));
+  EXPECT_TRUE(ChargeBecomes(4000 + kO));
 }
 
 TEST_F(DatasetStoreTest, DeleteWhileReadLeavesTheReaderWhole) {
@@ -233,7 +336,7 @@ TEST_F(DatasetStoreTest, DeleteWhileReadLeavesTheReaderWhole) {
   EXPECT_EQ(store_->Delete("d").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->Acquire("d").status().code(), absl::StatusCode::kNotFound);
   // Still charged, still readable: a query on it finishes normally.
-  EXPECT_EQ(ChargedBytes(), v.size() * 4);
+  EXPECT_EQ(ChargedBytes(), v.size() * 4 + kO);
   AggregationPlan plan;
   plan.array = {DType::kFloat32, v.size(), 0};
   plan.ops = {OpSpec{OpKind::kSum}};

@@ -329,7 +329,7 @@ TEST_F(ShardedStore, ShardsHoldTheBytesAndAnswerAsOne) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->shards, 3u);
   EXPECT_EQ(info->place, "host,host,host");
-  EXPECT_EQ(store.Usage().front().bytes, a.bytes.size());
+  EXPECT_EQ(store.Usage().front().bytes, a.bytes.size() + DatasetStore::kOverheadBytes);
   EXPECT_EQ(store.Usage().front().datasets, 1u);
   auto d = store.Acquire("x");
   ASSERT_TRUE(d.ok());
@@ -370,13 +370,15 @@ TEST_F(ShardedStore, ShardsHoldTheBytesAndAnswerAsOne) {
   info = Put(store, "empty", empty);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->shards, 1u);
-  // Deleted, the shards' bytes all go back.
+  // Deleted, the shards' bytes all go back (small's and empty's stay, each
+  // with its overhead).
   ASSERT_TRUE(store.Delete("x").ok());
   d->reset();
-  for (int i = 0; i < 200 && store.Usage().front().bytes != small.bytes.size(); ++i) {
+  const std::uint64_t left = small.bytes.size() + 2 * DatasetStore::kOverheadBytes;
+  for (int i = 0; i < 200 && store.Usage().front().bytes != left; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(store.Usage().front().bytes, small.bytes.size());
+  EXPECT_EQ(store.Usage().front().bytes, left);
 }
 
 TEST_F(ShardedStore, AnUploadThatEndsEarlyOrOverrunsLeavesNoShardBehind) {
@@ -406,18 +408,21 @@ TEST_F(ShardedStore, AnUploadThatEndsEarlyOrOverrunsLeavesNoShardBehind) {
 TEST_F(ShardedStore, TheBudgetCountsEveryShardOfAPlace) {
   TALLY_SEEDED_RNG(rng);
   // Three shards of one place: the place takes all of a dataset's bytes.
-  DatasetStore store(*cpu_, DatasetOptions{.max_bytes_per_place = 10000, .shards = 3, .min_shard_bytes = 4}, nullptr);
+  constexpr std::uint64_t kBudget = 10000 + DatasetStore::kOverheadBytes;
+  DatasetStore store(*cpu_, DatasetOptions{.max_bytes_per_place = kBudget, .shards = 3, .min_shard_bytes = 4}, nullptr);
   const Array a = RandomArray(DType::kFloat32, 2000, rng, Fill::kWide);  // 8000 bytes
   ASSERT_TRUE(Put(store, "a", a).ok());
   const absl::StatusOr<DatasetInfo> b = Put(store, "b", a);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(b.status().message().find("needs 8000 bytes on host"), std::string::npos) << b.status();
+  EXPECT_NE(b.status().message().find("needs " + std::to_string(8000 + DatasetStore::kOverheadBytes) + " bytes on host"),
+            std::string::npos)
+      << b.status();
   const Array big = RandomArray(DType::kFloat32, 3000, rng, Fill::kWide);  // 12000 bytes
   const absl::StatusOr<DatasetInfo> c = Put(store, "c", big);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(c.status().message().find("12000 bytes"), std::string::npos) << c.status();
   // With LRU eviction, the old dataset's shards make room.
-  DatasetStore lru(*cpu_, DatasetOptions{.max_bytes_per_place = 10000, .evict_lru = true, .shards = 3,
+  DatasetStore lru(*cpu_, DatasetOptions{.max_bytes_per_place = kBudget, .evict_lru = true, .shards = 3,
                                          .min_shard_bytes = 4},
                    nullptr);
   ASSERT_TRUE(Put(lru, "a", a).ok());

@@ -125,10 +125,16 @@ TEST_F(TokenFileOnDisk, ReReadsAChangedFileAndKeepsTheOldTableOnABadOne) {
   EXPECT_EQ((*file)->Lookup("one"), "alice");
   EXPECT_EQ((*file)->Lookup("two"), std::nullopt);
   Write(TokenFile::Sha256Hex("two") + " bob\n");
+  // A change is taken once it has stopped changing: at the second look.
+  EXPECT_EQ((*file)->Lookup("two"), std::nullopt);
   EXPECT_EQ((*file)->Lookup("two"), "bob");
   EXPECT_EQ((*file)->Lookup("one"), std::nullopt);  // revoked
   Write("not a token line\n");
+  EXPECT_EQ((*file)->Lookup("two"), "bob");
   EXPECT_EQ((*file)->Lookup("two"), "bob");  // the last good table stays
+  Write("# every token revoked by mistake\n");
+  EXPECT_EQ((*file)->Lookup("two"), "bob");
+  EXPECT_EQ((*file)->Lookup("two"), "bob");  // an empty table is not taken either
 }
 
 TEST_F(TokenFileOnDisk, RefusesToOpenAnEmptyOrMissingFile) {

@@ -72,26 +72,77 @@ DatasetStore::~DatasetStore() {
   // entries_ go with the members; their deleters now free inline.
 }
 
-absl::Status DatasetStore::CheckName(const std::string& name) {
-  if (name.empty()) return absl::InvalidArgumentError("name: a dataset name must not be empty.");
+absl::Status DatasetStore::CheckName(const std::string& name, const char* what) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("name: a ", what, " name must not be empty."));
   if (name.size() > 256) {
     return absl::InvalidArgumentError(
-        absl::StrCat("name: ", name.size(), " bytes is over the 256-byte limit for a dataset name."));
+        absl::StrCat("name: ", name.size(), " bytes is over the 256-byte limit for a ", what, " name."));
   }
   for (std::size_t i = 0; i < name.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
     if (c < 0x20 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "name: byte ", i, " (0x", absl::Hex(c, absl::kZeroPad2),
-          ") is not printable ASCII; dataset names are 1 to 256 printable ASCII characters."));
+      return absl::InvalidArgumentError(absl::StrCat("name: byte ", i, " (0x", absl::Hex(c, absl::kZeroPad2),
+                                                     ") is not printable ASCII; ", what,
+                                                     " names are 1 to 256 printable ASCII characters."));
     }
   }
   return absl::OkStatus();
 }
 
-std::string DatasetStore::Fullness(const Place& p) const {
-  return absl::StrCat(p.where.label, " holds ", p.charged, " bytes in ", p.datasets, " dataset(s) of its ",
-                      options_.max_bytes_per_place, "-byte limit (--max_dataset_bytes)");
+std::string DatasetStore::FullnessLocked(const Place& p) const {
+  std::string s = absl::StrCat(p.where.label, " holds ", p.charged, " bytes of its ", options_.max_bytes_per_place,
+                               "-byte limit (--max_dataset_bytes): ", p.published, " in ", p.datasets,
+                               " dataset(s), ", p.uploading, " in uploads in progress");
+  if (const std::uint64_t read = p.charged - p.uploading - p.published; read > 0) {
+    absl::StrAppend(&s, ", ", read, " of removed datasets still being read (freed when those queries end)");
+  }
+  return s;
+}
+
+DatasetStore::Room DatasetStore::FindRoomLocked(const std::string& name, const std::vector<std::uint64_t>& adding,
+                                                bool for_commit) const {
+  Room room;
+  const std::size_t n = places_.size();
+  const std::uint64_t limit = options_.max_bytes_per_place;
+  room.short_of = n;
+  if (limit == 0) return room;
+  std::vector<std::uint64_t> held(n), freed(n, 0);
+  for (std::size_t p = 0; p < n; ++p) {
+    held[p] = (for_commit ? places_[p].charged - places_[p].uploading : places_[p].charged) + adding[p];
+  }
+  auto remove = [&](const Dataset& d) {
+    const std::vector<std::uint64_t> charges = ChargesOf(d.shards_, d.info_.dtype);
+    for (std::size_t p = 0; p < n; ++p) freed[p] += charges[p];
+  };
+  auto over = [&](std::size_t p) { return held[p] > limit + freed[p]; };
+  auto first_over = [&] {
+    std::size_t p = 0;
+    while (p < n && !over(p)) ++p;
+    return p;
+  };
+  // The version a replace takes the place of goes at its commit anyway.
+  if (auto old = entries_.find(name); old != entries_.end()) remove(*old->second.dataset);
+  if (options_.evict_lru) {
+    for (auto it = lru_.rbegin(); it != lru_.rend() && first_over() < n; ++it) {
+      if (*it == name) continue;
+      const Dataset& d = *entries_.at(*it).dataset;
+      bool helps = false;
+      for (const DatasetShard& sh : d.shards_) helps = helps || over(static_cast<std::size_t>(sh.place));
+      if (!helps) continue;
+      room.victims.push_back(*it);
+      remove(d);
+    }
+  }
+  room.short_of = first_over();
+  return room;
+}
+
+std::string DatasetStore::RefusalLocked(const std::string& name, const std::vector<std::uint64_t>& adding,
+                                        std::size_t place) const {
+  return absl::StrCat("dataset '", name, "' needs ", adding[place], " bytes on ", places_[place].where.label, "; ",
+                      FullnessLocked(places_[place]),
+                      options_.evict_lru ? "; what could be evicted is not enough"
+                                         : "; delete datasets, or run the server with --dataset_evict_lru");
 }
 
 absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
@@ -120,12 +171,13 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   {
     // The most one place takes, wherever the deal starts (the loop below
     // deals again from the place with the most room).
-    const std::vector<std::uint64_t> need = Deal(shards, 0, size);
+    const std::vector<std::uint64_t> need = Deal(shards, 0, dtype);
     const std::uint64_t most = *std::max_element(need.begin(), need.end());
     if (limit != 0 && most > limit) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "spec.length: ", bytes, " bytes", shards.size() > 1 ? absl::StrCat(" (", most, " on one place)") : "",
-          " is over the ", limit, "-byte limit per place (--max_dataset_bytes)."));
+          " and the ", kOverheadBytes, " every dataset is charged are over the ", limit,
+          "-byte limit per place (--max_dataset_bytes)."));
     }
   }
   const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
@@ -139,74 +191,40 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
       return absl::AlreadyExistsError(
           absl::StrCat("name: dataset '", name, "' exists; set replace to upload a new version."));
     }
+    // A replace takes its old version's place in the count at its commit.
+    if (options_.max_datasets != 0 && !entries_.contains(name) &&
+        entries_.size() + uploading_.size() >= options_.max_datasets) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "name: ", entries_.size(), " datasets exist and ", uploading_.size(),
+          " are being uploaded, the most --max_datasets=", options_.max_datasets,
+          " allows; delete datasets first."));
+    }
     // The deal starts at the place with the most room.
     std::size_t start = 0;
     for (std::size_t p = 1; p < places_.size(); ++p) {
       if (places_[p].charged < places_[start].charged) start = p;
     }
-    const std::vector<std::uint64_t> need = Deal(shards, start, size);
-    auto over = [&](std::size_t p, std::uint64_t freeing) {
-      return limit != 0 && places_[p].charged + need[p] > limit + freeing;
-    };
-    // The first place the upload does not fit, given what evictions free
-    // there; places_.size() when it fits everywhere.
-    auto first_over = [&](const std::vector<std::uint64_t>& freeing) {
-      std::size_t p = 0;
-      while (p < places_.size() && !over(p, freeing[p])) ++p;
-      return p;
-    };
-    const std::vector<std::uint64_t> nothing_freed(places_.size(), 0);
-    const std::size_t overflowing = first_over(nothing_freed);
-    if (overflowing == places_.size()) {
-      for (std::size_t p = 0; p < places_.size(); ++p) places_[p].charged += need[p];
+    const std::vector<std::uint64_t> need = Deal(shards, start, dtype);
+    // Nothing is evicted here: the upload may yet fail or be cancelled.
+    // It starts if its commit could make room.
+    const Room room = FindRoomLocked(name, need, /*for_commit=*/false);
+    if (room.short_of == places_.size()) {
+      for (std::size_t p = 0; p < places_.size(); ++p) {
+        places_[p].charged += need[p];
+        places_[p].uploading += need[p];
+      }
       upload->store_ = this;  // from here its destruction gives the name and bytes back
       upload->shards_ = std::move(shards);
       uploading_[name] = true;
       ReportLocked();
       break;
     }
-    // Over the budget: with --dataset_evict_lru, unpublish the least recently
-    // used datasets with bytes on an overflowing place (never the one being
-    // replaced), then wait for their memory, which goes as soon as no query
-    // reads it.
-    std::vector<std::shared_ptr<Dataset>> evicted;
-    if (options_.evict_lru) {
-      std::vector<std::uint64_t> freeing(places_.size(), 0);
-      std::vector<std::string> victims;
-      for (auto it = lru_.rbegin(); it != lru_.rend() && first_over(freeing) < places_.size(); ++it) {
-        if (*it == name) continue;
-        const Dataset& d = *entries_.at(*it).dataset;
-        bool helps = false;
-        for (const DatasetShard& sh : d.shards_) helps = helps || over(static_cast<std::size_t>(sh.place), freeing[sh.place]);
-        if (!helps) continue;
-        victims.push_back(*it);
-        for (const DatasetShard& sh : d.shards_) freeing[static_cast<std::size_t>(sh.place)] += sh.length * size;
-      }
-      for (const std::string& v : victims) {
-        auto e = entries_.find(v);
-        spdlog::info("dataset '{}' evicted ({} bytes, least recently used) to fit an upload of '{}'", v,
-                     e->second.dataset->info_.bytes, name);
-        if (metrics_ != nullptr) metrics_->DatasetEvicted();
-        evicted.push_back(e->second.dataset);
-        RemoveLocked(e);
-      }
-    }
-    auto refuse = [&] {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("dataset '", name, "' needs ", need[overflowing], " bytes on ",
-                       places_[overflowing].where.label, "; ", Fullness(places_[overflowing]),
-                       options_.evict_lru ? " (what could be evicted is still being read)"
-                                          : "; delete datasets, or run the server with --dataset_evict_lru"));
-    };
-    if (evicted.empty()) {
-      if (!options_.evict_lru || freed_.wait_until(lock, give_up) == std::cv_status::timeout) return refuse();
-      continue;
-    }
-    lock.unlock();
-    evicted.clear();  // their memory goes on the store's thread, which then wakes us
-    lock.lock();
-    if (!freed_.wait_until(lock, give_up, [&] { return first_over(nothing_freed) == places_.size(); })) {
-      return refuse();
+    // With --dataset_evict_lru, memory that removed datasets' readers still
+    // hold is worth waiting for: it goes when their queries end.
+    const Place& short_of = places_[room.short_of];
+    const bool being_read = short_of.charged > short_of.uploading + short_of.published;
+    if (!options_.evict_lru || !being_read || freed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+      return absl::ResourceExhaustedError(RefusalLocked(name, need, room.short_of));
     }
   }
   lock.unlock();
@@ -239,14 +257,16 @@ std::vector<DatasetShard> DatasetStore::CutShards(std::uint64_t length, std::uin
 }
 
 std::vector<std::uint64_t> DatasetStore::Deal(std::vector<DatasetShard>& shards, std::size_t start,
-                                              std::uint64_t size) const {
-  std::vector<std::uint64_t> need(places_.size(), 0);
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    const std::size_t p = (start + i) % places_.size();
-    shards[i].place = static_cast<int>(p);
-    need[p] += shards[i].length * size;
-  }
-  return need;
+                                              DType dtype) const {
+  for (std::size_t i = 0; i < shards.size(); ++i) shards[i].place = static_cast<int>((start + i) % places_.size());
+  return ChargesOf(shards, dtype);
+}
+
+std::vector<std::uint64_t> DatasetStore::ChargesOf(const std::vector<DatasetShard>& shards, DType dtype) const {
+  std::vector<std::uint64_t> charges(places_.size(), 0);
+  for (const DatasetShard& sh : shards) charges[static_cast<std::size_t>(sh.place)] += sh.length * rules::SizeOf(dtype);
+  if (!shards.empty()) charges[static_cast<std::size_t>(shards.front().place)] += kOverheadBytes;
+  return charges;
 }
 
 std::vector<PlacedPiece> Dataset::Pieces(std::uint64_t begin, std::uint64_t end) const {
@@ -298,48 +318,82 @@ absl::StatusOr<DatasetInfo> DatasetStore::Upload::Commit() {
   if (bytes_ == 0) {  // no Append() filled, and so sealed, the one empty shard
     if (absl::Status s = shards_.front().memory->Seal(); !s.ok()) return s;
   }
+  // Refused for room, the upload is abandoned with this object: its name
+  // and bytes go back, and nothing was evicted for it.
+  absl::StatusOr<std::shared_ptr<Dataset>> published = store_->Publish(*this);
+  if (!published.ok()) return published.status();
   done_ = true;
-  return store_->Publish(*this)->info_;
+  return (*published)->info_;
 }
 
 void DatasetStore::Abandon(Upload& upload) {
   upload.done_ = true;
-  const std::uint64_t size = rules::SizeOf(upload.spec_.dtype);
   for (DatasetShard& sh : upload.shards_) sh.memory.reset();
   upload.charge_.reset();
   std::lock_guard lock(mu_);
   uploading_.erase(upload.name_);
-  for (const DatasetShard& sh : upload.shards_) places_[static_cast<std::size_t>(sh.place)].charged -= sh.length * size;
+  const std::vector<std::uint64_t> charges = ChargesOf(upload.shards_, upload.spec_.dtype);
+  for (std::size_t p = 0; p < places_.size(); ++p) {
+    places_[p].charged -= charges[p];
+    places_[p].uploading -= charges[p];
+  }
   ReportLocked();
+  freed_.notify_all();
 }
 
-std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
-  auto* d = new Dataset();
-  d->shards_ = std::move(upload.shards_);
-  d->charge_ = std::move(upload.charge_);
-  d->info_.name = upload.name_;
-  d->info_.dtype = upload.spec_.dtype;
-  d->info_.length = upload.spec_.length;
-  d->info_.bytes = upload.bytes_;
-  std::vector<std::string> labels;
-  for (const DatasetShard& sh : d->shards_) labels.push_back(places_[static_cast<std::size_t>(sh.place)].where.label);
-  d->info_.place = absl::StrJoin(labels, ",");
-  d->info_.shards = static_cast<std::uint32_t>(d->shards_.size());
-  d->info_.created = std::chrono::system_clock::now();
-  if (upload.ttl_) d->info_.expires = d->info_.created + *upload.ttl_;
-  std::shared_ptr<Dataset> dataset(d, [rec = reclaimer_](Dataset* p) { rec->Push(p); });
-  std::shared_ptr<Dataset> old;  // dropped outside the lock
+absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
+  const std::vector<std::uint64_t> mine = ChargesOf(upload.shards_, upload.spec_.dtype);
+  const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
+  std::vector<std::shared_ptr<Dataset>> removed;  // dropped outside the lock
+  std::shared_ptr<Dataset> dataset;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    Room room = FindRoomLocked(upload.name_, mine, /*for_commit=*/true);
+    while (room.short_of < places_.size()) {
+      const Place& short_of = places_[room.short_of];
+      const bool being_read = short_of.charged > short_of.uploading + short_of.published;
+      if (!being_read || freed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+        return absl::ResourceExhaustedError(RefusalLocked(upload.name_, mine, room.short_of));
+      }
+      room = FindRoomLocked(upload.name_, mine, /*for_commit=*/true);
+    }
+    for (const std::string& v : room.victims) {
+      auto e = entries_.find(v);
+      spdlog::warn("dataset '{}' evicted ({} bytes on {}, the least recently queried) to make room for the "
+                   "upload of '{}' under --max_dataset_bytes={}",
+                   v, e->second.dataset->info_.bytes, e->second.dataset->info_.place, upload.name_,
+                   options_.max_bytes_per_place);
+      if (metrics_ != nullptr) metrics_->DatasetEvicted();
+      removed.push_back(e->second.dataset);
+      RemoveLocked(e);
+    }
+    auto* d = new Dataset();
+    d->shards_ = std::move(upload.shards_);
+    d->charge_ = std::move(upload.charge_);
+    d->info_.name = upload.name_;
+    d->info_.dtype = upload.spec_.dtype;
+    d->info_.length = upload.spec_.length;
+    d->info_.bytes = upload.bytes_;
+    std::vector<std::string> labels;
+    for (const DatasetShard& sh : d->shards_) labels.push_back(places_[static_cast<std::size_t>(sh.place)].where.label);
+    d->info_.place = absl::StrJoin(labels, ",");
+    d->info_.shards = static_cast<std::uint32_t>(d->shards_.size());
+    d->info_.created = std::chrono::system_clock::now();
+    if (upload.ttl_) d->info_.expires = d->info_.created + *upload.ttl_;
+    dataset = std::shared_ptr<Dataset>(d, [rec = reclaimer_](Dataset* p) { rec->Push(p); });
     d->info_.version = next_version_++;
     uploading_.erase(upload.name_);
     auto it = entries_.find(upload.name_);
     if (it != entries_.end()) {
-      old = it->second.dataset;
+      removed.push_back(it->second.dataset);
       RemoveLocked(it);
     }
     lru_.push_front(upload.name_);
     entries_.emplace(upload.name_, Entry{dataset, lru_.begin()});
+    for (std::size_t p = 0; p < places_.size(); ++p) {
+      places_[p].uploading -= mine[p];
+      places_[p].published += mine[p];
+    }
     for (const int p : PlacesOf(*d)) ++places_[static_cast<std::size_t>(p)].datasets;
     ReportLocked();
   }
@@ -348,7 +402,11 @@ std::shared_ptr<Dataset> DatasetStore::Publish(Upload& upload) {
 }
 
 void DatasetStore::RemoveLocked(std::map<std::string, Entry>::iterator it) {
-  for (const int p : PlacesOf(*it->second.dataset)) --places_[static_cast<std::size_t>(p)].datasets;
+  const Dataset& d = *it->second.dataset;
+  for (const int p : PlacesOf(d)) --places_[static_cast<std::size_t>(p)].datasets;
+  // Its bytes stay charged until its last reader lets go of them.
+  const std::vector<std::uint64_t> charges = ChargesOf(d.shards_, d.info_.dtype);
+  for (std::size_t p = 0; p < places_.size(); ++p) places_[p].published -= charges[p];
   lru_.erase(it->second.lru);
   entries_.erase(it);
   ReportLocked();
@@ -463,11 +521,11 @@ void DatasetStore::Sweep() {
     freed.swap(reclaimer_->freed);
     lock.unlock();
     for (Dataset* d : freed) {
-      const std::uint64_t size = rules::SizeOf(d->info_.dtype);
-      std::vector<std::pair<int, std::uint64_t>> charges;
-      for (const DatasetShard& sh : d->shards_) charges.emplace_back(sh.place, sh.length * size);
+      const std::vector<std::uint64_t> charges = ChargesOf(d->shards_, d->info_.dtype);
       delete d;
-      for (const auto& [place, bytes] : charges) Charge(place, -static_cast<std::int64_t>(bytes));
+      for (std::size_t p = 0; p < charges.size(); ++p) {
+        if (charges[p] != 0) Charge(static_cast<int>(p), -static_cast<std::int64_t>(charges[p]));
+      }
     }
     ExpireNow();
     lock.lock();

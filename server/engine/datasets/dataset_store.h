@@ -15,8 +15,17 @@
 // - One upload per name at a time: a second upload of a name being uploaded
 //   is refused (exactly one of two concurrent uploads wins).
 // - Bytes are charged to their place from the upload's start until the
-//   memory is freed, so a replacement needs room for both versions while it
-//   uploads, and a deleted dataset still read by a query still counts.
+//   memory is freed, so a deleted dataset still read by a query still counts.
+// - Room is judged twice. An upload starts when it would fit once what its
+//   commit may remove is gone: the version it replaces and, with LRU
+//   eviction, the place's other datasets; so uploads in progress never
+//   hold more than the budget between them. At commit, under the lock, the
+//   resident bytes (published, and removed but still read) plus the
+//   upload's must fit the budget once the replaced version goes: a replace
+//   needs room for one version. Only then, and only for an upload that
+//   arrived whole, are least recently used datasets evicted (each logged at
+//   warning with its name and the upload it made room for); an upload that
+//   fails, is cancelled or is refused evicts nothing.
 //
 // Shards: a dataset of at least two shards' minimum size is cut into
 // contiguous element ranges of nearly equal length, dealt round-robin over
@@ -64,6 +73,10 @@ struct DatasetOptions {
   // on a single GPU). Fewer when shards would be under min_shard_bytes.
   int shards = 0;
   std::uint64_t min_shard_bytes = std::uint64_t{64} << 20;
+  // Datasets published or being uploaded at once, in all (0: no limit).
+  // 10,000 keeps a ListDatasets answer (names up to 256 bytes) under gRPC's
+  // default 4 MiB receive limit, and the datasets' own overhead near 40 MiB.
+  std::uint64_t max_datasets = 10000;
 };
 
 // What a client may know of a dataset.
@@ -107,6 +120,13 @@ class Dataset {
 
 class DatasetStore {
  public:
+  // What a dataset costs beyond its bytes, charged to the place of its
+  // first shard and to the uploader's --quota_dataset_bytes: its resident
+  // memory's own page and mapping, its name and its entries. 75,000 one-byte
+  // datasets took 338 MiB of RSS on the cpu backend, 4.6 KiB each; without
+  // this, empty datasets were free and any number fit under any budget.
+  static constexpr std::uint64_t kOverheadBytes = 4096;
+
   // An upload in progress. Destroying it without Commit() discards it.
   class Upload {
    public:
@@ -142,7 +162,8 @@ class DatasetStore {
 
   // Checks the name, reserves it and the bytes, and allocates the memory.
   // ALREADY_EXISTS when the name exists and `replace` is false, or another
-  // upload of it is in progress; RESOURCE_EXHAUSTED when it does not fit.
+  // upload of it is in progress; RESOURCE_EXHAUSTED when it does not fit,
+  // or would be one dataset more than max_datasets.
   // `ttl`: the dataset expires that long after its upload is committed.
   // `charge`, when given, is kept exactly as long as the bytes: released when
   // the upload is abandoned or the dataset's memory is freed. The store never
@@ -170,14 +191,24 @@ class DatasetStore {
   // Removes expired datasets now (the store's thread does it periodically).
   void ExpireNow();
 
-  // The rules on a dataset name: 1 to 256 bytes of printable ASCII.
-  [[nodiscard]] static absl::Status CheckName(const std::string& name);
+  // The rules on a dataset name: 1 to 256 bytes of printable ASCII. Regions
+  // follow the same rules; `what` names the kind in the message.
+  [[nodiscard]] static absl::Status CheckName(const std::string& name, const char* what = "dataset");
 
  private:
   struct Place {
     ResidentPlace where;
-    std::uint64_t charged = 0;
-    std::uint64_t datasets = 0;
+    std::uint64_t charged = 0;    // all of the below, and removed datasets still read
+    std::uint64_t uploading = 0;  // uploads in progress
+    std::uint64_t published = 0;  // published datasets
+    std::uint64_t datasets = 0;   // published
+  };
+  // What a commit would remove to make room for bytes `adding` (per place)
+  // under `name`; `short_of` is the first place still over the budget after
+  // all that (places_.size() when everything fits).
+  struct Room {
+    std::vector<std::string> victims;  // least recently used first
+    std::size_t short_of = 0;
   };
   struct Entry {
     std::shared_ptr<Dataset> dataset;
@@ -192,16 +223,25 @@ class DatasetStore {
   // How a dataset of `length` elements of `size` bytes is cut (first and
   // length of each shard; places not yet dealt).
   std::vector<DatasetShard> CutShards(std::uint64_t length, std::uint64_t size) const;
-  // Deals `shards` round-robin over the places from `start`; the bytes each
-  // place takes.
-  std::vector<std::uint64_t> Deal(std::vector<DatasetShard>& shards, std::size_t start, std::uint64_t size) const;
+  // Deals `shards` round-robin over the places from `start`; what each
+  // place is charged (ChargesOf).
+  std::vector<std::uint64_t> Deal(std::vector<DatasetShard>& shards, std::size_t start, DType dtype) const;
+  // What a dataset (or an upload) of these shards charges each place: its
+  // shards' bytes, and kOverheadBytes on the first shard's place.
+  std::vector<std::uint64_t> ChargesOf(const std::vector<DatasetShard>& shards, DType dtype) const;
   // Charges or gives back every shard's bytes to its place.
   void Charge(int place, std::int64_t bytes);
   void ReportLocked();
   void Sweep();
-  std::shared_ptr<Dataset> Publish(Upload& upload);
+  // `for_commit`: room in resident bytes for a commit (the evictable
+  // datasets are named); otherwise whether an upload may start (every
+  // charge counts, and evictable bytes are only counted).
+  Room FindRoomLocked(const std::string& name, const std::vector<std::uint64_t>& adding, bool for_commit) const;
+  std::string RefusalLocked(const std::string& name, const std::vector<std::uint64_t>& adding,
+                            std::size_t place) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Dataset>> Publish(Upload& upload);
   void Abandon(Upload& upload);
-  std::string Fullness(const Place& p) const;
+  std::string FullnessLocked(const Place& p) const;
 
   Backend& backend_;
   const DatasetOptions options_;

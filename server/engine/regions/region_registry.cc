@@ -65,7 +65,7 @@ RegionRegistry::~RegionRegistry() {
 absl::StatusOr<RegionInfo> RegionRegistry::Register(const std::string& name, std::uint64_t bytes,
                                                     std::shared_ptr<void> charge,
                                                     const std::function<absl::Status(Region&)>& attach) {
-  if (absl::Status s = DatasetStore::CheckName(name); !s.ok()) return s;
+  if (absl::Status s = DatasetStore::CheckName(name, "region"); !s.ok()) return s;
   {
     std::lock_guard lock(mu_);
     if (regions_.contains(name)) {

@@ -12,6 +12,18 @@
 #include "server/engine/regions/sigbus_guard.h"
 
 namespace tally {
+namespace {
+
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "FIFO";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISDIR(mode)) return "directory";
+  return "file of another kind";
+}
+
+}  // namespace
 
 absl::Status CheckShmName(const std::string& shm_name) {
   const std::string bare = !shm_name.empty() && shm_name[0] == '/' ? shm_name.substr(1) : shm_name;
@@ -30,7 +42,11 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
   const std::string path = shm_name[0] == '/' ? shm_name : "/" + shm_name;
   std::unique_ptr<ShmMapping> m(new ShmMapping());
   m->name_ = path;
-  m->fd_ = shm_open(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  // O_NONBLOCK: a FIFO (or a device) put in /dev/shm under the name would
+  // otherwise hold this worker in open() until a writer comes, past any
+  // deadline. What was opened is then judged by the descriptor itself, so a
+  // rename between a check and the open cannot swap it.
+  m->fd_ = shm_open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC, 0);
   if (m->fd_ < 0) {
     const int err = errno;
     const std::string why = absl::StrCat("shm_name: cannot open shared-memory object '", path, "': ", std::strerror(err), ".");
@@ -43,7 +59,11 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
   if (fstat(m->fd_, &st) != 0) {
     return absl::InternalError(absl::StrCat("fstat of '", path, "': ", std::strerror(errno), "."));
   }
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat("shm_name: '", path, "' is not a regular file."));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shm_name: '", path, "' is not a shared-memory object (a regular file in /dev/shm) but a ",
+        FileKind(st.st_mode), "; only shm_open'd objects can be registered."));
+  }
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (offset > size || bytes > size - offset) {
     return absl::InvalidArgumentError(absl::StrCat("byte_size: offset ", offset, " + byte_size ", bytes,

@@ -20,7 +20,9 @@ class ShmMapping {
   // Opens `shm_name` read-only and maps [offset, offset + bytes) of it.
   // INVALID_ARGUMENT for a malformed name or an object smaller than
   // offset + bytes; NOT_FOUND when there is no such object;
-  // PERMISSION_DENIED when the server may not read it.
+  // PERMISSION_DENIED when the server may not read it; FAILED_PRECONDITION
+  // when the name is not a regular file (a FIFO, a device, a directory),
+  // found without blocking.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmMapping>> Open(const std::string& shm_name,
                                                                        std::uint64_t offset, std::uint64_t bytes);
   ~ShmMapping();

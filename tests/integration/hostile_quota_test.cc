@@ -1,0 +1,118 @@
+// One identity over its in-flight quota from many threads at once: each
+// refusal is counted once in tally_quota_rejections_total (and in
+// tally_admission_rejections_total for the server-wide budget), however
+// the refused request was admitted (tried at once, then waited for). And
+// small requests that ask for large results are held to the budget by
+// their results.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/hostile_fixture.h"
+
+namespace tally::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class HostileQuotaTest : public HostileClientTest {
+ protected:
+  // 3 MiB of ones, summed.
+  static v1::AggregateRequest Large() {
+    v1::AggregateRequest r;
+    r.mutable_spec()->set_dtype(v1::DTYPE_UINT8);
+    r.set_data(std::string(3 << 20, '\1'));
+    *r.add_aggregations() = Op(v1::OP_SUM);
+    return r;
+  }
+
+  // `threads` clients sending `r` for `run`; how many were refused with a
+  // message containing `reason`.
+  int Flood(int threads, std::chrono::milliseconds run, const std::string& reason,
+            const v1::AggregateRequest& r = Large()) {
+    std::atomic<int> refused{0}, served{0};
+    std::vector<std::thread> pool;
+    const auto end = std::chrono::steady_clock::now() + run;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(-1);
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+        auto stub = v1::Aggregator::NewStub(grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args));
+        while (std::chrono::steady_clock::now() < end) {
+          v1::AggregateResponse resp;
+          grpc::ClientContext ctx;
+          const grpc::Status s = stub->Aggregate(&ctx, r, &resp);
+          if (s.ok()) {
+            ++served;
+          } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                     s.error_message().find(reason) != std::string::npos) {
+            ++refused;
+          } else {
+            ADD_FAILURE() << s.error_message();
+          }
+        }
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    std::printf("%d served, %d refused (%s)\n", served.load(), refused.load(), reason.c_str());
+    return refused.load();
+  }
+};
+
+TEST_F(HostileQuotaTest, EachQuotaRefusalIsCountedOnce) {
+  ServerConfig config;
+  config.quotas.inflight_bytes = 4 << 20;  // one 3 MiB request at a time
+  config.service.admission_wait = 0ms;
+  Start(config);
+  const int refused = Flood(6, 1500ms, "--quota_inflight_bytes");
+  ASSERT_GT(refused, 0);
+  EXPECT_EQ(Metric("tally_quota_rejections_total"), refused);
+  ExpectNothingHeld();
+}
+
+TEST_F(HostileQuotaTest, EachAdmissionRefusalIsCountedOnce) {
+  ServerConfig config;
+  config.service.max_inflight_bytes = 4 << 20;
+  config.service.admission_wait = 0ms;
+  Start(config);
+  const int refused = Flood(6, 1500ms, "--max_inflight_bytes");
+  ASSERT_GT(refused, 0);
+  EXPECT_EQ(Metric("tally_admission_rejections_total"), refused);
+  ExpectNothingHeld();
+}
+
+TEST_F(HostileQuotaTest, LargeResultsOfSmallRequestsAreHeldToTheBudget) {
+  // 1 KiB requests asking for 64 rows of 8,189-bin histograms: 8 MiB of
+  // results each while they run (ResultBytes). Two do not fit the budget
+  // at once; before results were counted, any number ran together (32
+  // clients took RSS from 34 to 808 MiB).
+  ServerConfig config;
+  config.service.max_inflight_bytes = 12 << 20;
+  config.service.admission_wait = 0ms;
+  Start(config);
+  v1::AggregateRequest r;
+  r.mutable_spec()->set_dtype(v1::DTYPE_UINT8);
+  r.mutable_spec()->set_row_length(16);
+  r.set_data(std::string(1024, '\7'));
+  *r.add_aggregations() = Hist(8189, 0, 255);
+  std::atomic<bool> sampling{true};
+  double most = 0;
+  std::thread sampler([&] {
+    while (sampling) {
+      most = std::max(most, Metric("tally_in_flight_bytes"));
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const int refused = Flood(4, 1500ms, "--max_inflight_bytes", r);
+  sampling = false;
+  sampler.join();
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(Metric("tally_admission_rejections_total"), refused);
+  EXPECT_LE(most, 12 << 20) << "results held past the budget";
+  EXPECT_GE(most, 8 << 20) << "the results were not counted";
+  ExpectNothingHeld();
+}
+
+}  // namespace
+}  // namespace tally::testing
