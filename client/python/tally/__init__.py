@@ -12,12 +12,13 @@ the parts of an array be aggregated anywhere and combined on the client;
 from ._arrays import SUPPORTED as _SUPPORTED
 from ._ops import Op, parse_ops
 from ._values import Histogram
-from .client import Client, DatasetInfo, Error, RegionInfo, Results, SharedArray
+from ._results import Execution, Results
+from .client import Client, DatasetInfo, Error, RegionInfo, SharedArray
 from .partial import STATE_VERSION, Partial, empty, finish, merge, merge_all
 
 #: The numpy dtypes tally aggregates.
 SUPPORTED_DTYPES = tuple(_SUPPORTED)
 
-__all__ = ["Client", "DatasetInfo", "Error", "Histogram", "Op", "Partial", "RegionInfo", "Results",
+__all__ = ["Client", "DatasetInfo", "Error", "Execution", "Histogram", "Op", "Partial", "RegionInfo", "Results",
            "SharedArray", "STATE_VERSION",
            "SUPPORTED_DTYPES", "empty", "finish", "merge", "merge_all", "parse_ops"]
