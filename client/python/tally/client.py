@@ -12,6 +12,7 @@ import numpy as np
 from . import _values
 from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
                       refuse_pandas, split_masked, wire_dtype)
+from ._numpy import NumpyFunctions
 from ._ops import Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
 from .partial import Partial
@@ -84,7 +85,7 @@ def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
         return f.read()
 
 
-class Client:
+class Client(NumpyFunctions):
     """A connection to a tally server.
 
     ``target`` is ``"host:port"`` (any gRPC target, e.g. ``dns:///tally:50051``
@@ -102,6 +103,11 @@ class Client:
     Arrays larger than ``stream_threshold`` bytes are sent with
     AggregateStream in chunks of ``chunk_bytes``; smaller ones in one
     Aggregate message. Thread-safe: calls may run from many threads.
+
+    numpy's reductions are methods with numpy's signatures and answers
+    (``c.sum(x, axis=0)``, ``c.std(x, ddof=1)``, ``c.histogram(x, 64)``:
+    :class:`tally._numpy.NumpyFunctions`), one call each; :meth:`aggregate`
+    answers many ops in one pass over the data.
     """
 
     def __init__(self, target: str, *, timeout: Optional[float] = None, tls: bool = False,
