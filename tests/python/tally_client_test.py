@@ -186,6 +186,20 @@ class AgainstNumpy(Base):
         self.assertGreaterEqual(e.seconds, 0.0)
 
 
+    def test_2d_datasets_are_refused_not_flattened(self):
+        m = random_array(self.rng, np.float32, (4, 25))
+        with self.assertRaises(ValueError) as e:
+            self.client.put_dataset("ds-2d", m)
+        self.assertIn("row_length=25", str(e.exception))
+        with self.assertRaises(tally.Error):
+            self.client.describe_dataset("ds-2d")  # nothing was uploaded
+        self.client.put_dataset("ds-2d", m.reshape(-1))
+        try:
+            np.testing.assert_allclose(self.client.aggregate_dataset("ds-2d", "sum", row_length=25)["sum"],
+                                       np.sum(m, axis=1), rtol=1e-5)
+        finally:
+            self.client.delete_dataset("ds-2d")
+
     def test_nan_ops_answer_as_numpy_nan_functions(self):
         for dtype in (np.float32, np.float64, np.int32, np.uint8):
             x = random_array(self.rng, dtype, 1000)

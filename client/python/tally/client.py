@@ -13,6 +13,7 @@ from . import _values
 from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
                       refuse_pandas, split_masked, wire_dtype)
 from ._numpy import NumpyFunctions
+from ._pandas import PandasFunctions
 from ._ops import Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
 from .partial import Partial
@@ -85,7 +86,7 @@ def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
         return f.read()
 
 
-class Client(NumpyFunctions):
+class Client(NumpyFunctions, PandasFunctions):
     """A connection to a tally server.
 
     ``target`` is ``"host:port"`` (any gRPC target, e.g. ``dns:///tally:50051``
