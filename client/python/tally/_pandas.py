@@ -137,12 +137,15 @@ def plan(col: Column, funcs: list[str]) -> Column:
     return col
 
 
-def ops_for(col: Column, funcs: list[str]) -> list[Op]:
+def ops_for(col: Column, funcs: list[str], every_op: bool = False) -> list[Op]:
     """The ops that answer ``funcs`` over ``col`` (as :func:`plan` gives it):
-    the count of values present first, which decides what has no value."""
+    the count of values present first, which decides what has no value.
+    Without ``every_op``, min and max are left out of a column with no
+    values (the server refuses them); partial states take them, and the
+    ops must be the same for every part of a column."""
     pick = 1 if col.nan_ops else 0
     names = [_FUNCS["count"][pick]] + [_FUNCS[f][pick] for f in funcs if f in _FUNCS]
-    if col.present() == 0:  # no min or max to ask for (the server refuses them)
+    if not every_op and col.present() == 0:
         names = [n for n in names if Op.parse(n).kind not in ("min", "max", "nanmin", "nanmax")]
     return [Op.parse(n) for n in dict.fromkeys(names)]
 
