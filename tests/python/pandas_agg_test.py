@@ -189,6 +189,16 @@ class DataFrames(Base):
         self.assertEqual(self.client.aggregate(df["i64"], "sum")["sum"], np.sum(df["i64"].to_numpy()))
 
 
+class ReadmeExample(Base):
+    def test_the_side_by_side_example_runs_and_agrees(self):
+        readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
+        section = readme[readme.index("### numpy, pandas and tally, line by line"):]
+        code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+        self.assertIn("assert", code)
+        code = code.replace('"localhost:50051"', repr(f"127.0.0.1:{self.server.port}"))
+        exec(compile(code, "README.md", "exec"), {})
+
+
 if __name__ == "__main__":
     SERVER_BINARY = sys.argv[1]
     for arg in sys.argv[2:]:
