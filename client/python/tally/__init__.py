@@ -5,9 +5,13 @@
         r = c.aggregate(np.random.rand(10_000_000), ["sum", "std:1", "hist:256:0:1"])
         counts, edges = r["hist:256:0:1"]
 
+numpy's reductions are Client methods with numpy's signatures and answers
+(``c.nanstd(x, axis=0, ddof=1)``, ``c.histogram(x, 64)``), and
+``c.agg(df, ["mean", "count"])`` answers what pandas' ``df.agg`` does.
+
 Partial states (:meth:`Client.partial`, :func:`merge`, :func:`finish`) let
 the parts of an array be aggregated anywhere and combined on the client;
-:mod:`tally.dask` does that for Dask arrays.
+:mod:`tally.dask` does that, lazily, for Dask Arrays and DataFrames.
 """
 from ._arrays import SUPPORTED as _SUPPORTED
 from ._ops import Op, parse_ops

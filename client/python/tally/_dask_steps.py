@@ -10,12 +10,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import partial as tp
-from ._numpy import _layout
-from ._ops import Op
+from ._numpy import layout
+from ._ops import INDEX_OPS, Op
 from .client import Client
 
 Targets = Union[str, Sequence[str], Mapping[str, str]]
-_INDEX_OPS = ("argmin", "argmax", "nanargmin", "nanargmax")
 
 # One client per target in each worker process, shared by its threads.
 _clients: dict[tuple, Client] = {}
@@ -137,7 +136,7 @@ class Chunk:
     def __call__(self, x: np.ndarray, ids: np.ndarray, axis: Any = None, keepdims: bool = True) -> np.ndarray:
         if not any(x.shape):  # Dask asking for the chunk step's type on an empty stand-in
             return np.empty((0,) * x.ndim, dtype=object)
-        data, offsets, shape = _layout(x, self.reduce_axes)
+        data, offsets, shape = layout(x, self.reduce_axes)
         if x.size == 0:  # no elements, and no block number to place it: the merge identity
             return wrap(Parts({}, shape), x.ndim)
         block = int(ids.reshape(-1)[0])
@@ -163,7 +162,7 @@ class Chunk:
         local_shape = tuple(block_shape[d] for d in axes)
         whole_shape = tuple(self.shape[d] for d in axes)
         for s in states:
-            if s.op.kind not in _INDEX_OPS:
+            if s.op.kind not in INDEX_OPS:
                 continue
             found = s.index >= 0
             coords = np.unravel_index(np.where(found, s.index, 0), local_shape)

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _values
 from ._arrays import check_dtype, refuse_pandas
-from ._ops import NO_EMPTY_ANSWER, Op
+from ._ops import INDEX_OPS, NO_EMPTY_ANSWER, Op
 
 try:  # numpy 2 moved it
     from numpy.lib.array_utils import normalize_axis_tuple
@@ -23,11 +23,9 @@ except ImportError:
     from numpy.core.numeric import normalize_axis_tuple
 
 Axis = Union[None, int, Sequence[int]]
-# numpy's argmin family takes one axis (or None), never a tuple.
-_ONE_AXIS = ("argmin", "argmax", "nanargmin", "nanargmax")
 
 
-def _layout(a: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray], tuple[int, ...]]:
+def layout(a: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, Optional[np.ndarray], tuple[int, ...]]:
     """What to send for a reduction of ``a`` over ``axes``: the data (1-D
     for a whole-array answer, else 2-D with one row per answer), offsets
     when each row is empty (the server takes no rows of no elements, but
@@ -59,10 +57,10 @@ def reduce(client: Any, name: str, x: Any, axis: Axis = None, keepdims: bool = F
     if dtype is not None:
         a = a.astype(dtype)  # numpy reduces in the dtype asked for: the elements are cast to it first
     check_dtype(a.dtype)
-    if axis is not None and op.kind in _ONE_AXIS and not isinstance(axis, (int, np.integer)):
+    if axis is not None and op.kind in INDEX_OPS and not isinstance(axis, (int, np.integer)):
         raise TypeError(f"{name}: axis must be an integer or None, not {type(axis).__name__}")
     axes = tuple(range(a.ndim)) if axis is None else tuple(sorted(normalize_axis_tuple(axis, a.ndim)))
-    data, offsets, shape = _layout(a, axes)
+    data, offsets, shape = layout(a, axes)
     rows = int(np.prod(shape))
     if op.kind in NO_EMPTY_ANSWER and rows and (data.size == 0 or offsets is not None):
         raise ValueError(f"zero-size array to reduction operation {name} which has no identity")

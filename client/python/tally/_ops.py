@@ -33,6 +33,9 @@ OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "st
 # server refuses them, as numpy raises (tally.proto, ArraySpec.offsets).
 NO_EMPTY_ANSWER = ("min", "max", "argmin", "argmax", "ptp", "minmax", "nanmin", "nanmax", "nanargmin",
                    "nanargmax")
+# Ops that answer an index (numpy's argmin family: one axis or the
+# flattened array, never a tuple of axes).
+INDEX_OPS = ("argmin", "argmax", "nanargmin", "nanargmax")
 # Ops that take a ddof.
 _DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
 _KNOWN = ("sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], "

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from ._arrays import SUPPORTED_NAMES
+from ._arrays import SUPPORTED, SUPPORTED_NAMES
 from ._ops import Op
 
 # pandas' reductions: the op answering each over the elements present, and
@@ -82,25 +82,24 @@ def column(series: Any) -> Column:
         # Nullable Int*, UInt*, Float* and boolean: values and mask as they
         # lie (pandas has no public accessor that does not copy them).
         data = np.asarray(arr._data)
-        _check(name, dtype, data.dtype)
+        if not _takes(data.dtype):
+            raise _unsupported(name, dtype)
         return Column(name, data, ~np.asarray(arr._mask), "masked", dtype, len(data))
-    if isinstance(dtype, np.dtype):
-        _check(name, dtype, dtype)
+    if isinstance(dtype, np.dtype) and _takes(dtype):
         return Column(name, np.asarray(series.to_numpy()), None, "number", dtype, len(series))
-    _check(name, dtype, None)
-    raise AssertionError("unreachable")
+    raise _unsupported(name, dtype)
 
 
-def _check(name: Any, dtype: Any, numpy_dtype: Optional[np.dtype]) -> None:
-    from ._arrays import SUPPORTED
+def _takes(dtype: np.dtype) -> bool:
+    return dtype.newbyteorder("=") in SUPPORTED
 
-    if numpy_dtype is not None and numpy_dtype.newbyteorder("=") in SUPPORTED:
-        return
+
+def _unsupported(name: Any, dtype: Any) -> TypeError:
     what = "Python objects (strings, mixed values)" if str(dtype) == "object" else f"dtype {dtype}"
-    raise TypeError(f"column {name!r} holds {what}, which tally cannot aggregate: tally takes numbers "
-                    f"({SUPPORTED_NAMES}), pandas' nullable Int/UInt/Float/boolean, category (its codes), "
-                    f"datetime64 and timedelta64. Convert it (pd.to_numeric, .astype) or leave it out "
-                    f"(df.select_dtypes(exclude=...))")
+    return TypeError(f"column {name!r} holds {what}, which tally cannot aggregate: tally takes numbers "
+                     f"({SUPPORTED_NAMES}), pandas' nullable Int/UInt/Float/boolean, category (its codes), "
+                     f"datetime64 and timedelta64. Convert it (pd.to_numeric, .astype) or leave it out "
+                     f"(df.select_dtypes(exclude=...))")
 
 
 def funcs_of(func: Any) -> list[str]:

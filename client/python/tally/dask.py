@@ -38,7 +38,7 @@ from . import _values
 from . import partial as tp
 from ._arrays import check_dtype
 from ._numpy import normalize_axis_tuple
-from ._ops import Op, OpLike, parse_ops, spelled_ops
+from ._ops import INDEX_OPS, Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
 
 Targets = steps.Targets
@@ -130,7 +130,7 @@ def reduce(name: str, x: Any, axis: Any = None, *, keepdims: bool = False, dtype
     if dtype is not None:
         x = x.astype(dtype)
     in_dtype = check_dtype(x.dtype)
-    if axis is not None and name in steps._INDEX_OPS and not isinstance(axis, (int, np.integer)):
+    if axis is not None and name in INDEX_OPS and not isinstance(axis, (int, np.integer)):
         raise TypeError(f"{name}: axis must be an integer or None, not {type(axis).__name__}")
     axes = tuple(range(x.ndim)) if axis is None else tuple(sorted(normalize_axis_tuple(axis, x.ndim)))
     ops = [Op(Op.parse(k).kind, ddof=ddof) if name in _DDOF_FUNCTIONS else Op.parse(k) for k in _FUNCTION_OPS[name]]
