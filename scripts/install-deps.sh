@@ -30,8 +30,9 @@ build_pkgs=(
   python3 python3-grpcio python3-numpy python3-protobuf
   # The Python package (client/python): its stubs come from protoc and
   # grpc_python_plugin (protobuf-compiler-grpc, above); its install test
-  # builds a virtual environment; tally.dask runs on Dask.
-  python3-venv python3-dask python3-distributed
+  # builds a virtual environment; tally.dask runs on Dask; Client.agg is
+  # tested against pandas.
+  python3-venv python3-dask python3-distributed python3-pandas
   prometheus
   # The fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizer
   # runtimes, and llvm-cov for their coverage reports.

@@ -72,15 +72,15 @@ class DaskCluster(unittest.TestCase):
         self.assertEqual(generated, 0.0)
 
         start = time.perf_counter()
-        got = td.aggregate(x, OPS, self.targets, timeout=120)
+        got = td.aggregate(x, OPS, self.targets, timeout=120).compute()
         tally_seconds = time.perf_counter() - start
 
         # The servers share the workers' host: blocks through /dev/shm.
         start = time.perf_counter()
-        got_shm = td.aggregate(x, OPS, self.targets, timeout=120, shared_memory=True)
+        got_shm = td.aggregate(x, OPS, self.targets, timeout=120, shared_memory=True).compute()
         shm_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        shm_sum = td.aggregate(x, "sum", self.targets, timeout=120, shared_memory=True)
+        shm_sum = td.aggregate(x, "sum", self.targets, timeout=120, shared_memory=True).compute()
         shm_sum_seconds = time.perf_counter() - start
 
         # Before the every-op graph, so that no result of it is reused.
@@ -138,23 +138,23 @@ class DaskCluster(unittest.TestCase):
         want = {"nansum": np.nansum, "nanmean": np.nanmean, "nanmin": np.nanmin, "nanmax": np.nanmax,
                 "nanvar": np.nanvar, "nanstd:1": lambda v, axis=None: np.nanstd(v, axis=axis, ddof=1),
                 "nancount": lambda v, axis=None: np.count_nonzero(~np.isnan(v), axis=axis)}
-        whole = td.aggregate(da.from_array(mn.reshape(-1), chunks=200_003), ops, self.targets)
+        whole = td.aggregate(da.from_array(mn.reshape(-1), chunks=200_003), ops, self.targets).compute()
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for op, f in want.items():
                 np.testing.assert_allclose(whole[op], f(mn), rtol=1e-9, err_msg=op)
             self.assertEqual(whole["nanargmin"], np.nanargmin(mn))
             self.assertEqual(whole["nanargmax"], np.nanargmax(mn))
-            rows = td.aggregate(m, "nansum,nanmean,nanmin,nanmax,nanvar,nancount", self.targets)
+            rows = td.aggregate(m, "nansum,nanmean,nanmin,nanmax,nanvar,nancount", self.targets).compute()
             for op in ("nansum", "nanmean", "nanmin", "nanmax", "nanvar", "nancount"):
                 np.testing.assert_allclose(rows[op], want[op](mn, axis=1), rtol=1e-9, err_msg=op)
         self.assertTrue(np.isnan(rows["nanmin"][17]))  # the all-NaN row: NaN, as numpy (which warns)
         with self.assertRaises((tally.Error, ValueError)):
-            td.aggregate(m, "nanargmin", self.targets)  # numpy raises for an all-NaN row
+            td.aggregate(m, "nanargmin", self.targets).compute()  # numpy raises for an all-NaN row
 
     def test_rows_chunked_both_ways_get_numpys_answers(self):
         m = da.random.RandomState(SEED + 1).randint(-40, 40, size=(3000, 5001), chunks=(700, 1300)).astype(np.int32)
-        got = td.aggregate(m, "sum,min,argmin,argmax,var,hist:8:-40:40", self.targets)
+        got = td.aggregate(m, "sum,min,argmin,argmax,var,hist:8:-40:40", self.targets).compute()
         mn = m.compute()
         np.testing.assert_array_equal(got["sum"], mn.sum(axis=1))
         np.testing.assert_array_equal(got["min"], mn.min(axis=1))
@@ -167,8 +167,8 @@ class DaskCluster(unittest.TestCase):
     def test_shared_memory_blocks_get_the_same_answers(self):
         x = da.random.RandomState(SEED + 3).standard_normal(2**23, chunks=2**20)  # 64 MiB, 8 chunks
         ops = "sum,min,argmax,var,hist:16:-3:3"
-        shared = td.aggregate(x, ops, self.targets, shared_memory=True)
-        sent = td.aggregate(x, ops, self.targets)
+        shared = td.aggregate(x, ops, self.targets, shared_memory=True).compute()
+        sent = td.aggregate(x, ops, self.targets).compute()
         for op in ("sum", "min", "argmax", "var"):
             self.assertEqual(shared[op], sent[op], op)  # the same bytes, the same merge tree
         np.testing.assert_array_equal(shared["hist:16:-3:3"].counts, sent["hist:16:-3:3"].counts)

@@ -5,19 +5,24 @@
         r = c.aggregate(np.random.rand(10_000_000), ["sum", "std:1", "hist:256:0:1"])
         counts, edges = r["hist:256:0:1"]
 
+numpy's reductions are Client methods with numpy's signatures and answers
+(``c.nanstd(x, axis=0, ddof=1)``, ``c.histogram(x, 64)``), and
+``c.agg(df, ["mean", "count"])`` answers what pandas' ``df.agg`` does.
+
 Partial states (:meth:`Client.partial`, :func:`merge`, :func:`finish`) let
 the parts of an array be aggregated anywhere and combined on the client;
-:mod:`tally.dask` does that for Dask arrays.
+:mod:`tally.dask` does that, lazily, for Dask Arrays and DataFrames.
 """
 from ._arrays import SUPPORTED as _SUPPORTED
 from ._ops import Op, parse_ops
 from ._values import Histogram
-from .client import Client, DatasetInfo, Error, RegionInfo, Results, SharedArray
+from ._results import Execution, Results
+from .client import Client, DatasetInfo, Error, RegionInfo, SharedArray
 from .partial import STATE_VERSION, Partial, empty, finish, merge, merge_all
 
 #: The numpy dtypes tally aggregates.
 SUPPORTED_DTYPES = tuple(_SUPPORTED)
 
-__all__ = ["Client", "DatasetInfo", "Error", "Histogram", "Op", "Partial", "RegionInfo", "Results",
+__all__ = ["Client", "DatasetInfo", "Error", "Execution", "Histogram", "Op", "Partial", "RegionInfo", "Results",
            "SharedArray", "STATE_VERSION",
            "SUPPORTED_DTYPES", "empty", "finish", "merge", "merge_all", "parse_ops"]

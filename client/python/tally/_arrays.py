@@ -53,6 +53,23 @@ def wire_dtype(dtype: np.dtype) -> int:
     return SUPPORTED[check_dtype(dtype)]
 
 
+def refuse_pandas(array: Any) -> None:
+    """TypeError for the pandas objects numpy would turn into something
+    else than their user means: a DataFrame (numpy's rows are pandas'
+    records, not its columns) and extension dtypes (nullable, category,
+    datetime with a time zone: numpy makes them objects)."""
+    if not type(array).__module__.startswith("pandas"):
+        return
+    if getattr(array, "ndim", 1) == 2:
+        raise TypeError("a pandas DataFrame is aggregated per column, not per row: use Client.agg(df, func) "
+                        "for pandas' answers, or aggregate one column at a time")
+    dtype = getattr(array, "dtype", None)
+    if dtype is not None and not isinstance(dtype, np.dtype):
+        raise TypeError(f"tally cannot aggregate pandas dtype {dtype} as a numpy array: use Client.agg(series, "
+                        f"func), which takes nullable, category and datetime columns, or convert it with "
+                        f".to_numpy(dtype=..., na_value=...)")
+
+
 def prepare(array: Any) -> tuple[np.ndarray, int]:
     """The array as tally sends it, and its row length (0: not segmented).
 
@@ -60,6 +77,7 @@ def prepare(array: Any) -> tuple[np.ndarray, int]:
     not C-contiguous or not little-endian is copied into one that is; a
     contiguous little-endian array is sent as it lies, without a copy.
     """
+    refuse_pandas(array)
     a = np.asarray(array)
     dtype = check_dtype(a.dtype)
     if a.ndim == 0:

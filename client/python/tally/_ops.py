@@ -29,6 +29,13 @@ OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "st
             "prod", "count_nonzero", "any", "all", "ptp",
             # (min, max) in one answer (tally.proto, OP_MINMAX).
             "minmax")
+# Ops with no answer for no elements (an empty array, row or segment): the
+# server refuses them, as numpy raises (tally.proto, ArraySpec.offsets).
+NO_EMPTY_ANSWER = ("min", "max", "argmin", "argmax", "ptp", "minmax", "nanmin", "nanmax", "nanargmin",
+                   "nanargmax")
+# Ops that answer an index (numpy's argmin family: one axis or the
+# flattened array, never a tuple of axes).
+INDEX_OPS = ("argmin", "argmax", "nanargmin", "nanargmax")
 # Ops that take a ddof.
 _DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
 _KNOWN = ("sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], "
@@ -133,22 +140,29 @@ def _number(text: str) -> float:
 OpLike = Union[str, Op]
 
 
-def parse_ops(ops: Union[OpLike, Iterable[OpLike]]) -> list[Op]:
-    """Ops from a comma-separated string, one op, or a sequence of strings
-    (each may hold several, comma-separated) and :class:`Op` objects.
-    Raises ValueError for a bad op and for none at all."""
+def spelled_ops(ops: Union[OpLike, Iterable[OpLike]]) -> list[tuple[str, Op]]:
+    """Each op of ``ops`` with the spelling the caller gave it: the token as
+    written (``"std:1"``) for strings, the canonical spelling for
+    :class:`Op` objects. ``ops`` is a comma-separated string, one op, or a
+    sequence of strings (each may hold several, comma-separated) and
+    :class:`Op` objects. Raises ValueError for a bad op and for none at all."""
     items = [ops] if isinstance(ops, (str, Op)) else list(ops)
-    parsed: list[Op] = []
+    parsed: list[tuple[str, Op]] = []
     for item in items:
         if isinstance(item, Op):
-            parsed.append(item)
+            parsed.append((str(item), item))
             continue
         if not isinstance(item, str):
             raise TypeError(f"an op is a string or a tally.Op, not {type(item).__name__}")
         tokens = item.split(",")
         if any(not t.strip() for t in tokens):
             raise ValueError(f"empty aggregation in {item!r}; expected e.g. sum,max,var:1")
-        parsed.extend(Op.parse(t) for t in tokens)
+        parsed.extend((t.strip(), Op.parse(t)) for t in tokens)
     if not parsed:
         raise ValueError("at least one aggregation is required")
     return parsed
+
+
+def parse_ops(ops: Union[OpLike, Iterable[OpLike]]) -> list[Op]:
+    """The :class:`Op` objects of ``ops``, taken as :func:`spelled_ops` takes them."""
+    return [op for _, op in spelled_ops(ops)]

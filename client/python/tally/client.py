@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import grpc
 import numpy as np
 
 from . import _values
 from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
-                      split_masked, wire_dtype)
-from ._ops import Op, OpLike, parse_ops
+                      refuse_pandas, split_masked, wire_dtype)
+from ._numpy import NumpyFunctions
+from ._pandas import PandasFunctions
+from ._ops import Op, OpLike, parse_ops, spelled_ops
+from ._results import Results
 from .partial import Partial
 from .v1 import tally_pb2 as pb
 from .v1 import tally_pb2_grpc as pb_grpc
@@ -75,39 +78,6 @@ class RegionInfo:
         return cls(r.name, kind, r.shm_name, r.offset, r.byte_size, r.device, r.place, r.queries)
 
 
-class Results(Mapping[str, Any]):
-    """The answers of one call, in request order, keyed by each op's
-    canonical spelling (``"stddev:1.0"``); any spelling of an op, an
-    :class:`Op` or a position finds its answer. ``execution`` is what the
-    server reports it did (backend, device, elements, server_seconds)."""
-
-    def __init__(self, ops: Sequence[Op], values: Sequence[Any], execution: "pb.Execution") -> None:
-        self._ops = list(ops)
-        self._values = list(values)
-        self.execution = execution
-
-    def _position(self, key: Union[int, str, Op]) -> int:
-        if isinstance(key, int):
-            return key
-        op = key if isinstance(key, Op) else Op.parse(key)
-        try:
-            return self._ops.index(op)
-        except ValueError:
-            raise KeyError(str(op)) from None
-
-    def __getitem__(self, key: Union[int, str, Op]) -> Any:
-        return self._values[self._position(key)]
-
-    def __iter__(self) -> Iterator[str]:
-        return (str(op) for op in self._ops)
-
-    def __len__(self) -> int:
-        return len(self._ops)
-
-    def __repr__(self) -> str:
-        return "Results({" + ", ".join(f"{str(o)!r}: {v!r}" for o, v in zip(self._ops, self._values)) + "})"
-
-
 def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
     """PEM bytes, or the contents of the file a path names."""
     if value is None or isinstance(value, bytes):
@@ -116,7 +86,7 @@ def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
         return f.read()
 
 
-class Client:
+class Client(NumpyFunctions, PandasFunctions):
     """A connection to a tally server.
 
     ``target`` is ``"host:port"`` (any gRPC target, e.g. ``dns:///tally:50051``
@@ -134,6 +104,11 @@ class Client:
     Arrays larger than ``stream_threshold`` bytes are sent with
     AggregateStream in chunks of ``chunk_bytes``; smaller ones in one
     Aggregate message. Thread-safe: calls may run from many threads.
+
+    numpy's reductions are methods with numpy's signatures and answers
+    (``c.sum(x, axis=0)``, ``c.std(x, ddof=1)``, ``c.histogram(x, 64)``:
+    :class:`tally._numpy.NumpyFunctions`), one call each; :meth:`aggregate`
+    answers many ops in one pass over the data.
     """
 
     def __init__(self, target: str, *, timeout: Optional[float] = None, tls: bool = False,
@@ -215,13 +190,13 @@ class Client:
         Arrays above ``stream_threshold`` bytes are streamed; ``progress``,
         if given, is called with (bytes sent, total bytes) as they go.
         Raises :class:`Error` for a failed call."""
-        parsed = parse_ops(ops)
+        spelled = spelled_ops(ops)
         array, valid = split_masked(array, valid)
         a, row_length = prepare(array)
         cuts = None if offsets is None else prepare_offsets(offsets, a.ndim)
         bits = None if valid is None else prepare_validity(valid, a.shape)
-        response = self._send(a, row_length, [self._wire_op(o) for o in parsed], timeout, progress, cuts, bits)
-        return self._results(parsed, a.dtype, row_length != 0 or cuts is not None, response)
+        response = self._send(a, row_length, [self._wire_op(o) for _, o in spelled], timeout, progress, cuts, bits)
+        return self._results(spelled, a.dtype, row_length != 0 or cuts is not None, response)
 
     def partial(self, array: Any, ops: Union[OpLike, Iterable[OpLike]], *, base_index: int = 0,
                 offsets: Any = None, valid: Any = None, timeout: Optional[float] = None,
@@ -246,10 +221,22 @@ class Client:
 
     def put_dataset(self, name: str, array: Any, *, replace: bool = False, ttl: Optional[float] = None,
                     timeout: Optional[float] = None, progress: Optional[Progress] = None) -> DatasetInfo:
-        """Uploads ``array`` (flattened in C order) as the resident dataset
-        ``name``. ``replace`` replaces one of the same name atomically;
-        ``ttl`` removes it that many seconds after the upload."""
-        a, _ = prepare(np.asarray(array).reshape(-1))
+        """Uploads the 1-D ``array`` as the resident dataset ``name``.
+        ``replace`` replaces one of the same name atomically; ``ttl``
+        removes it that many seconds after the upload.
+
+        A dataset is flat, and its queries give their row length
+        themselves: a 2-D or larger array is refused (ValueError), since
+        it would come back as one answer over every element. Upload
+        ``array.reshape(-1)`` and query it with ``row_length=`` the last
+        axis' length for its rows' answers."""
+        refuse_pandas(array)
+        flat = np.asarray(array)
+        if flat.ndim > 1:
+            raise ValueError(f"put_dataset stores flat arrays, and this one is {flat.ndim}-D {flat.shape}: "
+                             f"upload array.reshape(-1) and query it with "
+                             f"aggregate_dataset(name, ops, row_length={flat.shape[-1]}) for per-row answers")
+        a, _ = prepare(flat.reshape(-1))
         header = pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
             name=name, spec=pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size), replace=replace,
             ttl_seconds=ttl or 0.0))
@@ -272,11 +259,12 @@ class Client:
         elements ``valid`` (1-D, one entry per element of the range) marks
         True. Asks DescribeDataset for the dataset's dtype too: the
         answers' numpy dtypes follow it."""
-        parsed = parse_ops(ops)
-        request = self._dataset_request(name, [self._wire_op(o) for o in parsed], range, row_length, offsets, valid)
+        spelled = spelled_ops(ops)
+        request = self._dataset_request(name, [self._wire_op(o) for _, o in spelled], range, row_length, offsets,
+                                        valid)
         response = self._call(self._stub.AggregateDataset, request, timeout)
         dtype = self._dataset_dtype(response, name, timeout)
-        return self._results(parsed, dtype, row_length != 0 or offsets is not None, response)
+        return self._results(spelled, dtype, row_length != 0 or offsets is not None, response)
 
     def partial_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
                         range: Optional[tuple[int, int]] = None, row_length: int = 0, base_index: int = 0,
@@ -349,14 +337,14 @@ class Client:
         """Aggregates ``length`` elements of ``dtype`` from byte ``offset``
         of ``region`` (rows of ``row_length`` when not 0), with
         :meth:`aggregate`'s answers."""
-        parsed = parse_ops(ops)
+        spelled = spelled_ops(ops)
         d = check_dtype(np.dtype(dtype))
         request = pb.AggregateRegionRequest(
             region=region, offset=offset,
             spec=pb.ArraySpec(dtype=wire_dtype(d), length=length, row_length=row_length),
-            aggregations=[self._wire_op(o) for o in parsed])
+            aggregations=[self._wire_op(o) for _, o in spelled])
         response = self._call(self._regions.AggregateRegion, request, timeout)
-        return self._results(parsed, d, row_length != 0, response)
+        return self._results(spelled, d, row_length != 0, response)
 
     def partial_region(self, region: str, ops: Union[OpLike, Iterable[OpLike]], *, dtype: Any, length: int,
                        offset: int = 0, row_length: int = 0, base_index: int = 0,
@@ -467,9 +455,10 @@ class Client:
             raise Error(e.code(), e.details() or "") from None
 
     @staticmethod
-    def _results(ops: list[Op], dtype: np.dtype, segmented: bool, response: "pb.AggregateResponse") -> Results:
+    def _results(spelled: list[tuple[str, Op]], dtype: np.dtype, segmented: bool,
+                 response: "pb.AggregateResponse") -> Results:
         values = []
-        for op, r in zip(ops, response.results):
+        for (_, op), r in zip(spelled, response.results):
             kind = r.WhichOneof("values")
             if kind == "histograms":
                 hs = r.histograms.histograms
@@ -482,7 +471,7 @@ class Client:
                 wire_type = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}[kind]
                 raw = np.array(getattr(r, kind).values, dtype=wire_type)
                 values.append(_values.present(op, dtype, raw, segmented))
-        return Results(ops, values, response.execution)
+        return Results([op for _, op in spelled], values, response.execution, [key for key, _ in spelled])
 
 
 class SharedArray:

@@ -1,135 +1,221 @@
-"""Dask arrays aggregated by tally servers, on Dask's own scheduler.
+"""Dask arrays and DataFrames aggregated by tally servers, lazily, on
+Dask's own scheduler.
 
-:func:`aggregate` is a ``dask.array.reduction``: its chunk step asks a tally
-server for each chunk's partial states (round-robin over ``targets`` by
-block, or the server on the worker's own host), its combine and aggregate
-steps merge them (tally.merge) on the workers, and the client finishes the
-one merged state it receives (tally.finish). It works with the local
-schedulers and with dask.distributed alike. Needs dask (and distributed,
-for a cluster).
+Every function here builds a Dask graph and sends nothing: results compute
+on ``.compute()`` (or ``dask.compute`` with other work). The graph is a
+tree reduction: its chunk step asks a tally server for each block's (each
+partition's) partial states, round-robin over ``targets`` by block or the
+server on the worker's own host; its combine steps merge them
+(tally.merge) on the workers; its last step finishes the merged states
+into answers. It runs on the local schedulers and on dask.distributed
+alike. Needs dask (and distributed, for a cluster).
+
+- numpy's reductions over Dask Arrays of any chunking and axis, as Dask
+  Arrays: :func:`sum`, :func:`mean`, :func:`var`, :func:`std`, :func:`min`,
+  :func:`max`, :func:`ptp`, :func:`argmin`, :func:`argmax` and the
+  nan-functions (``tally.dask.nanmean(x, axis=0, targets=...)``).
+- pandas' ``agg`` over a Dask DataFrame or Series: :func:`agg`, a Delayed.
+- the fused many-ops call of :meth:`tally.Client.aggregate`:
+  :func:`aggregate`, a Delayed of :class:`tally.Results`.
+
+``targets`` (the tally servers, ``"host:port"`` strings: a list is used
+round-robin by block; a mapping from host names to servers sends each
+worker's blocks to its own host's server) may be set once with
+:func:`use`.
 """
 from __future__ import annotations
 
-import socket
-import threading
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
+import dask
 import dask.array as da
 
+from . import _dask_steps as steps
+from . import _pandas
+from . import _values
 from . import partial as tp
 from ._arrays import check_dtype
-from ._ops import Op, OpLike, parse_ops
-from .client import Client, Results
+from ._numpy import normalize_axis_tuple
+from ._ops import INDEX_OPS, Op, OpLike, parse_ops, spelled_ops
+from ._results import Results
 
-Targets = Union[str, Sequence[str], Mapping[str, str]]
-
-# One client per target in each worker process, shared by its threads.
-_clients: dict[tuple, Client] = {}
-_clients_lock = threading.Lock()
+Targets = steps.Targets
+_defaults: dict[str, Any] = {"targets": None, "client_options": {}}
 
 
-def _client(target: str, options: tuple) -> Client:
-    key = (target, options)
-    with _clients_lock:
-        c = _clients.get(key)
-        if c is None:
-            c = _clients[key] = Client(target, **dict(options))
-        return c
+def use(targets: Targets, **client_options: Any) -> None:
+    """The servers (and :class:`tally.Client` options, e.g. ``token``) that
+    calls without ``targets=`` use."""
+    _defaults["targets"], _defaults["client_options"] = targets, dict(client_options)
 
 
-def _pick_target(targets: Targets, block: int) -> str:
-    """The server for a block: the worker host's own when ``targets`` maps
-    host names to servers and names this host, else round-robin by block."""
-    if isinstance(targets, str):
-        return targets
-    if isinstance(targets, Mapping):
-        own = targets.get(socket.gethostname())
-        if own is not None:
-            return own
-        targets = sorted(targets.values())
-    return targets[block % len(targets)]
+def _targets(targets: Optional[Targets]) -> Targets:
+    targets = _defaults["targets"] if targets is None else targets
+    if not targets:
+        raise ValueError("no tally servers: pass targets= or call tally.dask.use(targets) first")
+    return targets if isinstance(targets, (str, Mapping)) else tuple(targets)
 
 
-def _block_starts(ncols: int, block_info: Optional[dict] = None) -> np.ndarray:
-    """A block of the position array: its first element's flat position,
-    repeated without memory (a zero-stride view), row * ncols + column."""
-    info = block_info[None]
-    location = info["array-location"]
-    start = location[0][0] * ncols + location[1][0] if len(location) == 2 else location[0][0]
-    return np.broadcast_to(np.int64(start), info["chunk-shape"])
+def _options(timeout: Optional[float], client_options: Optional[Mapping[str, Any]]) -> tuple:
+    options = dict(_defaults["client_options"] if client_options is None else client_options)
+    options.setdefault("timeout", timeout)
+    return tuple(sorted(options.items()))
 
 
-class _Parts:
-    """What the reduction carries between steps: per block of rows (keyed
-    by the first row; 0 for a 1-D array), one partial state per op."""
-
-    __slots__ = ("rows",)
-
-    def __init__(self, rows: dict[int, list[tp.Partial]]) -> None:
-        self.rows = rows
-
-    def merged_with(self, other: "_Parts") -> "_Parts":
-        rows = dict(self.rows)
-        for first, states in other.rows.items():
-            mine = rows.get(first)
-            rows[first] = states if mine is None else [tp.merge(a, b) for a, b in zip(mine, states)]
-        return _Parts(rows)
+def _chunked_reduction(array: "da.Array", ops: list[Op], targets: Optional[Targets], axes: tuple,
+                       reduce_axes: tuple, aggregate: Any, keepdims: bool, dtype: Any, meta: np.ndarray,
+                       timeout: Optional[float], split_every: Optional[int],
+                       client_options: Optional[Mapping[str, Any]], shared_memory: bool = False) -> "da.Array":
+    """dask.array.reduction over ``axes`` whose chunk step asks a server for
+    each block's states over ``reduce_axes``."""
+    ids = da.map_blocks(steps.block_ids, array.numblocks, dtype=np.int64, chunks=array.chunks,
+                        meta=np.empty((0,) * array.ndim, dtype=np.int64))
+    chunk = steps.Chunk(ops, _targets(targets), array.chunks, _options(timeout, client_options), reduce_axes,
+                        shared_memory)
+    return da.reduction(array, chunk, aggregate, combine=steps.combine, axis=axes, keepdims=keepdims,
+                        dtype=dtype, concatenate=False, split_every=split_every, weights=ids, meta=meta,
+                        name="tally-" + "-".join(op.kind for op in ops))
 
 
-def _flatten(blocks: Any) -> list[_Parts]:
-    if isinstance(blocks, np.ndarray):
-        return [p for p in blocks.reshape(-1) if p is not None]
-    out: list[_Parts] = []
-    for b in blocks:
-        out.extend(_flatten(b))
-    return out
+# -- numpy's reductions -------------------------------------------------------
+
+# numpy functions answered from partial states, and the ops each needs.
+_FUNCTION_OPS = {name: (name,) for name in (
+    "sum", "mean", "var", "std", "min", "max", "argmin", "argmax",
+    "nansum", "nanmean", "nanvar", "nanstd", "nanmin", "nanmax", "nanargmin", "nanargmax")}
+_FUNCTION_OPS["ptp"] = ("min", "max")  # numpy.ptp: max - min in the input's dtype
+_DDOF_FUNCTIONS = ("var", "std", "nanvar", "nanstd")
 
 
-def _wrap(parts: _Parts, ndim: int) -> np.ndarray:
-    out = np.empty((1,) * ndim, dtype=object)
-    out.reshape(-1)[0] = parts
-    return out
+class _Finish:
+    """The aggregate step of a numpy reduction: the merged states of a
+    block of answers, finished, in numpy's shape and dtype."""
+
+    def __init__(self, name: str, ops: list[Op], dtype: np.dtype, out_dtype: np.dtype) -> None:
+        self.name, self.ops, self.dtype, self.out_dtype = name, ops, dtype, out_dtype
+
+    def __call__(self, blocks: Any, axis: Any = None, keepdims: bool = False) -> np.ndarray:
+        parts = steps.merge_blocks(blocks)
+        states = steps.merged_states(parts, self.ops, self.dtype)
+        try:
+            values = [np.asarray(tp.finish(s)) for s in states]
+        except ValueError:  # no elements for min, max or an index: numpy's error
+            raise ValueError(f"zero-size array to reduction operation {self.name} which has no identity") from None
+        with np.errstate(all="ignore"):
+            value = values[1] - values[0] if self.name == "ptp" else values[0]
+        out = np.asarray(value).astype(self.out_dtype).reshape(parts.shape)
+        if keepdims:
+            ndim = len(parts.shape) + len(axis)
+            kept = iter(parts.shape)
+            out = out.reshape(tuple(1 if d in axis else next(kept) for d in range(ndim)))
+        return out
 
 
-def _merge_blocks(blocks: Any) -> _Parts:
-    # Dask hands the blocks in block order: the merge tree is fixed by the
-    # chunking and split_every, so float merges are deterministic too.
-    parts = _flatten(blocks)
-    merged = parts[0]
-    for p in parts[1:]:
-        merged = merged.merged_with(p)
-    return merged
+def reduce(name: str, x: Any, axis: Any = None, *, keepdims: bool = False, dtype: Any = None, ddof: float = 0,
+           targets: Optional[Targets] = None, split_every: Optional[int] = None, timeout: Optional[float] = 60.0,
+           client_options: Optional[Mapping[str, Any]] = None) -> "da.Array":
+    """numpy.<name>(x, axis, dtype, ddof, keepdims) over the Dask Array ``x``,
+    as a lazy Dask Array of numpy's shape and dtype (0-d for a whole
+    reduction). Computed by tally servers from each block's partial states,
+    merged in the graph. Blocks reduced over axes other than their last are
+    copied first (as :meth:`tally.Client.sum` does)."""
+    if name not in _FUNCTION_OPS:
+        raise ValueError(f"tally.dask has no {name!r}; it has {', '.join(_FUNCTION_OPS)} (prod, any, all and "
+                         f"count_nonzero have no partial states on the server yet)")
+    if ddof and name not in _DDOF_FUNCTIONS:
+        raise TypeError(f"{name} takes no ddof")
+    x = x if isinstance(x, da.Array) else da.asarray(x)
+    if dtype is not None:
+        x = x.astype(dtype)
+    in_dtype = check_dtype(x.dtype)
+    if axis is not None and name in INDEX_OPS and not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{name}: axis must be an integer or None, not {type(axis).__name__}")
+    axes = tuple(range(x.ndim)) if axis is None else tuple(sorted(normalize_axis_tuple(axis, x.ndim)))
+    ops = [Op(Op.parse(k).kind, ddof=ddof) if name in _DDOF_FUNCTIONS else Op.parse(k) for k in _FUNCTION_OPS[name]]
+    out_dtype = np.dtype(dtype) if dtype is not None else _values.value_dtype(Op.parse(name), in_dtype)
+    if x.ndim == 0:
+        x = x.reshape(1)
+        axes, squeeze = (0,), True
+    else:
+        squeeze = False
+    out_ndim = x.ndim if keepdims else x.ndim - len(axes)
+    result = _chunked_reduction(x, ops, targets, axes, axes, _Finish(name, ops, in_dtype, out_dtype), keepdims,
+                                out_dtype, np.empty((0,) * out_ndim, out_dtype), timeout, split_every,
+                                client_options)
+    return result.reshape(()) if squeeze and keepdims else result
 
 
-def _combine(blocks: Any, axis: Any, keepdims: bool) -> np.ndarray:
-    return _wrap(_merge_blocks(blocks), _depth(blocks))
+def _function(name: str) -> Any:
+    def function(x: Any, axis: Any = None, *, keepdims: bool = False, dtype: Any = None, ddof: float = 0,
+                 targets: Optional[Targets] = None, split_every: Optional[int] = None,
+                 timeout: Optional[float] = 60.0, client_options: Optional[Mapping[str, Any]] = None) -> "da.Array":
+        return reduce(name, x, axis, keepdims=keepdims, dtype=dtype, ddof=ddof, targets=targets,
+                      split_every=split_every, timeout=timeout, client_options=client_options)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = (f"numpy.{name} over a Dask Array, lazily, computed by tally servers: see "
+                        f":func:`tally.dask.reduce`.")
+    return function
 
 
-def _depth(blocks: Any) -> int:
-    """The dimensions of the blocks Dask hands over (lists nested per reduced axis)."""
-    d = 0
-    while isinstance(blocks, list):
-        d, blocks = d + 1, blocks[0]
-    return max(d, blocks.ndim if isinstance(blocks, np.ndarray) else 0)
+sum = _function("sum")
+mean = _function("mean")
+var = _function("var")
+std = _function("std")
+min = _function("min")
+max = _function("max")
+ptp = _function("ptp")
+argmin = _function("argmin")
+argmax = _function("argmax")
+nansum = _function("nansum")
+nanmean = _function("nanmean")
+nanvar = _function("nanvar")
+nanstd = _function("nanstd")
+nanmin = _function("nanmin")
+nanmax = _function("nanmax")
+nanargmin = _function("nanargmin")
+nanargmax = _function("nanargmax")
 
 
-def _aggregate(blocks: Any, axis: Any, keepdims: bool) -> np.ndarray:
+# -- The fused many-ops call ---------------------------------------------------
+
+def _aggregate_step(blocks: Any, axis: Any, keepdims: bool) -> np.ndarray:
     out = np.empty((), dtype=object)
-    out[()] = _merge_blocks(blocks)
+    out[()] = steps.merge_blocks(blocks)
     return out
 
 
-def _finish(parts: _Parts, ops: list[Op], segmented: bool) -> list[Any]:
+def reduce_partials(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Optional[Targets] = None, *,
+                    timeout: Optional[float] = 60.0, split_every: Optional[int] = None,
+                    client_options: Optional[Mapping[str, Any]] = None,
+                    shared_memory: bool = False) -> "da.Array":
+    """The lazy reduction behind :func:`aggregate`: a 0-d dask array of
+    dtype object whose one element is the merged partial states, for
+    :func:`finish` to turn into answers. Arguments as :func:`aggregate`."""
+    parsed = parse_ops(ops)
+    check_dtype(array.dtype)
+    if array.ndim not in (1, 2):
+        raise ValueError(f"tally.dask.aggregate takes 1-D arrays (whole) and 2-D arrays (by row), not {array.ndim}-D")
+    return _chunked_reduction(array, parsed, targets, tuple(range(array.ndim)), (array.ndim - 1,), _aggregate_step,
+                              False, object, np.empty((), dtype=object), timeout, split_every, client_options,
+                              shared_memory)
+
+
+def finish(merged: Any, ops: Union[OpLike, Iterable[OpLike]], segmented: bool) -> Results:
+    """The answers from :func:`reduce_partials`'s computed value (``segmented``:
+    the array was 2-D), keyed by the spellings in ``ops``."""
+    spelled = spelled_ops(ops)
+    parts = merged[()] if isinstance(merged, np.ndarray) else merged
     firsts = sorted(parts.rows)
-    if not segmented:
-        return [tp.finish(s) for s in parts.rows[firsts[0]]]
     values = []
-    for k in range(len(ops)):
-        blocks = [parts.rows[f][k] for f in firsts]
-        values.append(tp.finish(_concat_rows(blocks)))
-    return values
+    for k in range(len(spelled)):
+        if not segmented:
+            values.append(tp.finish(parts.rows[firsts[0]][k]))
+        else:
+            values.append(tp.finish(_concat_rows([parts.rows[f][k] for f in firsts])))
+    return Results([op for _, op in spelled], values, None, [key for key, _ in spelled])
 
 
 def _concat_rows(blocks: list[tp.Partial]) -> tp.Partial:
@@ -141,52 +227,17 @@ def _concat_rows(blocks: list[tp.Partial]) -> tp.Partial:
     return tp.Partial(op=first.op, dtype=first.dtype, segmented=True, version=first.version, **fields)
 
 
-def reduce_partials(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Targets, *,
-                    timeout: Optional[float] = 60.0, split_every: Optional[int] = None,
-                    client_options: Optional[Mapping[str, Any]] = None,
-                    shared_memory: bool = False) -> "da.Array":
-    """The lazy reduction behind :func:`aggregate`: a 0-d dask array of
-    dtype object whose one element is the merged partial states, for
-    :func:`finish` to turn into answers. Arguments as :func:`aggregate`."""
-    parsed = parse_ops(ops)
-    check_dtype(array.dtype)
-    if array.ndim not in (1, 2):
-        raise ValueError(f"tally.dask aggregates 1-D arrays (whole) and 2-D arrays (by row), not {array.ndim}-D")
-    if not targets:
-        raise ValueError("no tally servers in targets")
-    ncols = array.shape[-1]
-    options = dict(client_options or {})
-    options.setdefault("timeout", timeout)
-    starts = da.map_blocks(_block_starts, ncols, dtype=np.int64, chunks=array.chunks,
-                           meta=np.empty((0,) * array.ndim, dtype=np.int64))
-    chunk = _Chunk(parsed, targets if isinstance(targets, (str, Mapping)) else tuple(targets), array.chunks,
-                   tuple(sorted(options.items())), shared_memory)
-    return da.reduction(array, chunk, _aggregate, combine=_combine, dtype=object, concatenate=False,
-                        split_every=split_every, weights=starts, name="tally-aggregate",
-                        meta=np.empty((), dtype=object))
-
-
-def finish(merged: Any, ops: Union[OpLike, Iterable[OpLike]], segmented: bool) -> Results:
-    """The answers from :func:`reduce_partials`'s computed value (``segmented``:
-    the array was 2-D)."""
-    parsed = parse_ops(ops)
-    parts = merged[()] if isinstance(merged, np.ndarray) else merged
-    return Results(parsed, _finish(parts, parsed, segmented), None)
-
-
-def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Targets, *,
+def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Optional[Targets] = None, *,
               timeout: Optional[float] = 60.0, split_every: Optional[int] = None,
-              client_options: Optional[Mapping[str, Any]] = None, shared_memory: bool = False) -> Results:
+              client_options: Optional[Mapping[str, Any]] = None, shared_memory: bool = False) -> "dask.delayed":
     """Aggregates a Dask array on tally servers, as
-    :meth:`tally.Client.aggregate` would the whole array, and returns the
-    :class:`tally.Results` (``execution`` is None: many servers answered).
+    :meth:`tally.Client.aggregate` would the whole array: a Delayed whose
+    ``.compute()`` gives the :class:`tally.Results` (``execution`` is None:
+    many servers answered). Nothing is sent before.
 
     ``array``: a 1-D dask array (aggregated whole) or a 2-D one (row by row,
     every answer an array with one entry per row), of a dtype tally
-    aggregates, chunked any way along either axis. ``targets``: the tally
-    servers, ``"host:port"`` strings: a list is used round-robin by block; a
-    mapping from host names to servers sends each worker's chunks to its own
-    host's server (and round-robin over them from other hosts).
+    aggregates, chunked any way along either axis.
 
     ``ops`` as :meth:`tally.Client.aggregate` takes them, among those with
     partial states: sum, min, max, mean, count, sum_squares, variance,
@@ -200,7 +251,7 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
     Each chunk's partial states come from a server (the chunk step, on the
     workers), are merged in Dask's combine and aggregate steps (on the
     workers, in block order: deterministic for a given chunking and
-    ``split_every``), and are finished here, on the client. Every chunk's
+    ``split_every``), and are finished in the last task. Every chunk's
     call has a deadline of ``timeout`` seconds, so a server that dies or
     stalls fails the computation with :class:`tally.Error` (UNAVAILABLE,
     DEADLINE_EXCEEDED, ...) instead of hanging it. ``client_options`` are
@@ -208,39 +259,76 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
     ``shared_memory=True`` hands each block to its server through a POSIX
     shared-memory object (:meth:`tally.Client.share`) instead of gRPC: for
     servers on the workers' own hosts (a ``targets`` mapping of host names,
-    or loopback addresses), it saves the block's trip through the socket.
-    Computes with the current Dask scheduler (a dask.distributed Client
-    when one is active)."""
+    or loopback addresses), it saves the block's trip through the socket."""
     merged = reduce_partials(array, ops, targets, timeout=timeout, split_every=split_every,
-                             client_options=client_options, shared_memory=shared_memory).compute()
-    return finish(merged, ops, array.ndim == 2)
+                             client_options=client_options, shared_memory=shared_memory)
+    return dask.delayed(finish)(merged, [key for key, _ in spelled_ops(ops)], array.ndim == 2)
 
 
-class _Chunk:
-    """The chunk step: one block's partial states from a tally server.
-    Picklable, for dask.distributed."""
+# -- pandas' agg over Dask DataFrames -----------------------------------------
 
-    def __init__(self, ops: list[Op], targets: Targets, chunks: tuple, options: tuple,
-                 shared_memory: bool = False) -> None:
-        self.ops, self.targets, self.options = ops, targets, options
-        self.shared_memory = shared_memory
-        # Where each block along each axis starts, to number the blocks.
-        self.bounds = tuple(tuple(np.cumsum((0,) + tuple(c))[:-1].tolist()) for c in chunks)
-        self.ncols = int(sum(chunks[-1]))
+class _FrameStates:
+    """Per requested column: its ops, their merged partial states, and the
+    rows seen."""
 
-    def __call__(self, x: np.ndarray, starts: np.ndarray, axis: Any = None, keepdims: bool = True) -> np.ndarray:
-        flat = int(starts.reshape(-1)[0]) if starts.size else 0
-        first_row, first_col = divmod(flat, self.ncols) if x.ndim == 2 and self.ncols else (0, flat)
-        # Blocks numbered in C order, for the round-robin.
-        col_block = int(np.searchsorted(self.bounds[-1], first_col, side="right")) - 1
-        row_block = int(np.searchsorted(self.bounds[0], first_row, side="right")) - 1 if x.ndim == 2 else 0
-        block = row_block * len(self.bounds[-1]) + col_block
-        client = _client(_pick_target(self.targets, block), self.options)
-        if self.shared_memory:
-            # The block is copied once into /dev/shm and read there by the
-            # server, instead of travelling through gRPC.
-            with client.share(x) as shared:
-                states = shared.partial(self.ops, base_index=first_col)
-        else:
-            states = client.partial(x, self.ops, base_index=first_col)
-        return _wrap(_Parts({first_row: states}), x.ndim)
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: list[tuple[list[Op], list[tp.Partial], int]]) -> None:
+        self.columns = columns
+
+    def merged_with(self, other: "_FrameStates") -> "_FrameStates":
+        return _FrameStates([(ops, [tp.merge(a, b) for a, b in zip(mine, theirs)], n + m)
+                             for (ops, mine, n), (_, theirs, m) in zip(self.columns, other.columns)])
+
+
+def _partition_states(partition: Any, func: Any, targets: Targets, block: int, options: tuple) -> _FrameStates:
+    c = steps.client(steps.pick_target(targets, block), options)
+    out = []
+    for col, funcs in _pandas.requests(partition, func):
+        ops = _pandas.ops_for(col, funcs, every_op=True)
+        out.append((ops, c.partial(col.values, ops, valid=col.valid), col.size))
+    return _FrameStates(out)
+
+
+def _merge_states(*parts: _FrameStates) -> _FrameStates:
+    merged = parts[0]
+    for p in parts[1:]:
+        merged = merged.merged_with(p)
+    return merged
+
+
+def _frame_answer(merged: _FrameStates, meta: Any, func: Any) -> Any:
+    answers = []
+    for (col, funcs), (ops, states, rows) in zip(_pandas.requests(meta, func), merged.columns):
+        col.size = rows
+
+        def value(op: Op, ops: list[Op] = ops, states: list[tp.Partial] = states) -> Any:
+            return tp.finish(states[ops.index(op)])
+
+        answers.append([_pandas.answer(col, f, value) for f in funcs])
+    return _pandas.assemble(meta, func, answers)
+
+
+def agg(frame: Any, func: Union[str, list, dict], targets: Optional[Targets] = None, *, split_every: int = 8,
+        timeout: Optional[float] = 60.0, client_options: Optional[Mapping[str, Any]] = None) -> "dask.delayed":
+    """What pandas' ``agg(func)`` answers for the whole of a Dask DataFrame or
+    Series (:meth:`tally.Client.agg`'s functions and rules, but prod, any and
+    all, which have no partial states yet), as a Delayed: each partition's
+    partial states come from a server, merged in a tree of ``split_every``
+    (the graph's tasks), finished into pandas' answer by the last task.
+    Nothing is sent before ``.compute()``. Category columns need known
+    categories (``ddf.categorize()``), so that every partition's codes mean
+    the same."""
+    meta = frame._meta
+    for col, funcs in _pandas.requests(meta, func):  # refuses bad names and dtypes now, not at compute
+        refused = [f for f in funcs if f in ("prod", "any", "all")]
+        if refused:
+            raise ValueError(f"tally.dask.agg: {refused} have no partial states on the server yet")
+        if col.kind == "category" and "__UNKNOWN_CATEGORIES__" in list(col.dtype.categories):
+            raise TypeError(f"column {col.name!r} has unknown categories: call .categorize() first")
+    targets, options = _targets(targets), _options(timeout, client_options)
+    level = [dask.delayed(_partition_states)(p, func, targets, k, options)
+             for k, p in enumerate(frame.to_delayed())]
+    while len(level) > 1:
+        level = [dask.delayed(_merge_states)(*level[k:k + split_every]) for k in range(0, len(level), split_every)]
+    return dask.delayed(_frame_answer)(level[0], meta, func)
