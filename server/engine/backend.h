@@ -91,6 +91,15 @@ class Backend {
   // (cancelled, failed) releases what it holds.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
                                                                          const Placement& from) = 0;
+  // Start(), but without waiting for a GPU lane: RESOURCE_EXHAUSTED at once
+  // when every lane that could read `from` is busy. A query of several
+  // GPUs' pieces starts what it can this way while it holds lanes, and
+  // waits (with Start) only when it holds none. Backends without lanes
+  // start as Start() does.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
+                                                                               const Placement& from) {
+    return Start(plan, from);
+  }
   // Bytes that arrive over the network.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) {
     return Start(plan, Placement::PageableHost());

@@ -1,12 +1,10 @@
 #include "server/engine/reduce_pieces.h"
 
 #include <algorithm>
-#include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -164,30 +162,13 @@ void CutPiece(const AggregationPlan& plan, const PlacedPiece& piece, std::vector
   if (at < end) jobs.push_back(MakeJob(plan, piece, at, end - at, 0, at / r, 0));  // a row going on after
 }
 
-// One GPU's jobs, one after another, each on a lane taken for it alone
-// and given back (its Reduction destroyed) before the next job's lane is
-// asked for: the thread never holds a lane while it waits for one.
-absl::Status RunJobs(Backend& backend, std::span<const Job> jobs, std::span<const std::size_t> list,
-                     std::span<AggregationResult> done, const std::function<bool()>& cancelled,
-                     const std::atomic<bool>& failed, const std::function<void()>& started) {
-  for (const std::size_t j : list) {
-    if (failed.load(std::memory_order_relaxed)) return absl::OkStatus();  // another GPU's error is the answer
-    if (cancelled()) return CancelledByClient();
-    absl::StatusOr<std::unique_ptr<Reduction>> r = backend.Start(jobs[j].plan, jobs[j].extent.placement);
-    if (!r.ok()) return r.status();
-    started();
-    if (absl::Status s = (*r)->Consume(jobs[j].extent); !s.ok()) return s;
-    absl::StatusOr<AggregationResult> result = (*r)->Finish();
-    if (!result.ok()) return result.status();
-    done[j] = std::move(*result);
-  }
-  return absl::OkStatus();
-}
-
-// Jobs by GPU, each GPU's on a thread of its own (the first on the
-// caller's), so that a query never holds one GPU's lane while it waits for
-// another's. Holding and waiting (each GPU's next job started in turn,
-// then all finished) kept lanes idle: with 64 clients on 4 GPUs, queries
+// Jobs by GPU, round by round: each round starts, on every GPU with jobs
+// left, its next job if a lane of that GPU is free (StartIfFree: the
+// launches are asynchronous, so the GPUs work side by side), then finishes
+// every job it started, giving their lanes back. Only a round that could
+// start nothing waits for a lane (Start), holding none. A query never holds
+// one GPU's lane while it waits for another's: when it did (each GPU's job
+// started in turn, waiting), 64 clients of sharded datasets on 4 GPUs
 // queued behind lanes held by queries that were themselves waiting.
 absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const AggregationPlan& asked,
                                                std::span<const PlacedPiece> pieces,
@@ -210,28 +191,46 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
   }
   std::vector<Job> jobs;
   for (const PlacedPiece& piece : pieces) CutPiece(plan, piece, jobs);
-  std::map<int, std::vector<std::size_t>> by_device;
+  std::map<int, std::deque<std::size_t>> by_device;
   for (std::size_t j = 0; j < jobs.size(); ++j) by_device[jobs[j].extent.placement.device].push_back(j);
   std::vector<AggregationResult> done(jobs.size());
-  std::vector<absl::Status> status(by_device.size());
-  std::atomic<bool> failed{false};
-  std::once_flag once;  // "started": the first job has its lane
-  const std::function<void()> started = [&] { std::call_once(once, [&] { Note(phase, "started"); }); };
-  {
-    std::vector<std::jthread> others;
-    std::size_t k = 0;
+  bool noted = false;
+  for (;;) {
+    std::vector<std::pair<std::size_t, std::unique_ptr<Reduction>>> running;
+    auto launch = [&](std::size_t j, std::unique_ptr<Reduction> r) -> absl::Status {
+      if (absl::Status s = r->Consume(jobs[j].extent); !s.ok()) return s;
+      running.emplace_back(j, std::move(r));
+      by_device[jobs[j].extent.placement.device].pop_front();
+      return absl::OkStatus();
+    };
+    bool left = false;
     for (const auto& [device, list] : by_device) {
-      auto run = [&, k, &list = list] {
-        status[k] = RunJobs(backend, jobs, list, done, cancelled, failed, started);
-        if (!status[k].ok()) failed.store(true, std::memory_order_relaxed);
-      };
-      if (k + 1 < by_device.size()) others.emplace_back(run);
-      else run();  // the last GPU's jobs on this thread
-      ++k;
+      if (list.empty()) continue;
+      left = true;
+      if (cancelled()) return CancelledByClient();
+      const std::size_t j = list.front();
+      absl::StatusOr<std::unique_ptr<Reduction>> r = backend.StartIfFree(jobs[j].plan, jobs[j].extent.placement);
+      if (absl::IsResourceExhausted(r.status())) continue;  // that GPU's lanes are busy: a later round
+      if (!r.ok()) return r.status();
+      if (absl::Status s = launch(j, std::move(*r)); !s.ok()) return s;
     }
-  }  // the threads joined
-  for (const absl::Status& s : status) {
-    if (!s.ok()) return s;
+    if (!left) break;
+    if (running.empty()) {  // every GPU with jobs left is busy: wait for one, holding nothing
+      const std::size_t j = std::find_if(by_device.begin(), by_device.end(), [](const auto& d) {
+                              return !d.second.empty();
+                            })->second.front();
+      absl::StatusOr<std::unique_ptr<Reduction>> r = backend.Start(jobs[j].plan, jobs[j].extent.placement);
+      if (!r.ok()) return r.status();
+      if (absl::Status s = launch(j, std::move(*r)); !s.ok()) return s;
+    }
+    if (!noted) Note(phase, "started");
+    noted = true;
+    for (auto& [j, r] : running) {
+      absl::StatusOr<AggregationResult> result = r->Finish();
+      if (!result.ok()) return result.status();
+      done[j] = std::move(*result);
+      r.reset();  // the lane back before the next job's
+    }
   }
   Note(phase, "consumed");
   // Each row's states merged in element order, then finished as the

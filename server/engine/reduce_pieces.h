@@ -18,10 +18,11 @@
 //     unsharded answer;
 //   - float sums and moments are deterministic for a dataset's shard layout
 //     and agree with the unsharded answer to rounding (another merge order).
-// The pieces of each GPU run one after another, on a thread per GPU, so the
-// GPUs work side by side and no query holds one GPU's lane while it waits
-// for another's: each job takes a lane, and gives it back before the next
-// job of its GPU asks for one.
+// Round by round, each GPU with parts left starts its next part if one of
+// its lanes is free (the GPUs work side by side), then every started part
+// is finished and its lane given back; a round that could start nothing
+// waits for a lane holding none. So no query holds one GPU's lane while it
+// waits for another's.
 #pragma once
 
 #include <functional>

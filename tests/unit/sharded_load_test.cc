@@ -77,7 +77,8 @@ TEST(LaneSlots, AnyPlaceTakesTheFreestAndLostPlacesEndWaits) {
 // GPU d holds one of place d's lanes from Start until it is destroyed, and
 // takes `work` in Finish (the kernels' time). The bytes are host bytes
 // labelled as device memory; the cpu backend reduces them. It counts the
-// Starts that waited for a lane while their thread held another.
+// Starts (which wait for a lane; StartIfFree does not) made while their
+// thread held another lane.
 class LanedBackend : public Backend {
  public:
   LanedBackend(int places, int lanes, std::chrono::milliseconds wait, std::chrono::microseconds work)
@@ -87,7 +88,18 @@ class LanedBackend : public Backend {
   std::string device() const override { return "test lanes"; }
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan, const Placement& from) override {
     if (held_ > 0) held_while_waiting_.fetch_add(1);
-    const LaneSlots::Taken t = slots_.Take(from.device, wait_);
+    return StartWithin(plan, from, wait_);
+  }
+  absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
+                                                         const Placement& from) override {
+    return StartWithin(plan, from, std::chrono::milliseconds(0));
+  }
+  int held_while_waiting() const { return held_while_waiting_.load(); }
+
+ private:
+  absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
+                                                         std::chrono::milliseconds wait) {
+    const LaneSlots::Taken t = slots_.Take(from.device, wait);
     if (t.outcome != LaneSlots::Outcome::kGot) return absl::ResourceExhaustedError("lanes stayed busy");
     absl::StatusOr<std::unique_ptr<Reduction>> inner = cpu_->Start(plan);
     if (!inner.ok()) {
@@ -97,9 +109,7 @@ class LanedBackend : public Backend {
     ++held_;
     return std::unique_ptr<Reduction>(std::make_unique<OnLane>(this, t, std::move(*inner)));
   }
-  int held_while_waiting() const { return held_while_waiting_.load(); }
 
- private:
   class OnLane : public Reduction {
    public:
     OnLane(LanedBackend* owner, LaneSlots::Taken lane, std::unique_ptr<Reduction> inner)

@@ -118,6 +118,19 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
                                                     const Placement& from) override {
+    return StartWithin(plan, from, lane_wait_);
+  }
+  absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
+                                                         const Placement& from) override {
+    if (from.memory != Memory::kDevice) return Start(plan, from);
+    return StartWithin(plan, from, std::chrono::milliseconds(0));
+  }
+
+ private:
+  // Start(), waiting up to `device_wait` for a lane of the GPU that holds
+  // device bytes (host bytes wait --cuda_lane_wait_ms, or as routing says).
+  absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
+                                                         std::chrono::milliseconds device_wait) {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
@@ -148,7 +161,7 @@ class CudaBackend final : public Backend {
         return absl::FailedPreconditionError(
             absl::StrCat("cuda backend: GPU ", from.device, " is not one of the devices in use."));
       }
-      absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(from.device, lane_wait_);
+      absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(from.device, device_wait);
       if (!lease.ok()) return lease.status();
       return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
     }
@@ -164,7 +177,7 @@ class CudaBackend final : public Backend {
       }
       return cpu_->Start(plan, from);
     }
-    if (from.memory == Memory::kDevice) return StartOnDevice(plan, from.device);
+    if (from.memory == Memory::kDevice) return StartOnDevice(plan, from.device, device_wait);
     // Pageable bytes (the network's) go where they are estimated to finish
     // first under the present load (--routing=cost), or by size alone
     // (--routing=size: the same request always runs on the same hardware
@@ -235,6 +248,7 @@ class CudaBackend final : public Backend {
     return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, chunk_elements);
   }
 
+ public:
   std::vector<ResidentPlace> ResidentPlaces() const override {
     std::vector<ResidentPlace> places;
     for (const int d : pool_->ordinals()) places.push_back({d, absl::StrCat("cuda:", d)});
@@ -285,7 +299,8 @@ class CudaBackend final : public Backend {
   // whatever their size. Launches over them are as long as the lane's
   // scratch allows, up to the whole array: decided by the plan alone, so a
   // request gives the same bits every time.
-  absl::StatusOr<std::unique_ptr<Reduction>> StartOnDevice(const AggregationPlan& plan, int device) {
+  absl::StatusOr<std::unique_ptr<Reduction>> StartOnDevice(const AggregationPlan& plan, int device,
+                                                           std::chrono::milliseconds wait) {
     if (!pool_->Uses(device)) {
       return absl::FailedPreconditionError(
           absl::StrCat("cuda backend: GPU ", device, " is not one of the devices in use."));
@@ -305,7 +320,7 @@ class CudaBackend final : public Backend {
       if (*scratch <= pool_->scratch_bytes() || cut <= chunk_elements) break;
       cut = std::max(chunk_elements, (cut / 2 + chunk_elements - 1) / chunk_elements * chunk_elements);
     }
-    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(device, lane_wait_);
+    absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(device, wait);
     if (!lease.ok()) return lease.status();
     return cuda::MakeCudaReduction(plan, std::move(passes), std::move(*lease), &engine_, cut);
   }
