@@ -16,18 +16,24 @@ inline constexpr Param kHistogramParamList[] = {
     {.id = ParamId::kHi, .field = "histogram.hi", .label = "hi", .text = "HI"},
 };
 
+// Messages are built by appending: GCC 12 warns falsely (-Wrestrict) on
+// "literal" + std::string temporaries.
 inline std::optional<std::string> CheckHistogram(const OpSpec& op) {
   const HistogramSpec& h = op.histogram;
-  const auto range = [&] { return "[" + NumberText(h.lo) + ", " + NumberText(h.hi) + "]"; };
+  const auto say = [&](std::string_view what, bool with_range, std::string_view after = ".") {
+    std::string out(what);
+    if (with_range) out.append("[").append(NumberText(h.lo)).append(", ").append(NumberText(h.hi)).append("]");
+    out.append(after);
+    return out;
+  };
   if (h.bins == 0 || h.bins > kMaxHistogramBins) {
-    return "histogram.bins must be 1 to " + std::to_string(kMaxHistogramBins) + ", got " + std::to_string(h.bins) +
-           ".";
+    std::string out = "histogram.bins must be 1 to ";
+    out.append(std::to_string(kMaxHistogramBins)).append(", got ").append(std::to_string(h.bins)).append(".");
+    return out;
   }
-  if (!std::isfinite(h.lo) || !std::isfinite(h.hi)) {
-    return "histogram.lo and histogram.hi must be finite, got " + range() + ".";
-  }
-  if (!(h.lo < h.hi)) return "histogram.lo must be less than histogram.hi, got " + range() + ".";
-  if (!std::isfinite(h.hi - h.lo)) return "histogram range " + range() + " is too wide: hi - lo overflows float64.";
+  if (!std::isfinite(h.lo) || !std::isfinite(h.hi)) return say("histogram.lo and histogram.hi must be finite, got ", true);
+  if (!(h.lo < h.hi)) return say("histogram.lo must be less than histogram.hi, got ", true);
+  if (!std::isfinite(h.hi - h.lo)) return say("histogram range ", true, " is too wide: hi - lo overflows float64.");
   return std::nullopt;
 }
 inline constexpr ParamSet kHistogramParams{kHistogramParamList, CheckHistogram};

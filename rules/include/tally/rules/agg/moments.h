@@ -12,7 +12,8 @@ inline constexpr Param kDdofParams[] = {
     {.id = ParamId::kDdof, .field = "ddof", .label = "ddof", .text = "DDOF", .optional = true}};
 inline constexpr ParamSet kDdof{kDdofParams, [](const OpSpec& op) -> std::optional<std::string> {
                                   if (std::isfinite(op.ddof) && op.ddof >= 0) return std::nullopt;
-                                  return "ddof must be finite and >= 0, got " + NumberText(op.ddof) + ".";
+                                  std::string out = "ddof must be finite and >= 0, got ";
+                                  return out.append(NumberText(op.ddof)).append(".");
                                 }};
 
 inline constexpr Function kMean{.kind = OpKind::kMean, .name = "mean", .wire = 4, .result = ResultRule::kDouble,
