@@ -29,8 +29,9 @@ std::string AggregationLabel(const v1::Aggregation& aggregation);
 std::string OpName(v1::Op op);
 
 // Whether two aggregations are the same question: the same op and the
-// same values of the parameters its function takes (nanvar's ddof as
-// var's); the partial request and base index aside.
+// same values of the parameters its function takes (a NaN-skipping
+// function's ddof as its plain one's); the partial request and base
+// index aside.
 bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b);
 
 // The ops and their syntax for --help, from the registry: one group of

@@ -119,9 +119,10 @@ namespace tally::rules {
 constexpr ResultKind ResultKindOf(OpKind op, DType dtype) { return agg::KindOf(agg::Of(op).result, dtype); }
 
 // The op as `dtype` computes and finishes it: integer dtypes hold no NaN, so
-// there each NaN-skipping op is its plain op, as in numpy (numpy.nanvar of
-// integers is numpy.var, whose ddof >= n gives inf, not nanvar's NaN). The
-// backends, the shard merge and the clients' finishing all apply it.
+// there each NaN-skipping op is its plain op, as in numpy (whose NaN-skipping
+// variance of integers is the plain variance: a ddof >= n gives inf, not
+// NaN). The backends, the shard merge and the clients' finishing all apply
+// it.
 constexpr OpSpec AsComputedFor(OpSpec op, DType dtype) {
   op.kind = agg::AsComputedFor(agg::Of(op.kind), dtype).kind;
   return op;
