@@ -1,9 +1,11 @@
 // The --ops parser and aggregation labels.
 #include "tally/client/aggregations.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,113 +14,87 @@
 #include "absl/strings/ascii.h"
 #include "tally/client/number_text.h"
 #include "tally/client/wire.h"
-#include "tally/rules/op.h"
+#include "tally/rules/agg/registry.h"
+#include "tally/v1/aggregation_wire.h"
 
 namespace tally::client {
 namespace {
 
-struct OpAlias {
-  absl::string_view name;
-  rules::OpKind kind;
-};
+namespace agg = rules::agg;
 
-constexpr OpAlias kOpAliases[] = {
-    {"sum", rules::OpKind::kSum},
-    {"min", rules::OpKind::kMin},
-    {"max", rules::OpKind::kMax},
-    {"mean", rules::OpKind::kMean},
-    {"count", rules::OpKind::kCount},
-    {"sum_squares", rules::OpKind::kSumSquares},
-    {"sumsq", rules::OpKind::kSumSquares},
-    {"variance", rules::OpKind::kVariance},
-    {"var", rules::OpKind::kVariance},
-    {"stddev", rules::OpKind::kStddev},
-    {"std", rules::OpKind::kStddev},
-    {"argmin", rules::OpKind::kArgmin},
-    {"argmax", rules::OpKind::kArgmax},
-    {"histogram", rules::OpKind::kHistogram},
-    {"hist", rules::OpKind::kHistogram},
-    {"nansum", rules::OpKind::kNanSum},
-    {"nanmean", rules::OpKind::kNanMean},
-    {"nanmin", rules::OpKind::kNanMin},
-    {"nanmax", rules::OpKind::kNanMax},
-    {"nanargmin", rules::OpKind::kNanArgmin},
-    {"nanargmax", rules::OpKind::kNanArgmax},
-    {"nanvar", rules::OpKind::kNanVariance},
-    {"nanstd", rules::OpKind::kNanStddev},
-    {"nancount", rules::OpKind::kNanCount},
-    {"prod", rules::OpKind::kProduct},
-    {"product", rules::OpKind::kProduct},
-    {"count_nonzero", rules::OpKind::kCountNonzero},
-    {"nnz", rules::OpKind::kCountNonzero},
-    {"any", rules::OpKind::kAny},
-    {"all", rules::OpKind::kAll},
-    {"ptp", rules::OpKind::kPtp},
-    {"minmax", rules::OpKind::kMinMax},
-};
+// The registry's std::string_view as abseil's (a type of its own in
+// Debian's build: wire.h).
+absl::string_view Text(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-constexpr absl::string_view kKnownOps =
-    "sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], stddev|std[:DDOF], "
-    "argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, "
-    "nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, count_nonzero|nnz, any, all, ptp, minmax";
+// How the command line writes a function's parameters: "[:DDOF]",
+// ":BINS:LO:HI".
+std::string ParamSyntax(const agg::Function& f) {
+  std::string out;
+  for (const agg::Param& p : f.params->params) {
+    absl::StrAppend(&out, p.optional ? "[:" : ":", Text(p.text), p.optional ? "]" : "");
+  }
+  return out;
+}
+
+// "variance|var[:DDOF]": every spelling of the function, then its parameters.
+std::string Usage(const agg::Function& f) {
+  std::string out(f.name.data(), f.name.size());
+  for (std::string_view s : f.spellings) {
+    if (!s.empty()) absl::StrAppend(&out, "|", Text(s));
+  }
+  return out + ParamSyntax(f);
+}
+
+std::string KnownOps() {
+  std::string out;
+  for (const agg::Function& f : agg::kFunctions) absl::StrAppend(&out, out.empty() ? "" : ", ", Usage(f));
+  return out;
+}
 
 absl::Status BadToken(absl::string_view token, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("bad aggregation \"", token, "\": ", why));
 }
 
-std::optional<double> ParseFinite(absl::string_view text) {
+// One parameter's text as its value: a whole number for an integer field
+// (a bin count), else any number; the range is the registry's check.
+std::optional<double> ParseParam(const agg::Param& p, absl::string_view text) {
+  if (p.integer) {
+    std::uint32_t v = 0;
+    if (!absl::SimpleAtoi(text, &v)) return std::nullopt;
+    return v;
+  }
   double v = 0.0;
-  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return std::nullopt;
+  if (!absl::SimpleAtod(text, &v)) return std::nullopt;
   return v;
 }
 
 absl::StatusOr<v1::Aggregation> ParseToken(absl::string_view token) {
   const std::vector<absl::string_view> parts = absl::StrSplit(token, ':');
   const std::string name = absl::AsciiStrToLower(parts[0]);
-  std::optional<rules::OpKind> kind;
-  for (const OpAlias& a : kOpAliases) {
-    if (name == a.name) kind = a.kind;
-  }
-  if (!kind) return BadToken(token, absl::StrCat("unknown op; expected one of ", kKnownOps));
+  const agg::Function* f = agg::FindByName(name);
+  if (f == nullptr) return BadToken(token, absl::StrCat("unknown op; expected one of ", KnownOps()));
 
-  v1::Aggregation agg;
-  agg.set_op(ToWire(*kind));
-  const size_t args = parts.size() - 1;
-  switch (*kind) {
-    case rules::OpKind::kVariance:
-    case rules::OpKind::kStddev:
-    case rules::OpKind::kNanVariance:
-    case rules::OpKind::kNanStddev: {
-      if (args > 1) return BadToken(token, "expected at most one argument, the ddof (e.g. var:1)");
-      if (args == 1) {
-        const std::optional<double> ddof = ParseFinite(parts[1]);
-        if (!ddof || *ddof < 0.0) {
-          return BadToken(token, "ddof must be a finite number >= 0");
-        }
-        agg.set_ddof(*ddof);
-      }
-      return agg;
-    }
-    case rules::OpKind::kHistogram: {
-      if (args != 3) return BadToken(token, "expected histogram:BINS:LO:HI (e.g. hist:256:-1:1)");
-      std::uint32_t bins = 0;
-      if (!absl::SimpleAtoi(parts[1], &bins) || bins < 1 || bins > rules::kMaxHistogramBins) {
-        return BadToken(token, absl::StrCat("BINS must be an integer from 1 to ",
-                                            rules::kMaxHistogramBins));
-      }
-      const std::optional<double> lo = ParseFinite(parts[2]);
-      const std::optional<double> hi = ParseFinite(parts[3]);
-      if (!lo || !hi) return BadToken(token, "LO and HI must be finite numbers");
-      if (!(*lo < *hi)) return BadToken(token, "LO must be less than HI");
-      agg.mutable_histogram()->set_bins(bins);
-      agg.mutable_histogram()->set_lo(*lo);
-      agg.mutable_histogram()->set_hi(*hi);
-      return agg;
-    }
-    default:
-      if (args != 0) return BadToken(token, absl::StrCat(NameOf(*kind), " takes no arguments"));
-      return agg;
+  const std::span<const agg::Param> params = f->params->params;
+  const std::size_t args = parts.size() - 1;
+  const auto required = static_cast<std::size_t>(
+      std::count_if(params.begin(), params.end(), [](const agg::Param& p) { return !p.optional; }));
+  if (args < required || args > params.size()) {
+    if (params.empty()) return BadToken(token, absl::StrCat(name, " takes no arguments"));
+    return BadToken(token, absl::StrCat("expected ", name, ParamSyntax(*f)));
   }
+  rules::OpSpec spec;
+  spec.kind = f->kind;
+  for (std::size_t i = 0; i < args; ++i) {
+    const agg::Param& p = params[i];
+    const std::optional<double> v = ParseParam(p, parts[i + 1]);
+    if (!v) {
+      return BadToken(token, absl::StrCat(Text(p.text), " must be ",
+                                          p.integer ? "a whole number" : "a number"));
+    }
+    agg::Set(spec, p.id, *v);
+  }
+  if (const std::optional<std::string> fault = agg::CheckParams(spec)) return BadToken(token, *fault);
+  return OpSpecToProto(spec);
 }
 
 }  // namespace
@@ -139,26 +115,56 @@ absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregations(absl::string_view
 }
 
 std::string OpName(v1::Op op) {
-  const std::optional<rules::OpKind> kind = FromWire(op);
-  if (!kind) return absl::StrCat("unknown(", static_cast<int>(op), ")");
-  return std::string(NameOf(*kind));
+  const agg::Function* f = FunctionOf(op);
+  if (f == nullptr) return absl::StrCat("unknown(", static_cast<int>(op), ")");
+  return std::string(f->name);
 }
 
 std::string AggregationLabel(const v1::Aggregation& aggregation) {
-  const std::string name = OpName(aggregation.op());
-  switch (aggregation.op()) {
-    case v1::OP_VARIANCE:
-    case v1::OP_STDDEV:
-    case v1::OP_NANVAR:
-    case v1::OP_NANSTD:
-      return absl::StrCat(name, "(ddof=", DoubleText(aggregation.ddof()), ")");
-    case v1::OP_HISTOGRAM:
-      return absl::StrCat(name, "(bins=", aggregation.histogram().bins(),
-                          ", lo=", DoubleText(aggregation.histogram().lo()),
-                          ", hi=", DoubleText(aggregation.histogram().hi()), ")");
-    default:
-      return name;
+  const agg::Function* f = FunctionOf(aggregation.op());
+  if (f == nullptr || f->params->params.empty()) return OpName(aggregation.op());
+  const rules::OpSpec spec = OpSpecFromProto(*f, aggregation);
+  std::string out = absl::StrCat(Text(f->name), "(");
+  for (const agg::Param& p : f->params->params) {
+    absl::StrAppend(&out, &p == f->params->params.data() ? "" : ", ",
+                    Text(p.label), "=", DoubleText(agg::Get(spec, p.id)));
   }
+  return out + ")";
+}
+
+bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b) {
+  if (a.op() != b.op()) return false;
+  const agg::Function* f = FunctionOf(a.op());
+  return f == nullptr || agg::SameParams(OpSpecFromProto(*f, a), OpSpecFromProto(*f, b));
+}
+
+std::string OpsHelp(std::size_t indent, std::size_t width) {
+  std::string out;
+  const auto group = [&](absl::string_view heading, auto keep) {
+    std::string line(indent, ' ');
+    if (!heading.empty()) absl::StrAppend(&line, heading);
+    bool first = heading.empty();
+    for (const agg::Function& f : agg::kFunctions) {
+      if (!keep(f)) continue;
+      const std::string word = Usage(f);
+      if (!first && line.size() + 1 + word.size() > width) {
+        absl::StrAppend(&out, line, "\n");
+        line = std::string(indent, ' ') + word;
+      } else {
+        absl::StrAppend(&line, first ? "" : " ", word);
+      }
+      first = false;
+    }
+    absl::StrAppend(&out, line, "\n");
+  };
+  // minmax is a min and a max (values_per_row 2), which the kernels run.
+  const auto on_gpu = [](const agg::Function& f) { return f.on_kernels || f.values_per_row > 1; };
+  group("", [&](const agg::Function& f) { return on_gpu(f) && !f.skips_nan; });
+  group("NaN-skipping, as numpy's nan-functions:", [](const agg::Function& f) { return f.skips_nan; });
+  group("", [&](const agg::Function& f) { return !on_gpu(f); });
+  absl::StrAppend(&out, std::string(indent, ' '), "(this last group runs on the CPU: on a GPU server,\n",
+                  std::string(indent, ' '), "not for --dataset data kept on the GPU)\n");
+  return out;
 }
 
 }  // namespace tally::client

@@ -11,31 +11,21 @@
 #include "tally/client/aggregations.h"
 #include "tally/client/wire.h"
 #include "tally/rules/partial.h"
+#include "tally/v1/aggregation_wire.h"
 #include "tally/v1/partial_state_wire.h"
 
 namespace tally::client {
 namespace {
 
-// What merges and finishes need of an aggregation: its rules form.
+// What merges and finishes need of an aggregation: its rules form, as a
+// value (the states are already in hand).
 absl::StatusOr<rules::OpSpec> SpecOf(const v1::Aggregation& a) {
-  const std::optional<rules::OpKind> kind = FromWire(a.op());
-  if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown op ", static_cast<int>(a.op()), "."));
-  rules::OpSpec spec;
-  spec.kind = *kind;
-  spec.ddof = a.ddof();
-  spec.histogram = {a.histogram().bins(), a.histogram().lo(), a.histogram().hi()};
+  const rules::agg::Function* f = FunctionOf(a.op());
+  if (f == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown op ", static_cast<int>(a.op()), "."));
+  rules::OpSpec spec = OpSpecFromProto(*f, a);
+  spec.partial = false;
+  spec.base_index = 0;
   return spec;
-}
-
-// The aggregation's identity for merging: everything but the base index.
-bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b) {
-  if (a.op() != b.op()) return false;
-  if ((a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV) && a.ddof() != b.ddof()) return false;
-  if (a.op() == v1::OP_HISTOGRAM) {
-    const v1::HistogramSpec &x = a.histogram(), &y = b.histogram();
-    if (x.bins() != y.bins() || x.lo() != y.lo() || x.hi() != y.hi()) return false;
-  }
-  return true;
 }
 
 absl::Status CheckPartial(const v1::AggregationResult& r, const char* which) {

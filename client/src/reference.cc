@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "tally/rules/combine.h"
 #include "tally/rules/histogram_bin.h"
 #include "tally/rules/validity.h"
+#include "tally/v1/aggregation_wire.h"
 
 namespace tally::client {
 namespace {
@@ -41,18 +43,10 @@ RowExtent RowOf(const ArrayRef& array, std::uint64_t r) {
 }
 
 absl::Status CheckAggregation(const v1::Aggregation& a) {
-  const std::optional<rules::OpKind> kind = FromWire(a.op());
-  if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown op ", a.op()));
-  if (rules::TakesDdof(*kind) &&
-      !(std::isfinite(a.ddof()) && a.ddof() >= 0.0)) {
-    return absl::InvalidArgumentError("ddof must be finite and >= 0");
-  }
-  if (*kind == rules::OpKind::kHistogram) {
-    const v1::HistogramSpec& h = a.histogram();
-    if (h.bins() < 1 || h.bins() > rules::kMaxHistogramBins || !std::isfinite(h.lo()) ||
-        !std::isfinite(h.hi()) || !(h.lo() < h.hi())) {
-      return absl::InvalidArgumentError("bad histogram spec");
-    }
+  const rules::agg::Function* f = FunctionOf(a.op());
+  if (f == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown op ", a.op()));
+  if (const std::optional<std::string> fault = rules::agg::CheckParams(OpSpecFromProto(*f, a))) {
+    return absl::InvalidArgumentError(*fault);
   }
   return absl::OkStatus();
 }
@@ -344,17 +338,6 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
   return absl::OkStatus();
 }
 
-bool SameAggregation(const v1::Aggregation& a, const v1::Aggregation& b) {
-  if (a.op() != b.op()) return false;
-  const std::optional<rules::OpKind> kind = FromWire(a.op());
-  if (kind && rules::TakesDdof(*kind) && a.ddof() != b.ddof()) return false;
-  if (a.op() == v1::OP_HISTOGRAM) {
-    return a.histogram().bins() == b.histogram().bins() &&
-           a.histogram().lo() == b.histogram().lo() && a.histogram().hi() == b.histogram().hi();
-  }
-  return true;
-}
-
 bool DoublesMatch(double expected, double actual, bool exact) {
   if (std::isnan(expected) || std::isnan(actual)) return std::isnan(expected) && std::isnan(actual);
   if (expected == actual) return true;
@@ -366,25 +349,13 @@ bool DoublesMatch(double expected, double actual, bool exact) {
 }  // namespace
 
 v1::AggregationResult::ValuesCase ResultCaseFor(rules::OpKind op, rules::DType dtype) {
-  switch (rules::PlainOf(op)) {  // NaN-skipping ops answer as their plain ops
-    case rules::OpKind::kSum:
-    case rules::OpKind::kMin:
-    case rules::OpKind::kMax:
-    case rules::OpKind::kMinMax:
-    case rules::OpKind::kProduct:
-    case rules::OpKind::kPtp:
-      if (rules::IsFloat(dtype)) return v1::AggregationResult::kDoubles;
-      return rules::IsSigned(dtype) ? v1::AggregationResult::kInt64S
-                                  : v1::AggregationResult::kUint64S;
-    case rules::OpKind::kCount:
-    case rules::OpKind::kCountNonzero:
-    case rules::OpKind::kAny:
-    case rules::OpKind::kAll: return v1::AggregationResult::kUint64S;
-    case rules::OpKind::kArgmin:
-    case rules::OpKind::kArgmax: return v1::AggregationResult::kInt64S;
-    case rules::OpKind::kHistogram: return v1::AggregationResult::kHistograms;
-    default: return v1::AggregationResult::kDoubles;
+  switch (rules::ResultKindOf(op, dtype)) {
+    case rules::ResultKind::kDouble: return v1::AggregationResult::kDoubles;
+    case rules::ResultKind::kInt64: return v1::AggregationResult::kInt64S;
+    case rules::ResultKind::kUInt64: return v1::AggregationResult::kUint64S;
+    case rules::ResultKind::kHistogram: return v1::AggregationResult::kHistograms;
   }
+  return v1::AggregationResult::kDoubles;
 }
 
 absl::StatusOr<v1::AggregateResponse> ComputeReference(

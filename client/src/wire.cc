@@ -2,9 +2,9 @@
 #include "tally/client/wire.h"
 
 #include <array>
-
 #include <string>
 
+#include "tally/v1/aggregation_wire.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally::client {
@@ -46,43 +46,10 @@ std::optional<rules::DType> FromWire(v1::DType dtype) {
   return std::nullopt;
 }
 
-v1::Op ToWire(rules::OpKind op) {
-  switch (op) {
-    case rules::OpKind::kSum: return v1::OP_SUM;
-    case rules::OpKind::kMin: return v1::OP_MIN;
-    case rules::OpKind::kMax: return v1::OP_MAX;
-    case rules::OpKind::kMean: return v1::OP_MEAN;
-    case rules::OpKind::kCount: return v1::OP_COUNT;
-    case rules::OpKind::kSumSquares: return v1::OP_SUM_SQUARES;
-    case rules::OpKind::kVariance: return v1::OP_VARIANCE;
-    case rules::OpKind::kStddev: return v1::OP_STDDEV;
-    case rules::OpKind::kArgmin: return v1::OP_ARGMIN;
-    case rules::OpKind::kArgmax: return v1::OP_ARGMAX;
-    case rules::OpKind::kHistogram: return v1::OP_HISTOGRAM;
-    case rules::OpKind::kNanSum: return v1::OP_NANSUM;
-    case rules::OpKind::kNanMean: return v1::OP_NANMEAN;
-    case rules::OpKind::kNanMin: return v1::OP_NANMIN;
-    case rules::OpKind::kNanMax: return v1::OP_NANMAX;
-    case rules::OpKind::kNanArgmin: return v1::OP_NANARGMIN;
-    case rules::OpKind::kNanArgmax: return v1::OP_NANARGMAX;
-    case rules::OpKind::kNanVariance: return v1::OP_NANVAR;
-    case rules::OpKind::kNanStddev: return v1::OP_NANSTD;
-    case rules::OpKind::kNanCount: return v1::OP_NANCOUNT;
-    case rules::OpKind::kProduct: return v1::OP_PROD;
-    case rules::OpKind::kCountNonzero: return v1::OP_COUNT_NONZERO;
-    case rules::OpKind::kAny: return v1::OP_ANY;
-    case rules::OpKind::kAll: return v1::OP_ALL;
-    case rules::OpKind::kPtp: return v1::OP_PTP;
-    case rules::OpKind::kMinMax: return v1::OP_MINMAX;
-  }
-  return v1::OP_UNSPECIFIED;
-}
+v1::Op ToWire(rules::OpKind op) { return OpToProto(op); }
 
 std::optional<rules::OpKind> FromWire(v1::Op op) {
-  for (int k = 0; k < rules::kNumOpKinds; ++k) {
-    const auto kind = static_cast<rules::OpKind>(k);
-    if (ToWire(kind) == op) return kind;
-  }
+  if (const rules::agg::Function* f = FunctionOf(op)) return f->kind;
   return std::nullopt;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -28,7 +29,9 @@
 
 namespace tally::client::tool {
 
-const absl::string_view kAggregateUsage = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
+namespace {
+
+constexpr absl::string_view kUsageHead = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
        tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N | --offsets=FILE.npy] [--valid=FILE.npy]
        tally aggregate [flags] --shm (FILE.npy | --raw=FILE --dtype=T | --random=N)
 
@@ -52,16 +55,9 @@ Input (exactly one):
 
 Flags:
   --ops=LIST          aggregations, comma-separated (default sum,min,max,mean,count):
-                        sum min max minmax mean count argmin argmax
-                        sumsq|sum_squares  var|variance[:DDOF]  std|stddev[:DDOF]
-                        hist|histogram:BINS:LO:HI
-                        NaN-skipping, as numpy's nan-functions: nansum nanmean
-                        nanmin nanmax nanargmin nanargmax nanvar[:DDOF]
-                        nanstd[:DDOF] nancount
-                        prod|product count_nonzero|nnz any all ptp
-                        (this last group runs on the CPU: on a GPU server,
-                        not for --dataset data kept on the GPU)
-  --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
+)";
+// Then the ops, from the registry of aggregate functions (OpsHelp).
+constexpr absl::string_view kUsageTail = R"(  --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
                       uint8 uint16 uint32 uint64 bool: required
                       with --raw; for --random (default float32); a .npy
                       file names its own
@@ -126,6 +122,13 @@ Examples:
   tally aggregate readings.npy --valid=present.npy --ops=mean,minmax,count
   tally aggregate --shm big.npy --ops=sum,max,hist:256:-1:1
 )";
+
+}  // namespace
+
+const absl::string_view kAggregateUsage = [] {
+  static const std::string text = absl::StrCat(kUsageHead, OpsHelp(24, 78), kUsageTail);
+  return absl::string_view(text);
+}();
 
 namespace {
 

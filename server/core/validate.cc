@@ -1,29 +1,22 @@
 #include "server/core/validate.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tally/rules/agg/registry.h"
 #include "tally/rules/histogram_bin.h"
 #include "tally/rules/segments.h"
 
 namespace tally {
 namespace {
-
-// x in the fewest digits that read back as x: a range narrower than the
-// float spacing shows as what it is, not as [1, 1].
-std::string Shortest(double x) {
-  char buffer[32];
-  const auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), x);
-  return std::string(buffer, end);
-}
 
 // The dtype numpy computes histogram edges in for input of `dtype`.
 const char* EdgeDTypeName(DType dtype) {
@@ -76,15 +69,16 @@ bool EdgesIncrease(const HistogramSpec& h) {
 
 absl::Status ValidateOp(std::size_t i, const char* name, const OpSpec& op, const ArraySpec& array) {
   const DType dtype = array.dtype;
-  if (op.partial && !rules::HasPartialState(op.kind)) {
+  const rules::agg::Function& f = rules::agg::Of(op.kind);
+  if (op.partial && !f.partial_state) {
     // prod's or count_nonzero's state would be a product or a count, but the
     // wire form (PartialState) and the clients' merges do not carry them
     // yet (and ptp's difference cannot be merged at all); refused rather
     // than answered with a state nobody finishes.
-    return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": partial states of ", rules::Name(op.kind),
+    return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": partial states of ", std::string(f.name),
                                                    " are not supported; ask for the value."));
   }
-  if (op.partial && rules::AnswersIndex(op.kind)) {
+  if (op.partial && f.answers_index) {
     // Indices are int64: the last one, base_index + the row's length - 1, must fit.
     constexpr std::uint64_t kMaxIndex = std::numeric_limits<std::int64_t>::max();
     // (A segment's length is bounded by the array's.)
@@ -95,41 +89,20 @@ absl::Status ValidateOp(std::size_t i, const char* name, const OpSpec& op, const
                                                      "'s length ", span, " exceeds 2^63 - 1."));
     }
   }
-  if (op.kind == OpKind::kPtp && dtype == DType::kBool) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        OpLabel(i, name), ": ptp of a bool array is not defined (numpy refuses boolean subtraction); "
-                        "ask for min and max."));
+  if (!f.refuses_bool.empty() && dtype == DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": ", std::string(f.refuses_bool)));
   }
-  if (rules::TakesDdof(op.kind)) {
-    if (!std::isfinite(op.ddof) || op.ddof < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          OpLabel(i, name), ": ddof must be finite and >= 0, got ", op.ddof, "."));
-    }
+  if (const std::optional<std::string> fault = rules::agg::CheckParams(op)) {
+    return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": ", *fault));
   }
+  // Whether numpy's edges of the range in this dtype are distinct: the one
+  // parameter check that needs the dtype.
   if (op.kind == OpKind::kHistogram) {
     const HistogramSpec& h = op.histogram;
-    if (h.bins == 0 || h.bins > rules::kMaxHistogramBins) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": histogram.bins must be 1 to ",
-                                                     rules::kMaxHistogramBins, ", got ", h.bins, "."));
-    }
-    if (!std::isfinite(h.lo) || !std::isfinite(h.hi)) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name),
-                                                     ": histogram.lo and histogram.hi must be finite, got [",
-                                                     h.lo, ", ", h.hi, "]."));
-    }
-    if (!(h.lo < h.hi)) {
-      return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name),
-                                                     ": histogram.lo must be less than histogram.hi, got [",
-                                                     h.lo, ", ", h.hi, "]."));
-    }
-    if (!std::isfinite(h.hi - h.lo)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          OpLabel(i, name), ": histogram range [", h.lo, ", ", h.hi, "] is too wide: hi - lo overflows float64."));
-    }
     if (!HistogramEdgesIncrease(h, dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
           OpLabel(i, name), ": too many histogram.bins for the range: the edges of ", h.bins, " bins over [",
-          Shortest(h.lo), ", ", Shortest(h.hi), "], numpy.linspace(lo, hi, bins + 1) in ",
+          rules::agg::NumberText(h.lo), ", ", rules::agg::NumberText(h.hi), "], numpy.linspace(lo, hi, bins + 1) in ",
           EdgeDTypeName(dtype),
           ", are not strictly increasing, so numpy cannot create ", h.bins,
           " finite-sized bins; use fewer bins or a wider range."));

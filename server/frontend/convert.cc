@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "tally/rules/segments.h"
 #include "tally/rules/validity.h"
+#include "tally/v1/aggregation_wire.h"
 #include "tally/v1/partial_state_wire.h"
 
 namespace tally {
@@ -57,40 +58,13 @@ v1::DType DTypeToProto(DType d) {
 
 namespace {
 
-absl::StatusOr<OpKind> OpFromProto(int index, v1::Op op) {
-  switch (op) {
-    case v1::OP_SUM: return OpKind::kSum;
-    case v1::OP_MIN: return OpKind::kMin;
-    case v1::OP_MAX: return OpKind::kMax;
-    case v1::OP_MEAN: return OpKind::kMean;
-    case v1::OP_COUNT: return OpKind::kCount;
-    case v1::OP_SUM_SQUARES: return OpKind::kSumSquares;
-    case v1::OP_VARIANCE: return OpKind::kVariance;
-    case v1::OP_STDDEV: return OpKind::kStddev;
-    case v1::OP_ARGMIN: return OpKind::kArgmin;
-    case v1::OP_ARGMAX: return OpKind::kArgmax;
-    case v1::OP_HISTOGRAM: return OpKind::kHistogram;
-    case v1::OP_NANSUM: return OpKind::kNanSum;
-    case v1::OP_NANMEAN: return OpKind::kNanMean;
-    case v1::OP_NANMIN: return OpKind::kNanMin;
-    case v1::OP_NANMAX: return OpKind::kNanMax;
-    case v1::OP_NANARGMIN: return OpKind::kNanArgmin;
-    case v1::OP_NANARGMAX: return OpKind::kNanArgmax;
-    case v1::OP_NANVAR: return OpKind::kNanVariance;
-    case v1::OP_NANSTD: return OpKind::kNanStddev;
-    case v1::OP_NANCOUNT: return OpKind::kNanCount;
-    case v1::OP_PROD: return OpKind::kProduct;
-    case v1::OP_COUNT_NONZERO: return OpKind::kCountNonzero;
-    case v1::OP_ANY: return OpKind::kAny;
-    case v1::OP_ALL: return OpKind::kAll;
-    case v1::OP_PTP: return OpKind::kPtp;
-    case v1::OP_MINMAX: return OpKind::kMinMax;
-    default: break;
-  }
+// The registry's function for aggregations[index].op.
+absl::StatusOr<const rules::agg::Function*> OpFromProto(int index, v1::Op op) {
+  if (const rules::agg::Function* f = FunctionOf(op)) return f;
   return absl::InvalidArgumentError(absl::StrCat(
       "aggregations[", index, "].op: ",
       op == v1::OP_UNSPECIFIED ? std::string("no op was given") : absl::StrCat("unknown op ", static_cast<int>(op)),
-      "; expected one of sum, min, max, mean, count, sum_squares, variance, stddev, argmin, argmax, histogram, nansum, nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount, prod, count_nonzero, any, all, ptp, minmax."));
+      "; expected one of ", rules::agg::NameList(), "."));
 }
 
 // NaN results go out as one canonical quiet NaN, so equal requests give
@@ -239,14 +213,9 @@ absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const Aggregati
   plan.ops.reserve(aggregations.size());
   for (int i = 0; i < aggregations.size(); ++i) {
     const v1::Aggregation& a = aggregations[i];
-    absl::StatusOr<OpKind> kind = OpFromProto(i, a.op());
-    if (!kind.ok()) return kind.status();
-    OpSpec op;
-    op.kind = *kind;
-    op.ddof = a.ddof();
-    op.histogram = HistogramSpec{a.histogram().bins(), a.histogram().lo(), a.histogram().hi()};
-    op.partial = a.has_partial();
-    op.base_index = a.partial().base_index();
+    absl::StatusOr<const rules::agg::Function*> f = OpFromProto(i, a.op());
+    if (!f.ok()) return f.status();
+    OpSpec op = OpSpecFromProto(**f, a);
     if (op.kind == OpKind::kMinMax) {
       if (op.partial) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -262,7 +231,7 @@ absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const Aggregati
   for (int i = 0; i < aggregations.size(); ++i) {
     if (aggregations[i].op() != v1::OP_MINMAX) continue;
     if (plan.asked.empty()) {
-      for (int k = 0; k < aggregations.size(); ++k) plan.asked.push_back(*OpFromProto(k, aggregations[k].op()));
+      for (int k = 0; k < aggregations.size(); ++k) plan.asked.push_back(FunctionOf(aggregations[k].op())->kind);
     }
     OpSpec max = plan.ops[static_cast<std::size_t>(i)];
     max.kind = OpKind::kMax;

@@ -14,6 +14,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "tally/rules/agg/registry.h"
 
 namespace tally {
 namespace {
@@ -351,7 +352,7 @@ prometheus::Counter& Metrics::OpCounter(int method, int op, int code) {
   prometheus::Counter* c = slot.load(std::memory_order_acquire);
   if (c == nullptr) {
     c = &aggregations_->Add({{"method", MethodName(static_cast<Method>(method))},
-                             {"op", std::string(rules::Name(static_cast<rules::OpKind>(op)))},
+                             {"op", std::string(rules::agg::kFunctions[static_cast<std::size_t>(op)].name)},
                              {"code", kCodeNames[code]}});
     slot.store(c, std::memory_order_release);
   }

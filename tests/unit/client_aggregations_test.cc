@@ -104,5 +104,47 @@ TEST(AggregationLabel, ShowsParameters) {
   EXPECT_EQ(OpName(static_cast<v1::Op>(99)), "unknown(99)");
 }
 
+// The same question: the op and the parameters its function takes, so
+// nanvar's and nanstd's ddof count as var's and std's do.
+TEST(SameAggregation, ComparesTheFunctionsParameters) {
+  const std::vector<v1::Aggregation> a = *ParseAggregations("nanvar:1,nanvar:0,nanstd:1,nanstd:1,sum,hist:8:0:1,hist:8:0:2");
+  EXPECT_FALSE(SameAggregation(a[0], a[1]));
+  EXPECT_TRUE(SameAggregation(a[2], a[3]));
+  EXPECT_FALSE(SameAggregation(a[0], a[2]));
+  EXPECT_FALSE(SameAggregation(a[5], a[6]));
+  v1::Aggregation sum_with_ddof = a[4];
+  sum_with_ddof.set_ddof(3);  // not sum's parameter
+  EXPECT_TRUE(SameAggregation(a[4], sum_with_ddof));
+  v1::Aggregation partial = a[0];
+  partial.mutable_partial()->set_base_index(10);
+  EXPECT_TRUE(SameAggregation(a[0], partial));
+}
+
+// --help lists every op the parser takes, with its parameters' syntax.
+TEST(OpsHelp, ListsEveryOpAndItsSyntax) {
+  const std::string help = OpsHelp(4, 60);
+  for (const char* word : {"sum ", "variance|var[:DDOF]", "histogram|hist:BINS:LO:HI", "nanstd[:DDOF]",
+                           "count_nonzero|nnz", "ptp", "minmax", "nancount"}) {
+    EXPECT_NE(help.find(word), std::string::npos) << word << " in\n" << help;
+  }
+  std::size_t start = 0;
+  while (start < help.size()) {
+    const std::size_t end = help.find('\n', start);
+    EXPECT_EQ(help.compare(start, 4, "    "), 0) << help;
+    EXPECT_LE(end - start, 60u) << help.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
+// Parameter errors say the field and its limit, as the server's do.
+TEST(ParseAggregations, ErrorsStateTheLimit) {
+  EXPECT_NE(ParseAggregations("hist:0:0:1").status().message().find("histogram.bins must be 1 to 65536, got 0"),
+            absl::string_view::npos);
+  EXPECT_NE(ParseAggregations("nanvar:-2").status().message().find("ddof must be finite and >= 0, got -2"),
+            absl::string_view::npos);
+  EXPECT_NE(ParseAggregations("hist:4:1:0").status().message().find("histogram.lo must be less than histogram.hi"),
+            absl::string_view::npos);
+}
+
 }  // namespace
 }  // namespace tally::client

@@ -1,5 +1,6 @@
 // Conversions between tally's enums (tally/rules) and the wire contract's
-// (tally.v1), kept in one place so a new dtype or op is added once.
+// (tally.v1). Ops go through the registry of aggregate functions
+// (tally/v1/aggregation_wire.h), so a new op is added there alone.
 #pragma once
 
 #include <optional>
@@ -8,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "tally/rules/dtype.h"
 #include "tally/client/array.h"
+#include "tally/rules/agg/registry.h"
 #include "tally/rules/op.h"
 #include "tally/v1/tally.pb.h"
 
@@ -30,7 +32,7 @@ inline absl::string_view NameOf(rules::DType dtype) {
   return absl::string_view(name.data(), name.size());
 }
 inline absl::string_view NameOf(rules::OpKind op) {
-  const std::string_view name(rules::Name(op));
+  const std::string_view name(rules::agg::Of(op).name);
   return absl::string_view(name.data(), name.size());
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "tally/rules/agg/registry.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -125,26 +126,18 @@ void MergeArg(DType dtype, const PartialState& b, PartialState& r) {
 // moments deterministic for a given merge tree (the same rounding as the
 // backends' own merges of their blocks). Argmin/argmax keep numpy's first
 // occurrence whichever side comes first; the other merges put `a` first.
-// The op as `dtype` computes and finishes it: integer dtypes hold no NaN, so
-// there each NaN-skipping op is its plain op, as in numpy (numpy.nanvar of
-// integers is numpy.var, whose ddof >= n gives inf, not nanvar's NaN). The
-// backends, the shard merge and the clients' finishing all apply it.
-inline OpSpec AsComputedFor(OpSpec op, DType dtype) {
-  if (!IsFloat(dtype)) op.kind = PlainOf(op.kind);
-  return op;
-}
-
 // Whether a row's merged state has a value for `kind` over `dtype` (the one
-// test servers and clients make before finishing a state): min, max,
-// argmin, argmax, ptp and minmax of no element have none; on float dtypes
-// nanargmin and nanargmax of no non-NaN element have none, and nanmin and
-// nanmax of an all-NaN row are NaN (numpy warns) but of an empty one have
-// none (numpy raises). On integer dtypes the NaN-skipping ops are the
+// test servers and clients make before finishing a state): a function that
+// refuses empty input has none for a state of no element; on float dtypes
+// a NaN-skipping one that does not refuse all-NaN rows (nanmin, nanmax)
+// answers NaN for a row of only NaN (numpy warns) but has none for an
+// empty one (numpy raises). On integer dtypes the NaN-skipping ops are the
 // plain ones.
 inline bool HasValue(OpKind kind, DType dtype, const PartialState& s) {
-  if (s.count > 0 || !NeedsNonEmpty(kind)) return true;
-  if (!IsFloat(dtype) || !IsNanSkipping(kind)) return false;
-  return (kind == OpKind::kNanMin || kind == OpKind::kNanMax) && s.elements > 0;
+  const agg::Function& f = agg::Of(kind);
+  if (s.count > 0 || !f.refuses_empty) return true;
+  if (!IsFloat(dtype) || !f.skips_nan) return false;
+  return !f.refuses_all_nan && s.elements > 0;
 }
 
 inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, const PartialState& b) {
@@ -201,36 +194,6 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
     default: break;
   }
   return r;
-}
-
-enum class ResultKind { kDouble = 0, kInt64 = 1, kUInt64 = 2, kHistogram = 3 };
-
-// The wire contract's rule for which value type an op returns.
-// NaN-skipping ops answer in their plain op's type (numpy does the same).
-constexpr ResultKind ResultKindOf(OpKind op, DType dtype) {
-  switch (PlainOf(op)) {
-    case OpKind::kSum:
-    case OpKind::kMin:
-    case OpKind::kMax:
-    case OpKind::kMinMax:
-    case OpKind::kProduct:
-    case OpKind::kPtp:
-      if (IsFloat(dtype)) return ResultKind::kDouble;
-      return IsSigned(dtype) ? ResultKind::kInt64 : ResultKind::kUInt64;
-    case OpKind::kCount:
-    case OpKind::kCountNonzero:
-    case OpKind::kAny:  // 0 or 1
-    case OpKind::kAll: return ResultKind::kUInt64;
-    case OpKind::kArgmin:
-    case OpKind::kArgmax: return ResultKind::kInt64;
-    case OpKind::kHistogram: return ResultKind::kHistogram;
-    case OpKind::kMean:
-    case OpKind::kSumSquares:
-    case OpKind::kVariance:
-    case OpKind::kStddev: return ResultKind::kDouble;
-    default: break;
-  }
-  return ResultKind::kDouble;
 }
 
 // The op's value from a state. Which of the three applies is the wire
