@@ -67,11 +67,14 @@ ABSL_FLAG(int, max_connection_age_grace_seconds, 600,
 ABSL_FLAG(int, keepalive_seconds, 60,
           "The server pings a connection quiet this long and closes it if no answer comes in 20 s. "
           "0: no pings.");
-ABSL_FLAG(int, min_free_file_descriptors, 256,
+ABSL_FLAG(int, min_free_file_descriptors, 0,
           "New connections are refused (accepted and closed at once) while fewer file descriptors than this "
           "(at most a quarter of the limit) are left under the process's limit, so that running out refuses "
           "connections instead of stopping the listener; they are accepted again as descriptors come back. "
-          "At start the soft limit on open files is raised to the hard limit.");
+          "At start the soft limit on open files is raised to the hard limit. 0 (the default): gRPC accepts "
+          "connections on its own listener, without this guard (a listener gRPC 1.51 loses for good the "
+          "first time accept fails for want of descriptors); with the guard, connections that tally accepts "
+          "and hands to gRPC were measured 4x slower to stream on a 4-GPU host (3.0 against 12.1 GB/s).");
 ABSL_FLAG(int, min_client_ping_interval_seconds, 10,
           "Clients may ping at most this often; one that pings more often is told to go away. 0: no "
           "minimum.");

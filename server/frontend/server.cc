@@ -61,7 +61,9 @@ absl::Status TallyServer::Port::Add(const char* flag, const std::string& address
                                     const std::shared_ptr<grpc::ServerCredentials>& credentials, int min_free_fds,
                                     grpc::ServerBuilder& builder) {
   ListenAlone(builder);
-  if (!ConnectionGate::Handles(address)) {
+  // 0: gRPC accepts on its own listener (no guard against running out of
+  // file descriptors).
+  if (min_free_fds <= 0 || !ConnectionGate::Handles(address)) {
     builder.AddListeningPort(address, credentials, &number);
     return absl::OkStatus();
   }

@@ -39,7 +39,7 @@ struct TransportOptions {
   // New connections are refused while fewer file descriptors than this are
   // left under the process's limit (at most a quarter of the limit), so
   // the listener is never the call that runs out (ConnectionGate).
-  int min_free_fds = 256;
+  int min_free_fds = 0;  // 0: gRPC's own listener (see --min_free_file_descriptors)
 };
 
 void ApplyTransportLimits(const TransportOptions& options, grpc::ServerBuilder& builder);

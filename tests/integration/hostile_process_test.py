@@ -123,7 +123,8 @@ def fd_exhaustion(binary, pb):
     def low_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-    server = TallyServer(binary, pb, ["--backend=cpu", "--threads=2"], preexec_fn=low_limit)
+    server = TallyServer(binary, pb, ["--backend=cpu", "--threads=2", "--min_free_file_descriptors=64"],
+                         preexec_fn=low_limit)
     failures = []
     before = latencies(server, pb)
     if before is None:
