@@ -107,10 +107,12 @@ TEST_F(HostileQuotaTest, LargeResultsOfSmallRequestsAreHeldToTheBudget) {
   const int refused = Flood(4, 1500ms, "--max_inflight_bytes", r);
   sampling = false;
   sampler.join();
-  EXPECT_GT(refused, 0);
+  // 1 KiB requests are refused only if their results count: refusals show
+  // it (a sampled peak of 8 MiB in flight missed the short requests on a
+  // loaded machine).
+  EXPECT_GT(refused, 0) << "the results were not counted";
   EXPECT_EQ(Metric("tally_admission_rejections_total"), refused);
   EXPECT_LE(most, 12 << 20) << "results held past the budget";
-  EXPECT_GE(most, 8 << 20) << "the results were not counted";
   ExpectNothingHeld();
 }
 
