@@ -44,7 +44,6 @@ class LaneSlots {
   // No lane of `place` is handed out again; waiters re-check.
   void MarkLost(int place);
   bool lost(int place) const;
-  int places() const { return static_cast<int>(places_.size()); }
 
  private:
   struct Place {

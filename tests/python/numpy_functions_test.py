@@ -15,7 +15,7 @@ import numpy as np
 
 import tally
 from tally.v1 import tally_pb2
-from tally_test_server import TallyServer
+from tally_test_server import ClientTestCase
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -45,19 +45,9 @@ def random_array(rng, dtype, shape, nans=False):
     return rng.integers(lo, 20, size=shape).astype(dtype)
 
 
-class Base(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}"])
-        cls.client = tally.Client(f"127.0.0.1:{cls.server.port}", timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.stop()
-
+class Base(ClientTestCase):
     def setUp(self):
-        self.rng = np.random.default_rng([SEED, hash(self.id()) % (2**32)])
+        super().setUp()
         # numpy's own answers warn of empty and all-NaN slices; tally's do not.
         warnings.simplefilter("ignore", RuntimeWarning)
 

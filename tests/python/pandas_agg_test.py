@@ -17,7 +17,7 @@ import pandas as pd
 
 import tally
 from tally.v1 import tally_pb2
-from tally_test_server import TallyServer
+from tally_test_server import ClientTestCase
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -45,19 +45,9 @@ def numeric_frame(rng, n=N):
                          "Int64": int_na, "Float64": float_na, "boolean": bool_na})
 
 
-class Base(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}"])
-        cls.client = tally.Client(f"127.0.0.1:{cls.server.port}", timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.stop()
-
+class Base(ClientTestCase):
     def setUp(self):
-        self.rng = np.random.default_rng([SEED, hash(self.id()) % (2**32)])
+        super().setUp()
         warnings.simplefilter("ignore", RuntimeWarning)
 
     def assertSameScalar(self, got, want, msg, rtol=1e-9):

@@ -17,7 +17,7 @@ import numpy as np
 import tally
 from tally import partial as tp
 from tally.v1 import tally_pb2
-from tally_test_server import TallyServer
+from tally_test_server import ClientTestCase
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -50,20 +50,8 @@ def numpy_histogram(x, bins, lo, hi):
     return counts, edges, int(np.sum(work < lo_t)), int(np.sum(work > hi_t)), int(np.sum(np.isnan(work)))
 
 
-class Base(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}"])
-        cls.target = f"127.0.0.1:{cls.server.port}"
-        cls.client = tally.Client(cls.target, timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.stop()
-
-    def setUp(self):
-        self.rng = np.random.default_rng([SEED, hash(self.id()) % (2**32)])
+class Base(ClientTestCase):
+    pass
 
 
 class AgainstNumpy(Base):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 import grpc
 
@@ -106,3 +107,27 @@ class TallyServer:
             out, _ = self.process.communicate()
         self.channel.close()
         return out or ""
+
+
+class ClientTestCase(unittest.TestCase):
+    """A tally-server for the test class, a tally.Client on it (`client`, at
+    `target`) and a seeded generator per test (`rng`). The test module names
+    them in its globals SERVER_BINARY, BACKEND and SEED (set from its command
+    line before unittest.main) and its `tally_pb2`."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tally  # the package under test, on the tests' PYTHONPATH only
+        module = sys.modules[cls.__module__]
+        cls.server = TallyServer(module.SERVER_BINARY, module.tally_pb2, [f"--backend={module.BACKEND}"])
+        cls.target = f"127.0.0.1:{cls.server.port}"
+        cls.client = tally.Client(cls.target, timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        import numpy as np
+        self.rng = np.random.default_rng([sys.modules[type(self).__module__].SEED, hash(self.id()) % (2**32)])

@@ -194,8 +194,7 @@ void DevicePool::MarkLost(int device, const std::string& why) {
   {
     std::lock_guard lock(mutex_);
     Device* d = Find(device);
-    if (d == nullptr || d->lost) return;
-    d->lost = true;
+    if (d == nullptr || !d->lost_why.empty()) return;
     d->lost_why = absl::StrCat("CUDA device ", d->label, " lost: ", why);
     spdlog::error("cuda backend: {}; no new requests go to it", d->lost_why);
   }
@@ -206,7 +205,7 @@ absl::Status DevicePool::Health() const {
   std::lock_guard lock(mutex_);
   std::string why;
   for (const Device& d : devices_) {
-    if (!d.lost) return absl::OkStatus();
+    if (d.lost_why.empty()) return absl::OkStatus();
     absl::StrAppend(&why, why.empty() ? "" : "; ", d.lost_why);
   }
   return absl::UnavailableError(why);
@@ -216,7 +215,7 @@ absl::Status DevicePool::DeviceHealth(int device) const {
   std::lock_guard lock(mutex_);
   const Device* d = Find(device);
   if (d == nullptr) return absl::NotFoundError(absl::StrCat("cuda backend: GPU ", device, " is not in use."));
-  return d->lost ? absl::UnavailableError(d->lost_why) : absl::OkStatus();
+  return d->lost_why.empty() ? absl::OkStatus() : absl::UnavailableError(d->lost_why);
 }
 
 PinnedPool& DevicePool::pinned(int device) { return *Find(device)->pinned; }

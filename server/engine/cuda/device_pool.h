@@ -76,8 +76,7 @@ class DevicePool {
     std::string label; // "name (ordinal)"
     std::unique_ptr<PinnedPool> pinned;
     std::vector<std::unique_ptr<DeviceLane>> lanes;  // lane i is LaneSlots' lane i of this place
-    bool lost = false;
-    std::string lost_why;
+    std::string lost_why;  // empty while the device serves (LaneSlots holds the lanes' side)
   };
   DevicePool() = default;
   Device* Find(int ordinal);
@@ -91,7 +90,7 @@ class DevicePool {
   std::size_t scratch_bytes_ = 0;
   PinnedBuffer upstream_;  // the one pinned allocation: staging + lane results
 
-  mutable std::mutex mutex_;  // devices_' lost and lost_why
+  mutable std::mutex mutex_;  // devices_' lost_why
   std::vector<Device> devices_;
   std::unique_ptr<LaneSlots> slots_;  // free lanes; place i is devices_[i]
 };
