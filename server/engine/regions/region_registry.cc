@@ -100,12 +100,16 @@ absl::StatusOr<RegionInfo> RegionRegistry::Register(const std::string& name, std
 absl::StatusOr<RegionInfo> RegionRegistry::RegisterHost(const std::string& name, const std::string& shm_name,
                                                         std::uint64_t offset, std::uint64_t bytes,
                                                         std::shared_ptr<void> charge) {
+  // What the object is (a FIFO, a short file, a bad name) decides before the
+  // byte budget: mapping reads nothing, and a refusal for what the object is
+  // must not depend on what other registrations hold at that moment.
+  if (absl::Status s = DatasetStore::CheckName(name, "region"); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<ShmMapping>> mapping = ShmMapping::Open(shm_name, offset, bytes);
+  if (!mapping.ok()) return mapping.status();
   return Register(name, bytes, std::move(charge), [&](Region& r) -> absl::Status {
     r.info_.kind = RegionInfo::Kind::kHost;
     r.info_.shm_name = shm_name;
     r.info_.offset = offset;
-    absl::StatusOr<std::unique_ptr<ShmMapping>> mapping = ShmMapping::Open(shm_name, offset, bytes);
-    if (!mapping.ok()) return mapping.status();
     r.mapping_ = std::move(*mapping);
     absl::StatusOr<std::unique_ptr<Attachment>> attached = backend_.AttachHost(r.mapping_->bytes());
     if (!attached.ok()) return attached.status();

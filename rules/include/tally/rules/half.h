@@ -67,10 +67,26 @@ TALLY_HD double RoundHalfEven(double x) {
   return r;
 }
 
+TALLY_HD double DoubleFromBits(std::uint64_t u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(u));
+#else
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
+#endif
+}
+
+// 2^k as a double, for |k| <= 1022: its exponent field alone.
+TALLY_HD double PowerOfTwo(int k) { return DoubleFromBits(static_cast<std::uint64_t>(1023 + k) << 52); }
+
 // d rounded once, to nearest even, to a binary format with kExpBits of
 // exponent and kManBits of mantissa (subnormals, overflow to infinity, NaN
 // kept), returned as its bits. Rounding float64 straight to the 16-bit
-// format, not through float32, avoids double rounding.
+// format, not through float32, avoids double rounding. Straight-line code
+// (one exact multiplication by a power of two, no loops): the kernels'
+// histogram edges inline it per element, and loops there multiplied the
+// kernels' compile time for the 16-bit types by eight.
 template <int kExpBits, int kManBits>
 TALLY_HD std::uint16_t RoundDoubleToBits(double d) {
   constexpr int kBias = (1 << (kExpBits - 1)) - 1;
@@ -80,26 +96,31 @@ TALLY_HD std::uint16_t RoundDoubleToBits(double d) {
   const std::uint64_t mag = u & 0x7FFFFFFFFFFFFFFFull;
   if (mag > 0x7FF0000000000000ull) return static_cast<std::uint16_t>(sign | kInf | (1u << (kManBits - 1)));
   if (mag == 0x7FF0000000000000ull) return static_cast<std::uint16_t>(sign | kInf);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // sm_90 rounds float64 to both formats once, to nearest even, in one
+  // instruction (the kernels' histogram edges call this per element).
+  std::uint16_t h;
+  if constexpr (kExpBits == 5 && kManBits == 10) {
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
+    return h;
+  } else if constexpr (kExpBits == 8 && kManBits == 7) {
+    asm("cvt.rn.bf16.f64 %0, %1;" : "=h"(h) : "d"(d));
+    return h;
+  }
+#endif
   const double a = d < 0 ? -d : d;
   const int e = static_cast<int>(mag >> 52) - 1023;  // a in [2^e, 2^(e+1)) for normal doubles
   constexpr int kMinExp = 1 - kBias;
   if (e < kMinExp) {
     // Subnormal in the target (or zero): units of 2^(kMinExp - kManBits).
-    double scaled = a;
-    for (int i = 0; i < kManBits - kMinExp; ++i) scaled *= 2.0;  // exact
-    const double q = RoundHalfEven(scaled);  // may reach 2^kManBits: the smallest normal, which the bits then encode
+    // Exact: a < 2^kMinExp, so the product stays below 2^kManBits.
+    const double q = RoundHalfEven(a * PowerOfTwo(kManBits - kMinExp));  // may reach 2^kManBits: the smallest normal, which the bits then encode
     return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(q));
   }
   if (e > kBias) return static_cast<std::uint16_t>(sign | kInf);
-  // a / 2^e * 2^kManBits, in [2^kManBits, 2^(kManBits+1)), exact.
-  double scaled = a;
-  const int shift = kManBits - e;
-  if (shift >= 0) {
-    for (int i = 0; i < shift; ++i) scaled *= 2.0;
-  } else {
-    for (int i = 0; i < -shift; ++i) scaled *= 0.5;
-  }
-  std::uint64_t q = static_cast<std::uint64_t>(RoundHalfEven(scaled));
+  // a / 2^e * 2^kManBits, in [2^kManBits, 2^(kManBits+1)), exact
+  // (kManBits - e is within [kManBits - kBias, kManBits - kMinExp]).
+  std::uint64_t q = static_cast<std::uint64_t>(RoundHalfEven(a * PowerOfTwo(kManBits - e)));
   int exp = e;
   if (q == (std::uint64_t{2} << kManBits)) {
     q >>= 1;
