@@ -77,6 +77,15 @@ class TallyServer:
                                         tally_pb2.AggregateResponse)
         self._health = self.channel.unary_unary("/grpc.health.v1.Health/Check")
         deadline = time.time() + 20
+        # The port first, with plain connects: a gRPC channel that found
+        # nothing listening backs off (about 5 s before it tried again),
+        # which every server start here then waited out.
+        while self.process.poll() is None and time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
         while True:
             try:
                 if self.health_status() == SERVING:
