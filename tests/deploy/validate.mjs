@@ -72,15 +72,13 @@ function kustomizations(dir) {
 }
 
 const execFileAsync = promisify(execFile);
-let kubectlPresent = null;
+let kubectlPresent = null; // one look, shared by the renders running at once
 
 async function kubectlKustomize(dir) {
   // TALLY_DEPLOY_RENDERER=builtin: render.mjs alone, as where kubectl is absent.
   if (process.env.TALLY_DEPLOY_RENDERER === "builtin") return null;
-  if (kubectlPresent === null) {
-    kubectlPresent = await execFileAsync("kubectl", ["version", "--client"]).then(() => true, () => false);
-  }
-  if (!kubectlPresent) return null;
+  kubectlPresent ??= execFileAsync("kubectl", ["version", "--client"]).then(() => true, () => false);
+  if (!(await kubectlPresent)) return null;
   const { stdout } = await execFileAsync("kubectl", ["kustomize", dir], { maxBuffer: 64 << 20 });
   return YAML.parseAllDocuments(stdout).map((d) => d.toJS()).filter(Boolean);
 }
