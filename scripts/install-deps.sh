@@ -33,6 +33,8 @@ build_pkgs=(
   # builds a virtual environment; tally.dask runs on Dask; Client.agg is
   # tested against pandas.
   python3-venv python3-dask python3-distributed python3-pandas
+  # Prometheus scrapes a running server in the integration tests; its
+  # promtool checks and unit-tests the alerts in deploy/ (ctest -L deploy).
   prometheus
   # The fuzzers (scripts/fuzz.sh): clang with libFuzzer and the sanitizer
   # runtimes, and llvm-cov for their coverage reports.

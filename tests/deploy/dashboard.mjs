@@ -78,7 +78,7 @@ export function seriesLabels(scrape) {
 
 // Labels Prometheus adds when it scrapes (target and series labels), which no
 // tally scrape shows.
-const SCRAPE_LABELS = new Set(["pod", "namespace", "instance", "job", "service", "container", "endpoint"]);
+export const SCRAPE_LABELS = new Set(["pod", "namespace", "instance", "job", "service", "container", "endpoint"]);
 
 // Labels an expression groups by (by/on/group_*), when none of the metrics it
 // queries has them: a panel that would show one line per nothing.

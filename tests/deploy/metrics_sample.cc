@@ -1,6 +1,6 @@
 // Prints the scrape of a tally::Metrics that has recorded one of everything,
-// GPU families included: what the dashboard check compares against when no
-// tally-server (or no GPU) is at hand.
+// GPU families included: what the dashboard and alert checks compare against
+// when no tally-server (or no GPU) is at hand.
 #include <array>
 #include <iostream>
 
@@ -29,6 +29,8 @@ int main() {
   m.HostToDevice(0, 4096, 0.0001);
   m.KernelTime(0, 0.00005);
   m.SetDeviceMemory(0, "sample GPU", 1 << 20, 1 << 30);
+  m.SetDeviceServing("cuda:0", true);
+  m.DatasetEvicted();
   m.SetPinnedPool(1 << 26, 1 << 12);
   m.SetResidentDatasets("cuda:0", 1 << 30, 1, 0);
   std::cout << m.Scrape();

@@ -3,9 +3,12 @@
 #   run_checks.sh npm-ci                      install node_modules from the lock file
 #   run_checks.sh manifests SCRAPE_CMD...     render + validate every kustomization
 #   run_checks.sh dashboard SCRAPE_CMD... [-- DASHBOARD_ARGS]
+#   run_checks.sh alert-rules-check           promtool check rules on the alerts
+#   run_checks.sh alert-rules-test            promtool test rules (alert_rules_test.yaml)
 # SCRAPE_CMD prints a /metrics scrape (tally-metrics-sample, or
 # scrape_server.py around a running tally-server).
-# Exits 77 (ctest: skipped) when node or npm is missing.
+# Exits 77 (ctest: skipped) when node or npm, or for the alert rules
+# promtool, is missing.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
@@ -36,6 +39,16 @@ case "$mode" in
     else
       node dashboard.mjs --scrape="$scrape" "$@"
     fi
+    ;;
+  alert-rules-check|alert-rules-test)
+    if ! command -v promtool >/dev/null 2>&1; then
+      echo "SKIP: promtool is needed for the alert rule checks (Debian package prometheus; scripts/install-deps.sh installs it)"
+      exit 77
+    fi
+    if [ ! -d node_modules/yaml ]; then
+      echo "node_modules missing: run the deploy_npm_ci test first"; exit 1
+    fi
+    node alert_rules.mjs "${mode#alert-rules-}"
     ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
