@@ -7,7 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${TALLY_BUILD_DIR:-build}
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@"
+# Ninja where installed, for a new build directory (one made before keeps
+# its generator): it starts a target's compiles before the libraries it
+# links are done, so both cores stay busy while the CUDA kernels build.
+generator=()
+if [ ! -f "$dir/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
 targets=()
 for t in ${TALLY_TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$dir" -j"$(nproc)" "${targets[@]}"

@@ -45,7 +45,9 @@ if ! command -v "$CXX" >/dev/null; then
 fi
 
 # Tests and benchmarks off: only the harnesses and what they link are built.
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC" \
+generator=()
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="$CC" \
   -DCMAKE_CXX_COMPILER="$CXX" -DTALLY_ENABLE_CUDA=OFF -DTALLY_BUILD_TESTS=OFF \
   -DTALLY_BUILD_BENCHMARKS=OFF -DTALLY_BUILD_FUZZERS=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target tally_fuzzers

@@ -17,8 +17,9 @@ runtime_patterns=('libgrpc\+\+1\.[0-9]+(t64)?' 'libprotobuf[0-9]+(t64)?' 'libspd
                   'libprometheus-cpp-pull1\.[0-9]+(t64)?' 'libjemalloc2(t64)?' 'libssl3(t64)?')
 build_pkgs=(
   build-essential cmake pkg-config git
-  # A compiler cache: a rebuild takes a hit for every unchanged file.
-  ccache
+  # A compiler cache: a rebuild takes a hit for every unchanged file; Ninja
+  # keeps both cores busy while the kernels build (scripts/build.sh).
+  ccache ninja-build
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
