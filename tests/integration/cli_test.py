@@ -126,7 +126,7 @@ class Cli(ServerCase):
         self.assertEqual(streamed["execution"]["transport"], "stream")
         auto = self.aggregate_json("--random=8M", "--seed=5", "--ops=count")
         self.assertEqual(auto["execution"]["transport"], "stream")  # 32 MB: over the threshold
-        self.assertEqual(auto["results"][0]["values"], [8 << 20])
+        self.assertEqual(auto["results"][0]["values"], [8_000_000])  # M is a million, as in every flag
 
     def test_nan_is_valid_json(self):
         x = np.array([1.0, np.nan, 3.0])
@@ -293,7 +293,8 @@ class Datasets(ServerCase):
         self.assertEqual(put["row_length"], 0)
         ops = "--ops=sum,min,max,argmin,argmax,count,std:1,hist:16:-2:2"
         for flag, part in ((None, x), ("--range=1000:51000", x[1000:51000]), ("--range=99000:", x[99000:]),
-                           ("--range=:7", x[:7]), ("--range=1K:2K", x[1024:2048])):
+                           ("--range=:7", x[:7]), ("--range=1K:2K", x[1000:2000]),
+                           ("--range=1Ki:2Ki", x[1024:2048])):
             res = self.query("--dataset=x", ops, *([flag] if flag else []))
             self.assertAlmostEqual(res[0]["values"][0], float(np.sum(part, dtype=np.float64)), delta=1e-9, msg=flag)
             self.assertEqual(res[1]["values"], [float(part.min())], flag)
@@ -480,7 +481,7 @@ class Datasets(ServerCase):
         self.assertIn("NOT_FOUND", self.fails(1, "aggregate", "--dataset=brief", "--ops=count"))
 
     def test_bench_resident_and_upload_modes_clean_up(self):
-        report = self.json_of("bench", "--mode=resident", "--sizes=64K,1M", "--clients=2", "--requests=24",
+        report = self.json_of("bench", "--mode=resident", "--sizes=64Ki,1Mi", "--clients=2", "--requests=24",
                               "--ops=sum;min,max,argmax", "--verify", "--dataset-prefix=bench-r")
         self.assertEqual(report["mode"], "resident")
         self.assertEqual(report["requests"], {"ok": 24, "failed": 0, "wrong": 0})
@@ -500,7 +501,7 @@ class Datasets(ServerCase):
         self.assertIn("bench-k-0-256K", [d["name"] for d in self.json_of("datasets")["datasets"]])
         self.ok("rm", "bench-k-0-256K")
 
-        report = self.json_of("bench", "--mode=upload", "--size=512K", "--clients=2", "--requests=6",
+        report = self.json_of("bench", "--mode=upload", "--size=512Ki", "--clients=2", "--requests=6",
                               "--dataset-prefix=bench-u")
         self.assertEqual(report["requests"], {"ok": 6, "failed": 0})
         self.assertEqual(report["bytes"], 6 * (512 << 10))
