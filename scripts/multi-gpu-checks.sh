@@ -117,7 +117,7 @@ for step in "${steps[@]}"; do
     soak)
       start soak || { rc=1; continue; }
       rss "$spid" "$duration" "$logs/soak-rss.txt" &
-      "$tally" bench --target="$target" --sizes=1K:256M --clients=64 --duration="$duration" \
+      "$tally" bench --target="$target" --sizes=1Ki:256Mi --clients=64 --duration="$duration" \
         --ops=sum,min,max,argmax,hist:4096:-1:1 --verify --json > "$logs/soak.json" 2>&1 || rc=1
       wait $!
       summary "$logs/soak.json"
@@ -127,7 +127,7 @@ for step in "${steps[@]}"; do
       stop "$spid" ;;
     streams)
       start streams-all || { rc=1; continue; }
-      "$tally" bench --target="$target" --clients=16 --size=1G --mode=stream --duration="$stream_seconds" \
+      "$tally" bench --target="$target" --clients=16 --size=1Gi --mode=stream --duration="$stream_seconds" \
         --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-one-server.json" 2>&1 || rc=1
       stop "$spid"
       one=$(gbps "$logs/streams-one-server.json")
@@ -136,7 +136,7 @@ for step in "${steps[@]}"; do
       for d in $(seq 0 $((gpus - 1))); do
         start "streams-gpu$d" --cuda_devices="$d" || { rc=1; continue; }
         server_pids+=("$spid")
-        "$tally" bench --target="$target" --clients=$((16 / gpus)) --size=1G --mode=stream \
+        "$tally" bench --target="$target" --clients=$((16 / gpus)) --size=1Gi --mode=stream \
           --duration="$stream_seconds" --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-gpu$d.json" 2>&1 &
         bench_pids+=($!)
       done
@@ -152,7 +152,7 @@ for step in "${steps[@]}"; do
       for f in "$logs"/streams-*.json; do summary "$f"; done ;;
     sharded)
       start sharded-gpu0 --cuda_devices=0 --dataset_shards=1 || { rc=1; continue; }
-      "$tally" bench --target="$target" --mode=resident --size=4G --clients=1 --duration=10 \
+      "$tally" bench --target="$target" --mode=resident --size=4Gi --clients=1 --duration=10 \
         --ops=sum,min,max,argmax --verify --json > "$logs/sharded-gpu0.json" 2>&1 || rc=1
       stop "$spid"
       alone=$(gbps "$logs/sharded-gpu0.json")
@@ -160,7 +160,7 @@ for step in "${steps[@]}"; do
       for n in $( [ "$gpus" -gt 2 ] && echo 2) "$gpus"; do
         start "sharded-$n" --cuda_devices="$(seq -s, 0 $((n - 1)))" --dataset_shards="$n" \
           --dataset_min_shard_bytes=1 || { rc=1; continue; }
-        "$tally" bench --target="$target" --mode=resident --size=4G --clients=1 --duration=10 \
+        "$tally" bench --target="$target" --mode=resident --size=4Gi --clients=1 --duration=10 \
           --ops=sum,min,max,argmax --verify --json > "$logs/sharded-$n.json" 2>&1 || rc=1
         stop "$spid"
         all=$(gbps "$logs/sharded-$n.json")
@@ -173,13 +173,13 @@ for step in "${steps[@]}"; do
       one=0
       for n in 1 $( [ "$gpus" -gt 2 ] && echo 2) $( [ "$gpus" -gt 1 ] && echo "$gpus"); do
         start "concurrent-$n" --cuda_devices="$(seq -s, 0 $((n - 1)))" || { rc=1; continue; }
-        "$tally" bench --target="$target" --mode=resident --sizes=1G,4G --clients=64 --duration=8 \
+        "$tally" bench --target="$target" --mode=resident --sizes=1Gi,4Gi --clients=64 --duration=8 \
           --ops="sum;sum,max,hist:256:-1:1" --verify --json > "$logs/concurrent-$n.json" 2>&1 || rc=1
         metric tally_queue_wait_seconds_sum; metric tally_queue_wait_seconds_count
         stop "$spid"
         g=$(gbps "$logs/concurrent-$n.json")
         [ "$n" -eq 1 ] && one=$g
-        echo "64 clients, resident 1G and 4G, $n GPU(s): $g GB/s;" \
+        echo "64 clients, resident 1 GiB and 4 GiB, $n GPU(s): $g GB/s;" \
           "$(python3 -c "print(f'{$g / ($n * $one):.2f} x {$n} x the one-GPU rate' if $one else '')") (target >= 0.85)"
         summary "$logs/concurrent-$n.json"
       done
@@ -187,7 +187,7 @@ for step in "${steps[@]}"; do
       # them over the GPUs): which layout serves many clients better.
       if [ "$gpus" -gt 1 ]; then
         start concurrent-whole --dataset_shards=1 || { rc=1; continue; }
-        "$tally" bench --target="$target" --mode=resident --sizes=1G,4G --clients=64 --duration=8 \
+        "$tally" bench --target="$target" --mode=resident --sizes=1Gi,4Gi --clients=64 --duration=8 \
           --ops="sum;sum,max,hist:256:-1:1" --verify --json > "$logs/concurrent-whole.json" 2>&1 || rc=1
         stop "$spid"
         echo "64 clients, $gpus GPU(s), datasets unsharded: $(gbps "$logs/concurrent-whole.json") GB/s"
@@ -196,7 +196,7 @@ for step in "${steps[@]}"; do
     lose)
       last=$((gpus - 1))
       start lose --fault_lose_gpu="$last@10" || { rc=1; continue; }
-      "$tally" bench --target="$target" --sizes=64K:64M --clients=64 --duration=30 --ops=sum,max,argmax \
+      "$tally" bench --target="$target" --sizes=64Ki:64Mi --clients=64 --duration=30 --ops=sum,max,argmax \
         --verify --json > "$logs/lose.json" 2>&1 &
       bench=$!
       sleep 20

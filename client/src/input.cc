@@ -47,9 +47,10 @@ absl::StatusOr<InputArray> InputArray::OpenRaw(const std::string& path, DType dt
   return input;
 }
 
-InputArray InputArray::Random(std::uint64_t length, DType dtype, std::uint64_t seed) {
+InputArray InputArray::Random(std::uint64_t length, DType dtype, std::uint64_t seed,
+                              const FillProgress& progress) {
   HostBuffer buffer(length * rules::SizeOf(dtype));
-  FillRandom(dtype, seed, buffer.data(), length);
+  FillRandom(dtype, seed, buffer.data(), length, progress);
   InputArray input;
   input.array_.dtype = dtype;
   input.array_.data = buffer.data();

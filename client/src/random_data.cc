@@ -1,6 +1,7 @@
 // xoshiro256** random arrays.
 #include "tally/client/random_data.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace tally::client {
@@ -39,11 +40,21 @@ class Xoshiro256 {
   std::uint64_t s_[4];
 };
 
+// Elements between progress reports: a few milliseconds of work, so a
+// progress bar moves smoothly and the calls cost nothing measurable.
+constexpr std::uint64_t kProgressElements = std::uint64_t{1} << 22;
+
+// The same draws in the same order with or without progress: blocks only
+// pause the loop.
 template <typename T, typename Make>
-void Fill(std::byte* out, std::uint64_t length, Xoshiro256& rng, Make make) {
-  for (std::uint64_t i = 0; i < length; ++i) {
-    const T v = make(rng.Next());
-    std::memcpy(out + i * sizeof(T), &v, sizeof(T));
+void Fill(std::byte* out, std::uint64_t length, Xoshiro256& rng, const FillProgress& progress, Make make) {
+  for (std::uint64_t begin = 0; begin < length; begin += kProgressElements) {
+    const std::uint64_t end = std::min(length, begin + kProgressElements);
+    for (std::uint64_t i = begin; i < end; ++i) {
+      const T v = make(rng.Next());
+      std::memcpy(out + i * sizeof(T), &v, sizeof(T));
+    }
+    if (progress) progress(end, length);
   }
 }
 
@@ -52,63 +63,64 @@ void Fill(std::byte* out, std::uint64_t length, Xoshiro256& rng, Make make) {
 HostBuffer::HostBuffer(std::uint64_t bytes)
     : data_(std::make_unique_for_overwrite<std::byte[]>(bytes)), size_(bytes) {}
 
-void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length) {
+void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length,
+                const FillProgress& progress) {
   Xoshiro256 rng(seed);
   // The top bits of xoshiro256** are its best; every mapping below takes
   // them, and every one is exact (a power-of-two range), so no value is
   // more likely than another.
   switch (dtype) {
     case rules::DType::kFloat32:
-      Fill<float>(out, length, rng, [](std::uint64_t r) {
+      Fill<float>(out, length, rng, progress, [](std::uint64_t r) {
         return static_cast<float>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * 0x1p-23f;
       });
       break;
     case rules::DType::kFloat64:
-      Fill<double>(out, length, rng, [](std::uint64_t r) {
+      Fill<double>(out, length, rng, progress, [](std::uint64_t r) {
         return static_cast<double>(static_cast<std::int64_t>(r >> 11) - (std::int64_t{1} << 52)) *
                0x1p-52;
       });
       break;
     case rules::DType::kInt32:
-      Fill<std::int32_t>(out, length, rng, [](std::uint64_t r) {
+      Fill<std::int32_t>(out, length, rng, progress, [](std::uint64_t r) {
         return static_cast<std::int32_t>(static_cast<std::int64_t>(r >> 43) - (1 << 20));
       });
       break;
     case rules::DType::kInt64:
-      Fill<std::int64_t>(out, length, rng, [](std::uint64_t r) {
+      Fill<std::int64_t>(out, length, rng, progress, [](std::uint64_t r) {
         return static_cast<std::int64_t>(r >> 31) - (std::int64_t{1} << 32);
       });
       break;
     case rules::DType::kUInt32:
-      Fill<std::uint32_t>(out, length, rng,
+      Fill<std::uint32_t>(out, length, rng, progress,
                           [](std::uint64_t r) { return static_cast<std::uint32_t>(r >> 44); });
       break;
     case rules::DType::kUInt8:
-      Fill<std::uint8_t>(out, length, rng,
+      Fill<std::uint8_t>(out, length, rng, progress,
                          [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 56); });
       break;
     case rules::DType::kInt8:
-      Fill<std::int8_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::int8_t>(r >> 56); });
+      Fill<std::int8_t>(out, length, rng, progress, [](std::uint64_t r) { return static_cast<std::int8_t>(r >> 56); });
       break;
     case rules::DType::kInt16:
-      Fill<std::int16_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::int16_t>(r >> 48); });
+      Fill<std::int16_t>(out, length, rng, progress, [](std::uint64_t r) { return static_cast<std::int16_t>(r >> 48); });
       break;
     case rules::DType::kUInt16:
-      Fill<std::uint16_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::uint16_t>(r >> 48); });
+      Fill<std::uint16_t>(out, length, rng, progress, [](std::uint64_t r) { return static_cast<std::uint16_t>(r >> 48); });
       break;
     case rules::DType::kUInt64:
-      Fill<std::uint64_t>(out, length, rng, [](std::uint64_t r) { return r; });
+      Fill<std::uint64_t>(out, length, rng, progress, [](std::uint64_t r) { return r; });
       break;
     case rules::DType::kBool:
-      Fill<std::uint8_t>(out, length, rng, [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 63); });
+      Fill<std::uint8_t>(out, length, rng, progress, [](std::uint64_t r) { return static_cast<std::uint8_t>(r >> 63); });
       break;
     case rules::DType::kFloat16:  // [-1, 1), as float32's, rounded
-      Fill<rules::Float16>(out, length, rng, [](std::uint64_t r) {
+      Fill<rules::Float16>(out, length, rng, progress, [](std::uint64_t r) {
         return rules::RoundTo<rules::Float16>(static_cast<double>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * 0x1p-23);
       });
       break;
     case rules::DType::kBFloat16:
-      Fill<rules::BFloat16>(out, length, rng, [](std::uint64_t r) {
+      Fill<rules::BFloat16>(out, length, rng, progress, [](std::uint64_t r) {
         return rules::RoundTo<rules::BFloat16>(static_cast<double>(static_cast<std::int64_t>(r >> 40) - (1 << 23)) * 0x1p-23);
       });
       break;

@@ -14,9 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "command_line.h"
-#include "connection_flags.h"
+#include "chunking_flags.h"
 #include "commands.h"
+#include "connection_flags.h"
+#include "flags.h"
+#include "help_formatter.h"
 #include "input_flags.h"
 #include "progress_bar.h"
 #include "tally/client/aggregations.h"
@@ -25,76 +27,29 @@
 #include "tally/client/format.h"
 #include "tally/client/input.h"
 #include "tally/client/shared_array.h"
+#include "tally/client/sizes.h"
 #include "tally/rules/dtype.h"
 
 namespace tally::client::tool {
 
 namespace {
 
-constexpr absl::string_view kUsageHead = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
+constexpr char kDescription[] = R"(usage: tally aggregate [flags] (FILE.npy | --raw=FILE --dtype=T | --random=N)
        tally aggregate [flags] --dataset=NAME [--range=A:B] [--rows=N | --offsets=FILE.npy] [--valid=FILE.npy]
        tally aggregate [flags] --shm (FILE.npy | --raw=FILE --dtype=T | --random=N)
 
 Sends one array to a tally server, or names a dataset already resident there
-(see tally put), and prints the aggregations it computed.
-
-Input (exactly one):
-  FILE.npy            a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D;
-                      dtypes float16 float32 float64 int8 int16 int32 int64
-                      uint8 uint16 uint32 uint64 bool); a 2-D
-                      array is aggregated per row. The file is mapped, not read.
-  --raw=FILE          raw little-endian elements of --dtype (mapped, not read)
-  --random=N          N random elements of --dtype (K/M/G suffixes allowed):
-                      floats uniform in [-1, 1), integers spread over a range
-  --dataset=NAME      a resident dataset: nothing is sent but the query
-
-  --shm               on the server's host: copy the array into a shared-memory
-                      object in /dev/shm, register it with the server as a host
-                      region, aggregate it there (AggregateRegion: the bytes are
-                      not sent), then unregister it and remove the object
-
-Flags:
-  --ops=LIST          aggregations, comma-separated (default sum,min,max,mean,count):
+(see tally put), and prints the aggregations it computed. Every flag takes
+its value as --name=value or --name value.
 )";
-// Then the ops, from the registry of aggregate functions (OpsHelp).
-constexpr absl::string_view kUsageTail = R"(  --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
-                      uint8 uint16 uint32 uint64 bool: required
-                      with --raw; for --random (default float32); a .npy
-                      file names its own
-  --seed=S            seed for --random (default 1)
-  --rows=N            aggregate rows of N elements each (one result per row);
-                      must divide the length (of the range, with --dataset).
-                      A 2-D .npy file sets it.
-  --offsets=FILE.npy  aggregate variable-length segments instead (one result
-                      per segment): a 1-D .npy of integers, segments + 1
-                      entries, 0 first, never decreasing, the array's (or
-                      the range's) length last; segment s is elements
-                      offsets[s] to offsets[s+1]-1. Empty segments give the
-                      empty array's answers (sum 0, mean NaN); min, max,
-                      minmax, argmin, argmax, ptp and their nan forms are
-                      refused for one.
-  --valid=FILE.npy    skip missing elements: a 1-D .npy of bool (or
-                      integers: nonzero is valid) as long as the array (or
-                      the range); every op reads only the elements marked
-                      True, as numpy does on x[valid] (argmin/argmax still
-                      count every element). It is sent as a bitmap, one bit
-                      per element. A row with no valid elements gives the
-                      empty array's answers; min, max, minmax, argmin,
-                      argmax, ptp and their nan forms are refused for one.
-  --range=A:B         with --dataset: only elements A to B-1 (A: from A to
-                      the end; :B from 0). Indices may take K/M/G suffixes;
-                      argmin/argmax then count from A, as if the range were
-                      the array sent. Default: the whole dataset.
-  --json              print JSON instead of text (schema below)
-  --full              text: print every row and every histogram count
-  --timeout=SECONDS   give up after this long (default: no limit)
-  --stream=MODE       auto (default): unary below --stream-threshold, else
-                      AggregateStream; always; never
-  --stream-threshold=BYTES  default 4M
-  --chunk=BYTES       AggregateStream chunk size (default 4M)
 
-A progress bar appears on stderr when it is a terminal and the upload takes
-over a second.
+constexpr char kDefaultOps[] = "sum,min,max,mean,count";
+
+// After the flags: the ops (from the registry of aggregate functions), the
+// size suffixes, the output and the exit status.
+constexpr char kNotesTail[] = R"(
+A progress bar appears on stderr when it is a terminal and generating
+--random data, or the upload, takes over a second.
 
 JSON: {"results":[{"op":"sum","type":"float64","values":[...]},
                   {"op":"variance","ddof":1,"type":"float64","values":[...]},
@@ -113,24 +68,77 @@ INVALID_ARGUMENT for a range outside it) or the input could not be read;
 2 bad flags.
 
 Examples:
-  tally aggregate data.npy --ops=sum,mean,std:1
+  tally aggregate data.npy --ops sum,mean,std:1
   tally aggregate --random=1G --dtype=float64 --ops=min,max,hist:100:-1:1
   tally aggregate --raw=/data/x.f32 --dtype=float32 --rows=1024 --json
-  tally aggregate --target=gpu-box:50051 big.npy --stream=always --timeout=60
-  tally aggregate --dataset=temps --range=1M:2M --ops=mean,hist:64:-40:60
+  tally aggregate --target gpu-box:50051 big.npy --stream=always --timeout=60
+  tally aggregate --dataset=temps --range=1M:2M --rows=1000 --ops=mean,hist:64:-40:60
   tally aggregate values.npy --offsets=group_starts.npy --ops=sum,mean,max
   tally aggregate readings.npy --valid=present.npy --ops=mean,minmax,count
   tally aggregate --shm big.npy --ops=sum,max,hist:256:-1:1
 )";
 
-}  // namespace
+std::string Notes() {
+  return absl::StrCat("Aggregations (--ops), comma-separated:\n", OpsHelp(2, 78), "\n",
+                      WrapText(std::string(kSizeSuffixHelp), 0, 78), "\n", kNotesTail);
+}
 
-const absl::string_view kAggregateUsage = [] {
-  static const std::string text = absl::StrCat(kUsageHead, OpsHelp(24, 78), kUsageTail);
-  return absl::string_view(text);
-}();
+// The command line as given, before the rules between flags.
+struct AggregateFlags {
+  ConnectionFlags connection;
+  std::vector<std::string> files;
+  InputFlags input;
+  std::optional<std::string> dataset, ops, range, offsets, valid, stream;
+  std::optional<std::uint64_t> rows;
+  ChunkingFlags chunking;
+  std::optional<absl::Duration> timeout;
+  bool shm = false, json = false, full = false;
+};
 
-namespace {
+std::unique_ptr<CLI::App> MakeApp(AggregateFlags& f) {
+  std::unique_ptr<CLI::App> app = MakeCommandApp("tally aggregate", kDescription, Notes());
+  StartGroup(*app, "Input (exactly one of FILE.npy, --raw, --random and --dataset)");
+  AddArguments(*app, "FILE.npy", f.files,
+               "a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D; dtypes float16 float32 float64 int8 "
+               "int16 int32 int64 uint8 uint16 uint32 uint64 bool); a 2-D array is aggregated per row. The file "
+               "is mapped, not read.");
+  AddInputFlags(*app, f.input);
+  AddTextFlag(*app, "--dataset", f.dataset, "NAME", "a resident dataset: nothing is sent but the query");
+  AddSwitch(*app, "--shm", f.shm,
+            "on the server's host: copy the array into a shared-memory object in /dev/shm, register it with the "
+            "server as a host region, aggregate it there (AggregateRegion: the bytes are not sent), then "
+            "unregister it and remove the object");
+  StartGroup(*app, "Flags");
+  AddTextFlag(*app, "--ops", f.ops, "LIST", "aggregations, comma-separated, listed below", kDefaultOps);
+  AddSizeFlag(*app, "--rows", f.rows, "N",
+              "aggregate rows of N elements each (one result per row); must divide the length (of the range, "
+              "with --dataset). A 2-D .npy file sets it.");
+  AddTextFlag(*app, "--offsets", f.offsets, "FILE.npy",
+              "aggregate variable-length segments instead (one result per segment): a 1-D .npy of integers, "
+              "segments + 1 entries, 0 first, never decreasing, the array's (or the range's) length last; "
+              "segment s is elements offsets[s] to offsets[s+1]-1. Empty segments give the empty array's "
+              "answers (sum 0, mean NaN); min, max, minmax, argmin, argmax, ptp and their nan forms are refused "
+              "for one.");
+  AddTextFlag(*app, "--valid", f.valid, "FILE.npy",
+              "skip missing elements: a 1-D .npy of bool (or integers: nonzero is valid) as long as the array "
+              "(or the range); every op reads only the elements marked True, as numpy does on x[valid] "
+              "(argmin/argmax still count every element). It is sent as a bitmap, one bit per element. A row "
+              "with no valid elements gives the empty array's answers; min, max, minmax, argmin, argmax, ptp "
+              "and their nan forms are refused for one.");
+  AddTextFlag(*app, "--range", f.range, "A:B",
+              "with --dataset: only elements A to B-1 (A: from A to the end; :B from 0), A and B counts with "
+              "suffixes (1M:2M is elements 1000000 to 1999999); argmin/argmax then count from A, as if "
+              "the range were the array sent",
+              "the whole dataset");
+  AddSwitch(*app, "--json", f.json, "print JSON instead of text (format below)");
+  AddSwitch(*app, "--full", f.full, "text: print every row and every histogram count");
+  AddSecondsFlag(*app, "--timeout", f.timeout, "give up after this long", "no limit");
+  AddTextFlag(*app, "--stream", f.stream, "MODE",
+              "auto: unary up to --stream-threshold, else AggregateStream; always; never", "auto");
+  AddChunkingFlags(*app, f.chunking, "--stream=auto", "bytes per AggregateStream message");
+  AddConnectionFlags(*app, f.connection);
+  return app;
+}
 
 // What the command line asked for, checked.
 struct AggregateArgs {
@@ -157,34 +165,24 @@ absl::StatusOr<StreamMode> ParseStreamMode(absl::string_view text) {
       absl::StrCat("--stream=", text, ": expected auto, always or never"));
 }
 
-// The flags that say how to send an array, taken only when there is one.
-absl::Status TakeSendingFlags(CommandLine& cl, CallOptions& call) {
-  if (auto mode = cl.TakeString("stream")) {
-    absl::StatusOr<StreamMode> m = ParseStreamMode(*mode);
-    if (!m.ok()) return m.status();
-    call.stream = *m;
-  }
-  return TakeChunkingFlags(cl, call);
-}
-
-// Only the command line: nothing is opened here, so every error is a usage
-// error.
-absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
-  AggregateArgs a;
-  if (absl::Status s = TakeConnectionFlags(cl, a.connection); !s.ok()) return s;
-  absl::StatusOr<std::vector<v1::Aggregation>> aggs =
-      ParseAggregations(cl.TakeString("ops").value_or("sum,min,max,mean,count"));
+// The rules between flags. Nothing is opened here, so every error is a
+// usage error.
+absl::Status Check(const AggregateFlags& f, AggregateArgs& a) {
+  absl::StatusOr<Connection> connection = f.connection.Resolve();
+  if (!connection.ok()) return connection.status();
+  a.connection = *std::move(connection);
+  absl::StatusOr<std::vector<v1::Aggregation>> aggs = ParseAggregations(f.ops.value_or(kDefaultOps));
   if (!aggs.ok()) return absl::InvalidArgumentError(absl::StrCat("--ops: ", aggs.status().message()));
   a.aggregations = *std::move(aggs);
 
-  a.dataset = cl.TakeString("dataset");
-  if (auto r = cl.TakeString("range")) {
+  a.dataset = f.dataset;
+  if (f.range) {
     if (!a.dataset) return absl::InvalidArgumentError("--range is for --dataset");
-    absl::StatusOr<RangeText> range = ParseElementRange(*r);
+    absl::StatusOr<RangeText> range = ParseElementRange(*f.range);
     if (!range.ok()) return absl::InvalidArgumentError(absl::StrCat("--range: ", range.status().message()));
     a.range = *range;
   }
-  absl::StatusOr<InputSpec> input = TakeInputFlags(cl, cl.positional());
+  absl::StatusOr<InputSpec> input = f.input.Resolve(f.files);
   if (!input.ok()) return input.status();
   a.input = *std::move(input);
   if (a.dataset && a.input.given()) {
@@ -197,35 +195,32 @@ absl::StatusOr<AggregateArgs> ParseArgs(CommandLine& cl) {
   }
   if (a.dataset && a.dataset->empty()) return absl::InvalidArgumentError("--dataset: empty name");
 
-  absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
-  if (!rows.ok()) return rows.status();
-  a.row_length = *rows;
-  a.offsets_path = cl.TakeString("offsets");
+  a.row_length = f.rows;
+  a.offsets_path = f.offsets;
   if (a.offsets_path && a.row_length) return absl::InvalidArgumentError("give --rows or --offsets, not both");
-  a.valid_path = cl.TakeString("valid");
-  absl::StatusOr<bool> shm = cl.TakeBool("shm");
-  if (!shm.ok()) return shm.status();
-  a.shm = *shm;
+  a.valid_path = f.valid;
+  a.shm = f.shm;
   if (a.shm && a.dataset) return absl::InvalidArgumentError("--shm shares an array from this host; not with --dataset");
-  absl::StatusOr<bool> json = cl.TakeBool("json");
-  if (!json.ok()) return json.status();
-  a.json = *json;
-  absl::StatusOr<bool> full = cl.TakeBool("full");
-  if (!full.ok()) return full.status();
-  a.format.full = *full;
-  absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
-  if (!timeout.ok()) return timeout.status();
-  if (*timeout) a.call.timeout = **timeout;
-  // Left untaken with --dataset and --shm, so CheckAllUsed names them:
-  // nothing is sent.
-  if (!a.dataset && !a.shm) {
-    if (absl::Status s = TakeSendingFlags(cl, a.call); !s.ok()) return s;
+  a.json = f.json;
+  a.format.full = f.full;
+  if (f.timeout) a.call.timeout = *f.timeout;
+  // Nothing is sent with --dataset and --shm: a flag about sending is a
+  // mistake, not something to ignore.
+  if (a.dataset || a.shm) {
+    const char* with = a.shm ? "--shm" : "--dataset";
+    if (f.stream) return absl::InvalidArgumentError(absl::StrCat("--stream is not used with ", with));
+    if (f.chunking.stream_threshold) {
+      return absl::InvalidArgumentError(absl::StrCat("--stream-threshold is not used with ", with));
+    }
+    if (f.chunking.chunk) return absl::InvalidArgumentError(absl::StrCat("--chunk is not used with ", with));
   }
-  if (absl::Status s = cl.CheckAllUsed(); !s.ok()) {
-    if (!a.dataset && !a.shm) return s;
-    return absl::InvalidArgumentError(absl::StrCat(s.message(), a.shm ? " (not used with --shm)" : " (not used with --dataset)"));
+  if (f.stream) {
+    absl::StatusOr<StreamMode> m = ParseStreamMode(*f.stream);
+    if (!m.ok()) return m.status();
+    a.call.stream = *m;
   }
-  return a;
+  f.chunking.ApplyTo(a.call);
+  return absl::OkStatus();
 }
 
 // --offsets: a 1-D .npy of integers, as int64.
@@ -410,13 +405,11 @@ int QueryDataset(AggregateArgs& a) {
 }  // namespace
 
 int RunAggregate(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  absl::StatusOr<AggregateArgs> a = cl.ok() ? ParseArgs(*cl) : cl.status();
-  if (!a.ok()) {
-    absl::FPrintF(stderr, "tally aggregate: %s\n(see tally aggregate --help)\n", a.status().message());
-    return kExitUsage;
-  }
-  return a->dataset ? QueryDataset(*a) : SendArray(*a);
+  AggregateFlags flags;
+  std::unique_ptr<CLI::App> app = MakeApp(flags);
+  AggregateArgs a;
+  if (std::optional<int> exit = ParseCommandLine(*app, args, [&] { return Check(flags, a); })) return *exit;
+  return a.dataset ? QueryDataset(a) : SendArray(a);
 }
 
 }  // namespace tally::client::tool

@@ -12,24 +12,30 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench.h"
-#include "command_line.h"
-#include "connection_flags.h"
+#include "chunking_flags.h"
 #include "commands.h"
+#include "connection_flags.h"
+#include "flags.h"
+#include "help_formatter.h"
+#include "input_flags.h"
 #include "tally/client/aggregations.h"
 #include "tally/client/sizes.h"
 
 namespace tally::client::tool {
 
-const absl::string_view kBenchUsage = R"(usage: tally bench [flags]
+namespace {
+
+constexpr char kDescription[] = R"(usage: tally bench [flags]
 
 Load-tests a tally server: --clients threads, each with its own connection
 (unless --shared-channel), send requests back to back and report
 throughput, latency percentiles and failures. Everything a request needs is
 prepared before timing starts; requests borrow their arrays, never copy them.
+Every flag takes its value as --name=value or --name value.
 
 Modes (--mode):
   auto, unary, stream  each request sends a random array: Aggregate (unary),
-                       AggregateStream (stream), or unary below
+                       AggregateStream (stream), or unary up to
                        --stream-threshold and stream above (auto, default)
   resident             uploads one random dataset per --sizes entry (or one
                        of --size) once, then every request aggregates a whole
@@ -52,47 +58,14 @@ Modes (--mode):
                        for --duration (default 2 s here): unary up to 64 MiB,
                        streamed above; one table of GB/s per server and its
                        ratio to the first (the baseline, e.g. a --backend=null
-                       server). Default grid: 4K,64K,1M,4M,16M,64M,256M,4G x
-                       "sum;sum,min,max,argmax,hist:4096:-1:1" x 1,8,64.
-                       All clients of a cell send the same array
+                       server). All clients of a cell send the same array
+)";
 
-Flags:
-  --clients=N          concurrent clients (default 1)
-  --size=BYTES         array (dataset) size (default 16M); K/M/G/T suffixes
-                       are powers of 1024; rounded down to whole elements
-  --elements=N         the size in elements instead of bytes
-  --sizes=MIN:MAX      auto/unary/stream: each request draws a size in bytes
-                       log-uniformly from [MIN, MAX], e.g. --sizes=1K:256M
-  --sizes=A,B,...      resident, shm: one dataset (region) of each size,
-                       e.g. 1M,64M,1G,4G
-  --dtype=T            float32 (default) float16 bfloat16 float64 int8 int16 int32
-                       int64 uint8 uint16 uint32 uint64 bool
-  --ops=LIST[;LIST...] aggregations as for tally aggregate (default sum);
-                       several lists separated by ";" (quote them) are taken
-                       in turn, e.g. "sum;min,max,argmax;sum,max,hist:256:-1:1"
-  --rows=N             aggregate rows of N elements (sizes are rounded down
-                       to whole rows)
-  --stream-threshold=BYTES  for --mode=auto (default 4M)
-  --chunk=BYTES        AggregateStream / PutDataset chunk size (default 4M)
-  --duration=SECONDS   run for this long (default 10)
-  --requests=N         or send exactly N requests in all, then stop
-  --timeout=SECONDS    per-request deadline (default: none)
-  --shared-channel     all clients share one channel (one connection)
-  --seed=S             seed for data and sizes (default 1); client i uses S+i
-  --verify             check every response against a host computation
-                       (not in the latencies, but in the wall time, so it
-                       lowers throughput; fails against --backend=null);
-                       resident: computed once per dataset before timing
-  --dataset-prefix=P   resident/upload: dataset names start with P (default
-                       tally-bench): P-0-1M, P-1-64M, ...; P-upload-0, ...
-                       Datasets of those names are replaced.
-  --keep               resident/upload: leave the datasets on the server
-                       (default: removed at the end)
-  --json               print JSON instead of text
-  --targets=N=H:P,...  grid: the servers, named (the first is the baseline)
-  --grid-sizes=LIST    grid: array sizes (default 4K,64K,1M,4M,16M,64M,256M,4G)
-  --grid-clients=LIST  grid: client counts (default 1,8,64)
+constexpr char kDefaultGridOps[] = "sum;sum,min,max,argmax,hist:4096:-1:1";
+constexpr char kDefaultGridSizes[] = "4Ki,64Ki,1Mi,4Mi,16Mi,64Mi,256Mi,4Gi";
+constexpr char kDefaultGridClients[] = "1,8,64";
 
+constexpr char kNotesTail[] = R"(
 Throughput counts the bytes of successful requests over the wall time from
 the first request to the last answer; GB/s means 10^9 bytes per second. In
 resident mode those are the resident bytes each query read (its dataset's
@@ -106,18 +79,71 @@ Exit status: 0 when every request succeeded (and verified); 1 otherwise, or
 when resident mode could not upload its datasets; 2 bad flags.
 
 Examples:
-  tally bench --clients=8 --size=64M --mode=stream --duration=20
+  tally bench --clients 8 --size 64Mi --mode stream --duration 20
   tally bench --clients=4 --sizes=1K:256M --requests=1000 --ops=sum,hist:64:-1:1 --verify
-  tally bench --clients=16 --size=4K --mode=unary --json > small.json
-  tally bench --mode=resident --sizes=1M,64M,1G,4G --clients=64 \
+  tally bench --clients=16 --size=4Ki --mode=unary --json > small.json
+  tally bench --mode=resident --sizes=1Mi,64Mi,1Gi,4Gi --clients=64 \
       --ops="sum;min,max,argmax;mean,std:1;sum,max,hist:256:-1:1" --duration=10
-  tally bench --mode=upload --size=4G --requests=3
-  tally bench --mode=shm --size=4G --ops=sum,max,hist:256:-1:1 --requests=20
+  tally bench --mode=upload --size=4Gi --requests=3
+  tally bench --mode=shm --size=4Gi --ops=sum,max,hist:256:-1:1 --requests=20
   tally bench --mode=grid --targets=null=host:50052,cpu=host:50053,cuda=host:50051
-  tally bench --mode=stream --size=4G --requests=3 --target=null-server:50051
+  tally bench --mode=stream --size=4Gi --requests=3 --target=null-server:50051
 )";
 
-namespace {
+// The command line as given, before the rules between flags.
+struct BenchFlags {
+  ConnectionFlags connection;
+  std::optional<std::string> mode, clients, sizes, dtype, ops, seed, dataset_prefix, targets, grid_sizes,
+      grid_clients;
+  std::optional<std::uint64_t> size, elements, rows, requests;
+  ChunkingFlags chunking;
+  std::optional<absl::Duration> duration, timeout;
+  bool shared_channel = false, verify = false, keep = false, json = false;
+};
+
+std::unique_ptr<CLI::App> MakeApp(BenchFlags& f) {
+  std::unique_ptr<CLI::App> app = MakeCommandApp(
+      "tally bench", kDescription, absl::StrCat(WrapText(std::string(kSizeSuffixHelp), 0, 78), "\n", kNotesTail));
+  const BenchConfig defaults;
+  StartGroup(*app, "Flags");
+  AddTextFlag(*app, "--mode", f.mode, "MODE", "auto, unary, stream, resident, upload, shm or grid, as above", "auto");
+  AddTextFlag(*app, "--clients", f.clients, "N", "concurrent clients, 1 to 4096", absl::StrCat(defaults.clients));
+  AddSizeFlag(*app, "--size", f.size, "BYTES", "array (dataset) size, rounded down to whole elements",
+              SizeText(defaults.min_bytes));
+  AddSizeFlag(*app, "--elements", f.elements, "N", "the size in elements instead of bytes");
+  AddTextFlag(*app, "--sizes", f.sizes, "MIN:MAX|A,B,...",
+              "auto/unary/stream: each request draws a size in bytes log-uniformly from [MIN, MAX], e.g. "
+              "--sizes=1K:256M; resident, shm: one dataset (region) of each size, e.g. 1Mi,64Mi,1Gi,4Gi");
+  AddTextFlag(*app, "--dtype", f.dtype, "T", kDTypesHelp, "float32");
+  AddTextFlag(*app, "--ops", f.ops, "LIST[;LIST...]",
+              "aggregations as for tally aggregate; several lists separated by \";\" (quote them) are taken in "
+              "turn, e.g. \"sum;min,max,argmax;sum,max,hist:256:-1:1\"",
+              absl::StrCat(defaults.ops_text, "; grid: ", kDefaultGridOps));
+  AddSizeFlag(*app, "--rows", f.rows, "N", "aggregate rows of N elements (sizes are rounded down to whole rows)");
+  AddChunkingFlags(*app, f.chunking, "--mode=auto", "AggregateStream / PutDataset message size");
+  AddSecondsFlag(*app, "--duration", f.duration, "run for this long",
+                 absl::StrCat(absl::ToDoubleSeconds(defaults.duration), "; grid: 2"));
+  AddSizeFlag(*app, "--requests", f.requests, "N", "or send exactly N requests in all, then stop");
+  AddSecondsFlag(*app, "--timeout", f.timeout, "per-request deadline", "none");
+  AddSwitch(*app, "--shared-channel", f.shared_channel, "all clients share one channel (one connection)");
+  AddTextFlag(*app, "--seed", f.seed, "S", "seed for data and sizes; client i uses S+i", absl::StrCat(defaults.seed));
+  AddSwitch(*app, "--verify", f.verify,
+            "check every response against a host computation (not in the latencies, but in the wall time, so "
+            "it lowers throughput; fails against --backend=null); resident: computed once per dataset before "
+            "timing");
+  AddTextFlag(*app, "--dataset-prefix", f.dataset_prefix, "P",
+              "resident/upload: dataset names start with P: P-0-1Mi, P-1-64Mi, ...; P-upload-0, ... Datasets of "
+              "those names are replaced.",
+              defaults.dataset_prefix);
+  AddSwitch(*app, "--keep", f.keep, "resident/upload: leave the datasets on the server (default: removed at the end)");
+  AddSwitch(*app, "--json", f.json, "print JSON instead of text");
+  StartGroup(*app, "Grid (--mode=grid)");
+  AddTextFlag(*app, "--targets", f.targets, "N=H:P,...", "the servers, named (the first is the baseline)");
+  AddTextFlag(*app, "--grid-sizes", f.grid_sizes, "LIST", "array sizes in bytes", kDefaultGridSizes);
+  AddTextFlag(*app, "--grid-clients", f.grid_clients, "LIST", "client counts", kDefaultGridClients);
+  AddConnectionFlags(*app, f.connection);
+  return app;
+}
 
 absl::Status Fail(auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); }
 
@@ -133,23 +159,22 @@ absl::StatusOr<BenchMode> ParseMode(absl::string_view text) {
 }
 
 // --targets, --grid-sizes, --grid-clients (--mode=grid).
-absl::Status TakeGridFlags(CommandLine& cl, BenchConfig& c) {
-  const std::optional<std::string> targets = cl.TakeString("targets");
-  if (!targets) return Fail("--mode=grid needs --targets=NAME=HOST:PORT,... (the first is the baseline)");
-  for (absl::string_view part : absl::StrSplit(*targets, ',')) {
+absl::Status CheckGridFlags(const BenchFlags& f, BenchConfig& c) {
+  if (!f.targets) return Fail("--mode=grid needs --targets=NAME=HOST:PORT,... (the first is the baseline)");
+  for (absl::string_view part : absl::StrSplit(*f.targets, ',')) {
     const std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty() || kv[1].empty()) {
       return Fail("--targets: '", part, "' is not NAME=HOST:PORT");
     }
     c.grid_targets.emplace_back(kv[0], kv[1]);
   }
-  for (absl::string_view part :
-       absl::StrSplit(cl.TakeString("grid-sizes").value_or("4K,64K,1M,4M,16M,64M,256M,4G"), ',')) {
+  for (absl::string_view part : absl::StrSplit(f.grid_sizes.value_or(kDefaultGridSizes), ',')) {
     absl::StatusOr<std::uint64_t> bytes = ParseSize(part);
-    if (!bytes.ok() || *bytes == 0) return Fail("--grid-sizes: '", part, "' is not a size");
+    if (!bytes.ok()) return Fail("--grid-sizes: ", bytes.status().message());
+    if (*bytes == 0) return Fail("--grid-sizes: '", part, "' is empty");
     c.grid_sizes.push_back(*bytes);
   }
-  for (absl::string_view part : absl::StrSplit(cl.TakeString("grid-clients").value_or("1,8,64"), ',')) {
+  for (absl::string_view part : absl::StrSplit(f.grid_clients.value_or(kDefaultGridClients), ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(part, &n) || n < 1 || n > 4096) return Fail("--grid-clients: '", part, "': expected 1 to 4096");
     c.grid_clients.push_back(n);
@@ -168,20 +193,16 @@ absl::Status ParseOpSets(BenchConfig& c) {
 }
 
 // --size, --elements and --sizes, whose meaning depends on the mode.
-absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
+absl::Status CheckSizes(const BenchFlags& f, BenchConfig& c) {
   const std::uint64_t element = rules::SizeOf(c.dtype);
-  absl::StatusOr<std::optional<std::uint64_t>> size = cl.TakeSize("size");
-  if (!size.ok()) return size.status();
-  absl::StatusOr<std::optional<std::uint64_t>> elements = cl.TakeSize("elements");
-  if (!elements.ok()) return elements.status();
-  const std::optional<std::string> sizes = cl.TakeString("sizes");
-  if (int(size->has_value()) + int(elements->has_value()) + int(sizes.has_value()) > 1) {
+  const std::optional<std::string>& sizes = f.sizes;
+  if (int(f.size.has_value()) + int(f.elements.has_value()) + int(sizes.has_value()) > 1) {
     return Fail("give at most one of --size, --elements and --sizes");
   }
-  if (*size) c.min_bytes = c.max_bytes = **size;
-  if (*elements) {
-    if (**elements > (~std::uint64_t{0}) / element) return Fail("--elements: too large");
-    c.min_bytes = c.max_bytes = **elements * element;
+  if (f.size) c.min_bytes = c.max_bytes = *f.size;
+  if (f.elements) {
+    if (*f.elements > (~std::uint64_t{0}) / element) return Fail("--elements: too large");
+    c.min_bytes = c.max_bytes = *f.elements * element;
   }
   const bool resident = c.mode == BenchMode::kResident || c.mode == BenchMode::kShm;
   if (sizes && resident) {
@@ -194,7 +215,7 @@ absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
     const std::vector<std::string> range = absl::StrSplit(*sizes, ':');
     if (c.mode == BenchMode::kUpload) return Fail("--sizes is not for --mode=upload; give --size");
     if (range.size() != 2) {
-      return Fail("--sizes=", *sizes, ": expected MIN:MAX, e.g. 1K:256M (a list is for --mode=resident)");
+      return Fail("--sizes=", *sizes, ": expected MIN:MAX, e.g. 1K:256M (a list is for --mode=resident and shm)");
     }
     absl::StatusOr<std::uint64_t> lo = ParseSize(range[0]);
     absl::StatusOr<std::uint64_t> hi = ParseSize(range[1]);
@@ -206,9 +227,7 @@ absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
   }
   if (resident && c.dataset_bytes.empty()) c.dataset_bytes.push_back(c.min_bytes);
 
-  absl::StatusOr<std::optional<std::uint64_t>> rows = cl.TakeSize("rows");
-  if (!rows.ok()) return rows.status();
-  if (*rows) c.row_length = **rows;
+  if (f.rows) c.row_length = *f.rows;
   if (c.row_length != 0 && c.mode == BenchMode::kUpload) return Fail("--rows is not for --mode=upload");
   std::vector<std::uint64_t> all = c.dataset_bytes;
   all.push_back(c.min_bytes);
@@ -221,110 +240,95 @@ absl::Status TakeSizes(CommandLine& cl, BenchConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<BenchConfig> ParseConfig(CommandLine& cl) {
-  BenchConfig c;
-  if (absl::Status s = TakeConnectionFlags(cl, c.connection); !s.ok()) return s;
-  if (auto m = cl.TakeString("mode")) {
-    absl::StatusOr<BenchMode> mode = ParseMode(*m);
+// The rules between flags, some of which depend on the mode.
+absl::Status Check(const BenchFlags& f, BenchConfig& c) {
+  absl::StatusOr<Connection> connection = f.connection.Resolve();
+  if (!connection.ok()) return connection.status();
+  c.connection = *std::move(connection);
+  if (f.mode) {
+    absl::StatusOr<BenchMode> mode = ParseMode(*f.mode);
     if (!mode.ok()) return mode.status();
     c.mode = *mode;
   }
   const bool datasets = c.mode == BenchMode::kResident || c.mode == BenchMode::kUpload;
-  if (auto n = cl.TakeString("clients")) {
-    if (!absl::SimpleAtoi(*n, &c.clients) || c.clients < 1 || c.clients > 4096) {
-      return Fail("--clients=", *n, ": expected 1 to 4096");
-    }
+  if (f.clients && (!absl::SimpleAtoi(*f.clients, &c.clients) || c.clients < 1 || c.clients > 4096)) {
+    return Fail("--clients=", *f.clients, ": expected 1 to 4096");
   }
-  if (auto d = cl.TakeString("dtype")) {
-    absl::StatusOr<DType> dt = ParseDType(*d);
+  if (f.dtype) {
+    absl::StatusOr<DType> dt = ParseDType(*f.dtype);
     if (!dt.ok()) return Fail("--dtype: ", dt.status().message());
     c.dtype = *dt;
   }
   if (c.mode == BenchMode::kGrid) {
-    c.ops_text = "sum;sum,min,max,argmax,hist:4096:-1:1";
+    c.ops_text = kDefaultGridOps;
     c.duration = absl::Seconds(2);
-    if (absl::Status s = TakeGridFlags(cl, c); !s.ok()) return s;
+    if (absl::Status s = CheckGridFlags(f, c); !s.ok()) return s;
+  } else {
+    for (const auto& [given, name] : {std::pair{f.targets.has_value(), "--targets"},
+                                      {f.grid_sizes.has_value(), "--grid-sizes"},
+                                      {f.grid_clients.has_value(), "--grid-clients"}}) {
+      if (given) return Fail(name, " is for --mode=grid");
+    }
   }
-  if (auto o = cl.TakeString("ops")) {
+  if (f.ops) {
     if (c.mode == BenchMode::kUpload) return Fail("--ops is not for --mode=upload: it only uploads");
-    c.ops_text = *o;
+    c.ops_text = *f.ops;
   }
   if (absl::Status s = ParseOpSets(c); !s.ok()) return s;
-  if (absl::Status s = TakeSizes(cl, c); !s.ok()) return s;
+  if (absl::Status s = CheckSizes(f, c); !s.ok()) return s;
 
   c.call.stream = c.mode == BenchMode::kUnary    ? StreamMode::kNever
                   : c.mode == BenchMode::kStream ? StreamMode::kAlways
                                                  : StreamMode::kAuto;
-  if (absl::Status s = TakeChunkingFlags(cl, c.call); !s.ok()) return s;
+  f.chunking.ApplyTo(c.call);
 
-  absl::StatusOr<std::optional<absl::Duration>> duration = cl.TakeSeconds("duration");
-  if (!duration.ok()) return duration.status();
-  absl::StatusOr<std::optional<std::uint64_t>> requests = cl.TakeSize("requests");
-  if (!requests.ok()) return requests.status();
-  if (*duration && *requests) return Fail("give --duration or --requests, not both");
-  if (*duration) c.duration = **duration;
-  c.requests = *requests;
+  if (f.duration && f.requests) return Fail("give --duration or --requests, not both");
+  if (f.duration) c.duration = *f.duration;
+  c.requests = f.requests;
   if (c.requests && *c.requests == 0) return Fail("--requests must be at least 1");
-  absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
-  if (!timeout.ok()) return timeout.status();
-  if (*timeout) c.call.timeout = **timeout;
-
-  absl::StatusOr<bool> shared = cl.TakeBool("shared-channel");
-  if (!shared.ok()) return shared.status();
-  c.shared_channel = *shared;
-  if (auto s = cl.TakeString("seed")) {
-    if (!absl::SimpleAtoi(*s, &c.seed)) return Fail("--seed=", *s, ": expected an integer");
-  }
-  absl::StatusOr<bool> verify = cl.TakeBool("verify");
-  if (!verify.ok()) return verify.status();
-  c.verify = *verify;
+  if (f.timeout) c.call.timeout = *f.timeout;
+  c.shared_channel = f.shared_channel;
+  if (f.seed && !absl::SimpleAtoi(*f.seed, &c.seed)) return Fail("--seed=", *f.seed, ": expected an integer");
+  c.verify = f.verify;
   if (c.verify && c.mode == BenchMode::kUpload) return Fail("--verify is not for --mode=upload");
-  absl::StatusOr<bool> json = cl.TakeBool("json");
-  if (!json.ok()) return json.status();
-  c.json = *json;
-  if (auto p = cl.TakeString("dataset-prefix")) {
+  c.json = f.json;
+  if (f.dataset_prefix) {
     if (!datasets) return Fail("--dataset-prefix is for --mode=resident and --mode=upload");
-    if (p->empty()) return Fail("--dataset-prefix: empty");
-    c.dataset_prefix = *p;
+    if (f.dataset_prefix->empty()) return Fail("--dataset-prefix: empty");
+    c.dataset_prefix = *f.dataset_prefix;
   }
-  absl::StatusOr<bool> keep = cl.TakeBool("keep");
-  if (!keep.ok()) return keep.status();
-  if (*keep && !datasets) return Fail("--keep is for --mode=resident and --mode=upload");
-  c.keep = *keep;
-  if (!cl.positional().empty()) return Fail("unexpected argument ", cl.positional()[0]);
-  if (absl::Status s = cl.CheckAllUsed(); !s.ok()) return s;
-  return c;
+  if (f.keep && !datasets) return Fail("--keep is for --mode=resident and --mode=upload");
+  c.keep = f.keep;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 int RunBench(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  absl::StatusOr<BenchConfig> config = cl.ok() ? ParseConfig(*cl) : cl.status();
-  if (!config.ok()) {
-    absl::FPrintF(stderr, "tally bench: %s\n(see tally bench --help)\n", config.status().message());
-    return kExitUsage;
-  }
-  if (config->mode == BenchMode::kGrid) return RunGridBench(*config);
+  BenchFlags flags;
+  std::unique_ptr<CLI::App> app = MakeApp(flags);
+  BenchConfig config;
+  if (std::optional<int> exit = ParseCommandLine(*app, args, [&] { return Check(flags, config); })) return *exit;
+  if (config.mode == BenchMode::kGrid) return RunGridBench(config);
   // A channel first, so that a certificate that cannot be read is reported
   // once, as itself.
-  if (!OpenOrReport(config->connection, "bench")) return kExitFailure;
-  std::vector<std::unique_ptr<Client>> clients = MakeClients(*config);
+  if (!OpenOrReport(config.connection, "bench")) return kExitFailure;
+  std::vector<std::unique_ptr<Client>> clients = MakeClients(config);
   // Fail fast on a wrong address instead of reporting a run of UNAVAILABLE.
   if (!clients[0]->WaitForConnected(absl::Seconds(5))) {
-    absl::FPrintF(stderr, "tally bench: cannot connect to %s within 5 s\n", config->connection.target);
+    absl::FPrintF(stderr, "tally bench: cannot connect to %s within 5 s\n", config.connection.target);
     return kExitFailure;
   }
-  switch (config->mode) {
+  switch (config.mode) {
     case BenchMode::kResident:
-    case BenchMode::kShm: return RunResidentBench(*config, clients);
-    case BenchMode::kUpload: return RunUploadBench(*config, clients);
+    case BenchMode::kShm: return RunResidentBench(config, clients);
+    case BenchMode::kUpload: return RunUploadBench(config, clients);
     case BenchMode::kAuto:
     case BenchMode::kUnary:
     case BenchMode::kStream:
     case BenchMode::kGrid: break;
   }
-  return RunSendBench(*config, clients);
+  return RunSendBench(config, clients);
 }
 
 }  // namespace tally::client::tool

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "bench.h"
 #include "tally/client/random_data.h"
+#include "tally/client/sizes.h"
 #include "tally/client/wire.h"
 
 namespace tally::client::tool {
@@ -48,13 +49,6 @@ std::string Paths(const std::vector<std::map<std::string, std::uint64_t>>& per_c
     parts.push_back(absl::StrFormat("%s %.0f%%", name, 100.0 * static_cast<double>(n) / static_cast<double>(total)));
   }
   return absl::StrJoin(parts, " ");
-}
-
-std::string SizeName(std::uint64_t bytes) {
-  if (bytes % (1ull << 30) == 0) return absl::StrCat(bytes >> 30, "G");
-  if (bytes % (1ull << 20) == 0) return absl::StrCat(bytes >> 20, "M");
-  if (bytes % (1ull << 10) == 0) return absl::StrCat(bytes >> 10, "K");
-  return absl::StrCat(bytes);
 }
 
 Measured RunCell(const BenchConfig& base, const std::string& target, const Cell& cell, const HostBuffer& data) {
@@ -120,7 +114,7 @@ int RunGridBench(const BenchConfig& config) {
     for (std::size_t o = 0; o < config.op_sets.size(); ++o) {
       for (const int clients : config.grid_clients) {
         const Cell cell{bytes, o, clients};
-        std::string row = absl::StrCat("| ", SizeName(bytes), " | ",
+        std::string row = absl::StrCat("| ", SizeText(bytes), " | ",
                                        bytes > config.grid_stream_above ? "stream" : "unary", " | ", op_names[o],
                                        " | ", clients, " |");
         double baseline = 0.0;

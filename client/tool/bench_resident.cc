@@ -11,17 +11,10 @@
 #include "bench.h"
 #include "tally/client/random_data.h"
 #include "tally/client/reference.h"
+#include "tally/client/sizes.h"
 
 namespace tally::client::tool {
 namespace {
-
-// "1M", "64M", "1G", "1536K": the size as it was likely typed.
-std::string CompactSize(std::uint64_t bytes) {
-  if (bytes != 0 && bytes % (1 << 30) == 0) return absl::StrCat(bytes >> 30, "G");
-  if (bytes != 0 && bytes % (1 << 20) == 0) return absl::StrCat(bytes >> 20, "M");
-  if (bytes != 0 && bytes % (1 << 10) == 0) return absl::StrCat(bytes >> 10, "K");
-  return absl::StrCat(bytes, "B");
-}
 
 PutOptions UploadOptions(const BenchConfig& c) {
   PutOptions put;
@@ -61,7 +54,7 @@ absl::StatusOr<ResidentSetup> Upload(const BenchConfig& c, Client& client, Expec
   std::vector<std::string> names;
   const absl::Time start = absl::Now();
   for (std::size_t i = 0; i < c.dataset_bytes.size(); ++i) {
-    const std::string name = absl::StrCat(c.dataset_prefix, "-", i, "-", CompactSize(c.dataset_bytes[i]));
+    const std::string name = absl::StrCat(c.dataset_prefix, "-", i, "-", SizeText(c.dataset_bytes[i]));
     if (c.mode == BenchMode::kShm) {
       const ArrayRef array{c.dtype, buffer.data(), c.ElementsFor(c.dataset_bytes[i]), c.row_length};
       absl::StatusOr<std::unique_ptr<SharedArray>> shared = SharedArray::Create(client, array, c.call.timeout);

@@ -1,5 +1,6 @@
-// The tool's subcommands. Each takes the words after its name and returns
-// the process exit code: 0 success, 1 failure, 2 a bad command line.
+// The tool's subcommands. Each takes the words after its name (its flags,
+// --help among them) and returns the process exit code: 0 success, 1
+// failure, 2 a bad command line.
 #pragma once
 
 #include <string>
@@ -23,13 +24,5 @@ int RunPut(const std::vector<std::string>& args);
 int RunDatasets(const std::vector<std::string>& args);
 int RunRm(const std::vector<std::string>& args);
 int RunRegions(const std::vector<std::string>& args);
-
-extern const absl::string_view kAggregateUsage;
-extern const absl::string_view kBenchUsage;
-extern const absl::string_view kHealthUsage;
-extern const absl::string_view kPutUsage;
-extern const absl::string_view kDatasetsUsage;
-extern const absl::string_view kRmUsage;
-extern const absl::string_view kRegionsUsage;
 
 }  // namespace tally::client::tool

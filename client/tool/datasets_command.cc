@@ -7,15 +7,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "command_line.h"
-#include "connection_flags.h"
 #include "commands.h"
+#include "connection_flags.h"
+#include "flags.h"
 #include "tally/client/client.h"
 #include "tally/client/format.h"
 
 namespace tally::client::tool {
 
-const absl::string_view kDatasetsUsage = R"(usage: tally datasets [flags] [NAME...]
+namespace {
+
+constexpr char kDatasetsDescription[] = R"(usage: tally datasets [flags] [NAME...]
 
 Lists the resident datasets of a tally server (see tally put): name, dtype,
 length in elements, bytes, place (cuda:N for a GPU, host for host memory),
@@ -25,18 +27,15 @@ server's limit (--max_dataset_bytes; "none" without one). With NAMEs, shows
 only those datasets (one line each).
 
 Expiry times are the server's, shown against this machine's clock.
+)";
 
-Flags:
-  --timeout=SECONDS   give up after this long (default 30)
-  --json              print JSON instead of text:
-                        {"datasets":[{"name":..,"dtype":"float32","length":N,
-                          "bytes":N,"place":"host","version":N,
-                          "created_unix_seconds":S,"expires_unix_seconds":S,
-                          "queries":N,"shards":N}],
-                         "places":[{"place":"host","datasets":N,"bytes":N,
-                          "limit_bytes":N}]}
-                      expires_unix_seconds and limit_bytes are 0 for none;
-                      with NAMEs there is no "places"
+constexpr char kDatasetsNotes[] = R"(JSON (--json):
+  {"datasets":[{"name":..,"dtype":"float32","length":N,"bytes":N,
+    "place":"host","version":N,"created_unix_seconds":S,
+    "expires_unix_seconds":S,"queries":N,"shards":N}],
+   "places":[{"place":"host","datasets":N,"bytes":N,"limit_bytes":N}]}
+  expires_unix_seconds and limit_bytes are 0 for none; with NAMEs there is
+  no "places"
 
 Exit status: 0 success; 1 the request failed, or a NAME is unknown
 (NOT_FOUND; the others are still shown); 2 bad flags.
@@ -47,16 +46,14 @@ Examples:
   tally datasets temps
 )";
 
-const absl::string_view kRmUsage = R"(usage: tally rm [flags] NAME...
+constexpr char kRmDescription[] = R"(usage: tally rm [flags] NAME...
 
 Removes resident datasets from a tally server. The names are gone at once;
 queries already reading a dataset finish on it, and its memory is freed when
 the last of them ends. Prints each removed dataset.
+)";
 
-Flags:
-  --timeout=SECONDS   give up after this long, per name (default 30)
-
-Exit status: 0 every NAME was removed; 1 a removal failed (an unknown name
+constexpr char kRmNotes[] = R"(Exit status: 0 every NAME was removed; 1 a removal failed (an unknown name
 is NOT_FOUND; the server's status code and message are printed on stderr and
 the other names are still removed); 2 bad flags.
 
@@ -64,30 +61,44 @@ Example:
   tally rm temps scratch
 )";
 
-namespace {
-
-// The flags both commands take.
-struct Common {
-  Connection connection;
-  // Listing and removing are small calls; a server that does not answer
-  // them in this long is not going to.
-  absl::Duration timeout = absl::Seconds(30);
+// The flags both commands take, as given.
+struct CommonFlags {
+  ConnectionFlags connection;
+  std::vector<std::string> names;
+  std::optional<absl::Duration> timeout;
   bool json = false;
 };
 
-absl::StatusOr<Common> TakeCommon(CommandLine& cl, bool takes_json) {
-  Common c;
-  if (absl::Status s = TakeConnectionFlags(cl, c.connection); !s.ok()) return s;
-  absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
-  if (!timeout.ok()) return timeout.status();
-  if (*timeout) c.timeout = **timeout;
-  if (takes_json) {
-    absl::StatusOr<bool> json = cl.TakeBool("json");
-    if (!json.ok()) return json.status();
-    c.json = *json;
-  }
-  if (absl::Status s = cl.CheckAllUsed(); !s.ok()) return s;
-  return c;
+// Listing and removing are small calls; a server that does not answer them
+// in this long is not going to.
+constexpr absl::Duration kDefaultTimeout = absl::Seconds(30);
+
+std::unique_ptr<CLI::App> MakeApp(const std::string& name, const std::string& description,
+                                  const std::string& notes, bool takes_json, CommonFlags& f) {
+  std::unique_ptr<CLI::App> app = MakeCommandApp(name, description, notes);
+  StartGroup(*app, "Arguments");
+  AddArguments(*app, "NAME", f.names, takes_json ? "datasets to describe (default: all)" : "datasets to remove");
+  StartGroup(*app, "Flags");
+  AddSecondsFlag(*app, "--timeout", f.timeout, takes_json ? "give up after this long" : "give up after this long, per name",
+                 absl::StrCat(absl::ToDoubleSeconds(kDefaultTimeout)));
+  if (takes_json) AddSwitch(*app, "--json", f.json, "print JSON instead of text (format below)");
+  AddConnectionFlags(*app, f.connection);
+  return app;
+}
+
+struct Common {
+  Connection connection;
+  absl::Duration timeout = kDefaultTimeout;
+  bool json = false;
+};
+
+absl::Status Check(const CommonFlags& f, Common& c) {
+  absl::StatusOr<Connection> connection = f.connection.Resolve();
+  if (!connection.ok()) return connection.status();
+  c.connection = *std::move(connection);
+  if (f.timeout) c.timeout = *f.timeout;
+  c.json = f.json;
+  return absl::OkStatus();
 }
 
 void PrintFailure(absl::string_view command, absl::string_view what, const absl::Status& s) {
@@ -118,40 +129,39 @@ int Describe(Client& client, const Common& c, const std::vector<std::string>& na
 }  // namespace
 
 int RunDatasets(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  absl::StatusOr<Common> c = cl.ok() ? TakeCommon(*cl, /*takes_json=*/true) : cl.status();
-  if (!c.ok()) {
-    absl::FPrintF(stderr, "tally datasets: %s\n(see tally datasets --help)\n", c.status().message());
-    return kExitUsage;
-  }
-  std::shared_ptr<grpc::Channel> channel = OpenOrReport(c->connection, "datasets");
+  CommonFlags flags;
+  std::unique_ptr<CLI::App> app = MakeApp("tally datasets", kDatasetsDescription, kDatasetsNotes, true, flags);
+  Common c;
+  if (std::optional<int> exit = ParseCommandLine(*app, args, [&] { return Check(flags, c); })) return *exit;
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(c.connection, "datasets");
   if (!channel) return kExitFailure;
   Client client(channel);
-  if (!cl->positional().empty()) return Describe(client, *c, cl->positional());
-  absl::StatusOr<v1::ListDatasetsResponse> list = client.ListDatasets(c->timeout);
+  if (!flags.names.empty()) return Describe(client, c, flags.names);
+  absl::StatusOr<v1::ListDatasetsResponse> list = client.ListDatasets(c.timeout);
   if (!list.ok()) {
-    PrintFailure("datasets", c->connection.target, list.status());
+    PrintFailure("datasets", c.connection.target, list.status());
     return kExitFailure;
   }
-  const std::string text = c->json ? FormatDatasetsJson(*list) : FormatDatasetsText(*list, absl::Now());
+  const std::string text = c.json ? FormatDatasetsJson(*list) : FormatDatasetsText(*list, absl::Now());
   std::fwrite(text.data(), 1, text.size(), stdout);
   return kExitOk;
 }
 
 int RunRm(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  absl::StatusOr<Common> c = cl.ok() ? TakeCommon(*cl, /*takes_json=*/false) : cl.status();
-  if (c.ok() && cl->positional().empty()) c = absl::InvalidArgumentError("give the NAME of a dataset to remove");
-  if (!c.ok()) {
-    absl::FPrintF(stderr, "tally rm: %s\n(see tally rm --help)\n", c.status().message());
-    return kExitUsage;
-  }
-  std::shared_ptr<grpc::Channel> channel = OpenOrReport(c->connection, "rm");
+  CommonFlags flags;
+  std::unique_ptr<CLI::App> app = MakeApp("tally rm", kRmDescription, kRmNotes, false, flags);
+  Common c;
+  const auto check = [&]() -> absl::Status {
+    if (flags.names.empty()) return absl::InvalidArgumentError("give the NAME of a dataset to remove");
+    return Check(flags, c);
+  };
+  if (std::optional<int> exit = ParseCommandLine(*app, args, check)) return *exit;
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(c.connection, "rm");
   if (!channel) return kExitFailure;
   Client client(channel);
   int exit = kExitOk;
-  for (const std::string& name : cl->positional()) {
-    absl::StatusOr<v1::DatasetInfo> removed = client.DeleteDataset(name, c->timeout);
+  for (const std::string& name : flags.names) {
+    absl::StatusOr<v1::DatasetInfo> removed = client.DeleteDataset(name, c.timeout);
     if (!removed.ok()) {
       PrintFailure("rm", name, removed.status());
       exit = kExitFailure;

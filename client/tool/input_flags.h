@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "command_line.h"
+#include "flags.h"
 #include "tally/client/input.h"
 
 namespace tally::client::tool {
@@ -25,16 +25,29 @@ struct InputSpec {
   bool given() const { return npy_path || raw_path || random_length; }
 };
 
-// Takes --raw, --random, --dtype and --seed from `cl`; `files` are the
-// positional words that name .npy files (at most one is allowed). When an
-// input is given, checks that it is exactly one and that --dtype and --seed
-// fit it; when none is, that --dtype and --seed are absent too (the caller
-// decides whether no input is an error). Opens nothing, so every error is a
-// usage error.
-[[nodiscard]] absl::StatusOr<InputSpec> TakeInputFlags(CommandLine& cl,
-                                                       const std::vector<std::string>& files);
+// --raw, --random, --dtype and --seed as given.
+struct InputFlags {
+  std::optional<std::string> raw, dtype, seed;
+  std::optional<std::uint64_t> random;
 
-// Opens (maps) the file or generates the array.
+  // Checks that there is at most one input (`files` are the positional
+  // words that name .npy files) and that --dtype and --seed fit it; when
+  // there is none, that --dtype and --seed are absent too (the caller
+  // decides whether no input is an error). Opens nothing, so every error is
+  // a usage error.
+  [[nodiscard]] absl::StatusOr<InputSpec> Resolve(const std::vector<std::string>& files) const;
+};
+
+// Declares --raw, --random, --dtype and --seed on `app` (after the caller's
+// FILE.npy argument, in the caller's group).
+void AddInputFlags(CLI::App& app, InputFlags& flags);
+
+// --dtype's help, for bench too.
+inline constexpr char kDTypesHelp[] =
+    "float16 bfloat16 float32 float64 int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool";
+
+// Opens (maps) the file or generates the array, showing a progress bar on
+// stderr while a large random array is generated.
 [[nodiscard]] absl::StatusOr<InputArray> LoadInput(const InputSpec& spec);
 
 }  // namespace tally::client::tool

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_format.h"
 #include "commands.h"
-#include "connection_flags.h"
 
 namespace {
 
@@ -31,29 +30,23 @@ Commands:
   health      ask whether a server is serving (grpc.health.v1)
   help        this text; `tally COMMAND --help` explains a command
 
-Flags are written --name=value. Examples:
-  tally aggregate data.npy --ops=sum,mean,std:1
+Flags are written --name=value or --name value. Sizes and counts take
+suffixes: K, M, G, T are powers of 1000 (64M = 64000000), Ki, Mi, Gi, Ti
+powers of 1024 (64Mi = 67108864). Examples:
+  tally aggregate data.npy --ops sum,mean,std:1
   tally aggregate --random=64M --ops=min,max,hist:10:-1:1 --json
   tally put temps temps.npy --ttl=3600
-  tally aggregate --dataset=temps --range=0:1M --ops=mean,max
+  tally aggregate --dataset temps --range 0:1M --ops mean,max
   tally datasets
   tally rm temps
-  tally bench --clients=8 --size=64M --mode=stream --duration=20
-  tally bench --mode=resident --sizes=1M,64M,1G --clients=64 --ops=sum,max
+  tally bench --clients=8 --size=64Mi --mode=stream --duration=20
+  tally bench --mode=resident --sizes=1Mi,64Mi,1Gi --clients=64 --ops=sum,max
   tally health --target=gpu-box:50051
   tally datasets --target=tally.example.com:443 --ca=ca.crt --token-file=token.txt
 
 Every command takes --target, --tls, --ca, --cert, --key, --tls-server-name,
 --token and --token-file (`tally COMMAND --help` explains them).
 )";
-
-bool WantsHelp(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h" || a == "--helpfull") return true;
-    if (a == "--") break;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -69,25 +62,16 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return kExitOk;
   }
+  // Each command parses its own flags, and answers its own --help.
   struct Command {
     const char* name;
     int (*run)(const std::vector<std::string>&);
-    absl::string_view usage;
   };
-  const Command commands[] = {{"aggregate", RunAggregate, kAggregateUsage},
-                              {"put", RunPut, kPutUsage},
-                              {"datasets", RunDatasets, kDatasetsUsage},
-                              {"rm", RunRm, kRmUsage},
-                              {"regions", RunRegions, kRegionsUsage},
-                              {"bench", RunBench, kBenchUsage},
-                              {"health", RunHealth, kHealthUsage}};
+  const Command commands[] = {{"aggregate", RunAggregate}, {"put", RunPut},         {"datasets", RunDatasets},
+                              {"rm", RunRm},               {"regions", RunRegions}, {"bench", RunBench},
+                              {"health", RunHealth}};
   for (const Command& c : commands) {
-    if (command != c.name) continue;
-    if (WantsHelp(args)) {
-      absl::PrintF("%s\n%s", c.usage, kConnectionUsage);
-      return kExitOk;
-    }
-    return c.run(args);
+    if (command == c.name) return c.run(args);
   }
   absl::FPrintF(stderr, "tally: unknown command \"%s\"\n\n%s", command, kUsage);
   return kExitUsage;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "tally/client/sizes.h"
@@ -17,24 +18,24 @@ constexpr int kBarWidth = 30;
 
 }  // namespace
 
-ProgressBar::ProgressBar(std::FILE* out)
-    : out_(out), enabled_(::isatty(::fileno(out)) == 1), start_(absl::Now()) {}
+ProgressBar::ProgressBar(std::string what, std::FILE* out)
+    : what_(std::move(what)), out_(out), enabled_(::isatty(::fileno(out)) == 1), start_(absl::Now()) {}
 
 ProgressBar::~ProgressBar() { Finish(); }
 
-void ProgressBar::Update(std::uint64_t sent, std::uint64_t total) {
+void ProgressBar::Update(std::uint64_t done, std::uint64_t total) {
   if (!enabled_ || total == 0) return;
   const absl::Time now = absl::Now();
   if (now - start_ < kQuietPeriod || now - last_draw_ < kRedrawInterval) return;
   last_draw_ = now;
-  const double fraction = static_cast<double>(sent) / static_cast<double>(total);
+  const double fraction = static_cast<double>(done) / static_cast<double>(total);
   const int filled = static_cast<int>(fraction * kBarWidth);
-  const double rate = static_cast<double>(sent) / absl::ToDoubleSeconds(now - start_);
+  const double rate = static_cast<double>(done) / absl::ToDoubleSeconds(now - start_);
   std::string bar(filled, '#');
   bar.resize(kBarWidth, '.');
   // \r and erase-line redraw in place; the rate is decimal GB/s like bench's.
-  absl::FPrintF(out_, "\r\033[2Kuploading [%s] %3.0f%%  %s / %s  %.2f GB/s", bar, fraction * 100.0,
-                FormatBytes(sent), FormatBytes(total), rate / 1e9);
+  absl::FPrintF(out_, "\r\033[2K%s [%s] %3.0f%%  %s / %s  %.2f GB/s", what_, bar, fraction * 100.0,
+                FormatBytes(done), FormatBytes(total), rate / 1e9);
   std::fflush(out_);
   drawn_ = true;
 }

@@ -7,9 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "command_line.h"
-#include "connection_flags.h"
 #include "commands.h"
+#include "connection_flags.h"
+#include "flags.h"
+#include "help_formatter.h"
 #include "input_flags.h"
 #include "progress_bar.h"
 #include "tally/client/client.h"
@@ -20,49 +21,29 @@
 
 namespace tally::client::tool {
 
-const absl::string_view kPutUsage = R"(usage: tally put [flags] NAME (FILE.npy | --raw=FILE --dtype=T | --random=N)
+namespace {
+
+constexpr char kDescription[] = R"(usage: tally put [flags] NAME (FILE.npy | --raw=FILE --dtype=T | --random=N)
 
 Uploads an array to a tally server as the resident dataset NAME, to be
 aggregated any number of times with `tally aggregate --dataset=NAME` without
 sending it again. The server keeps it in GPU memory (cuda backend) or host
 memory (cpu backend) until it is removed (tally rm), replaced, expires or,
 on a server run with --dataset_evict_lru, is evicted. Prints the dataset as
-the server describes it.
+the server describes it. Every flag takes its value as --name=value or
+--name value.
+)";
 
-NAME is 1 to 256 printable ASCII characters.
+constexpr char kNotesTail[] = R"(
+A progress bar appears on stderr when it is a terminal and generating
+--random data, or the upload, takes over a second.
 
-Input (exactly one):
-  FILE.npy            a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D;
-                      dtypes float16 float32 float64 int8 int16 int32 int64
-                      uint8 uint16 uint32 uint64 bool). A 2-D
-                      array is uploaded flat, row after row; query it per row
-                      with --rows=COLUMNS (printed as a hint). The file is
-                      mapped, not read.
-  --raw=FILE          raw little-endian elements of --dtype (mapped, not read)
-  --random=N          N random elements of --dtype (K/M/G suffixes allowed):
-                      floats uniform in [-1, 1), integers spread over a range
-
-Flags:
-  --dtype=T           float16 bfloat16 float32 float64 int8 int16 int32 int64
-                      uint8 uint16 uint32 uint64 bool: required
-                      with --raw; for --random (default float32)
-  --seed=S            seed for --random (default 1)
-  --replace           replace a dataset of the same name (atomically: queries
-                      already running finish on the old version); without
-                      it an existing name fails with ALREADY_EXISTS
-  --ttl=SECONDS       the server removes the dataset this long after the
-                      upload completes (default: it stays until removed)
-  --chunk=BYTES       bytes per streamed message (default 4M)
-  --timeout=SECONDS   give up after this long (default: no limit)
-  --json              print JSON instead of text:
-                        {"dataset":{"name":..,"dtype":..,"length":N,"bytes":N,
-                         "place":"host","version":N,"created_unix_seconds":S,
-                         "expires_unix_seconds":S,"queries":N,"shards":N},
-                         "row_length":N,"server_seconds":S,"client_seconds":S}
-                      row_length: the 2-D file's row length, 0 for 1-D input
-
-A progress bar appears on stderr when it is a terminal and the upload takes
-over a second.
+JSON (--json):
+  {"dataset":{"name":..,"dtype":..,"length":N,"bytes":N,"place":"host",
+   "version":N,"created_unix_seconds":S,"expires_unix_seconds":S,
+   "queries":N,"shards":N},
+   "row_length":N,"server_seconds":S,"client_seconds":S}
+  row_length: the 2-D file's row length, 0 for 1-D input
 
 Exit status: 0 success; 1 the upload failed (the server's status code and
 message are printed on stderr: ALREADY_EXISTS for a name in use without
@@ -72,12 +53,44 @@ be read; 2 bad flags.
 
 Examples:
   tally put temps temps.npy
-  tally put temps temps_v2.npy --replace --ttl=3600
+  tally put temps temps_v2.npy --replace --ttl 3600
   tally put --raw=/data/x.f64 --dtype=float64 x
   tally put --random=1G scratch
 )";
 
-namespace {
+struct PutFlags {
+  ConnectionFlags connection;
+  std::string name;
+  std::vector<std::string> files;
+  InputFlags input;
+  bool replace = false, json = false;
+  std::optional<absl::Duration> ttl, timeout;
+  std::optional<std::uint64_t> chunk;
+};
+
+std::unique_ptr<CLI::App> MakeApp(PutFlags& f) {
+  std::unique_ptr<CLI::App> app = MakeCommandApp(
+      "tally put", kDescription, absl::StrCat(WrapText(std::string(kSizeSuffixHelp), 0, 78), "\n", kNotesTail));
+  StartGroup(*app, "Arguments");
+  app->add_option("NAME", f.name, "the dataset's name: 1 to 256 printable ASCII characters");
+  StartGroup(*app, "Input (exactly one of FILE.npy, --raw and --random)");
+  AddArguments(*app, "FILE.npy", f.files,
+               "a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D; dtypes float16 float32 float64 int8 int16 "
+               "int32 int64 uint8 uint16 uint32 uint64 bool). A 2-D array is uploaded flat, row after row; query "
+               "it per row with --rows=COLUMNS (printed as a hint). The file is mapped, not read.");
+  AddInputFlags(*app, f.input);
+  StartGroup(*app, "Flags");
+  AddSwitch(*app, "--replace", f.replace,
+            "replace a dataset of the same name (atomically: queries already running finish on the old "
+            "version); without it an existing name fails with ALREADY_EXISTS");
+  AddSecondsFlag(*app, "--ttl", f.ttl, "the server removes the dataset this long after the upload completes",
+                 "none: it stays until removed");
+  AddSizeFlag(*app, "--chunk", f.chunk, "BYTES", "bytes per streamed message", SizeText(PutOptions{}.chunk_bytes));
+  AddSecondsFlag(*app, "--timeout", f.timeout, "give up after this long", "no limit");
+  AddSwitch(*app, "--json", f.json, "print JSON instead of text (format below)");
+  AddConnectionFlags(*app, f.connection);
+  return app;
+}
 
 struct PutArgs {
   Connection connection;
@@ -87,37 +100,25 @@ struct PutArgs {
   bool json = false;
 };
 
-absl::StatusOr<PutArgs> ParseArgs(CommandLine& cl) {
-  PutArgs a;
-  if (absl::Status s = TakeConnectionFlags(cl, a.connection); !s.ok()) return s;
-  if (cl.positional().empty()) return absl::InvalidArgumentError("give the dataset's NAME");
-  a.name = cl.positional()[0];
-  if (a.name.empty()) return absl::InvalidArgumentError("NAME is empty");
-  const std::vector<std::string> files(cl.positional().begin() + 1, cl.positional().end());
-  absl::StatusOr<InputSpec> input = TakeInputFlags(cl, files);
+absl::Status Check(const PutFlags& f, PutArgs& a) {
+  absl::StatusOr<Connection> connection = f.connection.Resolve();
+  if (!connection.ok()) return connection.status();
+  a.connection = *std::move(connection);
+  if (f.name.empty()) return absl::InvalidArgumentError("give the dataset's NAME");
+  a.name = f.name;
+  absl::StatusOr<InputSpec> input = f.input.Resolve(f.files);
   if (!input.ok()) return input.status();
   if (!input->given()) {
     return absl::InvalidArgumentError(
         "give exactly one input after NAME: FILE.npy, --raw=FILE --dtype=T or --random=N");
   }
   a.input = *std::move(input);
-  absl::StatusOr<bool> replace = cl.TakeBool("replace");
-  if (!replace.ok()) return replace.status();
-  a.put.replace = *replace;
-  absl::StatusOr<std::optional<absl::Duration>> ttl = cl.TakeSeconds("ttl");
-  if (!ttl.ok()) return ttl.status();
-  if (*ttl) a.put.ttl = **ttl;
-  absl::StatusOr<std::optional<std::uint64_t>> chunk = cl.TakeSize("chunk");
-  if (!chunk.ok()) return chunk.status();
-  if (*chunk) a.put.chunk_bytes = **chunk;
-  absl::StatusOr<std::optional<absl::Duration>> timeout = cl.TakeSeconds("timeout");
-  if (!timeout.ok()) return timeout.status();
-  if (*timeout) a.put.timeout = **timeout;
-  absl::StatusOr<bool> json = cl.TakeBool("json");
-  if (!json.ok()) return json.status();
-  a.json = *json;
-  if (absl::Status s = cl.CheckAllUsed(); !s.ok()) return s;
-  return a;
+  a.put.replace = f.replace;
+  if (f.ttl) a.put.ttl = *f.ttl;
+  if (f.chunk) a.put.chunk_bytes = *f.chunk;
+  if (f.timeout) a.put.timeout = *f.timeout;
+  a.json = f.json;
+  return absl::OkStatus();
 }
 
 std::string Seconds(double s) { return absl::StrFormat("%.3f s", s); }
@@ -125,32 +126,30 @@ std::string Seconds(double s) { return absl::StrFormat("%.3f s", s); }
 }  // namespace
 
 int RunPut(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  absl::StatusOr<PutArgs> a = cl.ok() ? ParseArgs(*cl) : cl.status();
-  if (!a.ok()) {
-    absl::FPrintF(stderr, "tally put: %s\n(see tally put --help)\n", a.status().message());
-    return kExitUsage;
-  }
-  absl::StatusOr<InputArray> input = LoadInput(a->input);
+  PutFlags flags;
+  std::unique_ptr<CLI::App> app = MakeApp(flags);
+  PutArgs a;
+  if (std::optional<int> exit = ParseCommandLine(*app, args, [&] { return Check(flags, a); })) return *exit;
+  absl::StatusOr<InputArray> input = LoadInput(a.input);
   if (!input.ok()) {
     absl::FPrintF(stderr, "tally put: %s\n", input.status().message());
     return kExitFailure;
   }
   const ArrayRef& array = input->array();
 
-  std::shared_ptr<grpc::Channel> channel = OpenOrReport(a->connection, "put");
+  std::shared_ptr<grpc::Channel> channel = OpenOrReport(a.connection, "put");
   if (!channel) return kExitFailure;
   Client client(channel);
   ProgressBar progress;
-  a->put.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
+  a.put.progress = [&progress](std::uint64_t sent, std::uint64_t total) {
     progress.Update(sent, total);
   };
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::PutDatasetResponse> response = client.PutDataset(a->name, array, a->put);
+  absl::StatusOr<v1::PutDatasetResponse> response = client.PutDataset(a.name, array, a.put);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   progress.Finish();
   if (!response.ok()) {
-    absl::FPrintF(stderr, "tally put: %s from %s failed: %s: %s\n", a->name, input->description(),
+    absl::FPrintF(stderr, "tally put: %s from %s failed: %s: %s\n", a.name, input->description(),
                   absl::StatusCodeToString(response.status().code()), response.status().message());
     return kExitFailure;
   }
@@ -158,7 +157,7 @@ int RunPut(const std::vector<std::string>& args) {
   // The array's own row length (a 2-D file's columns) is not part of the
   // dataset; the user needs it again at query time.
   const std::uint64_t row_length = array.row_length;
-  if (a->json) {
+  if (a.json) {
     absl::PrintF("{\"dataset\":%s,\"row_length\":%d,\"server_seconds\":%s,\"client_seconds\":%s}\n",
                  DatasetJson(response->dataset()), row_length,
                  DoubleText(response->server_seconds()), DoubleText(seconds));
@@ -170,10 +169,10 @@ int RunPut(const std::vector<std::string>& args) {
                Seconds(response->server_seconds()));
   if (row_length != 0) {
     const std::string target =
-        a->connection.target == kDefaultTarget ? "" : absl::StrCat(" --target=", a->connection.target);
+        a.connection.target == kDefaultTarget ? "" : absl::StrCat(" --target=", a.connection.target);
     absl::PrintF("hint: %s was uploaded flat; aggregate it per row with\n"
                  "  tally aggregate%s --dataset=%s --rows=%d\n",
-                 input->description(), target, a->name, row_length);
+                 input->description(), target, a.name, row_length);
   }
   return kExitOk;
 }

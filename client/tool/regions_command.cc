@@ -6,14 +6,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "command_line.h"
 #include "commands.h"
 #include "connection_flags.h"
+#include "flags.h"
 #include "tally/client/client.h"
 
 namespace tally::client::tool {
 
-const absl::string_view kRegionsUsage = R"(usage: tally regions [flags]
+namespace {
+
+constexpr char kDescription[] = R"(usage: tally regions [flags]
        tally regions --unregister=NAME[,NAME...] [flags]
 
 Lists the shared-memory regions registered with a tally server (tally
@@ -23,12 +25,9 @@ another process), bytes, place (pinned host, host, cuda:N) and the queries
 that read it; then the registered bytes against the server's limit
 (--max_region_bytes). With --unregister, removes those regions instead:
 queries reading one finish on it, and it is unmapped after them.
+)";
 
-Flags:
-  --unregister=NAMES  regions to unregister, comma-separated
-  --timeout=SECONDS   give up after this long (default 30)
-
-Exit status: 0 success; 1 a call failed (an unknown name is NOT_FOUND; the
+constexpr char kNotes[] = R"(Exit status: 0 success; 1 a call failed (an unknown name is NOT_FOUND; the
 server's status code and message are printed on stderr); 2 bad flags.
 
 Examples:
@@ -36,7 +35,7 @@ Examples:
   tally regions --unregister=tally-4242-0-array
 )";
 
-namespace {
+constexpr absl::Duration kDefaultTimeout = absl::Seconds(30);
 
 std::string Describe(const v1::RegionInfo& r) {
   const std::string where = r.kind() == v1::RegionInfo::KIND_HOST
@@ -49,27 +48,25 @@ std::string Describe(const v1::RegionInfo& r) {
 }  // namespace
 
 int RunRegions(const std::vector<std::string>& args) {
-  absl::StatusOr<CommandLine> cl = CommandLine::Parse(args);
-  Connection connection;
-  absl::Duration timeout = absl::Seconds(30);
+  ConnectionFlags connection_flags;
+  std::optional<absl::Duration> timeout_flag;
   std::optional<std::string> unregister;
-  absl::Status parsed = cl.status();
-  if (parsed.ok()) parsed = TakeConnectionFlags(*cl, connection);
-  if (parsed.ok()) {
-    absl::StatusOr<std::optional<absl::Duration>> t = cl->TakeSeconds("timeout");
-    if (!t.ok()) parsed = t.status();
-    else if (*t) timeout = **t;
-  }
-  if (parsed.ok()) unregister = cl->TakeString("unregister");
-  if (parsed.ok() && unregister && unregister->empty()) parsed = absl::InvalidArgumentError("--unregister: no name");
-  if (parsed.ok() && !cl->positional().empty()) {
-    parsed = absl::InvalidArgumentError(absl::StrCat("unexpected argument ", cl->positional()[0]));
-  }
-  if (parsed.ok()) parsed = cl->CheckAllUsed();
-  if (!parsed.ok()) {
-    absl::FPrintF(stderr, "tally regions: %s\n(see tally regions --help)\n", parsed.message());
-    return kExitUsage;
-  }
+  std::unique_ptr<CLI::App> app = MakeCommandApp("tally regions", kDescription, kNotes);
+  StartGroup(*app, "Flags");
+  AddTextFlag(*app, "--unregister", unregister, "NAMES", "regions to unregister, comma-separated");
+  AddSecondsFlag(*app, "--timeout", timeout_flag, "give up after this long",
+                 absl::StrCat(absl::ToDoubleSeconds(kDefaultTimeout)));
+  AddConnectionFlags(*app, connection_flags);
+  Connection connection;
+  const auto check = [&]() -> absl::Status {
+    if (unregister && unregister->empty()) return absl::InvalidArgumentError("--unregister: no name");
+    absl::StatusOr<Connection> c = connection_flags.Resolve();
+    if (!c.ok()) return c.status();
+    connection = *std::move(c);
+    return absl::OkStatus();
+  };
+  if (std::optional<int> exit = ParseCommandLine(*app, args, check)) return *exit;
+  const absl::Duration timeout = timeout_flag.value_or(kDefaultTimeout);
   std::shared_ptr<grpc::Channel> channel = OpenOrReport(connection, "regions");
   if (!channel) return kExitFailure;
   Client client(channel);

@@ -24,6 +24,10 @@ from tally_test_server import NOT_SERVING, SERVING, TallyServer, load_messages  
 CLI = SERVER = None
 pb = None
 
+# float16 elements that take over a second to generate (three on a 2026
+# laptop core), the progress bar's quiet period.
+PROGRESS_ELEMENTS = "128Mi"
+
 
 def run(*args, timeout=120):
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
@@ -126,7 +130,7 @@ class Cli(ServerCase):
         self.assertEqual(streamed["execution"]["transport"], "stream")
         auto = self.aggregate_json("--random=8M", "--seed=5", "--ops=count")
         self.assertEqual(auto["execution"]["transport"], "stream")  # 32 MB: over the threshold
-        self.assertEqual(auto["results"][0]["values"], [8 << 20])
+        self.assertEqual(auto["results"][0]["values"], [8_000_000])  # M is a million, as in every flag
 
     def test_nan_is_valid_json(self):
         x = np.array([1.0, np.nan, 3.0])
@@ -188,6 +192,79 @@ class Cli(ServerCase):
         self.assertIn("--backend", r.stdout + r.stderr)
         self.assertIn("--max_message_bytes", r.stdout + r.stderr)
         self.assertIn("--drain_grace_seconds", r.stdout + r.stderr)
+
+    def test_help_states_every_flag_its_default_and_the_suffixes(self):
+        connection = ["--target=HOST:PORT", "(default 127.0.0.1:50051)", "--tls", "--token-file=FILE"]
+        for command, words in (
+                ("aggregate", ["FILE.npy", "--ops=LIST", "(default sum,min,max,mean,count)", "--random=N",
+                               "--range=A:B", "--stream-threshold=BYTES", "(default 4Mi)", "--json", "Exit status"]),
+                ("put", ["NAME", "--random=N", "--ttl=SECONDS", "--chunk=BYTES", "(default 4Mi)", "--replace"]),
+                ("bench", ["--size=BYTES", "(default 16Mi)", "--clients=N", "(default 1)", "--duration=SECONDS"]),
+                ("datasets", ["--timeout=SECONDS", "(default 30)", "--json"]),
+                ("rm", ["NAME", "--timeout=SECONDS"]),
+                ("regions", ["--unregister=NAMES"]),
+                ("health", ["--service=NAME", "(default 5)"])):
+            r = run(command, "--help")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            text = " ".join(r.stdout.split())  # as read, whatever the line breaks
+            for word in words + connection:
+                self.assertIn(word, text, command)
+            if command in ("aggregate", "put", "bench"):  # the commands with sizes and counts
+                self.assertIn("K, M, G, T are powers of 1000; Ki, Mi, Gi, Ti powers of 1024", text, command)
+        self.assertIn("64Mi = 67108864", run("help").stdout)
+
+    def test_flags_take_their_value_after_equals_or_a_space(self):
+        spaced = run("aggregate", "--target", self.target[len("--target="):], "--random", "1000", "--seed", "3",
+                     "--ops", "sum,max", "--json")
+        self.assertEqual(spaced.returncode, 0, spaced.stderr)
+        joined = self.aggregate_json("--random=1000", "--seed=3", "--ops=sum,max")
+        self.assertEqual(json.loads(spaced.stdout)["results"], joined["results"])
+        r = run("health", "--target", self.target[len("--target="):], "--timeout", "5")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_unknown_and_ambiguous_flags_are_refused_naming_them(self):
+        for args, words in ((["aggregate", "--random=10", "--op=sum"], ["unknown flag --op", "did you mean --ops?"]),
+                            (["aggregate", "--random=10", "--str=always"], ["--stream or --stream-threshold"]),
+                            (["aggregate", "--random=10", "--json", "false"], ["--json takes no separate value"]),
+                            (["aggregate", "--random=10", "--ops", "--json"], ["--ops needs a value"]),
+                            (["aggregate", "--random=10", "--ops=sum", "--ops=max"], ["--ops", "more than once"]),
+                            (["aggregate", "--random=4X"], ["--random", "powers of 1000", "powers of 1024"]),
+                            (["aggregate", "--random=10", "--chunk=1M", "--shm"], ["--chunk is not used with --shm"]),
+                            (["bench", "--size=1.0001K"], ["--size", "whole"]),
+                            (["bench", "--grid-sizes=4K"], ["--grid-sizes is for --mode=grid"]),
+                            (["put", "x", "--random=10", "--ttl"], ["--ttl needs a value"]),
+                            (["datasets", "--frobnicate"], ["unknown flag --frobnicate"]),
+                            (["health", "stray"], ["unexpected argument stray"])):
+            r = run(*args, self.target)
+            self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
+            for word in words:
+                self.assertIn(word, r.stderr, args)
+            self.assertIn(f"(see tally {args[0]} --help)", r.stderr, args)
+
+    def test_progress_is_shown_while_random_data_is_generated(self):
+        # A terminal on stderr, and an array that takes over a second to
+        # generate; the unreachable server fails the call only after.
+        import pty
+        master, terminal = pty.openpty()
+        try:
+            p = subprocess.Popen([CLI, "aggregate", f"--random={PROGRESS_ELEMENTS}", "--dtype=float16",
+                                  "--target=127.0.0.1:1", "--timeout=1"],
+                                 stdout=subprocess.DEVNULL, stderr=terminal)
+            os.close(terminal)
+            seen = b""
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the tool has exited and closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            self.assertEqual(p.wait(timeout=120), 1)
+        finally:
+            os.close(master)
+        self.assertIn(b"generating [", seen)
+        self.assertIn(b"UNAVAILABLE", seen)
 
     def test_bench_against_the_null_backend(self):
         null = TallyServer(SERVER, pb, ["--backend=null"])
@@ -293,7 +370,8 @@ class Datasets(ServerCase):
         self.assertEqual(put["row_length"], 0)
         ops = "--ops=sum,min,max,argmin,argmax,count,std:1,hist:16:-2:2"
         for flag, part in ((None, x), ("--range=1000:51000", x[1000:51000]), ("--range=99000:", x[99000:]),
-                           ("--range=:7", x[:7]), ("--range=1K:2K", x[1024:2048])):
+                           ("--range=:7", x[:7]), ("--range=1K:2K", x[1000:2000]),
+                           ("--range=1Ki:2Ki", x[1024:2048])):
             res = self.query("--dataset=x", ops, *([flag] if flag else []))
             self.assertAlmostEqual(res[0]["values"][0], float(np.sum(part, dtype=np.float64)), delta=1e-9, msg=flag)
             self.assertEqual(res[1]["values"], [float(part.min())], flag)
@@ -370,6 +448,17 @@ class Datasets(ServerCase):
         self.ok("put", "rnd", "--random=300K", "--dtype=float64", "--seed=9")
         sent = self.query("--random=300K", "--dtype=float64", "--seed=9", "--ops=sum,var,argmax")
         self.assertEqual(self.query("--dataset=rnd", "--ops=sum,var,argmax"), sent)
+
+    def test_range_and_rows_take_the_same_decimal_suffixes(self):
+        # --range=1M:2M is a million elements, which --rows=1K cuts evenly.
+        self.ok("put", "two-million", "--random", "2M", "--dtype", "int32", "--seed", "4")
+        out = self.json_of("aggregate", "--dataset", "two-million", "--range", "1M:2M", "--rows", "1K",
+                           "--ops", "count")
+        self.assertEqual(out["execution"]["elements"], 1_000_000)
+        self.assertEqual(out["results"][0]["values"], [1000] * 1000)
+        sent = self.query("--random=2M", "--dtype=int32", "--seed=4", "--ops=sum,argmax")
+        self.assertEqual(self.query("--dataset=two-million", "--ops=sum,argmax"), sent)
+        self.ok("rm", "two-million")
 
     def test_datasets_lists_each_dataset_and_the_place_usage(self):
         self.ok("put", "list-a", "--random=1000", "--ttl=3600")
@@ -480,7 +569,7 @@ class Datasets(ServerCase):
         self.assertIn("NOT_FOUND", self.fails(1, "aggregate", "--dataset=brief", "--ops=count"))
 
     def test_bench_resident_and_upload_modes_clean_up(self):
-        report = self.json_of("bench", "--mode=resident", "--sizes=64K,1M", "--clients=2", "--requests=24",
+        report = self.json_of("bench", "--mode=resident", "--sizes=64Ki,1Mi", "--clients=2", "--requests=24",
                               "--ops=sum;min,max,argmax", "--verify", "--dataset-prefix=bench-r")
         self.assertEqual(report["mode"], "resident")
         self.assertEqual(report["requests"], {"ok": 24, "failed": 0, "wrong": 0})
@@ -500,7 +589,7 @@ class Datasets(ServerCase):
         self.assertIn("bench-k-0-256K", [d["name"] for d in self.json_of("datasets")["datasets"]])
         self.ok("rm", "bench-k-0-256K")
 
-        report = self.json_of("bench", "--mode=upload", "--size=512K", "--clients=2", "--requests=6",
+        report = self.json_of("bench", "--mode=upload", "--size=512Ki", "--clients=2", "--requests=6",
                               "--dataset-prefix=bench-u")
         self.assertEqual(report["requests"], {"ok": 6, "failed": 0})
         self.assertEqual(report["bytes"], 6 * (512 << 10))

@@ -173,6 +173,9 @@ class AgainstNumpy(Base):
         self.assertEqual((e.elements, e.bytes, e.rows, e.backend), (1000, 8000, 1, BACKEND))
         self.assertTrue(e.device)
         self.assertGreaterEqual(e.seconds, 0.0)
+        # Its repr names every field, so printing a result says what ran where.
+        self.assertRegex(repr(e), rf"^Execution\(elements=1000, bytes=8000, rows=1, backend='{BACKEND}', "
+                                  r"device='.+', seconds=[0-9.e-]+\)$")
 
 
     def test_2d_datasets_are_refused_not_flattened(self):

@@ -5,3 +5,9 @@ foreach(name aggregations datasets format npy reference roundtrip sizes)
   target_link_libraries(tally_client_${name}_test PRIVATE tally_client GTest::gtest GTest::gtest_main)
   gtest_discover_tests(tally_client_${name}_test PROPERTIES LABELS unit)
 endforeach()
+
+# The tool's flag parsing and --help (tally_tool, the commands behind the
+# `tally` executable).
+add_executable(tally_cli_flags_test ${CMAKE_CURRENT_LIST_DIR}/cli_flags_test.cc)
+target_link_libraries(tally_cli_flags_test PRIVATE tally_tool GTest::gtest GTest::gtest_main)
+gtest_discover_tests(tally_cli_flags_test PROPERTIES LABELS unit)

@@ -29,12 +29,16 @@ TEST(ParseElementRange, OpenEnds) {
 }
 
 TEST(ParseElementRange, SuffixesSpacesEmptyAndLarge) {
+  // The suffixes are ParseSize's: M a million, Mi 2^20.
   const RangeText r = *ParseElementRange(" 1M : 2M ");
-  EXPECT_EQ(r.begin, 1u << 20);
-  EXPECT_EQ(*r.end, 2u << 20);
+  EXPECT_EQ(r.begin, 1'000'000u);
+  EXPECT_EQ(*r.end, 2'000'000u);
+  const RangeText binary = *ParseElementRange("1Mi:2Mi");
+  EXPECT_EQ(binary.begin, 1u << 20);
+  EXPECT_EQ(*binary.end, 2u << 20);
   const RangeText empty = *ParseElementRange("5:5");  // an empty range is the server's to judge
   EXPECT_EQ(empty.Resolve(10).length(), 0u);
-  const RangeText big = *ParseElementRange("4G:8G");  // past 2^32 elements
+  const RangeText big = *ParseElementRange("4Gi:8Gi");  // past 2^32 elements
   EXPECT_EQ(*big.end, std::uint64_t{8} << 30);
 }
 

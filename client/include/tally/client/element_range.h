@@ -29,8 +29,8 @@ struct RangeText {
 };
 
 // "A:B" (elements A to B-1, as Python's x[A:B]), "A:" (A to the end), ":B"
-// (0 to B-1). A and B are element indices, plain or with a K/M/G/T suffix
-// (powers of 1024, as --random's counts). A must not be larger than B;
+// (0 to B-1). A and B are element indices, plain or with a suffix as
+// ParseSize reads them (1M is a million, 1Mi 2^20). A must not be larger than B;
 // negative indices, steps and anything else are INVALID_ARGUMENT naming the
 // text.
 [[nodiscard]] absl::StatusOr<RangeText> ParseElementRange(absl::string_view text);

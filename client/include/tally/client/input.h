@@ -24,8 +24,9 @@ class InputArray {
   // A file of raw little-endian elements; its size must be a multiple of
   // the dtype's size.
   [[nodiscard]] static absl::StatusOr<InputArray> OpenRaw(const std::string& path, DType dtype);
-  // `length` random elements (see FillRandom).
-  static InputArray Random(std::uint64_t length, DType dtype, std::uint64_t seed);
+  // `length` random elements (see FillRandom, which calls `progress`).
+  static InputArray Random(std::uint64_t length, DType dtype, std::uint64_t seed,
+                           const FillProgress& progress = {});
 
   const ArrayRef& array() const { return array_; }
   // Segments the array into rows of `row_length` elements (0: whole array).

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "tally/rules/dtype.h"
@@ -33,6 +34,10 @@ class HostBuffer {
 // uint64 over their whole range; bool 0 or 1. Never all zeros; integer
 // sums cannot overflow for any array below 2^30 elements, except uint64's,
 // which wrap modulo 2^64 as numpy's do.
-void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length);
+// `progress`, when set, is called every few million elements with the
+// number filled so far (GiB take seconds: a caller can show that it works).
+using FillProgress = std::function<void(std::uint64_t filled, std::uint64_t length)>;
+void FillRandom(rules::DType dtype, std::uint64_t seed, std::byte* out, std::uint64_t length,
+                const FillProgress& progress = {});
 
 }  // namespace tally::client
