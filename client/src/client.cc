@@ -379,8 +379,26 @@ absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
 }
 
 absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasets(absl::Duration timeout) {
-  return CallMessage<v1::ListDatasetsResponse>(stub_, ListDatasetsMethod(),
-                                               v1::ListDatasetsRequest(), timeout);
+  v1::ListDatasetsResponse all;
+  std::string token;
+  do {
+    absl::StatusOr<v1::ListDatasetsResponse> page = ListDatasetsPage(0, token, timeout);
+    if (!page.ok()) return page.status();
+    for (v1::DatasetInfo& d : *page->mutable_datasets()) *all.add_datasets() = std::move(d);
+    // Each page tells every place's usage; the last one's is the newest.
+    *all.mutable_places() = std::move(*page->mutable_places());
+    token = page->next_page_token();
+  } while (!token.empty());
+  return all;
+}
+
+absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasetsPage(std::uint32_t page_size,
+                                                                  absl::string_view page_token,
+                                                                  absl::Duration timeout) {
+  v1::ListDatasetsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(std::string(page_token));
+  return CallMessage<v1::ListDatasetsResponse>(stub_, ListDatasetsMethod(), request, timeout);
 }
 
 absl::StatusOr<v1::DatasetInfo> Client::DescribeDataset(absl::string_view name,

@@ -14,6 +14,7 @@
 #include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
 #include "server/frontend/dataset_header.h"
+#include "server/frontend/dataset_query.h"
 #include "server/frontend/status.h"
 
 namespace tally {
@@ -146,25 +147,30 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
 }
 
 grpc::ServerUnaryReactor* AggregatorService::ListDatasets(grpc::CallbackServerContext* context,
-                                                          const v1::ListDatasetsRequest*,
+                                                          const v1::ListDatasetsRequest* request,
                                                           v1::ListDatasetsResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kListDatasets, in_flight_);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) {
-    record.Complete(identity.status(), 0);
-    reactor->Finish(ToGrpcStatus(identity.status()));
-    return reactor;
-  }
-  for (const DatasetInfo& info : datasets_.List()) DatasetInfoToProto(info, response->add_datasets());
-  for (const DatasetStore::PlaceUsage& u : datasets_.Usage()) {
-    v1::PlaceUsage* p = response->add_places();
-    p->set_place(u.place);
-    p->set_bytes(u.bytes);
-    p->set_datasets(u.datasets);
-    p->set_limit_bytes(u.limit);
-  }
-  record.Complete(absl::OkStatus(), 0);
-  reactor->Finish(grpc::Status::OK);
+  const absl::Status status = [&]() -> absl::Status {
+    if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) return identity.status();
+    absl::StatusOr<DatasetPage> page = DatasetPageFromProto(*request);
+    if (!page.ok()) return page.status();
+    bool more = false;
+    for (const DatasetInfo& info : datasets_.ListPage(page->after, page->size, &more)) {
+      DatasetInfoToProto(info, response->add_datasets());
+    }
+    if (more) response->set_next_page_token(response->datasets().rbegin()->name());
+    for (const DatasetStore::PlaceUsage& u : datasets_.Usage()) {
+      v1::PlaceUsage* p = response->add_places();
+      p->set_place(u.place);
+      p->set_bytes(u.bytes);
+      p->set_datasets(u.datasets);
+      p->set_limit_bytes(u.limit);
+    }
+    return absl::OkStatus();
+  }();
+  record.Complete(status, 0);
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

@@ -460,6 +460,24 @@ class Datasets(Base):
         self.assertIn("ds-client", e.exception.message)
 
 
+    def test_list_datasets_follows_every_page(self):
+        names = [f"page-{i:02d}" for i in range(12)]
+        for name in names:
+            self.client.put_dataset(name, np.arange(3, dtype=np.int32), replace=True)
+        try:
+            listed = [d.name for d in self.client.list_datasets(page_size=5)]
+            self.assertEqual([n for n in listed if n.startswith("page-")], names)
+            self.assertEqual(len(listed), len(set(listed)))
+            self.assertEqual(listed, [d.name for d in self.client.list_datasets()])
+            with self.assertRaises(tally.Error) as e:
+                self.client.list_datasets(page_size=1001)
+            self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("page_size", e.exception.message)
+        finally:
+            for name in names:
+                self.client.delete_dataset(name)
+
+
 class BadInput(Base):
     def test_unsupported_dtypes_raise_type_error_naming_them(self):
         for bad in (np.zeros(3, np.complex128), np.array([object(), 1], dtype=object),

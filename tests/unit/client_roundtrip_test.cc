@@ -37,6 +37,7 @@ class FakeAggregator final : public v1::Aggregator::Service {
   std::atomic<int> put_chunks{0};
   // The last upload's header, for checking what the client put in it.
   v1::PutDatasetRequest::Header last_put;
+  int list_pages = 0;  // ListDatasets calls
 
   grpc::Status Aggregate(grpc::ServerContext*, const v1::AggregateRequest* request,
                          v1::AggregateResponse* response) override {
@@ -128,10 +129,16 @@ class FakeAggregator final : public v1::Aggregator::Service {
                   d.data.substr(begin * size, (end - begin) * size), response);
   }
 
-  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest*,
+  // Pages of two by default, as the server's are of a thousand: the client
+  // must follow them.
+  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest* request,
                             v1::ListDatasetsResponse* response) override {
     std::lock_guard lock(mu_);
-    for (const auto& [name, d] : datasets_) *response->add_datasets() = d.info;
+    ++list_pages;
+    const int size = request->page_size() != 0 ? static_cast<int>(request->page_size()) : 2;
+    auto it = request->page_token().empty() ? datasets_.begin() : datasets_.upper_bound(request->page_token());
+    for (; it != datasets_.end() && response->datasets_size() < size; ++it) *response->add_datasets() = it->second.info;
+    if (it != datasets_.end()) response->set_next_page_token(response->datasets().rbegin()->name());
     response->add_places()->set_place("host");
     return grpc::Status::OK;
   }
@@ -361,6 +368,25 @@ TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
     for (rules::DType d : rules::kAllDTypes) chunks += (30'011 * rules::SizeOf(d) + 1000) / 1001;
     return chunks;
   }());
+}
+
+TEST_F(RoundTripTest, ListDatasetsFollowsEveryPage) {
+  std::vector<std::int32_t> x = {3, 1, 4};
+  const ArrayRef array{rules::DType::kInt32, reinterpret_cast<const std::byte*>(x.data()), 3, 0};
+  for (const char* name : {"e", "a", "d", "b", "c"}) ASSERT_TRUE(client_->PutDataset(name, array).ok());
+  const absl::StatusOr<v1::ListDatasetsResponse> list = client_->ListDatasets(absl::Seconds(5));
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> names;
+  for (const v1::DatasetInfo& d : list->datasets()) names.push_back(d.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(service_.list_pages, 3);
+  EXPECT_TRUE(list->next_page_token().empty());
+  ASSERT_EQ(list->places_size(), 1);  // once, not once per page
+  const absl::StatusOr<v1::ListDatasetsResponse> page = client_->ListDatasetsPage(3, "a", absl::Seconds(5));
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->datasets_size(), 3);
+  EXPECT_EQ(page->datasets(0).name(), "b");
+  EXPECT_EQ(page->next_page_token(), "d");
 }
 
 TEST_F(RoundTripTest, DatasetCallsListDescribeDeleteAndKeepErrors) {

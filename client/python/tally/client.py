@@ -277,10 +277,19 @@ class Client(NumpyFunctions, PandasFunctions):
         return [Partial.from_proto(o, r, row_length != 0 or offsets is not None)
                 for o, r in zip(parsed, response.results)]
 
-    def list_datasets(self, *, timeout: Optional[float] = None) -> list[DatasetInfo]:
-        """Every resident dataset, by name."""
-        response = self._call(self._stub.ListDatasets, pb.ListDatasetsRequest(), timeout)
-        return [DatasetInfo.from_proto(d) for d in response.datasets]
+    def list_datasets(self, *, page_size: int = 0, timeout: Optional[float] = None) -> list[DatasetInfo]:
+        """Every resident dataset, by name: the server's pages of
+        ``page_size`` (0: its most, 1000) followed to the last, ``timeout``
+        for each."""
+        out: list[DatasetInfo] = []
+        token = ""
+        while True:
+            response = self._call(self._stub.ListDatasets,
+                                  pb.ListDatasetsRequest(page_size=page_size, page_token=token), timeout)
+            out.extend(DatasetInfo.from_proto(d) for d in response.datasets)
+            token = response.next_page_token
+            if not token:
+                return out
 
     def describe_dataset(self, name: str, *, timeout: Optional[float] = None) -> DatasetInfo:
         """One dataset; Error with NOT_FOUND for an unknown name."""

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -445,11 +446,16 @@ absl::StatusOr<DatasetInfo> DatasetStore::Describe(const std::string& name) {
 }
 
 std::vector<DatasetInfo> DatasetStore::List() {
+  return ListPage("", std::numeric_limits<std::size_t>::max(), nullptr);
+}
+
+std::vector<DatasetInfo> DatasetStore::ListPage(const std::string& after, std::size_t limit, bool* more) {
   ExpireNow();
   std::lock_guard lock(mu_);
   std::vector<DatasetInfo> out;
-  out.reserve(entries_.size());
-  for (const auto& [name, e] : entries_) out.push_back(e.dataset->info_);
+  auto it = after.empty() ? entries_.begin() : entries_.upper_bound(after);
+  for (; it != entries_.end() && out.size() < limit; ++it) out.push_back(it->second.dataset->info_);
+  if (more != nullptr) *more = it != entries_.end();
   return out;
 }
 

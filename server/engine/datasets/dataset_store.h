@@ -177,6 +177,9 @@ class DatasetStore {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Dataset>> Acquire(const std::string& name);
   [[nodiscard]] absl::StatusOr<DatasetInfo> Describe(const std::string& name);
   std::vector<DatasetInfo> List();
+  // At most `limit` datasets whose names sort after `after` ("": from the
+  // first), by name; `*more` says whether others follow.
+  std::vector<DatasetInfo> ListPage(const std::string& after, std::size_t limit, bool* more);
   // Unpublishes the name; queries reading it finish on it.
   [[nodiscard]] absl::StatusOr<DatasetInfo> Delete(const std::string& name);
 

@@ -109,9 +109,16 @@ class Client {
       absl::Duration timeout = absl::InfiniteDuration(), std::span<const std::int64_t> offsets = {},
       std::span<const std::uint8_t> validity = {});
 
-  // Every dataset, by name, and what each place (GPU or host) holds.
+  // Every dataset, by name, and what each place (GPU or host) holds: the
+  // server's pages, followed to the last, in one answer (`timeout` for
+  // each page).
   [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(
       absl::Duration timeout = absl::InfiniteDuration());
+  // One page: up to `page_size` datasets (0: the server's most, 1000) after
+  // `page_token` ("" for the first page; then the last answer's
+  // next_page_token, empty once the last page came).
+  [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasetsPage(
+      std::uint32_t page_size, absl::string_view page_token, absl::Duration timeout = absl::InfiniteDuration());
   // NOT_FOUND for an unknown name.
   [[nodiscard]] absl::StatusOr<v1::DatasetInfo> DescribeDataset(
       absl::string_view name, absl::Duration timeout = absl::InfiniteDuration());
