@@ -64,7 +64,9 @@ constexpr absl::string_view kUsageTail = R"(  --dtype=T           float16 bfloat
   --seed=S            seed for --random (default 1)
   --rows=N            aggregate rows of N elements each (one result per row);
                       must divide the length (of the range, with --dataset).
-                      A 2-D .npy file sets it.
+                      A 2-D .npy file sets it; with --dataset, the rows the
+                      dataset was uploaded with, if any (--rows=0: one
+                      result over every element).
   --offsets=FILE.npy  aggregate variable-length segments instead (one result
                       per segment): a 1-D .npy of integers, segments + 1
                       entries, 0 first, never decreasing, the array's (or
@@ -400,7 +402,7 @@ int QueryDataset(AggregateArgs& a) {
     validity = *std::move(loaded);
   }
   absl::StatusOr<v1::AggregateResponse> response = client.AggregateDataset(
-      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout, offsets, validity);
+      *a.dataset, range, a.row_length, a.aggregations, a.call.timeout, offsets, validity);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return fail(response.status());
   PrintResponse(a, *response, elapsed, "dataset");

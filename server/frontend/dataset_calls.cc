@@ -125,8 +125,10 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
                                                          info.name, "' of ", info.length, " elements."));
         }
       }
+      absl::StatusOr<std::uint64_t> row_length = DatasetQueryRowLength(*request, info, begin, end);
+      if (!row_length.ok()) return row_length.status();
       absl::StatusOr<AggregationPlan> checked =
-          PlanOverElements(info.dtype, end - begin, request->row_length(), request->offsets(), "offsets",
+          PlanOverElements(info.dtype, end - begin, *row_length, request->offsets(), "offsets",
                            request->validity(), "validity", request->aggregations(), options_.limits, "range");
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));

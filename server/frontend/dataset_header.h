@@ -20,6 +20,7 @@ struct DatasetHeader {
   std::string name;
   DType dtype = DType::kFloat32;
   std::uint64_t length = 0;
+  std::uint64_t row_length = 0;  // 0: flat
   bool replace = false;
   std::optional<std::chrono::milliseconds> ttl;
 };

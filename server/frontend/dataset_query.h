@@ -1,5 +1,6 @@
-// What a dataset listing asks, checked against the dataset store's rules:
-// the page a ListDatasets call asks for.
+// What a dataset query or listing asks, checked against the dataset store's
+// rules: the row length an AggregateDataset cuts its range into, and the
+// page a ListDatasets call asks for.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,15 @@
 #include "tally/v1/tally.pb.h"
 
 namespace tally {
+
+// The row length `request` cuts elements [begin, end) of `info`'s dataset
+// into: its own when it gives one (0: one result), none when it gives
+// offsets, and otherwise the dataset's as uploaded, whose rows the range
+// must then start and end on (INVALID_ARGUMENT naming the range and the
+// row length when it does not).
+[[nodiscard]] absl::StatusOr<std::uint64_t> DatasetQueryRowLength(const v1::AggregateDatasetRequest& request,
+                                                                  const DatasetInfo& info, std::uint64_t begin,
+                                                                  std::uint64_t end);
 
 // Datasets one ListDatasets answer holds at most: 1000 entries of at most
 // a few hundred bytes each keep a page far under gRPC's default 4 MiB

@@ -146,9 +146,12 @@ std::string DatasetStore::RefusalLocked(const std::string& name, const std::vect
                                          : "; delete datasets, or run the server with --dataset_evict_lru");
 }
 
-absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
-    const std::string& name, DType dtype, std::uint64_t length, bool replace,
-    std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge) {
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(const UploadRequest& request,
+                                                                              std::shared_ptr<void> charge) {
+  const std::string& name = request.name;
+  const DType dtype = request.dtype;
+  const std::uint64_t length = request.length;
+  const bool replace = request.replace;
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (places_.empty()) {
     return absl::FailedPreconditionError(
@@ -158,11 +161,13 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   if (length > ~std::uint64_t{0} / size) {
     return absl::InvalidArgumentError(absl::StrCat("spec.length: ", length, " elements is too many bytes."));
   }
+  if (request.row_length != 0 && length % request.row_length != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", request.row_length,
+                                                   " does not divide the dataset's ", length, " elements."));
+  }
   const std::uint64_t bytes = length * size;
   auto upload = std::unique_ptr<Upload>(new Upload());
-  upload->name_ = name;
-  upload->replace_ = replace;
-  upload->ttl_ = ttl;
+  upload->request_ = request;
   upload->charge_ = std::move(charge);
   upload->spec_.dtype = dtype;
   upload->spec_.length = length;
@@ -332,7 +337,7 @@ void DatasetStore::Abandon(Upload& upload) {
   for (DatasetShard& sh : upload.shards_) sh.memory.reset();
   upload.charge_.reset();
   std::lock_guard lock(mu_);
-  uploading_.erase(upload.name_);
+  uploading_.erase(upload.request_.name);
   const std::vector<std::uint64_t> charges = ChargesOf(upload.shards_, upload.spec_.dtype);
   for (std::size_t p = 0; p < places_.size(); ++p) {
     places_[p].charged -= charges[p];
@@ -349,20 +354,20 @@ absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
   std::shared_ptr<Dataset> dataset;
   {
     std::unique_lock lock(mu_);
-    Room room = FindRoomLocked(upload.name_, mine, /*for_commit=*/true);
+    Room room = FindRoomLocked(upload.request_.name, mine, /*for_commit=*/true);
     while (room.short_of < places_.size()) {
       const Place& short_of = places_[room.short_of];
       const bool being_read = short_of.charged > short_of.uploading + short_of.published;
       if (!being_read || freed_.wait_until(lock, give_up) == std::cv_status::timeout) {
-        return absl::ResourceExhaustedError(RefusalLocked(upload.name_, mine, room.short_of));
+        return absl::ResourceExhaustedError(RefusalLocked(upload.request_.name, mine, room.short_of));
       }
-      room = FindRoomLocked(upload.name_, mine, /*for_commit=*/true);
+      room = FindRoomLocked(upload.request_.name, mine, /*for_commit=*/true);
     }
     for (const std::string& v : room.victims) {
       auto e = entries_.find(v);
       spdlog::warn("dataset '{}' evicted ({} bytes on {}, the least recently queried) to make room for the "
                    "upload of '{}' under --max_dataset_bytes={}",
-                   v, e->second.dataset->info_.bytes, e->second.dataset->info_.place, upload.name_,
+                   v, e->second.dataset->info_.bytes, e->second.dataset->info_.place, upload.request_.name,
                    options_.max_bytes_per_place);
       if (metrics_ != nullptr) metrics_->DatasetEvicted();
       removed.push_back(e->second.dataset);
@@ -371,26 +376,27 @@ absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
     auto* d = new Dataset();
     d->shards_ = std::move(upload.shards_);
     d->charge_ = std::move(upload.charge_);
-    d->info_.name = upload.name_;
+    d->info_.name = upload.request_.name;
     d->info_.dtype = upload.spec_.dtype;
     d->info_.length = upload.spec_.length;
+    d->info_.row_length = upload.request_.row_length;
     d->info_.bytes = upload.bytes_;
     std::vector<std::string> labels;
     for (const DatasetShard& sh : d->shards_) labels.push_back(places_[static_cast<std::size_t>(sh.place)].where.label);
     d->info_.place = absl::StrJoin(labels, ",");
     d->info_.shards = static_cast<std::uint32_t>(d->shards_.size());
     d->info_.created = std::chrono::system_clock::now();
-    if (upload.ttl_) d->info_.expires = d->info_.created + *upload.ttl_;
+    if (upload.request_.ttl) d->info_.expires = d->info_.created + *upload.request_.ttl;
     dataset = std::shared_ptr<Dataset>(d, [rec = reclaimer_](Dataset* p) { rec->Push(p); });
     d->info_.version = next_version_++;
-    uploading_.erase(upload.name_);
-    auto it = entries_.find(upload.name_);
+    uploading_.erase(upload.request_.name);
+    auto it = entries_.find(upload.request_.name);
     if (it != entries_.end()) {
       removed.push_back(it->second.dataset);
       RemoveLocked(it);
     }
-    lru_.push_front(upload.name_);
-    entries_.emplace(upload.name_, Entry{dataset, lru_.begin()});
+    lru_.push_front(upload.request_.name);
+    entries_.emplace(upload.request_.name, Entry{dataset, lru_.begin()});
     for (std::size_t p = 0; p < places_.size(); ++p) {
       places_[p].uploading -= mine[p];
       places_[p].published += mine[p];

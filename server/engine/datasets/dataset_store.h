@@ -84,6 +84,7 @@ struct DatasetInfo {
   std::string name;
   DType dtype = DType::kFloat32;
   std::uint64_t length = 0;  // elements
+  std::uint64_t row_length = 0;  // as uploaded: the default row length of its queries; 0: flat
   std::uint64_t bytes = 0;
   std::string place;         // "cuda:0", "host"; sharded: each shard's, in element order, comma-separated
   std::uint32_t shards = 1;
@@ -127,6 +128,17 @@ class DatasetStore {
   // this, empty datasets were free and any number fit under any budget.
   static constexpr std::uint64_t kOverheadBytes = 4096;
 
+  // What an upload declares.
+  struct UploadRequest {
+    std::string name;
+    DType dtype = DType::kFloat32;
+    std::uint64_t length = 0;
+    std::uint64_t row_length = 0;  // 0: flat; otherwise it divides length
+    bool replace = false;
+    // The dataset expires that long after its upload is committed.
+    std::optional<std::chrono::milliseconds> ttl;
+  };
+
   // An upload in progress. Destroying it without Commit() discards it.
   class Upload {
    public:
@@ -143,9 +155,7 @@ class DatasetStore {
     friend class DatasetStore;
     Upload() = default;
     DatasetStore* store_ = nullptr;
-    std::string name_;
-    bool replace_ = false;
-    std::optional<std::chrono::milliseconds> ttl_;
+    UploadRequest request_;
     ArraySpec spec_;
     std::uint64_t bytes_ = 0;
     std::shared_ptr<void> charge_;
@@ -168,9 +178,14 @@ class DatasetStore {
   // `charge`, when given, is kept exactly as long as the bytes: released when
   // the upload is abandoned or the dataset's memory is freed. The store never
   // looks inside (the front end charges a caller's quota with it).
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const UploadRequest& request,
+                                                                    std::shared_ptr<void> charge = nullptr);
+  // A flat dataset.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(
       const std::string& name, DType dtype, std::uint64_t length, bool replace,
-      std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge = nullptr);
+      std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge = nullptr) {
+    return BeginUpload(UploadRequest{name, dtype, length, 0, replace, ttl}, std::move(charge));
+  }
 
   // The current version, for a query (NOT_FOUND when there is none). Counts
   // the query and makes the dataset the most recently used.
