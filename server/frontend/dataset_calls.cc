@@ -2,7 +2,8 @@
 // an array into the dataset store (through the same ClientStreamReactor as
 // AggregateStream), AggregateDataset reduces a dataset where it lies (the
 // backend reads its Extent: GPU memory on the cuda backend), and the
-// list/describe/delete calls read and change the store.
+// list/describe/delete calls read and change the store. With --dataset_dir
+// an upload's commit and a delete write to disk, so both run on workers.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -75,6 +76,9 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   }
 
   std::uint64_t elements() const override { return header_.length; }
+  // The commit may wait for evicted datasets' memory, and with
+  // --dataset_dir makes the dataset's file durable.
+  bool FinishMayWait() const override { return true; }
 
  private:
   AggregatorService& service_;
@@ -192,13 +196,22 @@ grpc::ServerUnaryReactor* AggregatorService::DescribeDataset(grpc::CallbackServe
 grpc::ServerUnaryReactor* AggregatorService::DeleteDataset(grpc::CallbackServerContext* context,
                                                            const v1::DeleteDatasetRequest* request,
                                                            v1::DeleteDatasetResponse* response) {
-  RequestRecord record(metrics_, Metrics::Method::kDeleteDataset, in_flight_);
-  absl::StatusOr<std::string> identity = BeginCall(*context, record);
-  absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Delete(request->name()) : identity.status();
-  if (info.ok()) DatasetInfoToProto(*info, response->mutable_dataset());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  record.Complete(info.status(), 0);
-  reactor->Finish(ToGrpcStatus(info.status()));
+  auto record = std::make_shared<RequestRecord>(metrics_, Metrics::Method::kDeleteDataset, in_flight_);
+  absl::StatusOr<std::string> identity = BeginCall(*context, *record);
+  auto run = [this, request, response, reactor, record, identity] {
+    absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Delete(request->name()) : identity.status();
+    if (info.ok()) DatasetInfoToProto(*info, response->mutable_dataset());
+    record->Complete(info.status(), 0);
+    reactor->Finish(ToGrpcStatus(info.status()));
+  };
+  // With --dataset_dir the delete removes its file before it answers: not
+  // on a gRPC thread.
+  if (identity.ok() && datasets_.durable()) {
+    request_workers_.Post(std::move(run));
+  } else {
+    run();
+  }
   return reactor;
 }
 

@@ -54,22 +54,29 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(DatasetStore& datasets,
-                                                                     IdentityQuotas& quotas,
-                                                                     const std::string& identity,
-                                                                     const DatasetHeader& header) {
+absl::StatusOr<std::shared_ptr<void>> ChargeDataset(IdentityQuotas& quotas, const std::string& identity,
+                                                    std::uint64_t bytes) {
   struct Charges {
     IdentityQuota::Charge bytes, count;
   };
   absl::StatusOr<IdentityQuota::Charge> count = quotas.datasets.TryCharge(identity, 1);
   if (!count.ok()) return count.status();
-  absl::StatusOr<IdentityQuota::Charge> bytes = quotas.dataset_bytes.TryCharge(
-      identity, header.length * rules::SizeOf(header.dtype) + DatasetStore::kOverheadBytes);
-  if (!bytes.ok()) return bytes.status();
-  return datasets.BeginUpload(
-      DatasetStore::UploadRequest{header.name, header.dtype, header.length, header.row_length, header.replace,
-                                  header.ttl},
-      std::make_shared<Charges>(Charges{std::move(*bytes), std::move(*count)}));
+  absl::StatusOr<IdentityQuota::Charge> charged =
+      quotas.dataset_bytes.TryCharge(identity, bytes + DatasetStore::kOverheadBytes);
+  if (!charged.ok()) return charged.status();
+  return std::make_shared<Charges>(Charges{std::move(*charged), std::move(*count)});
+}
+
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(DatasetStore& datasets,
+                                                                     IdentityQuotas& quotas,
+                                                                     const std::string& identity,
+                                                                     const DatasetHeader& header) {
+  absl::StatusOr<std::shared_ptr<void>> charge =
+      ChargeDataset(quotas, identity, header.length * rules::SizeOf(header.dtype));
+  if (!charge.ok()) return charge.status();
+  return datasets.BeginUpload(DatasetStore::UploadRequest{header.name, header.dtype, header.length,
+                                                          header.row_length, header.replace, header.ttl, identity},
+                              std::move(*charge));
 }
 
 }  // namespace tally

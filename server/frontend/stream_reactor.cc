@@ -193,6 +193,11 @@ void ClientStreamReactor::EndOfInputLocked(std::unique_lock<std::mutex>& lock) {
   if (!started_ && !admitting_ && header_seen_ && error_.ok() && !cancelled_ && job_->declared_bytes() == 0) {
     return AdmitOnWorkerLocked(SlicedBytes());
   }
+  if (job_->FinishMayWait() && started_ && !admitting_ && !draining_queue_ && error_.ok() && !cancelled_) {
+    draining_queue_ = true;  // Drain, with nothing queued, finishes the call
+    options_.chunk_workers->Post([this] { Drain(); });
+    return;
+  }
   FinishLocked(lock);
 }
 

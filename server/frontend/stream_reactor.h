@@ -71,6 +71,9 @@ class StreamJob {
   [[nodiscard]] virtual absl::Status Finish(double server_seconds, grpc::ByteBuffer* response) = 0;
   // Elements the call processed, for its record, once finished.
   virtual std::uint64_t elements() const { return 0; }
+  // Whether Finish() may wait (for memory, or for the disk): it then runs
+  // on a chunk worker, never on the gRPC thread that saw the input end.
+  virtual bool FinishMayWait() const { return false; }
 };
 
 struct StreamReactorOptions {
