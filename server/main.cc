@@ -39,8 +39,8 @@ ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
           "larger than max\"), after gRPC has read it whole.");
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
-          "the chunks it has received and not yet reduced; Aggregate, AggregateDataset and "
-          "AggregateRegion also their results while they run, 16 bytes per result value); past it a request, or a stream's next "
+          "the chunks it has received and not yet reduced; Aggregate, AggregateStream, AggregateDataset "
+          "and AggregateRegion also their results while they run, 16 bytes per result value); past it a request, or a stream's next "
           "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. It also sizes gRPC's "
           "own quota for received messages, this plus 4 x --max_message_bytes (more when that is "
           "under 16 MiB): gRPC reads every message whole before any size check, and past the quota it "
@@ -212,6 +212,16 @@ ABSL_FLAG(int, dataset_shards, 0,
 ABSL_FLAG(std::uint64_t, dataset_min_shard_bytes, std::uint64_t{64} << 20,
           "Resident datasets: the smallest shard worth its own launch (a GPU reads 64 MiB in about "
           "25 us, a query's fixed cost); a dataset is cut into at most bytes / this many shards.");
+ABSL_FLAG(std::string, dataset_dir, "",
+          "Resident datasets: a directory (a local volume, a Kubernetes PersistentVolume; created if missing) "
+          "where each upload is written, with a checksum, before PutDataset answers, and each delete removes "
+          "its file before DeleteDataset answers, so that a restarted server (after SIGTERM, SIGKILL or a "
+          "crash) loads the same datasets at start and answers the same queries bitwise. At start every "
+          "complete file is loaded under the current limits (a dataset that no longer fits is skipped with a "
+          "warning naming it and the limit, and its file kept); a file cut short or changed on disk is "
+          "skipped with a warning, never served, and kept as *.tally.corrupt; uploads a crash cut short are "
+          "removed. One server per directory. Uploads then take as long as the disk needs. Empty (the "
+          "default): datasets live only as long as the process.");
 ABSL_FLAG(std::uint64_t, max_region_bytes, std::uint64_t{16} << 30,
           "Shared-memory regions (tally.v1.SharedMemory): bytes that registered host and CUDA regions may "
           "span in all. A host region stays pinned (locked in RAM) while registered, so this bounds "
@@ -355,6 +365,7 @@ int main(int argc, char** argv) {
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
   config.datasets.max_datasets = absl::GetFlag(FLAGS_max_datasets);
   config.datasets.shards = absl::GetFlag(FLAGS_dataset_shards);
+  config.dataset_dir = absl::GetFlag(FLAGS_dataset_dir);
   config.datasets.min_shard_bytes = std::max<std::uint64_t>(1, absl::GetFlag(FLAGS_dataset_min_shard_bytes));
   if (config.datasets.shards < 0 || config.datasets.shards > 1024) {
     spdlog::critical("--dataset_shards={}: expected 0 (one per GPU) to 1024", config.datasets.shards);

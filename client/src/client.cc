@@ -348,9 +348,9 @@ absl::StatusOr<v1::PutDatasetResponse> Client::PutDataset(absl::string_view name
   v1::PutDatasetRequest header;
   v1::PutDatasetRequest::Header* h = header.mutable_header();
   h->set_name(std::string(name));
-  // A dataset is flat; each query says how to cut it into rows.
   h->mutable_spec()->set_dtype(ToWire(array.dtype));
   h->mutable_spec()->set_length(array.length);
+  h->mutable_spec()->set_row_length(array.row_length);
   h->set_replace(options.replace);
   h->set_ttl_seconds(absl::ToDoubleSeconds(options.ttl));
   absl::StatusOr<grpc::ByteBuffer> reply =
@@ -362,7 +362,7 @@ absl::StatusOr<v1::PutDatasetResponse> Client::PutDataset(absl::string_view name
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
-    absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
+    absl::string_view name, std::optional<ElementRange> range, std::optional<std::uint64_t> row_length,
     const std::vector<v1::Aggregation>& aggregations, absl::Duration timeout,
     std::span<const std::int64_t> offsets, std::span<const std::uint8_t> validity) {
   v1::AggregateDatasetRequest request;
@@ -371,7 +371,7 @@ absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
     request.mutable_range()->set_begin(range->begin);
     request.mutable_range()->set_end(range->end);
   }
-  request.set_row_length(row_length);
+  if (row_length) request.set_row_length(*row_length);
   request.set_offsets(reinterpret_cast<const char*>(offsets.data()), offsets.size_bytes());
   request.set_validity(reinterpret_cast<const char*>(validity.data()), validity.size_bytes());
   request.mutable_aggregations()->Assign(aggregations.begin(), aggregations.end());
@@ -379,8 +379,26 @@ absl::StatusOr<v1::AggregateResponse> Client::AggregateDataset(
 }
 
 absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasets(absl::Duration timeout) {
-  return CallMessage<v1::ListDatasetsResponse>(stub_, ListDatasetsMethod(),
-                                               v1::ListDatasetsRequest(), timeout);
+  v1::ListDatasetsResponse all;
+  std::string token;
+  do {
+    absl::StatusOr<v1::ListDatasetsResponse> page = ListDatasetsPage(0, token, timeout);
+    if (!page.ok()) return page.status();
+    for (v1::DatasetInfo& d : *page->mutable_datasets()) *all.add_datasets() = std::move(d);
+    // Each page tells every place's usage; the last one's is the newest.
+    *all.mutable_places() = std::move(*page->mutable_places());
+    token = page->next_page_token();
+  } while (!token.empty());
+  return all;
+}
+
+absl::StatusOr<v1::ListDatasetsResponse> Client::ListDatasetsPage(std::uint32_t page_size,
+                                                                  absl::string_view page_token,
+                                                                  absl::Duration timeout) {
+  v1::ListDatasetsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(std::string(page_token));
+  return CallMessage<v1::ListDatasetsResponse>(stub_, ListDatasetsMethod(), request, timeout);
 }
 
 absl::StatusOr<v1::DatasetInfo> Client::DescribeDataset(absl::string_view name,

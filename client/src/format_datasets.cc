@@ -71,6 +71,12 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// "1000" for a flat dataset, "40x25" for one uploaded in rows of 25.
+std::string ShapeText(const v1::DatasetInfo& d) {
+  if (d.row_length() == 0) return absl::StrCat(d.length());
+  return absl::StrCat(d.length() / d.row_length(), "x", d.row_length());
+}
+
 std::string Percent(std::uint64_t part, std::uint64_t whole) {
   return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
@@ -80,7 +86,8 @@ std::string Percent(std::uint64_t part, std::uint64_t whole) {
 std::string FormatDatasetText(const v1::DatasetInfo& d, absl::Time now) {
   const std::string expiry = ExpiryText(d, now);
   return absl::StrCat(d.name(), ": ", DTypeText(d.dtype()), ", ", d.length(), " elements (",
-                      FormatBytes(d.bytes()), ") on ", d.place(),
+                      FormatBytes(d.bytes()), ")",
+                      d.row_length() != 0 ? absl::StrCat(" in rows of ", d.row_length()) : "", " on ", d.place(),
                       d.shards() > 1 ? absl::StrCat(" in ", d.shards(), " shards") : "", ", version ", d.version(), ", ",
                       expiry.empty() ? "no TTL" : absl::StrCat("expires ", expiry), ", ",
                       d.queries(), d.queries() == 1 ? " query" : " queries");
@@ -91,11 +98,11 @@ std::string FormatDatasetsText(const v1::ListDatasetsResponse& list, absl::Time 
   if (list.datasets().empty()) {
     out = "no datasets\n";
   } else {
-    Table datasets({"NAME", "DTYPE", "LENGTH", "BYTES", "PLACE", "VERSION", "EXPIRES", "QUERIES"},
+    Table datasets({"NAME", "DTYPE", "SHAPE", "BYTES", "PLACE", "VERSION", "EXPIRES", "QUERIES"},
                    {false, false, true, true, false, true, false, true});
     for (const v1::DatasetInfo& d : list.datasets()) {
       const std::string expiry = ExpiryText(d, now);
-      datasets.Add({d.name(), DTypeText(d.dtype()), absl::StrCat(d.length()),
+      datasets.Add({d.name(), DTypeText(d.dtype()), ShapeText(d),
                     FormatBytes(d.bytes()), d.place(), absl::StrCat(d.version()),
                     expiry.empty() ? "-" : expiry, absl::StrCat(d.queries())});
     }
@@ -121,7 +128,8 @@ std::string DatasetJson(const v1::DatasetInfo& d) {
                       ",\"place\":", JsonQuote(d.place()), ",\"version\":", d.version(),
                       ",\"created_unix_seconds\":", DoubleText(d.created_unix_seconds()),
                       ",\"expires_unix_seconds\":", DoubleText(d.expires_unix_seconds()),
-                      ",\"queries\":", d.queries(), ",\"shards\":", std::max<std::uint32_t>(d.shards(), 1), "}");
+                      ",\"queries\":", d.queries(), ",\"shards\":", std::max<std::uint32_t>(d.shards(), 1),
+                      ",\"row_length\":", d.row_length(), "}");
 }
 
 std::string FormatDatasetsJson(const v1::ListDatasetsResponse& list) {

@@ -112,7 +112,8 @@ std::unique_ptr<CLI::App> MakeApp(AggregateFlags& f) {
   AddTextFlag(*app, "--ops", f.ops, "LIST", "aggregations, comma-separated, listed below", kDefaultOps);
   AddSizeFlag(*app, "--rows", f.rows, "N",
               "aggregate rows of N elements each (one result per row); must divide the length (of the range, "
-              "with --dataset). A 2-D .npy file sets it.");
+              "with --dataset). A 2-D .npy file sets it; with --dataset, the rows the dataset was uploaded "
+              "with, if any (--rows=0: one result over every element).");
   AddTextFlag(*app, "--offsets", f.offsets, "FILE.npy",
               "aggregate variable-length segments instead (one result per segment): a 1-D .npy of integers, "
               "segments + 1 entries, 0 first, never decreasing, the array's (or the range's) length last; "
@@ -395,7 +396,7 @@ int QueryDataset(AggregateArgs& a) {
     validity = *std::move(loaded);
   }
   absl::StatusOr<v1::AggregateResponse> response = client.AggregateDataset(
-      *a.dataset, range, a.row_length.value_or(0), a.aggregations, a.call.timeout, offsets, validity);
+      *a.dataset, range, a.row_length, a.aggregations, a.call.timeout, offsets, validity);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return fail(response.status());
   PrintResponse(a, *response, elapsed, "dataset");

@@ -20,7 +20,8 @@ namespace {
 constexpr char kDatasetsDescription[] = R"(usage: tally datasets [flags] [NAME...]
 
 Lists the resident datasets of a tally server (see tally put): name, dtype,
-length in elements, bytes, place (cuda:N for a GPU, host for host memory),
+shape (its length in elements, or ROWSxROW_LENGTH for a dataset uploaded in
+rows), bytes, place (cuda:N for a GPU, host for host memory),
 version (every upload gets a new one), expiry (TTL) and how many queries
 have read it; then, per place, the datasets and bytes it holds and the
 server's limit (--max_dataset_bytes; "none" without one). With NAMEs, shows
@@ -32,7 +33,7 @@ Expiry times are the server's, shown against this machine's clock.
 constexpr char kDatasetsNotes[] = R"(JSON (--json):
   {"datasets":[{"name":..,"dtype":"float32","length":N,"bytes":N,
     "place":"host","version":N,"created_unix_seconds":S,
-    "expires_unix_seconds":S,"queries":N,"shards":N}],
+    "expires_unix_seconds":S,"queries":N,"shards":N,"row_length":N}],
    "places":[{"place":"host","datasets":N,"bytes":N,"limit_bytes":N}]}
   expires_unix_seconds and limit_bytes are 0 for none; with NAMEs there is
   no "places"

@@ -41,7 +41,7 @@ A progress bar appears on stderr when it is a terminal and generating
 JSON (--json):
   {"dataset":{"name":..,"dtype":..,"length":N,"bytes":N,"place":"host",
    "version":N,"created_unix_seconds":S,"expires_unix_seconds":S,
-   "queries":N,"shards":N},
+   "queries":N,"shards":N,"row_length":N},
    "row_length":N,"server_seconds":S,"client_seconds":S}
   row_length: the 2-D file's row length, 0 for 1-D input
 
@@ -76,8 +76,9 @@ std::unique_ptr<CLI::App> MakeApp(PutFlags& f) {
   StartGroup(*app, "Input (exactly one of FILE.npy, --raw and --random)");
   AddArguments(*app, "FILE.npy", f.files,
                "a numpy .npy file (format 1.0-3.0, C order, 1-D or 2-D; dtypes float16 float32 float64 int8 int16 "
-               "int32 int64 uint8 uint16 uint32 uint64 bool). A 2-D array is uploaded flat, row after row; query "
-               "it per row with --rows=COLUMNS (printed as a hint). The file is mapped, not read.");
+               "int32 int64 uint8 uint16 uint32 uint64 bool). A 2-D array keeps its rows: queries of the "
+               "dataset answer per row unless they give --rows themselves (--rows=0 for one answer over every "
+               "element). The file is mapped, not read.");
   AddInputFlags(*app, f.input);
   StartGroup(*app, "Flags");
   AddSwitch(*app, "--replace", f.replace,
@@ -154,8 +155,6 @@ int RunPut(const std::vector<std::string>& args) {
     return kExitFailure;
   }
 
-  // The array's own row length (a 2-D file's columns) is not part of the
-  // dataset; the user needs it again at query time.
   const std::uint64_t row_length = array.row_length;
   if (a.json) {
     absl::PrintF("{\"dataset\":%s,\"row_length\":%d,\"server_seconds\":%s,\"client_seconds\":%s}\n",
@@ -167,13 +166,6 @@ int RunPut(const std::vector<std::string>& args) {
   absl::PrintF("uploaded %s in %s (%.3f GB/s); server %s\n", FormatBytes(array.size_bytes()),
                Seconds(seconds), seconds > 0 ? array.size_bytes() / seconds / 1e9 : 0.0,
                Seconds(response->server_seconds()));
-  if (row_length != 0) {
-    const std::string target =
-        a.connection.target == kDefaultTarget ? "" : absl::StrCat(" --target=", a.connection.target);
-    absl::PrintF("hint: %s was uploaded flat; aggregate it per row with\n"
-                 "  tally aggregate%s --dataset=%s --rows=%d\n",
-                 input->description(), target, a.name, row_length);
-  }
   return kExitOk;
 }
 

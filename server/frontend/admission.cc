@@ -1,5 +1,7 @@
 #include "server/frontend/admission.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/metrics/metrics.h"
 
@@ -14,6 +16,15 @@ AdmissionController::Ticket& AdmissionController::Ticket::operator=(Ticket&& oth
     other.owner_ = nullptr;
   }
   return *this;
+}
+
+AdmissionController::Ticket AdmissionController::Ticket::Split(std::uint64_t bytes) {
+  if (owner_ == nullptr) return Ticket();
+  bytes = std::min(bytes, bytes_);
+  Ticket part(owner_, bytes);
+  part.quota_ = quota_.Split(bytes);
+  bytes_ -= bytes;
+  return part;
 }
 
 AdmissionController::Ticket::~Ticket() {

@@ -33,6 +33,10 @@ class AdmissionController {
     Ticket& operator=(Ticket&& other) noexcept;
     ~Ticket();
     std::uint64_t bytes() const { return bytes_; }
+    // Moves `bytes` of this reservation (at most all of it), and their
+    // share of the identity's charge, to a ticket of its own: admitted as
+    // one request, given back at two times.
+    Ticket Split(std::uint64_t bytes);
 
    private:
     friend class AdmissionController;

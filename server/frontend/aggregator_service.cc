@@ -212,6 +212,10 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
   }
   std::vector<OpKind> ops() const override { return OpKinds(plan_); }
 
+  // As Aggregate's, its results count in the in-flight budget while it
+  // runs: a stream of a few bytes may ask for many rows of wide histograms.
+  std::uint64_t result_bytes() const override { return ResultBytes(plan_); }
+
   // A Reduction (on the cuda backend, a GPU lane), once bytes arrive.
   absl::Status Start() override {
     absl::StatusOr<std::unique_ptr<Reduction>> reduction = service_.backend_.Start(plan_);

@@ -38,7 +38,8 @@ struct ServiceOptions {
   // Bytes that requests in progress may hold (0: no limit). A unary request
   // holds its array's size; a stream holds each chunk's bytes from their
   // arrival until the backend has consumed them (a few chunks at most), so
-  // a stream that sends nothing holds nothing.
+  // a stream that sends nothing holds nothing. Queries also hold their
+  // results' bytes while they run (a stream from its first chunk).
   std::uint64_t max_inflight_bytes = std::uint64_t{4} << 30;
   // How long a request waits for room before RESOURCE_EXHAUSTED.
   std::chrono::milliseconds admission_wait{2000};
@@ -115,7 +116,8 @@ class AggregatorService final : public detail::AggregatorBase {
   // Room under --max_inflight_bytes (and the identity's quota) for a
   // query's results (ResultBytes), for queries of bytes that are already
   // here (a dataset, a region); held until the response is written. Waits
-  // up to --admission_wait_ms, then RESOURCE_EXHAUSTED.
+  // up to --admission_wait_ms, then RESOURCE_EXHAUSTED. (AggregateStream's
+  // are admitted with its first chunk: StreamJob::result_bytes.)
   [[nodiscard]] absl::StatusOr<AdmissionController::Ticket> AdmitResults(const AggregationPlan& plan,
                                                                          const std::string& identity);
 

@@ -270,6 +270,7 @@ void DatasetInfoToProto(const DatasetInfo& info, v1::DatasetInfo* out) {
   out->set_name(info.name);
   out->set_dtype(DTypeToProto(info.dtype));
   out->set_length(info.length);
+  out->set_row_length(info.row_length);
   out->set_bytes(info.bytes);
   out->set_place(info.place);
   out->set_version(info.version);

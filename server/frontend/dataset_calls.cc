@@ -2,7 +2,8 @@
 // an array into the dataset store (through the same ClientStreamReactor as
 // AggregateStream), AggregateDataset reduces a dataset where it lies (the
 // backend reads its Extent: GPU memory on the cuda backend), and the
-// list/describe/delete calls read and change the store.
+// list/describe/delete calls read and change the store. With --dataset_dir
+// an upload's commit and a delete write to disk, so both run on workers.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "server/frontend/call_parts.h"
 #include "server/frontend/convert.h"
 #include "server/frontend/dataset_header.h"
+#include "server/frontend/dataset_query.h"
 #include "server/frontend/status.h"
 
 namespace tally {
@@ -74,6 +76,9 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   }
 
   std::uint64_t elements() const override { return header_.length; }
+  // The commit may wait for evicted datasets' memory, and with
+  // --dataset_dir makes the dataset's file durable.
+  bool FinishMayWait() const override { return true; }
 
  private:
   AggregatorService& service_;
@@ -124,8 +129,10 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
                                                          info.name, "' of ", info.length, " elements."));
         }
       }
+      absl::StatusOr<std::uint64_t> row_length = DatasetQueryRowLength(*request, info, begin, end);
+      if (!row_length.ok()) return row_length.status();
       absl::StatusOr<AggregationPlan> checked =
-          PlanOverElements(info.dtype, end - begin, request->row_length(), request->offsets(), "offsets",
+          PlanOverElements(info.dtype, end - begin, *row_length, request->offsets(), "offsets",
                            request->validity(), "validity", request->aggregations(), options_.limits, "range");
       if (!checked.ok()) return checked.status();
       record->SetOps(OpKinds(*checked));
@@ -146,25 +153,30 @@ grpc::ServerUnaryReactor* AggregatorService::AggregateDataset(grpc::CallbackServ
 }
 
 grpc::ServerUnaryReactor* AggregatorService::ListDatasets(grpc::CallbackServerContext* context,
-                                                          const v1::ListDatasetsRequest*,
+                                                          const v1::ListDatasetsRequest* request,
                                                           v1::ListDatasetsResponse* response) {
   RequestRecord record(metrics_, Metrics::Method::kListDatasets, in_flight_);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) {
-    record.Complete(identity.status(), 0);
-    reactor->Finish(ToGrpcStatus(identity.status()));
-    return reactor;
-  }
-  for (const DatasetInfo& info : datasets_.List()) DatasetInfoToProto(info, response->add_datasets());
-  for (const DatasetStore::PlaceUsage& u : datasets_.Usage()) {
-    v1::PlaceUsage* p = response->add_places();
-    p->set_place(u.place);
-    p->set_bytes(u.bytes);
-    p->set_datasets(u.datasets);
-    p->set_limit_bytes(u.limit);
-  }
-  record.Complete(absl::OkStatus(), 0);
-  reactor->Finish(grpc::Status::OK);
+  const absl::Status status = [&]() -> absl::Status {
+    if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) return identity.status();
+    absl::StatusOr<DatasetPage> page = DatasetPageFromProto(*request);
+    if (!page.ok()) return page.status();
+    bool more = false;
+    for (const DatasetInfo& info : datasets_.ListPage(page->after, page->size, &more)) {
+      DatasetInfoToProto(info, response->add_datasets());
+    }
+    if (more) response->set_next_page_token(response->datasets().rbegin()->name());
+    for (const DatasetStore::PlaceUsage& u : datasets_.Usage()) {
+      v1::PlaceUsage* p = response->add_places();
+      p->set_place(u.place);
+      p->set_bytes(u.bytes);
+      p->set_datasets(u.datasets);
+      p->set_limit_bytes(u.limit);
+    }
+    return absl::OkStatus();
+  }();
+  record.Complete(status, 0);
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
@@ -184,13 +196,22 @@ grpc::ServerUnaryReactor* AggregatorService::DescribeDataset(grpc::CallbackServe
 grpc::ServerUnaryReactor* AggregatorService::DeleteDataset(grpc::CallbackServerContext* context,
                                                            const v1::DeleteDatasetRequest* request,
                                                            v1::DeleteDatasetResponse* response) {
-  RequestRecord record(metrics_, Metrics::Method::kDeleteDataset, in_flight_);
-  absl::StatusOr<std::string> identity = BeginCall(*context, record);
-  absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Delete(request->name()) : identity.status();
-  if (info.ok()) DatasetInfoToProto(*info, response->mutable_dataset());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  record.Complete(info.status(), 0);
-  reactor->Finish(ToGrpcStatus(info.status()));
+  auto record = std::make_shared<RequestRecord>(metrics_, Metrics::Method::kDeleteDataset, in_flight_);
+  absl::StatusOr<std::string> identity = BeginCall(*context, *record);
+  auto run = [this, request, response, reactor, record, identity] {
+    absl::StatusOr<DatasetInfo> info = identity.ok() ? datasets_.Delete(request->name()) : identity.status();
+    if (info.ok()) DatasetInfoToProto(*info, response->mutable_dataset());
+    record->Complete(info.status(), 0);
+    reactor->Finish(ToGrpcStatus(info.status()));
+  };
+  // With --dataset_dir the delete removes its file before it answers: not
+  // on a gRPC thread.
+  if (identity.ok() && datasets_.durable()) {
+    request_workers_.Post(std::move(run));
+  } else {
+    run();
+  }
   return reactor;
 }
 

@@ -20,9 +20,10 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, "spec.length: a dataset upload needs the array's length in elements up front."));
   }
-  if (h.spec().row_length() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix, "spec.row_length: a dataset has no rows of its own; give row_length with each AggregateDataset."));
+  if (h.spec().row_length() != 0 && h.spec().length() % h.spec().row_length() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, "spec.row_length: ", h.spec().row_length(),
+                                                   " does not divide spec.length (", h.spec().length(),
+                                                   "): a dataset with rows is a whole number of them."));
   }
   if (!h.spec().offsets().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,6 +46,7 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
   out.name = h.name();
   out.dtype = *dtype;
   out.length = h.spec().length();
+  out.row_length = h.spec().row_length();
   out.replace = h.replace();
   if (h.ttl_seconds() > 0) {
     out.ttl = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(h.ttl_seconds(), 1e12) * 1e3)));
@@ -52,20 +54,29 @@ absl::StatusOr<DatasetHeader> DatasetHeaderFromProto(const v1::PutDatasetRequest
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(DatasetStore& datasets,
-                                                                     IdentityQuotas& quotas,
-                                                                     const std::string& identity,
-                                                                     const DatasetHeader& header) {
+absl::StatusOr<std::shared_ptr<void>> ChargeDataset(IdentityQuotas& quotas, const std::string& identity,
+                                                    std::uint64_t bytes) {
   struct Charges {
     IdentityQuota::Charge bytes, count;
   };
   absl::StatusOr<IdentityQuota::Charge> count = quotas.datasets.TryCharge(identity, 1);
   if (!count.ok()) return count.status();
-  absl::StatusOr<IdentityQuota::Charge> bytes = quotas.dataset_bytes.TryCharge(
-      identity, header.length * rules::SizeOf(header.dtype) + DatasetStore::kOverheadBytes);
-  if (!bytes.ok()) return bytes.status();
-  return datasets.BeginUpload(header.name, header.dtype, header.length, header.replace, header.ttl,
-                              std::make_shared<Charges>(Charges{std::move(*bytes), std::move(*count)}));
+  absl::StatusOr<IdentityQuota::Charge> charged =
+      quotas.dataset_bytes.TryCharge(identity, bytes + DatasetStore::kOverheadBytes);
+  if (!charged.ok()) return charged.status();
+  return std::make_shared<Charges>(Charges{std::move(*charged), std::move(*count)});
+}
+
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> BeginChargedUpload(DatasetStore& datasets,
+                                                                     IdentityQuotas& quotas,
+                                                                     const std::string& identity,
+                                                                     const DatasetHeader& header) {
+  absl::StatusOr<std::shared_ptr<void>> charge =
+      ChargeDataset(quotas, identity, header.length * rules::SizeOf(header.dtype));
+  if (!charge.ok()) return charge.status();
+  return datasets.BeginUpload(DatasetStore::UploadRequest{header.name, header.dtype, header.length,
+                                                          header.row_length, header.replace, header.ttl, identity},
+                              std::move(*charge));
 }
 
 }  // namespace tally

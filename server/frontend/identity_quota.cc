@@ -1,5 +1,7 @@
 #include "server/frontend/identity_quota.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/metrics/metrics.h"
 
@@ -15,6 +17,13 @@ IdentityQuota::Charge& IdentityQuota::Charge::operator=(Charge&& other) noexcept
     other.amount_ = 0;
   }
   return *this;
+}
+
+IdentityQuota::Charge IdentityQuota::Charge::Split(std::uint64_t amount) {
+  if (owner_ == nullptr) return Charge();
+  amount = std::min(amount, amount_);
+  amount_ -= amount;
+  return Charge(owner_, identity_, amount);
 }
 
 void IdentityQuota::Charge::Release() {

@@ -33,6 +33,9 @@ class IdentityQuota {
     ~Charge() { Release(); }
     // Gives the amount back now (idempotent).
     void Release();
+    // Moves `amount` of this charge (at most all of it) to a charge of its
+    // own, to be given back at another time.
+    Charge Split(std::uint64_t amount);
     std::uint64_t amount() const { return amount_; }
 
    private:

@@ -9,6 +9,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
+#include "server/frontend/dataset_restore.h"
 #include "server/frontend/request_record.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
@@ -119,7 +120,15 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   s->backend_->SetMetrics(s->metrics_.get());
 
   s->quotas_ = std::make_unique<IdentityQuotas>(config.quotas, s->metrics_.get());
-  s->datasets_ = std::make_unique<DatasetStore>(*s->backend_, config.datasets, s->metrics_.get());
+  if (!config.dataset_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<DatasetDirectory>> directory = DatasetDirectory::Open(config.dataset_dir);
+    if (!directory.ok()) return directory.status();
+    s->dataset_directory_ = std::move(*directory);
+  }
+  s->datasets_ = std::make_unique<DatasetStore>(*s->backend_, config.datasets, s->metrics_.get(),
+                                                s->dataset_directory_.get());
+  // Before the server listens: its first answers already see them.
+  if (s->dataset_directory_) RestoreDatasets(*s->datasets_, *s->dataset_directory_, *s->quotas_);
   s->regions_ = std::make_unique<RegionRegistry>(*s->backend_, config.max_region_bytes, s->metrics_.get(),
                                                  config.max_regions);
   s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->request_workers_,

@@ -49,6 +49,9 @@ struct ServerConfig {
   BackendOptions backend;
   ServiceOptions service;
   DatasetOptions datasets;
+  // Where datasets are kept on disk, so that a restart serves them again
+  // (created if missing); empty: they live as long as the process.
+  std::string dataset_dir;
   // Shared-memory regions (host and CUDA) may hold this many bytes in all
   // (0: no limit). 16 GiB: a host region is pinned for as long as it is
   // registered, and pinned memory is memory the host cannot page out.
@@ -95,6 +98,7 @@ class TallyServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<AuthPolicy> auth_;
   std::unique_ptr<IdentityQuotas> quotas_;  // after the datasets go: they hold charges
+  std::unique_ptr<DatasetDirectory> dataset_directory_;  // likewise: the store removes files in it
   std::unique_ptr<DatasetStore> datasets_;  // before the backend goes: its memory is the backend's
   std::unique_ptr<RegionRegistry> regions_;  // likewise: the backend unpins and closes them
   std::unique_ptr<AggregatorService> service_;

@@ -131,7 +131,11 @@ void ClientStreamReactor::AdmitOnWorkerLocked(SlicedBytes chunk) {
 }
 
 void ClientStreamReactor::AdmitAndQueue(SlicedBytes chunk, bool first) {
-  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->Admit(chunk.size(), caller_.identity);
+  const std::uint64_t results = first ? job_->result_bytes() : 0;
+  absl::StatusOr<AdmissionController::Ticket> ticket =
+      options_.admission->Admit(chunk.size() + results, caller_.identity);
+  AdmissionController::Ticket held;
+  if (ticket.ok() && results > 0) held = ticket->Split(results);
   absl::Status started;
   if (first) started = ticket.ok() ? job_->Start() : ticket.status();
   std::unique_lock<std::mutex> lock(mu_);
@@ -140,6 +144,7 @@ void ClientStreamReactor::AdmitAndQueue(SlicedBytes chunk, bool first) {
   if (first) {
     if (!started.ok()) return FailLocked(lock, started);
     started_ = true;
+    results_ = std::move(held);
   }
   if (done_ || cancelled_ || !error_.ok()) return FailLocked(lock, error_);
   QueueLocked(std::move(chunk), std::move(*ticket));
@@ -188,6 +193,11 @@ void ClientStreamReactor::EndOfInputLocked(std::unique_lock<std::mutex>& lock) {
   if (!started_ && !admitting_ && header_seen_ && error_.ok() && !cancelled_ && job_->declared_bytes() == 0) {
     return AdmitOnWorkerLocked(SlicedBytes());
   }
+  if (job_->FinishMayWait() && started_ && !admitting_ && !draining_queue_ && error_.ok() && !cancelled_) {
+    draining_queue_ = true;  // Drain, with nothing queued, finishes the call
+    options_.chunk_workers->Post([this] { Drain(); });
+    return;
+  }
   FinishLocked(lock);
 }
 
@@ -209,6 +219,7 @@ void ClientStreamReactor::FinishLocked(std::unique_lock<std::mutex>& lock) {
   // and the caller's place under its stream quota with it.
   job_.reset();
   queue_.clear();
+  results_ = AdmissionController::Ticket();
   caller_.stream.Release();
   lock.unlock();
   record_.Complete(status, elements);

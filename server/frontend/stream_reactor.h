@@ -10,7 +10,8 @@
 // is taken at the header; the first chunk starts the job (a Reduction, and
 // on the cuda backend a GPU lane; or an upload's memory); every chunk holds
 // its own bytes of the in-flight budget from arrival until the job has
-// consumed it. So a client that sends a header and then nothing, or a byte
+// consumed it, and a query's results theirs from its start to the end. So a
+// client that sends a header and then nothing, or a byte
 // now and then, holds no budget and no lane, and the watchdog ends such
 // streams: while the server waits for a message, none may take longer than
 // stream_idle_timeout, and the bytes must keep up stream_min_bytes_per_second
@@ -54,6 +55,11 @@ class StreamJob {
   // The bytes the header announced, and how it said so, for messages.
   virtual std::uint64_t declared_bytes() const = 0;
   virtual std::string Declared() const = 0;
+  // Bytes the job holds from its start until the call ends (a query's
+  // results), admitted with the first chunk as one request, so that a call
+  // larger than the budget or the caller's quota still runs alone, as a
+  // unary one does.
+  virtual std::uint64_t result_bytes() const { return 0; }
   virtual std::vector<rules::OpKind> ops() const { return {}; }
   // On a request worker, when the first chunk has arrived (or the input
   // ended with an empty array): takes what the work needs (a Reduction, a
@@ -65,6 +71,9 @@ class StreamJob {
   [[nodiscard]] virtual absl::Status Finish(double server_seconds, grpc::ByteBuffer* response) = 0;
   // Elements the call processed, for its record, once finished.
   virtual std::uint64_t elements() const { return 0; }
+  // Whether Finish() may wait (for memory, or for the disk): it then runs
+  // on a chunk worker, never on the gRPC thread that saw the input end.
+  virtual bool FinishMayWait() const { return false; }
 };
 
 struct StreamReactorOptions {
@@ -126,6 +135,7 @@ class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffe
   grpc::ByteBuffer* response_;
   RequestRecord record_;
   StreamCaller caller_;
+  AdmissionController::Ticket results_;  // the job's result_bytes, from its start until the call ends
   grpc::ByteBuffer message_;  // the read in flight writes here
 
   std::mutex mu_;

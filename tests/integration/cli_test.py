@@ -392,19 +392,23 @@ class Datasets(ServerCase):
         self.assertIn("sum", text)
         self.assertIn("(dataset)", text)
 
-    def test_two_dimensional_npy_is_uploaded_flat_with_a_rows_hint(self):
+    def test_two_dimensional_npy_keeps_its_rows(self):
         m = np.random.default_rng(12).integers(-1000, 1000, (40, 25)).astype(np.int64)
         np.save(self.path("m.npy"), m)
         put = self.ok("put", "m", self.path("m.npy")).stdout
-        self.assertIn("--dataset=m --rows=25", put)
         self.assertIn("1000 elements", put)
-        res = self.query("--dataset=m", "--rows=25", "--ops=sum,argmin,max")
+        self.assertIn("in rows of 25", put)
+        res = self.query("--dataset=m", "--ops=sum,argmin,max")  # per row, as uploaded
         self.assertEqual(res[0]["values"], m.sum(axis=1).tolist())
         self.assertEqual(res[1]["values"], m.argmin(axis=1).tolist())
         self.assertEqual(res[2]["values"], m.max(axis=1).tolist())
+        self.assertEqual(self.query("--dataset=m", "--rows=0", "--ops=sum")[0]["values"], [int(m.sum())])
         res = self.query("--dataset=m", "--range=250:500", "--rows=50", "--ops=sum")
         self.assertEqual(res[0]["values"], m.reshape(-1)[250:500].reshape(5, 50).sum(axis=1).tolist())
-        self.assertEqual(self.json_of("put", "m2", self.path("m.npy"))["row_length"], 25)
+        put = self.json_of("put", "m2", self.path("m.npy"))
+        self.assertEqual((put["row_length"], put["dataset"]["row_length"]), (25, 25))
+        listed = {d["name"]: d for d in self.json_of("datasets")["datasets"]}
+        self.assertEqual(listed["m"]["row_length"], 25)
 
     def test_dataset_range_cut_by_offsets(self):
         x = np.random.default_rng(14).standard_normal(5000)
@@ -484,7 +488,7 @@ class Datasets(ServerCase):
         self.assertEqual(host["bytes"], sum(d["bytes"] + 4096 for d in listing["datasets"]))
 
         text = self.ok("datasets").stdout
-        for word in ("NAME", "DTYPE", "LENGTH", "BYTES", "PLACE", "VERSION", "EXPIRES", "QUERIES",
+        for word in ("NAME", "DTYPE", "SHAPE", "BYTES", "PLACE", "VERSION", "EXPIRES", "QUERIES",
                      "list-a", "list-b", "LIMIT", "64.0 MiB"):
             self.assertIn(word, text)
         self.assertRegex(text, r"list-a .* in (1h00m|59m[0-5][0-9]s) ")

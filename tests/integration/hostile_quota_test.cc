@@ -3,7 +3,7 @@
 // tally_admission_rejections_total for the server-wide budget), however
 // the refused request was admitted (tried at once, then waited for). And
 // small requests that ask for large results are held to the budget by
-// their results.
+// their results, streamed or not.
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -58,6 +58,59 @@ class HostileQuotaTest : public HostileClientTest {
     std::printf("%d served, %d refused (%s)\n", served.load(), refused.load(), reason.c_str());
     return refused.load();
   }
+
+  // As Flood, with `r` sent on AggregateStream: its header, then its data
+  // in one chunk.
+  int FloodStreams(int threads, std::chrono::milliseconds run, const std::string& reason,
+                   const v1::AggregateRequest& r) {
+    std::atomic<int> refused{0}, served{0};
+    std::vector<std::thread> pool;
+    const auto end = std::chrono::steady_clock::now() + run;
+    v1::AggregateStreamRequest header;
+    *header.mutable_header()->mutable_spec() = r.spec();
+    header.mutable_header()->mutable_spec()->set_length(r.data().size());
+    *header.mutable_header()->mutable_aggregations() = r.aggregations();
+    v1::AggregateStreamRequest chunk;
+    chunk.set_chunk(r.data());
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(-1);
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        auto stub = v1::Aggregator::NewStub(grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args));
+        while (std::chrono::steady_clock::now() < end) {
+          v1::AggregateResponse resp;
+          grpc::ClientContext ctx;
+          auto writer = stub->AggregateStream(&ctx, &resp);
+          if (writer->Write(header)) writer->Write(chunk);
+          writer->WritesDone();
+          const grpc::Status s = writer->Finish();
+          if (s.ok()) {
+            ++served;
+          } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                     s.error_message().find(reason) != std::string::npos) {
+            ++refused;
+          } else {
+            ADD_FAILURE() << s.error_message();
+          }
+        }
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    std::printf("%d streams served, %d refused (%s)\n", served.load(), refused.load(), reason.c_str());
+    return refused.load();
+  }
+
+  // 1 KiB of data asking for 64 rows of 8,189-bin histograms: 8 MiB of
+  // results while it runs (ResultBytes).
+  static v1::AggregateRequest LargeResults() {
+    v1::AggregateRequest r;
+    r.mutable_spec()->set_dtype(v1::DTYPE_UINT8);
+    r.mutable_spec()->set_row_length(16);
+    r.set_data(std::string(1024, '\7'));
+    *r.add_aggregations() = Hist(8189, 0, 255);
+    return r;
+  }
 };
 
 TEST_F(HostileQuotaTest, EachQuotaRefusalIsCountedOnce) {
@@ -91,11 +144,7 @@ TEST_F(HostileQuotaTest, LargeResultsOfSmallRequestsAreHeldToTheBudget) {
   config.service.max_inflight_bytes = 12 << 20;
   config.service.admission_wait = 0ms;
   Start(config);
-  v1::AggregateRequest r;
-  r.mutable_spec()->set_dtype(v1::DTYPE_UINT8);
-  r.mutable_spec()->set_row_length(16);
-  r.set_data(std::string(1024, '\7'));
-  *r.add_aggregations() = Hist(8189, 0, 255);
+  const v1::AggregateRequest r = LargeResults();
   std::atomic<bool> sampling{true};
   double most = 0;
   std::thread sampler([&] {
@@ -113,6 +162,31 @@ TEST_F(HostileQuotaTest, LargeResultsOfSmallRequestsAreHeldToTheBudget) {
   EXPECT_GT(refused, 0) << "the results were not counted";
   EXPECT_EQ(Metric("tally_admission_rejections_total"), refused);
   EXPECT_LE(most, 12 << 20) << "results held past the budget";
+  ExpectNothingHeld();
+}
+
+TEST_F(HostileQuotaTest, LargeResultsOfSmallStreamsAreHeldToTheBudget) {
+  // As above on AggregateStream: a stream's 1 KiB chunk held its bytes, and
+  // its 8 MiB of results were outside every budget.
+  ServerConfig config;
+  config.service.max_inflight_bytes = 12 << 20;
+  config.service.admission_wait = 0ms;
+  Start(config);
+  const int refused = FloodStreams(4, 1500ms, "--max_inflight_bytes", LargeResults());
+  EXPECT_GT(refused, 0) << "the results were not counted";
+  EXPECT_EQ(Metric("tally_admission_rejections_total"), refused);
+  ExpectNothingHeld();
+}
+
+TEST_F(HostileQuotaTest, AStreamsResultsAreChargedToItsIdentitysQuota) {
+  ServerConfig config;
+  config.quotas.inflight_bytes = 4 << 20;  // half of one request's results
+  config.service.admission_wait = 0ms;
+  Start(config);
+  // Alone, a request larger than the quota runs (as unary ones do); two at
+  // once are over it.
+  const int refused = FloodStreams(4, 1500ms, "--quota_inflight_bytes", LargeResults());
+  EXPECT_GT(refused, 0) << "the results were not charged to the identity";
   ExpectNothingHeld();
 }
 

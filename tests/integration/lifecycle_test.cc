@@ -91,7 +91,8 @@ TEST_F(ServerFixture, OverTheInFlightBudgetARequestWaitsThenIsRefused) {
 
   // A stream whose one large chunk holds the whole budget from its arrival
   // until the backend has worked through it, which 64 histograms of 65536
-  // bins make take a while.
+  // bins make take a while; and its results (16 bytes a value, each
+  // histogram's counts and its three out-of-range counters) until it ends.
   const std::vector<float> x = RandomFloats(4 << 20, 4);
   const std::vector<v1::Aggregation> heavy(64, Hist(65536, -1, 1));
   grpc::ClientContext ctx;
@@ -99,7 +100,7 @@ TEST_F(ServerFixture, OverTheInFlightBudgetARequestWaitsThenIsRefused) {
   auto writer = stub_->AggregateStream(&ctx, &streamed);
   ASSERT_TRUE(writer->Write(Header(v1::DTYPE_FLOAT32, x.size(), heavy)));
   ASSERT_TRUE(writer->Write(Chunk(Bytes(x))));
-  ASSERT_TRUE(MetricReaches("tally_in_flight_bytes", 4.0 * x.size()));
+  ASSERT_TRUE(MetricReaches("tally_in_flight_bytes", 4.0 * x.size() + 64.0 * (65536 + 3) * 16));
 
   v1::AggregateRequest req;
   req.mutable_spec()->set_dtype(v1::DTYPE_FLOAT32);
@@ -113,7 +114,7 @@ TEST_F(ServerFixture, OverTheInFlightBudgetARequestWaitsThenIsRefused) {
   EXPECT_NE(refused.error_message().find("--max_inflight_bytes"), std::string::npos) << refused.error_message();
   EXPECT_GE(waited, 150ms);  // it waited for room before giving up
 
-  // Once the chunk is reduced, its bytes are free again.
+  // Once the chunk is reduced and the call answered, its bytes are free again.
   writer->WritesDone();
   ASSERT_TRUE(writer->Finish().ok());
   const v1::Histogram& h = streamed.results(63).histograms().histograms(0);

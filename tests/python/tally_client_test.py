@@ -178,20 +178,6 @@ class AgainstNumpy(Base):
                                   r"device='.+', seconds=[0-9.e-]+\)$")
 
 
-    def test_2d_datasets_are_refused_not_flattened(self):
-        m = random_array(self.rng, np.float32, (4, 25))
-        with self.assertRaises(ValueError) as e:
-            self.client.put_dataset("ds-2d", m)
-        self.assertIn("row_length=25", str(e.exception))
-        with self.assertRaises(tally.Error):
-            self.client.describe_dataset("ds-2d")  # nothing was uploaded
-        self.client.put_dataset("ds-2d", m.reshape(-1))
-        try:
-            np.testing.assert_allclose(self.client.aggregate_dataset("ds-2d", "sum", row_length=25)["sum"],
-                                       np.sum(m, axis=1), rtol=1e-5)
-        finally:
-            self.client.delete_dataset("ds-2d")
-
     def test_nan_ops_answer_as_numpy_nan_functions(self):
         for dtype in (np.float32, np.float64, np.int32, np.uint8):
             x = random_array(self.rng, dtype, 1000)
@@ -461,6 +447,57 @@ class Datasets(Base):
             self.client.describe_dataset("ds-client")
         self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
         self.assertIn("ds-client", e.exception.message)
+
+
+    def test_2d_datasets_keep_their_rows(self):
+        m = random_array(self.rng, np.float64, (40, 25))
+        info = self.client.put_dataset("ds-2d", m, replace=True)
+        try:
+            self.assertEqual((info.length, info.row_length, info.shape), (1000, 25, (40, 25)))
+            self.assertEqual(self.client.describe_dataset("ds-2d").shape, (40, 25))
+            self.assertIn((40, 25), [d.shape for d in self.client.list_datasets() if d.name == "ds-2d"])
+            # Per row by default, as numpy's axis=1, and as the array sent.
+            ops = "sum,max,argmin,std,count"
+            r = self.client.aggregate_dataset("ds-2d", ops)
+            np.testing.assert_allclose(r["sum"], np.sum(m, axis=1), rtol=1e-12)
+            np.testing.assert_array_equal(r["max"], np.max(m, axis=1))
+            np.testing.assert_array_equal(r["argmin"], np.argmin(m, axis=1))
+            np.testing.assert_allclose(r["std"], np.std(m, axis=1), rtol=1e-12)
+            self.assertEqual(r["max"].shape, (40,))
+            sent = self.client.aggregate(m, ops)
+            for key in ops.split(","):
+                np.testing.assert_array_equal(r[key], sent[key], err_msg=key)
+            # Whole rows of a range; one answer when asked for with row_length=0.
+            rows = self.client.aggregate_dataset("ds-2d", "max", range=(250, 500))
+            np.testing.assert_array_equal(rows["max"], np.max(m[10:20], axis=1))
+            whole = self.client.aggregate_dataset("ds-2d", "max,argmax", row_length=0)
+            self.assertEqual((whole["max"], whole["argmax"]), (np.max(m), np.argmax(m)))
+            states = self.client.partial_dataset("ds-2d", "max")
+            np.testing.assert_array_equal(tally.finish(states[0]), np.max(m, axis=1))
+            with self.assertRaises(tally.Error) as e:
+                self.client.aggregate_dataset("ds-2d", "max", range=(10, 60))
+            self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            with self.assertRaises(ValueError):
+                self.client.put_dataset("ds-3d", np.zeros((2, 3, 4)))
+        finally:
+            self.client.delete_dataset("ds-2d")
+
+    def test_list_datasets_follows_every_page(self):
+        names = [f"page-{i:02d}" for i in range(12)]
+        for name in names:
+            self.client.put_dataset(name, np.arange(3, dtype=np.int32), replace=True)
+        try:
+            listed = [d.name for d in self.client.list_datasets(page_size=5)]
+            self.assertEqual([n for n in listed if n.startswith("page-")], names)
+            self.assertEqual(len(listed), len(set(listed)))
+            self.assertEqual(listed, [d.name for d in self.client.list_datasets()])
+            with self.assertRaises(tally.Error) as e:
+                self.client.list_datasets(page_size=1001)
+            self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("page_size", e.exception.message)
+        finally:
+            for name in names:
+                self.client.delete_dataset(name)
 
 
 class BadInput(Base):

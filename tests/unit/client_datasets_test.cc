@@ -91,11 +91,16 @@ TEST(FormatDataset, OneLine) {
   sharded.set_shards(2);
   EXPECT_EQ(FormatDatasetText(sharded, kNow),
             "big: float64, 1048576 elements (8.00 MiB) on cuda:0,cuda:1 in 2 shards, version 42, no TTL, 3 queries");
+  v1::DatasetInfo rows = Info("m", 1000, 0);
+  rows.set_row_length(25);
+  EXPECT_EQ(FormatDatasetText(rows, kNow),
+            "m: float64, 1000 elements (7.81 KiB) in rows of 25 on cuda:1, version 42, no TTL, 3 queries");
 }
 
 TEST(FormatDataset, TableOfDatasetsAndPlaces) {
   v1::ListDatasetsResponse list;
   *list.add_datasets() = Info("a-long-name", 1000, 0);
+  list.mutable_datasets(0)->set_row_length(25);
   *list.add_datasets() = Info("b", 5, 1'700'000'000 + 2 * 3600 + 5 * 60);
   v1::PlaceUsage* p = list.add_places();
   p->set_place("cuda:1");
@@ -106,9 +111,9 @@ TEST(FormatDataset, TableOfDatasetsAndPlaces) {
   q->set_place("cuda:0");
   const std::string text = FormatDatasetsText(list, kNow);
   EXPECT_EQ(text,
-            "NAME         DTYPE    LENGTH     BYTES  PLACE   VERSION  EXPIRES   QUERIES\n"
-            "a-long-name  float64    1000  7.81 KiB  cuda:1       42  -               3\n"
-            "b            float64       5      40 B  cuda:1       42  in 2h05m        3\n"
+            "NAME         DTYPE    SHAPE     BYTES  PLACE   VERSION  EXPIRES   QUERIES\n"
+            "a-long-name  float64  40x25  7.81 KiB  cuda:1       42  -               3\n"
+            "b            float64      5      40 B  cuda:1       42  in 2h05m        3\n"
             "\n"
             "PLACE   DATASETS     BYTES     LIMIT   USED\n"
             "cuda:1         2  7.85 KiB  15.7 KiB  50.0%\n"
@@ -122,7 +127,7 @@ TEST(FormatDataset, Json) {
   EXPECT_EQ(DatasetJson(d),
             "{\"name\":\"q\\\"uote\",\"dtype\":\"float64\",\"length\":2,\"bytes\":16,"
             "\"place\":\"cuda:1\",\"version\":42,\"created_unix_seconds\":1.7e+09,"
-            "\"expires_unix_seconds\":0,\"queries\":3,\"shards\":1}");
+            "\"expires_unix_seconds\":0,\"queries\":3,\"shards\":1,\"row_length\":0}");
   v1::ListDatasetsResponse list;
   *list.add_datasets() = d;
   v1::PlaceUsage* p = list.add_places();

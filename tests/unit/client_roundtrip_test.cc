@@ -37,6 +37,7 @@ class FakeAggregator final : public v1::Aggregator::Service {
   std::atomic<int> put_chunks{0};
   // The last upload's header, for checking what the client put in it.
   v1::PutDatasetRequest::Header last_put;
+  int list_pages = 0;  // ListDatasets calls
 
   grpc::Status Aggregate(grpc::ServerContext*, const v1::AggregateRequest* request,
                          v1::AggregateResponse* response) override {
@@ -128,10 +129,16 @@ class FakeAggregator final : public v1::Aggregator::Service {
                   d.data.substr(begin * size, (end - begin) * size), response);
   }
 
-  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest*,
+  // Pages of two by default, as the server's are of a thousand: the client
+  // must follow them.
+  grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest* request,
                             v1::ListDatasetsResponse* response) override {
     std::lock_guard lock(mu_);
-    for (const auto& [name, d] : datasets_) *response->add_datasets() = d.info;
+    ++list_pages;
+    const int size = request->page_size() != 0 ? static_cast<int>(request->page_size()) : 2;
+    auto it = request->page_token().empty() ? datasets_.begin() : datasets_.upper_bound(request->page_token());
+    for (; it != datasets_.end() && response->datasets_size() < size; ++it) *response->add_datasets() = it->second.info;
+    if (it != datasets_.end()) response->set_next_page_token(response->datasets().rbegin()->name());
     response->add_places()->set_place("host");
     return grpc::Status::OK;
   }
@@ -328,10 +335,10 @@ TEST_F(RoundTripTest, HealthCheck) {
 TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
   const std::vector<v1::Aggregation> aggs = *ParseAggregations(kAllOps);
   for (rules::DType dtype : rules::kAllDTypes) {
-    const std::uint64_t length = 30'011;
+    const std::uint64_t length = 30'008;  // 2728 rows of 11
     HostBuffer buffer(length * rules::SizeOf(dtype));
     FillRandom(dtype, 17, buffer.data(), length);
-    // The array's rows are not the dataset's: they must not be sent.
+    // The array's rows are the dataset's shape: they are sent.
     const ArrayRef array{dtype, buffer.data(), length, 11};
     PutOptions put;
     put.replace = true;
@@ -341,7 +348,7 @@ TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
     ASSERT_TRUE(stored.ok()) << NameOf(dtype) << ": " << stored.status();
     EXPECT_EQ(stored->dataset().length(), length);
     EXPECT_EQ(service_.last_put.name(), "x");
-    EXPECT_EQ(service_.last_put.spec().row_length(), 0u);
+    EXPECT_EQ(service_.last_put.spec().row_length(), 11u);
     EXPECT_TRUE(service_.last_put.replace());
     EXPECT_EQ(service_.last_put.ttl_seconds(), 2.5);
 
@@ -358,9 +365,28 @@ TEST_F(RoundTripTest, PutDatasetDeliversTheBytesAndTheHeader) {
   }
   EXPECT_EQ(service_.put_chunks, [] {
     int chunks = 0;
-    for (rules::DType d : rules::kAllDTypes) chunks += (30'011 * rules::SizeOf(d) + 1000) / 1001;
+    for (rules::DType d : rules::kAllDTypes) chunks += (30'008 * rules::SizeOf(d) + 1000) / 1001;
     return chunks;
   }());
+}
+
+TEST_F(RoundTripTest, ListDatasetsFollowsEveryPage) {
+  std::vector<std::int32_t> x = {3, 1, 4};
+  const ArrayRef array{rules::DType::kInt32, reinterpret_cast<const std::byte*>(x.data()), 3, 0};
+  for (const char* name : {"e", "a", "d", "b", "c"}) ASSERT_TRUE(client_->PutDataset(name, array).ok());
+  const absl::StatusOr<v1::ListDatasetsResponse> list = client_->ListDatasets(absl::Seconds(5));
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> names;
+  for (const v1::DatasetInfo& d : list->datasets()) names.push_back(d.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(service_.list_pages, 3);
+  EXPECT_TRUE(list->next_page_token().empty());
+  ASSERT_EQ(list->places_size(), 1);  // once, not once per page
+  const absl::StatusOr<v1::ListDatasetsResponse> page = client_->ListDatasetsPage(3, "a", absl::Seconds(5));
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->datasets_size(), 3);
+  EXPECT_EQ(page->datasets(0).name(), "b");
+  EXPECT_EQ(page->next_page_token(), "d");
 }
 
 TEST_F(RoundTripTest, DatasetCallsListDescribeDeleteAndKeepErrors) {

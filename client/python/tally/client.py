@@ -53,11 +53,17 @@ class DatasetInfo:
     expires_unix_seconds: float
     queries: int
     shards: int = 1
+    row_length: int = 0  # the rows it was uploaded in (a 2-D array's columns); 0: flat
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape as uploaded: ``(length,)``, or ``(rows, row_length)``."""
+        return (self.length // self.row_length, self.row_length) if self.row_length else (self.length,)
 
     @classmethod
     def from_proto(cls, d: "pb.DatasetInfo") -> "DatasetInfo":
         return cls(d.name, FROM_WIRE.get(d.dtype, np.dtype(object)), d.length, d.bytes, d.place, d.version,
-                   d.created_unix_seconds, d.expires_unix_seconds, d.queries, max(d.shards, 1))
+                   d.created_unix_seconds, d.expires_unix_seconds, d.queries, max(d.shards, 1), d.row_length)
 
 
 @dataclass(frozen=True)
@@ -221,25 +227,20 @@ class Client(NumpyFunctions, PandasFunctions):
 
     def put_dataset(self, name: str, array: Any, *, replace: bool = False, ttl: Optional[float] = None,
                     timeout: Optional[float] = None, progress: Optional[Progress] = None) -> DatasetInfo:
-        """Uploads the 1-D ``array`` as the resident dataset ``name``.
+        """Uploads the 1-D or 2-D ``array`` as the resident dataset ``name``.
         ``replace`` replaces one of the same name atomically; ``ttl``
         removes it that many seconds after the upload.
 
-        A dataset is flat, and its queries give their row length
-        themselves: a 2-D or larger array is refused (ValueError), since
-        it would come back as one answer over every element. Upload
-        ``array.reshape(-1)`` and query it with ``row_length=`` the last
-        axis' length for its rows' answers."""
+        A 2-D array keeps its shape: the server records its row length,
+        and :meth:`aggregate_dataset` then answers per row (numpy's
+        ``axis=1``) unless it is given a ``row_length`` of its own
+        (``row_length=0`` for one answer over every element). Larger
+        arrays are refused (ValueError): reshape them to 2-D first."""
         refuse_pandas(array)
-        flat = np.asarray(array)
-        if flat.ndim > 1:
-            raise ValueError(f"put_dataset stores flat arrays, and this one is {flat.ndim}-D {flat.shape}: "
-                             f"upload array.reshape(-1) and query it with "
-                             f"aggregate_dataset(name, ops, row_length={flat.shape[-1]}) for per-row answers")
-        a, _ = prepare(flat.reshape(-1))
+        a, row_length = prepare(array)
         header = pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
-            name=name, spec=pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size), replace=replace,
-            ttl_seconds=ttl or 0.0))
+            name=name, spec=pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length),
+            replace=replace, ttl_seconds=ttl or 0.0))
 
         def messages() -> Iterator[pb.PutDatasetRequest]:
             yield header
@@ -250,37 +251,51 @@ class Client(NumpyFunctions, PandasFunctions):
         return DatasetInfo.from_proto(response.dataset)
 
     def aggregate_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
-                          range: Optional[tuple[int, int]] = None, row_length: int = 0, offsets: Any = None,
-                          valid: Any = None, timeout: Optional[float] = None) -> Results:
+                          range: Optional[tuple[int, int]] = None, row_length: Optional[int] = None,
+                          offsets: Any = None, valid: Any = None, timeout: Optional[float] = None) -> Results:
         """Aggregates the dataset ``name`` (elements ``range = (begin, end)``
         of it when given) as :meth:`aggregate` would the same elements,
         cut into rows of ``row_length`` when it is not 0, or into the
         segments of ``offsets`` (counted from the range's start), over the
         elements ``valid`` (1-D, one entry per element of the range) marks
-        True. Asks DescribeDataset for the dataset's dtype too: the
-        answers' numpy dtypes follow it."""
+        True. Without ``row_length`` or ``offsets``, a dataset uploaded from
+        a 2-D array answers per row (numpy's ``axis=1``; a range must then
+        hold whole rows), a flat one once. Asks DescribeDataset for the
+        dataset's dtype and row length too: the answers follow them."""
         spelled = spelled_ops(ops)
         request = self._dataset_request(name, [self._wire_op(o) for _, o in spelled], range, row_length, offsets,
                                         valid)
         response = self._call(self._stub.AggregateDataset, request, timeout)
-        dtype = self._dataset_dtype(response, name, timeout)
-        return self._results(spelled, dtype, row_length != 0 or offsets is not None, response)
+        info = self.describe_dataset(name, timeout=timeout)
+        return self._results(spelled, info.dtype, self._per_row(info, row_length, offsets), response)
 
     def partial_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
-                        range: Optional[tuple[int, int]] = None, row_length: int = 0, base_index: int = 0,
-                        offsets: Any = None, valid: Any = None, timeout: Optional[float] = None) -> list[Partial]:
-        """:meth:`partial` over a resident dataset (or a range of it)."""
+                        range: Optional[tuple[int, int]] = None, row_length: Optional[int] = None,
+                        base_index: int = 0, offsets: Any = None, valid: Any = None,
+                        timeout: Optional[float] = None) -> list[Partial]:
+        """:meth:`partial` over a resident dataset (or a range of it), cut
+        as :meth:`aggregate_dataset` cuts it."""
         parsed = parse_ops(ops)
         wire = [self._wire_op(o, base_index) for o in parsed]
         response = self._call(self._stub.AggregateDataset,
                               self._dataset_request(name, wire, range, row_length, offsets, valid), timeout)
-        return [Partial.from_proto(o, r, row_length != 0 or offsets is not None)
-                for o, r in zip(parsed, response.results)]
+        info = self.describe_dataset(name, timeout=timeout) if row_length is None and offsets is None else None
+        per_row = self._per_row(info, row_length, offsets)
+        return [Partial.from_proto(o, r, per_row) for o, r in zip(parsed, response.results)]
 
-    def list_datasets(self, *, timeout: Optional[float] = None) -> list[DatasetInfo]:
-        """Every resident dataset, by name."""
-        response = self._call(self._stub.ListDatasets, pb.ListDatasetsRequest(), timeout)
-        return [DatasetInfo.from_proto(d) for d in response.datasets]
+    def list_datasets(self, *, page_size: int = 0, timeout: Optional[float] = None) -> list[DatasetInfo]:
+        """Every resident dataset, by name: the server's pages of
+        ``page_size`` (0: its most, 1000) followed to the last, ``timeout``
+        for each."""
+        out: list[DatasetInfo] = []
+        token = ""
+        while True:
+            response = self._call(self._stub.ListDatasets,
+                                  pb.ListDatasetsRequest(page_size=page_size, page_token=token), timeout)
+            out.extend(DatasetInfo.from_proto(d) for d in response.datasets)
+            token = response.next_page_token
+            if not token:
+                return out
 
     def describe_dataset(self, name: str, *, timeout: Optional[float] = None) -> DatasetInfo:
         """One dataset; Error with NOT_FOUND for an unknown name."""
@@ -398,9 +413,11 @@ class Client(NumpyFunctions, PandasFunctions):
         return a
 
     @staticmethod
-    def _dataset_request(name: str, wire: list, range: Optional[tuple[int, int]],
-                         row_length: int, offsets: Any = None, valid: Any = None) -> "pb.AggregateDatasetRequest":
-        request = pb.AggregateDatasetRequest(name=name, row_length=row_length, aggregations=wire)
+    def _dataset_request(name: str, wire: list, range: Optional[tuple[int, int]], row_length: Optional[int],
+                         offsets: Any = None, valid: Any = None) -> "pb.AggregateDatasetRequest":
+        request = pb.AggregateDatasetRequest(name=name, aggregations=wire)
+        if row_length is not None:  # unset: the server cuts the dataset into the rows it was uploaded in
+            request.row_length = row_length
         if offsets is not None:
             request.offsets = prepare_offsets(offsets)
         if valid is not None:
@@ -410,10 +427,14 @@ class Client(NumpyFunctions, PandasFunctions):
             request.range.begin, request.range.end = range
         return request
 
-    def _dataset_dtype(self, response: "pb.AggregateResponse", name: str, timeout: Optional[float]) -> np.dtype:
-        # Values alone do not say the input's dtype (float32 and float64
-        # both answer in doubles): the dataset does.
-        return self.describe_dataset(name, timeout=timeout).dtype
+    @staticmethod
+    def _per_row(info: Optional[DatasetInfo], row_length: Optional[int], offsets: Any) -> bool:
+        """Whether a dataset query answered per row (or segment): values
+        alone do not say (one row of answers is one answer), the query and
+        the dataset do."""
+        if offsets is not None:
+            return True
+        return (row_length if row_length is not None else info.row_length) != 0
 
     def _chunks(self, a: np.ndarray, progress: Optional[Progress]) -> Iterator[bytes]:
         view = byte_view(a)

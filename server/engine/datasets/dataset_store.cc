@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,8 +45,12 @@ struct DatasetStore::Reclaimer {
   }
 };
 
-DatasetStore::DatasetStore(Backend& backend, DatasetOptions options, Metrics* metrics)
-    : backend_(backend), options_(options), metrics_(metrics), reclaimer_(std::make_shared<Reclaimer>()) {
+DatasetStore::DatasetStore(Backend& backend, DatasetOptions options, Metrics* metrics, DatasetDirectory* directory)
+    : backend_(backend),
+      options_(options),
+      metrics_(metrics),
+      directory_(directory),
+      reclaimer_(std::make_shared<Reclaimer>()) {
   for (const ResidentPlace& p : backend_.ResidentPlaces()) places_.push_back(Place{p});
   reclaimer_->store = this;
   {
@@ -69,6 +74,7 @@ DatasetStore::~DatasetStore() {
     left.swap(reclaimer_->freed);
   }
   for (Dataset* d : left) delete d;
+  RemoveDoomedFiles();  // expired datasets' files (a restart would drop them anyway)
   // entries_ go with the members; their deleters now free inline.
 }
 
@@ -100,7 +106,7 @@ std::string DatasetStore::FullnessLocked(const Place& p) const {
 }
 
 DatasetStore::Room DatasetStore::FindRoomLocked(const std::string& name, const std::vector<std::uint64_t>& adding,
-                                                bool for_commit) const {
+                                                bool for_commit, bool evict) const {
   Room room;
   const std::size_t n = places_.size();
   const std::uint64_t limit = options_.max_bytes_per_place;
@@ -122,7 +128,7 @@ DatasetStore::Room DatasetStore::FindRoomLocked(const std::string& name, const s
   };
   // The version a replace takes the place of goes at its commit anyway.
   if (auto old = entries_.find(name); old != entries_.end()) remove(*old->second.dataset);
-  if (options_.evict_lru) {
+  if (evict) {
     for (auto it = lru_.rbegin(); it != lru_.rend() && first_over() < n; ++it) {
       if (*it == name) continue;
       const Dataset& d = *entries_.at(*it).dataset;
@@ -145,9 +151,33 @@ std::string DatasetStore::RefusalLocked(const std::string& name, const std::vect
                                          : "; delete datasets, or run the server with --dataset_evict_lru");
 }
 
-absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
-    const std::string& name, DType dtype, std::uint64_t length, bool replace,
-    std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge) {
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(const UploadRequest& request,
+                                                                              std::shared_ptr<void> charge) {
+  return Begin(request, std::move(charge), /*restoring=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginRestore(const DatasetFileHeader& header,
+                                                                               const std::string& file,
+                                                                               std::shared_ptr<void> charge) {
+  UploadRequest request{header.name, header.dtype, header.length, header.row_length, false, std::nullopt,
+                        header.owner};
+  absl::StatusOr<std::unique_ptr<Upload>> upload = Begin(request, std::move(charge), /*restoring=*/true);
+  if (!upload.ok()) return upload.status();
+  (*upload)->restored_from_ = file;
+  (*upload)->created_ = header.created;
+  (*upload)->expires_ = header.expires;
+  return upload;
+}
+
+absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::Begin(const UploadRequest& request,
+                                                                        std::shared_ptr<void> charge,
+                                                                        bool restoring) {
+  const std::string& name = request.name;
+  const DType dtype = request.dtype;
+  const std::uint64_t length = request.length;
+  const bool replace = request.replace;
+  // A restore finds room or is skipped: it evicts nothing it restored before.
+  const bool evict = options_.evict_lru && !restoring;
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (places_.empty()) {
     return absl::FailedPreconditionError(
@@ -157,11 +187,13 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
   if (length > ~std::uint64_t{0} / size) {
     return absl::InvalidArgumentError(absl::StrCat("spec.length: ", length, " elements is too many bytes."));
   }
+  if (request.row_length != 0 && length % request.row_length != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.row_length: ", request.row_length,
+                                                   " does not divide the dataset's ", length, " elements."));
+  }
   const std::uint64_t bytes = length * size;
   auto upload = std::unique_ptr<Upload>(new Upload());
-  upload->name_ = name;
-  upload->replace_ = replace;
-  upload->ttl_ = ttl;
+  upload->request_ = request;
   upload->charge_ = std::move(charge);
   upload->spec_.dtype = dtype;
   upload->spec_.length = length;
@@ -207,7 +239,7 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     const std::vector<std::uint64_t> need = Deal(shards, start, dtype);
     // Nothing is evicted here: the upload may yet fail or be cancelled.
     // It starts if its commit could make room.
-    const Room room = FindRoomLocked(name, need, /*for_commit=*/false);
+    const Room room = FindRoomLocked(name, need, /*for_commit=*/false, evict);
     if (room.short_of == places_.size()) {
       for (std::size_t p = 0; p < places_.size(); ++p) {
         places_[p].charged += need[p];
@@ -223,7 +255,7 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
     // hold is worth waiting for: it goes when their queries end.
     const Place& short_of = places_[room.short_of];
     const bool being_read = short_of.charged > short_of.uploading + short_of.published;
-    if (!options_.evict_lru || !being_read || freed_.wait_until(lock, give_up) == std::cv_status::timeout) {
+    if (!evict || !being_read || freed_.wait_until(lock, give_up) == std::cv_status::timeout) {
       return absl::ResourceExhaustedError(RefusalLocked(name, need, room.short_of));
     }
   }
@@ -237,6 +269,13 @@ absl::StatusOr<std::unique_ptr<DatasetStore::Upload>> DatasetStore::BeginUpload(
       return memory.status();
     }
     sh.memory = std::move(*memory);
+  }
+  if (directory_ != nullptr && !restoring) {
+    // The header's times are written when the upload commits.
+    DatasetFileHeader header{name, dtype, length, request.row_length, 0, {}, std::nullopt, request.owner};
+    absl::StatusOr<std::unique_ptr<DatasetFileWriter>> writer = directory_->Create(header);
+    if (!writer.ok()) return writer.status();  // `upload` goes, and gives back what it reserved
+    upload->writer_ = std::move(*writer);
   }
   return upload;
 }
@@ -291,6 +330,14 @@ absl::Status DatasetStore::Upload::Append(const Extent& piece) {
     return absl::InvalidArgumentError(
         absl::StrCat("data: more than the ", bytes_, " bytes the dataset was declared with."));
   }
+  // The file is written from the bytes as they arrive; a GPU's bytes would
+  // need a copy back first.
+  if (writer_ != nullptr && !piece.placement.host()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the server keeps its datasets in --dataset_dir and writes them from host memory; this upload's bytes "
+        "lie in ",
+        piece.placement.Describe(), ": upload it with PutDataset, or from a host region."));
+  }
   // Each shard takes its bytes in order and is sealed when full, which
   // gives back a GPU lane its copies held.
   const std::uint64_t size = rules::SizeOf(spec_.dtype);
@@ -307,6 +354,9 @@ absl::Status DatasetStore::Upload::Append(const Extent& piece) {
       if (absl::Status s = sh.memory->Seal(); !s.ok()) return s;
     }
   }
+  // After the memory's copy: a shared-memory region truncated under it
+  // reads as zeros there (the SIGBUS guard), and is refused by its caller.
+  if (writer_ != nullptr) return writer_->Append(piece.bytes);
   return absl::OkStatus();
 }
 
@@ -318,11 +368,36 @@ absl::StatusOr<DatasetInfo> DatasetStore::Upload::Commit() {
   if (bytes_ == 0) {  // no Append() filled, and so sealed, the one empty shard
     if (absl::Status s = shards_.front().memory->Seal(); !s.ok()) return s;
   }
+  if (restored_from_.empty()) {
+    created_ = std::chrono::system_clock::now();
+    if (request_.ttl) expires_ = created_ + *request_.ttl;
+  }
+  // With a directory, what a crash (SIGKILL, power loss) at each step
+  // leaves there; the client has no answer until the last:
+  // 1. Bytes arriving: the temporary file, which the next start removes.
+  //    The version this one replaces keeps its own file.
+  // 2. Finish: the file whole and on disk, still temporary: as in 1.
+  // 3. Land: renamed into place, the directory synced. From here the next
+  //    start serves this version: a replaced version's file may still be
+  //    there too, and the start keeps a name's latest (sequence) alone.
+  // 4. Publish: queries see it. Refused for room, the file is removed
+  //    before the refusal is answered (a crash before that serves it after
+  //    the restart: the client never heard of the refusal).
+  // 5. RemoveDoomedFiles: the files of the versions it replaced or evicted
+  //    are removed, and then the upload is answered.
+  if (writer_ != nullptr) {
+    if (absl::Status s = writer_->Finish(created_, expires_); !s.ok()) return s;
+    if (absl::Status s = writer_->Land(); !s.ok()) return s;
+  }
   // Refused for room, the upload is abandoned with this object: its name
   // and bytes go back, and nothing was evicted for it.
   absl::StatusOr<std::shared_ptr<Dataset>> published = store_->Publish(*this);
-  if (!published.ok()) return published.status();
+  if (!published.ok()) {
+    if (writer_ != nullptr) store_->directory_->Remove({writer_->file()});
+    return published.status();
+  }
   done_ = true;
+  store_->RemoveDoomedFiles();
   return (*published)->info_;
 }
 
@@ -330,8 +405,11 @@ void DatasetStore::Abandon(Upload& upload) {
   upload.done_ = true;
   for (DatasetShard& sh : upload.shards_) sh.memory.reset();
   upload.charge_.reset();
+  // Its temporary file goes with the writer (a landed one was removed by
+  // Commit).
+  upload.writer_.reset();
   std::lock_guard lock(mu_);
-  uploading_.erase(upload.name_);
+  uploading_.erase(upload.request_.name);
   const std::vector<std::uint64_t> charges = ChargesOf(upload.shards_, upload.spec_.dtype);
   for (std::size_t p = 0; p < places_.size(); ++p) {
     places_[p].charged -= charges[p];
@@ -344,24 +422,26 @@ void DatasetStore::Abandon(Upload& upload) {
 absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
   const std::vector<std::uint64_t> mine = ChargesOf(upload.shards_, upload.spec_.dtype);
   const auto give_up = std::chrono::steady_clock::now() + options_.eviction_wait;
+  const std::string& name = upload.request_.name;
+  const bool evict = options_.evict_lru && upload.restored_from_.empty();
   std::vector<std::shared_ptr<Dataset>> removed;  // dropped outside the lock
   std::shared_ptr<Dataset> dataset;
   {
     std::unique_lock lock(mu_);
-    Room room = FindRoomLocked(upload.name_, mine, /*for_commit=*/true);
+    Room room = FindRoomLocked(name, mine, /*for_commit=*/true, evict);
     while (room.short_of < places_.size()) {
       const Place& short_of = places_[room.short_of];
       const bool being_read = short_of.charged > short_of.uploading + short_of.published;
       if (!being_read || freed_.wait_until(lock, give_up) == std::cv_status::timeout) {
-        return absl::ResourceExhaustedError(RefusalLocked(upload.name_, mine, room.short_of));
+        return absl::ResourceExhaustedError(RefusalLocked(name, mine, room.short_of));
       }
-      room = FindRoomLocked(upload.name_, mine, /*for_commit=*/true);
+      room = FindRoomLocked(name, mine, /*for_commit=*/true, evict);
     }
     for (const std::string& v : room.victims) {
       auto e = entries_.find(v);
       spdlog::warn("dataset '{}' evicted ({} bytes on {}, the least recently queried) to make room for the "
                    "upload of '{}' under --max_dataset_bytes={}",
-                   v, e->second.dataset->info_.bytes, e->second.dataset->info_.place, upload.name_,
+                   v, e->second.dataset->info_.bytes, e->second.dataset->info_.place, name,
                    options_.max_bytes_per_place);
       if (metrics_ != nullptr) metrics_->DatasetEvicted();
       removed.push_back(e->second.dataset);
@@ -370,26 +450,28 @@ absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
     auto* d = new Dataset();
     d->shards_ = std::move(upload.shards_);
     d->charge_ = std::move(upload.charge_);
-    d->info_.name = upload.name_;
+    d->file_ = upload.writer_ != nullptr ? upload.writer_->file() : upload.restored_from_;
+    d->info_.name = name;
     d->info_.dtype = upload.spec_.dtype;
     d->info_.length = upload.spec_.length;
+    d->info_.row_length = upload.request_.row_length;
     d->info_.bytes = upload.bytes_;
     std::vector<std::string> labels;
     for (const DatasetShard& sh : d->shards_) labels.push_back(places_[static_cast<std::size_t>(sh.place)].where.label);
     d->info_.place = absl::StrJoin(labels, ",");
     d->info_.shards = static_cast<std::uint32_t>(d->shards_.size());
-    d->info_.created = std::chrono::system_clock::now();
-    if (upload.ttl_) d->info_.expires = d->info_.created + *upload.ttl_;
+    d->info_.created = upload.created_;
+    d->info_.expires = upload.expires_;
     dataset = std::shared_ptr<Dataset>(d, [rec = reclaimer_](Dataset* p) { rec->Push(p); });
     d->info_.version = next_version_++;
-    uploading_.erase(upload.name_);
-    auto it = entries_.find(upload.name_);
+    uploading_.erase(name);
+    auto it = entries_.find(name);
     if (it != entries_.end()) {
       removed.push_back(it->second.dataset);
       RemoveLocked(it);
     }
-    lru_.push_front(upload.name_);
-    entries_.emplace(upload.name_, Entry{dataset, lru_.begin()});
+    lru_.push_front(name);
+    entries_.emplace(name, Entry{dataset, lru_.begin()});
     for (std::size_t p = 0; p < places_.size(); ++p) {
       places_[p].uploading -= mine[p];
       places_[p].published += mine[p];
@@ -397,7 +479,7 @@ absl::StatusOr<std::shared_ptr<Dataset>> DatasetStore::Publish(Upload& upload) {
     for (const int p : PlacesOf(*d)) ++places_[static_cast<std::size_t>(p)].datasets;
     ReportLocked();
   }
-  if (metrics_ != nullptr) metrics_->DatasetUploaded();
+  if (metrics_ != nullptr && upload.restored_from_.empty()) metrics_->DatasetUploaded();
   return dataset;
 }
 
@@ -407,9 +489,26 @@ void DatasetStore::RemoveLocked(std::map<std::string, Entry>::iterator it) {
   // Its bytes stay charged until its last reader lets go of them.
   const std::vector<std::uint64_t> charges = ChargesOf(d.shards_, d.info_.dtype);
   for (std::size_t p = 0; p < places_.size(); ++p) places_[p].published -= charges[p];
+  if (!d.file_.empty()) doomed_files_.push_back(d.file_);
   lru_.erase(it->second.lru);
   entries_.erase(it);
   ReportLocked();
+}
+
+void DatasetStore::RemoveDoomedFiles(bool wait) {
+  if (directory_ == nullptr) return;
+  std::unique_lock files(files_mu_, std::defer_lock);
+  if (wait) {
+    files.lock();
+  } else if (!files.try_lock()) {
+    return;
+  }
+  std::vector<std::string> doomed;
+  {
+    std::lock_guard lock(mu_);
+    doomed.swap(doomed_files_);
+  }
+  directory_->Remove(doomed);
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> DatasetStore::Acquire(const std::string& name) {
@@ -445,11 +544,16 @@ absl::StatusOr<DatasetInfo> DatasetStore::Describe(const std::string& name) {
 }
 
 std::vector<DatasetInfo> DatasetStore::List() {
+  return ListPage("", std::numeric_limits<std::size_t>::max(), nullptr);
+}
+
+std::vector<DatasetInfo> DatasetStore::ListPage(const std::string& after, std::size_t limit, bool* more) {
   ExpireNow();
   std::lock_guard lock(mu_);
   std::vector<DatasetInfo> out;
-  out.reserve(entries_.size());
-  for (const auto& [name, e] : entries_) out.push_back(e.dataset->info_);
+  auto it = after.empty() ? entries_.begin() : entries_.upper_bound(after);
+  for (; it != entries_.end() && out.size() < limit; ++it) out.push_back(it->second.dataset->info_);
+  if (more != nullptr) *more = it != entries_.end();
   return out;
 }
 
@@ -463,6 +567,8 @@ absl::StatusOr<DatasetInfo> DatasetStore::Delete(const std::string& name) {
     gone = it->second.dataset;
     RemoveLocked(it);
   }
+  // Its file is gone before the delete answers.
+  RemoveDoomedFiles();
   if (metrics_ != nullptr) metrics_->DatasetDeleted();
   return gone->info_;
 }
@@ -528,6 +634,9 @@ void DatasetStore::Sweep() {
       }
     }
     ExpireNow();
+    // Expired datasets' files; a file's expiry is in its header, so one a
+    // crash leaves is dropped at the next start anyway.
+    RemoveDoomedFiles(/*wait=*/false);
     lock.lock();
   }
 }

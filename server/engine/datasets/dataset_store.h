@@ -27,6 +27,14 @@
 //   warning with its name and the upload it made room for); an upload that
 //   fails, is cancelled or is refused evicts nothing.
 //
+// Durability (a store given a DatasetDirectory, --dataset_dir): each upload
+// is also written to a file of its own (dataset_file.h) as its bytes
+// arrive, and is made durable before its commit answers; a version that is
+// unpublished (delete, replace, eviction, expiry) loses its file. Upload::
+// Commit says what a crash at each step leaves in the directory. A restart
+// loads the files again (BeginRestore). No disk I/O happens under the
+// store's lock, and queries never wait for the disk.
+//
 // Shards: a dataset of at least two shards' minimum size is cut into
 // contiguous element ranges of nearly equal length, dealt round-robin over
 // the places from the one with the most room, each in its own resident
@@ -51,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "server/core/request.h"
 #include "server/engine/backend.h"
+#include "server/engine/datasets/dataset_directory.h"
 
 namespace tally {
 
@@ -84,6 +93,7 @@ struct DatasetInfo {
   std::string name;
   DType dtype = DType::kFloat32;
   std::uint64_t length = 0;  // elements
+  std::uint64_t row_length = 0;  // as uploaded: the default row length of its queries; 0: flat
   std::uint64_t bytes = 0;
   std::string place;         // "cuda:0", "host"; sharded: each shard's, in element order, comma-separated
   std::uint32_t shards = 1;
@@ -114,6 +124,7 @@ class Dataset {
  private:
   friend class DatasetStore;
   DatasetInfo info_;
+  std::string file_;              // its file in the store's directory; empty without one
   std::shared_ptr<void> charge_;  // goes after the memory (members go in reverse order)
   std::vector<DatasetShard> shards_;
 };
@@ -127,35 +138,56 @@ class DatasetStore {
   // this, empty datasets were free and any number fit under any budget.
   static constexpr std::uint64_t kOverheadBytes = 4096;
 
+  // What an upload declares.
+  struct UploadRequest {
+    std::string name;
+    DType dtype = DType::kFloat32;
+    std::uint64_t length = 0;
+    std::uint64_t row_length = 0;  // 0: flat; otherwise it divides length
+    bool replace = false;
+    // The dataset expires that long after its upload is committed.
+    std::optional<std::chrono::milliseconds> ttl;
+    // Who uploads it, kept in its file so that a restart charges the same
+    // identity; the store itself never looks at it.
+    std::string owner;
+  };
+
   // An upload in progress. Destroying it without Commit() discards it.
   class Upload {
    public:
     ~Upload();
     Upload(const Upload&) = delete;
     Upload& operator=(const Upload&) = delete;
-    // The next bytes of the array, in order.
+    // The next bytes of the array, in order. With a directory, host bytes
+    // only (they are written to the dataset's file too).
     [[nodiscard]] absl::Status Append(const Extent& piece);
     // Seals the bytes and publishes the dataset under its name (replacing
-    // the old version when the upload asked to).
+    // the old version when the upload asked to); with a directory, once its
+    // file is on disk.
     [[nodiscard]] absl::StatusOr<DatasetInfo> Commit();
 
    private:
     friend class DatasetStore;
     Upload() = default;
     DatasetStore* store_ = nullptr;
-    std::string name_;
-    bool replace_ = false;
-    std::optional<std::chrono::milliseconds> ttl_;
+    UploadRequest request_;
     ArraySpec spec_;
     std::uint64_t bytes_ = 0;
     std::shared_ptr<void> charge_;
     std::vector<DatasetShard> shards_;
     std::uint64_t appended_ = 0;  // bytes so far
     bool done_ = false;
+    // Set by Commit (a restore: as its file says).
+    std::chrono::system_clock::time_point created_;
+    std::optional<std::chrono::system_clock::time_point> expires_;
+    // Its file, being written; or, for a restore, the file it is read from.
+    std::unique_ptr<DatasetFileWriter> writer_;
+    std::string restored_from_;
   };
 
-  // `backend` and `metrics` (may be null) outlive the store.
-  DatasetStore(Backend& backend, DatasetOptions options, Metrics* metrics);
+  // `backend`, `metrics` (may be null) and `directory` (may be null: the
+  // datasets live as long as the process) outlive the store.
+  DatasetStore(Backend& backend, DatasetOptions options, Metrics* metrics, DatasetDirectory* directory = nullptr);
   ~DatasetStore();
   DatasetStore(const DatasetStore&) = delete;
   DatasetStore& operator=(const DatasetStore&) = delete;
@@ -168,15 +200,31 @@ class DatasetStore {
   // `charge`, when given, is kept exactly as long as the bytes: released when
   // the upload is abandoned or the dataset's memory is freed. The store never
   // looks inside (the front end charges a caller's quota with it).
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const UploadRequest& request,
+                                                                    std::shared_ptr<void> charge = nullptr);
+  // A flat dataset with no owner.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(
       const std::string& name, DType dtype, std::uint64_t length, bool replace,
-      std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge = nullptr);
+      std::optional<std::chrono::milliseconds> ttl, std::shared_ptr<void> charge = nullptr) {
+    return BeginUpload(UploadRequest{name, dtype, length, 0, replace, ttl, ""}, std::move(charge));
+  }
+  // At start, the dataset that `file` of the store's directory holds (its
+  // header is `header`): under the same limits as an upload, but never
+  // replacing or evicting anything. The caller appends the file's bytes and
+  // commits; the file is not written again.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> BeginRestore(const DatasetFileHeader& header,
+                                                                     const std::string& file,
+                                                                     std::shared_ptr<void> charge = nullptr);
+  bool durable() const { return directory_ != nullptr; }
 
   // The current version, for a query (NOT_FOUND when there is none). Counts
   // the query and makes the dataset the most recently used.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const Dataset>> Acquire(const std::string& name);
   [[nodiscard]] absl::StatusOr<DatasetInfo> Describe(const std::string& name);
   std::vector<DatasetInfo> List();
+  // At most `limit` datasets whose names sort after `after` ("": from the
+  // first), by name; `*more` says whether others follow.
+  std::vector<DatasetInfo> ListPage(const std::string& after, std::size_t limit, bool* more);
   // Unpublishes the name; queries reading it finish on it.
   [[nodiscard]] absl::StatusOr<DatasetInfo> Delete(const std::string& name);
 
@@ -218,8 +266,15 @@ class DatasetStore {
   // deleters, which may run after the store is gone.
   struct Reclaimer;
 
-  // Unpublishes `it` (caller holds mu_); its memory goes with its last reader.
+  // Unpublishes `it` (caller holds mu_); its memory goes with its last
+  // reader, its file with RemoveDoomedFiles.
   void RemoveLocked(std::map<std::string, Entry>::iterator it);
+  // Removes the files of the versions unpublished so far (none without a
+  // directory). `wait` false: not if another thread is at it (the store's
+  // thread, which tries again later).
+  void RemoveDoomedFiles(bool wait = true);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Upload>> Begin(const UploadRequest& request,
+                                                              std::shared_ptr<void> charge, bool restoring);
   // How a dataset of `length` elements of `size` bytes is cut (first and
   // length of each shard; places not yet dealt).
   std::vector<DatasetShard> CutShards(std::uint64_t length, std::uint64_t size) const;
@@ -236,7 +291,10 @@ class DatasetStore {
   // `for_commit`: room in resident bytes for a commit (the evictable
   // datasets are named); otherwise whether an upload may start (every
   // charge counts, and evictable bytes are only counted).
-  Room FindRoomLocked(const std::string& name, const std::vector<std::uint64_t>& adding, bool for_commit) const;
+  // `evict`: the place's other datasets may be evicted (--dataset_evict_lru,
+  // and not for a restore).
+  Room FindRoomLocked(const std::string& name, const std::vector<std::uint64_t>& adding, bool for_commit,
+                      bool evict) const;
   std::string RefusalLocked(const std::string& name, const std::vector<std::uint64_t>& adding,
                             std::size_t place) const;
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Dataset>> Publish(Upload& upload);
@@ -246,6 +304,11 @@ class DatasetStore {
   Backend& backend_;
   const DatasetOptions options_;
   Metrics* const metrics_;
+  DatasetDirectory* const directory_;
+  // Taken before mu_ by whoever removes files, so that the files of versions
+  // unpublished before a delete answers are gone when it does; never by a
+  // query.
+  std::mutex files_mu_;
 
   std::mutex mu_;
   std::condition_variable freed_;  // a place's charge went down
@@ -254,6 +317,7 @@ class DatasetStore {
   std::map<std::string, bool> uploading_;
   std::list<std::string> lru_;  // front: most recently used
   std::uint64_t next_version_ = 1;
+  std::vector<std::string> doomed_files_;  // of unpublished versions, still in the directory
 
   std::shared_ptr<Reclaimer> reclaimer_;
   std::thread sweeper_;

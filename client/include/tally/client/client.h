@@ -87,8 +87,9 @@ class Client {
       const CallOptions& options = {});
 
   // Uploads `array` as the resident dataset `name` with PutDataset, never
-  // copying its bytes (as Aggregate's stream). The dataset is flat:
-  // array.row_length is not sent, since rows are chosen by each query. The
+  // copying its bytes (as Aggregate's stream). array.row_length, when not
+  // 0, is the dataset's shape: its queries are cut into those rows unless
+  // they give a row length of their own. The
   // server's status is returned with its code and message kept: e.g.
   // ALREADY_EXISTS without `replace`, RESOURCE_EXHAUSTED when the server's
   // --max_dataset_bytes leaves no room.
@@ -97,21 +98,29 @@ class Client {
                                                                   const PutOptions& options = {});
 
   // Aggregates the dataset `name`, or elements `range` of it, cut into rows
-  // of `row_length` elements (0: one result per aggregation) or into the
+  // of `row_length` elements (0: one result per aggregation; std::nullopt:
+  // the rows the dataset was uploaded with, if any) or into the
   // segments of `offsets` (counted from the range's start), skipping the
   // elements `validity` marks missing (bit 0 is the range's first). Results are
   // those Aggregate gives on the same elements (tally.proto says to what
   // precision); arg* indices count from the range's start. NOT_FOUND for an
   // unknown name.
   [[nodiscard]] absl::StatusOr<v1::AggregateResponse> AggregateDataset(
-      absl::string_view name, std::optional<ElementRange> range, std::uint64_t row_length,
+      absl::string_view name, std::optional<ElementRange> range, std::optional<std::uint64_t> row_length,
       const std::vector<v1::Aggregation>& aggregations,
       absl::Duration timeout = absl::InfiniteDuration(), std::span<const std::int64_t> offsets = {},
       std::span<const std::uint8_t> validity = {});
 
-  // Every dataset, by name, and what each place (GPU or host) holds.
+  // Every dataset, by name, and what each place (GPU or host) holds: the
+  // server's pages, followed to the last, in one answer (`timeout` for
+  // each page).
   [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasets(
       absl::Duration timeout = absl::InfiniteDuration());
+  // One page: up to `page_size` datasets (0: the server's most, 1000) after
+  // `page_token` ("" for the first page; then the last answer's
+  // next_page_token, empty once the last page came).
+  [[nodiscard]] absl::StatusOr<v1::ListDatasetsResponse> ListDatasetsPage(
+      std::uint32_t page_size, absl::string_view page_token, absl::Duration timeout = absl::InfiniteDuration());
   // NOT_FOUND for an unknown name.
   [[nodiscard]] absl::StatusOr<v1::DatasetInfo> DescribeDataset(
       absl::string_view name, absl::Duration timeout = absl::InfiniteDuration());
