@@ -91,10 +91,14 @@ std::uint64_t AdmissionController::in_flight() const {
 
 void AdmissionController::Release(std::uint64_t bytes) {
   {
+    // The gauge moves under the lock, as in Take: outside it, a request
+    // admitted into the room just freed could be added to the gauge before
+    // this release was taken off it, and tally_in_flight_bytes showed more
+    // than --max_inflight_bytes for a moment.
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ -= bytes;
+    if (metrics_ != nullptr) metrics_->InFlightBytes(-static_cast<std::int64_t>(bytes));
   }
-  if (metrics_ != nullptr) metrics_->InFlightBytes(-static_cast<std::int64_t>(bytes));
   freed_.notify_all();
 }
 
