@@ -31,7 +31,7 @@ import time
 import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from tally_test_server import TallyServer, load_messages  # noqa: E402
+from tally_test_server import TallyServer, load_messages, rss_bytes  # noqa: E402
 
 GRACE_SECONDS = 2
 
@@ -187,14 +187,6 @@ def fd_exhaustion(binary, pb):
     if failures:
         print(output[-3000:])
     return failures
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def many_datasets(binary, pb):

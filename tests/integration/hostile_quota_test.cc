@@ -5,6 +5,7 @@
 // small requests that ask for large results are held to the budget by
 // their results, streamed or not.
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,38 @@ class HostileQuotaTest : public HostileClientTest {
   // message containing `reason`.
   int Flood(int threads, std::chrono::milliseconds run, const std::string& reason,
             const v1::AggregateRequest& r = Large()) {
+    return FloodWith(threads, run, reason, "", [&](v1::Aggregator::Stub& stub) {
+      v1::AggregateResponse resp;
+      grpc::ClientContext ctx;
+      return stub.Aggregate(&ctx, r, &resp);
+    });
+  }
+
+  // As Flood, with `r` sent on AggregateStream: its header, then its data
+  // in one chunk.
+  int FloodStreams(int threads, std::chrono::milliseconds run, const std::string& reason,
+                   const v1::AggregateRequest& r) {
+    v1::AggregateStreamRequest header;
+    *header.mutable_header()->mutable_spec() = r.spec();
+    header.mutable_header()->mutable_spec()->set_length(r.data().size());
+    *header.mutable_header()->mutable_aggregations() = r.aggregations();
+    v1::AggregateStreamRequest chunk;
+    chunk.set_chunk(r.data());
+    return FloodWith(threads, run, reason, "streams ", [&](v1::Aggregator::Stub& stub) {
+      v1::AggregateResponse resp;
+      grpc::ClientContext ctx;
+      auto writer = stub.AggregateStream(&ctx, &resp);
+      if (writer->Write(header)) writer->Write(chunk);
+      writer->WritesDone();
+      return writer->Finish();
+    });
+  }
+
+  // `threads` clients, each on a connection of its own, making `call` until
+  // `run` has passed; returns how many were refused RESOURCE_EXHAUSTED with
+  // a message containing `reason` (any other failure fails the test).
+  int FloodWith(int threads, std::chrono::milliseconds run, const std::string& reason, const char* what,
+                const std::function<grpc::Status(v1::Aggregator::Stub&)>& call) {
     std::atomic<int> refused{0}, served{0};
     std::vector<std::thread> pool;
     const auto end = std::chrono::steady_clock::now() + run;
@@ -40,9 +73,7 @@ class HostileQuotaTest : public HostileClientTest {
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
         auto stub = v1::Aggregator::NewStub(grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args));
         while (std::chrono::steady_clock::now() < end) {
-          v1::AggregateResponse resp;
-          grpc::ClientContext ctx;
-          const grpc::Status s = stub->Aggregate(&ctx, r, &resp);
+          const grpc::Status s = call(*stub);
           if (s.ok()) {
             ++served;
           } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
@@ -55,49 +86,7 @@ class HostileQuotaTest : public HostileClientTest {
       });
     }
     for (std::thread& t : pool) t.join();
-    std::printf("%d served, %d refused (%s)\n", served.load(), refused.load(), reason.c_str());
-    return refused.load();
-  }
-
-  // As Flood, with `r` sent on AggregateStream: its header, then its data
-  // in one chunk.
-  int FloodStreams(int threads, std::chrono::milliseconds run, const std::string& reason,
-                   const v1::AggregateRequest& r) {
-    std::atomic<int> refused{0}, served{0};
-    std::vector<std::thread> pool;
-    const auto end = std::chrono::steady_clock::now() + run;
-    v1::AggregateStreamRequest header;
-    *header.mutable_header()->mutable_spec() = r.spec();
-    header.mutable_header()->mutable_spec()->set_length(r.data().size());
-    *header.mutable_header()->mutable_aggregations() = r.aggregations();
-    v1::AggregateStreamRequest chunk;
-    chunk.set_chunk(r.data());
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        grpc::ChannelArguments args;
-        args.SetMaxReceiveMessageSize(-1);
-        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-        auto stub = v1::Aggregator::NewStub(grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args));
-        while (std::chrono::steady_clock::now() < end) {
-          v1::AggregateResponse resp;
-          grpc::ClientContext ctx;
-          auto writer = stub->AggregateStream(&ctx, &resp);
-          if (writer->Write(header)) writer->Write(chunk);
-          writer->WritesDone();
-          const grpc::Status s = writer->Finish();
-          if (s.ok()) {
-            ++served;
-          } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
-                     s.error_message().find(reason) != std::string::npos) {
-            ++refused;
-          } else {
-            ADD_FAILURE() << s.error_message();
-          }
-        }
-      });
-    }
-    for (std::thread& t : pool) t.join();
-    std::printf("%d streams served, %d refused (%s)\n", served.load(), refused.load(), reason.c_str());
+    std::printf("%d %sserved, %d refused (%s)\n", served.load(), what, refused.load(), reason.c_str());
     return refused.load();
   }
 

@@ -21,17 +21,9 @@ import time
 import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from tally_test_server import TallyServer, load_messages  # noqa: E402
+from tally_test_server import TallyServer, load_messages, rss_bytes  # noqa: E402
 
 MiB = 1 << 20
-
-
-def rss_bytes(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def transport_limit(max_message_bytes):

@@ -7,15 +7,13 @@ usage: numpy_functions_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH)
 """
 import os
-import sys
-import unittest
 import warnings
 
 import numpy as np
 
 import tally
 from tally.v1 import tally_pb2
-from tally_test_server import ClientTestCase
+from tally_test_server import ClientTestCase, client_test_main
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -206,9 +204,4 @@ class Histogram(Base):
 
 
 if __name__ == "__main__":
-    SERVER_BINARY = sys.argv[1]
-    for arg in sys.argv[2:]:
-        if arg.startswith("--backend="):
-            BACKEND = arg.split("=", 1)[1]
-    print(f"TALLY_TEST_SEED={SEED}", flush=True)
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    client_test_main(globals())

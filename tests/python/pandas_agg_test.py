@@ -8,8 +8,6 @@ usage: pandas_agg_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH)
 """
 import os
-import sys
-import unittest
 import warnings
 
 import numpy as np
@@ -17,7 +15,7 @@ import pandas as pd
 
 import tally
 from tally.v1 import tally_pb2
-from tally_test_server import ClientTestCase
+from tally_test_server import ClientTestCase, client_test_main
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -190,9 +188,4 @@ class ReadmeExample(Base):
 
 
 if __name__ == "__main__":
-    SERVER_BINARY = sys.argv[1]
-    for arg in sys.argv[2:]:
-        if arg.startswith("--backend="):
-            BACKEND = arg.split("=", 1)[1]
-    print(f"TALLY_TEST_SEED={SEED}", flush=True)
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    client_test_main(globals())

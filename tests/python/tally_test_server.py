@@ -118,6 +118,27 @@ class TallyServer:
         return out or ""
 
 
+def rss_bytes(pid):
+    """The process's resident memory in bytes (VmRSS of /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def client_test_main(module_globals):
+    """A ClientTestCase module's entry point: TALLY_SERVER_BINARY
+    [--backend=B] from the command line into the module's SERVER_BINARY and
+    BACKEND, its seed printed, then its tests."""
+    module_globals["SERVER_BINARY"] = sys.argv[1]
+    for arg in sys.argv[2:]:
+        if arg.startswith("--backend="):
+            module_globals["BACKEND"] = arg.split("=", 1)[1]
+    print(f"TALLY_TEST_SEED={module_globals['SEED']}", flush=True)
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
+
+
 class ClientTestCase(unittest.TestCase):
     """A tally-server for the test class, a tally.Client on it (`client`, at
     `target`) and a seeded generator per test (`rng`). The test module names
