@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace tally::rules {
 
@@ -41,8 +42,21 @@ enum class OpKind : std::uint8_t {
   // and kMax (one fused pass) and pairs their answers (FinishPlan and
   // ResultToProto in server/frontend/convert.cc).
   kMinMax,
+  // Functions whose state the registry's own code keeps (rules/agg/state.h):
+  // exact quantiles, the k largest and smallest, and mergeable sketches.
+  // No kernel mask names them (OpMask holds the kinds before kNanSum and
+  // the NaN-skipping ones).
+  kQuantile,
+  kNanQuantile,
+  kMedian,
+  kNanMedian,
+  kTopK,
+  kBottomK,
+  kHll,
+  kDdSketch,
+  kCountDistinct,
 };
-inline constexpr int kNumOpKinds = 26;
+inline constexpr int kNumOpKinds = 35;
 // The ops before kNanSum: the v1 ops, the ones with partial states. The GPU
 // kernels compute them and the NaN-skipping ones (RunsOnKernels); the CUDA
 // backend hands plans with any other op to the CPU backend.
@@ -76,6 +90,15 @@ constexpr const char* Name(OpKind k) {
     case OpKind::kAll: return "all";
     case OpKind::kPtp: return "ptp";
     case OpKind::kMinMax: return "minmax";
+    case OpKind::kQuantile: return "quantile";
+    case OpKind::kNanQuantile: return "nanquantile";
+    case OpKind::kMedian: return "median";
+    case OpKind::kNanMedian: return "nanmedian";
+    case OpKind::kTopK: return "topk";
+    case OpKind::kBottomK: return "bottomk";
+    case OpKind::kHll: return "hll";
+    case OpKind::kDdSketch: return "ddsketch";
+    case OpKind::kCountDistinct: return "count_distinct";
   }
   return "unknown";
 }
@@ -143,10 +166,44 @@ struct HistogramSpec {
   double hi = 0.0;
 };
 
+// numpy.quantile's methods, in the order tally.proto numbers them
+// (QuantileMethod - 1): the nine of Hyndman and Fan, then numpy's four
+// discontinuous ones of old.
+enum class QuantileMethod : std::uint8_t {
+  kLinear,  // numpy's default (Hyndman-Fan 7)
+  kInvertedCdf,
+  kAveragedInvertedCdf,
+  kClosestObservation,
+  kInterpolatedInvertedCdf,
+  kHazen,
+  kWeibull,
+  kMedianUnbiased,
+  kNormalUnbiased,
+  kLower,
+  kHigher,
+  kMidpoint,
+  kNearest,
+};
+inline constexpr int kNumQuantileMethods = 13;
+
+inline constexpr std::uint32_t kMaxQuantiles = 1024;   // q values per aggregation
+inline constexpr std::uint32_t kMaxTopK = 65536;       // topk and bottomk's k
+inline constexpr std::uint32_t kMinHllPrecision = 4;   // 2^p registers
+inline constexpr std::uint32_t kMaxHllPrecision = 18;
+inline constexpr double kMinDdSketchAccuracy = 1e-3;   // relative accuracy
+inline constexpr double kMaxDdSketchAccuracy = 0.5;
+
 struct OpSpec {
   OpKind kind = OpKind::kSum;
   double ddof = 0.0;          // kVariance, kStddev, kNanVariance, kNanStddev
   HistogramSpec histogram{};  // kHistogram
+  // kQuantile, kNanQuantile, kDdSketch: the probabilities, in [0, 1], in
+  // the order the answers take; kMedian and kNanMedian have none.
+  std::vector<double> q{};
+  QuantileMethod method = QuantileMethod::kLinear;  // kQuantile, kNanQuantile
+  std::uint32_t k = 0;                              // kTopK, kBottomK
+  std::uint32_t precision = 0;                      // kHll: 2^precision registers
+  double relative_accuracy = 0.0;                   // kDdSketch
   // Answer with the op's partial state (tally/rules/partial.h) instead of
   // its value; argmin/argmax indices in it are offset by base_index.
   bool partial = false;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <charconv>
+#include <limits>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -46,33 +47,56 @@ constexpr ResultKind KindOf(ResultRule rule, DType dtype) {
 }
 
 // One parameter, as every surface spells it.
-enum class ParamId : std::uint8_t { kDdof, kBins, kLo, kHi };
+enum class ParamId : std::uint8_t { kDdof, kBins, kLo, kHi, kQ, kMethod, kK, kPrecision, kAccuracy };
+
+// numpy.quantile's method names, in QuantileMethod's order.
+inline constexpr std::string_view kQuantileMethodNames[] = {
+    "linear",      "inverted_cdf",    "averaged_inverted_cdf", "closest_observation", "interpolated_inverted_cdf",
+    "hazen",       "weibull",         "median_unbiased",       "normal_unbiased",     "lower",
+    "higher",      "midpoint",        "nearest"};
+static_assert(std::size(kQuantileMethodNames) == kNumQuantileMethods);
+
 struct Param {
   ParamId id;
   std::string_view field;  // tally.proto's field, in errors: "histogram.bins"
   std::string_view label;  // in an aggregation's label: "bins" (histogram(bins=8, ...))
   std::string_view text;   // in the command line's syntax: "BINS"
   bool integer = false;    // a whole number (written as one on the command line)
-  bool optional = false;   // may be left out: then 0
+  bool optional = false;   // may be left out: then 0 (a list: empty)
+  bool list = false;       // several numbers (q): Get gives none, OpSpec::q holds them
+  // A choice of names (a quantile method): the value is the name's index.
+  std::span<const std::string_view> choices = {};
 };
 
+// A scalar parameter's value (a choice's index); NaN for a list.
 constexpr double Get(const OpSpec& op, ParamId id) {
   switch (id) {
     case ParamId::kDdof: return op.ddof;
     case ParamId::kBins: return op.histogram.bins;
     case ParamId::kLo: return op.histogram.lo;
     case ParamId::kHi: return op.histogram.hi;
+    case ParamId::kQ: return std::numeric_limits<double>::quiet_NaN();
+    case ParamId::kMethod: return static_cast<double>(op.method);
+    case ParamId::kK: return op.k;
+    case ParamId::kPrecision: return op.precision;
+    case ParamId::kAccuracy: return op.relative_accuracy;
   }
   return 0.0;
 }
 // `value` must already be a valid value of the field's type (a bin count
-// fits std::uint32_t); ranges are CheckParams' business.
+// fits std::uint32_t, a choice is an index of it); ranges are CheckParams'
+// business. A list's value is appended.
 constexpr void Set(OpSpec& op, ParamId id, double value) {
   switch (id) {
     case ParamId::kDdof: op.ddof = value; break;
     case ParamId::kBins: op.histogram.bins = static_cast<std::uint32_t>(value); break;
     case ParamId::kLo: op.histogram.lo = value; break;
     case ParamId::kHi: op.histogram.hi = value; break;
+    case ParamId::kQ: op.q.push_back(value); break;
+    case ParamId::kMethod: op.method = static_cast<QuantileMethod>(value); break;
+    case ParamId::kK: op.k = static_cast<std::uint32_t>(value); break;
+    case ParamId::kPrecision: op.precision = static_cast<std::uint32_t>(value); break;
+    case ParamId::kAccuracy: op.relative_accuracy = value; break;
   }
 }
 
@@ -94,6 +118,8 @@ struct ParamSet {
 };
 inline constexpr ParamSet kNoParams{{}, [](const OpSpec&) -> std::optional<std::string> { return std::nullopt; }};
 
+class StateFunction;  // state.h
+
 // An aggregate function. A NaN-skipping function is its plain function
 // with skips_nan set (NanForm): same parameters, result and state.
 struct Function {
@@ -113,9 +139,15 @@ struct Function {
   bool on_kernels = false;       // the GPU kernels compute it (else the cuda backend hands it to the CPU)
   bool refuses_empty = false;    // no value on an empty input (numpy raises)
   bool refuses_all_nan = false;  // no value on a row of only NaN (numpy.nanargmin raises)
-  int values_per_row = 1;        // minmax answers two: min, then max
+  int values_per_row = 1;        // minmax answers two: min, then max (see ValuesPerRow)
   // Why a bool array is refused, or empty when bool is accepted.
   std::string_view refuses_bool = {};
+  // Its state and steps, when the registry's own code keeps them (state.h):
+  // the engine runs these functions through them, not the fused passes.
+  const StateFunction* state = nullptr;
+  bool holistic = false;         // the state is the elements themselves (bounded by the server's budget)
+  bool per_q = false;            // answers one value per q (quantile, ddsketch; median: one)
+  bool up_to_k = false;          // answers up to k values and their indices per row (topk, bottomk)
 };
 
 // The NaN-skipping twin of `plain`: numpy's nan-function of it.

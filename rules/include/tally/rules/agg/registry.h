@@ -15,13 +15,17 @@
 #include "tally/rules/agg/histogram.h"
 #include "tally/rules/agg/moments.h"
 #include "tally/rules/agg/product.h"
+#include "tally/rules/agg/quantiles.h"
+#include "tally/rules/agg/sketches.h"
 #include "tally/rules/agg/sums.h"
+#include "tally/rules/agg/topk.h"
 
 namespace tally::rules::agg {
 
 namespace registry_detail {
 
-inline constexpr std::span<const Function> kFamilies[] = {kSums, kMoments, kExtremes, kArgs, kHistograms, kProducts};
+inline constexpr std::span<const Function> kFamilies[] = {kSums,       kMoments,  kExtremes, kArgs,    kHistograms,
+                                                           kProducts,   kQuantiles, kTopKs,   kSketches};
 
 // Every function, at its OpKind's place.
 constexpr std::array<Function, kNumOpKinds> ByKind() {
@@ -90,9 +94,19 @@ inline std::optional<std::string> CheckParams(const OpSpec& op) { return Of(op.k
 // (those the function takes; the others are ignored, as on the wire).
 constexpr bool SameParams(const OpSpec& a, const OpSpec& b) {
   for (const Param& p : Of(a.kind).params->params) {
-    if (Get(a, p.id) != Get(b, p.id)) return false;
+    if (p.list ? a.q != b.q : Get(a, p.id) != Get(b, p.id)) return false;
   }
   return true;
+}
+
+// The values `op` answers per row: its q's (one for the median, or a
+// ddsketch without q), up to k for topk and bottomk, two for minmax, else
+// one. A histogram's counts are one value here.
+inline std::uint64_t ValuesPerRow(const OpSpec& op) {
+  const Function& f = Of(op.kind);
+  if (f.per_q) return op.q.empty() ? 1 : op.q.size();
+  if (f.up_to_k) return op.k;
+  return static_cast<std::uint64_t>(f.values_per_row);
 }
 
 // Each OpKind declared exactly once, at its place, and each one's facts

@@ -1,0 +1,299 @@
+// The state of quantile, nanquantile, median and nanmedian: the row's
+// elements themselves (holistic), NaN elements counted apart. Finalize
+// selects the order statistics the answers need (a multi-select, as numpy's
+// partition does) and computes each answer as numpy 1.24 does:
+//   - quantile's virtual index per method (_QuantileMethods), the methods
+//     that pick an element take it, the others interpolate by numpy's _lerp
+//     (the difference of the two neighbours in the dtype's arithmetic, as
+//     numpy subtracts them, then the rest in float64);
+//   - median is the middle element, or the mean of the middle two in
+//     numpy.mean's arithmetic for the dtype (float32 for float32 and the
+//     16-bit floats, rounded back to those; float64 otherwise);
+//   - a NaN in the row makes every answer NaN (quantile, median); the
+//     NaN-skipping forms leave NaN out and answer NaN for a row without
+//     other elements. quantile of an empty row has no value (numpy raises).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tally/rules/agg/state.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/half.h"
+#include "tally/rules/op.h"
+
+namespace tally::rules::agg {
+
+namespace quantile_detail {
+
+// How an element is kept: the 16-bit floats as float (exact), the rest as
+// they are.
+template <typename T>
+using Stored = std::conditional_t<std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>, float, T>;
+
+// The order statistics at `ranks` (sorted, distinct, each < v.size()) put
+// in place, as std::nth_element would put each: divide and conquer on the
+// middle rank, so r ranks cost about n log r comparisons.
+template <typename S>
+void SelectRanks(std::vector<S>& v, std::span<const std::uint64_t> ranks, std::uint64_t lo, std::uint64_t hi) {
+  if (ranks.empty() || lo >= hi) return;
+  const std::size_t mid = ranks.size() / 2;
+  const std::uint64_t r = ranks[mid];
+  std::nth_element(v.begin() + static_cast<std::ptrdiff_t>(lo), v.begin() + static_cast<std::ptrdiff_t>(r),
+                   v.begin() + static_cast<std::ptrdiff_t>(hi));
+  SelectRanks(v, ranks.first(mid), lo, r);
+  SelectRanks(v, ranks.subspan(mid + 1), r + 1, hi);
+}
+
+// numpy's virtual index of q among n sorted elements: an integer index
+// for the methods that pick an element (is_index), else a float64 one.
+struct Virtual {
+  bool is_index = false;
+  std::int64_t index = 0;
+  double value = 0.0;
+};
+
+inline double RoundHalfToEven(double x) { return std::nearbyint(x); }  // the default rounding mode: numpy.around
+
+inline Virtual VirtualIndex(QuantileMethod m, std::uint64_t count, double q) {
+  const double n = static_cast<double>(count);
+  const auto at = [](double alpha, double beta, double n, double q) {
+    return n * q + (alpha + q * (1 - alpha - beta)) - 1;
+  };
+  // numpy's _discret_interpolation_to_boundaries: floor, or floor + 1
+  // unless `take_previous`, then clipped at 0.
+  const auto boundary = [](double index, auto take_previous) {
+    const double previous = std::floor(index);
+    const double gamma = index - previous;
+    double res = take_previous(gamma, index) ? previous : previous + 1;
+    auto i = static_cast<std::int64_t>(res);
+    if (i < 0) i = 0;
+    return Virtual{.is_index = true, .index = i};
+  };
+  switch (m) {
+    case QuantileMethod::kInvertedCdf:
+      return boundary(n * q - 1, [](double gamma, double) { return gamma == 0; });
+    case QuantileMethod::kClosestObservation:
+      return boundary(n * q - 1 - 0.5, [](double gamma, double index) {
+        return gamma == 0 && std::fmod(std::floor(index), 2.0) == 0;
+      });
+    case QuantileMethod::kAveragedInvertedCdf: return {.value = n * q - 1};
+    case QuantileMethod::kInterpolatedInvertedCdf: return {.value = at(0, 1, n, q)};
+    case QuantileMethod::kHazen: return {.value = at(0.5, 0.5, n, q)};
+    case QuantileMethod::kWeibull: return {.value = at(0, 0, n, q)};
+    case QuantileMethod::kLinear: return {.value = (n - 1) * q};
+    case QuantileMethod::kMedianUnbiased: return {.value = at(1 / 3.0, 1 / 3.0, n, q)};
+    case QuantileMethod::kNormalUnbiased: return {.value = at(3 / 8.0, 3 / 8.0, n, q)};
+    case QuantileMethod::kLower:
+      return {.is_index = true, .index = static_cast<std::int64_t>(std::floor((n - 1) * q))};
+    case QuantileMethod::kHigher:
+      return {.is_index = true, .index = static_cast<std::int64_t>(std::ceil((n - 1) * q))};
+    case QuantileMethod::kMidpoint:
+      return {.value = 0.5 * (std::floor((n - 1) * q) + std::ceil((n - 1) * q))};
+    case QuantileMethod::kNearest:
+      return {.is_index = true, .index = static_cast<std::int64_t>(RoundHalfToEven((n - 1) * q))};
+  }
+  return {};
+}
+
+// numpy's gamma after fix_gamma, from the virtual index and the previous
+// index as _get_indexes left it (clipped to -1 or 0 at the bounds).
+inline double Gamma(QuantileMethod m, double virtual_index, std::int64_t previous) {
+  const double gamma = virtual_index - static_cast<double>(previous);
+  switch (m) {
+    case QuantileMethod::kAveragedInvertedCdf: return gamma == 0 ? 0.5 : 1.0;
+    case QuantileMethod::kMidpoint: return std::fmod(virtual_index, 1.0) == 0 ? 0.0 : 0.5;
+    default: return gamma;
+  }
+}
+
+// b - a as numpy subtracts two elements of the dtype: in the dtype (an
+// integer difference wraps, a 16-bit float one rounds to 16 bits), then
+// widened to float64.
+template <typename T>
+double Difference(Stored<T> b, Stored<T> a) {
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    return static_cast<double>(static_cast<float>(T(static_cast<double>(b - a))));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<double>(static_cast<T>(b - a));
+  } else {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<double>(static_cast<T>(static_cast<U>(static_cast<U>(b) - static_cast<U>(a))));
+  }
+}
+
+// numpy.mean of the two middle elements, as numpy computes it for the dtype.
+template <typename T>
+double MeanOfTwo(Stored<T> a, Stored<T> b) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float s = a + b;
+    return static_cast<double>(s / 2.0f);
+  } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    const float s = a + b;
+    return static_cast<double>(static_cast<float>(T(static_cast<double>(s / 2.0f))));
+  } else {
+    return (static_cast<double>(a) + static_cast<double>(b)) / 2.0;
+  }
+}
+
+template <typename T>
+class QuantileState final : public State {
+ public:
+  using S = Stored<T>;
+
+  QuantileState(const OpSpec& op, DType dtype, int wire, std::string_view name, bool skips_nan)
+      : op_(op), dtype_(dtype), wire_(wire), name_(name), skips_nan_(skips_nan) {}
+
+  std::uint64_t bytes() const override { return sizeof(*this) + values_.capacity() * sizeof(S); }
+
+  void Update(const Elements& e) override {
+    values_.reserve(values_.size() + e.count);
+    for (std::uint64_t i = 0; i < e.count; ++i) {
+      if (!e.Valid(i)) continue;
+      const S v = static_cast<S>(e.At<T>(i));
+      if constexpr (kFloatElement<T>) {
+        if (v != v) {
+          ++nan_;
+          continue;
+        }
+      }
+      values_.push_back(v);
+    }
+  }
+
+  void Combine(const State& later) override {
+    const auto& o = static_cast<const QuantileState&>(later);
+    values_.insert(values_.end(), o.values_.begin(), o.values_.end());
+    nan_ += o.nan_;
+  }
+
+  std::optional<std::string> Finalize(RowAnswer& out) override {
+    const bool median = op_.kind == OpKind::kMedian || op_.kind == OpKind::kNanMedian;
+    const std::size_t answers = median ? 1 : op_.q.size();
+    constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+    if ((nan_ > 0 && !skips_nan_) || (values_.empty() && nan_ > 0)) {
+      out.doubles.assign(answers, kNan);
+      return std::nullopt;
+    }
+    const std::uint64_t n = values_.size();
+    if (n == 0) {
+      if (op_.kind == OpKind::kQuantile) {
+        std::string why = "quantile of an empty array has no value (numpy raises).";
+        return why;
+      }
+      out.doubles.assign(answers, kNan);
+      return std::nullopt;
+    }
+    if (median) {
+      const std::uint64_t hi = n / 2;
+      std::vector<std::uint64_t> ranks;
+      if (n % 2 == 0) ranks.push_back(hi - 1);
+      ranks.push_back(hi);
+      SelectRanks(values_, ranks, 0, n);
+      out.doubles.push_back(n % 2 == 0 ? MeanOfTwo<T>(values_[hi - 1], values_[hi]) : Widen(values_[hi]));
+      return std::nullopt;
+    }
+    // Every answer's neighbours first, then one multi-select for all.
+    struct Pick {
+      Virtual v;
+      std::int64_t previous = 0, next = 0;
+    };
+    std::vector<Pick> picks(answers);
+    std::vector<std::uint64_t> ranks;
+    const auto rank_of = [&](std::int64_t i) { return static_cast<std::uint64_t>(i < 0 ? i + static_cast<std::int64_t>(n) : i); };
+    for (std::size_t j = 0; j < answers; ++j) {
+      Pick& p = picks[j];
+      p.v = VirtualIndex(op_.method, n, op_.q[j]);
+      if (p.v.is_index) {
+        p.previous = p.next = std::min<std::int64_t>(p.v.index, static_cast<std::int64_t>(n) - 1);
+      } else {
+        // numpy's _get_indexes: past the last element, both are the last
+        // (index -1); before the first, both are the first.
+        p.previous = static_cast<std::int64_t>(std::floor(p.v.value));
+        p.next = p.previous + 1;
+        if (p.v.value >= static_cast<double>(n) - 1) p.previous = p.next = -1;
+        if (p.v.value < 0) p.previous = p.next = 0;
+      }
+      ranks.push_back(rank_of(p.previous));
+      ranks.push_back(rank_of(p.next));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    SelectRanks(values_, ranks, 0, n);
+    for (const Pick& p : picks) {
+      const S a = values_[rank_of(p.previous)];
+      if (p.v.is_index) {
+        out.doubles.push_back(Widen(a));
+        continue;
+      }
+      const S b = values_[rank_of(p.next)];
+      const double t = Gamma(op_.method, p.v.value, p.previous);
+      const double diff = Difference<T>(b, a);
+      // numpy's _lerp: a + diff * t, or b - diff * (1 - t) where t >= 0.5.
+      out.doubles.push_back(t >= 0.5 ? Widen(b) - diff * (1 - t) : Widen(a) + diff * t);
+    }
+    return std::nullopt;
+  }
+
+  void Serialize(std::string& out) override {
+    std::sort(values_.begin(), values_.end());
+    Writer w(out);
+    PutHeader(w, wire_, dtype_, op_);
+    w.Put(nan_);
+    w.Put(static_cast<std::uint64_t>(values_.size()));
+    w.PutBytes(values_.data(), values_.size() * sizeof(S));
+  }
+
+  std::optional<std::string> Deserialize(std::string_view bytes) override {
+    Reader r(bytes);
+    if (auto bad = CheckHeader(r, wire_, name_, dtype_, op_)) return bad;
+    std::uint64_t count = 0;
+    if (!r.Get(nan_) || !r.Get(count) || count != r.left() / sizeof(S) || r.left() % sizeof(S) != 0) {
+      return Truncated(name_);
+    }
+    values_.resize(count);
+    r.GetBytes(values_.data(), count * sizeof(S));
+    return std::nullopt;
+  }
+
+ private:
+  static double Widen(S v) { return static_cast<double>(v); }
+
+  OpSpec op_;
+  DType dtype_;
+  int wire_;
+  std::string_view name_;
+  bool skips_nan_;
+  std::vector<S> values_;  // the valid, non-NaN elements, in no order
+  std::uint64_t nan_ = 0;  // valid NaN elements
+};
+
+}  // namespace quantile_detail
+
+// quantile, nanquantile, median and nanmedian share one state.
+class QuantileFunction final : public StateFunction {
+ public:
+  constexpr QuantileFunction(int wire, std::string_view name, bool skips_nan)
+      : wire_(wire), name_(name), skips_nan_(skips_nan) {}
+  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
+    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
+      using T = typename Traits<decltype(d)::value>::value;
+      return std::make_unique<quantile_detail::QuantileState<T>>(op, dtype, wire_, name_, skips_nan_);
+    });
+  }
+
+ private:
+  int wire_;
+  std::string_view name_;
+  bool skips_nan_;
+};
+
+}  // namespace tally::rules::agg

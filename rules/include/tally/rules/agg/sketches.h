@@ -1,0 +1,53 @@
+// Distinct counts and sketches: hll (HyperLogLog), ddsketch (quantiles
+// within a relative accuracy) and count_distinct (exact). The sketches'
+// states are fixed in size (ddsketch's by the values' range) and combine
+// exactly, so a merged state is bitwise the one a single stream builds.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "tally/rules/agg/function.h"
+#include "tally/rules/agg/quantiles.h"
+
+namespace tally::rules::agg {
+
+inline constexpr Param kHllParamList[] = {
+    {.id = ParamId::kPrecision, .field = "precision", .label = "precision", .text = "PRECISION", .integer = true}};
+inline std::optional<std::string> CheckHll(const OpSpec& op) {
+  if (op.precision >= kMinHllPrecision && op.precision <= kMaxHllPrecision) return std::nullopt;
+  std::string out = "precision must be ";
+  return out.append(std::to_string(kMinHllPrecision)).append(" to ").append(std::to_string(kMaxHllPrecision))
+      .append(" (2^precision registers), got ").append(std::to_string(op.precision)).append(".");
+}
+inline constexpr ParamSet kHllParams{kHllParamList, CheckHll};
+
+inline constexpr Param kDdSketchParamList[] = {
+    {.id = ParamId::kAccuracy, .field = "relative_accuracy", .label = "relative_accuracy", .text = "ACCURACY"},
+    {.id = ParamId::kQ, .field = "q", .label = "q", .text = "Q[,Q...]", .optional = true, .list = true},
+};
+inline std::optional<std::string> CheckDdSketch(const OpSpec& op) {
+  if (!(op.relative_accuracy >= kMinDdSketchAccuracy && op.relative_accuracy <= kMaxDdSketchAccuracy)) {
+    std::string out = "relative_accuracy must be ";
+    return out.append(NumberText(kMinDdSketchAccuracy)).append(" to ").append(NumberText(kMaxDdSketchAccuracy))
+        .append(", got ").append(NumberText(op.relative_accuracy)).append(".");
+  }
+  if (op.q.empty()) return std::nullopt;  // the median
+  return CheckQ(op);
+}
+inline constexpr ParamSet kDdSketchParams{kDdSketchParamList, CheckDdSketch};
+
+inline constexpr Function kHll{.kind = OpKind::kHll, .name = "hll", .spellings = {"approx_count_distinct"},
+                               .wire = 33, .params = &kHllParams, .result = ResultRule::kCount,
+                               .plain = OpKind::kHll, .partial_state = true};
+inline constexpr Function kDdSketch{.kind = OpKind::kDdSketch, .name = "ddsketch", .wire = 34,
+                                    .params = &kDdSketchParams, .result = ResultRule::kDouble,
+                                    .plain = OpKind::kDdSketch, .partial_state = true, .per_q = true};
+inline constexpr Function kCountDistinct{.kind = OpKind::kCountDistinct, .name = "count_distinct",
+                                         .spellings = {"nunique"}, .wire = 35, .result = ResultRule::kCount,
+                                         .plain = OpKind::kCountDistinct, .partial_state = true,
+                                         .holistic = true};
+
+inline constexpr Function kSketches[] = {kHll, kDdSketch, kCountDistinct};
+
+}  // namespace tally::rules::agg

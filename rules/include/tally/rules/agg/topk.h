@@ -1,0 +1,34 @@
+// The k largest and the k smallest elements, sorted, with their indices:
+// topk and bottomk (torch.topk's answer, numpy's sort order and ties to the
+// smaller index). A row of fewer than k elements answers all of them.
+#pragma once
+
+#include <string>
+
+#include "tally/rules/agg/function.h"
+#include "tally/rules/agg/topk_state.h"
+
+namespace tally::rules::agg {
+
+inline constexpr Param kTopKParamList[] = {
+    {.id = ParamId::kK, .field = "k", .label = "k", .text = "K", .integer = true}};
+inline std::optional<std::string> CheckTopK(const OpSpec& op) {
+  if (op.k >= 1 && op.k <= kMaxTopK) return std::nullopt;
+  std::string out = "k must be 1 to ";
+  return out.append(std::to_string(kMaxTopK)).append(", got ").append(std::to_string(op.k)).append(".");
+}
+inline constexpr ParamSet kTopKParams{kTopKParamList, CheckTopK};
+
+inline const TopKFunction kTopKState{31, "topk"};
+inline const TopKFunction kBottomKState{32, "bottomk"};
+
+inline constexpr Function kTopK{.kind = OpKind::kTopK, .name = "topk", .wire = 31, .params = &kTopKParams,
+                                .result = ResultRule::kLikeInput, .plain = OpKind::kTopK, .answers_index = true,
+                                .partial_state = true, .state = &kTopKState, .up_to_k = true};
+inline constexpr Function kBottomK{.kind = OpKind::kBottomK, .name = "bottomk", .wire = 32, .params = &kTopKParams,
+                                   .result = ResultRule::kLikeInput, .plain = OpKind::kBottomK, .answers_index = true,
+                                   .partial_state = true, .state = &kBottomKState, .up_to_k = true};
+
+inline constexpr Function kTopKs[] = {kTopK, kBottomK};
+
+}  // namespace tally::rules::agg

@@ -1,0 +1,156 @@
+// The state of topk and bottomk: at most k (value, index) entries, the
+// best of the elements seen. The order is numpy's sort order (NaN after
+// every number, -0.0 equal to 0.0) with ties to the smaller index: topk
+// takes from its end (NaN first), bottomk from its start. The entries a
+// state keeps depend only on the elements it has seen, so chunks, shards
+// and merges give the same state.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tally/rules/agg/quantile_state.h"
+#include "tally/rules/agg/state.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
+
+namespace tally::rules::agg {
+
+namespace topk_detail {
+
+using quantile_detail::Stored;
+
+template <typename S>
+struct Entry {
+  S value;
+  std::int64_t index;
+};
+
+template <typename S>
+bool IsNan(S v) {
+  if constexpr (std::is_floating_point_v<S>) return v != v;
+  return false;
+}
+
+// Whether a comes before b in the answer: topk (largest) puts NaN first,
+// then larger values; bottomk smaller values first, NaN last; equal values
+// (and NaN with NaN) by the smaller index.
+template <typename S>
+bool Before(bool largest, const Entry<S>& a, const Entry<S>& b) {
+  const bool an = IsNan(a.value), bn = IsNan(b.value);
+  if (an != bn) return largest ? an : bn;
+  if (!an && a.value != b.value) return largest ? a.value > b.value : a.value < b.value;
+  return a.index < b.index;
+}
+
+template <typename T>
+class TopKState final : public State {
+ public:
+  using S = Stored<T>;
+
+  TopKState(const OpSpec& op, DType dtype, int wire, std::string_view name)
+      : op_(op), dtype_(dtype), wire_(wire), name_(name), largest_(op.kind == OpKind::kTopK) {}
+
+  std::uint64_t bytes() const override { return sizeof(*this) + entries_.capacity() * sizeof(Entry<S>); }
+
+  void Update(const Elements& e) override {
+    for (std::uint64_t i = 0; i < e.count; ++i) {
+      if (!e.Valid(i)) continue;
+      entries_.push_back({static_cast<S>(e.At<T>(i)), static_cast<std::int64_t>(op_.base_index + e.first + i)});
+      if (entries_.size() >= Bound()) Compact();
+    }
+  }
+
+  void Combine(const State& later) override {
+    const auto& o = static_cast<const TopKState&>(later);
+    entries_.insert(entries_.end(), o.entries_.begin(), o.entries_.end());
+    if (entries_.size() >= Bound()) Compact();
+  }
+
+  std::optional<std::string> Finalize(RowAnswer& out) override {
+    Sort();
+    for (const Entry<S>& x : entries_) {
+      if constexpr (kFloatElement<T>) {
+        out.doubles.push_back(static_cast<double>(x.value));
+      } else if constexpr (std::is_signed_v<T>) {
+        out.int64s.push_back(static_cast<std::int64_t>(x.value));
+      } else {
+        out.uint64s.push_back(static_cast<std::uint64_t>(x.value));
+      }
+      out.indices.push_back(x.index);
+    }
+    return std::nullopt;
+  }
+
+  void Serialize(std::string& out) override {
+    Sort();
+    Writer w(out);
+    PutHeader(w, wire_, dtype_, op_);
+    w.Put(static_cast<std::uint64_t>(entries_.size()));
+    for (const Entry<S>& x : entries_) {
+      w.Put(x.value);
+      w.Put(x.index);
+    }
+  }
+
+  std::optional<std::string> Deserialize(std::string_view bytes) override {
+    Reader r(bytes);
+    if (auto bad = CheckHeader(r, wire_, name_, dtype_, op_)) return bad;
+    std::uint64_t count = 0;
+    constexpr std::size_t kEntryBytes = sizeof(S) + sizeof(std::int64_t);
+    if (!r.Get(count) || count > op_.k || r.left() != count * kEntryBytes) return Truncated(name_);
+    entries_.resize(count);
+    for (Entry<S>& x : entries_) {
+      r.Get(x.value);
+      r.Get(x.index);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // Entries are gathered up to twice k (at least 1024) before the worst
+  // are dropped, so an update costs O(1) amortised.
+  std::size_t Bound() const { return std::max<std::size_t>(2 * std::size_t{op_.k}, 1024); }
+  void Compact() {
+    if (entries_.size() <= op_.k) return;
+    const auto before = [&](const Entry<S>& a, const Entry<S>& b) { return Before(largest_, a, b); };
+    std::nth_element(entries_.begin(), entries_.begin() + op_.k, entries_.end(), before);
+    entries_.resize(op_.k);
+  }
+  void Sort() {
+    Compact();
+    std::sort(entries_.begin(), entries_.end(),
+              [&](const Entry<S>& a, const Entry<S>& b) { return Before(largest_, a, b); });
+  }
+
+  OpSpec op_;
+  DType dtype_;
+  int wire_;
+  std::string_view name_;
+  bool largest_;
+  std::vector<Entry<S>> entries_;
+};
+
+}  // namespace topk_detail
+
+class TopKFunction final : public StateFunction {
+ public:
+  constexpr TopKFunction(int wire, std::string_view name) : wire_(wire), name_(name) {}
+  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
+    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
+      using T = typename Traits<decltype(d)::value>::value;
+      return std::make_unique<topk_detail::TopKState<T>>(op, dtype, wire_, name_);
+    });
+  }
+
+ private:
+  int wire_;
+  std::string_view name_;
+};
+
+}  // namespace tally::rules::agg
