@@ -188,6 +188,10 @@ ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
           "(a dataset, a CUDA IPC region) is refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::uint64_t, max_holistic_bytes, std::uint64_t{4} << 30,
+          "Host memory that quantile, nanquantile, median, nanmedian and count_distinct may hold, every "
+          "request together: they keep a row's elements (or its distinct values) while they read it. A "
+          "request that would pass it is refused with RESOURCE_EXHAUSTED naming this flag.");
 ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
           "Resident datasets (PutDataset): bytes they may take per GPU on the cuda backend, or in host "
           "memory on the cpu backend, each dataset charged 4 KiB beyond its bytes. An upload that does not "
@@ -361,6 +365,7 @@ int main(int argc, char** argv) {
   config.backend.staging_copy_threads = absl::GetFlag(FLAGS_staging_copy_threads);
   config.backend.max_state_bytes = absl::GetFlag(FLAGS_cuda_max_state_bytes);
   config.backend.lane_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_cuda_lane_wait_ms));
+  config.backend.max_holistic_bytes = absl::GetFlag(FLAGS_max_holistic_bytes);
   config.datasets.max_bytes_per_place = absl::GetFlag(FLAGS_max_dataset_bytes);
   config.datasets.evict_lru = absl::GetFlag(FLAGS_dataset_evict_lru);
   config.datasets.max_datasets = absl::GetFlag(FLAGS_max_datasets);

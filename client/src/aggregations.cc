@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
@@ -56,8 +57,16 @@ absl::Status BadToken(absl::string_view token, absl::string_view why) {
 }
 
 // One parameter's text as its value: a whole number for an integer field
-// (a bin count), else any number; the range is the registry's check.
+// (a bin count), a name's index for a choice (a quantile method), else any
+// number; the range is the registry's check.
 std::optional<double> ParseParam(const agg::Param& p, absl::string_view text) {
+  if (!p.choices.empty()) {
+    const std::string name = absl::AsciiStrToLower(text);
+    for (std::size_t i = 0; i < p.choices.size(); ++i) {
+      if (name == Text(p.choices[i])) return static_cast<double>(i);
+    }
+    return std::nullopt;
+  }
   if (p.integer) {
     std::uint32_t v = 0;
     if (!absl::SimpleAtoi(text, &v)) return std::nullopt;
@@ -86,23 +95,57 @@ absl::StatusOr<v1::Aggregation> ParseToken(absl::string_view token) {
   spec.kind = f->kind;
   for (std::size_t i = 0; i < args; ++i) {
     const agg::Param& p = params[i];
-    const std::optional<double> v = ParseParam(p, parts[i + 1]);
-    if (!v) {
-      return BadToken(token, absl::StrCat(Text(p.text), " must be ",
-                                          p.integer ? "a whole number" : "a number"));
+    // A list (q) is its numbers joined by commas.
+    const std::vector<absl::string_view> items =
+        p.list ? absl::StrSplit(parts[i + 1], ',') : std::vector<absl::string_view>{parts[i + 1]};
+    for (const absl::string_view item : items) {
+      const std::optional<double> v = ParseParam(p, item);
+      if (!v) {
+        std::string what = p.integer ? "a whole number" : "a number";
+        if (!p.choices.empty()) {
+          what = "one of";
+          for (const std::string_view c : p.choices) absl::StrAppend(&what, c == p.choices.front() ? " " : ", ", Text(c));
+        }
+        return BadToken(token, absl::StrCat(Text(p.text), " must be ", what));
+      }
+      agg::Set(spec, p.id, *v);
     }
-    agg::Set(spec, p.id, *v);
   }
   if (const std::optional<std::string> fault = agg::CheckParams(spec)) return BadToken(token, *fault);
   return OpSpecToProto(spec);
+}
+
+// Whether `token` ends in a list parameter (quantile:0.5 does), so that a
+// number after the next comma is another of its values, not an op.
+bool EndsInList(absl::string_view token) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(token, ':');
+  const agg::Function* f = agg::FindByName(absl::AsciiStrToLower(parts[0]));
+  if (f == nullptr || parts.size() < 2 || parts.size() - 1 > f->params->params.size()) return false;
+  return f->params->params[parts.size() - 2].list;
+}
+
+// The comma-separated tokens of --ops, with the commas inside a list
+// parameter ("quantile:0.5,0.99,max") kept in their token.
+std::vector<std::string> Tokens(absl::string_view text) {
+  std::vector<std::string> tokens;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    double number = 0.0;
+    const absl::string_view stripped = absl::StripAsciiWhitespace(piece);
+    if (!tokens.empty() && !stripped.empty() && absl::SimpleAtod(stripped, &number) && EndsInList(tokens.back())) {
+      absl::StrAppend(&tokens.back(), ",", stripped);
+      continue;
+    }
+    tokens.emplace_back(stripped);
+  }
+  return tokens;
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<v1::Aggregation>> ParseAggregations(absl::string_view text) {
   std::vector<v1::Aggregation> result;
-  for (absl::string_view token : absl::StrSplit(text, ',')) {
-    token = absl::StripAsciiWhitespace(token);
+  for (const std::string& owned : Tokens(text)) {
+    absl::string_view token = owned;
     if (token.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("empty aggregation in \"", text, "\"; expected e.g. sum,max,var:1"));
@@ -126,8 +169,18 @@ std::string AggregationLabel(const v1::Aggregation& aggregation) {
   const rules::OpSpec spec = OpSpecFromProto(*f, aggregation);
   std::string out = absl::StrCat(Text(f->name), "(");
   for (const agg::Param& p : f->params->params) {
-    absl::StrAppend(&out, &p == f->params->params.data() ? "" : ", ",
-                    Text(p.label), "=", DoubleText(agg::Get(spec, p.id)));
+    std::string value;
+    if (p.list) {
+      std::vector<std::string> items;
+      for (const double q : spec.q) items.push_back(DoubleText(q));
+      value = absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+    } else if (!p.choices.empty()) {
+      const auto c = static_cast<std::size_t>(agg::Get(spec, p.id));
+      value = c < p.choices.size() ? std::string(Text(p.choices[c])) : "unknown";
+    } else {
+      value = DoubleText(agg::Get(spec, p.id));
+    }
+    absl::StrAppend(&out, &p == f->params->params.data() ? "" : ", ", Text(p.label), "=", value);
   }
   return out + ")";
 }

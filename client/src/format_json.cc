@@ -6,6 +6,8 @@
 #include "tally/client/aggregations.h"
 #include "tally/client/format.h"
 #include "tally/client/number_text.h"
+#include "tally/rules/agg/registry.h"
+#include "tally/v1/aggregation_wire.h"
 
 namespace tally::client {
 namespace {
@@ -33,9 +35,21 @@ void AppendArray(std::string* out, const Values& values, ToJson to_json) {
 void AppendResult(std::string* out, const v1::AggregationResult& r) {
   const v1::Aggregation& a = r.aggregation();
   absl::StrAppend(out, "{\"op\":", JsonQuote(OpName(a.op())));
-  if (a.op() == v1::OP_VARIANCE || a.op() == v1::OP_STDDEV || a.op() == v1::OP_NANVAR ||
-      a.op() == v1::OP_NANSTD) {
-    absl::StrAppend(out, ",\"ddof\":", JsonDouble(a.ddof()));
+  // The function's parameters by their labels (a histogram's go with its
+  // counts, below).
+  if (const rules::agg::Function* f = FunctionOf(a.op()); f != nullptr && a.op() != v1::OP_HISTOGRAM) {
+    const rules::OpSpec spec = OpSpecFromProto(*f, a);
+    for (const rules::agg::Param& p : f->params->params) {
+      absl::StrAppend(out, ",", JsonQuote(std::string(p.label)), ":");
+      if (p.list) {
+        AppendArray(out, spec.q, JsonDouble);
+      } else if (!p.choices.empty()) {
+        const auto c = static_cast<std::size_t>(rules::agg::Get(spec, p.id));
+        absl::StrAppend(out, JsonQuote(c < p.choices.size() ? std::string(p.choices[c]) : std::string("unknown")));
+      } else {
+        absl::StrAppend(out, JsonDouble(rules::agg::Get(spec, p.id)));
+      }
+    }
   }
   const auto integer = [](auto v) { return absl::StrCat(v); };
   switch (r.values_case()) {
@@ -77,6 +91,12 @@ void AppendResult(std::string* out, const v1::AggregationResult& r) {
     case v1::AggregationResult::VALUES_NOT_SET:
       absl::StrAppend(out, ",\"values\":[]");
       break;
+  }
+  if (r.has_indices()) {  // topk, bottomk: each value's index and each row's count
+    absl::StrAppend(out, ",\"indices\":");
+    AppendArray(out, r.indices().values(), integer);
+    absl::StrAppend(out, ",\"lengths\":");
+    AppendArray(out, r.lengths().values(), integer);
   }
   out->push_back('}');
 }

@@ -13,6 +13,8 @@
 #include "tally/client/number_text.h"
 #include "tally/client/sizes.h"
 #include "tally/client/wire.h"
+#include "tally/rules/agg/registry.h"
+#include "tally/v1/aggregation_wire.h"
 
 namespace tally::client {
 namespace {
@@ -103,10 +105,21 @@ std::string FormatText(const v1::AggregateResponse& response, const FormatOption
                      : r.values_case() == v1::AggregationResult::kInt64S  ? r.int64s().values_size()
                      : r.values_case() == v1::AggregationResult::kUint64S ? r.uint64s().values_size()
                      : r.histograms().histograms_size();
-    const std::optional<rules::OpKind> kind = FromWire(r.aggregation().op());
-    const int per_row = kind ? rules::ValuesPerRow(*kind) : 1;  // minmax: min and max
-    if (rows != per_row) absl::StrAppend(&label, " [", rows / per_row, " rows]");
+    // minmax answers two values per row, a quantile one per q; topk and
+    // bottomk say how many each row has.
+    const rules::agg::Function* f = FunctionOf(r.aggregation().op());
+    const auto per_row =
+        f == nullptr ? 1 : static_cast<int>(std::max<std::uint64_t>(1, rules::agg::ValuesPerRow(OpSpecFromProto(*f, r.aggregation()))));
+    if (r.has_lengths()) {
+      if (r.lengths().values_size() != 1) absl::StrAppend(&label, " [", r.lengths().values_size(), " rows]");
+    } else if (rows != per_row) {
+      absl::StrAppend(&label, " [", rows / per_row, " rows]");
+    }
     values.push_back(ValuesText(r, options));
+    if (r.has_indices()) {
+      absl::StrAppend(&values.back(), " at ", ListText(r.indices().values(), options.max_rows, options.full,
+                                                       [](std::int64_t i) { return absl::StrCat(i); }));
+    }
     if (!IsBlock(values.back())) width = std::max(width, label.size());
     labels.push_back(std::move(label));
   }

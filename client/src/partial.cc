@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tally/client/aggregations.h"
@@ -72,6 +74,10 @@ absl::StatusOr<v1::AggregationResult> MergePartials(const v1::AggregationResult&
   absl::StatusOr<rules::OpSpec> spec = SpecOf(a.aggregation());
   if (!spec.ok()) return spec.status();
   const rules::DType dtype = *FromWire(pa.dtype());
+  // A function whose state the registry keeps wrote it as the dtype
+  // computes it (nanquantile of integers is quantile's state).
+  *spec = rules::AsComputedFor(*spec, dtype);
+  const bool function_state = rules::agg::Of(spec->kind).state != nullptr;
   v1::AggregationResult out;
   *out.mutable_aggregation() = a.aggregation();
   v1::PartialStates* p = out.mutable_partials();
@@ -84,6 +90,14 @@ absl::StatusOr<v1::AggregationResult> MergePartials(const v1::AggregationResult&
         (x.histogram.counts.size() != spec->histogram.bins || y.histogram.counts.size() != spec->histogram.bins)) {
       return absl::InvalidArgumentError(absl::StrCat("row ", r, ": a histogram state without ",
                                                      spec->histogram.bins, " bins."));
+    }
+    if (function_state) {
+      for (const rules::PartialState* s : {&x, &y}) {
+        if (std::optional<std::string> bad = rules::CheckFunctionState(*spec, dtype, *s)) {
+          return absl::InvalidArgumentError(absl::StrCat(s == &x ? "the first result" : "the second result",
+                                                         ", row ", r, ": ", *bad));
+        }
+      }
     }
     PartialStateToProto(rules::Merge(*spec, dtype, x, y), p->add_states());
   }
@@ -117,6 +131,22 @@ absl::StatusOr<v1::AggregationResult> FinishPartials(const v1::AggregationResult
   *out.mutable_aggregation() = partial.aggregation();
   out.mutable_aggregation()->clear_partial();
   const rules::ResultKind kind = rules::ResultKindOf(spec->kind, dtype);
+  if (rules::agg::Of(spec->kind).state != nullptr) {
+    // A function whose state the registry keeps: its own steps finish it.
+    std::vector<rules::agg::RowAnswer> rows(static_cast<std::size_t>(partial.partials().states_size()));
+    for (int r = 0; r < partial.partials().states_size(); ++r) {
+      const rules::PartialState s = PartialStateFromProto(partial.partials().states(r));
+      if (!rules::HasValue(spec->kind, dtype, s)) {
+        return absl::InvalidArgumentError(absl::StrCat(AggregationLabel(partial.aggregation()), ", row ", r,
+                                                       ": of no elements has no value."));
+      }
+      if (std::optional<std::string> bad = rules::FinishFunctionState(*spec, dtype, s, rows[r])) {
+        return absl::InvalidArgumentError(absl::StrCat(AggregationLabel(partial.aggregation()), ", row ", r, ": ", *bad));
+      }
+    }
+    RowAnswersToProto(spec->kind, dtype, rows, &out);
+    return out;
+  }
   for (const v1::PartialState& wire : partial.partials().states()) {
     const rules::PartialState s = PartialStateFromProto(wire);
     if (!rules::HasValue(spec->kind, dtype, s)) {

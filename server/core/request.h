@@ -11,6 +11,7 @@
 
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
+#include "tally/rules/agg/state.h"
 #include "tally/rules/partial.h"
 
 namespace tally {
@@ -101,9 +102,11 @@ using HistogramResult = rules::HistogramCounts;
 // One op's answer: one entry per row (a single entry when not segmented).
 // Which alternative is used is fixed by the op and dtype (ResultKindOf), or
 // is the partial states when the op asked for them (OpSpec::partial).
+// Functions whose state the registry keeps (rules/agg/state.h) answer
+// RowAnswers: per row, as many values as the function gives there.
 using OpValues = std::variant<std::vector<double>, std::vector<std::int64_t>,
                               std::vector<std::uint64_t>, std::vector<HistogramResult>,
-                              std::vector<rules::PartialState>>;
+                              std::vector<rules::PartialState>, std::vector<rules::agg::RowAnswer>>;
 
 using rules::ResultKind;
 using rules::ResultKindOf;

@@ -150,8 +150,13 @@ bool HistogramEdgesIncrease(const HistogramSpec& h, DType dtype) {
 std::uint64_t ResultValuesPerRow(const AggregationPlan& plan) {
   std::uint64_t n = 0;
   for (const OpSpec& op : plan.ops) {
-    // A histogram's counts plus its three out-of-range counters.
-    n += op.kind == OpKind::kHistogram ? std::uint64_t{op.histogram.bins} + 3 : 1;
+    // A histogram's counts plus its three out-of-range counters; a
+    // quantile's q's; top-k's values and their indices.
+    if (op.kind == OpKind::kHistogram) {
+      n += std::uint64_t{op.histogram.bins} + 3;
+    } else {
+      n += rules::agg::ValuesPerRow(op) * (rules::agg::Of(op.kind).up_to_k ? 2 : 1);
+    }
     // A partial state's count, sums, moments or extreme and index.
     if (op.partial) n += kPartialStateExtraValues;
   }

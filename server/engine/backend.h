@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "server/core/request.h"
 #include "server/engine/attachment.h"
 #include "server/engine/element_aligner.h"
@@ -136,6 +137,14 @@ class Backend {
     (void)bytes;
     return absl::FailedPreconditionError(
         name() + " backend cannot read GPU memory: register a host shared-memory region instead.");
+  }
+
+  // Copies device bytes (`from`, in a place this backend reads) into host
+  // memory of the same size, for the functions that run on the host
+  // (server/engine/functions). Backends without device memory refuse.
+  [[nodiscard]] virtual absl::Status CopyToHost(const Extent& from, std::span<std::byte> to) {
+    (void)to;
+    return absl::FailedPreconditionError(absl::StrCat(name(), " backend cannot read ", from.placement.Describe(), "."));
   }
 
   // OK while the backend can serve; otherwise why not (e.g. every GPU was

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/functions/function_router.h"
 #include "server/engine/null/null_backend.h"
 #include "spdlog/spdlog.h"
 
@@ -40,7 +41,10 @@ std::vector<std::string> AvailableBackendKinds() {
   return kinds;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& options) {
+namespace {
+
+// The backend --backend names, before the functions' router wraps it.
+absl::StatusOr<std::unique_ptr<Backend>> MakeChosenBackend(const BackendOptions& options) {
   if (options.kind == "cpu") return MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
   if (options.kind == "null") return MakeNullBackend();
   if (options.kind == "cuda") return MakeCuda(options);
@@ -60,6 +64,16 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& optio
   return absl::InvalidArgumentError(absl::StrCat("--backend: unknown backend '", options.kind,
                                                  "'; expected one of ",
                                                  absl::StrJoin(AvailableBackendKinds(), ", "), "."));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& options) {
+  absl::StatusOr<std::unique_ptr<Backend>> chosen = MakeChosenBackend(options);
+  if (!chosen.ok()) return chosen.status();
+  // The functions whose state the registry keeps run above the backend,
+  // on the host, for every backend alike.
+  return MakeFunctionRouter(std::move(*chosen), options.max_holistic_bytes);
 }
 
 }  // namespace tally

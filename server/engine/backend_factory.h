@@ -38,6 +38,10 @@ struct BackendOptions {
   // (server/receive_arena.h) that gRPC's receive slices are allocated from.
   // Slices in it are copied to a GPU where they lie. Empty: none.
   std::span<std::byte> receive_arena;
+  // What the functions that keep elements (quantiles, exact distinct
+  // counts) may hold on the host, every request together
+  // (server/engine/functions/holistic_budget.h).
+  std::uint64_t max_holistic_bytes = std::uint64_t{4} << 30;
   // Testing only: "ORDINAL@SECONDS" marks that GPU lost that long after
   // start, as a sticky CUDA error would (server/engine/cuda/device_fault.h).
   std::string fault_lose_gpu;

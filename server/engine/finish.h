@@ -23,6 +23,7 @@ using rules::AsComputedFor;
 // Results of `rows` rows for `op` over `dtype`, zeroed, in the alternative
 // the response carries (histograms with their bins).
 inline OpValues EmptyValues(const OpSpec& op, DType dtype, std::uint64_t rows) {
+  if (rules::agg::Of(op.kind).state != nullptr && !op.partial) return std::vector<rules::agg::RowAnswer>(rows);
   if (op.partial) {
     std::vector<rules::PartialState> states(rows);
     if (op.kind == OpKind::kHistogram) {
@@ -40,13 +41,16 @@ inline OpValues EmptyValues(const OpSpec& op, DType dtype, std::uint64_t rows) {
 }
 
 // Row `row` of `values` (built by EmptyValues, at least row + 1 rows) from
-// the row's state. Safe from several threads for different rows.
-inline void StoreRow(const OpSpec& op, std::uint64_t row, rules::PartialState&& state, OpValues& values) {
+// the row's state over `dtype`. Safe from several threads for different rows.
+inline void StoreRow(const OpSpec& op, DType dtype, std::uint64_t row, rules::PartialState&& state, OpValues& values) {
   std::visit(
       [&](auto& v) {
         using E = typename std::decay_t<decltype(v)>::value_type;
         if constexpr (std::is_same_v<E, rules::PartialState>) {
           v[row] = std::move(state);
+        } else if constexpr (std::is_same_v<E, rules::agg::RowAnswer>) {
+          // A row without a value was refused before (HasValue).
+          (void)rules::FinishFunctionState(op, dtype, state, v[row]);
         } else if constexpr (std::is_same_v<E, HistogramResult>) {
           v[row] = std::move(state.histogram);
         } else if constexpr (std::is_same_v<E, double>) {

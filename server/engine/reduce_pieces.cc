@@ -98,7 +98,7 @@ Job MakeJob(const AggregationPlan& plan, const PlacedPiece& piece, std::uint64_t
   for (OpSpec& op : job.plan.ops) {
     op.partial = true;
     // Indices count from the row's start (the array's when not segmented).
-    if (rules::AnswersIndex(op.kind)) op.base_index += into_row;
+    if (rules::agg::Of(op.kind).answers_index) op.base_index += into_row;
   }
   const std::uint64_t size = rules::SizeOf(plan.array.dtype);
   job.extent = piece.extent.Sub((first - piece.first) * size, length * size);
@@ -182,7 +182,7 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
   // would be refused at Start as a partial request, with a message about
   // partial states that nobody asked for.
   for (const OpSpec& op : plan.ops) {
-    if (!rules::HasPartialState(op.kind)) {
+    if (!rules::agg::Of(op.kind).partial_state) {
       return absl::FailedPreconditionError(absl::StrCat(
           rules::Name(op.kind), " has no partial state yet (nor have prod, count_nonzero, any, all and "
           "ptp), so it cannot be merged across a dataset's shards: aggregate this dataset without it, or "
@@ -271,7 +271,7 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
         if (states[row].elements > 0) return AllNan(asked.NameOf(i), plan.array, row);
         return NoValidElements(asked.NameOf(i), plan.array, row);
       }
-      StoreRow(op, row, std::move(states[row]), values);
+      StoreRow(op, dtype, row, std::move(states[row]), values);
     }
     out.values.push_back(std::move(values));
   }

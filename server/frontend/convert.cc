@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,16 @@ void FillValues(std::vector<rules::PartialState>&& v, DType dtype, v1::Aggregati
   p->set_dtype(DTypeToProto(dtype));
   p->mutable_states()->Reserve(static_cast<int>(v.size()));
   for (rules::PartialState& state : v) PartialStateToProto(std::move(state), p->add_states());
+}
+
+// A function the registry keeps the state of: its answers by the wire's
+// one rule for them.
+void FillValues(std::vector<rules::agg::RowAnswer>&& v, DType dtype, OpKind kind, v1::AggregationResult* out) {
+  RowAnswersToProto(kind, dtype, v, out);
+}
+template <typename V>
+void FillValues(V&& v, DType dtype, OpKind, v1::AggregationResult* out) {
+  FillValues(std::forward<V>(v), dtype, out);
 }
 
 // A minmax's answer from its min's and its max's: min_0, max_0, min_1, ...
@@ -249,7 +260,8 @@ void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregati
     *out->mutable_aggregation() = aggregations[i];
     OpValues& values = result.values[static_cast<std::size_t>(i)];
     if (aggregations[i].op() == v1::OP_MINMAX) values = PairRows(std::move(values), result.values[next_max++]);
-    std::visit([&](auto&& v) { FillValues(std::move(v), plan.array.dtype, out); }, std::move(values));
+    const OpKind kind = plan.ops[static_cast<std::size_t>(i)].kind;
+    std::visit([&](auto&& v) { FillValues(std::move(v), plan.array.dtype, kind, out); }, std::move(values));
   }
   v1::Execution* e = response->mutable_execution();
   e->set_elements(plan.array.length);

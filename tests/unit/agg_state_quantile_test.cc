@@ -44,12 +44,12 @@ RowAnswer Answer(const OpSpec& op, DType dtype, const std::vector<T>& v) {
 }
 
 TEST(QuantileState, LinearInterpolatesAsNumpy) {
-  // numpy.quantile([3, 1, 4, 1, 5], [0, 0.3, 0.5, 1]) = [1, 1.2, 3, 5]
+  // numpy.quantile([3, 1, 4, 1, 5], [0, 0.3, 0.5, 1]) = [1, 1.4, 3, 5]
   const std::vector<double> v{3, 1, 4, 1, 5};
   const RowAnswer a = Answer(Quantile({0, 0.3, 0.5, 1}), DType::kFloat64, v);
   ASSERT_EQ(a.doubles.size(), 4u);
   EXPECT_EQ(a.doubles[0], 1.0);
-  EXPECT_DOUBLE_EQ(a.doubles[1], 1.2);
+  EXPECT_DOUBLE_EQ(a.doubles[1], 1.4);
   EXPECT_EQ(a.doubles[2], 3.0);
   EXPECT_EQ(a.doubles[3], 5.0);
 }

@@ -1,5 +1,7 @@
 #include "tally/v1/partial_state_wire.h"
 
+#include <cmath>
+#include <limits>
 #include <utility>
 
 namespace tally {
@@ -17,12 +19,44 @@ void PartialStateToProto(rules::PartialState&& s, v1::PartialState* out) {
   out->set_uint_extreme(s.uint_extreme);
   out->set_index(s.index);
   out->set_elements(s.elements);
+  if (!s.function_state.empty()) out->set_function_state(std::move(s.function_state));
   if (!s.histogram.counts.empty()) {
     v1::Histogram* h = out->mutable_histogram();
     h->mutable_counts()->Add(s.histogram.counts.begin(), s.histogram.counts.end());
     h->set_below(s.histogram.below);
     h->set_above(s.histogram.above);
     h->set_nan(s.histogram.nan);
+  }
+}
+
+void RowAnswersToProto(rules::OpKind kind, rules::DType dtype, std::span<const rules::agg::RowAnswer> rows,
+                       v1::AggregationResult* out) {
+  switch (rules::ResultKindOf(kind, dtype)) {
+    case rules::ResultKind::kDouble: {
+      auto* d = out->mutable_doubles()->mutable_values();
+      for (const rules::agg::RowAnswer& row : rows) {
+        for (const double x : row.doubles) d->Add(std::isnan(x) ? std::numeric_limits<double>::quiet_NaN() : x);
+      }
+      break;
+    }
+    case rules::ResultKind::kInt64: {
+      auto* d = out->mutable_int64s()->mutable_values();
+      for (const rules::agg::RowAnswer& row : rows) d->Add(row.int64s.begin(), row.int64s.end());
+      break;
+    }
+    case rules::ResultKind::kUInt64: {
+      auto* d = out->mutable_uint64s()->mutable_values();
+      for (const rules::agg::RowAnswer& row : rows) d->Add(row.uint64s.begin(), row.uint64s.end());
+      break;
+    }
+    case rules::ResultKind::kHistogram: break;  // no such function keeps its own state
+  }
+  if (!rules::agg::Of(kind).up_to_k) return;
+  auto* indices = out->mutable_indices()->mutable_values();
+  auto* lengths = out->mutable_lengths()->mutable_values();
+  for (const rules::agg::RowAnswer& row : rows) {
+    indices->Add(row.indices.begin(), row.indices.end());
+    lengths->Add(row.indices.size());
   }
 }
 
@@ -40,6 +74,7 @@ rules::PartialState PartialStateFromProto(const v1::PartialState& p) {
   s.uint_extreme = p.uint_extreme();
   s.index = p.index();
   s.elements = p.elements();
+  s.function_state = p.function_state();
   if (p.has_histogram()) {
     s.histogram.counts.assign(p.histogram().counts().begin(), p.histogram().counts().end());
     s.histogram.below = p.histogram().below();

@@ -15,9 +15,8 @@
 #include "server/engine/cpu/thread_pool.h"
 
 namespace tally {
-namespace {
 
-std::string CpuModel() {
+std::string HostCpuModel() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
@@ -29,11 +28,13 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
+namespace {
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads)
       : pool_(threads),
-        device_(absl::StrCat(CpuModel(), " (", threads, threads == 1 ? " thread)" : " threads)")) {}
+        device_(absl::StrCat(HostCpuModel(), " (", threads, threads == 1 ? " thread)" : " threads)")) {}
 
   std::string name() const override { return "cpu"; }
   std::string device() const override { return device_; }

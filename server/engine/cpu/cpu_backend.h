@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "server/engine/backend.h"
 
@@ -12,6 +13,9 @@ namespace tally {
 struct CpuBackendOptions {
   int threads = 0;  // worker threads per request; 0: one per hardware thread
 };
+
+// The host's CPU model, from /proc/cpuinfo ("unknown CPU" without it).
+std::string HostCpuModel();
 
 // name() is "cpu"; device() is the CPU model and the thread count.
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);

@@ -688,7 +688,7 @@ class CpuReduction final : public Reduction {
         if (op.partial) std::get<std::vector<rules::PartialState>>(values_[k])[row].count = acc.count;
         continue;
       }
-      StoreRow(op, row, StateOf(op, acc), values_[k]);
+      StoreRow(op, kD, row, StateOf(op, acc), values_[k]);
     }
   }
 

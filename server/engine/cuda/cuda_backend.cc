@@ -20,6 +20,7 @@
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/cuda/attachments.h"
 #include "server/engine/cuda/cuda_reduction.h"
+#include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/device_fault.h"
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
@@ -265,6 +266,25 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<Attachment>> AttachCudaIpc(std::span<const std::byte> handle, int device,
                                                              std::uint64_t bytes) override {
     return cuda::AttachIpc(*pool_, handle, device, bytes);
+  }
+  // For the functions that run on the host (server/engine/functions): a
+  // plain synchronous copy, on the calling thread, outside any lane.
+  absl::Status CopyToHost(const Extent& from, std::span<std::byte> to) override {
+    if (from.placement.host()) {
+      std::copy(from.bytes.begin(), from.bytes.end(), to.begin());
+      return absl::OkStatus();
+    }
+    if (!pool_->Uses(from.placement.device)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cuda backend: GPU ", from.placement.device, " is not one of the devices in use."));
+    }
+    cuda::ScopedDevice on(from.placement.device);
+    if (const cudaError_t e = cudaMemcpy(to.data(), from.bytes.data(), from.size(), cudaMemcpyDeviceToHost);
+        e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("copying ", from.size(), " bytes from GPU ", from.placement.device,
+                                              " to the host: ", cudaGetErrorString(e)));
+    }
+    return absl::OkStatus();
   }
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {

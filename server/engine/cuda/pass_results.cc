@@ -103,12 +103,12 @@ AggregationResult CollectResults(const AggregationPlan& plan, const PassPlan& pa
       for (std::uint64_t r = 0; r < rows; ++r) {
         rules::PartialState state;
         state.count = count;
-        StoreRow(op, r, std::move(state), values);
+        StoreRow(op, a.dtype, r, std::move(state), values);
       }
     } else {
       const Pass& pass = passes.passes[static_cast<std::size_t>(passes.op_pass[i])];
       const kernels::ResultView v(pass.plan, results + pass.state_offset);
-      for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, r, StateOf(op, a.dtype, v, r), values);
+      for (std::uint64_t r = 0; r < rows; ++r) StoreRow(op, a.dtype, r, StateOf(op, a.dtype, v, r), values);
     }
     result.values.push_back(std::move(values));
   }

@@ -109,7 +109,7 @@ class SegmentReduction final : public Reduction {
     result.device = engine_->devices->DeviceName(lane_->device());
     for (const OpSpec& op : plan_.ops) {
       OpValues values = EmptyValues(op, a.dtype, segments);
-      for (std::uint64_t s = 0; s < segments; ++s) StoreRow(op, s, StateOf(op, s), values);
+      for (std::uint64_t s = 0; s < segments; ++s) StoreRow(op, a.dtype, s, StateOf(op, s), values);
       result.values.push_back(std::move(values));
     }
     return result;

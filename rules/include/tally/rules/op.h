@@ -139,12 +139,12 @@ constexpr OpKind PlainOf(OpKind k) {
 }
 
 // Ops that have no value on an empty input (numpy raises; numpy.nanmin of
-// an empty array raises too, unlike that of an all-NaN one, and numpy.ptp
-// raises as numpy.max does).
+// an empty array raises too, unlike that of an all-NaN one, numpy.ptp
+// raises as numpy.max does, and numpy.quantile as numpy.take does).
 constexpr bool NeedsNonEmpty(OpKind k) {
   const OpKind p = PlainOf(k);
   return p == OpKind::kMin || p == OpKind::kMax || p == OpKind::kArgmin || p == OpKind::kArgmax ||
-         p == OpKind::kPtp || p == OpKind::kMinMax;
+         p == OpKind::kPtp || p == OpKind::kMinMax || p == OpKind::kQuantile;
 }
 
 // Ops with no value on a row whose elements are all NaN: numpy.nanargmin

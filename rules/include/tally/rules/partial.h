@@ -8,11 +8,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "tally/rules/agg/registry.h"
+#include "tally/rules/agg/state.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -69,6 +73,10 @@ struct PartialState {
   // non-NaN ones). Tells an all-NaN part (nanmin is NaN) from an empty one
   // (nanmin has no value); merged by adding, even where count is 0.
   std::uint64_t elements = 0;
+  // A function whose state the registry keeps (tally/rules/agg/state.h):
+  // the state as the function serialises it; count and elements are the
+  // valid elements it covers.
+  std::string function_state;
   // kPtp carries its value, max - min in the dtype (numpy.ptp), in the
   // extreme fields: a difference cannot be merged, so its partial state is
   // refused (HasPartialState) and the state only carries a row's value.
@@ -140,7 +148,49 @@ inline bool HasValue(OpKind kind, DType dtype, const PartialState& s) {
   return !f.refuses_all_nan && s.elements > 0;
 }
 
+// A function whose state the registry keeps: whether `s` holds a state of
+// op over dtype that its steps read (nullopt), or what is wrong with it.
+// States from outside (a client's) are checked before they are merged.
+inline std::optional<std::string> CheckFunctionState(const OpSpec& op, DType dtype, const PartialState& s) {
+  if (s.function_state.empty()) return std::nullopt;  // the empty state
+  std::unique_ptr<agg::State> state = agg::Of(op.kind).state->Init(op, dtype);
+  return state->Deserialize(s.function_state);
+}
+
+// Such a function's state of `a` and then `b` (both checked, or made by
+// the same steps); an empty function_state is the empty state.
+inline std::string MergeFunctionStates(const OpSpec& op, DType dtype, const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  const agg::StateFunction& f = *agg::Of(op.kind).state;
+  std::unique_ptr<agg::State> into = f.Init(op, dtype);
+  std::unique_ptr<agg::State> later = f.Init(op, dtype);
+  if (into->Deserialize(a) || later->Deserialize(b)) return {};  // unchecked input: the empty state
+  into->Combine(*later);
+  std::string out;
+  into->Serialize(out);
+  return out;
+}
+
+// Such a function's answer for a row from its state; a sentence when the
+// row has none (quantile of no element: callers refuse it first, HasValue).
+inline std::optional<std::string> FinishFunctionState(const OpSpec& op, DType dtype, const PartialState& s,
+                                                      agg::RowAnswer& out) {
+  std::unique_ptr<agg::State> state = agg::Of(op.kind).state->Init(op, dtype);
+  if (!s.function_state.empty()) {
+    if (std::optional<std::string> bad = state->Deserialize(s.function_state)) return bad;
+  }
+  return state->Finalize(out);
+}
+
 inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, const PartialState& b) {
+  if (agg::Of(op.kind).state != nullptr) {
+    PartialState r = a;
+    r.count = a.count + b.count;
+    r.elements = a.elements + b.elements;
+    r.function_state = MergeFunctionStates(op, dtype, a.function_state, b.function_state);
+    return r;
+  }
   if (a.count == 0 || b.count == 0) {  // an empty state is the identity (but for its elements)
     PartialState r = b.count == 0 ? a : b;
     r.elements = a.elements + b.elements;

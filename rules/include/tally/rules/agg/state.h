@@ -60,6 +60,8 @@ struct RowAnswer {
   std::vector<std::int64_t> int64s;
   std::vector<std::uint64_t> uint64s;
   std::vector<std::int64_t> indices;
+
+  bool operator==(const RowAnswer&) const = default;
 };
 
 // A function's state over some elements of one row, with the steps that
