@@ -1,13 +1,18 @@
 // Distinct counts and sketches: hll (HyperLogLog), ddsketch (quantiles
-// within a relative accuracy) and count_distinct (exact). The sketches'
-// states are fixed in size (ddsketch's by the values' range) and combine
-// exactly, so a merged state is bitwise the one a single stream builds.
+// within a relative accuracy) and count_distinct (exact). hll's state is at
+// most 2^precision registers (a set of hashes while it is small), ddsketch's
+// is bounded by the range of float64, count_distinct's is the distinct
+// values (holistic). All combine exactly, so a merged state is bitwise the
+// one a single stream builds.
 #pragma once
 
 #include <cmath>
 #include <string>
 
+#include "tally/rules/agg/ddsketch_state.h"
+#include "tally/rules/agg/distinct_state.h"
 #include "tally/rules/agg/function.h"
+#include "tally/rules/agg/hll_state.h"
 #include "tally/rules/agg/quantiles.h"
 
 namespace tally::rules::agg {
@@ -37,16 +42,21 @@ inline std::optional<std::string> CheckDdSketch(const OpSpec& op) {
 }
 inline constexpr ParamSet kDdSketchParams{kDdSketchParamList, CheckDdSketch};
 
+inline const HllFunction kHllState{33, "hll"};
+inline const DdSketchFunction kDdSketchState{34, "ddsketch"};
+inline const DistinctFunction kCountDistinctState{35, "count_distinct"};
+
 inline constexpr Function kHll{.kind = OpKind::kHll, .name = "hll", .spellings = {"approx_count_distinct"},
                                .wire = 33, .params = &kHllParams, .result = ResultRule::kCount,
-                               .plain = OpKind::kHll, .partial_state = true};
+                               .plain = OpKind::kHll, .partial_state = true, .state = &kHllState};
 inline constexpr Function kDdSketch{.kind = OpKind::kDdSketch, .name = "ddsketch", .wire = 34,
                                     .params = &kDdSketchParams, .result = ResultRule::kDouble,
-                                    .plain = OpKind::kDdSketch, .partial_state = true, .per_q = true};
+                                    .plain = OpKind::kDdSketch, .partial_state = true,
+                                    .state = &kDdSketchState, .per_q = true};
 inline constexpr Function kCountDistinct{.kind = OpKind::kCountDistinct, .name = "count_distinct",
                                          .spellings = {"nunique"}, .wire = 35, .result = ResultRule::kCount,
                                          .plain = OpKind::kCountDistinct, .partial_state = true,
-                                         .holistic = true};
+                                         .state = &kCountDistinctState, .holistic = true};
 
 inline constexpr Function kSketches[] = {kHll, kDdSketch, kCountDistinct};
 

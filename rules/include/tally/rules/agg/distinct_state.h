@@ -1,0 +1,120 @@
+// The state of count_distinct: the set of the row's distinct values, by
+// their identity (CanonicalBits: -0.0 is 0.0, every NaN one value, as
+// numpy.unique counts them). Holistic: it grows with the distinct values,
+// within the server's budget for such states.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tally/rules/agg/state.h"
+#include "tally/rules/dtype.h"
+#include "tally/rules/op.h"
+
+namespace tally::rules::agg {
+
+namespace distinct_detail {
+
+template <typename T>
+class DistinctState final : public State {
+ public:
+  DistinctState(const OpSpec& op, DType dtype, int wire, std::string_view name)
+      : op_(op), dtype_(dtype), wire_(wire), name_(name) {}
+
+  // What the vector holds, duplicates waiting to be removed included: the
+  // budget sees the memory, not the count.
+  std::uint64_t bytes() const override { return sizeof(*this) + bits_.capacity() * sizeof(std::uint64_t); }
+
+  void Update(const Elements& e) override {
+    for (std::uint64_t i = 0; i < e.count; ++i) {
+      if (!e.Valid(i)) continue;
+      bits_.push_back(CanonicalBits(e.At<T>(i)));
+      if (bits_.size() >= Pending()) Unique();
+    }
+  }
+
+  void Combine(const State& later) override {
+    const auto& o = static_cast<const DistinctState&>(later);
+    bits_.insert(bits_.end(), o.bits_.begin(), o.bits_.end());
+    if (bits_.size() >= Pending()) Unique();
+  }
+
+  std::optional<std::string> Finalize(RowAnswer& out) override {
+    Unique();
+    out.uint64s.push_back(bits_.size());
+    return std::nullopt;
+  }
+
+  void Serialize(std::string& out) override {
+    Unique();
+    Writer w(out);
+    PutHeader(w, wire_, dtype_, op_);
+    w.Put(static_cast<std::uint64_t>(bits_.size()));
+    w.PutBytes(bits_.data(), bits_.size() * sizeof(std::uint64_t));
+  }
+
+  std::optional<std::string> Deserialize(std::string_view bytes) override {
+    Reader r(bytes);
+    if (auto bad = CheckHeader(r, wire_, name_, dtype_, op_)) return bad;
+    std::uint64_t count = 0;
+    if (!r.Get(count) || count != r.left() / sizeof(std::uint64_t) || r.left() % sizeof(std::uint64_t) != 0) {
+      return Truncated(name_);
+    }
+    bits_.resize(count);
+    r.GetBytes(bits_.data(), count * sizeof(std::uint64_t));
+    // Serialize writes the set sorted and distinct; anything else was not
+    // written by it.
+    if (std::adjacent_find(bits_.begin(), bits_.end(), std::greater_equal<>()) != bits_.end()) {
+      bits_.clear();
+      return Truncated(name_);
+    }
+    unique_ = bits_.size();
+    return std::nullopt;
+  }
+
+ private:
+  // Values are appended and the vector deduplicated when it has doubled
+  // since the last time (at least 1024 entries): O(log n) per value
+  // amortised, and never more than twice the set's memory plus a block.
+  std::size_t Pending() const { return std::max<std::size_t>(2 * unique_, 1024); }
+  void Unique() {
+    const auto tail = bits_.begin() + static_cast<std::ptrdiff_t>(unique_);
+    std::sort(tail, bits_.end());
+    std::inplace_merge(bits_.begin(), tail, bits_.end());
+    bits_.erase(std::unique(bits_.begin(), bits_.end()), bits_.end());
+    unique_ = bits_.size();
+  }
+
+  OpSpec op_;
+  DType dtype_;
+  int wire_;
+  std::string_view name_;
+  std::vector<std::uint64_t> bits_;  // the values' identities: sorted and distinct up to unique_, then appended
+  std::size_t unique_ = 0;
+};
+
+}  // namespace distinct_detail
+
+class DistinctFunction final : public StateFunction {
+ public:
+  constexpr DistinctFunction(int wire, std::string_view name) : wire_(wire), name_(name) {}
+  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
+    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
+      using T = typename Traits<decltype(d)::value>::value;
+      return std::make_unique<distinct_detail::DistinctState<T>>(op, dtype, wire_, name_);
+    });
+  }
+
+ private:
+  int wire_;
+  std::string_view name_;
+};
+
+}  // namespace tally::rules::agg
