@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ._ops import Op
+from ._ops import PICKING_METHODS, Q_OPS, Op
 from . import _arrays
 
 
@@ -28,8 +28,24 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     int64 for signed, uint64 for unsigned integers; tally multiplies floats
     in float64, then rounds to the input's float type); ptp in the input's
     dtype like min and max; any and all are bool; count_nonzero is int64
-    (numpy's intp; numpy gives a Python int for a whole array)."""
+    (numpy's intp; numpy gives a Python int for a whole array).
+
+    quantile and nanquantile are float64, but in the input's dtype for the
+    methods that pick an element (numpy.quantile's rule: lower, higher,
+    nearest, inverted_cdf, closest_observation; the server sends the
+    element as float64, so int64 and uint64 elements beyond 2^53 come back
+    rounded); median and nanmedian as mean; ddsketch float64; topk and
+    bottomk the input's dtype (their indices int64); hll and count_distinct
+    int64."""
     kind = _PLAIN.get(op.kind, op.kind)
+    if kind in ("quantile", "nanquantile"):
+        return dtype if op.method in PICKING_METHODS else np.dtype(np.float64)
+    if kind == "ddsketch":
+        return np.dtype(np.float64)
+    if kind in ("median", "nanmedian"):
+        kind = "mean"
+    if kind in ("topk", "bottomk"):
+        return dtype
     if kind in ("any", "all"):
         return np.dtype(np.bool_)
     if kind in ("sum", "prod"):
@@ -82,8 +98,17 @@ def present(op: Op, dtype: np.dtype, raw: np.ndarray, segmented: bool) -> Any:
     """Per-row wire values (float64, int64 or uint64) as numpy would answer:
     an array for a segmented request, else a numpy scalar. minmax answers
     two values per row: a ``(min, max)`` tuple, or an array of shape
-    (rows, 2) when segmented."""
+    (rows, 2) when segmented. quantile, nanquantile and ddsketch answer one
+    value per q: an array of len(q) (shape (rows, len(q)) when segmented),
+    a scalar (an array per row) for a scalar q."""
     out = raw.astype(value_dtype(op, dtype), copy=False)
+    if op.kind in Q_OPS:
+        # One value per q, row by row: (rows, len(q)), or (rows,) for a
+        # scalar q (and ddsketch's median).
+        per_row = out.reshape(-1, op.values_per_row)
+        if op.scalar_q:
+            per_row = per_row[:, 0]
+        return per_row if segmented else per_row[0]
     if op.kind == "minmax":
         pairs = out.reshape(-1, 2)
         return pairs if segmented else (pairs[0, 0], pairs[0, 1])
@@ -99,3 +124,18 @@ def present_histogram(op: Op, dtype: np.dtype, counts: np.ndarray, below: np.nda
     if segmented:
         return Histogram(counts, edges, below, above, nan)
     return Histogram(counts[0], edges, below[0], above[0], nan[0])
+
+
+def present_topk(op: Op, dtype: np.dtype, raw: np.ndarray, indices: np.ndarray, lengths: np.ndarray,
+                 segmented: bool) -> Any:
+    """topk's and bottomk's wire values, every row's in turn, with their
+    indices and each row's number of them, as ``(values, indices)`` numpy
+    arrays (values in the input's dtype, indices int64): one pair, or a
+    list of pairs, one per row, when segmented (rows may hold fewer than k:
+    as many as they have elements)."""
+    values = raw.astype(value_dtype(op, dtype), copy=False)
+    indices = np.asarray(indices, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cuts = np.cumsum(lengths)[:-1]
+    pairs = list(zip(np.split(values, cuts), np.split(indices, cuts))) if len(lengths) else []
+    return pairs if segmented else pairs[0]

@@ -14,7 +14,7 @@ from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offset
                       refuse_pandas, split_masked, wire_dtype)
 from ._numpy import NumpyFunctions
 from ._pandas import PandasFunctions
-from ._ops import Op, OpLike, parse_ops, spelled_ops
+from ._ops import TOPK_OPS, Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
 from .partial import Partial
 from .v1 import tally_pb2 as pb
@@ -172,8 +172,8 @@ class Client(NumpyFunctions, PandasFunctions):
         ``array[offsets[s]:offsets[s + 1]]``); every answer then has one
         entry per segment, numpy's answer for that slice. An empty segment
         gives the empty array's answer (sum 0, mean NaN); min, max, minmax,
-        argmin, argmax, ptp and their nan forms are refused for one, as
-        numpy raises.
+        argmin, argmax, ptp, quantile and their nan forms (not nanquantile)
+        are refused for one, as numpy raises.
 
         ``valid``: which elements take part, array-like of bools of the
         array's shape (pandas: ``series.notna()``); a numpy.ma.MaskedArray
@@ -189,6 +189,24 @@ class Client(NumpyFunctions, PandasFunctions):
         ``"hist:256:-1:1"``, or several comma-separated), :class:`Op`
         objects, or a list of both. ValueError for a bad one. ``minmax``
         answers a ``(min, max)`` tuple (rows: an array of shape (rows, 2)).
+
+        The functions with states of their own (tally.proto, OP_QUANTILE
+        to OP_COUNT_DISTINCT) answer numpy's values:
+        ``"quantile:0.5,0.99:hazen"`` (numpy.quantile, any of its 13
+        methods; ``nanquantile`` likewise) one value per q, an array of
+        len(q) (rows: shape (rows, len(q))), or a scalar (rows: one per
+        row) for a scalar q (``"quantile:0.5"``, ``Op("quantile", q=0.5)``);
+        ``median`` and ``nanmedian`` one value; ``"topk:K"`` and
+        ``"bottomk:K"`` a ``(values, indices)`` pair of arrays, sorted
+        (largest or smallest first, NaN first in topk and last in bottomk,
+        ties to the smaller index), min(k, elements) long (rows: a list of
+        pairs); ``"hll:PRECISION"`` and ``count_distinct`` a count;
+        ``"ddsketch:ACCURACY[:Q,...]"`` quantiles within ACCURACY relative
+        error of numpy's method="lower" over the non-NaN elements.
+        quantile of no elements is refused (:class:`Error`,
+        INVALID_ARGUMENT), as numpy raises; nanquantile, median and
+        nanmedian of none answer NaN (on integer dtypes nanquantile is
+        quantile, and refused). bool arrays are refused by quantile.
 
         Answers have the dtypes numpy's reductions return (see
         :func:`tally._values.value_dtype`); histograms are
@@ -210,10 +228,12 @@ class Client(NumpyFunctions, PandasFunctions):
         """The partial states of ``ops`` over ``array`` (one :class:`Partial`
         per op), to be merged with other parts' states and finished on the
         client (:func:`tally.merge`, :func:`tally.finish`). argmin/argmax
-        indices in them are offset by ``base_index``: the position of this
-        part's first element in the whole array (of each row's first
-        element in the whole row, for a 2-D part). Arrays, ``offsets``,
-        ``valid`` and ops as :meth:`aggregate`."""
+        and topk/bottomk indices in them are offset by ``base_index``: the
+        position of this part's first element in the whole array (of each
+        row's first element in the whole row, for a 2-D part). The states of
+        quantile ... count_distinct are tally's own bytes, merged and
+        finished by the package's native module (:mod:`tally.partial`).
+        Arrays, ``offsets``, ``valid`` and ops as :meth:`aggregate`."""
         parsed = parse_ops(ops)
         array, valid = split_masked(array, valid)
         a, row_length = prepare(array)
@@ -406,6 +426,16 @@ class Client(NumpyFunctions, PandasFunctions):
         a = pb.Aggregation(op=getattr(pb, "OP_" + op.kind.upper()), ddof=op.ddof)
         if op.kind == "histogram":
             a.histogram.bins, a.histogram.lo, a.histogram.hi = op.bins, op.lo, op.hi
+        if op.q:
+            a.q.extend(op.q)
+        if op.method is not None:
+            a.method = pb.QuantileMethod.Value("QUANTILE_METHOD_" + op.method.upper())
+        if op.k is not None:
+            a.k = op.k
+        if op.precision is not None:
+            a.precision = op.precision
+        if op.relative_accuracy is not None:
+            a.relative_accuracy = op.relative_accuracy
         if base_index is not None:
             if base_index < 0:
                 raise ValueError(f"base_index must be >= 0, got {base_index}")
@@ -488,6 +518,11 @@ class Client(NumpyFunctions, PandasFunctions):
                     op, dtype, counts, np.array([h.below for h in hs], dtype=np.uint64),
                     np.array([h.above for h in hs], dtype=np.uint64),
                     np.array([h.nan for h in hs], dtype=np.uint64), segmented))
+            elif op.kind in TOPK_OPS:
+                wire_type = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}.get(kind, np.float64)
+                raw = np.array(getattr(r, kind).values if kind else [], dtype=wire_type)
+                values.append(_values.present_topk(op, dtype, raw, np.array(r.indices.values, dtype=np.int64),
+                                                   np.array(r.lengths.values, dtype=np.uint64), segmented))
             else:
                 wire_type = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}[kind]
                 raw = np.array(getattr(r, kind).values, dtype=wire_type)
