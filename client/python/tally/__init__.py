@@ -6,8 +6,13 @@
         counts, edges = r["hist:256:0:1"]
 
 numpy's reductions are Client methods with numpy's signatures and answers
-(``c.nanstd(x, axis=0, ddof=1)``, ``c.histogram(x, 64)``), and
-``c.agg(df, ["mean", "count"])`` answers what pandas' ``df.agg`` does.
+(``c.nanstd(x, axis=0, ddof=1)``, ``c.histogram(x, 64)``,
+``c.quantile(x, [0.5, 0.99], axis=1, method="hazen")``, ``c.median(x)``),
+as are the k largest elements (``c.topk(x, 10)``, torch.topk's answer),
+distinct counts (``c.count_distinct(x)``, ``c.approx_count_distinct(x)``)
+and DDSketch quantiles (``c.ddsketch_quantile(x, 0.99)``);
+``c.agg(df, ["mean", "median", "nunique"])`` answers what pandas' ``df.agg``
+does.
 
 Partial states (:meth:`Client.partial`, :func:`merge`, :func:`finish`) let
 the parts of an array be aggregated anywhere and combined on the client;

@@ -5,6 +5,10 @@ The server reduces whole arrays and rows of a C-order batch. A reduction
 over the last axes is sent as rows without a copy; one over other axes
 moves them last first, which copies the array (numpy's own reductions read
 it in place).
+
+Quantiles, medians, the k largest and smallest elements and distinct
+counts follow the same layout: numpy.quantile's answers (q's axes first),
+torch.topk's (the reduced axis holds the k answers), numpy.unique's count.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import numpy as np
 
 from . import _values
 from ._arrays import check_dtype, refuse_pandas
-from ._ops import INDEX_OPS, NO_EMPTY_ANSWER, Op
+from ._ops import INDEX_OPS, MAX_QUANTILES, NO_EMPTY_ANSWER, PICKING_METHODS, Op
 
 try:  # numpy 2 moved it
     from numpy.lib.array_utils import normalize_axis_tuple
@@ -42,18 +46,26 @@ def layout(a: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, Optional[n
     return moved.reshape(rows, n), None, shape
 
 
-def reduce(client: Any, name: str, x: Any, axis: Axis = None, keepdims: bool = False, dtype: Any = None,
-           ddof: Optional[float] = None) -> Any:
-    """numpy.<name>(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    as numpy answers it, computed by ``client``'s server. ``name`` is a
-    numpy function that is also a tally op (``"std"``, ``"nanargmax"``,
-    ``"count_nonzero"``)."""
-    op = Op.parse(name) if ddof is None else Op(Op.parse(name).kind, ddof=ddof)
+def _array(x: Any, name: str) -> np.ndarray:
+    """``x`` as the array a numpy-style function reduces; TypeError for
+    pandas objects and numpy.ma arrays (their masks: :meth:`aggregate`'s
+    ``valid=``)."""
     refuse_pandas(x)
     if isinstance(x, np.ma.MaskedArray):
         raise TypeError(f"numpy.ma arrays answer with masks: use aggregate(x, {name!r}) for the answer over the "
                         f"valid elements")
-    a = np.asarray(x)
+    return np.asarray(x)
+
+
+def reduce(client: Any, name: str, x: Any, axis: Axis = None, keepdims: bool = False, dtype: Any = None,
+           ddof: Optional[float] = None, op: Optional[Op] = None) -> Any:
+    """numpy.<name>(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    as numpy answers it, computed by ``client``'s server. ``name`` is a
+    numpy function that is also a tally op (``"std"``, ``"nanargmax"``,
+    ``"count_nonzero"``), or ``op`` the op itself (one value per row)."""
+    if op is None:
+        op = Op.parse(name) if ddof is None else Op(Op.parse(name).kind, ddof=ddof)
+    a = _array(x, name)
     if dtype is not None:
         a = a.astype(dtype)  # numpy reduces in the dtype asked for: the elements are cast to it first
     check_dtype(a.dtype)
@@ -73,9 +85,109 @@ def reduce(client: Any, name: str, x: Any, axis: Axis = None, keepdims: bool = F
     if keepdims:
         out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(a.shape)))
     elif out.ndim == 0:
-        # numpy answers a whole reduction with a scalar (count_nonzero with a Python int).
-        return int(out) if op.kind == "count_nonzero" and axis is None else out[()]
+        # numpy answers a whole reduction with a scalar (count_nonzero with
+        # a Python int, as len(numpy.unique(x)) for the distinct counts).
+        return int(out) if op.kind in _PYTHON_INT and axis is None else out[()]
     return out
+
+
+# Whole reductions numpy (or len()) answers with a Python int.
+_PYTHON_INT = ("count_nonzero", "count_distinct", "hll")
+
+
+def _probabilities(q: Any, percent: bool) -> np.ndarray:
+    """q as float64, checked as numpy checks it (ValueError with numpy's
+    sentence); percentiles divided by 100 first, as numpy.percentile does."""
+    qa = np.true_divide(q, 100) if percent else q
+    qa = np.asanyarray(qa, dtype=np.float64)
+    if qa.size and not (qa.min() >= 0 and qa.max() <= 1):
+        raise ValueError("Percentiles must be in the range [0, 100]" if percent
+                         else "Quantiles must be in the range [0, 1]")
+    return qa
+
+
+def quantiles(client: Any, name: str, x: Any, q: np.ndarray, axis: Axis, keepdims: bool, make_op: Any,
+              numpy_empty: Any = None) -> Any:
+    """numpy.quantile's answer for the probabilities ``q`` (checked) over
+    ``axis``: shape q.shape + the kept axes (keepdims: reduced axes as 1),
+    a numpy scalar for a scalar q over the whole array. ``make_op(qs)`` is
+    the op for a list of up to 1024 q (longer lists take several ops, in
+    one call). An empty array sends nothing: ``numpy_empty()`` answers it
+    (numpy's own answer, as there is nothing to reduce), else NaN."""
+    a = _array(x, name)
+    check_dtype(a.dtype)
+    axes = tuple(range(a.ndim)) if axis is None else tuple(sorted(normalize_axis_tuple(axis, a.ndim)))
+    kept_shape = tuple(1 if i in axes else s for i, s in enumerate(a.shape)) if keepdims else \
+        tuple(s for i, s in enumerate(a.shape) if i not in axes)
+    flat = q.reshape(-1)
+    if a.size == 0 and numpy_empty is not None:
+        return numpy_empty(a)
+    data, offsets, shape = layout(a, axes)
+    rows = int(np.prod(shape))
+    sample = make_op([0.5])
+    dtype = _values.value_dtype(sample, a.dtype)
+    if flat.size == 0 or rows == 0:
+        return np.empty(q.shape + kept_shape, dtype)
+    if a.size == 0:  # rows of no elements: NaN (nanquantile, ddsketch), as numpy's nan-functions
+        return np.full(q.shape + kept_shape, np.nan, dtype)
+    # The server refuses quantiles of bools, numpy only their interpolation:
+    # the methods that pick an element pick it among the bools as uint8.
+    picks_bools = a.dtype == np.bool_ and sample.method in PICKING_METHODS
+    ops = [make_op(list(flat[i:i + MAX_QUANTILES])) for i in range(0, flat.size, MAX_QUANTILES)]
+    results = client.aggregate(data.view(np.uint8) if picks_bools else data, ops, offsets=offsets)
+    # Each op answers (rows, its q) per row, (its q,) for the whole array.
+    per_q = np.concatenate([np.asarray(results[i]).reshape(rows, -1) for i in range(len(ops))], axis=1)
+    out = per_q.T.astype(dtype).reshape(q.shape + kept_shape)
+    return out[()] if out.ndim == 0 else out
+
+
+def _nan_dtype(kind: str, a: np.ndarray, q: np.ndarray, axis: Axis, out: Any) -> Any:
+    """numpy 1.24's dtype where NaN decides it, for float32 and float16
+    input, whose interpolated quantiles are otherwise float64: quantile of
+    a whole array that holds a NaN, for a scalar q, answers the NaN element
+    itself (numpy's _quantile returns arr[-1]); nanquantile answers a slice
+    of only NaN with NaN of the input's dtype, and along an axis
+    numpy.apply_along_axis gives every answer the first slice's dtype."""
+    o = np.asarray(out)
+    if o.dtype == a.dtype or a.dtype.kind != "f" or o.size == 0 or not np.isnan(o).any():
+        return out
+    whole = axis is None or len(normalize_axis_tuple(axis, a.ndim)) == a.ndim
+    if kind == "quantile":
+        cast = whole and q.ndim == 0 and bool(np.isnan(a).any())
+    else:
+        axes = tuple(range(a.ndim)) if whole else normalize_axis_tuple(axis, a.ndim)
+        first = np.moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+        first = first.reshape(-1) if whole else first.reshape(-1, int(np.prod([a.shape[i] for i in axes])))[0]
+        cast = bool(np.isnan(first).all())
+    if not cast:
+        return out
+    return a.dtype.type(out) if np.ndim(out) == 0 and not isinstance(out, np.ndarray) else o.astype(a.dtype)
+
+
+def topk(client: Any, x: Any, k: int, axis: Optional[int], largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """torch.topk(x, k, dim=axis, largest=largest, sorted=True) as numpy
+    arrays: (values, indices), the reduced axis holding min(k, its length)
+    answers. axis None: the flattened array."""
+    name = "topk" if largest else "bottomk"
+    op = Op(name, k=k)
+    a = _array(x, name)
+    check_dtype(a.dtype)
+    if axis is None:
+        a, axis = a.reshape(-1), 0
+    elif not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{name}: axis must be an integer or None, not {type(axis).__name__}")
+    (axis,) = normalize_axis_tuple(int(axis), a.ndim)
+    moved = np.moveaxis(a, axis, -1)
+    kept, n = moved.shape[:-1], moved.shape[-1]
+    m = min(op.k, n)
+    rows = int(np.prod(kept))
+    values, indices = np.empty(kept + (m,), a.dtype), np.empty(kept + (m,), np.int64)
+    if rows and m:
+        answer = client.aggregate(moved.reshape(rows, n) if kept else moved, [op])[0]
+        pairs = answer if kept else [answer]
+        values.reshape(rows, m)[:] = np.stack([v for v, _ in pairs])
+        indices.reshape(rows, m)[:] = np.stack([i for _, i in pairs])
+    return np.moveaxis(values, -1, axis), np.moveaxis(indices, -1, axis)
 
 
 def histogram(client: Any, x: Any, bins: Any = 10, range: Optional[tuple[float, float]] = None,
@@ -229,3 +341,115 @@ class NumpyFunctions:
         """numpy.histogram with equal-width bins: ``(counts, edges)``; numpy's
         default range (the data's minimum and maximum) costs a second pass."""
         return histogram(self, x, bins, range, density)
+
+    # -- Quantiles, medians, the k largest and smallest, distinct counts -----
+    # One value per q (per row), computed by the server's rules; numpy's
+    # answers bitwise for float64 input (tally.proto, OP_QUANTILE).
+
+    def quantile(self, x: Any, q: Any, axis: Axis = None, *, method: str = "linear",
+                 keepdims: bool = False) -> Any:
+        """numpy.quantile(x, q, axis=axis, method=method, keepdims=keepdims):
+        the answers' shape is q's followed by the kept axes, a numpy scalar
+        for a scalar q over the whole array; float64, or the input's dtype
+        for the methods that pick an element (lower, higher, nearest,
+        inverted_cdf, closest_observation). Every one of numpy's 13 methods,
+        exact: bitwise numpy's for float64 input, within float64 rounding
+        for the others. Any NaN in a slice gives NaN. q outside [0, 1] is
+        numpy's ValueError; an unknown method a ValueError naming the 13;
+        an empty array numpy's IndexError. bool input takes the methods
+        that pick an element (numpy refuses to interpolate bools: TypeError).
+        More than 1024 q go in several aggregations of one call."""
+        return self._quantile("quantile", x, q, axis, method, keepdims)
+
+    def nanquantile(self, x: Any, q: Any, axis: Axis = None, *, method: str = "linear",
+                    keepdims: bool = False) -> Any:
+        """numpy.nanquantile: :meth:`quantile` of the non-NaN elements; NaN for
+        a slice with none (numpy warns "All-NaN slice encountered"). An
+        empty array answers as numpy's (NaN)."""
+        return self._quantile("nanquantile", x, q, axis, method, keepdims)
+
+    def percentile(self, x: Any, q: Any, axis: Axis = None, *, method: str = "linear",
+                   keepdims: bool = False) -> Any:
+        """numpy.percentile: :meth:`quantile` of q / 100 (q in [0, 100], else
+        numpy's ValueError)."""
+        return self._quantile("quantile", x, q, axis, method, keepdims, percent=True)
+
+    def nanpercentile(self, x: Any, q: Any, axis: Axis = None, *, method: str = "linear",
+                      keepdims: bool = False) -> Any:
+        """numpy.nanpercentile: :meth:`nanquantile` of q / 100."""
+        return self._quantile("nanquantile", x, q, axis, method, keepdims, percent=True)
+
+    def _quantile(self, kind: str, x: Any, q: Any, axis: Axis, method: str, keepdims: bool,
+                  percent: bool = False) -> Any:
+        qa = _probabilities(q, percent)
+        Op(kind, q=0.5, method=method)  # the method's check, before anything is sent
+        method = method.lower()
+        a = x if isinstance(x, np.ma.MaskedArray) else np.asarray(x)
+        if a.dtype == np.bool_ and method not in PICKING_METHODS:
+            raise TypeError("numpy boolean subtract, the `-` operator, is not supported: quantiles of bools "
+                            "take the methods that pick an element (lower, higher, nearest, inverted_cdf, "
+                            "closest_observation)")
+        name = kind.replace("quantile", "percentile") if percent else kind
+        numpy_empty = lambda e: getattr(np, name)(e, q, axis=axis, method=method, keepdims=keepdims)  # noqa: E731
+        out = quantiles(self, name, a, qa, axis, keepdims, lambda qs: Op(kind, q=qs, method=method), numpy_empty)
+        return _nan_dtype(kind, a, qa, axis, out)
+
+    def median(self, x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+        """numpy.median: the middle element, or the mean of the middle two as
+        numpy.mean computes it (float32 for float32 input, float64 for
+        integers); NaN where a slice holds a NaN, and for an empty one
+        (numpy warns)."""
+        return reduce(self, "median", x, axis, keepdims)
+
+    def nanmedian(self, x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+        """numpy.nanmedian: :meth:`median` of the non-NaN elements; NaN for a
+        slice with none."""
+        return reduce(self, "nanmedian", x, axis, keepdims)
+
+    def topk(self, x: Any, k: int, axis: Optional[int] = -1, *,
+             largest: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` largest (``largest=False``: smallest) elements along
+        ``axis`` and their indices, as torch.topk(x, k, dim=axis) answers
+        them, sorted: ``(values, indices)``, numpy arrays of x's shape with
+        that axis holding min(k, its length) answers (torch raises for a
+        k beyond it), values in x's dtype, indices int64 along the axis.
+        ``axis=None``: the flattened array. The order is numpy.sort's,
+        stable: NaN above every number (first for the largest, last for
+        the smallest), -0.0 equal to 0.0, ties to the smaller index, so
+        for the largest, ``np.argsort(-x, kind="stable")[:k]`` where x has
+        no NaN. k from 1 to 65536, else ValueError naming k."""
+        return topk(self, x, k, axis, largest)
+
+    def bottomk(self, x: Any, k: int, axis: Optional[int] = -1) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`topk` with ``largest=False``: the k smallest, smallest first."""
+        return topk(self, x, k, axis, False)
+
+    def count_distinct(self, x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+        """The exact number of distinct elements, ``len(numpy.unique(x))``
+        (a Python int for axis None, int64 arrays otherwise): -0.0 equals
+        0.0 and every NaN is one value. The server keeps each slice's
+        distinct values while it reads them (RESOURCE_EXHAUSTED beyond its
+        --max_holistic_bytes: :meth:`approx_count_distinct` is bounded)."""
+        return reduce(self, "count_distinct", x, axis, keepdims)
+
+    def approx_count_distinct(self, x: Any, axis: Axis = None, *, precision: int = 12,
+                              keepdims: bool = False) -> Any:
+        """The number of distinct elements by HyperLogLog over 2^precision
+        registers (precision 4 to 18, else ValueError naming it): exact up
+        to 2^precision / 4 distinct values, then within about
+        1.04 / sqrt(2^precision) relative standard error (1.6% at 12).
+        Values are told apart as :meth:`count_distinct` tells them."""
+        return reduce(self, "hll", x, axis, keepdims, op=Op("hll", precision=precision))
+
+    def ddsketch_quantile(self, x: Any, q: Any = 0.5, axis: Axis = None, *, relative_accuracy: float = 0.01,
+                          keepdims: bool = False) -> Any:
+        """Quantiles by DDSketch: for each q, a value within
+        ``relative_accuracy`` (0.001 to 0.5, else ValueError naming it)
+        relative error of numpy.quantile(x, q, method="lower") of the
+        non-NaN elements; NaN for a slice with none. Shapes as
+        :meth:`quantile` (q's axes first), float64. Its state is bounded
+        by the range of the values, not their number, and merges exactly."""
+        qa = _probabilities(q, False)
+        Op("ddsketch", relative_accuracy=relative_accuracy)  # its check, before anything is sent
+        return quantiles(self, "ddsketch_quantile", x, qa, axis, keepdims,
+                         lambda qs: Op("ddsketch", relative_accuracy=relative_accuracy, q=qs))
