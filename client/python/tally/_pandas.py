@@ -25,6 +25,11 @@ _FUNCS = {
     "sum": ("sum", "nansum"), "prod": ("prod", None), "mean": ("mean", "nanmean"),
     "min": ("min", "nanmin"), "max": ("max", "nanmax"), "count": ("count", "nancount"),
     "std": ("std:1", "nanstd:1"), "var": ("var:1", "nanvar:1"), "any": ("any", None), "all": ("all", None),
+    # Series.median and Series.quantile() (q=0.5, linear: numpy's).
+    "median": ("median", "nanmedian"), "quantile": ("quantile:0.5", "nanquantile:0.5"),
+    # count_distinct counts NaN once where pandas' nunique (dropna=True)
+    # leaves it out: answer() takes it off when the column has a NaN.
+    "nunique": ("count_distinct", "count_distinct"),
 }
 # Answered without the server.
 _LOCAL = ("size",)
@@ -32,10 +37,17 @@ FUNC_NAMES = tuple(_FUNCS) + _LOCAL
 _DDOF = 1  # pandas' std and var
 # The functions pandas answers for each kind of column that is not a number.
 _KIND_FUNCS = {
-    "datetime": ("min", "max", "mean", "std", "count", "size"),
-    "timedelta": ("sum", "min", "max", "mean", "std", "count", "size"),
-    "category": ("min", "max", "count", "size"),
+    "datetime": ("min", "max", "mean", "std", "count", "size", "nunique"),
+    "timedelta": ("sum", "min", "max", "mean", "std", "count", "size", "nunique"),
+    "category": ("min", "max", "count", "size", "nunique"),
 }
+# Functions pandas answers for those columns that tally does not: pandas
+# takes the median of datetimes in float64 nanoseconds, which rounds them.
+_NOT_ANSWERED = {("datetime", "median"), ("datetime", "quantile"), ("timedelta", "median"),
+                 ("timedelta", "quantile")}
+# Functions with no value for no elements (NaN, NA or NaT in pandas), by
+# the values present they need.
+_NEEDS = {"min": 0, "max": 0, "mean": 0, "std": _DDOF, "var": _DDOF, "median": 0, "quantile": 0}
 
 
 @dataclass
@@ -117,6 +129,12 @@ def funcs_of(func: Any) -> list[str]:
 
 def refuse(col: Column, func: str) -> None:
     """TypeError where pandas refuses ``func`` for the column's kind."""
+    if (col.kind, func) in _NOT_ANSWERED:
+        raise TypeError(f"column {col.name!r} of dtype {col.dtype}: tally does not answer {func!r} for it "
+                        f"(pandas computes it in float64 nanoseconds)")
+    if func == "quantile" and col.values.dtype == np.bool_ and col.present() != 0:
+        raise TypeError(f"column {col.name!r} of dtype {col.dtype} does not support 'quantile', as in pandas "
+                        f"(numpy refuses boolean subtraction)")
     allowed = _KIND_FUNCS.get(col.kind)
     if allowed is not None and func not in allowed:
         raise TypeError(f"column {col.name!r} of dtype {col.dtype} does not support {func!r}, as in pandas")
@@ -141,11 +159,12 @@ def ops_for(col: Column, funcs: list[str], every_op: bool = False) -> list[Op]:
     the count of values present first, which decides what has no value.
     Without ``every_op``, min and max are left out of a column with no
     values (the server refuses them); partial states take them, and the
-    ops must be the same for every part of a column."""
+    ops must be the same for every part of a column. quantile, which the
+    server refuses for no elements too, likewise."""
     pick = 1 if col.nan_ops else 0
     names = [_FUNCS["count"][pick]] + [_FUNCS[f][pick] for f in funcs if f in _FUNCS]
     if not every_op and col.present() == 0:
-        names = [n for n in names if Op.parse(n).kind not in ("min", "max", "nanmin", "nanmax")]
+        names = [n for n in names if Op.parse(n).kind not in ("min", "max", "nanmin", "nanmax", "quantile")]
     return [Op.parse(n) for n in dict.fromkeys(names)]
 
 
@@ -158,7 +177,13 @@ def answer(col: Column, func: str, values: Callable[[Op], Any]) -> Any:
     count = int(values(Op.parse(_FUNCS["count"][pick])))
     if func == "count":
         return np.int64(count)
-    if count <= {"min": 0, "max": 0, "mean": 0, "std": _DDOF, "var": _DDOF}.get(func, -1):
+    if func == "nunique":
+        # pandas' dropna=True: a NaN the column's distinct values hold (it
+        # holds one exactly where fewer values are present than the size)
+        # is not counted.
+        distinct = int(values(Op.parse(_FUNCS[func][pick])))
+        return distinct - 1 if col.nan_ops and count < col.size else distinct
+    if count <= _NEEDS.get(func, -1):
         # NaN, NA or NaT, as pandas marks no value (of its type, which
         # depends on whether values were missing or there were none).
         return _pandas_answer(col.dtype, func, count, int(col.size > count))
@@ -167,9 +192,26 @@ def answer(col: Column, func: str, values: Callable[[Op], Any]) -> Any:
         return col.dtype.categories[int(value)]
     if col.kind in ("datetime", "timedelta"):
         return _time(col, func, value)
+    if func == "quantile":
+        return _quantile_answer(col, value, count < col.size)
     # pandas' result type, which is not always numpy's (pandas 1 sums
     # unsigned integers into int64); wraps where it is narrower, as pandas'.
     return np.asarray(value).astype(type(_pandas_answer(col.dtype, func, 2, 0)))[()]
+
+
+def _quantile_answer(col: Column, value: Any, missing: bool) -> Any:
+    """Series.quantile's type, which pandas 1.5 takes from the values
+    (pandas.core.array_algos.quantile._nanpercentile): float64, but where
+    values are missing a float column's own dtype, and an integer column's
+    where the answer is a whole number."""
+    v = np.float64(value)
+    if missing:
+        dtype = col.values.dtype
+        if dtype.kind == "f":
+            return dtype.type(v)
+        if dtype.kind in "iu" and v == np.round(v):
+            return dtype.type(v)
+    return v
 
 
 @functools.lru_cache(maxsize=None)
@@ -259,16 +301,19 @@ class PandasFunctions:
         """What ``obj.agg(func)`` answers, computed by the server: ``obj`` a
         pandas Series or DataFrame (per column), ``func`` a name, a list of
         names or (DataFrame) a dict from column labels to either, among
-        sum, prod, mean, min, max, count, size, std, var, any and all.
+        sum, prod, mean, min, max, count, size, std, var, any, all, median,
+        quantile (pandas' q=0.5, linear interpolation) and nunique.
 
         pandas' defaults: missing values (NaN, NA, NaT) are skipped;
         ``count`` is the values present; std and var use ddof=1 (no value,
         NaN or NA, for fewer than two values); min and max of no values are
         missing rather than an error. Nullable Int/UInt/Float/boolean
         columns are sent as their values and a validity mask; category as
-        its codes (count, and min and max of ordered ones, as pandas
-        allows); datetime64 and timedelta64 as int64 (min, max, mean, std
-        and count, and sum of timedeltas, as Timestamp and Timedelta). A
+        its codes (count, nunique, and min and max of ordered ones, as
+        pandas allows); datetime64 and timedelta64 as int64 (min, max, mean,
+        std, count and nunique, and sum of timedeltas, as Timestamp and
+        Timedelta; not their median and quantile, TypeError). nunique
+        leaves missing values out, as pandas' (dropna=True). A
         function pandas refuses for a column's dtype is a TypeError, and so
         is a dtype tally cannot take, naming it. One call per column."""
         answers = []
