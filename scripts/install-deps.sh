@@ -30,7 +30,7 @@ build_pkgs=(
   libssl-dev openssl
   # clang: tests/sanitize checks the histogram binner under -fsanitize=undefined
   clang-14
-  python3 python3-grpcio python3-numpy python3-protobuf
+  python3 python3-grpcio python3-numpy python3-protobuf python3-dev pybind11-dev
   # The Python package (client/python): its stubs come from protoc and
   # grpc_python_plugin (protobuf-compiler-grpc, above); its install test
   # builds a virtual environment; tally.dask runs on Dask; Client.agg is

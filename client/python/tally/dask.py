@@ -223,7 +223,7 @@ def _concat_rows(blocks: list[tp.Partial]) -> tp.Partial:
     first = blocks[0]
     fields = {name: np.concatenate([getattr(b, name) for b in blocks])
               for name in ("count", "value", "sum_squares", "mean", "m2", "index", "histogram", "below", "above", "nan",
-                           "elements")}
+                           "elements", "function_state")}
     return tp.Partial(op=first.op, dtype=first.dtype, segmented=True, version=first.version, **fields)
 
 
@@ -243,7 +243,11 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
     partial states: sum, min, max, mean, count, sum_squares, variance,
     stddev, argmin, argmax, histogram and the NaN-skipping ops (nansum,
     nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount:
-    pandas' skipna). prod, count_nonzero, any, all and ptp have none yet
+    pandas' skipna), and the functions whose states tally's rules keep
+    (quantile, nanquantile, median, nanmedian, topk, bottomk, hll, ddsketch,
+    count_distinct: merged by the package's native module, exactly, so
+    their answers are those of one request over the whole array; topk's
+    indices count along the whole row). prod, count_nonzero, any, all and ptp have none yet
     (the servers refuse them:
     :class:`tally.Error`, INVALID_ARGUMENT), nor has minmax (ValueError: ask
     for min and max).

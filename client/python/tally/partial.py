@@ -9,6 +9,15 @@ Integers, counts, extremes, first-occurrence indices and histograms merge
 exactly in any order; float sums and moments are deterministic for a given
 merge tree and agree with one request over the whole array to rounding
 (tally.proto says how closely).
+
+The functions whose states tally's rules keep (quantile, nanquantile,
+median, nanmedian, topk, bottomk, hll, ddsketch, count_distinct) carry
+their state as opaque bytes (``function_state``, one per row), which the
+package's native module ``tally._states`` merges and finishes with those
+rules themselves (built with the package where pybind11 is installed;
+without it, merging or finishing such a state raises ImportError).
+Their merges are exact: a merged state is bitwise the one a single
+request over the same elements gives, whatever the order.
 """
 from __future__ import annotations
 
@@ -19,7 +28,7 @@ import numpy as np
 
 from . import _values
 from ._arrays import FROM_WIRE, check_dtype
-from ._ops import Op
+from ._ops import STATE_OPS, TOPK_OPS, Op
 from .v1 import tally_pb2 as pb
 from . import _arrays
 
@@ -56,7 +65,10 @@ class Partial:
     0); ``mean`` and ``m2`` the moments (``m2`` stays 0 for mean);
     ``histogram`` the counts (rows x bins) and ``below``, ``above``, ``nan``.
     For the NaN-skipping ops ``count`` is the elements that are not NaN and
-    ``elements`` every element (0 for the other ops).
+    ``elements`` every element (0 for the other ops). The functions of
+    :data:`tally._ops.STATE_OPS` keep each row's state in ``function_state``
+    (an object array of bytes, b"" for the empty state; ``count`` the valid
+    elements covered), which only :mod:`tally._states` reads.
     Picklable, so Dask can move it between workers.
     """
 
@@ -75,10 +87,13 @@ class Partial:
     nan: np.ndarray
     elements: np.ndarray = None  # type: ignore[assignment]
     version: int = field(default=STATE_VERSION)
+    function_state: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.elements is None:
             self.elements = np.zeros(len(self.count), dtype=_U64)
+        if self.function_state is None:
+            self.function_state = _bytes_array([b""] * len(self.count))
 
     @property
     def rows(self) -> int:
@@ -129,7 +144,68 @@ class Partial:
             below=np.array([s.histogram.below for s in states], dtype=np.uint64),
             above=np.array([s.histogram.above for s in states], dtype=np.uint64),
             nan=np.array([s.histogram.nan for s in states], dtype=np.uint64),
-            elements=np.array([s.elements for s in states], dtype=np.uint64))
+            elements=np.array([s.elements for s in states], dtype=np.uint64),
+            function_state=_bytes_array([s.function_state for s in states]))
+
+
+def _bytes_array(items: list) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = [bytes(b) for b in items]
+    return out
+
+
+def _native() -> Any:
+    try:
+        from . import _states
+    except ImportError:
+        raise ImportError("merging and finishing the partial states of quantile, topk, hll, ddsketch and "
+                          "count_distinct needs tally's native module (tally._states), which is built with "
+                          "the package where pybind11 is installed (Debian: pybind11-dev)") from None
+    return _states
+
+
+def _native_spec(p: Partial) -> tuple:
+    """The aggregation as tally._states takes it: tally.v1.Aggregation's op,
+    q, method, k, precision and relative_accuracy."""
+    op = p.op
+    method = 0 if op.method is None else pb.QuantileMethod.Value("QUANTILE_METHOD_" + op.method.upper())
+    return (getattr(pb, "OP_" + op.kind.upper()), list(op.q or ()), method, op.k or 0, op.precision or 0,
+            op.relative_accuracy or 0.0)
+
+
+def _merge_functions(a: Partial, b: Partial) -> Partial:
+    """Two states of a function tally's rules keep, merged by those rules."""
+    native = _native()
+    spec, dtype = _native_spec(a), _arrays.wire_dtype(a.dtype)
+    try:
+        merged = [native.merge(spec, dtype, x, y) for x, y in zip(a.function_state, b.function_state)]
+    except ValueError as e:
+        raise ValueError(f"cannot merge partial states of {a.op}: {e}") from None
+    out = empty(a.op, a.dtype, a.rows if a.segmented else None)
+    out.count, out.elements = a.count + b.count, a.elements + b.elements
+    out.function_state = _bytes_array(merged)
+    return out
+
+
+def _finish_function(p: Partial) -> Any:
+    """A function's answer from its state, finished by tally's rules, as
+    :meth:`tally.Client.aggregate` answers it."""
+    native = _native()
+    spec, dtype = _native_spec(p), _arrays.wire_dtype(p.dtype)
+    rows = []
+    for r in range(p.rows):
+        try:
+            rows.append(native.finish(spec, dtype, int(p.count[r]), int(p.elements[r]), p.function_state[r]))
+        except ValueError as e:
+            raise ValueError(f"{p.op}, row {r}: {e}") from None
+    # Which of doubles, int64s and uint64s the answer is in: where the rules wrote it.
+    at = next((i for i in range(3) if any(len(row[i]) for row in rows)), 0)
+    raw = np.concatenate([row[at] for row in rows]) if rows else np.empty(0)
+    if p.op.kind in TOPK_OPS:
+        indices = np.concatenate([row[3] for row in rows]) if rows else np.empty(0, np.int64)
+        lengths = np.array([len(row[at]) for row in rows], dtype=_U64)
+        return _values.present_topk(p.op, p.dtype, raw, indices, lengths, p.segmented)
+    return _values.present(p.op, p.dtype, raw, p.segmented)
 
 
 def _check(a: Partial, b: Partial) -> None:
@@ -169,6 +245,8 @@ def merge(a: Partial, b: Partial) -> Partial:
     merge rules). ValueError for states of different aggregations (op,
     ddof, histogram spec), dtypes, row counts or unknown versions."""
     _check(a, b)
+    if a.op.kind in STATE_OPS:
+        return _merge_functions(a, b)
     with np.errstate(all="ignore"):
         a_empty, b_empty = a.count == 0, b.count == 0
         # An empty state is the identity: rows where one side is empty take the other.
@@ -283,6 +361,8 @@ def finish(p: Partial) -> Any:
         raise ValueError(f"partial state version {p.version} is not one this package knows ({STATE_VERSION})")
     if p.op.kind == "histogram":
         return _values.present_histogram(p.op, p.dtype, p.histogram, p.below, p.above, p.nan, p.segmented)
+    if p.op.kind in STATE_OPS:
+        return _finish_function(p)
     return _values.present(p.op, p.dtype, finish_raw(p), p.segmented)
 
 
@@ -295,4 +375,5 @@ def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
     return Partial(op=op, dtype=dt, segmented=rows is not None, count=z(_U64), value=z(_acc_dtype(dt)),
                    sum_squares=z(_F64), mean=z(_F64), m2=z(_F64), index=np.full(n, -1, dtype=_I64),
                    histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
-                   below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64))
+                   below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64),
+                   function_state=_bytes_array([b""] * n))
