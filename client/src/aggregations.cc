@@ -129,9 +129,12 @@ bool EndsInList(absl::string_view token) {
 std::vector<std::string> Tokens(absl::string_view text) {
   std::vector<std::string> tokens;
   for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    // A number, perhaps followed by the list's next parameter
+    // ("quantile:0.5,0.99:hazen"), continues the list.
     double number = 0.0;
     const absl::string_view stripped = absl::StripAsciiWhitespace(piece);
-    if (!tokens.empty() && !stripped.empty() && absl::SimpleAtod(stripped, &number) && EndsInList(tokens.back())) {
+    const absl::string_view head = stripped.substr(0, stripped.find(':'));
+    if (!tokens.empty() && !head.empty() && absl::SimpleAtod(head, &number) && EndsInList(tokens.back())) {
       absl::StrAppend(&tokens.back(), ",", stripped);
       continue;
     }
@@ -212,11 +215,13 @@ std::string OpsHelp(std::size_t indent, std::size_t width) {
   };
   // minmax is a min and a max (values_per_row 2), which the kernels run.
   const auto on_gpu = [](const agg::Function& f) { return f.on_kernels || f.values_per_row > 1; };
+  const auto own_state = [](const agg::Function& f) { return f.state != nullptr; };
   group("", [&](const agg::Function& f) { return on_gpu(f) && !f.skips_nan; });
-  group("NaN-skipping, as numpy's nan-functions:", [](const agg::Function& f) { return f.skips_nan; });
-  group("", [&](const agg::Function& f) { return !on_gpu(f); });
-  absl::StrAppend(&out, std::string(indent, ' '), "(this last group runs on the CPU: on a GPU server,\n",
+  group("NaN-skipping, as numpy's nan-functions:", [&](const agg::Function& f) { return f.skips_nan && !own_state(f); });
+  group("", [&](const agg::Function& f) { return !on_gpu(f) && !own_state(f); });
+  absl::StrAppend(&out, std::string(indent, ' '), "(this group runs on the CPU: on a GPU server,\n",
                   std::string(indent, ' '), "not for --dataset data kept on the GPU)\n");
+  group("Quantiles (numpy's METHODs), top-k, sketches:", own_state);
   return out;
 }
 

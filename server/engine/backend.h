@@ -139,6 +139,18 @@ class Backend {
         name() + " backend cannot read GPU memory: register a host shared-memory region instead.");
   }
 
+  // The functions whose state the registry keeps (quantiles, top-k,
+  // sketches: server/engine/functions) over device bytes, computed on the
+  // device: `plan` holds only such functions, none asking for its partial
+  // state, and the reduction answers them (RowAnswers) in plan order.
+  // UNIMPLEMENTED where this backend has no pass for them there: the router
+  // then reads the bytes on the host (CopyToHost).
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
+                                                                                    const Placement& from) {
+    (void)plan;
+    return absl::UnimplementedError(absl::StrCat(name(), " backend has no device pass for ", from.Describe(), "."));
+  }
+
   // Copies device bytes (`from`, in a place this backend reads) into host
   // memory of the same size, for the functions that run on the host
   // (server/engine/functions). Backends without device memory refuse.

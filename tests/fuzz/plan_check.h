@@ -49,6 +49,12 @@ inline void CheckAcceptedPlan(const AggregationPlan& plan, const v1::ArraySpec& 
       TALLY_FUZZ_CHECK(std::isfinite(h.lo) && std::isfinite(h.hi) && h.lo < h.hi, "finite lo < hi");
       TALLY_FUZZ_CHECK(std::isfinite(h.hi - h.lo), "the range's width is finite");
       per_row += std::uint64_t{h.bins} + 3;
+    } else if (rules::agg::Of(op.kind).per_q) {
+      TALLY_FUZZ_CHECK(op.q.size() <= rules::kMaxQuantiles, "at most 1024 q");
+      per_row += op.q.empty() ? 1 : op.q.size();  // ddsketch without q: the median
+    } else if (rules::agg::Of(op.kind).up_to_k) {
+      TALLY_FUZZ_CHECK(op.k >= 1 && op.k <= rules::kMaxTopK, "1 to 65536 for k");
+      per_row += 2 * std::uint64_t{op.k};  // values and their indices
     } else {
       per_row += 1;
     }

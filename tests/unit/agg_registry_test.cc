@@ -9,28 +9,38 @@
 #include <string>
 
 #include "tally/rules/agg/registry.h"
+#include "tally/rules/agg/state.h"
 #include "tally/v1/tally.pb.h"
 
 namespace tally::rules::agg {
 namespace {
 
-// The registry states what op.h's helpers state, for every OpKind.
-TEST(AggRegistry, AgreesWithTheOpKindHelpers) {
+// Each function's facts hang together: a function that keeps its own state
+// has its steps and a partial state and is no kernel's; one answer per q
+// takes q, up to k takes k; an index-answering one is the arg family or
+// top-k.
+TEST(AggRegistry, FactsAreConsistent) {
   for (int k = 0; k < kNumOpKinds; ++k) {
     const auto kind = static_cast<OpKind>(k);
     const Function& f = Of(kind);
     SCOPED_TRACE(f.name);
     EXPECT_EQ(f.kind, kind);
-    EXPECT_EQ(f.name, std::string_view(Name(kind)));
-    EXPECT_EQ(f.skips_nan, IsNanSkipping(kind));
-    EXPECT_EQ(f.on_kernels, RunsOnKernels(kind));
-    EXPECT_EQ(f.partial_state, HasPartialState(kind));
-    EXPECT_EQ(f.values_per_row, ValuesPerRow(kind));
-    EXPECT_EQ(f.plain, PlainOf(kind));
-    EXPECT_EQ(f.refuses_empty, NeedsNonEmpty(kind));
-    EXPECT_EQ(f.refuses_all_nan, NeedsNonNan(kind));
-    EXPECT_EQ(f.params == &kDdof, TakesDdof(kind));
-    EXPECT_EQ(f.answers_index, AnswersIndex(kind));
+    EXPECT_EQ(std::string_view(Name(kind)), f.name);
+    if (f.state != nullptr) {
+      EXPECT_TRUE(f.partial_state);
+      EXPECT_FALSE(f.on_kernels);
+      EXPECT_NE(f.state->Init(OpSpec{.kind = kind}, DType::kFloat64), nullptr);
+    }
+    const auto takes = [&](ParamId id) {
+      for (const Param& p : f.params->params) {
+        if (p.id == id) return true;
+      }
+      return false;
+    };
+    EXPECT_EQ(f.per_q, takes(ParamId::kQ));
+    EXPECT_EQ(f.up_to_k, takes(ParamId::kK));
+    if (f.answers_index) EXPECT_TRUE(f.up_to_k || f.result == ResultRule::kIndex);
+    if (f.skips_nan) EXPECT_FALSE(Of(f.plain).skips_nan);
   }
 }
 

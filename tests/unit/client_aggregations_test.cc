@@ -46,12 +46,16 @@ TEST(ParseAggregations, ErrorsNameTheToken) {
     const char* token;  // must appear in the message
   };
   const Case cases[] = {
-      {"sum,median", "median"},      {"sum,,max", "sum,,max"},     {"", "\"\""},
+      {"sum,mode", "mode"},          {"sum,,max", "sum,,max"},     {"", "\"\""},
       {"sum:1", "sum:1"},            {"var:-1", "var:-1"},         {"var:x", "var:x"},
       {"var:nan", "var:nan"},        {"std:1:2", "std:1:2"},       {"hist", "hist"},
       {"hist:10:0", "hist:10:0"},    {"hist:0:0:1", "hist:0:0:1"}, {"hist:65537:0:1", "65537"},
       {"hist:10:1:0", "hist:10:1:0"}, {"hist:10:1:1", "hist:10:1:1"}, {"hist:10:0:inf", "inf"},
       {"hist:2.5:0:1", "hist:2.5"},  {"hist:-3:0:1", "hist:-3"},
+      {"quantile", "quantile"},      {"quantile:1.5", "q[0] must be in [0, 1]"},
+      {"quantile:0.5:cubic", "METHOD must be one of linear"}, {"topk:0", "k must be 1 to 65536"},
+      {"bottomk", "bottomk"},        {"hll:3", "precision must be 4 to 18"},
+      {"ddsketch:0", "relative_accuracy must be"}, {"median:0.5", "median takes no arguments"},
   };
   for (const Case& c : cases) {
     const absl::StatusOr<std::vector<v1::Aggregation>> got = ParseAggregations(c.text);
@@ -60,6 +64,28 @@ TEST(ParseAggregations, ErrorsNameTheToken) {
     EXPECT_NE(got.status().message().find(c.token), absl::string_view::npos)
         << c.text << " -> " << got.status();
   }
+}
+
+TEST(ParseAggregations, ListsKeepTheirCommasAndMethodsTheirNames) {
+  absl::StatusOr<std::vector<v1::Aggregation>> got = ParseAggregations(
+      "quantile:0.5,0.99:hazen,max,q:0.25,nanquantile:0,1,topk:7,ddsketch:0.01:0.5,0.9,hll:14,count_distinct");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 8u);
+  EXPECT_EQ((*got)[0].op(), v1::OP_QUANTILE);
+  EXPECT_EQ((*got)[0].q_size(), 2);
+  EXPECT_EQ((*got)[0].q(1), 0.99);
+  EXPECT_EQ((*got)[0].method(), v1::QUANTILE_METHOD_HAZEN);
+  EXPECT_EQ((*got)[1].op(), v1::OP_MAX);
+  EXPECT_EQ((*got)[2].q_size(), 1);
+  EXPECT_EQ((*got)[2].method(), v1::QUANTILE_METHOD_LINEAR);
+  EXPECT_EQ((*got)[3].op(), v1::OP_NANQUANTILE);
+  EXPECT_EQ((*got)[3].q_size(), 2);
+  EXPECT_EQ((*got)[4].k(), 7u);
+  EXPECT_EQ((*got)[5].relative_accuracy(), 0.01);
+  EXPECT_EQ((*got)[5].q_size(), 2);
+  EXPECT_EQ((*got)[6].precision(), 14u);
+  EXPECT_EQ((*got)[7].op(), v1::OP_COUNT_DISTINCT);
+  EXPECT_EQ(AggregationLabel((*got)[0]), "quantile(q=[0.5, 0.99], method=hazen)");
 }
 
 TEST(ParseAggregations, HistogramBinLimitsInclusive) {
@@ -124,7 +150,8 @@ TEST(SameAggregation, ComparesTheFunctionsParameters) {
 TEST(OpsHelp, ListsEveryOpAndItsSyntax) {
   const std::string help = OpsHelp(4, 60);
   for (const char* word : {"sum ", "variance|var[:DDOF]", "histogram|hist:BINS:LO:HI", "nanstd[:DDOF]",
-                           "count_nonzero|nnz", "ptp", "minmax", "nancount"}) {
+                           "count_nonzero|nnz", "ptp", "minmax", "nancount", "quantile|q:Q[,Q...][:METHOD]", "topk:K",
+                           "ddsketch:ACCURACY[:Q[,Q...]]", "count_distinct|nunique"}) {
     EXPECT_NE(help.find(word), std::string::npos) << word << " in\n" << help;
   }
   std::size_t start = 0;

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/validate.h"
-#include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/functions/holistic_budget.h"
 #include "server/engine/functions/state_reduction.h"
 #include "tally/rules/agg/registry.h"
@@ -58,9 +57,9 @@ class SplitReduction final : public Reduction {
     absl::StatusOr<AggregationResult> k = kept_->Finish();
     if (!k.ok()) return k.status();
     for (std::size_t j = 0; j < kept_ops_.size(); ++j) result.values[kept_ops_[j]] = std::move(k->values[j]);
-    if (!fused_) {
-      result.backend = "cpu";
-      result.device = HostCpuModel();
+    if (!fused_) {  // the kept functions' own pass says where it ran
+      result.backend = std::move(k->backend);
+      result.device = std::move(k->device);
     }
     return result;
   }
@@ -102,6 +101,10 @@ class FunctionRouter final : public Backend {
     return inner_->AttachCudaIpc(handle, device, bytes);
   }
   absl::Status CopyToHost(const Extent& from, std::span<std::byte> to) override { return inner_->CopyToHost(from, to); }
+  absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
+                                                               const Placement& from) override {
+    return inner_->StartKeptOnDevice(plan, from);
+  }
   absl::Status Health() const override { return inner_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override { return inner_->DevicesHealth(); }
   void SetMetrics(Metrics* metrics) override { inner_->SetMetrics(metrics); }
@@ -128,11 +131,33 @@ class FunctionRouter final : public Backend {
       if (!r.ok()) return r.status();
       fused_reduction = std::move(*r);
     }
-    tally::CopyToHost copy;
+    std::unique_ptr<Reduction> kept_reduction;
     if (!from.host()) {
-      copy = [backend = inner_.get()](const Extent& e, std::span<std::byte> to) { return backend->CopyToHost(e, to); };
+      // Device bytes: the backend's own pass where it has one for these
+      // functions, else the host reads them through copies.
+      AggregationPlan part;
+      part.array = plan.array;
+      bool partial = false;
+      for (const std::size_t i : kept) {
+        part.ops.push_back(plan.ops[i]);
+        partial = partial || plan.ops[i].partial;
+      }
+      if (!partial) {
+        absl::StatusOr<std::unique_ptr<Reduction>> on_device = inner_->StartKeptOnDevice(part, from);
+        if (on_device.ok()) {
+          kept_reduction = std::move(*on_device);
+        } else if (!absl::IsUnimplemented(on_device.status())) {
+          return on_device.status();
+        }
+      }
     }
-    std::unique_ptr<Reduction> kept_reduction = MakeStateReduction(plan, kept, &budget_, std::move(copy));
+    if (!kept_reduction) {
+      tally::CopyToHost copy;
+      if (!from.host()) {
+        copy = [backend = inner_.get()](const Extent& e, std::span<std::byte> to) { return backend->CopyToHost(e, to); };
+      }
+      kept_reduction = MakeStateReduction(plan, kept, &budget_, std::move(copy));
+    }
     return std::unique_ptr<Reduction>(std::make_unique<SplitReduction>(
         std::move(fused_reduction), std::move(fused), std::move(kept_reduction), std::move(kept), plan.ops.size(),
         rules::SizeOf(plan.array.dtype)));

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/cpu/cpu_backend.h"
 #include "tally/rules/agg/registry.h"
 #include "tally/rules/agg/state.h"
 
@@ -63,7 +64,9 @@ class StateReduction final : public Reduction {
     if (!fault_.ok()) return fault_;
     AggregationResult result;
     for (Op& op : ops_) result.values.push_back(std::move(op.values));
+    static const std::string host = HostCpuModel();
     result.backend = "cpu";
+    result.device = host;
     return result;
   }
 

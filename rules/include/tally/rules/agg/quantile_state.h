@@ -144,6 +144,104 @@ double MeanOfTwo(Stored<T> a, Stored<T> b) {
   }
 }
 
+// Which order statistics a row's answers read, and how the answers follow
+// from them: the one rule whether the elements are here (QuantileState) or
+// selected elsewhere (a GPU's radix select). `n` counts the non-NaN
+// elements, `nan` the NaN ones; `skips_nan` for the NaN-skipping forms.
+class QuantilePicks {
+ public:
+  QuantilePicks(const OpSpec& op, std::uint64_t n, std::uint64_t nan, bool skips_nan) : op_(op), n_(n) {
+    median_ = op.kind == OpKind::kMedian || op.kind == OpKind::kNanMedian;
+    answers_ = median_ ? 1 : op.q.size();
+    if ((nan > 0 && !skips_nan) || (n == 0 && nan > 0)) {
+      nan_ = true;  // any NaN poisons quantile and median; all-NaN rows are NaN
+      return;
+    }
+    if (n == 0) {
+      empty_ = true;
+      return;
+    }
+    if (median_) {
+      if (n % 2 == 0) ranks_.push_back(n / 2 - 1);
+      ranks_.push_back(n / 2);
+      return;
+    }
+    picks_.resize(answers_);
+    for (std::size_t j = 0; j < answers_; ++j) {
+      Pick& p = picks_[j];
+      p.v = VirtualIndex(op.method, n, op.q[j]);
+      if (p.v.is_index) {
+        p.previous = p.next = std::min<std::int64_t>(p.v.index, static_cast<std::int64_t>(n) - 1);
+      } else {
+        // numpy's _get_indexes: past the last element, both are the last
+        // (index -1); before the first, both are the first.
+        p.previous = static_cast<std::int64_t>(std::floor(p.v.value));
+        p.next = p.previous + 1;
+        if (p.v.value >= static_cast<double>(n) - 1) p.previous = p.next = -1;
+        if (p.v.value < 0) p.previous = p.next = 0;
+      }
+      ranks_.push_back(RankOf(p.previous));
+      ranks_.push_back(RankOf(p.next));
+    }
+    std::sort(ranks_.begin(), ranks_.end());
+    ranks_.erase(std::unique(ranks_.begin(), ranks_.end()), ranks_.end());
+  }
+
+  // The ranks (0 = the smallest non-NaN element) to select: sorted, distinct.
+  const std::vector<std::uint64_t>& ranks() const { return ranks_; }
+
+  // The answers, `at(rank)` giving the element of that rank for each of
+  // ranks(); a sentence when there is none (quantile of no element).
+  template <typename T, typename At>
+  std::optional<std::string> Answer(At at, RowAnswer& out) const {
+    constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+    if (nan_) {
+      out.doubles.assign(answers_, kNan);
+      return std::nullopt;
+    }
+    if (empty_) {
+      if (op_.kind == OpKind::kQuantile) return std::string("quantile of an empty array has no value (numpy raises).");
+      out.doubles.assign(answers_, kNan);
+      return std::nullopt;
+    }
+    if (median_) {
+      const std::uint64_t hi = n_ / 2;
+      out.doubles.push_back(n_ % 2 == 0 ? MeanOfTwo<T>(at(hi - 1), at(hi)) : static_cast<double>(at(hi)));
+      return std::nullopt;
+    }
+    for (const Pick& p : picks_) {
+      const Stored<T> a = at(RankOf(p.previous));
+      if (p.v.is_index) {
+        out.doubles.push_back(static_cast<double>(a));
+        continue;
+      }
+      const Stored<T> b = at(RankOf(p.next));
+      const double t = Gamma(op_.method, p.v.value, p.previous);
+      const double diff = Difference<T>(b, a);
+      // numpy's _lerp: a + diff * t, or b - diff * (1 - t) where t >= 0.5.
+      out.doubles.push_back(t >= 0.5 ? static_cast<double>(b) - diff * (1 - t)
+                                     : static_cast<double>(a) + diff * t);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  struct Pick {
+    Virtual v;
+    std::int64_t previous = 0, next = 0;
+  };
+  std::uint64_t RankOf(std::int64_t i) const {
+    return static_cast<std::uint64_t>(i < 0 ? i + static_cast<std::int64_t>(n_) : i);
+  }
+
+  OpSpec op_;
+  std::uint64_t n_;
+  bool median_ = false, nan_ = false, empty_ = false;
+  std::size_t answers_ = 0;
+  std::vector<Pick> picks_;
+  std::vector<std::uint64_t> ranks_;
+};
+
 template <typename T>
 class QuantileState final : public State {
  public:
@@ -155,7 +253,11 @@ class QuantileState final : public State {
   std::uint64_t bytes() const override { return sizeof(*this) + values_.capacity() * sizeof(S); }
 
   void Update(const Elements& e) override {
-    values_.reserve(values_.size() + e.count);
+    // Geometric growth: an exact reserve per block would copy the row once
+    // per block.
+    if (values_.capacity() < values_.size() + e.count) {
+      values_.reserve(std::max(values_.size() + e.count, 2 * values_.capacity()));
+    }
     for (std::uint64_t i = 0; i < e.count; ++i) {
       if (!e.Valid(i)) continue;
       const S v = static_cast<S>(e.At<T>(i));
@@ -176,71 +278,9 @@ class QuantileState final : public State {
   }
 
   std::optional<std::string> Finalize(RowAnswer& out) override {
-    const bool median = op_.kind == OpKind::kMedian || op_.kind == OpKind::kNanMedian;
-    const std::size_t answers = median ? 1 : op_.q.size();
-    constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-    if ((nan_ > 0 && !skips_nan_) || (values_.empty() && nan_ > 0)) {
-      out.doubles.assign(answers, kNan);
-      return std::nullopt;
-    }
-    const std::uint64_t n = values_.size();
-    if (n == 0) {
-      if (op_.kind == OpKind::kQuantile) {
-        std::string why = "quantile of an empty array has no value (numpy raises).";
-        return why;
-      }
-      out.doubles.assign(answers, kNan);
-      return std::nullopt;
-    }
-    if (median) {
-      const std::uint64_t hi = n / 2;
-      std::vector<std::uint64_t> ranks;
-      if (n % 2 == 0) ranks.push_back(hi - 1);
-      ranks.push_back(hi);
-      SelectRanks(values_, ranks, 0, n);
-      out.doubles.push_back(n % 2 == 0 ? MeanOfTwo<T>(values_[hi - 1], values_[hi]) : Widen(values_[hi]));
-      return std::nullopt;
-    }
-    // Every answer's neighbours first, then one multi-select for all.
-    struct Pick {
-      Virtual v;
-      std::int64_t previous = 0, next = 0;
-    };
-    std::vector<Pick> picks(answers);
-    std::vector<std::uint64_t> ranks;
-    const auto rank_of = [&](std::int64_t i) { return static_cast<std::uint64_t>(i < 0 ? i + static_cast<std::int64_t>(n) : i); };
-    for (std::size_t j = 0; j < answers; ++j) {
-      Pick& p = picks[j];
-      p.v = VirtualIndex(op_.method, n, op_.q[j]);
-      if (p.v.is_index) {
-        p.previous = p.next = std::min<std::int64_t>(p.v.index, static_cast<std::int64_t>(n) - 1);
-      } else {
-        // numpy's _get_indexes: past the last element, both are the last
-        // (index -1); before the first, both are the first.
-        p.previous = static_cast<std::int64_t>(std::floor(p.v.value));
-        p.next = p.previous + 1;
-        if (p.v.value >= static_cast<double>(n) - 1) p.previous = p.next = -1;
-        if (p.v.value < 0) p.previous = p.next = 0;
-      }
-      ranks.push_back(rank_of(p.previous));
-      ranks.push_back(rank_of(p.next));
-    }
-    std::sort(ranks.begin(), ranks.end());
-    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-    SelectRanks(values_, ranks, 0, n);
-    for (const Pick& p : picks) {
-      const S a = values_[rank_of(p.previous)];
-      if (p.v.is_index) {
-        out.doubles.push_back(Widen(a));
-        continue;
-      }
-      const S b = values_[rank_of(p.next)];
-      const double t = Gamma(op_.method, p.v.value, p.previous);
-      const double diff = Difference<T>(b, a);
-      // numpy's _lerp: a + diff * t, or b - diff * (1 - t) where t >= 0.5.
-      out.doubles.push_back(t >= 0.5 ? Widen(b) - diff * (1 - t) : Widen(a) + diff * t);
-    }
-    return std::nullopt;
+    const QuantilePicks picks(op_, values_.size(), nan_, skips_nan_);
+    SelectRanks(values_, picks.ranks(), 0, values_.size());
+    return picks.Answer<T>([&](std::uint64_t rank) { return values_[rank]; }, out);
   }
 
   void Serialize(std::string& out) override {
@@ -265,8 +305,6 @@ class QuantileState final : public State {
   }
 
  private:
-  static double Widen(S v) { return static_cast<double>(v); }
-
   OpSpec op_;
   DType dtype_;
   int wire_;

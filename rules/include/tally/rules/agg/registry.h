@@ -71,9 +71,12 @@ constexpr const Function* FindByWire(int wire) {
 }
 
 // The function as `dtype` computes it: on a dtype without NaN a
-// NaN-skipping function is its plain one.
+// NaN-skipping function of the fused passes is its plain one. A function
+// that keeps its own state stays itself: its steps skip NaN where there is
+// any, and numpy's nanquantile and nanmedian of an empty integer array are
+// NaN where quantile raises.
 constexpr const Function& AsComputedFor(const Function& f, DType dtype) {
-  return IsFloat(dtype) ? f : Of(f.plain);
+  return IsFloat(dtype) || f.state != nullptr ? f : Of(f.plain);
 }
 
 // "sum, min, ..., minmax": every canonical name, for messages that list
@@ -128,6 +131,25 @@ static_assert([] {
 }  // namespace tally::rules::agg
 
 namespace tally::rules {
+
+// Each kind's facts, as the registry declares them: the names host code
+// has always asked by.
+constexpr const char* Name(OpKind k) { return agg::Of(k).name.data(); }  // the names are literals
+constexpr OpKind PlainOf(OpKind k) { return agg::Of(k).plain; }
+constexpr bool IsNanSkipping(OpKind k) { return agg::Of(k).skips_nan; }
+constexpr bool RunsOnKernels(OpKind k) { return agg::Of(k).on_kernels; }
+constexpr bool HasPartialState(OpKind k) { return agg::Of(k).partial_state; }
+// No value on an empty input (numpy raises), or on a row of only NaN.
+constexpr bool NeedsNonEmpty(OpKind k) { return agg::Of(k).refuses_empty; }
+constexpr bool NeedsNonNan(OpKind k) { return agg::Of(k).refuses_all_nan; }
+constexpr bool TakesDdof(OpKind k) { return agg::Of(k).params == &agg::kDdof; }
+// An op that has no value on an empty input, unless it asks for its
+// partial state (an empty state is a valid one: merging leaves the other).
+constexpr bool NeedsNonEmpty(const OpSpec& op) { return !op.partial && NeedsNonEmpty(op.kind); }
+// nanargmin and nanargmax have no value on an all-NaN row, unless they ask
+// for the partial state: an all-NaN part's is the empty one (count 0, its
+// elements counted), merged with the other parts' before any answer.
+constexpr bool NeedsNonNan(const OpSpec& op) { return !op.partial && NeedsNonNan(op.kind); }
 
 // The wire contract's value type for op's answer over `dtype`.
 constexpr ResultKind ResultKindOf(OpKind op, DType dtype) { return agg::KindOf(agg::Of(op).result, dtype); }

@@ -1,0 +1,123 @@
+// Order-preserving keys of elements for the radix passes, and the bucket
+// table the passes count in. Shared by the kernels and the host code that
+// plans them (plain C++ when not compiled by nvcc).
+//
+// A key is an unsigned integer of the element's width whose unsigned order is
+// the order the function needs: numbers ascending with -0.0 equal to 0.0
+// (numpy compares them equal, so topk breaks their tie by index), NaN either
+// left out (quantiles count it apart), above every number (numpy.sort's
+// order), or, for the smallest k taken as a largest k, every key flipped.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define TALLY_SELECT_HD __host__ __device__ __forceinline__
+#else
+#define TALLY_SELECT_HD inline
+#endif
+
+namespace tally::kernels::select {
+
+enum class KeyMode : std::uint8_t {
+  kNumbers,  // ascending numbers; NaN has no key (the passes count it apart)
+  kNanHigh,  // ascending, NaN above every number: topk takes the largest keys
+  kFlipped,  // kNanHigh's keys complemented: bottomk takes the largest of these
+};
+
+template <typename T>
+using KeyOf = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
+
+template <typename K>
+inline constexpr int kKeyBits = static_cast<int>(sizeof(K) * 8);
+
+template <typename T>
+TALLY_SELECT_HD bool IsNan(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v;
+  } else {
+    (void)v;
+    return false;
+  }
+}
+
+template <typename T>
+TALLY_SELECT_HD KeyOf<T> BitsOf(T v) {
+  KeyOf<T> b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// The key of a number (never NaN): floats sign-folded so that unsigned order
+// is numeric order, with -0.0 taken as 0.0; signed integers with the sign bit
+// flipped; unsigned ones as they are.
+template <typename T>
+TALLY_SELECT_HD KeyOf<T> NumberKey(T v) {
+  using K = KeyOf<T>;
+  constexpr K kSign = K{1} << (kKeyBits<K> - 1);
+  if constexpr (std::is_floating_point_v<T>) {
+    K b = BitsOf(v);
+    if ((b << 1) == 0) b = 0;
+    return (b & kSign) ? static_cast<K>(~b) : static_cast<K>(b | kSign);
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<K>(static_cast<K>(v) ^ kSign);
+  } else {
+    return static_cast<K>(v);
+  }
+}
+
+// The key of any element in mode M (kNumbers: the caller has left NaN out).
+template <KeyMode M, typename T>
+TALLY_SELECT_HD KeyOf<T> KeyIn(T v) {
+  using K = KeyOf<T>;
+  const K high = IsNan(v) ? static_cast<K>(~K{0}) : NumberKey(v);
+  if constexpr (M == KeyMode::kFlipped) return static_cast<K>(~high);
+  return high;
+}
+
+// The element bits of the number whose NumberKey is `key` (0.0 for the
+// key of zero): the inverse of NumberKey.
+template <typename T>
+TALLY_SELECT_HD KeyOf<T> NumberBits(KeyOf<T> key) {
+  using K = KeyOf<T>;
+  constexpr K kSign = K{1} << (kKeyBits<K> - 1);
+  if constexpr (std::is_floating_point_v<T>) {
+    return (key & kSign) ? static_cast<K>(key & ~kSign) : static_cast<K>(~key);
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<K>(key ^ kSign);
+  } else {
+    return key;
+  }
+}
+
+// The bucket table. The top kLevelBits of a key pick a bin; a bin splits
+// [lo, lo + nsub << shift) into nsub equal sub-ranges, with one bucket below
+// lo and one for the rest of the bin above. Bucket numbers rise with the
+// key, so counts summed in bucket order are counts below a key.
+inline constexpr int kLevelBits = 10;
+inline constexpr int kLevelBins = 1 << kLevelBits;
+
+template <typename K>
+struct Bin {
+  K lo;
+  std::uint32_t base;   // the bucket below lo; lo's sub-ranges follow
+  std::uint16_t nsub;   // sub-ranges from lo
+  std::uint8_t shift;   // log2 of a sub-range's width in keys
+  std::uint8_t unused;
+};
+
+template <typename K>
+TALLY_SELECT_HD std::uint32_t LevelOf(K key) {
+  return static_cast<std::uint32_t>(key >> (kKeyBits<K> - kLevelBits));
+}
+
+template <typename K>
+TALLY_SELECT_HD std::uint32_t BucketIn(const Bin<K>& b, K key) {
+  if (key < b.lo) return b.base;
+  const K d = static_cast<K>((key - b.lo) >> b.shift);
+  return b.base + 1 + (d < b.nsub ? static_cast<std::uint32_t>(d) : b.nsub);
+}
+
+}  // namespace tally::kernels::select

@@ -1,0 +1,81 @@
+// Tuning numbers of the selection and HyperLogLog passes, each with the
+// reasoning or measurement behind it (H100 SXM 80GB, CUDA 13.0). Plain C++:
+// the host planning code sizes scratch from the same numbers.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace tally::kernels::select {
+
+struct SelectPolicy {
+  // Threads per block of the full passes (histogram, compaction, top-k) and
+  // blocks per SM their registers are cut for: 2 x 512 threads x kVecs x 16
+  // bytes = 64 KB of loads in flight per SM, what the fused kernels found to
+  // hold ~3 TB/s (policy.cuh: 64-96 KB per SM).
+  static constexpr int kThreads = 512;
+  static constexpr int kBlocksPerSm = 2;
+  static constexpr int kVecs = 4;
+
+  // Buckets of the counting pass, in shared memory (64 KB of counters plus
+  // the 1024-bin table, so two blocks fit an SM). The sample spreads them
+  // over where the keys are, so a bucket holds about n / 16384 elements and
+  // the ranks' buckets, gathered, are a few MB for 2^28 elements.
+  static constexpr int kBuckets = 16384;
+  // Of which each of the kLevelBins bins keeps 2 (below and above its
+  // sub-ranges) and the sample's shares round up by one at most per bin.
+  static constexpr int kSubBuckets = kBuckets - 3 * 1024;
+
+  // The sample: kStrata evenly spaced runs of kRun adjacent elements, so
+  // that it reads whole sectors and still sees every part of the array.
+  // 65536 keys: four per bucket on average, enough to place sub-ranges,
+  // and sorted by CUB in ~15 us when top-k guesses its threshold from it.
+  static constexpr std::uint32_t kStrata = 4096;
+  static constexpr std::uint32_t kRun = 16;
+  static constexpr std::uint32_t kSample = kStrata * kRun;
+
+  // Elements gathered for the final sort when the ranks' buckets are known:
+  // at least 2^20, else n / 32 (32 MB of keys for 2^28 float32). Past it
+  // the counting pass runs again over narrower buckets (a full read each)
+  // instead of gathering: only heavy duplicates or a sample that missed
+  // a dense range get there.
+  static constexpr std::uint64_t Candidates(std::uint64_t n) {
+    return std::min<std::uint64_t>(n, std::max<std::uint64_t>(std::uint64_t{1} << 20, n / 32));
+  }
+
+  // Top-k's guess: the sample key of rank j from the top, j = 1.25 k s / n
+  // plus 4 standard deviations plus 4, leaves at least k elements at or
+  // above it except with a probability under 1e-4, and about 1.25 k + 4
+  // sqrt(k n / s) + 4 n / s of them (for k = 65536 of 2^28: ~164K).
+  static constexpr double kGuessMargin = 1.25;
+  static constexpr double kGuessSigmas = 4.0;
+  static constexpr double kGuessExtra = 4.0;
+  // Room for the elements above the guess and for those equal to it: 4 k +
+  // 2^16 each covers the guess's spread with room to spare (overflowing
+  // costs an exact selection, three more passes, not a wrong answer).
+  static constexpr std::uint64_t TopCandidates(std::uint64_t n, std::uint64_t k) {
+    return std::min<std::uint64_t>(n, 4 * k + (std::uint64_t{1} << 16));
+  }
+  // Elements per top-k tile, whose ties are counted apart so that the
+  // first ties by index can be found without gathering all of them: one
+  // block iteration (kThreads x kVecs vectors of 16 bytes).
+  static constexpr std::uint64_t TopTile(int elem_bytes) {
+    return static_cast<std::uint64_t>(kThreads) * kVecs * (16 / elem_bytes);
+  }
+};
+
+struct HllPolicy {
+  // Registers live in shared memory as bytes up to 2^17 (128 KB, one block
+  // per SM); 2^18 registers go straight to global memory (L2-resident,
+  // 1 MB), a slower path kept for the largest precision only.
+  static constexpr std::uint32_t kMaxSharedPrecision = 17;
+  static constexpr int kThreads = 512;
+  static constexpr int kVecs = 4;
+  // Slots of each block's own set of distinct hashes in the exact
+  // (small-count) pass: 32 KB, so that a block sends each of up to a few
+  // thousand distinct values to the global set once.
+  static constexpr std::uint32_t kLocalSlots = 4096;
+  static constexpr int kLocalProbes = 8;
+};
+
+}  // namespace tally::kernels::select
