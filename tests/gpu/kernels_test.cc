@@ -23,6 +23,7 @@
 #include "tests/unit/numpy_edges.h"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/agg/registry.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tally::testing {

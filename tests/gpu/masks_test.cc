@@ -27,6 +27,7 @@
 #include "reference.h"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/agg/registry.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tally::testing {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/agg/registry.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tally/kernels/segmented.h"
 #include "tally/rules/combine.h"
