@@ -98,35 +98,38 @@ struct Bucket {
   std::uint64_t count;
 };
 
-// Sorted buckets of one sign, and indices waiting to be counted into them:
-// an element costs O(log) amortised, and memory follows the buckets in use,
-// at most MaxIndex - MinIndex + 1 (about 2024 * M: the range of float64).
+// Sorted buckets of one sign, and a dense window of counts that elements
+// land in first (one increment each: the window covers the indices seen,
+// grown by doubling), folded into the buckets when asked. Memory follows
+// the indices in use, at most twice MaxIndex - MinIndex + 1 (about
+// 2024 * M: the range of float64).
 class Store {
  public:
-  void Add(std::int32_t index) {
-    pending_.push_back(index);
-    if (pending_.size() >= std::max<std::size_t>(1024, 2 * buckets_.size())) Flush();
+  void Add(std::int32_t index, std::uint64_t count = 1) {
+    if (window_.empty()) {
+      low_ = index;
+      window_.assign(64, 0);
+    } else if (index < low_ || index >= low_ + static_cast<std::int64_t>(window_.size())) {
+      Widen(index);
+    }
+    window_[static_cast<std::size_t>(index - low_)] += count;
   }
 
   void Absorb(const Store& o) {
-    pending_.insert(pending_.end(), o.pending_.begin(), o.pending_.end());
     buckets_ = Merged(buckets_, o.buckets_);
-    if (pending_.size() >= std::max<std::size_t>(1024, 2 * buckets_.size())) Flush();
+    for (std::size_t i = 0; i < o.window_.size(); ++i) {
+      if (o.window_[i] != 0) Add(static_cast<std::int32_t>(o.low_ + static_cast<std::int64_t>(i)), o.window_[i]);
+    }
   }
 
-  // Counts the pending indices into the buckets.
+  // Counts the window into the buckets.
   void Flush() {
-    if (pending_.empty()) return;
-    std::sort(pending_.begin(), pending_.end());
+    if (window_.empty()) return;
     std::vector<Bucket> runs;
-    for (const std::int32_t i : pending_) {
-      if (!runs.empty() && runs.back().index == i) {
-        ++runs.back().count;
-      } else {
-        runs.push_back({i, 1});
-      }
+    for (std::size_t i = 0; i < window_.size(); ++i) {
+      if (window_[i] != 0) runs.push_back({static_cast<std::int32_t>(low_ + static_cast<std::int64_t>(i)), window_[i]});
     }
-    pending_.clear();
+    window_.clear();
     buckets_ = Merged(buckets_, runs);
   }
 
@@ -135,10 +138,23 @@ class Store {
   std::vector<Bucket>& buckets() { return buckets_; }
 
   std::uint64_t bytes() const {
-    return pending_.capacity() * sizeof(std::int32_t) + buckets_.capacity() * sizeof(Bucket);
+    return window_.capacity() * sizeof(std::uint64_t) + buckets_.capacity() * sizeof(Bucket);
   }
 
  private:
+  // Grows the window to cover `index`, at least doubling it.
+  void Widen(std::int32_t index) {
+    const std::int64_t size = static_cast<std::int64_t>(window_.size());
+    const std::int64_t lo = std::min<std::int64_t>(low_, index);
+    const std::int64_t hi = std::max<std::int64_t>(low_ + size - 1, index);
+    const std::int64_t grown = std::max(hi - lo + 1, 2 * size);
+    const std::int64_t new_low = index < low_ ? hi - grown + 1 : low_;
+    std::vector<std::uint64_t> w(static_cast<std::size_t>(grown), 0);
+    std::copy(window_.begin(), window_.end(), w.begin() + (low_ - new_low));
+    window_.swap(w);
+    low_ = new_low;
+  }
+
   static std::vector<Bucket> Merged(const std::vector<Bucket>& a, const std::vector<Bucket>& b) {
     std::vector<Bucket> out;
     out.reserve(a.size() + b.size());
@@ -156,7 +172,8 @@ class Store {
     return out;
   }
 
-  std::vector<std::int32_t> pending_;
+  std::vector<std::uint64_t> window_;  // window_[i]: the count of index low_ + i not yet in buckets_
+  std::int64_t low_ = 0;
   std::vector<Bucket> buckets_;  // by index, each count > 0
 };
 

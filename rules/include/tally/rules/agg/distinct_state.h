@@ -86,10 +86,34 @@ class DistinctState final : public State {
   std::size_t Pending() const { return std::max<std::size_t>(2 * unique_, 1024); }
   void Unique() {
     const auto tail = bits_.begin() + static_cast<std::ptrdiff_t>(unique_);
-    std::sort(tail, bits_.end());
+    SortTail();
     std::inplace_merge(bits_.begin(), tail, bits_.end());
     bits_.erase(std::unique(bits_.begin(), bits_.end()), bits_.end());
     unique_ = bits_.size();
+  }
+
+  // Sorts bits_ past unique_: a least-significant-digit radix sort in
+  // 16-bit digits for a long tail (a digit every key shares is skipped:
+  // float32's widened bits end in 29 zeros), std::sort for a short one.
+  void SortTail() {
+    const std::size_t n = bits_.size() - unique_;
+    std::uint64_t* a = bits_.data() + unique_;
+    if (n < (std::size_t{1} << 16)) {
+      std::sort(a, a + n);
+      return;
+    }
+    std::vector<std::uint64_t> spare(n);
+    std::uint64_t* b = spare.data();
+    std::vector<std::size_t> at(65537);
+    for (int shift = 0; shift < 64; shift += 16) {
+      std::fill(at.begin(), at.end(), 0);
+      for (std::size_t i = 0; i < n; ++i) ++at[((a[i] >> shift) & 0xffff) + 1];
+      if (std::find(at.begin(), at.end(), n) != at.end()) continue;  // one digit for all
+      for (std::size_t d = 1; d < at.size(); ++d) at[d] += at[d - 1];
+      for (std::size_t i = 0; i < n; ++i) b[at[(a[i] >> shift) & 0xffff]++] = a[i];
+      std::swap(a, b);
+    }
+    if (a != bits_.data() + unique_) std::copy(a, a + n, bits_.data() + unique_);
   }
 
   OpSpec op_;

@@ -61,7 +61,11 @@ class TopKState final : public State {
   void Update(const Elements& e) override {
     for (std::uint64_t i = 0; i < e.count; ++i) {
       if (!e.Valid(i)) continue;
-      entries_.push_back({static_cast<S>(e.At<T>(i)), static_cast<std::int64_t>(op_.base_index + e.first + i)});
+      const Entry<S> x{static_cast<S>(e.At<T>(i)), static_cast<std::int64_t>(op_.base_index + e.first + i)};
+      // Once k entries are kept, an element that does not beat the worst
+      // of them cannot enter: most elements stop here.
+      if (full_ && !Before(largest_, x, worst_)) continue;
+      entries_.push_back(x);
       if (entries_.size() >= Bound()) Compact();
     }
   }
@@ -104,6 +108,7 @@ class TopKState final : public State {
     std::uint64_t count = 0;
     constexpr std::size_t kEntryBytes = sizeof(S) + sizeof(std::int64_t);
     if (!r.Get(count) || count > op_.k || r.left() != count * kEntryBytes) return Truncated(name_);
+    full_ = false;
     entries_.resize(count);
     for (Entry<S>& x : entries_) {
       r.Get(x.value);
@@ -117,10 +122,14 @@ class TopKState final : public State {
   // are dropped, so an update costs O(1) amortised.
   std::size_t Bound() const { return std::max<std::size_t>(2 * std::size_t{op_.k}, 1024); }
   void Compact() {
-    if (entries_.size() <= op_.k) return;
+    if (entries_.size() < op_.k) return;
     const auto before = [&](const Entry<S>& a, const Entry<S>& b) { return Before(largest_, a, b); };
-    std::nth_element(entries_.begin(), entries_.begin() + op_.k, entries_.end(), before);
-    entries_.resize(op_.k);
+    if (entries_.size() > op_.k) {
+      std::nth_element(entries_.begin(), entries_.begin() + op_.k, entries_.end(), before);
+      entries_.resize(op_.k);
+    }
+    worst_ = *std::max_element(entries_.begin(), entries_.end(), before);
+    full_ = true;
   }
   void Sort() {
     Compact();
@@ -134,6 +143,8 @@ class TopKState final : public State {
   std::string_view name_;
   bool largest_;
   std::vector<Entry<S>> entries_;
+  bool full_ = false;  // k entries were kept at the last compaction; worst_ is the last of them
+  Entry<S> worst_{};
 };
 
 }  // namespace topk_detail
