@@ -1,0 +1,102 @@
+// The launchers of the selection's kernels, one instantiation per dtype
+// (select_f32.cu, ...) and per key width (select_keys.cu): what the host
+// planning in select_api.cc calls. Plain C++.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "select/keys.h"
+#include "select/select_policy.h"
+
+namespace tally::kernels::select {
+
+// Counters per row of the counting pass (one row per block, then their
+// sums): the buckets, then NaN's, then a slot no element counts in.
+inline constexpr int kNanSlot = SelectPolicy::kBuckets;
+inline constexpr int kCountSlots = SelectPolicy::kBuckets + 2;
+// Segments (so ranks) one Select() takes: the refining pass gives each at
+// least two of its buckets.
+inline constexpr std::uint32_t kMaxSegments = SelectPolicy::kBuckets / 4;
+
+template <typename K>
+struct TopListsView {
+  K* above_keys = nullptr;
+  std::uint32_t* above_index = nullptr;
+  std::uint32_t above_room = 0;
+  K* equal_keys = nullptr;
+  std::uint32_t* equal_index = nullptr;
+  std::uint32_t equal_room = 0;
+  std::uint32_t* counts = nullptr;      // [0] above, [1] equal
+  std::uint32_t* tile_equal = nullptr;  // one per top tile
+};
+
+// The full passes over elements of type T (float, double, int32_t,
+// int64_t, uint32_t, uint64_t). `grid` is FullGrid()'s.
+template <typename T>
+struct ElementPasses {
+  using K = KeyOf<T>;
+  // Blocks of a full pass on the current device (resident at once).
+  [[nodiscard]] static cudaError_t FullGrid(int* blocks);
+  [[nodiscard]] static cudaError_t Sample(const T* data, std::uint64_t n, KeyMode mode, K* out, std::uint32_t count,
+                                          cudaStream_t stream);
+  // Each block's counts into its row of block_counts (kCountSlots each).
+  [[nodiscard]] static cudaError_t Count(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
+                                         std::uint32_t* block_counts, int grid, cudaStream_t stream);
+  // Blocks of the refining pass (one per SM).
+  [[nodiscard]] static cudaError_t RefineGrid(int* blocks);
+  [[nodiscard]] static cudaError_t Refine(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
+                                          const std::uint32_t* map, const Segment<K>* segments,
+                                          std::uint32_t* block_counts, int grid, cudaStream_t stream);
+  // `places`: KeyPasses::BlockPlaces' (the counting pass's grid), or null
+  // after a refining pass (segment_fill zeroed then).
+  [[nodiscard]] static cudaError_t Gather(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
+                                          const std::uint32_t* map, const Segment<K>* segments,
+                                          std::uint32_t count, const std::uint32_t* places,
+                                          const std::uint32_t* segment_start, std::uint32_t* segment_fill, K* out,
+                                          int grid, cudaStream_t stream);
+  [[nodiscard]] static cudaError_t TopGather(const T* data, std::uint64_t n, KeyMode mode, const K* threshold,
+                                             const TopListsView<K>& lists, int grid, cudaStream_t stream);
+  [[nodiscard]] static cudaError_t TopTies(const T* data, std::uint64_t n, KeyMode mode, const K* threshold,
+                                           const TopListsView<K>& lists, int grid, cudaStream_t stream);
+  [[nodiscard]] static cudaError_t ElementBits(const T* data, const std::uint32_t* index, std::uint32_t count,
+                                               std::uint64_t* bits, cudaStream_t stream);
+};
+
+// The small passes over keys (std::uint32_t or std::uint64_t).
+template <typename K>
+struct KeyPasses {
+  // The table from `count` sample keys (all-ones ones left out with
+  // skip_high); hits, lows and highs are kLevelBins each of scratch.
+  [[nodiscard]] static cudaError_t BuildTable(const K* sample, std::uint32_t count, bool skip_high,
+                                              std::uint32_t* hits, K* lows, K* highs, Bin<K>* table,
+                                              cudaStream_t stream);
+  // places[block][s] for the gathering pass (BlockPlacesKernel), with
+  // segments[s].base holding the segment's bucket.
+  [[nodiscard]] static cudaError_t BlockPlaces(const std::uint32_t* block_counts, int blocks,
+                                               const Segment<K>* segments, std::uint32_t count,
+                                               const std::uint32_t* segment_start, std::uint32_t* places,
+                                               cudaStream_t stream);
+  // CUB scratch for sorting `count` keys / top-k's (key, index) pairs.
+  [[nodiscard]] static cudaError_t SortKeysBytes(std::uint32_t count, std::size_t* bytes);
+  [[nodiscard]] static cudaError_t SortPairsBytes(std::uint32_t count, std::size_t* bytes);
+  // Sorts keys[0, count) ascending, using alt as the other buffer; *sorted
+  // is whichever holds the result.
+  [[nodiscard]] static cudaError_t SortKeys(void* temp, std::size_t temp_bytes, K* keys, K* alt, std::uint32_t count,
+                                            K** sorted, cudaStream_t stream);
+  // Sorts (key, index) pairs by key descending, equal keys by index
+  // ascending (two stable passes: index, then key).
+  [[nodiscard]] static cudaError_t SortTop(void* temp, std::size_t temp_bytes, K* keys, K* keys_alt,
+                                           std::uint32_t* index, std::uint32_t* index_alt, std::uint32_t count,
+                                           K** keys_out, std::uint32_t** index_out, cudaStream_t stream);
+  [[nodiscard]] static cudaError_t Pick(const K* keys, const std::uint32_t* pos, std::uint32_t count, K* out,
+                                        cudaStream_t stream);
+};
+
+// counts[slot] = the sum of the blocks' rows (kCountSlots each).
+[[nodiscard]] cudaError_t ReduceCounts(const std::uint32_t* block_counts, int blocks, std::uint32_t* counts,
+                                       cudaStream_t stream);
+
+}  // namespace tally::kernels::select
