@@ -24,6 +24,7 @@
 #include "server/engine/cuda/device_fault.h"
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
+#include "server/engine/cuda/kept_on_device.h"
 #include "server/engine/cuda/segment_reduction.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/engine/received_memory.h"
@@ -285,6 +286,11 @@ class CudaBackend final : public Backend {
                                               " to the host: ", cudaGetErrorString(e)));
     }
     return absl::OkStatus();
+  }
+  // Quantiles, top-k and hll over a GPU's bytes on that GPU (kept_on_device.h).
+  absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
+                                                               const Placement& from) override {
+    return cuda::StartKeptOnDevice(plan, from, *pool_);
   }
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {

@@ -1,0 +1,425 @@
+// StartKeptOnDevice: the device passes of tally/kernels/select.h behind a
+// Reduction, on a stream of its own (no lane: the array is already on the
+// GPU, and the passes need no staging), with scratch from the device's
+// stream-ordered pool taken at Start and given back when the reduction goes.
+#include "server/engine/cuda/kept_on_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/cuda/cuda_resources.h"
+#include "server/engine/cuda/device_pool.h"
+#include "tally/kernels/cuda_error.h"
+#include "tally/kernels/select.h"
+#include "tally/rules/agg/hll_state.h"
+#include "tally/rules/agg/quantile_state.h"
+#include "tally/rules/agg/state.h"
+#include "tally/rules/agg/registry.h"
+
+namespace tally::cuda {
+namespace {
+
+using rules::DType;
+using rules::OpKind;
+using rules::agg::RowAnswer;
+
+// Ranks one selection takes at once (kernels::OrderStatistics' most): a
+// plan's quantile ops share one counting pass and ask in batches of these.
+constexpr std::size_t kRanksPerSelect = 4096;
+
+bool Covered(OpKind k) {
+  switch (k) {
+    case OpKind::kQuantile: case OpKind::kNanQuantile: case OpKind::kMedian: case OpKind::kNanMedian:
+    case OpKind::kTopK: case OpKind::kBottomK: case OpKind::kHll:
+      return true;
+    default:
+      return false;
+  }
+}
+bool IsQuantile(OpKind k) {
+  return k == OpKind::kQuantile || k == OpKind::kNanQuantile || k == OpKind::kMedian || k == OpKind::kNanMedian;
+}
+bool SkipsNan(OpKind k) { return k == OpKind::kNanQuantile || k == OpKind::kNanMedian; }
+
+// The ranks a quantile op may ask for, at most (QuantilePicks: two per q,
+// two for a median).
+std::size_t RanksAtMost(const OpSpec& op) {
+  return op.kind == OpKind::kMedian || op.kind == OpKind::kNanMedian ? 2 : 2 * op.q.size();
+}
+
+absl::Status CudaFailure(const std::string& device, const char* what) {
+  std::string where = LastErrorWhere();
+  (void)cudaGetLastError();
+  return absl::InternalError(absl::StrCat("CUDA error on ", device, " while ", what, ": ", where));
+}
+
+// Device memory from the device's stream-ordered pool, given back on the
+// stream that used it when the owner goes.
+class StreamBuffer {
+ public:
+  StreamBuffer() = default;
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  StreamBuffer(StreamBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(o.size_), stream_(o.stream_), device_(o.device_) {}
+  StreamBuffer& operator=(StreamBuffer&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = o.size_;
+      stream_ = o.stream_;
+      device_ = o.device_;
+    }
+    return *this;
+  }
+  ~StreamBuffer() { Reset(); }
+
+  // On the current device, ordered on `stream`.
+  [[nodiscard]] static cudaError_t Create(std::size_t bytes, StreamView stream, StreamBuffer* out) {
+    StreamBuffer b;
+    TALLY_CUDA_TRY(cudaGetDevice(&b.device_));
+    b.stream_ = stream.get();
+    if (bytes > 0) TALLY_CUDA_TRY(cudaMallocAsync(&b.data_, bytes, b.stream_));
+    b.size_ = bytes;
+    *out = std::move(b);
+    return cudaSuccess;
+  }
+  std::byte* data() const { return static_cast<std::byte*>(data_); }
+  std::size_t size() const { return size_; }
+
+ private:
+  void Reset() {
+    if (data_ == nullptr) return;
+    ScopedDevice on(device_);
+    TALLY_CUDA_CHECK_NOTHROW(cudaFreeAsync(std::exchange(data_, nullptr), stream_));
+  }
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
+  int device_ = 0;
+};
+
+// The scratch the plan's passes need, the largest of them (they run one
+// after another on one stream).
+cudaError_t ScratchFor(const AggregationPlan& plan, std::size_t* bytes) {
+  const kernels::DeviceArray shape{plan.array.dtype, nullptr, plan.array.length};
+  std::size_t ranks = 0, most = 0;
+  for (const OpSpec& op : plan.ops) {
+    std::size_t need = 0;
+    if (IsQuantile(op.kind)) {
+      ranks += RanksAtMost(op);
+      continue;
+    }
+    if (op.kind == OpKind::kHll) {
+      TALLY_CUDA_TRY(kernels::HllScratchBytes(shape, op.precision, &need));
+    } else {
+      TALLY_CUDA_TRY(kernels::TopKScratchBytes(shape, op.k, &need));
+    }
+    most = std::max(most, need);
+  }
+  if (ranks > 0) {
+    std::size_t need = 0;
+    TALLY_CUDA_TRY(kernels::OrderStatistics::ScratchBytes(shape, std::min(ranks, kRanksPerSelect), &need));
+    most = std::max(most, need);
+  }
+  *bytes = most;
+  return cudaSuccess;
+}
+
+template <typename T>
+T FromBits(std::uint64_t bits) {
+  T v;
+  std::memcpy(&v, &bits, sizeof v);  // little-endian: the element's bytes are the low ones
+  return v;
+}
+
+class KeptOnDevice final : public Reduction {
+ public:
+  KeptOnDevice(const AggregationPlan& plan, int device, std::string device_name, Stream stream,
+               StreamBuffer scratch, std::size_t max_ranks)
+      : plan_(plan),
+        size_(rules::SizeOf(plan.array.dtype)),
+        device_(device),
+        device_name_(std::move(device_name)),
+        stream_(std::move(stream)),
+        scratch_(std::move(scratch)),
+        max_ranks_(max_ranks) {}
+
+  ~KeptOnDevice() override {
+    // Scratch and the gathered copy go back on the stream; nothing of ours
+    // may still run when the array's owner frees it.
+    ScopedDevice on(device_);
+    TALLY_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_.get()));
+  }
+
+  std::size_t element_size() const override { return size_; }
+
+  absl::Status Consume(const Extent& elements) override {
+    if (elements.placement != Placement::Device(device_)) {
+      return absl::FailedPreconditionError(absl::StrCat("the device pass of ", plan_.NameOf(0), " on GPU ", device_,
+                                                        " was handed ", elements.placement.Describe(), "."));
+    }
+    if (received_ + elements.size() > plan_.array.bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: more than the ", plan_.array.bytes(), " bytes of spec.length."));
+    }
+    received_ += elements.size();
+    if (elements.size() > 0) extents_.push_back(elements);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<AggregationResult> Finish() override {
+    if (received_ != plan_.array.bytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data: received ", received_, " of the ", plan_.array.bytes(), " bytes declared."));
+    }
+    ScopedDevice on(device_);
+    absl::StatusOr<kernels::DeviceArray> array = Array();
+    if (!array.ok()) return array.status();
+    AggregationResult result;
+    result.values.resize(plan_.ops.size());
+    absl::Status status;
+    rules::VisitDType(plan_.array.dtype, [&](auto d) {
+      using T = typename rules::Traits<decltype(d)::value>::value;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
+                    std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint32_t> ||
+                    std::is_same_v<T, std::uint64_t>) {
+        status = Run<T>(*array, result);
+      } else {
+        status = absl::InternalError("the device pass was started for a dtype it does not take.");
+      }
+    });
+    if (!status.ok()) return status;
+    result.backend = "cuda";
+    result.device = device_name_;
+    return result;
+  }
+
+ private:
+  // The array as one run of device memory aligned to its element: the
+  // extent itself, or the extents copied end to end into one buffer.
+  absl::StatusOr<kernels::DeviceArray> Array() {
+    const kernels::DeviceArray one{plan_.array.dtype, extents_.empty() ? nullptr : extents_.front().bytes.data(),
+                                   plan_.array.length};
+    if (extents_.size() == 1 && kernels::CheckSelectable(one) == cudaSuccess) return one;
+    (void)cudaGetLastError();
+    if (StreamBuffer::Create(plan_.array.bytes(), stream_.view(), &joined_) != cudaSuccess) {
+      return CudaFailure(device_name_, "allocating a copy of the array's pieces");
+    }
+    std::uint64_t at = 0;
+    for (const Extent& e : extents_) {
+      if (Record(cudaMemcpyAsync(joined_.data() + at, e.bytes.data(), e.size(), cudaMemcpyDeviceToDevice,
+                                 stream_.get()),
+                 "cudaMemcpyAsync(piece)", __FILE__, __LINE__) != cudaSuccess) {
+        return CudaFailure(device_name_, "joining the array's pieces");
+      }
+      at += e.size();
+    }
+    return kernels::DeviceArray{plan_.array.dtype, joined_.data(), plan_.array.length};
+  }
+
+  template <typename T>
+  absl::Status Run(const kernels::DeviceArray& array, AggregationResult& result) {
+    if (absl::Status s = Quantiles<T>(array, result); !s.ok()) return s;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const OpSpec& op = plan_.ops[i];
+      RowAnswer answer;
+      if (op.kind == OpKind::kTopK || op.kind == OpKind::kBottomK) {
+        if (absl::Status s = TopK<T>(array, op, answer); !s.ok()) return s;
+      } else if (op.kind == OpKind::kHll) {
+        if (absl::Status s = Hll(array, op, answer); !s.ok()) return s;
+      } else {
+        continue;  // a quantile op, answered above
+      }
+      result.values[i] = std::vector<RowAnswer>{std::move(answer)};
+    }
+    return absl::OkStatus();
+  }
+
+  // Every quantile op of the plan from one counting pass: the ranks each
+  // needs (QuantilePicks, from the NaN count), selected together, and each
+  // op's answers computed from them by QuantilePicks::Answer.
+  template <typename T>
+  absl::Status Quantiles(const kernels::DeviceArray& array, AggregationResult& result) {
+    if (std::none_of(plan_.ops.begin(), plan_.ops.end(), [](const OpSpec& op) { return IsQuantile(op.kind); })) {
+      return absl::OkStatus();
+    }
+    kernels::OrderStatistics select(array, max_ranks_, scratch_.data(), scratch_.size(), stream_.get());
+    std::uint64_t nan = 0;
+    if (select.Count(&nan) != cudaSuccess) return CudaFailure(device_name_, "counting for a quantile");
+    const std::uint64_t numbers = array.length - nan;
+    std::vector<rules::agg::quantile_detail::QuantilePicks> picks;
+    std::vector<std::uint64_t> ranks;
+    for (const OpSpec& op : plan_.ops) {
+      if (!IsQuantile(op.kind)) continue;
+      picks.emplace_back(op, numbers, nan, SkipsNan(op.kind));
+      ranks.insert(ranks.end(), picks.back().ranks().begin(), picks.back().ranks().end());
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    std::vector<std::uint64_t> bits(ranks.size());
+    for (std::size_t at = 0; at < ranks.size(); at += max_ranks_) {
+      const std::size_t take = std::min(max_ranks_, ranks.size() - at);
+      if (select.Select(std::span(ranks).subspan(at, take), std::span(bits).subspan(at, take)) != cudaSuccess) {
+        return CudaFailure(device_name_, "selecting a quantile's elements");
+      }
+    }
+    const auto at = [&](std::uint64_t rank) {
+      return FromBits<T>(bits[std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin()]);
+    };
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      if (!IsQuantile(plan_.ops[i].kind)) continue;
+      RowAnswer answer;
+      if (std::optional<std::string> none = picks[next++].template Answer<T>(at, answer)) {
+        return absl::InvalidArgumentError(absl::StrCat(plan_.NameOf(i), ": ", *none));
+      }
+      result.values[i] = std::vector<RowAnswer>{std::move(answer)};
+    }
+    return absl::OkStatus();
+  }
+
+  // The k entries the device found, in its order, which is the host
+  // state's (topk_state.h, Before: NaN first in topk and last in bottomk,
+  // ties by index), written as TopKState::Finalize writes them: values as
+  // float64 for float dtypes, int64 or uint64 for integers, indices offset
+  // by base_index. (Handing the entries to the host state to finalize sorts
+  // them again: 2.8 to 9 ms of server time at k = 65536 on 2^28 elements,
+  // tally-kept-bench. The GPU tests compare the two answers bitwise.)
+  template <typename T>
+  absl::Status TopK(const kernels::DeviceArray& array, const OpSpec& op, RowAnswer& answer) {
+    std::vector<std::uint64_t> bits(op.k), index(op.k);
+    std::uint64_t count = 0;
+    if (kernels::TopK(array, op.k, op.kind == OpKind::kTopK, scratch_.data(), scratch_.size(), stream_.get(),
+                      bits.data(), index.data(), &count) != cudaSuccess) {
+      return CudaFailure(device_name_, "selecting topk or bottomk");
+    }
+    answer.indices.reserve(count);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const T value = FromBits<T>(bits[i]);
+      if constexpr (std::is_floating_point_v<T>) {
+        answer.doubles.push_back(static_cast<double>(value));
+      } else if constexpr (std::is_signed_v<T>) {
+        answer.int64s.push_back(static_cast<std::int64_t>(value));
+      } else {
+        answer.uint64s.push_back(static_cast<std::uint64_t>(value));
+      }
+      answer.indices.push_back(static_cast<std::int64_t>(op.base_index + index[i]));
+    }
+    return absl::OkStatus();
+  }
+
+  // The device's sketch read into the host state as its serialised form
+  // (hll_state.h: dense registers, or the sorted distinct hashes), whose
+  // Finalize answers.
+  absl::Status Hll(const kernels::DeviceArray& array, const OpSpec& op, RowAnswer& answer) {
+    kernels::HllSketch sketch;
+    if (kernels::Hll(array, op.precision, scratch_.data(), scratch_.size(), stream_.get(), &sketch) != cudaSuccess) {
+      return CudaFailure(device_name_, "computing hll");
+    }
+    const rules::agg::Function& f = rules::agg::Of(op.kind);
+    std::string bytes;
+    rules::agg::Writer w(bytes);
+    rules::agg::PutHeader(w, f.wire, plan_.array.dtype, op);
+    if (sketch.dense) {
+      w.Put(rules::agg::hll_detail::kDense);
+      w.PutBytes(sketch.registers.data(), sketch.registers.size());
+    } else {
+      w.Put(rules::agg::hll_detail::kSparse);
+      w.Put(static_cast<std::uint64_t>(sketch.hashes.size()));
+      w.PutBytes(sketch.hashes.data(), sketch.hashes.size() * sizeof(std::uint64_t));
+    }
+    std::unique_ptr<rules::agg::State> state = f.state->Init(op, plan_.array.dtype);
+    if (std::optional<std::string> bad = state->Deserialize(bytes)) {
+      return absl::InternalError(absl::StrCat("hll: the device's sketch does not read back: ", *bad));
+    }
+    if (std::optional<std::string> none = state->Finalize(answer)) return absl::InternalError(*none);
+    return absl::OkStatus();
+  }
+
+  const AggregationPlan plan_;
+  const std::size_t size_;
+  const int device_;
+  const std::string device_name_;
+  Stream stream_;          // first: the buffers below are given back on it
+  StreamBuffer scratch_;
+  StreamBuffer joined_;    // the pieces end to end, when there are several
+  const std::size_t max_ranks_;
+  std::vector<Extent> extents_;
+  std::uint64_t received_ = 0;
+};
+
+// The device's stream-ordered pool keeps up to this much of what the
+// passes give back, instead of returning it to the driver at every
+// synchronization (its default): a request's scratch (16 to 150 MB for 2^28
+// elements) is then not mapped afresh each time. Memory the pool keeps is
+// not free for datasets: a few hundred MB of 80 GB.
+constexpr std::uint64_t kPoolKeepsBytes = std::uint64_t{512} << 20;
+
+// Sets kPoolKeepsBytes once per device (the current one).
+cudaError_t KeepPoolMemory(int device) {
+  static std::mutex mutex;
+  static std::set<int> done;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done.count(device) != 0) return cudaSuccess;
+  cudaMemPool_t pool = nullptr;
+  TALLY_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device));
+  std::uint64_t keep = kPoolKeepsBytes;
+  TALLY_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  done.insert(device);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan, const Placement& from,
+                                                           const DevicePool& pool) {
+  const auto unimplemented = [](const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat("no device pass: ", why));
+  };
+  if (from.memory != Memory::kDevice) return unimplemented("the bytes are not in GPU memory.");
+  if (!pool.Uses(from.device)) {
+    return absl::FailedPreconditionError(absl::StrCat("cuda backend: GPU ", from.device, " is not one of the devices in use."));
+  }
+  if (absl::Status health = pool.DeviceHealth(from.device); !health.ok()) return health;
+  const ArraySpec& a = plan.array;
+  if (a.segmented() || a.masked()) return unimplemented("rows, segments and validity masks run on the host.");
+  if (a.length == 0 || a.length >= (std::uint64_t{1} << 32)) {
+    return unimplemented("the device passes take 1 to 2^32 - 1 elements.");
+  }
+  if (!kernels::SelectSupports(a.dtype)) return unimplemented(absl::StrCat(rules::Name(a.dtype), " runs on the host."));
+  std::size_t ranks = 0;
+  for (const OpSpec& op : plan.ops) {
+    if (!Covered(op.kind) || op.partial) {
+      return unimplemented(absl::StrCat(rules::Name(op.kind), op.partial ? "'s partial state" : "", " runs on the host."));
+    }
+    if (IsQuantile(op.kind)) ranks += RanksAtMost(op);
+  }
+  ScopedDevice on(from.device);
+  const std::string& name = pool.DeviceName(from.device);
+  std::size_t bytes = 0;
+  if (ScratchFor(plan, &bytes) != cudaSuccess) return CudaFailure(name, "sizing the device pass's scratch");
+  if (KeepPoolMemory(from.device) != cudaSuccess) return CudaFailure(name, "configuring the device's memory pool");
+  Stream stream;
+  if (Stream::Create(&stream) != cudaSuccess) return CudaFailure(name, "creating the device pass's stream");
+  StreamBuffer scratch;
+  if (StreamBuffer::Create(bytes, stream.view(), &scratch) != cudaSuccess) {
+    // The host steps need no GPU memory: let the router run them.
+    const std::string where = LastErrorWhere();
+    (void)cudaGetLastError();
+    return unimplemented(absl::StrCat("GPU ", from.device, " has no ", bytes, " bytes of scratch free (", where, ")."));
+  }
+  return std::unique_ptr<Reduction>(std::make_unique<KeptOnDevice>(
+      plan, from.device, name, std::move(stream), std::move(scratch), std::min(std::max<std::size_t>(ranks, 1), kRanksPerSelect)));
+}
+
+}  // namespace tally::cuda
