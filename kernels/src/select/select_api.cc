@@ -63,7 +63,7 @@ template <typename K>
 cudaError_t LayOut(std::size_t max_ranks, std::uint64_t room, Carver& c, SelectionLayout<K>* at) {
   int sms = 0;
   TALLY_CUDA_TRY(Sms(&sms));
-  at->grid = sms * P::kBlocksPerSm;
+  at->grid = sms * P::CountBlocksPerSm(sizeof(K));
   at->room = room;
   TALLY_CUDA_TRY(KeyPasses<K>::SortKeysBytes(static_cast<std::uint32_t>(at->room), &at->sort_bytes));
   at->sample = c.Take<K>(P::kSample);
@@ -181,6 +181,18 @@ class SelectionOf final : public Selection {
   std::uint64_t NumberBitsOf(std::uint64_t key) const override { return NumberBits<T>(static_cast<K>(key)); }
 
  private:
+  // Whether the gathering pass with `count` segments' cursors in shared
+  // memory still runs as many blocks per SM as the counting pass did.
+  static cudaError_t PlacesFit(std::uint32_t count, bool* fits) {
+    int device = 0, per_sm = 0, reserved = 0;
+    TALLY_CUDA_TRY(cudaGetDevice(&device));
+    TALLY_CUDA_TRY(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    TALLY_CUDA_TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    *fits = P::CountBlocksPerSm(sizeof(K)) * (GatherSharedBytes<K>(count) + reserved) <=
+            static_cast<std::size_t>(per_sm);
+    return cudaSuccess;
+  }
+
   // Keys [lo, hi] that hold some ranks: `below` elements lie under lo and
   // `count` in it; `bucket` is the counting pass's bucket that holds it.
   struct Target {
@@ -292,10 +304,13 @@ class SelectionOf final : public Selection {
     TALLY_CUDA_TRY(cudaMemcpyAsync(at_.segment_start, start.data(), sizeof(std::uint32_t) * start.size(),
                                    cudaMemcpyHostToDevice, stream_));
     // Each block writes its own places when the counting pass's rows are
-    // still there (the segments are its buckets); else warps take places
-    // with atomics.
+    // still there (the segments are its buckets) and its cursors leave room
+    // for the counting pass's blocks per SM; else warps take places with
+    // atomics.
     std::uint32_t* places = nullptr;
-    if (!refined_) {
+    bool fits = false;
+    TALLY_CUDA_TRY(PlacesFit(count, &fits));
+    if (!refined_ && fits) {
       places = at_.places;
       TALLY_CUDA_TRY(KeyPasses<K>::BlockPlaces(at_.block_counts, at_.grid, at_.segments, count, at_.segment_start,
                                                places, stream_));

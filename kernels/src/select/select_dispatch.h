@@ -21,6 +21,23 @@ inline constexpr int kCountSlots = SelectPolicy::kBuckets + 2;
 // least two of its buckets.
 inline constexpr std::uint32_t kMaxSegments = SelectPolicy::kBuckets / 4;
 
+// The passes' shared memory: the bin table, then the counters (counting),
+// the map and the segments' cursors (gathering: `segments` of them when
+// each block writes its own places, else none), or the map and the
+// counters (refining).
+template <typename K>
+constexpr std::size_t CountSharedBytes() {
+  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * kCountSlots;
+}
+template <typename K>
+constexpr std::size_t GatherSharedBytes(std::uint32_t segments) {
+  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * (SelectPolicy::kBuckets + segments);
+}
+template <typename K>
+constexpr std::size_t RefineSharedBytes() {
+  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * (SelectPolicy::kBuckets + kCountSlots);
+}
+
 template <typename K>
 struct TopListsView {
   K* above_keys = nullptr;

@@ -16,19 +16,6 @@ namespace tally::kernels::select {
 
 using P = SelectPolicy;
 
-template <typename K>
-constexpr std::size_t CountSharedBytes() {
-  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * kCountSlots;
-}
-template <typename K>
-constexpr std::size_t GatherSharedBytes(std::uint32_t segments) {
-  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * (P::kBuckets + segments);
-}
-template <typename K>
-constexpr std::size_t RefineSharedBytes() {
-  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * (P::kBuckets + kCountSlots);
-}
-
 // The sample's keys in mode M (kNumbers: NaN as the all-ones key, which no
 // number has, for the table to skip): `count` keys, every element when the
 // array is no larger, else kStrata runs of kRun elements, each run at a
@@ -119,7 +106,7 @@ __global__ void __launch_bounds__(kLevelBins)
 // thread adds runs of equal buckets at once, which keeps sorted or constant
 // arrays from piling atomics on one counter.
 template <typename T, KeyMode M>
-__global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
+__global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
     CountKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, const Bin<KeyOf<T>>* __restrict__ table,
                 std::uint32_t* __restrict__ block_counts) {
   using K = KeyOf<T>;
@@ -238,7 +225,7 @@ __global__ void BlockPlacesKernel(const std::uint32_t* __restrict__ block_counts
 // atomics (after a refining pass, when the blocks' counts are of other
 // ranges).
 template <typename T, KeyMode M>
-__global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
+__global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
     GatherKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, const Bin<KeyOf<T>>* __restrict__ table,
                  const std::uint32_t* __restrict__ map, const Segment<KeyOf<T>>* __restrict__ segments,
                  std::uint32_t count, const std::uint32_t* __restrict__ places,

@@ -28,7 +28,7 @@ cudaError_t ElementPasses<T>::FullGrid(int* blocks) {
   int device = 0, sms = 0;
   TALLY_CUDA_TRY(cudaGetDevice(&device));
   TALLY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  *blocks = sms * P::kBlocksPerSm;
+  *blocks = sms * P::CountBlocksPerSm(sizeof(T));
   return cudaSuccess;
 }
 
@@ -50,6 +50,9 @@ cudaError_t ElementPasses<T>::Count(const T* data, std::uint64_t n, KeyMode mode
     constexpr std::size_t shared = CountSharedBytes<K>();
     auto* kernel = CountKernel<T, decltype(m)::value>;
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+    // Shared memory over L1: three blocks of ~72 KB per SM (32-bit keys).
+    TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
     kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, block_counts);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
@@ -88,6 +91,9 @@ cudaError_t ElementPasses<T>::Gather(const T* data, std::uint64_t n, KeyMode mod
     auto* kernel = GatherKernel<T, decltype(m)::value>;
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(GatherSharedBytes<K>(kMaxSegments))));
+    // Shared memory over L1: three blocks of ~72 KB per SM (32-bit keys).
+    TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
     kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, map, segments, count, places,
                                                   segment_start, segment_fill, out);
     TALLY_CUDA_CHECK_LAUNCH();

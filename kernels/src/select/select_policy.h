@@ -9,13 +9,21 @@
 namespace tally::kernels::select {
 
 struct SelectPolicy {
-  // Threads per block of the full passes (histogram, compaction, top-k) and
+  // Threads per block of the full passes (counting, gathering, top-k) and
   // blocks per SM their registers are cut for: 2 x 512 threads x kVecs x 16
   // bytes = 64 KB of loads in flight per SM, what the fused kernels found to
   // hold ~3 TB/s (policy.cuh: 64-96 KB per SM).
   static constexpr int kThreads = 512;
   static constexpr int kBlocksPerSm = 2;
   static constexpr int kVecs = 4;
+  // Blocks per SM of the counting and gathering passes (the gathering pass
+  // repeats the counting pass's grid, whose per-block counts place its
+  // writes). Two: Nsight Compute on H100 (2^28 int32) saw them at 48%
+  // achieved occupancy with 36% of cycles issuing nothing, but a third
+  // block (32-bit keys' 72 KB of shared tables fit three) measured slower,
+  // tally-kept-bench 2026-11-26: float32 median 1.136 ms against 1.065,
+  // int32 1.010 against 0.927 (2^28 elements, median of 5).
+  static constexpr int CountBlocksPerSm(int /*key_bytes*/) { return 2; }
 
   // Buckets of the counting pass, in shared memory (64 KB of counters plus
   // the 1024-bin table, so two blocks fit an SM). The sample spreads them
