@@ -404,6 +404,41 @@ TEST(SelectGpu, OrderStatisticsMatchASortedCopy) {
   }));
 }
 
+// A spike of one value holding 40% of the elements amid a dense spread in
+// the same bin, so that its bucket overflows the gathering room and the
+// refining pass runs; and over a thousand ranks in as many buckets, so
+// that the gathering pass reserves places with atomics.
+TEST(SelectGpu, OrderStatisticsOfSpikesAndManyRanks) {
+  TALLY_REQUIRE_GPU("order statistics");
+  auto& rng = Rng();
+  const std::uint64_t n = Small() ? (1u << 20) : (1u << 24);
+  std::vector<std::int32_t> ints(n);
+  std::vector<float> floats(n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const bool spike = rng() % 10 < 4;
+    ints[i] = spike ? 500 : static_cast<std::int32_t>(rng() % (1u << 20));
+    floats[i] = spike ? 1.5f : 1.0f + static_cast<float>(rng() % (1u << 23)) / static_cast<float>(1u << 23);
+  }
+  CheckOrderStatistics<std::int32_t>(ints, 0, "int32 spike");
+  CheckOrderStatistics<float>(floats, 0, "float32 spike");
+  // Many ranks: every rank's element against the sorted copy.
+  const std::vector<double> x = Make<double>(Shape::kUniform, 1u << 20);
+  const std::vector<double> sorted = SortedNumbers(x);
+  OnDevice<double> d(x, 0);
+  const kernels::DeviceArray a{DType::kFloat64, d.data(), x.size()};
+  std::size_t bytes = 0;
+  CUDA_OK(kernels::OrderStatistics::ScratchBytes(a, 4096, &bytes));
+  Scratch scratch(bytes);
+  Stream stream;
+  kernels::OrderStatistics select(a, 4096, scratch.get(), bytes, stream.s);
+  std::uint64_t nan = 0;
+  CUDA_OK(select.Count(&nan));
+  const std::vector<std::uint64_t> ranks = SomeRanks(sorted.size(), 3000);
+  std::vector<std::uint64_t> bits(ranks.size());
+  CUDA_OK(select.Select(ranks, bits));
+  for (std::size_t i = 0; i < ranks.size(); ++i) ASSERT_EQ(bits[i], Bits(sorted[ranks[i]])) << "rank " << ranks[i];
+}
+
 TEST(SelectGpu, QuantilesMatchTheHostState) {
   TALLY_REQUIRE_GPU("quantiles");
   TALLY_FOR_TYPES(ForShapes<T>(type, [](const std::vector<T>& x, int shift, const std::string& what) {
