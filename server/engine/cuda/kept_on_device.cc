@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -408,7 +409,12 @@ absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPl
   const std::string& name = pool.DeviceName(from.device);
   std::size_t bytes = 0;
   if (ScratchFor(plan, &bytes) != cudaSuccess) return CudaFailure(name, "sizing the device pass's scratch");
-  if (KeepPoolMemory(from.device) != cudaSuccess) return CudaFailure(name, "configuring the device's memory pool");
+  if (KeepPoolMemory(from.device) != cudaSuccess) {
+    // A device without stream-ordered allocation: the host steps instead.
+    const std::string where = LastErrorWhere();
+    (void)cudaGetLastError();
+    return unimplemented(absl::StrCat("GPU ", from.device, "'s memory pool: ", where));
+  }
   Stream stream;
   if (Stream::Create(&stream) != cudaSuccess) return CudaFailure(name, "creating the device pass's stream");
   StreamBuffer scratch;
