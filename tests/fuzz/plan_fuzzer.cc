@@ -28,6 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       a->mutable_histogram()->set_lo(in.Double());
       a->mutable_histogram()->set_hi(in.Double());
     }
+    // The parameters of quantiles, top-k and the sketches: q lists past
+    // the limit now and then, methods past numpy's thirteen.
+    if (in.Bool()) {
+      const int q = in.Byte() < 0xf8 ? in.Byte() % 9 : 1025;
+      for (int j = 0; j < q; ++j) a->add_q(in.Double());
+      a->set_method(static_cast<tally::v1::QuantileMethod>(in.Byte() % 16));
+    }
+    if (in.Bool()) {
+      a->set_k(in.Byte() < 0xf0 ? in.Byte() : in.Raw<std::uint32_t>());
+      a->set_precision(in.Byte() % 24);
+      a->set_relative_accuracy(in.Double());
+    }
   }
   tally::RequestLimits limits;
   if (in.Bool()) {
