@@ -30,6 +30,19 @@ def cpu_model():
     return platform.processor() or "unknown CPU"
 
 
+def upload_float32(server, pb, name, x, chunk=4 << 20):
+    """Uploads float32 array `x` to `server` (tally_test_server.TallyServer)
+    as the dataset `name`, in chunks of `chunk` bytes."""
+    data = x.tobytes()
+
+    def messages():
+        yield pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
+            name=name, spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, length=len(x))))
+        for at in range(0, len(data), chunk):
+            yield pb.PutDatasetRequest(chunk=data[at:at + chunk])
+    server.put_dataset(messages(), timeout=600)
+
+
 def best_seconds(fn, reps):
     best = float("inf")
     for _ in range(reps):

@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from tally_test_server import TallyServer, load_messages  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_numpy import best_seconds as best  # noqa: E402
+from compare_numpy import best_seconds as best, upload_float32  # noqa: E402
 
 
 def main():
@@ -44,14 +44,7 @@ def main():
     try:
         n = args.mib * (1 << 20) // 4
         x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
-        data = x.tobytes()
-
-        def upload():
-            yield pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
-                name="x", spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, length=n)))
-            for at in range(0, len(data), 4 << 20):
-                yield pb.PutDatasetRequest(chunk=data[at:at + (4 << 20)])
-        server.put_dataset(upload(), timeout=600)
+        upload_float32(server, pb, "x", x)
 
         def tally(aggregation):
             req = pb.AggregateDatasetRequest(name="x", aggregations=[aggregation])

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from tally_test_server import TallyServer, load_messages  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_numpy import best_seconds as best  # noqa: E402
+from compare_numpy import best_seconds as best, upload_float32  # noqa: E402
 
 
 def main():
@@ -41,25 +41,10 @@ def main():
         rng = np.random.default_rng(1)
         x = rng.standard_normal(n).astype(np.float32)
         x[::1000] = np.nan
-        header = pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
-            name="x", spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, length=n)))
-        data = x.tobytes()
-
-        def upload():
-            yield header
-            for at in range(0, len(data), 4 << 20):
-                yield pb.PutDatasetRequest(chunk=data[at:at + (4 << 20)])
-        server.put_dataset(upload(), timeout=600)
+        upload_float32(server, pb, "x", x)
         finite = x.copy()
         finite[np.isnan(finite)] = 0  # masked sums over NaN-free data, so numpy.sum's answer is a number
-
-        def upload_finite():
-            yield pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
-                name="f", spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT32, length=n)))
-            fb = finite.tobytes()
-            for at in range(0, len(fb), 4 << 20):
-                yield pb.PutDatasetRequest(chunk=fb[at:at + (4 << 20)])
-        server.put_dataset(upload_finite(), timeout=600)
+        upload_float32(server, pb, "f", finite)
 
         def tally_time(name, op, valid=None):
             req = pb.AggregateDatasetRequest(name=name, aggregations=[pb.Aggregation(op=op)])
