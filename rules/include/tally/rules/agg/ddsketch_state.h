@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tally/rules/agg/function.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -180,8 +181,8 @@ class Store {
 template <typename T>
 class DdSketchState final : public State {
  public:
-  DdSketchState(const OpSpec& op, DType dtype, int wire, std::string_view name)
-      : op_(op), dtype_(dtype), wire_(wire), name_(name), mapping_(op.relative_accuracy) {}
+  DdSketchState(const OpSpec& op, DType dtype, const Function& f)
+      : op_(op), dtype_(dtype), wire_(f.wire), name_(f.name), mapping_(op.relative_accuracy) {}
 
   std::uint64_t bytes() const override { return sizeof(*this) + negative_.bytes() + positive_.bytes(); }
 
@@ -324,20 +325,5 @@ class DdSketchState final : public State {
 };
 
 }  // namespace ddsketch_detail
-
-class DdSketchFunction final : public StateFunction {
- public:
-  constexpr DdSketchFunction(int wire, std::string_view name) : wire_(wire), name_(name) {}
-  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
-    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
-      using T = typename Traits<decltype(d)::value>::value;
-      return std::make_unique<ddsketch_detail::DdSketchState<T>>(op, dtype, wire_, name_);
-    });
-  }
-
- private:
-  int wire_;
-  std::string_view name_;
-};
 
 }  // namespace tally::rules::agg

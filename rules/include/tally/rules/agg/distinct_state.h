@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tally/rules/agg/function.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -25,8 +26,8 @@ namespace distinct_detail {
 template <typename T>
 class DistinctState final : public State {
  public:
-  DistinctState(const OpSpec& op, DType dtype, int wire, std::string_view name)
-      : op_(op), dtype_(dtype), wire_(wire), name_(name) {}
+  DistinctState(const OpSpec& op, DType dtype, const Function& f)
+      : op_(op), dtype_(dtype), wire_(f.wire), name_(f.name) {}
 
   // What the vector holds, duplicates waiting to be removed included: the
   // budget sees the memory, not the count.
@@ -125,20 +126,5 @@ class DistinctState final : public State {
 };
 
 }  // namespace distinct_detail
-
-class DistinctFunction final : public StateFunction {
- public:
-  constexpr DistinctFunction(int wire, std::string_view name) : wire_(wire), name_(name) {}
-  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
-    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
-      using T = typename Traits<decltype(d)::value>::value;
-      return std::make_unique<distinct_detail::DistinctState<T>>(op, dtype, wire_, name_);
-    });
-  }
-
- private:
-  int wire_;
-  std::string_view name_;
-};
 
 }  // namespace tally::rules::agg

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tally/rules/agg/function.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -81,8 +82,8 @@ inline constexpr std::uint8_t kDense = 1;
 template <typename T>
 class HllState final : public State {
  public:
-  HllState(const OpSpec& op, DType dtype, int wire, std::string_view name)
-      : op_(op), dtype_(dtype), wire_(wire), name_(name), p_(op.precision) {}
+  HllState(const OpSpec& op, DType dtype, const Function& f)
+      : op_(op), dtype_(dtype), wire_(f.wire), name_(f.name), p_(op.precision) {}
 
   std::uint64_t bytes() const override {
     return sizeof(*this) + hashes_.capacity() * sizeof(std::uint64_t) + registers_.capacity();
@@ -218,20 +219,5 @@ class HllState final : public State {
 };
 
 }  // namespace hll_detail
-
-class HllFunction final : public StateFunction {
- public:
-  constexpr HllFunction(int wire, std::string_view name) : wire_(wire), name_(name) {}
-  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
-    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
-      using T = typename Traits<decltype(d)::value>::value;
-      return std::make_unique<hll_detail::HllState<T>>(op, dtype, wire_, name_);
-    });
-  }
-
- private:
-  int wire_;
-  std::string_view name_;
-};
 
 }  // namespace tally::rules::agg

@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tally/rules/agg/function.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/half.h"
@@ -247,8 +248,8 @@ class QuantileState final : public State {
  public:
   using S = Stored<T>;
 
-  QuantileState(const OpSpec& op, DType dtype, int wire, std::string_view name, bool skips_nan)
-      : op_(op), dtype_(dtype), wire_(wire), name_(name), skips_nan_(skips_nan) {}
+  QuantileState(const OpSpec& op, DType dtype, const Function& f)
+      : op_(op), dtype_(dtype), wire_(f.wire), name_(f.name), skips_nan_(f.skips_nan) {}
 
   std::uint64_t bytes() const override { return sizeof(*this) + values_.capacity() * sizeof(S); }
 
@@ -315,23 +316,5 @@ class QuantileState final : public State {
 };
 
 }  // namespace quantile_detail
-
-// quantile, nanquantile, median and nanmedian share one state.
-class QuantileFunction final : public StateFunction {
- public:
-  constexpr QuantileFunction(int wire, std::string_view name, bool skips_nan)
-      : wire_(wire), name_(name), skips_nan_(skips_nan) {}
-  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
-    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
-      using T = typename Traits<decltype(d)::value>::value;
-      return std::make_unique<quantile_detail::QuantileState<T>>(op, dtype, wire_, name_, skips_nan_);
-    });
-  }
-
- private:
-  int wire_;
-  std::string_view name_;
-  bool skips_nan_;
-};
 
 }  // namespace tally::rules::agg

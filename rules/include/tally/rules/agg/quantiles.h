@@ -8,7 +8,7 @@
 #include <string>
 
 #include "tally/rules/agg/function.h"
-#include "tally/rules/agg/quantile_state.h"
+#include "tally/rules/agg/state.h"
 
 namespace tally::rules::agg {
 
@@ -46,31 +46,28 @@ inline std::optional<std::string> CheckQuantile(const OpSpec& op) {
 }
 inline constexpr ParamSet kQuantileParams{kQuantileParamList, CheckQuantile};
 
-inline const QuantileFunction kQuantileState{27, "quantile", false};
-inline const QuantileFunction kNanQuantileState{28, "nanquantile", true};
-inline const QuantileFunction kMedianState{29, "median", false};
-inline const QuantileFunction kNanMedianState{30, "nanmedian", true};
+// One state for the four (quantile_state.h; rules/src/agg/quantile_states.cc).
+std::unique_ptr<State> MakeQuantileState(const OpSpec& op, DType dtype);
+inline constexpr StateFunction kQuantileStates{MakeQuantileState};
 
 inline constexpr Function kQuantile{
     .kind = OpKind::kQuantile, .name = "quantile", .spellings = {"q"}, .wire = 27, .params = &kQuantileParams,
     .result = ResultRule::kDouble, .plain = OpKind::kQuantile, .partial_state = true, .refuses_empty = true,
     .refuses_bool = "quantile of a bool array is not defined (numpy refuses boolean subtraction).",
-    .state = &kQuantileState, .holistic = true, .per_q = true};
+    .state = &kQuantileStates, .holistic = true, .per_q = true};
 inline constexpr Function kMedian{.kind = OpKind::kMedian, .name = "median", .wire = 29,
                                   .result = ResultRule::kDouble, .plain = OpKind::kMedian, .partial_state = true,
-                                  .state = &kMedianState, .holistic = true};
+                                  .state = &kQuantileStates, .holistic = true};
 
 // All-NaN and empty rows answer NaN (numpy warns).
 inline constexpr Function kNanQuantile = [] {
   Function f = NanForm(kQuantile, OpKind::kNanQuantile, "nanquantile", 28);
-  f.state = &kNanQuantileState;
-  f.refuses_empty = false;
+    f.refuses_empty = false;
   return f;
 }();
 inline constexpr Function kNanMedian = [] {
   Function f = NanForm(kMedian, OpKind::kNanMedian, "nanmedian", 30);
-  f.state = &kNanMedianState;
-  return f;
+    return f;
 }();
 
 inline constexpr Function kQuantiles[] = {kQuantile, kNanQuantile, kMedian, kNanMedian};

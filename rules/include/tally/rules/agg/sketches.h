@@ -9,11 +9,9 @@
 #include <cmath>
 #include <string>
 
-#include "tally/rules/agg/ddsketch_state.h"
-#include "tally/rules/agg/distinct_state.h"
 #include "tally/rules/agg/function.h"
-#include "tally/rules/agg/hll_state.h"
 #include "tally/rules/agg/quantiles.h"
+#include "tally/rules/agg/state.h"
 
 namespace tally::rules::agg {
 
@@ -42,21 +40,26 @@ inline std::optional<std::string> CheckDdSketch(const OpSpec& op) {
 }
 inline constexpr ParamSet kDdSketchParams{kDdSketchParamList, CheckDdSketch};
 
-inline const HllFunction kHllState{33, "hll"};
-inline const DdSketchFunction kDdSketchState{34, "ddsketch"};
-inline const DistinctFunction kCountDistinctState{35, "count_distinct"};
+// Their states: hll_state.h, ddsketch_state.h and distinct_state.h, compiled
+// in rules/src/agg/sketch_states.cc.
+std::unique_ptr<State> MakeHllState(const OpSpec& op, DType dtype);
+std::unique_ptr<State> MakeDdSketchState(const OpSpec& op, DType dtype);
+std::unique_ptr<State> MakeCountDistinctState(const OpSpec& op, DType dtype);
+inline constexpr StateFunction kHllStates{MakeHllState};
+inline constexpr StateFunction kDdSketchStates{MakeDdSketchState};
+inline constexpr StateFunction kCountDistinctStates{MakeCountDistinctState};
 
 inline constexpr Function kHll{.kind = OpKind::kHll, .name = "hll", .spellings = {"approx_count_distinct"},
                                .wire = 33, .params = &kHllParams, .result = ResultRule::kCount,
-                               .plain = OpKind::kHll, .partial_state = true, .state = &kHllState};
+                               .plain = OpKind::kHll, .partial_state = true, .state = &kHllStates};
 inline constexpr Function kDdSketch{.kind = OpKind::kDdSketch, .name = "ddsketch", .wire = 34,
                                     .params = &kDdSketchParams, .result = ResultRule::kDouble,
                                     .plain = OpKind::kDdSketch, .partial_state = true,
-                                    .state = &kDdSketchState, .per_q = true};
+                                    .state = &kDdSketchStates, .per_q = true};
 inline constexpr Function kCountDistinct{.kind = OpKind::kCountDistinct, .name = "count_distinct",
                                          .spellings = {"nunique"}, .wire = 35, .result = ResultRule::kCount,
                                          .plain = OpKind::kCountDistinct, .partial_state = true,
-                                         .state = &kCountDistinctState, .holistic = true};
+                                         .state = &kCountDistinctStates, .holistic = true};
 
 inline constexpr Function kSketches[] = {kHll, kDdSketch, kCountDistinct};
 

@@ -89,11 +89,20 @@ class State {
   virtual std::optional<std::string> Deserialize(std::string_view bytes) = 0;
 };
 
+// A family's states, as the registry's Function::state names them. The
+// steps are compiled once, in the family's file of rules/src/agg/, not in
+// every file that includes the registry: the state classes are templates
+// over 13 dtypes, and instantiating them wherever the registry is read
+// doubled the build's time.
 class StateFunction {
  public:
-  virtual ~StateFunction() = default;
+  using Maker = std::unique_ptr<State> (*)(const OpSpec& op, DType dtype);
+  constexpr explicit StateFunction(Maker make) : make_(make) {}
   // The empty state of `op` (already checked: CheckParams) over `dtype`.
-  virtual std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const = 0;
+  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const { return make_(op, dtype); }
+
+ private:
+  Maker make_;
 };
 
 // The byte order of serialised states: little-endian fixed-width fields,

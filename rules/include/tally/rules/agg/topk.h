@@ -6,7 +6,7 @@
 #include <string>
 
 #include "tally/rules/agg/function.h"
-#include "tally/rules/agg/topk_state.h"
+#include "tally/rules/agg/state.h"
 
 namespace tally::rules::agg {
 
@@ -19,15 +19,16 @@ inline std::optional<std::string> CheckTopK(const OpSpec& op) {
 }
 inline constexpr ParamSet kTopKParams{kTopKParamList, CheckTopK};
 
-inline const TopKFunction kTopKState{31, "topk"};
-inline const TopKFunction kBottomKState{32, "bottomk"};
+// One state for both (topk_state.h; rules/src/agg/topk_states.cc).
+std::unique_ptr<State> MakeTopKState(const OpSpec& op, DType dtype);
+inline constexpr StateFunction kTopKStates{MakeTopKState};
 
 inline constexpr Function kTopK{.kind = OpKind::kTopK, .name = "topk", .wire = 31, .params = &kTopKParams,
                                 .result = ResultRule::kLikeInput, .plain = OpKind::kTopK, .answers_index = true,
-                                .partial_state = true, .state = &kTopKState, .up_to_k = true};
+                                .partial_state = true, .state = &kTopKStates, .up_to_k = true};
 inline constexpr Function kBottomK{.kind = OpKind::kBottomK, .name = "bottomk", .wire = 32, .params = &kTopKParams,
                                    .result = ResultRule::kLikeInput, .plain = OpKind::kBottomK, .answers_index = true,
-                                   .partial_state = true, .state = &kBottomKState, .up_to_k = true};
+                                   .partial_state = true, .state = &kTopKStates, .up_to_k = true};
 
 inline constexpr Function kTopKs[] = {kTopK, kBottomK};
 

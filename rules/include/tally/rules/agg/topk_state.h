@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tally/rules/agg/quantile_state.h"
+#include "tally/rules/agg/function.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -53,8 +54,8 @@ class TopKState final : public State {
  public:
   using S = Stored<T>;
 
-  TopKState(const OpSpec& op, DType dtype, int wire, std::string_view name)
-      : op_(op), dtype_(dtype), wire_(wire), name_(name), largest_(op.kind == OpKind::kTopK) {}
+  TopKState(const OpSpec& op, DType dtype, const Function& f)
+      : op_(op), dtype_(dtype), wire_(f.wire), name_(f.name), largest_(op.kind == OpKind::kTopK) {}
 
   std::uint64_t bytes() const override { return sizeof(*this) + entries_.capacity() * sizeof(Entry<S>); }
 
@@ -148,20 +149,5 @@ class TopKState final : public State {
 };
 
 }  // namespace topk_detail
-
-class TopKFunction final : public StateFunction {
- public:
-  constexpr TopKFunction(int wire, std::string_view name) : wire_(wire), name_(name) {}
-  std::unique_ptr<State> Init(const OpSpec& op, DType dtype) const override {
-    return VisitDType(dtype, [&](auto d) -> std::unique_ptr<State> {
-      using T = typename Traits<decltype(d)::value>::value;
-      return std::make_unique<topk_detail::TopKState<T>>(op, dtype, wire_, name_);
-    });
-  }
-
- private:
-  int wire_;
-  std::string_view name_;
-};
 
 }  // namespace tally::rules::agg
