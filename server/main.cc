@@ -192,6 +192,10 @@ ABSL_FLAG(std::uint64_t, max_holistic_bytes, std::uint64_t{4} << 30,
           "Host memory that quantile, nanquantile, median, nanmedian and count_distinct may hold, every "
           "request together: they keep a row's elements (or its distinct values) while they read it. A "
           "request that would pass it is refused with RESOURCE_EXHAUSTED naming this flag.");
+ABSL_FLAG(std::uint64_t, max_groups, std::uint64_t{1} << 24,
+          "GroupBy: the most groups one request may make; one that would make more is refused with "
+          "RESOURCE_EXHAUSTED naming this flag. Each group holds its keys and every aggregation's values "
+          "while the answer is written.");
 ABSL_FLAG(std::uint64_t, max_dataset_bytes, 0,
           "Resident datasets (PutDataset): bytes they may take per GPU on the cuda backend, or in host "
           "memory on the cpu backend, each dataset charged 4 KiB beyond its bytes. An upload that does not "
@@ -387,6 +391,7 @@ int main(int argc, char** argv) {
   config.service.admission_wait = std::chrono::milliseconds(absl::GetFlag(FLAGS_admission_wait_ms));
   config.service.stream_idle_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
   config.service.stream_min_bytes_per_second = absl::GetFlag(FLAGS_stream_min_bytes_per_second);
+  config.service.max_groups = absl::GetFlag(FLAGS_max_groups);
   config.transport.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   if (config.transport.max_concurrent_streams < 1) {
     spdlog::critical("--max_concurrent_streams: must be at least 1, got {}", config.transport.max_concurrent_streams);

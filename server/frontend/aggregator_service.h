@@ -54,6 +54,10 @@ struct ServiceOptions {
   // byte now and then must not keep a GPU lane, or the stream, forever.
   std::uint64_t stream_min_bytes_per_second = std::uint64_t{64} << 10;
   std::chrono::milliseconds stream_rate_window{10000};
+  // Most groups one GroupBy may make (RESOURCE_EXHAUSTED naming
+  // --max_groups past it). A group costs its keys and each aggregation's
+  // values while the answer is written.
+  std::uint64_t max_groups = std::uint64_t{1} << 24;
 };
 
 namespace detail {
@@ -61,7 +65,8 @@ using AggregatorBase = v1::Aggregator::WithRawCallbackMethod_Aggregate<
     v1::Aggregator::WithRawCallbackMethod_AggregateStream<v1::Aggregator::WithRawCallbackMethod_PutDataset<
         v1::Aggregator::WithCallbackMethod_AggregateDataset<v1::Aggregator::WithCallbackMethod_ListDatasets<
             v1::Aggregator::WithCallbackMethod_DescribeDataset<
-                v1::Aggregator::WithCallbackMethod_DeleteDataset<v1::Aggregator::Service>>>>>>>;
+                v1::Aggregator::WithCallbackMethod_DeleteDataset<
+                    v1::Aggregator::WithCallbackMethod_GroupBy<v1::Aggregator::Service>>>>>>>>;
 }  // namespace detail
 
 class AggregatorService final : public detail::AggregatorBase {
@@ -100,6 +105,10 @@ class AggregatorService final : public detail::AggregatorBase {
                                           const v1::DeleteDatasetRequest* request,
                                           v1::DeleteDatasetResponse* response) override;
 
+  // The table in the request; the answer in one or more messages
+  // (group_by_call.cc).
+  grpc::ServerWriteReactor<v1::GroupByResponse>* GroupBy(grpc::CallbackServerContext* context,
+                                                         const v1::GroupByRequest* request) override;
   // From now on new calls are refused with UNAVAILABLE; calls in progress go on.
   void BeginDrain() { draining_.store(true); }
   // True once every call in progress has finished; false at the deadline.

@@ -67,13 +67,14 @@ const char* Metrics::MethodName(Method method) {
     case Method::kListRegions: return "ListRegions";
     case Method::kAggregateRegion: return "AggregateRegion";
     case Method::kPutDatasetFromRegion: return "PutDatasetFromRegion";
+    case Method::kGroupBy: return "GroupBy";
   }
   return "unknown";
 }
 
 bool Metrics::CarriesOps(Method method) {
   return method == Method::kAggregate || method == Method::kAggregateStream ||
-         method == Method::kAggregateDataset || method == Method::kAggregateRegion;
+         method == Method::kAggregateDataset || method == Method::kAggregateRegion || method == Method::kGroupBy;
 }
 
 Metrics::Metrics(const Options& options)

@@ -46,8 +46,9 @@ class Metrics {
     kListRegions,
     kAggregateRegion,
     kPutDatasetFromRegion,
+    kGroupBy,
   };
-  static constexpr int kNumMethods = 13;
+  static constexpr int kNumMethods = 14;
 
   struct Options {
     std::string backend;  // "cpu", "cuda", "null": a constant label on every family

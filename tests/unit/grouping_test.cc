@@ -1,0 +1,204 @@
+// Group-by's engine: the groups of key columns (group_keys.h) against
+// std::map references, and a plan's aggregations per group on the cpu
+// backend (grouped_reduction.h) against loops over each group's rows.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/functions/function_router.h"
+#include "server/engine/grouping/grouped_reduction.h"
+#include "tests/unit/test_seed.h"
+
+namespace tally::grouping {
+namespace {
+
+template <typename T>
+std::span<const std::byte> Bytes(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+
+template <typename T>
+KeyColumn Key(const std::vector<T>& v, DType dtype, Validity validity = nullptr) {
+  return KeyColumn{.dtype = dtype, .data = Bytes(v), .validity = std::move(validity)};
+}
+
+Validity Mask(const std::vector<bool>& valid) {
+  std::vector<std::uint32_t> words((valid.size() + 31) / 32, 0);
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    if (valid[i]) words[i / 32] |= 1u << (i % 32);
+  }
+  return std::make_shared<const std::vector<std::uint32_t>>(std::move(words));
+}
+
+Groups Find(std::vector<KeyColumn> keys, std::uint64_t rows, GroupOptions options = {}) {
+  absl::StatusOr<Groups> g = FindGroups(keys, rows, options);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : Groups{};
+}
+
+constexpr std::uint32_t X = kNoGroup;
+
+TEST(FindGroups, SortsKeysAscendingOrKeepsTheOrderTheyAreFirstSeenIn) {
+  const std::vector<std::int32_t> k = {3, 1, 3, -2, 1};
+  Groups sorted = Find({Key(k, DType::kInt32)}, k.size());
+  EXPECT_EQ(sorted.count, 3u);
+  EXPECT_EQ(sorted.of_row, (std::vector<std::uint32_t>{2, 1, 2, 0, 1}));
+  EXPECT_EQ(sorted.first_row, (std::vector<std::uint64_t>{3, 1, 0}));
+  Groups seen = Find({Key(k, DType::kInt32)}, k.size(), {.sort = false});
+  EXPECT_EQ(seen.of_row, (std::vector<std::uint32_t>{0, 1, 0, 2, 1}));
+  EXPECT_EQ(seen.first_row, (std::vector<std::uint64_t>{0, 1, 3}));
+}
+
+TEST(FindGroups, UnsignedKeysAboveTheSignedRangeSortAsUnsigned) {
+  const std::vector<std::uint64_t> k = {~std::uint64_t{0}, 1, std::uint64_t{1} << 63};
+  EXPECT_EQ(Find({Key(k, DType::kUInt64)}, k.size()).of_row, (std::vector<std::uint32_t>{2, 0, 1}));
+}
+
+TEST(FindGroups, NegativeZeroIsZeroAndEveryNanIsOneNaKeyDroppedOrSortedLast) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> k = {0.0, -0.0, nan, -1.5, -nan, 2.0};
+  EXPECT_EQ(Find({Key(k, DType::kFloat64)}, k.size()).of_row, (std::vector<std::uint32_t>{1, 1, X, 0, X, 2}));
+  Groups kept = Find({Key(k, DType::kFloat64)}, k.size(), {.dropna = false});
+  EXPECT_EQ(kept.count, 4u);
+  EXPECT_EQ(kept.of_row, (std::vector<std::uint32_t>{1, 1, 3, 0, 3, 2}));
+  Groups seen = Find({Key(k, DType::kFloat64)}, k.size(), {.sort = false, .dropna = false});
+  EXPECT_EQ(seen.of_row, (std::vector<std::uint32_t>{0, 0, 1, 2, 1, 3}));
+}
+
+TEST(FindGroups, AMissingKeyIsNaLikeNan) {
+  const std::vector<std::int16_t> k = {5, 7, 5, 9};
+  const Validity valid = Mask({true, false, true, false});
+  EXPECT_EQ(Find({Key(k, DType::kInt16, valid)}, k.size()).of_row, (std::vector<std::uint32_t>{0, X, 0, X}));
+  EXPECT_EQ(Find({Key(k, DType::kInt16, valid)}, k.size(), {.dropna = false}).of_row,
+            (std::vector<std::uint32_t>{0, 1, 0, 1}));
+  const KeyColumn column = Key(k, DType::kInt16, valid);
+  EXPECT_FALSE(KeyIsMissing(column, 0));
+  EXPECT_TRUE(KeyIsMissing(column, 3));
+}
+
+TEST(FindGroups, CompositeKeysCompareColumnByColumn) {
+  const std::vector<std::int8_t> a = {1, 1, 2, 2, 1, 0};
+  const std::vector<float> b = {5, 4, 5, 5, 4, 9};
+  EXPECT_EQ(Find({Key(a, DType::kInt8), Key(b, DType::kFloat32)}, a.size()).of_row,
+            (std::vector<std::uint32_t>{2, 1, 3, 3, 1, 0}));
+  EXPECT_EQ(Find({Key(a, DType::kInt8), Key(b, DType::kFloat32)}, a.size(), {.sort = false}).of_row,
+            (std::vector<std::uint32_t>{0, 1, 2, 2, 1, 3}));
+  // An NA in any key column drops the row, or is that column's last value.
+  const std::vector<float> c = {5, std::nanf(""), 5, 5, 4, 9};
+  EXPECT_EQ(Find({Key(a, DType::kInt8), Key(c, DType::kFloat32)}, a.size()).of_row,
+            (std::vector<std::uint32_t>{2, X, 3, 3, 1, 0}));
+  EXPECT_EQ(Find({Key(a, DType::kInt8), Key(c, DType::kFloat32)}, a.size(), {.dropna = false}).of_row,
+            (std::vector<std::uint32_t>{2, 3, 4, 4, 1, 0}));
+}
+
+TEST(FindGroups, MoreGroupsThanTheLimitIsResourceExhaustedNamingTheFlag) {
+  std::vector<std::int64_t> k(100);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<std::int64_t>(i % 10);
+  const std::vector<KeyColumn> keys = {Key(k, DType::kInt64)};
+  EXPECT_TRUE(FindGroups(keys, k.size(), {.max_groups = 10}).ok());
+  absl::StatusOr<Groups> over = FindGroups(keys, k.size(), {.max_groups = 9});
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("--max_groups"), std::string_view::npos) << over.status();
+}
+
+TEST(FindGroups, NoKeyColumnIsOneGroupOfEveryRow) {
+  Groups g = Find({}, 4);
+  EXPECT_EQ(g.count, 1u);
+  EXPECT_EQ(g.of_row, (std::vector<std::uint32_t>(4, 0)));
+  EXPECT_EQ(Find({}, 0).count, 0u);
+}
+
+TEST(FindGroups, RandomCompositeKeysNumberTheirTuplesInMapOrder) {
+  TALLY_SEEDED_RNG(rng);
+  for (int round = 0; round < 20; ++round) {
+    const std::size_t rows = 1 + rng() % 5000;
+    const int span_a = 1 + static_cast<int>(rng() % 40), span_b = 1 + static_cast<int>(rng() % 300);
+    std::vector<std::int32_t> a(rows);
+    std::vector<std::uint16_t> b(rows);
+    std::map<std::pair<std::int32_t, std::uint16_t>, std::uint32_t> tuples;
+    for (std::size_t i = 0; i < rows; ++i) {
+      a[i] = static_cast<std::int32_t>(rng() % span_a) - span_a / 2;
+      b[i] = static_cast<std::uint16_t>(rng() % span_b);
+      tuples.emplace(std::make_pair(a[i], b[i]), 0);
+    }
+    std::uint32_t n = 0;
+    for (auto& [key, rank] : tuples) rank = n++;
+    Groups g = Find({Key(a, DType::kInt32), Key(b, DType::kUInt16)}, rows);
+    ASSERT_EQ(g.count, tuples.size());
+    for (std::size_t i = 0; i < rows; ++i) ASSERT_EQ(g.of_row[i], tuples.at({a[i], b[i]})) << "row " << i;
+    for (std::uint32_t k = 0; k < g.count; ++k) {
+      const std::uint64_t r = g.first_row[k];
+      ASSERT_EQ(g.of_row[r], k);
+      for (std::uint64_t earlier = 0; earlier < r; ++earlier) ASSERT_NE(g.of_row[earlier], k);
+    }
+  }
+}
+
+// The table of `keys` and `values` with sum, argmin and count of `values`
+// per group on the cpu backend.
+TEST(RunGroupBy, AnswersEachGroupsRowsAndIndicesAreRowsOfTheTable) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 20000;
+  std::vector<std::int64_t> keys(rows);
+  std::vector<double> values(rows);
+  std::vector<bool> valid(rows);
+  std::uniform_real_distribution<double> u(-100, 100);
+  for (std::size_t i = 0; i < rows; ++i) {
+    keys[i] = static_cast<std::int64_t>(rng() % 97) * 1000;
+    values[i] = u(rng);
+    valid[i] = rng() % 10 != 0;
+  }
+  GroupByPlan plan;
+  plan.rows = rows;
+  plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt64, .data = Bytes(keys)},
+                  GroupColumn{.name = "v", .dtype = DType::kFloat64, .data = Bytes(values), .validity = Mask(valid)}};
+  plan.keys = {0};
+  ColumnAggregations c{.column = 1, .positions = {0, 1, 2}};
+  c.plan.array = ArraySpec{.dtype = DType::kFloat64, .length = rows};
+  c.plan.ops = {OpSpec{.kind = OpKind::kSum}, OpSpec{.kind = OpKind::kArgmin}, OpSpec{.kind = OpKind::kCount}};
+  plan.values = {c};
+  plan.aggregations = 3;
+  std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+  absl::StatusOr<GroupedResult> result = RunGroupBy(plan, *backend, 1000);
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  // The reference: each group's valid values in table order.
+  std::map<std::int64_t, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < rows; ++i) groups[keys[i]].push_back(i);
+  ASSERT_EQ(result->groups, groups.size());
+  const auto& sums = std::get<std::vector<double>>(result->results[0].values[0]);
+  const auto& argmins = std::get<std::vector<std::int64_t>>(result->results[0].values[1]);
+  const auto& counts = std::get<std::vector<std::uint64_t>>(result->results[0].values[2]);
+  std::size_t g = 0;
+  for (const auto& [key, members] : groups) {
+    std::int64_t got_key;
+    std::memcpy(&got_key, result->keys[0].data.data() + g * 8, 8);
+    EXPECT_EQ(got_key, key);
+    double sum = 0;
+    std::uint64_t count = 0;
+    std::size_t best = members.size();
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      const std::size_t r = members[m];
+      if (!valid[r]) continue;
+      sum += values[r];
+      ++count;
+      if (best == members.size() || values[r] < values[members[best]]) best = m;
+    }
+    EXPECT_NEAR(sums[g], sum, 1e-9 * (1 + std::abs(sum))) << "group " << key;
+    EXPECT_EQ(counts[g], count) << "group " << key;
+    ASSERT_LT(best, members.size());
+    EXPECT_EQ(argmins[g], static_cast<std::int64_t>(members[best])) << "group " << key;
+    ++g;
+  }
+}
+
+}  // namespace
+}  // namespace tally::grouping
