@@ -142,6 +142,35 @@ TEST(FindGroups, RandomCompositeKeysNumberTheirTuplesInMapOrder) {
   }
 }
 
+// Keys spread too wide for a direct table take the hash map: the same
+// numbering, sorted and first-seen.
+TEST(FindGroups, WideAndFloatKeysNumberTheirTuplesInMapOrderAndFirstSeenOrder) {
+  TALLY_SEEDED_RNG(rng);
+  for (int round = 0; round < 10; ++round) {
+    const std::size_t rows = 1 + rng() % 5000;
+    std::vector<std::int64_t> a(rows);
+    std::vector<double> b(rows);
+    std::map<std::pair<std::int64_t, double>, std::uint32_t> tuples;
+    std::map<std::pair<std::int64_t, double>, std::uint32_t> seen;
+    for (std::size_t i = 0; i < rows; ++i) {
+      a[i] = (static_cast<std::int64_t>(rng() % 50) - 25) * (std::int64_t{1} << 40);
+      b[i] = static_cast<double>(rng() % 20) * 0.25 - 2.0;
+      tuples.emplace(std::make_pair(a[i], b[i]), 0);
+      seen.emplace(std::make_pair(a[i], b[i]), static_cast<std::uint32_t>(seen.size()));
+    }
+    std::uint32_t n = 0;
+    for (auto& [key, rank] : tuples) rank = n++;
+    const std::vector<KeyColumn> keys = {Key(a, DType::kInt64), Key(b, DType::kFloat64)};
+    Groups sorted = Find(keys, rows);
+    Groups first = Find(keys, rows, {.sort = false});
+    ASSERT_EQ(sorted.count, tuples.size());
+    for (std::size_t i = 0; i < rows; ++i) {
+      ASSERT_EQ(sorted.of_row[i], tuples.at({a[i], b[i]})) << "row " << i;
+      ASSERT_EQ(first.of_row[i], seen.at({a[i], b[i]})) << "row " << i;
+    }
+  }
+}
+
 // The table of `keys` and `values` with sum, argmin and count of `values`
 // per group on the cpu backend.
 TEST(RunGroupBy, AnswersEachGroupsRowsAndIndicesAreRowsOfTheTable) {

@@ -71,25 +71,97 @@ absl::StatusOr<Codes> CodeColumn(std::uint64_t rows, Canon canon, const GroupOpt
   return out;
 }
 
+// Most entries of a direct table of codes (a quarter of a GiB of them at
+// most; the hash map takes wider ranges): a key range that is at most this
+// and at most the rows plus 2^16 is coded by indexing, with no hashing and,
+// for sorted groups, no sort.
+constexpr std::uint64_t kMaxDenseRange = std::uint64_t{1} << 26;
+
+bool FitsDense(std::uint64_t range, std::uint64_t rows) {
+  return range <= kMaxDenseRange && range <= rows + (std::uint64_t{1} << 16);
+}
+
+// CodeColumn for values that are offsets in [0, range): a table indexed by
+// the offset, in ascending order of the offsets when the groups are sorted
+// (NA last), else in first-seen order. `values` holds each code's offset.
+template <typename Offset>
+absl::StatusOr<Codes> CodeDense(std::uint64_t rows, std::uint64_t range, Offset offset, const GroupOptions& options,
+                                const std::vector<std::uint32_t>* dropped) {
+  Codes out;
+  out.code.assign(rows, kNoGroup);
+  std::vector<std::uint32_t> code_of(range, kNoGroup);
+  const auto kept = [&](std::uint64_t r) { return dropped == nullptr || (*dropped)[r] != kNoGroup; };
+  if (options.sort) {
+    bool na_seen = false;
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      if (!kept(r)) continue;
+      bool na = false;
+      const std::uint64_t v = offset(r, na);
+      if (na) {
+        na_seen = true;
+      } else {
+        code_of[v] = 0;
+      }
+    }
+    for (std::uint64_t v = 0; v < range; ++v) {
+      if (code_of[v] == kNoGroup) continue;
+      code_of[v] = static_cast<std::uint32_t>(out.values.size());
+      out.values.push_back(v);
+    }
+    if (na_seen && !options.dropna) {
+      out.na = static_cast<std::uint32_t>(out.values.size());
+      out.values.push_back(0);
+    }
+    if (out.values.size() > options.max_groups) return TooManyGroups(options.max_groups);
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      if (!kept(r)) continue;
+      bool na = false;
+      const std::uint64_t v = offset(r, na);
+      out.code[r] = na ? out.na : code_of[v];
+    }
+    return out;
+  }
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    if (!kept(r)) continue;
+    bool na = false;
+    const std::uint64_t v = offset(r, na);
+    std::uint32_t* slot = nullptr;
+    if (na) {
+      if (options.dropna) continue;
+      slot = &out.na;
+    } else {
+      slot = &code_of[v];
+    }
+    if (*slot == kNoGroup) {
+      *slot = static_cast<std::uint32_t>(out.values.size());
+      out.values.push_back(na ? 0 : v);
+      if (out.values.size() > options.max_groups) return TooManyGroups(options.max_groups);
+    }
+    out.code[r] = *slot;
+  }
+  return out;
+}
+
 // Renumbers `codes` so that the values come in ascending order (`less`
 // compares two canonical values), NA last.
 template <typename Less>
 void SortCodes(Codes& codes, Less less) {
-  const std::size_t n = codes.values.size();
-  std::vector<std::uint32_t> by_rank(n);
-  std::iota(by_rank.begin(), by_rank.end(), 0u);
-  std::sort(by_rank.begin(), by_rank.end(), [&](std::uint32_t a, std::uint32_t b) {
-    if (a == codes.na || b == codes.na) return b == codes.na && a != codes.na;
-    return less(codes.values[a], codes.values[b]);
-  });
+  // (value, code) pairs side by side: sorting them reads memory in order,
+  // where sorting codes by their values would look each value up.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> by_value;
+  by_value.reserve(codes.values.size());
+  for (std::uint32_t c = 0; c < codes.values.size(); ++c) {
+    if (c != codes.na) by_value.emplace_back(codes.values[c], c);
+  }
+  std::sort(by_value.begin(), by_value.end(), [&](const auto& a, const auto& b) { return less(a.first, b.first); });
+  if (codes.na != kNoGroup) by_value.emplace_back(0, codes.na);
+  const std::size_t n = by_value.size();
   std::vector<std::uint32_t> rank(n);
-  for (std::uint32_t i = 0; i < n; ++i) rank[by_rank[i]] = i;
+  for (std::uint32_t i = 0; i < n; ++i) rank[by_value[i].second] = i;
   for (std::uint32_t& c : codes.code) {
     if (c != kNoGroup) c = rank[c];
   }
-  std::vector<std::uint64_t> values(n);
-  for (std::uint32_t i = 0; i < n; ++i) values[i] = codes.values[by_rank[i]];
-  codes.values = std::move(values);
+  for (std::uint32_t i = 0; i < n; ++i) codes.values[i] = by_value[i].first;
   if (codes.na != kNoGroup) codes.na = static_cast<std::uint32_t>(n - 1);
 }
 
@@ -106,6 +178,33 @@ absl::StatusOr<Codes> CodeKeyColumn(const KeyColumn& column, std::uint64_t rows,
     using T = typename rules::Traits<decltype(d)::value>::value;
     const std::byte* data = column.data.data();
     const ArraySpec mask{.dtype = column.dtype, .length = rows, .validity = column.validity};
+    if constexpr (!rules::agg::kFloatElement<T>) {
+      // Integers and bools in a small range: their offset from the
+      // smallest key indexes a table (no NaN: only the mask makes NA).
+      bool any = false;
+      T lo{}, hi{};
+      for (std::uint64_t r = 0; r < rows; ++r) {
+        if ((dropped != nullptr && (*dropped)[r] == kNoGroup) || !mask.Valid(r)) continue;
+        T v;
+        std::memcpy(&v, data + r * sizeof(T), sizeof(T));
+        if (!any || v < lo) lo = v;
+        if (!any || v > hi) hi = v;
+        any = true;
+      }
+      const std::uint64_t range =
+          any ? static_cast<std::uint64_t>(static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo)) + 1 : 1;
+      if (range != 0 && FitsDense(range, rows)) {
+        return CodeDense(
+            rows, range,
+            [&](std::uint64_t r, bool& na) -> std::uint64_t {
+              na = !mask.Valid(r);
+              T v;
+              std::memcpy(&v, data + r * sizeof(T), sizeof(T));
+              return na ? 0 : static_cast<std::uint64_t>(v) - static_cast<std::uint64_t>(lo);
+            },
+            options, dropped);
+      }
+    }
     absl::StatusOr<Codes> codes = CodeColumn(
         rows,
         [&](std::uint64_t r, bool& na) {
@@ -158,15 +257,21 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
     absl::StatusOr<Codes> next = CodeKeyColumn(keys[k], rows, options, &codes);
     if (!next.ok()) return next.status();
     const std::uint64_t width = next->values.size();
-    absl::StatusOr<Codes> combined = CodeColumn(
-        rows,
-        [&](std::uint64_t r, bool& na) {
-          na = false;
-          return std::uint64_t{codes[r]} * width + next->code[r];
-        },
-        options, &next->code);  // kNoGroup there: dropped by this column or an earlier one
-    if (!combined.ok()) return combined.status();
-    if (options.sort) SortCodes(*combined, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+    const auto tuple = [&](std::uint64_t r, bool& na) {
+      na = false;
+      return std::uint64_t{codes[r]} * width + next->code[r];
+    };
+    // kNoGroup in next->code: the row was dropped by this column or an
+    // earlier one. Combined numbers ascend as the tuples do.
+    absl::StatusOr<Codes> combined;
+    if (FitsDense(distinct * width, rows)) {
+      combined = CodeDense(rows, distinct * width, tuple, options, &next->code);
+      if (!combined.ok()) return combined.status();
+    } else {
+      combined = CodeColumn(rows, tuple, options, &next->code);
+      if (!combined.ok()) return combined.status();
+      if (options.sort) SortCodes(*combined, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+    }
     codes = std::move(combined->code);
     distinct = combined->values.size();
   }

@@ -13,48 +13,74 @@
 namespace tally::grouping {
 namespace {
 
-// The rows of every group, group after group, each group's rows in table
-// order (a stable counting sort), and where each group starts.
-struct RowsByGroup {
-  std::vector<std::uint64_t> rows;
-  Offsets offsets;
-};
-
-RowsByGroup OrderRows(const Groups& groups) {
+// Where each group starts when the rows are laid out group after group,
+// each group's rows in table order (CSR offsets: groups + 1 entries).
+Offsets GroupStarts(const Groups& groups) {
   std::vector<std::uint64_t> start(groups.count + 1, 0);
   for (const std::uint32_t g : groups.of_row) {
     if (g != kNoGroup) ++start[g + 1];
   }
   std::partial_sum(start.begin(), start.end(), start.begin());
+  return std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
+}
+
+// Calls place(row, position) for every grouped row with its position in
+// group order: a stable counting sort that reads the rows once, in order.
+template <typename Place>
+void ForEachInGroupOrder(const Groups& groups, const std::vector<std::uint64_t>& start, Place place) {
   std::vector<std::uint64_t> next(start.begin(), start.end() - 1);
-  RowsByGroup out;
-  out.rows.resize(start.back());
   for (std::uint64_t r = 0; r < groups.of_row.size(); ++r) {
     const std::uint32_t g = groups.of_row[r];
-    if (g != kNoGroup) out.rows[next[g]++] = r;
+    if (g != kNoGroup) place(r, next[g]++);
   }
-  out.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
-  return out;
 }
 
 template <std::size_t kSize>
-void GatherFixed(const std::byte* from, const std::vector<std::uint64_t>& rows, std::byte* to) {
-  for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(to + i * kSize, from + rows[i] * kSize, kSize);
+void ScatterFixed(const std::byte* from, const Groups& groups, const std::vector<std::uint64_t>& start,
+                  std::byte* to) {
+  ForEachInGroupOrder(groups, start,
+                      [&](std::uint64_t r, std::uint64_t at) { std::memcpy(to + at * kSize, from + r * kSize, kSize); });
 }
 
-// The elements of `data` at `rows`, in that order.
-std::vector<std::byte> Gather(std::span<const std::byte> data, std::size_t size, const std::vector<std::uint64_t>& rows) {
-  std::vector<std::byte> out(rows.size() * size);
+// A column's elements laid out group after group.
+std::vector<std::byte> ByGroup(std::span<const std::byte> data, std::size_t size, const Groups& groups,
+                               const std::vector<std::uint64_t>& start) {
+  std::vector<std::byte> out(start.back() * size);
   switch (size) {
-    case 1: GatherFixed<1>(data.data(), rows, out.data()); break;
-    case 2: GatherFixed<2>(data.data(), rows, out.data()); break;
-    case 4: GatherFixed<4>(data.data(), rows, out.data()); break;
-    default: GatherFixed<8>(data.data(), rows, out.data()); break;
+    case 1: ScatterFixed<1>(data.data(), groups, start, out.data()); break;
+    case 2: ScatterFixed<2>(data.data(), groups, start, out.data()); break;
+    case 4: ScatterFixed<4>(data.data(), groups, start, out.data()); break;
+    default: ScatterFixed<8>(data.data(), groups, start, out.data()); break;
   }
   return out;
 }
 
-// The validity bits at `rows`, in that order; null for a null mask.
+// A column's validity bits laid out group after group; null for a null mask.
+Validity ValidityByGroup(const Validity& mask, const Groups& groups, const std::vector<std::uint64_t>& start) {
+  if (mask == nullptr) return nullptr;
+  std::vector<std::uint32_t> out((start.back() + 31) / 32, 0);
+  const std::vector<std::uint32_t>& from = *mask;
+  ForEachInGroupOrder(groups, start, [&](std::uint64_t r, std::uint64_t at) {
+    out[at >> 5] |= ((from[r >> 5] >> (r & 31)) & 1u) << (at & 31);
+  });
+  return std::make_shared<const std::vector<std::uint32_t>>(std::move(out));
+}
+
+// The table's rows in group order, for mapping indices back.
+std::vector<std::uint64_t> RowsByGroup(const Groups& groups, const std::vector<std::uint64_t>& start) {
+  std::vector<std::uint64_t> rows(start.back());
+  ForEachInGroupOrder(groups, start, [&](std::uint64_t r, std::uint64_t at) { rows[at] = r; });
+  return rows;
+}
+
+// The elements at `rows` (the keys of each group's first row).
+std::vector<std::byte> Gather(std::span<const std::byte> data, std::size_t size, const std::vector<std::uint64_t>& rows) {
+  std::vector<std::byte> out(rows.size() * size);
+  for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(out.data() + i * size, data.data() + rows[i] * size, size);
+  return out;
+}
+
+// The validity bits at `rows`; null for a null mask.
 Validity GatherValidity(const Validity& mask, const std::vector<std::uint64_t>& rows) {
   if (mask == nullptr) return nullptr;
   std::vector<std::uint32_t> out((rows.size() + 31) / 32, 0);
@@ -69,12 +95,10 @@ Validity GatherValidity(const Validity& mask, const std::vector<std::uint64_t>& 
 // Indices a segment's reduction answered (argmin and argmax, topk's),
 // counting from the group's first row in group order, as the rows of the
 // table they name. -1 (no element) stays.
-void MapIndices(const OpSpec& op, const RowsByGroup& order, OpValues& values) {
-  if (!rules::agg::Of(op.kind).answers_index) return;
-  const std::vector<std::uint64_t>& start = *order.offsets;
+void MapIndices(const std::vector<std::uint64_t>& rows, const std::vector<std::uint64_t>& start, OpValues& values) {
   const auto row = [&](std::uint64_t group, std::int64_t index) -> std::int64_t {
     if (index < 0) return index;
-    return static_cast<std::int64_t>(order.rows[start[group] + static_cast<std::uint64_t>(index)]);
+    return static_cast<std::int64_t>(rows[start[group] + static_cast<std::uint64_t>(index)]);
   };
   if (auto* indices = std::get_if<std::vector<std::int64_t>>(&values)) {
     for (std::uint64_t g = 0; g < indices->size(); ++g) (*indices)[g] = row(g, (*indices)[g]);
@@ -98,11 +122,14 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
   absl::StatusOr<Groups> groups =
       FindGroups(keys, plan.rows, GroupOptions{.sort = plan.sort, .dropna = plan.dropna, .max_groups = max_groups});
   if (!groups.ok()) return groups.status();
-  const RowsByGroup order = OrderRows(*groups);
+  const Offsets start = GroupStarts(*groups);
+  // With no key column, or keys that put every row in one group in table
+  // order, the columns are already laid out by group.
+  const bool in_place = start->back() == plan.rows && groups->count <= 1;
 
   GroupedResult out;
   out.groups = groups->count;
-  out.rows_grouped = order.rows.size();
+  out.rows_grouped = start->back();
   for (const KeyColumn& k : keys) {
     Validity validity = GatherValidity(k.validity, groups->first_row);
     if (validity != nullptr) {
@@ -117,22 +144,29 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
   }
   out.backend = backend.name();
   out.device = backend.device();
+  std::vector<std::uint64_t> rows;  // the table's rows in group order, once an index needs them
   for (const ColumnAggregations& c : plan.values) {
     const GroupColumn& column = plan.columns[c.column];
     AggregationPlan p = c.plan;
-    p.array.length = order.rows.size();
+    p.array.length = start->back();
     p.array.row_length = 0;
-    p.array.offsets = order.offsets;
-    p.array.validity = GatherValidity(column.validity, order.rows);
-    const std::vector<std::byte> bytes = Gather(column.data, rules::SizeOf(column.dtype), order.rows);
+    p.array.offsets = start;
+    p.array.validity = in_place ? column.validity : ValidityByGroup(column.validity, *groups, *start);
+    std::vector<std::byte> laid_out;
+    if (!in_place) laid_out = ByGroup(column.data, rules::SizeOf(column.dtype), *groups, *start);
+    const std::span<const std::byte> bytes = in_place ? column.data : std::span<const std::byte>(laid_out);
     absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend.Start(p);
     if (!reduction.ok()) return reduction.status();
     if (!bytes.empty()) {
-      if (absl::Status s = (*reduction)->Consume(std::span<const std::byte>(bytes)); !s.ok()) return s;
+      if (absl::Status s = (*reduction)->Consume(bytes); !s.ok()) return s;
     }
     absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
     if (!result.ok()) return result.status();
-    for (std::size_t i = 0; i < p.ops.size(); ++i) MapIndices(p.ops[i], order, result->values[i]);
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      if (!rules::agg::Of(p.ops[i].kind).answers_index || in_place) continue;
+      if (rows.empty()) rows = RowsByGroup(*groups, *start);
+      MapIndices(rows, *start, result->values[i]);
+    }
     out.backend = result->backend;
     out.device = result->device;
     out.plans.push_back(std::move(p));
