@@ -23,8 +23,9 @@ build_pkgs=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  # The tally tool's command-line parser (header-only).
-  libcli11-dev
+  # The tally tool's command-line parser (header-only); zlib reads .npz
+  # files' deflated members.
+  libcli11-dev zlib1g-dev
   # TLS and bearer tokens: libcrypto's headers (SHA-256, key checks); the
   # openssl tool makes the tests' throwaway certificates.
   libssl-dev openssl

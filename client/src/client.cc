@@ -19,8 +19,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tally/client/group_by.h"
 #include "tally/client/status.h"
 #include "tally/client/wire.h"
+#include "tally/v1/tally.grpc.pb.h"
 
 namespace tally::client {
 namespace {
@@ -284,6 +286,23 @@ absl::StatusOr<ServingStatus> Client::CheckHealth(absl::string_view service,
       CallUnary(stub_, "/grpc.health.v1.Health/Check", HealthCheckRequest(service), timeout);
   if (!reply.ok()) return reply.status();
   return ParseHealthCheckResponse(*reply);
+}
+
+absl::StatusOr<v1::GroupByResponse> Client::GroupBy(const v1::GroupByRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  std::unique_ptr<v1::Aggregator::Stub> stub = v1::Aggregator::NewStub(channel_);
+  std::unique_ptr<grpc::ClientReader<v1::GroupByResponse>> reader = stub->GroupBy(&context, request);
+  v1::GroupByResponse all, page;
+  absl::Status merged = absl::OkStatus();
+  while (reader->Read(&page)) {
+    if (merged.ok()) merged = MergeGroupPage(all, std::move(page));
+    page.Clear();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  if (!merged.ok()) return merged;
+  return all;
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::Aggregate(

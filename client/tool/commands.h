@@ -18,6 +18,7 @@ inline constexpr int kExitUsage = 2;
 inline constexpr absl::string_view kDefaultTarget = "127.0.0.1:50051";
 
 int RunAggregate(const std::vector<std::string>& args);
+int RunGroupBy(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunHealth(const std::vector<std::string>& args);
 int RunPut(const std::vector<std::string>& args);

@@ -171,6 +171,20 @@ CLI::Option* AddTextFlag(CLI::App& app, const std::string& name, std::optional<s
   return AddValueFlag(app, name, value, text, default_text, [&out](const std::string& v) { out = v; });
 }
 
+CLI::Option* AddRepeatedTextFlag(CLI::App& app, const std::string& name, std::vector<std::string>& out,
+                                 const std::string& value, const std::string& text) {
+  CLI::Option* opt = app.add_option(
+      name,
+      [&out](const CLI::results_t& values) {
+        out.insert(out.end(), values.begin(), values.end());
+        return true;
+      },
+      text);
+  opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  opt->type_name(value);
+  return opt;
+}
+
 CLI::Option* AddSizeFlag(CLI::App& app, const std::string& name, std::optional<std::uint64_t>& out,
                          const std::string& value, const std::string& text, const std::string& default_text) {
   return AddValueFlag(app, name, value, text, default_text, [&out, name](const std::string& v) {

@@ -34,6 +34,9 @@ void StartGroup(CLI::App& app, const std::string& heading);
 // --name=VALUE or --name VALUE: the text as given.
 CLI::Option* AddTextFlag(CLI::App& app, const std::string& name, std::optional<std::string>& out,
                          const std::string& value, const std::string& text, const std::string& default_text = "");
+// --name=VALUE, repeatable: every value, in the order given.
+CLI::Option* AddRepeatedTextFlag(CLI::App& app, const std::string& name, std::vector<std::string>& out,
+                                 const std::string& value, const std::string& text);
 // A size or count with ParseSize's suffixes (64K = 64000, 64Ki = 65536).
 CLI::Option* AddSizeFlag(CLI::App& app, const std::string& name, std::optional<std::uint64_t>& out,
                          const std::string& value, const std::string& text, const std::string& default_text = "");

@@ -16,9 +16,12 @@ Commands:
   aggregate   send one array (.npy, raw file or random), or name a resident
               dataset, and print its aggregations: sum min max minmax mean
               count sumsq var std argmin argmax histogram, numpy's
-              NaN-skipping nan* ops, prod count_nonzero any all ptp; over
-              the whole array (or a range of a dataset), per row, or per
+              NaN-skipping nan* ops, prod count_nonzero any all ptp,
+              median quantile topk hll ddsketch count_distinct; over the
+              whole array (or a range of a dataset), per row, or per
               segment, skipping missing values when given a mask
+  groupby     send a table (.npz, or one .npy per column) and print each
+              group's aggregations: GROUP BY, pandas' groupby().agg()
   put         upload an array as a named dataset the server keeps resident
               (GPU or host memory), to aggregate many times without resending
   datasets    list the resident datasets, and each place's usage and limit
@@ -37,6 +40,7 @@ powers of 1024 (64Mi = 67108864). Examples:
   tally aggregate --random=64M --ops=min,max,hist:10:-1:1 --json
   tally put temps temps.npy --ttl=3600
   tally aggregate --dataset temps --range 0:1M --ops mean,max
+  tally groupby sales.npz --by=customer --agg=amount:nansum,nanmean,count
   tally datasets
   tally rm temps
   tally bench --clients=8 --size=64Mi --mode=stream --duration=20
@@ -67,7 +71,8 @@ int main(int argc, char** argv) {
     const char* name;
     int (*run)(const std::vector<std::string>&);
   };
-  const Command commands[] = {{"aggregate", RunAggregate}, {"put", RunPut},         {"datasets", RunDatasets},
+  const Command commands[] = {{"aggregate", RunAggregate}, {"groupby", RunGroupBy},   {"put", RunPut},
+                              {"datasets", RunDatasets},
                               {"rm", RunRm},               {"regions", RunRegions}, {"bench", RunBench},
                               {"health", RunHealth}};
   for (const Command& c : commands) {

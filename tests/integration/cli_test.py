@@ -170,6 +170,64 @@ class Cli(ServerCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("UNAVAILABLE", r.stderr)
 
+    def groupby_json(self, *args):
+        r = run("groupby", self.target, "--json", *args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_groupby_npz_and_npy_columns_match_a_reference(self):
+        rng = np.random.default_rng(7)
+        n = 30000
+        k = rng.integers(-3, 40, n).astype(np.int16)
+        c = rng.choice(np.array([2.5, -0.0, 0.0, np.nan]), n)
+        v = rng.standard_normal(n)
+        v[::13] = np.nan
+        for save in (np.savez, np.savez_compressed):
+            save(self.path("t.npz"), k=k, c=c, v=v)
+            out = self.groupby_json(self.path("t.npz"), "--by=k,c", "--agg=v:nansum,max,count,nanargmin",
+                                    "--keep-na")
+            keys = sorted({(int(a), float(b) if b == b else math.inf) for a, b in zip(k, np.where(c == 0, 0.0, c))})
+            self.assertEqual(out["groups"], len(keys))
+            got_k = out["keys"][0]["values"]
+            got_c = [math.inf if x == "nan" else x for x in out["keys"][1]["values"]]
+            self.assertEqual(list(zip(got_k, got_c)), keys)
+            res = out["results"]
+            self.assertEqual([r["column"] for r in res], ["v"] * 4)
+            for g, (a, b) in enumerate(keys):
+                rows = np.flatnonzero((k == a) & ((c == b) | (np.isnan(c) & (b == math.inf))))
+                x = v[rows]
+                self.assertAlmostEqual(res[0]["values"][g], float(np.nansum(x)), delta=1e-9)
+                self.assertEqual(res[1]["values"][g], "nan")  # every group has a NaN value: max propagates it
+                self.assertEqual(res[2]["values"][g], rows.size)
+                self.assertEqual(res[3]["values"][g], int(rows[np.nanargmin(x)]))
+        np.save(self.path("k.npy"), k)
+        np.save(self.path("v.npy"), v)
+        out = self.groupby_json(f"k={self.path('k.npy')}", f"v={self.path('v.npy')}", "--by=k", "--agg=v:nanmedian",
+                                "--unsorted")
+        first_seen = list(dict.fromkeys(k.tolist()))
+        self.assertEqual(out["keys"][0]["values"], first_seen)
+        for g, key in enumerate(first_seen):
+            self.assertEqual(out["results"][0]["values"][g], float(np.nanmedian(v[k == key])))
+
+    def test_groupby_text_and_errors(self):
+        np.savez(self.path("s.npz"), k=np.array([2, 1, 2], np.int32), v=np.array([1.0, 2.0, 4.0]))
+        r = run("groupby", self.target, self.path("s.npz"), "--by=k", "--agg=v:sum,mean")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("2 groups", r.stdout)
+        self.assertRegex(r.stdout, r"k\s+v:sum\s+v:mean")
+        self.assertRegex(r.stdout, r"\n\s*2\s+5\s+2\.5\n")
+        r = run("groupby", self.target, self.path("s.npz"), "--by=nope", "--agg=v:sum")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("INVALID_ARGUMENT", r.stderr)
+        self.assertIn("keys[0]", r.stderr)
+        r = run("groupby", self.target, self.path("s.npz"), "--by=k")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--agg", r.stderr)
+        np.save(self.path("short.npy"), np.zeros(2))
+        r = run("groupby", self.target, self.path("s.npz"), f"w={self.path('short.npy')}", "--by=k", "--agg=w:sum")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("same length", r.stderr)
+
     def test_health(self):
         r = run("health", self.target)
         self.assertEqual(r.returncode, 0, r.stderr)

@@ -111,6 +111,11 @@ class Client {
       absl::Duration timeout = absl::InfiniteDuration(), std::span<const std::int64_t> offsets = {},
       std::span<const std::uint8_t> validity = {});
 
+  // GroupBy (tally.proto's group-by rules): the answer's messages merged
+  // into one response holding every group.
+  [[nodiscard]] absl::StatusOr<v1::GroupByResponse> GroupBy(const v1::GroupByRequest& request,
+                                                           absl::Duration timeout = absl::InfiniteDuration());
+
   // Every dataset, by name, and what each place (GPU or host) holds: the
   // server's pages, followed to the last, in one answer (`timeout` for
   // each page).

@@ -1,0 +1,28 @@
+// GroupBy from C++: the request from named columns, and the answer's
+// messages (each a page of groups) merged into one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tally/client/array.h"
+#include "tally/v1/tally.pb.h"
+
+namespace tally::client {
+
+// A column of a group-by table: its name and its elements (and validity,
+// when the array has one). Copies the bytes into the message.
+v1::Column ColumnOf(const std::string& name, const ArrayRef& array);
+
+// Groups in one page: the first key column's elements (no key column: the
+// one group, if any).
+std::uint64_t PageGroups(const v1::GroupByResponse& page);
+
+// Appends `page`'s groups to `into` (the first page is taken whole): key
+// bytes and validity bits concatenated, each aggregation's values appended.
+// INVALID_ARGUMENT when the page does not follow `into`.
+[[nodiscard]] absl::Status MergeGroupPage(v1::GroupByResponse& into, v1::GroupByResponse page);
+
+}  // namespace tally::client
