@@ -38,8 +38,9 @@ constexpr char kDescription[] = R"(usage: tally groupby [flags] --by=KEYS --agg=
 Sends a table to a tally server and prints, for each distinct key of the key
 columns, the aggregations of the value columns (GroupBy: SQL's GROUP BY,
 pandas' df.groupby(KEYS).agg(...)). Each INPUT is a .npz file, whose arrays
-are columns named as in the file, or NAME=FILE.npy, one column; every column
-must have the same length. Groups come in ascending key order; rows whose
+are columns named as in the file, NAME=FILE.npy, one column, or
+NAME@DATASET, a resident dataset's elements (see tally put: nothing is
+sent); every column must have the same length. Groups come in ascending key order; rows whose
 key is NaN are dropped (pandas' defaults).
 )";
 
@@ -68,6 +69,7 @@ Examples:
   tally groupby k=keys.npy v=values.npy --by=k --agg=v:nanmedian,nanstd:1
   tally groupby t.npz --by=day,sensor --agg=temp:min,max --agg=hum:mean --json
   tally groupby t.npz --by=city --agg=price:topk:3 --unsorted --keep-na
+  tally groupby day@days temp@temps --by=day --agg=temp:nanmean,nanmax
 )notes";
 
 std::string Notes() {
@@ -87,7 +89,8 @@ std::unique_ptr<CLI::App> MakeApp(GroupByFlags& f) {
   std::unique_ptr<CLI::App> app = MakeCommandApp("tally groupby", kDescription, Notes());
   StartGroup(*app, "Input");
   AddArguments(*app, "INPUT", f.inputs,
-               "TABLE.npz (every array a column, named as in the file) or NAME=FILE.npy (one 1-D column); "
+               "TABLE.npz (every array a column, named as in the file), NAME=FILE.npy (one 1-D column) or "
+               "NAME@DATASET (a resident dataset as the column); "
                "dtypes float16 float32 float64 int8 int16 int32 int64 uint8 uint16 uint32 uint64 bool");
   StartGroup(*app, "Flags");
   AddTextFlag(*app, "--by", f.by, "KEYS",
@@ -120,7 +123,9 @@ absl::Status Check(const GroupByFlags& f, GroupByArgs& a) {
   absl::StatusOr<Connection> connection = f.connection.Resolve();
   if (!connection.ok()) return connection.status();
   a.connection = *std::move(connection);
-  if (f.inputs.empty()) return absl::InvalidArgumentError("give the table: TABLE.npz or NAME=FILE.npy, one per column");
+  if (f.inputs.empty()) {
+    return absl::InvalidArgumentError("give the table: TABLE.npz, or NAME=FILE.npy or NAME@DATASET per column");
+  }
   a.inputs = f.inputs;
   if (f.by) {
     for (absl::string_view k : absl::StrSplit(*f.by, ',', absl::SkipEmpty())) a.request.add_keys(std::string(k));
@@ -160,10 +165,17 @@ absl::StatusOr<v1::Column> ColumnFromNpy(const std::string& name, const std::str
 
 absl::Status LoadColumns(GroupByArgs& a) {
   for (const std::string& input : a.inputs) {
-    const std::size_t eq = input.find('=');
+    const std::size_t eq = input.find('='), at = input.find('@');
+    if (at != std::string::npos && (eq == std::string::npos || at < eq)) {
+      // NAME@DATASET: a resident dataset's elements; nothing is sent.
+      v1::Column* c = a.request.add_columns();
+      c->set_name(input.substr(0, at));
+      c->set_dataset(input.substr(at + 1));
+      continue;
+    }
     if (eq == std::string::npos) {
       if (!absl::EndsWith(input, ".npz")) {
-        return absl::InvalidArgumentError(absl::StrCat(input, ": expected TABLE.npz or NAME=FILE.npy"));
+        return absl::InvalidArgumentError(absl::StrCat(input, ": expected TABLE.npz, NAME=FILE.npy or NAME@DATASET"));
       }
       absl::StatusOr<std::vector<NpzMember>> members = ReadNpz(input);
       if (!members.ok()) return members.status();

@@ -2,7 +2,10 @@
 // is checked, the groups found and each value column aggregated
 // (server/engine/grouping), then the answer is written in messages of at
 // most GroupsPerMessage groups, one at a time as the client reads them.
+#include <cstring>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +79,53 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
   v1::GroupByResponse message_;
 };
 
+// The columns that name resident datasets, read into host memory: the
+// datasets held (a delete or replace waits for this request), and the bytes
+// of those on a GPU, copied out.
+struct DatasetColumns {
+  std::vector<std::shared_ptr<const Dataset>> held;
+  std::vector<std::vector<std::byte>> copies;
+  std::vector<std::optional<ColumnBytes>> bytes;  // by column index
+  std::uint64_t copied = 0;
+};
+
+absl::StatusOr<DatasetColumns> ReadDatasetColumns(const v1::GroupByRequest& request, DatasetStore& datasets,
+                                                  Backend& backend) {
+  DatasetColumns out;
+  out.bytes.resize(static_cast<std::size_t>(request.columns_size()));
+  for (int i = 0; i < request.columns_size(); ++i) {
+    const std::string& name = request.columns(i).dataset();
+    if (name.empty()) continue;
+    absl::StatusOr<std::shared_ptr<const Dataset>> dataset = datasets.Acquire(name);
+    if (!dataset.ok()) {
+      return absl::Status(dataset.status().code(), absl::StrCat("columns[", i, "].dataset: ", dataset.status().message()));
+    }
+    const DatasetInfo& info = (*dataset)->info();
+    const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(0, info.length);
+    ColumnBytes column{.dtype = info.dtype};
+    if (pieces.size() == 1 && pieces[0].extent.placement.host()) {
+      column.data = pieces[0].extent.bytes;  // read in place
+    } else {
+      std::vector<std::byte>& copy = out.copies.emplace_back(info.length * rules::SizeOf(info.dtype));
+      std::uint64_t at = 0;
+      for (const PlacedPiece& piece : pieces) {
+        const std::span<std::byte> to(copy.data() + at, piece.extent.size());
+        if (piece.extent.placement.host()) {
+          std::memcpy(to.data(), piece.extent.bytes.data(), to.size());
+        } else if (absl::Status s = backend.CopyToHost(piece.extent, to); !s.ok()) {
+          return s;
+        }
+        at += piece.extent.size();
+      }
+      out.copied += copy.size();
+      column.data = copy;
+    }
+    out.bytes[static_cast<std::size_t>(i)] = column;
+    out.held.push_back(*std::move(dataset));
+  }
+  return out;
+}
+
 // What a group-by holds while it runs besides its request: per row a group
 // number and a place in group order (12 bytes), and one value column laid
 // out by group at a time (at most 8 bytes a row).
@@ -94,7 +144,9 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
   }
   request_workers_.Post([this, context, request, record, writer, identity = *std::move(identity)] {
     record->Phase("on worker");
-    absl::StatusOr<GroupByPlan> plan = GroupByPlanFromProto(*request, options_.limits);
+    absl::StatusOr<DatasetColumns> stored = ReadDatasetColumns(*request, datasets_, backend_);
+    if (!stored.ok()) return writer->Answer(stored.status(), absl::CancelledError(), {});
+    absl::StatusOr<GroupByPlan> plan = GroupByPlanFromProto(*request, stored->bytes, options_.limits);
     if (!plan.ok()) return writer->Answer(plan.status(), absl::CancelledError(), {});
     std::vector<OpKind> ops;
     for (const ColumnAggregations& c : plan->values) {
@@ -102,7 +154,7 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
     }
     record->SetOps(std::move(ops));
     absl::StatusOr<AdmissionController::Ticket> ticket =
-        admission_.Admit(request->ByteSizeLong() + GroupByWorkingBytes(*plan), identity);
+        admission_.Admit(request->ByteSizeLong() + stored->copied + GroupByWorkingBytes(*plan), identity);
     if (!ticket.ok()) return writer->Answer(ticket.status(), absl::CancelledError(), {});
     if (context->IsCancelled()) {
       return writer->Answer(absl::CancelledError("the client cancelled the request."), absl::CancelledError(), {});
@@ -110,6 +162,7 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
     record->Phase("planned");
     absl::StatusOr<grouping::GroupedResult> result = grouping::RunGroupBy(*plan, backend_, options_.max_groups);
     record->Phase("grouped");
+    stored->copies.clear();  // the plan's spans into them are not read again
     writer->Answer(std::move(plan), std::move(result), *std::move(ticket));
   });
   return writer;

@@ -52,7 +52,9 @@ OpValues Slice(const OpValues& values, std::uint64_t first, std::uint64_t count)
 
 }  // namespace
 
-absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& request, const RequestLimits& limits) {
+absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& request,
+                                                 const std::vector<std::optional<ColumnBytes>>& from_datasets,
+                                                 const RequestLimits& limits) {
   GroupByPlan plan;
   if (request.columns().empty()) return absl::InvalidArgumentError("columns: at least one column is required.");
   absl::flat_hash_map<std::string, std::size_t> by_name;
@@ -65,17 +67,35 @@ absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& reque
     if (!by_name.try_emplace(c.name(), static_cast<std::size_t>(i)).second) {
       return absl::InvalidArgumentError(absl::StrCat("columns[", i, "].name: '", c.name(), "' names two columns."));
     }
-    absl::StatusOr<DType> dtype = DTypeFromProto(c.dtype());
+    const std::optional<ColumnBytes>* stored =
+        static_cast<std::size_t>(i) < from_datasets.size() && from_datasets[static_cast<std::size_t>(i)]
+            ? &from_datasets[static_cast<std::size_t>(i)]
+            : nullptr;
+    if (!c.dataset().empty() && stored == nullptr) {
+      return absl::InternalError(absl::StrCat("columns[", i, "].dataset: not read"));
+    }
+    if (stored != nullptr && !c.data().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "]: give data or dataset, not both."));
+    }
+    absl::StatusOr<DType> dtype = stored != nullptr && c.dtype() == v1::DTYPE_UNSPECIFIED
+                                      ? absl::StatusOr<DType>((*stored)->dtype)
+                                      : DTypeFromProto(c.dtype());
     if (!dtype.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("columns[", i, "].dtype: ", dtype.status().message()));
     }
+    if (stored != nullptr && *dtype != (*stored)->dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "].dtype: ", rules::Name(*dtype), ", but dataset '",
+                                                     c.dataset(), "' holds ", rules::Name((*stored)->dtype), "."));
+    }
+    const std::span<const std::byte> bytes =
+        stored != nullptr ? (*stored)->data : std::as_bytes(std::span<const char>(c.data().data(), c.data().size()));
     const std::uint64_t size = rules::SizeOf(*dtype);
-    if (c.data().size() % size != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "].data: ", c.data().size(),
+    if (bytes.size() % size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "].data: ", bytes.size(),
                                                      " bytes is not a whole number of ", rules::Name(*dtype),
                                                      " elements (", size, " bytes each)."));
     }
-    const std::uint64_t rows = c.data().size() / size;
+    const std::uint64_t rows = bytes.size() / size;
     if (i == 0) {
       plan.rows = rows;
     } else if (rows != plan.rows) {
@@ -88,7 +108,7 @@ absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& reque
     if (!validity.ok()) return validity.status();
     plan.columns.push_back(GroupColumn{.name = c.name(),
                                        .dtype = *dtype,
-                                       .data = std::as_bytes(std::span<const char>(c.data().data(), c.data().size())),
+                                       .data = bytes,
                                        .validity = *std::move(validity)});
   }
   if (static_cast<std::size_t>(request.keys_size()) > kMaxKeyColumns) {
@@ -120,10 +140,12 @@ absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& reque
       return absl::InvalidArgumentError(absl::StrCat("aggregations[", i, "].column: no column is named '",
                                                      a.column(), "'."));
     }
-    if (a.aggregation().has_partial()) {
+    if (a.aggregation().has_partial() && (a.aggregation().op() == v1::OP_TOPK || a.aggregation().op() == v1::OP_BOTTOMK)) {
+      // Their indices are inside the serialised state, counted within the
+      // group; a row of the table would have to be written into it.
       return absl::InvalidArgumentError(absl::StrCat("aggregations[", i,
-                                                     "].aggregation.partial: partial states are not answered per "
-                                                     "group yet; ask for the values."));
+                                                     "].aggregation.partial: topk and bottomk give no partial state "
+                                                     "per group yet; ask for their values."));
     }
     // Each aggregation checked alone first, so that an error names it.
     const GroupColumn& column = plan.columns[at->second];

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core/group_request.h"
@@ -14,10 +17,19 @@
 
 namespace tally {
 
-// The plan of `request`; its columns' spans point into `request`, which
-// must outlive the plan.
-[[nodiscard]] absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& request,
-                                                              const RequestLimits& limits);
+// A column's elements that are not in the request (a resident dataset's,
+// read into host memory), by the column's index in the request.
+struct ColumnBytes {
+  DType dtype = DType::kFloat64;
+  std::span<const std::byte> data;
+};
+
+// The plan of `request`; its columns' spans point into `request` and into
+// `from_datasets` (nullopt for inline columns; every column that names a
+// dataset has its bytes there), which must outlive the plan.
+[[nodiscard]] absl::StatusOr<GroupByPlan> GroupByPlanFromProto(
+    const v1::GroupByRequest& request, const std::vector<std::optional<ColumnBytes>>& from_datasets,
+    const RequestLimits& limits);
 
 // Groups per response message: the request's groups_per_message, or as
 // many as keep a message under about 3.5 MiB (gRPC's default receive limit

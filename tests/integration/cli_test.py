@@ -570,6 +570,28 @@ class Datasets(ServerCase):
         self.assertEqual(self.query("--dataset=rep", "--ops=sum"),
                          self.query("--random=6000", "--seed=2", "--ops=sum"))
 
+    def test_groupby_over_resident_datasets(self):
+        rng = np.random.default_rng(11)
+        k = rng.integers(0, 30, 5000).astype(np.uint8)
+        v = rng.integers(-1000, 1000, 5000).astype(np.int64)
+        np.save(self.path("gk.npy"), k)
+        np.save(self.path("gv.npy"), v)
+        for name, path in (("gk", "gk.npy"), ("gv", "gv.npy")):
+            r = run("put", self.target, name, self.path(path), "--replace")
+            self.assertEqual(r.returncode, 0, r.stderr)
+        r = run("groupby", self.target, "--json", "key@gk", "val@gv", "--by=key", "--agg=val:sum,min,argmax")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        keys = np.unique(k)
+        self.assertEqual(out["keys"][0]["values"], keys.tolist())
+        self.assertEqual(out["results"][0]["values"], [int(v[k == g].sum()) for g in keys])
+        self.assertEqual(out["results"][1]["values"], [int(v[k == g].min()) for g in keys])
+        self.assertEqual(out["results"][2]["values"], [int(np.flatnonzero(k == g)[np.argmax(v[k == g])]) for g in keys])
+        r = run("groupby", self.target, "key@gk", "val@nope", "--by=key", "--agg=val:sum")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("NOT_FOUND", r.stderr)
+        self.assertIn("columns[1].dataset", r.stderr)
+
     def test_rm_removes_and_reports_unknown_names(self):
         self.ok("put", "gone-1", "--random=10")
         self.ok("put", "gone-2", "--random=10")

@@ -229,5 +229,31 @@ TEST(RunGroupBy, AnswersEachGroupsRowsAndIndicesAreRowsOfTheTable) {
   }
 }
 
+// Partial states per group: argmax's index is the table's row plus
+// base_index, whichever rows the group has.
+TEST(RunGroupBy, PartialStatesCarryRowsOfTheTablePlusTheBaseIndex) {
+  const std::vector<std::int32_t> keys = {7, 3, 7, 3, 3, 9};
+  const std::vector<float> values = {1, 5, 8, 2, 6, 0};
+  GroupByPlan plan;
+  plan.rows = keys.size();
+  plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = Bytes(keys)},
+                  GroupColumn{.name = "v", .dtype = DType::kFloat32, .data = Bytes(values)}};
+  plan.keys = {0};
+  ColumnAggregations c{.column = 1, .positions = {0}};
+  c.plan.array = ArraySpec{.dtype = DType::kFloat32, .length = keys.size()};
+  c.plan.ops = {OpSpec{.kind = OpKind::kArgmax, .partial = true, .base_index = 100}};
+  plan.values = {c};
+  plan.aggregations = 1;
+  std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+  absl::StatusOr<GroupedResult> result = RunGroupBy(plan, *backend, 10);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const auto& states = std::get<std::vector<rules::PartialState>>(result->results[0].values[0]);
+  ASSERT_EQ(states.size(), 3u);  // keys 3, 7, 9
+  EXPECT_EQ(states[0].index, 104);
+  EXPECT_EQ(states[1].index, 102);
+  EXPECT_EQ(states[2].index, 105);
+  EXPECT_EQ(states[0].count, 3u);
+}
+
 }  // namespace
 }  // namespace tally::grouping

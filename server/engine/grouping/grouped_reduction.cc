@@ -95,10 +95,14 @@ Validity GatherValidity(const Validity& mask, const std::vector<std::uint64_t>& 
 // Indices a segment's reduction answered (argmin and argmax, topk's),
 // counting from the group's first row in group order, as the rows of the
 // table they name. -1 (no element) stays.
-void MapIndices(const std::vector<std::uint64_t>& rows, const std::vector<std::uint64_t>& start, OpValues& values) {
+void MapIndices(const OpSpec& op, const std::vector<std::uint64_t>& rows, const std::vector<std::uint64_t>& start,
+                OpValues& values) {
+  // A partial state's index is offset by base_index (the table's first row
+  // in the caller's whole table); so is the row it becomes.
+  const std::int64_t base = op.partial ? static_cast<std::int64_t>(op.base_index) : 0;
   const auto row = [&](std::uint64_t group, std::int64_t index) -> std::int64_t {
     if (index < 0) return index;
-    return static_cast<std::int64_t>(rows[start[group] + static_cast<std::uint64_t>(index)]);
+    return base + static_cast<std::int64_t>(rows[start[group] + static_cast<std::uint64_t>(index - base)]);
   };
   if (auto* indices = std::get_if<std::vector<std::int64_t>>(&values)) {
     for (std::uint64_t g = 0; g < indices->size(); ++g) (*indices)[g] = row(g, (*indices)[g]);
@@ -165,7 +169,7 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       if (!rules::agg::Of(p.ops[i].kind).answers_index || in_place) continue;
       if (rows.empty()) rows = RowsByGroup(*groups, *start);
-      MapIndices(rows, *start, result->values[i]);
+      MapIndices(p.ops[i], rows, *start, result->values[i]);
     }
     out.backend = result->backend;
     out.device = result->device;
