@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""GroupBy's server time against pandas, pyarrow and torch on the same data,
+in one run.
+
+int32 keys (uniform over G groups, or Zipf(1.1) skew) and float32 values,
+ROWS of each, uploaded once as two resident datasets; then GroupBy over
+them (sum, count, min, max, mean of the values per key, ascending keys), best
+of --reps, checked against numpy. The baselines that are installed run on
+the same arrays: pandas' and pyarrow's group-by on the host's cores, and
+torch's index_add_/bincount/scatter_reduce on the GPU (with --torch).
+
+    python3 bench/groupby/groupby_bench.py --server build/server/tally-server \\
+        [--backend cpu|cuda] [--rows 2**26] [--groups 16,65536,1000000] [--zipf] \\
+        [--reps 3] [--baselines pandas,pyarrow,torch] [--proto proto]
+
+TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py
+(for hosts without protoc). Prints one tab-separated row per case.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from tally_test_server import TallyServer, load_messages  # noqa: E402
+
+OPS = ("OP_SUM", "OP_COUNT", "OP_MIN", "OP_MAX", "OP_MEAN")
+
+
+def keys_for(rng, rows, groups, zipf):
+    if not zipf:
+        return rng.integers(0, groups, rows, dtype=np.int32)
+    # Zipf(1.1) over `groups` ranks: a few keys hold most rows.
+    ranks = np.arange(1, groups + 1, dtype=np.float64)
+    p = ranks ** -1.1
+    p /= p.sum()
+    return rng.choice(groups, size=rows, p=p).astype(np.int32)
+
+
+def upload(server, pb, name, x, dtype, chunk=8 << 20):
+    data = x.tobytes()
+
+    def messages():
+        yield pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
+            name=name, replace=True, spec=pb.ArraySpec(dtype=dtype, length=len(x))))
+        for at in range(0, len(data), chunk):
+            yield pb.PutDatasetRequest(chunk=data[at:at + chunk])
+    server.put_dataset(messages(), timeout=600)
+
+
+def best(fn, reps):
+    out, t = None, float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        t = min(t, time.perf_counter() - t0)
+    return out, t
+
+
+def check(pages, pb, k, v):
+    """The answer against numpy: keys, counts exact; sums, means to float
+    rounding; min and max exact."""
+    keys = np.concatenate([np.frombuffer(p.keys[0].data, np.int32) for p in pages])
+    res = [np.concatenate([np.array(p.results[j].doubles.values if p.results[j].HasField("doubles")
+                                    else p.results[j].uint64s.values if p.results[j].HasField("uint64s")
+                                    else p.results[j].int64s.values) for p in pages]) for j in range(len(OPS))]
+    uniq, inverse, counts = np.unique(k, return_inverse=True, return_counts=True)
+    assert np.array_equal(keys, uniq), "keys differ"
+    assert np.array_equal(res[1], counts), "counts differ"
+    sums = np.bincount(inverse, weights=v.astype(np.float64), minlength=len(uniq))
+    scale = np.bincount(inverse, weights=np.abs(v.astype(np.float64)), minlength=len(uniq))
+    assert np.all(np.abs(res[0] - sums) <= 1e-5 * scale + 1e-30), "sums differ"
+    mins = np.full(len(uniq), np.inf)
+    np.minimum.at(mins, inverse, v.astype(np.float64))
+    assert np.array_equal(res[2], mins), "mins differ"
+    return len(uniq)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True)
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--rows", type=lambda s: int(eval(s)), default=1 << 22)
+    p.add_argument("--groups", default="16,65536,1000000")
+    p.add_argument("--zipf", action="store_true", help="also Zipf(1.1) keys")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--baselines", default="pandas")
+    p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
+    p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
+    args = p.parse_args()
+
+    pb = load_messages(args.proto)
+    extra = [f"--backend={args.backend}", "--health_listen=", "--max_groups=67108864"] + args.server_args.split()
+    server = TallyServer(args.server, pb, [a for a in extra if a])
+    group_by = server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
+                                          request_serializer=pb.GroupByRequest.SerializeToString,
+                                          response_deserializer=pb.GroupByResponse.FromString)
+    baselines = [b for b in args.baselines.split(",") if b]
+    rng = np.random.default_rng(1)
+    print("keys\tgroups\trows\tengine\tseconds\tG rows/s")
+    try:
+        for zipf in ([False, True] if args.zipf else [False]):
+            for groups in (int(g) for g in args.groups.split(",")):
+                k = keys_for(rng, args.rows, groups, zipf)
+                v = rng.standard_normal(args.rows, dtype=np.float32)
+                upload(server, pb, "gb_k", k, pb.DTYPE_INT32)
+                upload(server, pb, "gb_v", v, pb.DTYPE_FLOAT32)
+                request = pb.GroupByRequest(
+                    columns=[pb.Column(name="k", dataset="gb_k"), pb.Column(name="v", dataset="gb_v")], keys=["k"],
+                    aggregations=[pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, o)))
+                                  for o in OPS])
+                seconds = float("inf")
+                pages = None
+                for _ in range(args.reps):
+                    pages = list(group_by(request, timeout=600))
+                    seconds = min(seconds, pages[-1].execution.server_seconds)
+                made = check(pages, pb, k, v)
+                label = "zipf1.1" if zipf else "uniform"
+                print(f"{label}\t{made}\t{args.rows}\ttally-{args.backend}\t{seconds:.4f}\t{args.rows / seconds / 1e9:.2f}",
+                      flush=True)
+                for b in baselines:
+                    t = run_baseline(b, k, v, args.reps)
+                    if t is not None:
+                        print(f"{label}\t{made}\t{args.rows}\t{b}\t{t:.4f}\t{args.rows / t / 1e9:.3f}", flush=True)
+    finally:
+        server.stop()
+
+
+def run_baseline(name, k, v, reps):
+    if name == "pandas":
+        import pandas as pd
+        df = pd.DataFrame({"k": k, "v": v})
+        return best(lambda: df.groupby("k").agg(s=("v", "sum"), c=("v", "count"), lo=("v", "min"), hi=("v", "max"),
+                                                m=("v", "mean")), reps)[1]
+    if name == "pyarrow":
+        import pyarrow as pa
+        t = pa.table({"k": k, "v": v})
+        return best(lambda: t.group_by("k").aggregate([("v", "sum"), ("v", "count"), ("v", "min"), ("v", "max"),
+                                                       ("v", "mean")]), reps)[1]
+    if name == "torch":
+        import torch
+        if not torch.cuda.is_available():
+            return None
+        kk = torch.from_numpy(k.astype(np.int64)).cuda()
+        vv = torch.from_numpy(v).cuda()
+        g = int(k.max()) + 1
+
+        def run():
+            s = torch.zeros(g, device="cuda").index_add_(0, kk, vv)
+            c = torch.bincount(kk, minlength=g)
+            lo = torch.full((g,), float("inf"), device="cuda").scatter_reduce(0, kk, vv, "amin")
+            hi = torch.full((g,), float("-inf"), device="cuda").scatter_reduce(0, kk, vv, "amax")
+            m = s / c
+            torch.cuda.synchronize()
+            return m, lo, hi
+        run()
+        return best(run, reps)[1]
+    return None
+
+
+if __name__ == "__main__":
+    main()
