@@ -90,10 +90,14 @@ def main():
     p.add_argument("--baselines", default="pandas")
     p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
     p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
+    p.add_argument("--trace", action="store_true",
+                   help="run the server with --log_level=trace and print each GroupBy's phases at the end")
     args = p.parse_args()
 
     pb = load_messages(args.proto)
     extra = [f"--backend={args.backend}", "--health_listen=", "--max_groups=67108864"] + args.server_args.split()
+    if args.trace:
+        extra.append("--log_level=trace")
     server = TallyServer(args.server, pb, [a for a in extra if a])
     group_by = server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
                                           request_serializer=pb.GroupByRequest.SerializeToString,
@@ -126,7 +130,9 @@ def main():
                     if t is not None:
                         print(f"{label}\t{made}\t{args.rows}\t{b}\t{t:.4f}\t{args.rows / t / 1e9:.3f}", flush=True)
     finally:
-        server.stop()
+        log = server.stop() or ""
+        if args.trace:
+            print("\n".join(line for line in log.splitlines() if "GroupBy" in line))
 
 
 def run_baseline(name, k, v, reps):

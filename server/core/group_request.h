@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/core/request.h"
+#include "server/engine/source.h"
 
 namespace tally {
 
@@ -24,6 +25,9 @@ struct GroupColumn {
   DType dtype = DType::kFloat64;
   std::span<const std::byte> data;  // `rows` elements, owned by the request
   Validity validity;                // null: every element is present
+  // Where `data` lies: a resident dataset's column may be in GPU memory
+  // (never read on the host; the engine groups there, or copies it out).
+  Placement placement = Placement::PageableHost();
 };
 
 // The aggregations asked of one value column, as one plan over the whole

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/request.h"
 #include "server/engine/attachment.h"
+#include "server/engine/device_grouping.h"
 #include "server/engine/element_aligner.h"
 #include "server/engine/host_runs.h"
 #include "server/engine/resident.h"
@@ -149,6 +150,20 @@ class Backend {
                                                                                     const Placement& from) {
     (void)plan;
     return absl::UnimplementedError(absl::StrCat(name(), " backend has no device pass for ", from.Describe(), "."));
+  }
+
+  // Group-by on the device (device_grouping.h): the `rows` keys of `dtype`
+  // at `keys` (device bytes) ordered by key, ascending, each key's rows in
+  // table order. UNIMPLEMENTED where this backend has no such pass, or for
+  // these keys (dtype, range): the engine groups on the host. More than
+  // `max_groups` groups is RESOURCE_EXHAUSTED naming --max_groups.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(
+      const Extent& keys, DType dtype, std::uint64_t rows, std::uint64_t max_groups) {
+    (void)keys;
+    (void)dtype;
+    (void)rows;
+    (void)max_groups;
+    return absl::UnimplementedError(absl::StrCat(name(), " backend does not group on a device."));
   }
 
   // Copies device bytes (`from`, in a place this backend reads) into host

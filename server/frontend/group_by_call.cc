@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/grouping/grouped_reduction.h"
 #include "server/frontend/aggregator_service.h"
+#include "server/frontend/call_parts.h"
 #include "server/frontend/group_convert.h"
 #include "server/frontend/status.h"
 
@@ -30,6 +31,9 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
     if (!plan.ok() || !result.ok()) return End(!plan.ok() ? plan.status() : result.status());
     plan_ = *std::move(plan);
     result_ = *std::move(result);
+    // As Aggregate's: from the call's arrival to the answer computed, not
+    // counting how fast the client reads its messages.
+    server_seconds_ = record_->Seconds();
     ticket_ = std::move(ticket);
     per_message_ = GroupsPerMessage(*request_, result_);
     WriteNext();
@@ -59,7 +63,7 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
       e->set_rows(result_.groups);
       e->set_backend(result_.backend);
       e->set_device(result_.device);
-      e->set_server_seconds(record_->Seconds());
+      e->set_server_seconds(server_seconds_);
     }
     StartWrite(&message_);
   }
@@ -75,13 +79,14 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
   grouping::GroupedResult result_;
   AdmissionController::Ticket ticket_;
   std::uint64_t per_message_ = 1;
+  double server_seconds_ = 0;
   std::uint64_t next_ = 0;
   v1::GroupByResponse message_;
 };
 
-// The columns that name resident datasets, read into host memory: the
-// datasets held (a delete or replace waits for this request), and the bytes
-// of those on a GPU, copied out.
+// The columns that name resident datasets: the datasets held (a delete or
+// replace waits for this request), each read where it lies when it is one
+// piece, and a sharded one's pieces copied together into host memory.
 struct DatasetColumns {
   std::vector<std::shared_ptr<const Dataset>> held;
   std::vector<std::vector<std::byte>> copies;
@@ -103,8 +108,11 @@ absl::StatusOr<DatasetColumns> ReadDatasetColumns(const v1::GroupByRequest& requ
     const DatasetInfo& info = (*dataset)->info();
     const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(0, info.length);
     ColumnBytes column{.dtype = info.dtype};
-    if (pieces.size() == 1 && pieces[0].extent.placement.host()) {
-      column.data = pieces[0].extent.bytes;  // read in place
+    if (pieces.size() == 1) {
+      // Read where it lies: host bytes in place; GPU bytes by the engine,
+      // on that GPU, or copied out there.
+      column.data = pieces[0].extent.bytes;
+      column.placement = pieces[0].extent.placement;
     } else {
       std::vector<std::byte>& copy = out.copies.emplace_back(info.length * rules::SizeOf(info.dtype));
       std::uint64_t at = 0;
@@ -160,7 +168,7 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
       return writer->Answer(absl::CancelledError("the client cancelled the request."), absl::CancelledError(), {});
     }
     record->Phase("planned");
-    absl::StatusOr<grouping::GroupedResult> result = grouping::RunGroupBy(*plan, backend_, options_.max_groups);
+    absl::StatusOr<grouping::GroupedResult> result = grouping::RunGroupBy(*plan, backend_, options_.max_groups, PhaseNoter(record.get()));
     record->Phase("grouped");
     stored->copies.clear();  // the plan's spans into them are not read again
     writer->Answer(std::move(plan), std::move(result), *std::move(ticket));

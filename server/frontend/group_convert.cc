@@ -109,7 +109,8 @@ absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& reque
     plan.columns.push_back(GroupColumn{.name = c.name(),
                                        .dtype = *dtype,
                                        .data = bytes,
-                                       .validity = *std::move(validity)});
+                                       .validity = *std::move(validity),
+                                       .placement = stored != nullptr ? (*stored)->placement : Placement::PageableHost()});
   }
   if (static_cast<std::size_t>(request.keys_size()) > kMaxKeyColumns) {
     return absl::InvalidArgumentError(absl::StrCat("keys: at most ", kMaxKeyColumns, " key columns, got ",

@@ -22,6 +22,7 @@ namespace tally {
 struct ColumnBytes {
   DType dtype = DType::kFloat64;
   std::span<const std::byte> data;
+  Placement placement = Placement::PageableHost();
 };
 
 // The plan of `request`; its columns' spans point into `request` and into

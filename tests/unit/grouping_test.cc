@@ -255,5 +255,51 @@ TEST(RunGroupBy, PartialStatesCarryRowsOfTheTablePlusTheBaseIndex) {
   EXPECT_EQ(states[0].count, 3u);
 }
 
+// More groups than one plan's results may hold (a 65536-bin histogram per
+// group: 255 groups a batch) run in batches, answered as one.
+TEST(RunGroupBy, ManyGroupsRunInBatchesAnsweredAsOne) {
+  const std::size_t groups = 600, rows = 3000;
+  std::vector<std::int32_t> keys(rows);
+  std::vector<double> values(rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    keys[i] = static_cast<std::int32_t>((i * 7919) % groups);
+    values[i] = static_cast<double>((i * 104729) % 1000) / 1000.0;
+  }
+  GroupByPlan plan;
+  plan.rows = rows;
+  plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = Bytes(keys)},
+                  GroupColumn{.name = "v", .dtype = DType::kFloat64, .data = Bytes(values)}};
+  plan.keys = {0};
+  ColumnAggregations c{.column = 1, .positions = {0, 1, 2}};
+  c.plan.array = ArraySpec{.dtype = DType::kFloat64, .length = rows};
+  c.plan.ops = {OpSpec{.kind = OpKind::kSum}, OpSpec{.kind = OpKind::kArgmin},
+                OpSpec{.kind = OpKind::kHistogram, .histogram = {.bins = 65536, .lo = 0, .hi = 1}}};
+  plan.values = {c};
+  plan.aggregations = 3;
+  std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+  absl::StatusOr<GroupedResult> result = RunGroupBy(plan, *backend, groups);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->groups, groups);
+  const auto& sums = std::get<std::vector<double>>(result->results[0].values[0]);
+  const auto& argmins = std::get<std::vector<std::int64_t>>(result->results[0].values[1]);
+  const auto& hists = std::get<std::vector<HistogramResult>>(result->results[0].values[2]);
+  ASSERT_EQ(sums.size(), groups);
+  ASSERT_EQ(hists.size(), groups);
+  for (std::size_t g = 0; g < groups; ++g) {
+    double sum = 0;
+    std::int64_t best = -1;
+    std::uint64_t in_bins = 0;
+    for (std::size_t i = 0; i < rows; ++i) {
+      if (static_cast<std::size_t>(keys[i]) != g) continue;
+      sum += values[i];
+      if (best < 0 || values[i] < values[static_cast<std::size_t>(best)]) best = static_cast<std::int64_t>(i);
+    }
+    for (const std::uint64_t n : hists[g].counts) in_bins += n;
+    EXPECT_NEAR(sums[g], sum, 1e-12) << "group " << g;
+    EXPECT_EQ(argmins[g], best) << "group " << g;
+    EXPECT_EQ(in_bins, rows / groups) << "group " << g;
+  }
+}
+
 }  // namespace
 }  // namespace tally::grouping

@@ -24,6 +24,7 @@
 #include "server/engine/cuda/device_fault.h"
 #include "server/engine/cuda/device_pool.h"
 #include "server/engine/cuda/device_resident.h"
+#include "server/engine/cuda/group_on_device.h"
 #include "server/engine/cuda/kept_on_device.h"
 #include "server/engine/cuda/segment_reduction.h"
 #include "server/engine/cuda/tuning.h"
@@ -291,6 +292,13 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
                                                                const Placement& from) override {
     return cuda::StartKeptOnDevice(plan, from, *pool_);
+  }
+  // Group-by's order of rows by key on the GPU holding the keys
+  // (group_on_device.h).
+  absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
+                                                                      std::uint64_t rows,
+                                                                      std::uint64_t max_groups) override {
+    return cuda::OrderByKeyOnDevice(keys, dtype, rows, max_groups, *pool_);
   }
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/device_pool.h"
+#include "server/engine/cuda/stream_buffer.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/select.h"
 #include "tally/rules/agg/hll_state.h"
@@ -62,52 +63,6 @@ absl::Status CudaFailure(const std::string& device, const char* what) {
   (void)cudaGetLastError();
   return absl::InternalError(absl::StrCat("CUDA error on ", device, " while ", what, ": ", where));
 }
-
-// Device memory from the device's stream-ordered pool, given back on the
-// stream that used it when the owner goes.
-class StreamBuffer {
- public:
-  StreamBuffer() = default;
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  StreamBuffer(StreamBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(o.size_), stream_(o.stream_), device_(o.device_) {}
-  StreamBuffer& operator=(StreamBuffer&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = o.size_;
-      stream_ = o.stream_;
-      device_ = o.device_;
-    }
-    return *this;
-  }
-  ~StreamBuffer() { Reset(); }
-
-  // On the current device, ordered on `stream`.
-  [[nodiscard]] static cudaError_t Create(std::size_t bytes, StreamView stream, StreamBuffer* out) {
-    StreamBuffer b;
-    TALLY_CUDA_TRY(cudaGetDevice(&b.device_));
-    b.stream_ = stream.get();
-    if (bytes > 0) TALLY_CUDA_TRY(cudaMallocAsync(&b.data_, bytes, b.stream_));
-    b.size_ = bytes;
-    *out = std::move(b);
-    return cudaSuccess;
-  }
-  std::byte* data() const { return static_cast<std::byte*>(data_); }
-  std::size_t size() const { return size_; }
-
- private:
-  void Reset() {
-    if (data_ == nullptr) return;
-    ScopedDevice on(device_);
-    TALLY_CUDA_CHECK_NOTHROW(cudaFreeAsync(std::exchange(data_, nullptr), stream_));
-  }
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-  cudaStream_t stream_ = nullptr;
-  int device_ = 0;
-};
 
 // The scratch the plan's passes need, the largest of them (they run one
 // after another on one stream).
@@ -359,26 +314,6 @@ class KeptOnDevice final : public Reduction {
   std::uint64_t received_ = 0;
 };
 
-// The device's stream-ordered pool keeps up to this much of what the
-// passes give back, instead of returning it to the driver at every
-// synchronization (its default): a request's scratch (16 to 150 MB for 2^28
-// elements) is then not mapped afresh each time. Memory the pool keeps is
-// not free for datasets: a few hundred MB of 80 GB.
-constexpr std::uint64_t kPoolKeepsBytes = std::uint64_t{512} << 20;
-
-// Sets kPoolKeepsBytes once per device (the current one).
-cudaError_t KeepPoolMemory(int device) {
-  static std::mutex mutex;
-  static std::set<int> done;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (done.count(device) != 0) return cudaSuccess;
-  cudaMemPool_t pool = nullptr;
-  TALLY_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device));
-  std::uint64_t keep = kPoolKeepsBytes;
-  TALLY_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
-  done.insert(device);
-  return cudaSuccess;
-}
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/cuda/cuda_resources.h"
+#include "server/engine/cuda/stream_buffer.h"
 #include "server/engine/finish.h"
 #include "tally/kernels/segmented.h"
 
@@ -42,7 +43,9 @@ kernels::SegmentedPlan KernelPlanOf(const AggregationPlan& plan) {
 
 class SegmentReduction final : public Reduction {
  public:
-  SegmentReduction(const AggregationPlan& plan, DevicePool::Lease lease, EngineContext* engine,
+  // `state` and `scratch`: the bytes this plan needs; past the lane's, the
+  // reduction takes its own from the device's pool when it runs.
+  SegmentReduction(const AggregationPlan& plan, DevicePool::Lease lease, EngineContext* engine, std::size_t state,
                    std::size_t scratch)
       : plan_(plan),
         kplan_(KernelPlanOf(plan)),
@@ -50,6 +53,7 @@ class SegmentReduction final : public Reduction {
         lease_(std::move(lease)),
         lane_(lease_.lane()),
         engine_(engine),
+        state_(state),
         scratch_(scratch) {}
 
   absl::Status Consume(const Extent& piece) override {
@@ -79,23 +83,42 @@ class SegmentReduction final : public Reduction {
                                                      a.length, " elements in spec.length."));
     }
     const std::uint64_t segments = a.rows();
-    std::byte* const results = lane_->state() + ResultsAt(segments);
+    ScopedDevice on(lane_->device());
+    const cudaStream_t stream = lane_->compute_stream().get();
+    // Many segments (a group-by's groups) or a long array: state and
+    // scratch of this reduction's own, from the device's stream-ordered
+    // pool, given back when it ends.
+    std::byte* state = lane_->state();
+    std::byte* scratch = lane_->scratch();
+    result_ = lane_->result();
+    if (state_ > lane_->state_bytes() || scratch_ > lane_->scratch_bytes()) {
+      if (KeepPoolMemory(lane_->device()) != cudaSuccess ||
+          StreamBuffer::Create(state_, lane_->compute_stream(), &own_state_) != cudaSuccess ||
+          StreamBuffer::Create(scratch_, lane_->compute_stream(), &own_scratch_) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return absl::ResourceExhaustedError(absl::StrCat("GPU ", lane_->device(), " has no room for the ", state_ + scratch_,
+                                                         " bytes of state and scratch of ", segments, " segments."));
+      }
+      state = own_state_.data();
+      scratch = own_scratch_.data();
+      own_result_.resize(layout_.bytes);
+      result_ = own_result_.data();
+    }
+    std::byte* const results = state + ResultsAt(segments);
     if (a.length > 0) {  // else every segment is empty: nothing to read
-      ScopedDevice on(lane_->device());
-      const cudaStream_t stream = lane_->compute_stream().get();
       const std::vector<std::uint64_t>& offsets = *a.offsets;  // checked: as int64, the same bits
-      if (const cudaError_t e = cudaMemcpyAsync(lane_->state(), offsets.data(), offsets.size() * sizeof(std::int64_t),
+      if (const cudaError_t e = cudaMemcpyAsync(state, offsets.data(), offsets.size() * sizeof(std::int64_t),
                                                 cudaMemcpyHostToDevice, stream);
           e != cudaSuccess) {
         return LaneFailure(engine_, lane_, e, "copying the offsets");
       }
       if (const cudaError_t e = kernels::AggregateSegments(kplan_, data_,
-                                                           reinterpret_cast<const std::int64_t*>(lane_->state()),
-                                                           results, lane_->scratch(), scratch_, stream);
+                                                           reinterpret_cast<const std::int64_t*>(state), results,
+                                                           scratch, scratch_, stream);
           e != cudaSuccess) {
         return LaneFailure(engine_, lane_, e, "reducing the segments");
       }
-      if (const cudaError_t e = cudaMemcpyAsync(lane_->result(), results, layout_.bytes, cudaMemcpyDeviceToHost,
+      if (const cudaError_t e = cudaMemcpyAsync(result_, results, layout_.bytes, cudaMemcpyDeviceToHost,
                                                 stream);
           e != cudaSuccess) {
         return LaneFailure(engine_, lane_, e, "copying the results back");
@@ -109,7 +132,7 @@ class SegmentReduction final : public Reduction {
     result.device = engine_->devices->DeviceName(lane_->device());
     for (const OpSpec& op : plan_.ops) {
       OpValues values = EmptyValues(op, a.dtype, segments);
-      for (std::uint64_t s = 0; s < segments; ++s) StoreRow(op, a.dtype, s, StateOf(op, s), values);
+      StoreRows(op, a.dtype, segments, [&](std::uint64_t s) { return StateOf(op, s); }, values);
       result.values.push_back(std::move(values));
     }
     return result;
@@ -119,7 +142,7 @@ class SegmentReduction final : public Reduction {
   // Field `field` of segment s from the results copied back.
   kernels::Scalar At(std::size_t field, std::uint64_t s) const {
     kernels::Scalar v;
-    std::memcpy(&v, lane_->result() + field + s * sizeof(kernels::Scalar), sizeof(v));
+    std::memcpy(&v, result_ + field + s * sizeof(kernels::Scalar), sizeof(v));
     return v;
   }
 
@@ -146,7 +169,11 @@ class SegmentReduction final : public Reduction {
   DevicePool::Lease lease_;
   DeviceLane* const lane_;
   EngineContext* const engine_;
+  const std::size_t state_;
   const std::size_t scratch_;
+  StreamBuffer own_state_, own_scratch_;
+  std::vector<std::byte> own_result_;
+  std::byte* result_ = nullptr;  // where the results came back: the lane's, or own_result_
   const std::byte* data_ = nullptr;
   std::uint64_t consumed_ = 0;  // bytes
 };
@@ -168,12 +195,6 @@ absl::StatusOr<std::unique_ptr<Reduction>> MakeSegmentReduction(const Aggregatio
   }
   const std::uint64_t segments = plan.array.rows();
   const std::size_t state = ResultsAt(segments) + kernels::LayoutOf(kplan).bytes;
-  if (state > lease->state_bytes()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the offsets and results of ", segments, " segments need ", state,
-        " bytes of GPU state, over --cuda_max_state_bytes=", lease->state_bytes(),
-        ": ask for fewer segments or ops at once, or raise the flag."));
-  }
   std::size_t scratch = 0;
   {
     ScopedDevice on(lease->device());
@@ -181,12 +202,7 @@ absl::StatusOr<std::unique_ptr<Reduction>> MakeSegmentReduction(const Aggregatio
       return absl::InternalError("cuda backend: sizing the segmented kernels' scratch failed.");
     }
   }
-  if (scratch > lease->scratch_bytes()) {
-    return absl::ResourceExhaustedError(absl::StrCat("the segmented kernels need ", scratch,
-                                                     " bytes of scratch for this array, over the lane's ",
-                                                     lease->scratch_bytes(), "."));
-  }
-  return std::unique_ptr<Reduction>(std::make_unique<SegmentReduction>(plan, std::move(lease), engine, scratch));
+  return std::unique_ptr<Reduction>(std::make_unique<SegmentReduction>(plan, std::move(lease), engine, state, scratch));
 }
 
 }  // namespace tally::cuda

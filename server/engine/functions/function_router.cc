@@ -101,6 +101,11 @@ class FunctionRouter final : public Backend {
     return inner_->AttachCudaIpc(handle, device, bytes);
   }
   absl::Status CopyToHost(const Extent& from, std::span<std::byte> to) override { return inner_->CopyToHost(from, to); }
+  absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
+                                                                      std::uint64_t rows,
+                                                                      std::uint64_t max_groups) override {
+    return inner_->OrderByKeyOnDevice(keys, dtype, rows, max_groups);
+  }
   absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
                                                                const Placement& from) override {
     return inner_->StartKeptOnDevice(plan, from);

@@ -1,6 +1,8 @@
 #include "server/engine/grouping/grouped_reduction.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <numeric>
 #include <type_traits>
 #include <utility>
@@ -12,6 +14,8 @@
 
 namespace tally::grouping {
 namespace {
+
+using Note = std::function<void(const char*)>;
 
 // Where each group starts when the rows are laid out group after group,
 // each group's rows in table order (CSR offsets: groups + 1 entries).
@@ -115,9 +119,162 @@ void MapIndices(const OpSpec& op, const std::vector<std::uint64_t>& rows, const 
   }
 }
 
+// `values`'s rows appended to `into` (the same op's alternative).
+void AppendRows(OpValues& into, OpValues&& more) {
+  std::visit(
+      [&](auto& to) {
+        auto& from = std::get<std::decay_t<decltype(to)>>(more);
+        to.insert(to.end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+      },
+      into);
+}
+
+// Runs `p` (a value column's aggregations; its array the whole column in
+// group order, `start` the groups' starts) over `bytes` on `backend`, in
+// batches of groups whose results fit one plan's limit (a group-by may
+// have far more groups than a request has rows: --max_groups against
+// RequestLimits::max_result_values). Device bytes whose ops the device's
+// segment passes do not compute are copied to the host, already in group
+// order, and read there.
+absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const AggregationPlan& p, const Extent& bytes) {
+  const std::vector<std::uint64_t>& start = *p.array.offsets;
+  const std::uint64_t groups = start.size() - 1;
+  const std::size_t size = rules::SizeOf(p.array.dtype);
+  const std::uint64_t per_group = std::max<std::uint64_t>(1, ResultValuesPerRow(p));
+  const std::uint64_t batch = std::max<std::uint64_t>(1, RequestLimits{}.max_result_values / per_group);
+  AggregationResult out;
+  for (std::uint64_t g0 = 0; g0 < groups || (groups == 0 && g0 == 0); g0 += batch) {
+    const std::uint64_t g1 = std::min(groups, g0 + batch);
+    const std::uint64_t first = start[g0], count = start[g1] - first;
+    AggregationPlan part = p;
+    std::vector<std::uint64_t> rebased(start.begin() + static_cast<std::ptrdiff_t>(g0),
+                                       start.begin() + static_cast<std::ptrdiff_t>(g1) + 1);
+    for (std::uint64_t& o : rebased) o -= first;
+    part.array.length = count;
+    part.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(rebased));
+    part.array.validity = SliceValidity(p.array.validity, first, count);
+    Extent feed = bytes.Sub(first * size, count * size);
+    absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend.Start(part, feed.placement);
+    std::vector<std::byte> host_copy;
+    if (!feed.placement.host() && absl::IsFailedPrecondition(reduction.status())) {
+      host_copy.resize(feed.size());
+      if (absl::Status s = backend.CopyToHost(feed, host_copy); !s.ok()) return s;
+      feed = Extent::PageableHost(host_copy);
+      reduction = backend.Start(part);
+    }
+    if (!reduction.ok()) return reduction.status();
+    if (feed.size() != 0) {
+      if (absl::Status s = (*reduction)->Consume(feed); !s.ok()) return s;
+    }
+    absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
+    if (!result.ok()) return result.status();
+    if (g0 == 0) {
+      out = *std::move(result);
+    } else {
+      for (std::size_t i = 0; i < out.values.size(); ++i) AppendRows(out.values[i], std::move(result->values[i]));
+    }
+    if (groups == 0) break;
+  }
+  return out;
+}
+
+// The key bytes of each group from the device's 64-bit words.
+std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::size_t size) {
+  std::vector<std::byte> out(words.size() * size);
+  for (std::size_t g = 0; g < words.size(); ++g) std::memcpy(out.data() + g * size, &words[g], size);
+  return out;
+}
+
+// The plan on the device holding its columns, when the backend groups
+// there and the plan is one it takes (one integer key column, ascending
+// keys, no masks, every column on one GPU); nullopt otherwise.
+absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                         std::uint64_t max_groups, const Note& note) {
+  if (plan.keys.size() != 1 || !plan.sort) return std::nullopt;
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  if (key.placement.host() || key.validity != nullptr) return std::nullopt;
+  for (const ColumnAggregations& c : plan.values) {
+    const GroupColumn& column = plan.columns[c.column];
+    if (column.placement != key.placement || column.validity != nullptr) return std::nullopt;
+  }
+  absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> order =
+      backend.OrderByKeyOnDevice(Extent{key.data, key.placement}, key.dtype, plan.rows, max_groups);
+  if (absl::IsUnimplemented(order.status())) return std::nullopt;
+  if (!order.ok()) return order.status();
+  note("rows ordered by key on the device");
+  DeviceGroupOrder& o = **order;
+  GroupedResult out;
+  out.groups = o.groups;
+  out.rows_grouped = plan.rows;
+  out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(o.keys, rules::SizeOf(key.dtype))});
+  out.backend = backend.name();
+  out.device = backend.device();
+  std::vector<std::uint64_t> rows;  // once an index needs them
+  for (const ColumnAggregations& c : plan.values) {
+    const GroupColumn& column = plan.columns[c.column];
+    absl::StatusOr<std::unique_ptr<DeviceColumn>> laid_out = o.Gather(Extent{column.data, column.placement}, column.dtype);
+    if (!laid_out.ok()) return laid_out.status();
+    note("column gathered on the device");
+    const Extent bytes = (*laid_out)->extent();
+    AggregationPlan p = c.plan;
+    p.array.length = plan.rows;
+    p.array.row_length = 0;
+    p.array.offsets = o.offsets;
+    p.array.validity = nullptr;
+    absl::StatusOr<AggregationResult> result = ReduceByGroups(backend, p, bytes);
+    if (!result.ok()) return result.status();
+    note("column reduced");
+    for (std::size_t i = 0; i < p.ops.size(); ++i) {
+      if (!rules::agg::Of(p.ops[i].kind).answers_index) continue;
+      if (rows.empty()) {
+        absl::StatusOr<std::vector<std::uint64_t>> r = o.Rows();
+        if (!r.ok()) return r.status();
+        rows = *std::move(r);
+      }
+      MapIndices(p.ops[i], rows, *o.offsets, result->values[i]);
+    }
+    out.backend = result->backend;
+    out.device = result->device;
+    out.plans.push_back(std::move(p));
+    out.results.push_back(*std::move(result));
+  }
+  return out;
+}
+
+absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups,
+                                        const Note& note);
+
 }  // namespace
 
-absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups) {
+absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups,
+                                         const std::function<void(const char*)>& phase) {
+  const Note note = [&](const char* what) {
+    if (phase) phase(what);
+  };
+  const bool on_device = std::any_of(plan.columns.begin(), plan.columns.end(),
+                                     [](const GroupColumn& c) { return !c.placement.host(); });
+  if (!on_device) return RunOnHost(plan, backend, max_groups, note);
+  absl::StatusOr<std::optional<GroupedResult>> device = RunOnDevice(plan, backend, max_groups, note);
+  if (!device.ok()) return device.status();
+  if (device->has_value()) return **std::move(device);
+  // The host's steps over copies of the device's columns.
+  GroupByPlan host = plan;
+  std::vector<std::vector<std::byte>> copies;
+  for (GroupColumn& c : host.columns) {
+    if (c.placement.host()) continue;
+    std::vector<std::byte>& copy = copies.emplace_back(c.data.size());
+    if (absl::Status s = backend.CopyToHost(Extent{c.data, c.placement}, copy); !s.ok()) return s;
+    c.data = copy;
+    c.placement = Placement::PageableHost();
+  }
+  note("columns copied to the host");
+  return RunOnHost(host, backend, max_groups, note);
+}
+
+namespace {
+
+absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups,
+                                        const Note& note) {
   std::vector<KeyColumn> keys;
   for (const std::size_t k : plan.keys) {
     const GroupColumn& c = plan.columns[k];
@@ -126,6 +283,7 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
   absl::StatusOr<Groups> groups =
       FindGroups(keys, plan.rows, GroupOptions{.sort = plan.sort, .dropna = plan.dropna, .max_groups = max_groups});
   if (!groups.ok()) return groups.status();
+  note("groups found");
   const Offsets start = GroupStarts(*groups);
   // With no key column, or keys that put every row in one group in table
   // order, the columns are already laid out by group.
@@ -159,13 +317,9 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
     std::vector<std::byte> laid_out;
     if (!in_place) laid_out = ByGroup(column.data, rules::SizeOf(column.dtype), *groups, *start);
     const std::span<const std::byte> bytes = in_place ? column.data : std::span<const std::byte>(laid_out);
-    absl::StatusOr<std::unique_ptr<Reduction>> reduction = backend.Start(p);
-    if (!reduction.ok()) return reduction.status();
-    if (!bytes.empty()) {
-      if (absl::Status s = (*reduction)->Consume(bytes); !s.ok()) return s;
-    }
-    absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
+    absl::StatusOr<AggregationResult> result = ReduceByGroups(backend, p, Extent::PageableHost(bytes));
     if (!result.ok()) return result.status();
+    note("column reduced");
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
       if (!rules::agg::Of(p.ops[i].kind).answers_index || in_place) continue;
       if (rows.empty()) rows = RowsByGroup(*groups, *start);
@@ -179,4 +333,5 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
   return out;
 }
 
+}  // namespace
 }  // namespace tally::grouping

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,7 +38,10 @@ struct GroupedResult {
   std::string device;
 };
 
+// `phase`, when set, is told as each step ends ("groups found", "column
+// reduced", ...), for the server's request trace.
 [[nodiscard]] absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backend,
-                                                       std::uint64_t max_groups);
+                                                       std::uint64_t max_groups,
+                                                       const std::function<void(const char*)>& phase = {});
 
 }  // namespace tally::grouping

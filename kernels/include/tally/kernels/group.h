@@ -1,0 +1,74 @@
+// Group-by's device steps (server/engine/grouping over a cuda backend): the
+// rows of an integer key column ordered by key, stably (each key's rows in
+// table order), with the distinct keys and where each key's rows start;
+// then any column's elements gathered in that order. The engine hands the
+// gathered column to the segmented kernels with those starts as segment
+// offsets, so every op that answers per segment answers per group, with
+// the same bits as a segment holding those elements in that order.
+// Plain C++ (no nvcc needed to include it).
+//
+//   kernels::GroupKeys keys{rules::DType::kInt32, d_keys, rows};
+//   size_t bytes = 0;
+//   kernels::GroupByKeyScratchBytes(keys, &bytes);          // worst case
+//   kernels::KeyOrder order;
+//   kernels::OrderByKey(keys, max_range, d_scratch, bytes, stream, d_rows, &order);
+//   kernels::GatherRows(value_size, d_values, d_rows, rows, d_out, stream);
+//
+// Rules:
+// - keys: every integer dtype and bool, rows below 2^32. Keys whose range
+//   (largest - smallest + 1) passes `max_range` (at most 2^32) are
+//   cudaErrorInvalidValue with nothing done but a read: the caller groups
+//   on the host.
+// - The order is a least-significant-digit radix sort of (key - smallest)
+//   over only the bits the range needs, so it is stable and its cost grows
+//   with log2(range), not with the number of groups' skew.
+// - Nothing here allocates: `scratch` holds every intermediate array
+//   (GroupByKeyScratchBytes's worst case for `rows`). OrderByKey
+//   synchronizes `stream` before returning (the group count decides what
+//   is copied back).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tally/rules/dtype.h"
+
+namespace tally::kernels {
+
+struct GroupKeys {
+  rules::DType dtype = rules::DType::kInt32;
+  const void* data = nullptr;  // device memory, `rows` elements
+  std::uint64_t rows = 0;
+};
+
+// Whether OrderByKey takes keys of `dtype` (the integers and bool).
+[[nodiscard]] bool GroupKeysSupported(rules::DType dtype);
+
+[[nodiscard]] cudaError_t GroupByKeyScratchBytes(const GroupKeys& keys, std::size_t* bytes);
+
+struct KeyOrder {
+  std::uint64_t groups = 0;
+  // Each group's key, as the key's element bytes (little-endian) in the
+  // low bytes of a 64-bit word, in ascending key order.
+  std::vector<std::uint64_t> keys;
+  // Where each group's rows start in the order, and the rows in all
+  // (groups + 1 entries, 0 first).
+  std::vector<std::uint64_t> offsets;
+  std::uint64_t range = 0;  // largest - smallest key + 1
+};
+
+// Writes the rows in key order to `rows_out` (device, keys.rows entries)
+// and fills `out`.
+[[nodiscard]] cudaError_t OrderByKey(const GroupKeys& keys, std::uint64_t max_range, void* scratch,
+                                     std::size_t scratch_bytes, cudaStream_t stream, std::uint32_t* rows_out,
+                                     KeyOrder* out);
+
+// out[i] = values[rows[i]] for i < n, elements of `element_size` bytes (1,
+// 2, 4 or 8).
+[[nodiscard]] cudaError_t GatherRows(std::size_t element_size, const void* values, const std::uint32_t* rows,
+                                     std::uint64_t n, void* out, cudaStream_t stream);
+
+}  // namespace tally::kernels

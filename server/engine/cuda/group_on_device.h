@@ -1,0 +1,20 @@
+// Backend::OrderByKeyOnDevice for the cuda backend: tally/kernels/group.h's
+// order of rows by key on the GPU holding the key column, with the order
+// and each gathered column in that device's stream-ordered memory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "server/engine/cuda/device_pool.h"
+#include "server/engine/device_grouping.h"
+
+namespace tally::cuda {
+
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
+                                                                                 std::uint64_t rows,
+                                                                                 std::uint64_t max_groups,
+                                                                                 const DevicePool& pool);
+
+}  // namespace tally::cuda

@@ -1,0 +1,39 @@
+// Group-by's steps on a device (Backend::OrderByKeyOnDevice): a key
+// column's rows ordered by key on the GPU that holds it, and columns
+// gathered in that order there, so that each group's elements reach the
+// segmented kernels without leaving the device (server/engine/grouping).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/request.h"
+#include "server/engine/source.h"
+
+namespace tally {
+
+// A column's elements laid out by group, in device memory this owns.
+class DeviceColumn {
+ public:
+  virtual ~DeviceColumn() = default;
+  virtual Extent extent() const = 0;
+};
+
+class DeviceGroupOrder {
+ public:
+  virtual ~DeviceGroupOrder() = default;
+  std::uint64_t groups = 0;
+  // Each group's key: the key element's bytes in the low bytes, in
+  // ascending key order.
+  std::vector<std::uint64_t> keys;
+  // Where each group's rows start in group order (groups + 1 entries).
+  Offsets offsets;
+  // `column` (device bytes of `dtype`, one element per row) in group order.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<DeviceColumn>> Gather(const Extent& column, DType dtype) = 0;
+  // The table's rows in group order, for mapping indices back.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::uint64_t>> Rows() = 0;
+};
+
+}  // namespace tally

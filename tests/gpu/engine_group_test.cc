@@ -1,0 +1,121 @@
+// Group-by on the device (Backend::OrderByKeyOnDevice, tally/kernels/group.h)
+// against the host's steps on the same table: the same groups and keys,
+// the same counts, extremes and rows of argmin, sums and moments to
+// rounding, every key dtype, skewed and wide keys, and run twice for the
+// same bits.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "server/engine/functions/function_router.h"
+#include "server/engine/grouping/grouped_reduction.h"
+#include "tests/gpu/engine_test_util.h"
+
+namespace tally::engine_test {
+namespace {
+
+std::unique_ptr<ResidentMemory> Resident(Backend& b, std::span<const std::byte> data) {
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> m = b.AllocateResident(data.size(), 0);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  EXPECT_TRUE((*m)->Append(Extent::PageableHost(data)).ok());
+  EXPECT_TRUE((*m)->Seal().ok());
+  return std::move(*m);
+}
+
+template <typename K>
+std::vector<std::byte> Keys(std::uint64_t rows, std::uint64_t spread, bool skew, std::int64_t base,
+                            std::mt19937_64& rng) {
+  std::vector<std::byte> out(rows * sizeof(K));
+  std::geometric_distribution<std::uint64_t> geo(0.05);
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    const std::uint64_t r = skew ? geo(rng) % spread : rng() % spread;
+    const K k = static_cast<K>(base + static_cast<std::int64_t>(r));
+    std::memcpy(out.data() + i * sizeof(K), &k, sizeof(K));
+  }
+  return out;
+}
+
+void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
+                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu);
+
+void Compare(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
+             const std::string& what, bool on_gpu = true) {
+  // The ops the device's segment passes compute, then ops that the
+  // gathered column takes to the host for.
+  const std::vector<std::vector<OpSpec>> plans = {
+      {Op(OpKind::kSum), Op(OpKind::kCount), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kMean)},
+      {Op(OpKind::kArgmin), Op(OpKind::kVariance, 1.0), Op(OpKind::kSum)}};
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    CompareOps(key_dtype, keys, rows, rng, what + " ops " + std::to_string(i), plans[i], on_gpu && i == 0);
+  }
+}
+
+void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
+                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu) {
+  SCOPED_TRACE(what);
+  BackendOptions o = TestOptions();
+  std::unique_ptr<Backend> cuda = MakeFunctionRouter(MakeCuda(o), 1 << 30);
+  std::unique_ptr<Backend> cpu = MakeFunctionRouter(MakeCpu(), 1 << 30);
+  const std::vector<std::byte> values = RandomArray(DType::kFloat32, rows, rng(), true);
+  std::unique_ptr<ResidentMemory> dk = Resident(*cuda, keys), dv = Resident(*cuda, values);
+  ASSERT_TRUE(dk && dv);
+
+  GroupByPlan plan;
+  plan.rows = rows;
+  plan.columns = {GroupColumn{.name = "k", .dtype = key_dtype, .data = dk->extent().bytes,
+                              .placement = dk->extent().placement},
+                  GroupColumn{.name = "v", .dtype = DType::kFloat32, .data = dv->extent().bytes,
+                              .placement = dv->extent().placement}};
+  plan.keys = {0};
+  ColumnAggregations c{.column = 1};
+  for (std::size_t i = 0; i < ops.size(); ++i) c.positions.push_back(i);
+  c.plan.array = ArraySpec{.dtype = DType::kFloat32, .length = rows};
+  c.plan.ops = ops;
+  plan.values = {c};
+  plan.aggregations = ops.size();
+  GroupByPlan on_host = plan;
+  on_host.columns[0].data = keys;
+  on_host.columns[0].placement = Placement::PageableHost();
+  on_host.columns[1].data = values;
+  on_host.columns[1].placement = Placement::PageableHost();
+
+  absl::StatusOr<grouping::GroupedResult> dev = grouping::RunGroupBy(plan, *cuda, 1 << 26);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  absl::StatusOr<grouping::GroupedResult> again = grouping::RunGroupBy(plan, *cuda, 1 << 26);
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::StatusOr<grouping::GroupedResult> ref = grouping::RunGroupBy(on_host, *cpu, 1 << 26);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  if (on_gpu) EXPECT_EQ(dev->backend, "cuda");
+  ASSERT_EQ(dev->groups, ref->groups);
+  EXPECT_EQ(dev->keys[0].data, ref->keys[0].data);
+  ExpectSame(dev->plans[0], dev->results[0], again->results[0], /*exact=*/true, what + " twice");
+  ExpectSame(dev->plans[0], ref->results[0], dev->results[0], /*exact=*/false, what + " against the host");
+}
+
+TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
+  TALLY_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const std::uint64_t rows = 300001;
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 16, false, -7, rng), rows, rng, "int32, 16 keys");
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 65536, false, 1000, rng), rows, rng, "int32, 65536 keys");
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, true, 0, rng), rows, rng, "int32, skewed");
+  Compare(DType::kInt64, Keys<std::int64_t>(rows, 200000, false, -(std::int64_t{1} << 40), rng), rows, rng,
+          "int64, far from 0");
+  Compare(DType::kUInt64, Keys<std::uint64_t>(rows, 1000, false, 0, rng), rows, rng, "uint64");
+  Compare(DType::kInt8, Keys<std::int8_t>(rows, 200, false, -100, rng), rows, rng, "int8");
+  Compare(DType::kUInt16, Keys<std::uint16_t>(rows, 60000, false, 0, rng), rows, rng, "uint16");
+  Compare(DType::kBool, Keys<bool>(rows, 2, false, 0, rng), rows, rng, "bool");
+  Compare(DType::kInt64, Keys<std::int64_t>(1000, 3, false, 0, rng), 1000, rng, "int64, tiny");
+  // Keys spread past 2^32: the host's steps over copies, the same answer.
+  Compare(DType::kInt64, Keys<std::int64_t>(rows, std::uint64_t{1} << 41, false, 5, rng), rows, rng,
+          "int64, spread past 2^32", /*on_gpu=*/false);
+}
+
+}  // namespace
+}  // namespace tally::engine_test
