@@ -12,7 +12,8 @@ as are the k largest elements (``c.topk(x, 10)``, torch.topk's answer),
 distinct counts (``c.count_distinct(x)``, ``c.approx_count_distinct(x)``)
 and DDSketch quantiles (``c.ddsketch_quantile(x, 0.99)``);
 ``c.agg(df, ["mean", "median", "nunique"])`` answers what pandas' ``df.agg``
-does.
+does, and ``c.groupby(df, "store", {"price": ["sum", "mean"]})`` what
+``df.groupby("store").agg(...)`` does, each group aggregated by the server.
 
 Partial states (:meth:`Client.partial`, :func:`merge`, :func:`finish`) let
 the parts of an array be aggregated anywhere and combined on the client;

@@ -143,13 +143,15 @@ def refuse(col: Column, func: str) -> None:
                         f"(use .cat.as_ordered())")
 
 
-def plan(col: Column, funcs: list[str]) -> Column:
+def plan(col: Column, funcs: list[str], table: Optional[dict] = None) -> Column:
     """The column as it will be sent for ``funcs``: a float column needing
     an op with no NaN-skipping form (prod, any, all) gets a mask of its
-    non-NaN values."""
+    non-NaN values. ``table``: the functions' ops, as _FUNCS (groupby adds
+    its own to it)."""
+    table = _FUNCS if table is None else table
     for f in funcs:
         refuse(col, f)
-    if col.nan_ops and any(_FUNCS[f][1] is None for f in funcs if f in _FUNCS):
+    if col.nan_ops and any(table[f][1] is None for f in funcs if f in table):
         return Column(col.name, col.values, ~np.isnan(col.values), "masked", col.dtype, col.size)
     return col
 

@@ -12,6 +12,7 @@ import numpy as np
 from . import _values
 from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
                       refuse_pandas, split_masked, wire_dtype)
+from ._groupby import GroupByFunctions
 from ._numpy import NumpyFunctions
 from ._pandas import PandasFunctions
 from ._ops import TOPK_OPS, Op, OpLike, parse_ops, spelled_ops
@@ -92,7 +93,7 @@ def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
         return f.read()
 
 
-class Client(NumpyFunctions, PandasFunctions):
+class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
     """A connection to a tally server.
 
     ``target`` is ``"host:port"`` (any gRPC target, e.g. ``dns:///tally:50051``

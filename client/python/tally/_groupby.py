@@ -1,0 +1,770 @@
+"""pandas' ``df.groupby(by, sort=, dropna=).agg(func)`` answered by a tally
+server's GroupBy: the key and value columns sent once, each group's
+aggregations read back page by page, and pandas' index, columns and dtypes
+rebuilt here. A mapping of numpy arrays is answered in numpy arrays, without
+pandas.
+
+Keys the server cannot take as they are (strings, objects, datetimes) are
+factorised here and sent as integer codes in label order, so that the
+server's ascending order of codes is pandas' order of labels; category keys
+send their codes, whose order is the categories'.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from . import _values
+from ._arrays import FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, wire_dtype
+from ._ops import Op
+from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan
+from .v1 import tally_pb2 as pb
+
+# The server's limit on aggregations per request (server/core/validate.h):
+# a wider table is asked for in several requests, each with the key columns.
+_MAX_AGGREGATIONS = 64
+# tally.proto: Column.name is 1 to 256 bytes.
+_MAX_NAME_BYTES = 256
+
+# groupby's own functions, beside those _pandas answers for agg, in its
+# table's form (the op, and its NaN-skipping form; None: none, so a float
+# column is sent with a mask of its non-NaN values). idxmin and idxmax are
+# the index labels of the rows that bottomk:1 and topk:1 find (ties to the
+# first row, as pandas): nanargmin refuses a group whose values are all NaN,
+# where pandas answers NaN.
+_GROUP_FUNCS = {"idxmin": ("bottomk:1", None), "idxmax": ("topk:1", None)}
+# With a mask, a group can be left with no values, for which the server
+# refuses min, max and quantile (numpy raises on an empty array); pandas
+# answers NA. These answer it: bottomk:1 and topk:1 give no value for such
+# a group, nanquantile NaN.
+_EMPTY_SAFE = {"min": "bottomk:1", "max": "topk:1", "quantile": "nanquantile:0.5"}
+FUNC_NAMES = _AGG_NAMES + tuple(_GROUP_FUNCS)
+# pandas groupby functions that tally does not answer, named in the error.
+_NOT_ANSWERED = ("first", "last", "nth", "sem", "ohlc", "mad", "skew", "cumsum", "cumprod", "cummin",
+                 "cummax", "cumcount", "rank", "head", "tail", "describe", "value_counts")
+_COUNTS = ("count", "size", "nunique")
+_INDEX_FUNCS = tuple(_GROUP_FUNCS)
+# datetime and timedelta value columns: the functions answered for them
+# (their int64 ticks, in order); pandas' mean, std and sum of them are not.
+_TIME_FUNCS = ("min", "max", "count", "size", "nunique")
+# What pandas answers for a category that has no rows (observed=False).
+_EMPTY_GROUP = {"sum": 0, "count": 0, "size": 0, "nunique": 0, "prod": 1, "any": False, "all": True}
+
+
+def _funcs_of(func: Any, where: str) -> list[str]:
+    """The function names of ``func`` (a name or a list of them), checked."""
+    names = [func] if isinstance(func, str) else list(func) if isinstance(func, (list, tuple)) else None
+    if names is None:
+        raise TypeError(f"{where}: give pandas functions by name ('sum', ['mean', 'std'], ...), not {func!r}")
+    for f in names:
+        if not isinstance(f, str):
+            raise TypeError(f"{where}: give pandas functions by name ('sum', 'mean', ...), not {f!r}")
+        if f in _NOT_ANSWERED:
+            raise ValueError(f"{where}: tally's GroupBy does not answer {f!r}; it answers {', '.join(FUNC_NAMES)}")
+        if f not in FUNC_NAMES:
+            raise ValueError(f"{where}: {f!r} is not a groupby function tally answers; expected one of "
+                             f"{', '.join(FUNC_NAMES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: function names must be unique, got {names} (pandas refuses them too)")
+    return names
+
+
+@dataclass(frozen=True)
+class _Output:
+    """One column of the result: its label, the value column and function."""
+    label: Any
+    column: Any
+    func: str
+
+
+def _outputs(labels: list, by: list, agg: Any, named: dict) -> tuple[list[_Output], str]:
+    """The result's columns for ``agg`` (or pandas' named aggregations), and
+    its shape: "series" (agg="size"), "flat" or "multi" (MultiIndex columns)."""
+    if named:
+        if agg is not None:
+            raise TypeError("give agg or named aggregations (name=(column, func)), not both")
+        out = []
+        for name, spec in named.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise TypeError(f"named aggregation {name}= must be a (column, func) pair, e.g. "
+                                f"{name}=('price', 'mean'), not {spec!r}")
+            if not isinstance(spec[1], str):
+                raise TypeError(f"named aggregation {name}= takes one function name, not {spec[1]!r}")
+            out.append(_Output(name, spec[0], _funcs_of(spec[1], f"{name}=")[0]))
+        return out, "flat"
+    if agg is None:
+        raise TypeError("agg is required: a function name, a list of them, a dict {column: names}, or "
+                        "named aggregations (name=(column, func))")
+    if isinstance(agg, Mapping):
+        multi = any(not isinstance(f, str) for f in agg.values())
+        out = []
+        for label, f in agg.items():
+            out += [_Output((label, n) if multi else label, label, n) for n in _funcs_of(f, f"agg[{label!r}]")]
+        return out, "multi" if multi else "flat"
+    values = [c for c in labels if c not in by]
+    names = _funcs_of(agg, "agg")
+    if isinstance(agg, str):
+        if agg == "size":  # pandas answers one Series of group sizes
+            return [_Output(None, None, "size")], "series"
+        return [_Output(c, c, agg) for c in values], "flat"
+    return [_Output((c, n), c, n) for c in values for n in names], "multi"
+
+
+# -- Keys ----------------------------------------------------------------------
+
+@dataclass
+class _Key:
+    """A key column as sent (``values``, ``valid``: None for no mask), and
+    what turns the groups' keys back into labels: ``decode(keys, valid)``."""
+    label: Any
+    values: np.ndarray
+    valid: Optional[np.ndarray]
+    decode: Callable[[np.ndarray, np.ndarray], Any]
+    category: Any = None  # a CategoricalDtype: its unobserved categories join the result (observed=False)
+
+
+def _mask(valid: np.ndarray) -> Optional[np.ndarray]:
+    return None if valid.all() else valid
+
+
+def _codes(codes: np.ndarray, n: int) -> np.ndarray:
+    """Factorised codes in the narrowest of int32 and int64."""
+    return codes.astype(np.int32 if n < 2**31 else np.int64, copy=False)
+
+
+def _sent_as_is(dtype: Any) -> bool:
+    """Whether a key column of ``dtype`` goes as it is: the numbers the
+    server groups by (integers, bool, floats)."""
+    return isinstance(dtype, np.dtype) and dtype.kind in "biuf" and _takes(dtype)
+
+
+def _pandas_key(series: Any, sort: bool) -> _Key:
+    import pandas as pd
+
+    name, dtype, arr = series.name, series.dtype, series.array
+    if isinstance(dtype, pd.CategoricalDtype):
+        def categories(keys: np.ndarray, valid: np.ndarray) -> Any:
+            codes = np.where(valid, keys, -1)
+            result = dtype
+            if not sort and not dtype.ordered:
+                # pandas' sort=False reorders an unordered category's
+                # categories as its groups come, the unobserved ones after.
+                seen = pd.unique(codes[codes != -1])
+                order = np.concatenate([seen, np.setdiff1d(np.arange(len(dtype.categories)), seen)]).astype(np.int64)
+                result = pd.CategoricalDtype(dtype.categories.take(order), ordered=False)
+                codes = np.where(codes == -1, -1, np.argsort(order)[np.maximum(codes, 0)])
+            return pd.CategoricalIndex(pd.Categorical.from_codes(codes, dtype=result), name=name)
+        codes = np.asarray(arr.codes)
+        return _Key(name, codes, _mask(codes != -1), categories, dtype)
+    if _sent_as_is(dtype):
+        return _Key(name, series.to_numpy(), None, lambda keys, valid: pd.Index(keys, name=name))
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and hasattr(arr, "_mask") and hasattr(arr, "_data") \
+            and _sent_as_is(np.asarray(arr._data).dtype):
+        # Nullable Int/UInt/Float/boolean: values and mask, as _pandas.column sends them.
+        def nullable(keys: np.ndarray, valid: np.ndarray) -> Any:
+            return pd.Index(dtype.construct_array_type()(keys, ~valid), name=name)
+        return _Key(name, np.asarray(arr._data), _mask(~np.asarray(arr._mask)), nullable)
+    # Strings, objects, datetimes, ...: codes in label order, -1 (NA) masked.
+    codes, uniques = pd.factorize(series, sort=True)
+
+    def labels(keys: np.ndarray, valid: np.ndarray) -> Any:
+        return pd.Index(pd.api.extensions.take(uniques.array, np.where(valid, keys, -1), allow_fill=True), name=name)
+    return _Key(name, _codes(codes, len(uniques)), _mask(codes != -1), labels)
+
+
+def _numpy_key(label: Any, a: np.ndarray) -> _Key:
+    if _sent_as_is(a.dtype):
+        return _Key(label, a, None, lambda keys, valid: keys)
+    try:  # strings and other objects numpy orders: codes in label order
+        uniques, codes = np.unique(a, return_inverse=True)
+    except TypeError as e:
+        raise TypeError(f"key column {label!r} of dtype {a.dtype}: its values cannot be ordered ({e}); missing "
+                        f"keys in an object array need a pandas DataFrame") from None
+    return _Key(label, _codes(codes.reshape(-1), len(uniques)), None, lambda keys, valid: uniques[keys])
+
+
+# -- Value columns -------------------------------------------------------------
+
+def _refuse(col: Column, func: str) -> None:
+    """TypeError for a function groupby does not answer for the column."""
+    if col.kind in ("datetime", "timedelta") and func not in _TIME_FUNCS:
+        raise TypeError(f"column {col.name!r} of dtype {col.dtype}: tally's GroupBy answers "
+                        f"{', '.join(_TIME_FUNCS)} for it, not {func!r}")
+
+
+def _as_sent(col: Column, funcs: list[str]) -> Column:
+    """The column as it is sent for ``funcs``: bools as uint8 (pandas'
+    groupby takes the quantile of bools, which numpy, and so tally, refuse;
+    every other answer is the same), and a float column needing a mask with
+    one (_pandas.plan, with groupby's functions)."""
+    for f in funcs:
+        _refuse(col, f)
+    if col.values.dtype == np.bool_:
+        col = Column(col.name, col.values.view(np.uint8), col.valid, col.kind, col.dtype, col.size)
+    return plan(col, funcs, {**_FUNCS, **_GROUP_FUNCS})
+
+
+def _op_name(col: Column, func: str) -> str:
+    """The op that answers ``func`` per group over the column as sent."""
+    if func in _GROUP_FUNCS:
+        return _GROUP_FUNCS[func][0]
+    if col.valid is not None and func in _EMPTY_SAFE:
+        return _EMPTY_SAFE[func]
+    return _FUNCS[func][1 if col.nan_ops else 0]
+
+
+def _count_name(col: Column) -> str:
+    """The op counting each group's values present (pandas' count)."""
+    return _FUNCS["count"][1 if col.nan_ops else 0]
+
+
+@dataclass
+class _Values:
+    """A value column as sent, the functions asked of it, and its ops."""
+    label: Any
+    original: Column
+    col: Column
+    funcs: list[str]
+    ops: list[Op]
+
+
+def _values_column(label: Any, col: Column, funcs: list[str]) -> _Values:
+    sent = _as_sent(col, funcs)
+    names = [_count_name(sent)] + [_op_name(sent, f) for f in funcs if f not in ("count", "size")]
+    if "nunique" in funcs and sent.nan_ops:
+        names.append("count")  # the rows, to tell whether a group holds a NaN
+    return _Values(label, col, sent, funcs, [Op.parse(n) for n in dict.fromkeys(names)])
+
+
+# -- Answers ---------------------------------------------------------------------
+
+@dataclass
+class _Answer:
+    """One aggregation's values, one per group. bottomk:1 and topk:1 find no
+    value for a group with none present: ``found`` is False there, and
+    ``rows`` holds the row of each value found."""
+    values: np.ndarray
+    found: Optional[np.ndarray] = None
+    rows: Optional[np.ndarray] = None
+
+
+_WIRE_TYPES = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}
+
+
+def _page_answer(r: Any, n: int) -> _Answer:
+    kind = r.WhichOneof("values")
+    raw = np.array(getattr(r, kind).values, dtype=_WIRE_TYPES[kind]) if kind else np.empty(0)
+    if r.aggregation.op not in (pb.OP_TOPK, pb.OP_BOTTOMK):
+        return _Answer(raw)
+    found = np.array(r.lengths.values, dtype=np.int64) > 0
+    values = np.zeros(n, dtype=raw.dtype)
+    values[found] = raw
+    rows = np.full(n, -1, dtype=np.int64)
+    rows[found] = np.array(r.indices.values, dtype=np.int64)
+    return _Answer(values, found, rows)
+
+
+def _concat(parts: list[_Answer]) -> _Answer:
+    if len(parts) == 1:
+        return parts[0]
+    joined = [np.concatenate([getattr(p, f) for p in parts]) if getattr(parts[0], f) is not None else None
+              for f in ("values", "found", "rows")]
+    return _Answer(*joined)
+
+
+@dataclass
+class _Grouped:
+    """What GroupBy answered, every page joined: the groups' keys (values
+    and validity, per key column) and each aggregation's answer."""
+    groups: int
+    keys: list[tuple[np.ndarray, np.ndarray]]
+    answers: list[_Answer]
+
+
+def _join_pages(pages: list) -> _Grouped:
+    groups = pages[0].groups
+    keys: list[list] = [[] for _ in pages[0].keys]
+    valid: list[list] = [[] for _ in pages[0].keys]
+    answers: list[list] = [[] for _ in pages[0].results]
+    for i, page in enumerate(pages):
+        n = (pages[i + 1].first_group if i + 1 < len(pages) else groups) - page.first_group
+        for k, c in enumerate(page.keys):
+            keys[k].append(np.frombuffer(c.data, dtype=FROM_WIRE[c.dtype].newbyteorder("<")))
+            bits = np.frombuffer(c.validity, dtype=np.uint8)
+            valid[k].append(np.unpackbits(bits, count=n, bitorder="little").astype(bool) if len(bits)
+                            else np.ones(n, dtype=bool))
+        for j, r in enumerate(page.results):
+            answers[j].append(_page_answer(r, n))
+    return _Grouped(groups, [(np.concatenate(k), np.concatenate(v)) for k, v in zip(keys, valid)],
+                    [_concat(a) for a in answers])
+
+
+def _group_values(v: _Values, func: str, got: Callable[[Op], _Answer],
+                  sizes: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """``func``'s value per group (rows of the table for idxmin and idxmax)
+    and where pandas has none (None: every group has one)."""
+    col = v.col
+    if func == "size":
+        return sizes, None
+    count = got(Op.parse(_count_name(col))).values.astype(np.int64)
+    if func == "count":
+        return count, None
+    if func == "nunique":
+        distinct = got(Op.parse("count_distinct")).values.astype(np.int64)
+        if col.nan_ops:
+            # count_distinct counts NaN once; pandas' nunique leaves it out.
+            distinct -= count < got(Op.parse("count")).values.astype(np.int64)
+        return distinct, None
+    a = got(Op.parse(_op_name(col, func)))
+    if a.found is not None:
+        return (a.rows if func in _INDEX_FUNCS else a.values), (None if a.found.all() else ~a.found)
+    missing = count <= _NEEDS.get(func, -1)
+    return a.values, (missing if missing.any() else None)
+
+
+# -- pandas' dtypes --------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _result_dtype(dtype: Any, func: str) -> Any:
+    """The dtype of pandas' groupby ``func`` over a column of ``dtype``,
+    asked of pandas, so that it follows its version (pandas 1.5 gives
+    Float64 means and float64 std of Int64, int64 sums of bools)."""
+    import pandas as pd
+
+    try:
+        values = pd.Series([0, 1, 1, None], dtype=object).astype(dtype)
+    except (TypeError, ValueError):  # no missing values in this dtype
+        values = pd.Series([0, 1, 1, 0], dtype=object).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pd.DataFrame({"k": [0, 0, 1, 1], "v": values}).groupby("k")["v"].agg(func).dtype
+
+
+def _widened(dtype: Any, values: np.ndarray, missing: Optional[np.ndarray]) -> Any:
+    """pandas 1.5 casts groups' sums and products back to the column's
+    narrower integer dtype only where every one fits (its
+    maybe_downcast_to_dtype); the others stay 64-bit. pandas 2 answers
+    64-bit, which the probe then says already."""
+    import pandas as pd
+
+    base = dtype if isinstance(dtype, np.dtype) else getattr(dtype, "numpy_dtype", None)
+    if base is None or base.kind not in "iu" or base.itemsize == 8:
+        return dtype
+    present = values if missing is None else values[~missing]
+    info = np.iinfo(base)
+    if not len(present) or (present.min() >= info.min and present.max() <= info.max):
+        return dtype
+    wide = np.dtype(np.int64 if base.kind == "i" else np.uint64)
+    return wide if isinstance(dtype, np.dtype) else pd.api.types.pandas_dtype("Int64" if base.kind == "i" else "UInt64")
+
+
+def _with_missing(values: np.ndarray, missing: Optional[np.ndarray], dtype: Any) -> Any:
+    """``values`` as an array of ``dtype``, missing where ``missing`` says:
+    NA in a nullable dtype, else NaN (in float64 where the dtype holds none,
+    as pandas)."""
+    if isinstance(dtype, np.dtype):
+        if missing is None:
+            return values.astype(dtype)
+        out = values.astype(dtype if dtype.kind in "fc" else np.float64)
+        out[missing] = np.nan
+        return out
+    data = values.copy() if missing is None else np.where(missing, 0, values)
+    mask = np.zeros(len(values), dtype=bool) if missing is None else missing
+    return dtype.construct_array_type()(data.astype(dtype.numpy_dtype), mask)
+
+
+def _times(ticks: np.ndarray, missing: Optional[np.ndarray], dtype: Any, kind: str) -> Any:
+    """int64 ticks as datetime64 (with the column's time zone) or timedelta64."""
+    import pandas as pd
+
+    i8 = ticks.astype(np.int64)
+    if missing is not None:
+        i8 = np.where(missing, np.iinfo(np.int64).min, i8)  # NaT
+    unit = getattr(dtype, "unit", "ns")
+    if kind == "timedelta":
+        return pd.array(i8.view(f"m8[{unit}]"))
+    out = pd.array(i8.view(f"M8[{unit}]"))
+    tz = getattr(dtype, "tz", None)
+    return out.tz_localize("UTC").tz_convert(tz) if tz is not None else out
+
+
+def _labels(index: Any, rows: np.ndarray, missing: Optional[np.ndarray]) -> Any:
+    """The index labels of table rows; NaN where there is no row, as pandas'
+    idxmin (a numeric index becomes float64 then)."""
+    if missing is None:
+        return index.take(rows).to_numpy()
+    taken = index.take(np.where(missing, 0, rows))
+    out = taken.to_numpy(dtype=np.float64 if taken.dtype.kind in "iuf" else object)
+    out[missing] = np.nan
+    return out
+
+
+def _pandas_values(v: _Values, func: str, values: np.ndarray, missing: Optional[np.ndarray], index: Any) -> Any:
+    import pandas as pd
+
+    col = v.original
+    if func in _COUNTS:
+        return values.astype(np.int64)
+    if func in _INDEX_FUNCS:
+        return _labels(index, values, missing)
+    if col.kind == "category":
+        codes = values.astype(np.int64) if missing is None else np.where(missing, -1, values.astype(np.int64))
+        return pd.Categorical.from_codes(codes, dtype=col.dtype)
+    if col.kind in ("datetime", "timedelta"):
+        return _times(values, missing, col.dtype, col.kind)
+    return _with_missing(values, missing, _widened(_result_dtype(col.dtype, func), values, missing))
+
+
+def _multi_index(levels: list, names: list) -> Any:
+    """A MultiIndex of the keys' Indexes, NA kept as a value of its level
+    (as pandas' groupby makes it with dropna=False), not as code -1."""
+    import pandas as pd
+
+    uniques, codes = [], []
+    for idx in levels:
+        c, u = pd.factorize(idx)
+        na = c == -1
+        if na.any():
+            u = u.append(idx[na][:1])
+            c = np.where(na, len(u) - 1, c)
+        uniques.append(u)
+        codes.append(c)
+    return pd.MultiIndex(levels=uniques, codes=codes, names=names, verify_integrity=False)
+
+
+def _numpy_values(v: _Values, func: str, values: np.ndarray, missing: Optional[np.ndarray]) -> np.ndarray:
+    """numpy's dtype for ``func`` over the column (int64 counts and rows);
+    NaN where there is no value (a float64 array where the dtype holds no
+    NaN), -1 for idxmin and idxmax of a group with no value."""
+    if func in _COUNTS or func in _INDEX_FUNCS:
+        out = values.astype(np.int64)
+        if missing is not None:
+            out[missing] = -1
+        return out
+    dtype = _values.value_dtype(Op.parse(_FUNCS[func][0]), v.original.values.dtype)
+    return _with_missing(values, missing, dtype)
+
+
+# -- The call --------------------------------------------------------------------
+
+class _Names:
+    """Unique wire names for columns (tally.proto: 1 to 256 bytes), taken
+    from their labels so that the server's errors name them."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def __call__(self, label: Any) -> str:
+        base = str(label).encode()[:_MAX_NAME_BYTES - 8].decode(errors="ignore") or "column"
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}#{n}"
+        self.used.add(name)
+        return name
+
+
+def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray]) -> Any:
+    a, _ = prepare(values)
+    c = pb.Column(name=name, dtype=wire_dtype(a.dtype), data=byte_view(a).tobytes())
+    if valid is not None:
+        c.validity = prepare_validity(valid, a.shape)
+    return c
+
+
+def _batches(values: list[_Values], room: int) -> list[list[_Values]]:
+    """Value columns in requests of at most ``room`` aggregations each (the
+    first also counts the rows)."""
+    out: list[list[_Values]] = [[]]
+    used = 1
+    for v in values:
+        if out[-1] and used + len(v.ops) > room:
+            out.append([])
+            used = 0
+        out[-1].append(v)
+        used += len(v.ops)
+    return out
+
+
+def _unobserved(result: Any, keys: list[_Key], outputs: list[_Output], sort: bool) -> Any:
+    """pandas' observed=False: every category of a category key is a group,
+    in the order of the result's categories (NA last), those with no rows
+    answering what pandas answers for no values (sum 0, count 0, NaN, ...).
+    Other keys take their observed values; with several keys, every
+    combination is a group (pandas' product of the levels)."""
+    import pandas as pd
+
+    levels = []
+    for i, k in enumerate(keys):
+        seen = result.index.get_level_values(i)
+        if k.category is None:
+            level = seen.unique()
+            levels.append(level.sort_values(na_position="last") if sort and len(keys) > 1 else level)
+            continue
+        every = list(range(len(seen.categories))) + [-1] * bool((np.asarray(seen.codes) == -1).any())
+        levels.append(pd.CategoricalIndex(pd.Categorical.from_codes(every, dtype=seen.dtype), name=k.label))
+    full = levels[0] if len(levels) == 1 else pd.MultiIndex.from_product(levels, names=[k.label for k in keys])
+    if len(full) == len(result) and full.equals(result.index):
+        return result
+    # Taken by position, not reindexed: a fill keeps the column's dtype (a
+    # uint64 sum through float64 would round).
+    at = result.index.get_indexer(full)
+
+    def grown(column: Any, func: str) -> Any:
+        fill = _EMPTY_GROUP.get(func)
+        values = column.to_numpy() if isinstance(column.dtype, np.dtype) else column.array
+        if fill is None and isinstance(values, np.ndarray) and values.dtype.kind in "biu":
+            # NaN for no value, as pandas: in float64, but with several keys
+            # pandas reindexes its observed answer, which makes bools objects.
+            values = values.astype(object if values.dtype.kind == "b" and len(keys) > 1 else np.float64)
+        return pd.api.extensions.take(values, at, allow_fill=True, fill_value=fill)
+
+    if isinstance(result, pd.Series):
+        return pd.Series(grown(result, "size"), index=full, name=result.name)
+    frame = pd.DataFrame({j: grown(result.iloc[:, j], out.func) for j, out in enumerate(outputs)}, index=full)
+    frame.columns = result.columns
+    return frame
+
+
+class GroupByFunctions:
+    """pandas' ``DataFrame.groupby(...).agg(...)`` as a method of
+    :class:`tally.Client`."""
+
+    def groupby(self, data: Any, by: Any, agg: Any = None, *, sort: bool = True, dropna: bool = True,
+                observed: bool = False, timeout: Optional[float] = None, **named: Any) -> Any:
+        """What ``data.groupby(by, sort=sort, dropna=dropna,
+        observed=observed).agg(agg)`` answers, each group aggregated by the
+        server (GroupBy).
+
+        ``data``: a pandas DataFrame, or a mapping of column names to 1-D
+        numpy arrays of one length. ``by``: a column label, or a list of 1
+        to 8 (a composite key; more are INVALID_ARGUMENT, naming ``keys``).
+        ``agg``: a function name, a list of names, a dict {column: name or
+        list of names}, or pandas' named aggregations as keyword arguments
+        (``total=("price", "sum")``). Functions, as pandas' groupby methods
+        with their defaults (NaN and NA skipped, ddof=1 for std and var):
+        sum, prod, mean, min, max, count, size, std, var, median, quantile
+        (q=0.5, linear), any, all, nunique (NaN not counted), idxmin and
+        idxmax (index labels; NaN for a group with no value). first, last
+        and others are a ValueError naming them.
+
+        Keys: integer, bool and float columns are sent as they are (NaN is
+        NA; -0.0 and 0.0 one key); nullable Int/UInt/Float/boolean as values
+        and a mask; category as its codes (in the categories' order, with
+        pandas' ``observed``); strings, objects and datetimes are factorised
+        here (pandas.factorize, sort=True) and sent as codes. NA keys are
+        dropped, or with ``dropna=False`` one more group, last when sorted.
+        ``sort=False``: groups in the order their keys are first seen.
+        Values: as :meth:`agg` takes them (numbers, nullable, category's
+        count, nunique, min and max; datetime64 and timedelta64's min, max,
+        count, size and nunique).
+
+        Returns pandas' answer for a DataFrame: a DataFrame indexed by the
+        keys (a MultiIndex for several), columns as pandas names them
+        (``(column, func)`` pairs for lists), pandas' dtypes; a Series for
+        ``agg="size"``. For a mapping, a dict: each key label to the
+        groups' keys (numpy arrays; a string key's labels), then each
+        result column's label, as pandas would name it, to a numpy array
+        with one value per group (numpy's dtype for the function: int64
+        counts; NaN where a group has no value; idxmin and idxmax as row
+        positions, -1 for none). Needs no pandas.
+
+        Errors: KeyError for a column not in ``data``; ValueError for
+        columns of different lengths; TypeError for a dtype tally cannot
+        take, naming the column; :class:`tally.Error` for what the server
+        refuses (INVALID_ARGUMENT naming the field)."""
+        frame = type(data).__module__.startswith("pandas")
+        if frame:
+            import pandas as pd
+
+            if not isinstance(data, pd.DataFrame):
+                raise TypeError(f"groupby takes a pandas DataFrame or a mapping of column names to arrays, "
+                                f"not {type(data).__name__}")
+            if not data.columns.is_unique:
+                raise ValueError("groupby needs unique column labels; this DataFrame repeats "
+                                 f"{list(data.columns[data.columns.duplicated()])}")
+            labels = list(data.columns)
+        elif isinstance(data, Mapping):
+            labels = list(data)
+        else:
+            raise TypeError(f"groupby takes a pandas DataFrame or a mapping of column names to arrays, "
+                            f"not {type(data).__name__}")
+        if not isinstance(sort, bool) or not isinstance(dropna, bool) or not isinstance(observed, bool):
+            raise TypeError("sort, dropna and observed are True or False")
+        by = list(by) if isinstance(by, list) else [by]
+        if not by:
+            raise ValueError("by: at least one key column is required")
+        for label in by:
+            try:
+                hash(label)
+            except TypeError:
+                raise TypeError(f"by: give column labels (one, or a list), not {type(label).__name__}; grouping "
+                                f"by arrays or functions is not supported") from None
+            if label not in labels:
+                raise KeyError(f"by: no column {label!r} in the data")
+        outputs, shape = _outputs(labels, by, agg, named)
+        for out in outputs:
+            if out.column is not None and out.column not in labels:
+                raise KeyError(f"agg: no column {out.column!r} in the data")
+
+        if frame:
+            keys = [_pandas_key(data[label], sort) for label in by]
+            columns = {c: column(data[c]) for c in dict.fromkeys(o.column for o in outputs if o.column is not None)}
+            rows = len(data)
+        else:
+            arrays = {label: np.asarray(data[label]) for label in dict.fromkeys(
+                by + [o.column for o in outputs if o.column is not None])}
+            rows = _same_length(arrays)
+            keys = [_numpy_key(label, arrays[label]) for label in by]
+            columns = {}
+            for c in dict.fromkeys(o.column for o in outputs if o.column is not None):
+                a = arrays[c]
+                if not _takes(a.dtype):
+                    raise TypeError(f"column {c!r} holds dtype {a.dtype}, which tally cannot aggregate; "
+                                    f"supported: {SUPPORTED_NAMES}")
+                columns[c] = Column(c, a, None, "number", a.dtype, len(a))
+        funcs: dict[Any, list[str]] = {}
+        for out in outputs:
+            if out.column is not None:
+                funcs.setdefault(out.column, [])
+                if out.func not in funcs[out.column]:
+                    funcs[out.column].append(out.func)
+        values = [_values_column(label, columns[label], fs) for label, fs in funcs.items()]
+        want_sizes = any(o.func == "size" for o in outputs)
+
+        grouped, answers, sizes = self._group(keys, values, want_sizes, rows, sort, dropna, timeout)
+        results = []
+        for out in outputs:
+            if out.column is None:
+                results.append((sizes, None, None))
+                continue
+            v = next(x for x in values if x.label == out.column)
+            got = answers[out.column]
+            results.append((*_group_values(v, out.func, got, sizes), v))
+
+        if not frame:
+            out_dict: dict[Any, Any] = {}
+            for k, (kv, kvalid) in zip(keys, grouped.keys):
+                out_dict[k.label] = k.decode(kv, kvalid)
+            for out, (vals, missing, v) in zip(outputs, results):
+                label = out.func if out.label is None else out.label
+                if label in out_dict:
+                    raise ValueError(f"result column {label!r} has the name of a key column; rename it "
+                                     f"(named aggregations)")
+                out_dict[label] = vals.astype(np.int64) if v is None else _numpy_values(v, out.func, vals, missing)
+            return out_dict
+
+        import pandas as pd
+
+        decoded = [k.decode(kv, kvalid) for k, (kv, kvalid) in zip(keys, grouped.keys)]
+        index = decoded[0] if len(decoded) == 1 else _multi_index(decoded, by)
+        if shape == "series":
+            result = pd.Series(sizes.astype(np.int64), index=index)
+        else:
+            cols = {j: (vals.astype(np.int64) if v is None else
+                        _pandas_values(v, out.func, vals, missing, data.index))
+                    for j, (out, (vals, missing, v)) in enumerate(zip(outputs, results))}
+            result = pd.DataFrame(cols, index=index)
+            result.columns = (pd.MultiIndex.from_tuples([o.label for o in outputs]) if shape == "multi" and outputs
+                              else pd.Index([o.label for o in outputs]))
+        if not observed and any(k.category is not None for k in keys):
+            result = _unobserved(result, keys, outputs, sort)
+        return result
+
+    def _group(self, keys: list[_Key], values: list[_Values], want_sizes: bool, rows: int, sort: bool,
+               dropna: bool, timeout: Optional[float]) -> tuple[_Grouped, dict, Optional[np.ndarray]]:
+        """Sends the GroupBy requests (one per batch of value columns, each
+        with the keys) and joins their pages: the first request's groups,
+        each value column's answers by op, and each group's rows."""
+        if rows == 0:
+            # No rows, no groups: answered here, as the server refuses min
+            # and max of an empty column even with no group to answer.
+            def empty(op: Op) -> _Answer:
+                found = np.empty(0, dtype=bool) if op.kind in ("topk", "bottomk") else None
+                return _Answer(np.empty(0), found, None if found is None else np.empty(0, dtype=np.int64))
+            return (_Grouped(0, [(k.values[:0], np.empty(0, dtype=bool)) for k in keys], []),
+                    {v.label: empty for v in values}, np.empty(0, dtype=np.int64))
+        names = _Names()
+        key_columns = [_wire_column(names(k.label), k.values, k.valid) for k in keys]
+        key_names = [c.name for c in key_columns]
+        # Each group's rows: OP_COUNT over a key column without a mask (a
+        # masked one counts only the rows whose key is present), else over a
+        # column of zeros sent for it.
+        size_column = next((c for c, k in zip(key_columns, keys) if k.valid is None), None)
+        extra = []
+        if want_sizes and size_column is None:
+            size_column = _wire_column(names("size"), np.zeros(rows, dtype=np.uint8), None)
+            extra.append(size_column)
+        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid) for v in values}
+        answers: dict[Any, Callable[[Op], _Answer]] = {}
+        sizes = None
+        first: Optional[_Grouped] = None
+        for n, batch in enumerate(_batches(values, _MAX_AGGREGATIONS)):
+            aggs, owners = [], []
+            if n == 0 and want_sizes:
+                aggs.append(pb.GroupAggregation(column=size_column.name,
+                                                aggregation=self._wire_op(Op.parse("count"))))
+                owners.append(None)
+            for v in batch:
+                for op in v.ops:
+                    aggs.append(pb.GroupAggregation(column=wire[id(v)].name, aggregation=self._wire_op(op)))
+                    owners.append((v.label, op))
+            if not aggs:  # no value column: the keys alone, counted
+                aggs.append(pb.GroupAggregation(column=key_names[0], aggregation=self._wire_op(Op.parse("count"))))
+                owners.append(None)
+            request = pb.GroupByRequest(columns=key_columns + extra * (n == 0) + [wire[id(v)] for v in batch],
+                                        keys=key_names, aggregations=aggs, first_seen_order=not sort,
+                                        keep_na_keys=not dropna)
+            grouped = _join_pages(self._call(self._group_by_pages, request, timeout))
+            if first is None:
+                first = grouped
+            elif grouped.groups != first.groups:
+                raise RuntimeError(f"GroupBy answered {grouped.groups} groups, then {first.groups} for the same keys")
+            by_label: dict[Any, dict[Op, _Answer]] = {}
+            for owner, a in zip(owners, grouped.answers):
+                if owner is None:
+                    if n == 0 and want_sizes:
+                        sizes = a.values.astype(np.int64)
+                    continue
+                by_label.setdefault(owner[0], {})[owner[1]] = a
+            for label, got in by_label.items():
+                answers[label] = got.__getitem__
+        return first, answers, sizes
+
+    def _group_by_pages(self, request: Any, timeout: Optional[float], metadata: Any) -> list:
+        """GroupBy's answer, every message of it (errors raise as they are
+        read). A message past the last group ends the call: for an answer
+        of no groups the server repeats its one message without end."""
+        call = self._stub.GroupBy(request, timeout=timeout, metadata=metadata)
+        pages: list = []
+        for page in call:
+            if pages and _groups_read(pages) >= pages[0].groups:
+                call.cancel()
+                break
+            pages.append(page)
+        return pages
+
+
+def _groups_read(pages: list) -> int:
+    """How many groups the pages hold (each message: groups [first_group,
+    first_group + n), n as many as its first key column's elements)."""
+    last = pages[-1]
+    return last.first_group + len(last.keys[0].data) // FROM_WIRE[last.keys[0].dtype].itemsize
+
+
+def _same_length(arrays: dict) -> int:
+    """The arrays' common length; ValueError naming two that differ."""
+    first = None
+    for label, a in arrays.items():
+        if a.ndim != 1:
+            raise ValueError(f"column {label!r} must be 1-D, got shape {a.shape}")
+        if first is None:
+            first = (label, len(a))
+        elif len(a) != first[1]:
+            raise ValueError(f"column {label!r} has {len(a)} rows, but column {first[0]!r} has {first[1]}; "
+                             f"every column must have the same length")
+    return 0 if first is None else first[1]

@@ -1,0 +1,383 @@
+"""tally.Client.groupby against pandas itself: df.groupby(by, sort=, dropna=)
+.agg(...) of every function tally answers, by name, list, dict and named
+aggregation, over keys of every dtype (integers, bool, floats with NaN and
+-0.0, strings with None, categories, nullable Int64), composite, skewed,
+one group and 200,000 groups in several pages; nullable value columns, empty
+frames, a mapping of numpy arrays, and the errors that name what is wrong.
+
+usage: groupby_test.py TALLY_SERVER_BINARY [--backend=cpu]
+(the package, built with its stubs, on PYTHONPATH)
+"""
+import os
+import subprocess
+import sys
+import warnings
+import zlib
+
+import numpy as np
+import pandas as pd
+
+import tally
+from tally.v1 import tally_pb2  # noqa: F401 (the harness starts the server with it)
+from tally_test_server import ClientTestCase, client_test_main
+
+SERVER_BINARY = None
+BACKEND = "cpu"
+SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
+# pandas' groupby functions that tally answers. idxmin and idxmax run a
+# Python function per group in pandas, so they are asked of small frames.
+FUNCS = ["sum", "mean", "min", "max", "count", "size", "std", "var", "median", "prod", "nunique", "quantile",
+         "any", "all"]
+INDEX_FUNCS = ["idxmin", "idxmax"]
+FEW = ["sum", "count", "size", "min", "mean"]
+
+
+def values_frame(rng, n, keys):
+    """Value columns of every numpy and nullable kind with missing values,
+    beside the key columns ``keys``. Floats are positive and near 1, so that
+    sums neither cancel nor products vanish: float64 answers then agree to
+    rtol=1e-12 whatever the order of the additions."""
+    f64 = rng.uniform(0.5, 1.5, n)
+    f64[rng.random(n) < 0.1] = np.nan
+    f32 = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    f32[rng.random(n) < 0.05] = np.nan
+    int_na = pd.array(rng.integers(-3, 4, n), dtype="Int64")
+    int_na[rng.random(n) < 0.2] = pd.NA
+    float_na = pd.array(rng.uniform(0.5, 1.5, n), dtype="Float64")
+    float_na[rng.random(n) < 0.2] = pd.NA
+    bool_na = pd.array(rng.random(n) < 0.5, dtype="boolean")
+    bool_na[rng.random(n) < 0.2] = pd.NA
+    return pd.DataFrame({**keys, "f64": f64, "f32": f32, "i64": rng.integers(-50, 50, n),
+                         "i8": rng.integers(-2, 3, n).astype(np.int8), "u64": rng.integers(0, 2**62, n, dtype=np.uint64),
+                         "u8": rng.integers(0, 3, n).astype(np.uint8), "b": rng.random(n) < 0.7,
+                         "Int64": int_na, "Float64": float_na, "boolean": bool_na})
+
+
+def func_of(label):
+    """The function of a result column's label: ("v", "std") -> "std"."""
+    return label[-1] if isinstance(label, tuple) else label
+
+
+class Base(ClientTestCase):
+    def setUp(self):
+        super().setUp()
+        # A generator per test from the printed seed alone (str hashes
+        # change from run to run).
+        self.rng = np.random.default_rng([SEED, zlib.crc32(self.id().encode())])
+        warnings.simplefilter("ignore")  # pandas' FutureWarnings, numpy's empty-slice warnings
+
+    def assertSameResult(self, got, want, msg):
+        """Index, columns and dtypes as pandas'; integers, counts, extremes
+        and labels exactly; floats to rtol=1e-12 (1e-5 where pandas computes
+        in float32)."""
+        self.assertIs(type(got), type(want), msg)
+        pd.testing.assert_index_equal(got.index, want.index, exact="equiv", obj=f"{msg}: index")
+        if isinstance(want, pd.Series):
+            got, want = got.to_frame(), want.to_frame()
+            self.assertEqual(got.columns[0], want.columns[0], msg)
+        pd.testing.assert_index_equal(got.columns, want.columns, exact="equiv", obj=f"{msg}: columns")
+        for j, label in enumerate(want.columns):
+            g, w = got.iloc[:, j], want.iloc[:, j]
+            where = f"{msg}: column {label!r}"
+            self.assertEqual(g.dtype, w.dtype, where)
+            if pd.api.types.is_float_dtype(w.dtype):
+                gv, wv = g.to_numpy(dtype=np.float64, na_value=np.nan), w.to_numpy(dtype=np.float64, na_value=np.nan)
+                np.testing.assert_array_equal(np.isnan(gv), np.isnan(wv), err_msg=f"{where}: missing values")
+                # pandas adds float32 in float32 (tally in float64): 1e-4 on
+                # groups of 50,000 rows. Its one-pass variance gathers a
+                # rounding error per row (n * 1.1e-16: 7e-12 for 60,000 rows).
+                rtol = 1e-4 if w.dtype == np.float32 else 1e-11 if func_of(label) in ("std", "var") else 1e-12
+                # Means of integers of both signs that cancel to about 0, and
+                # the variance of values that nearly agree, keep only an
+                # absolute precision, whatever the order of the operations.
+                np.testing.assert_allclose(gv, wv, rtol=rtol, atol=1e-12, equal_nan=True, err_msg=where)
+            else:
+                pd.testing.assert_series_equal(g, w, check_exact=True, check_names=False, obj=where)
+
+    def assertSameGroupBy(self, df, by, agg=None, sort=True, dropna=True, msg="", **named):
+        msg = f"groupby({by!r}, sort={sort}, dropna={dropna}).agg({agg!r}{', ' if named else ''}{named or ''}) {msg}"
+        want = df.groupby(by, sort=sort, dropna=dropna).agg(agg, **named)
+        got = self.client.groupby(df, by, agg, sort=sort, dropna=dropna, **named)
+        self.assertSameResult(got, want, msg)
+        return got
+
+
+class Functions(Base):
+    def test_every_function_on_every_numeric_and_nullable_column(self):
+        n = 4000
+        df = values_frame(self.rng, n, {"k": self.rng.integers(0, 60, n)})
+        # Groups whose values are all missing (NaN, NA) and a group of one row.
+        for name in ("f64", "f32", "Int64", "Float64", "boolean"):
+            df.loc[df.k == 7, name] = np.nan if df[name].dtype.kind == "f" else pd.NA
+        df.loc[df.index[-1], "k"] = 1000
+        for sort in (True, False):
+            self.assertSameGroupBy(df, "k", FUNCS, sort=sort)
+        for func in FUNCS:
+            self.assertSameGroupBy(df, "k", func)
+
+    def test_idxmin_and_idxmax_are_index_labels(self):
+        n = 1500
+        df = values_frame(self.rng, n, {"k": self.rng.integers(0, 30, n)})
+        df = df.drop(columns=["Int64", "Float64", "boolean"])  # pandas 1.5 raises for an all-NA group of these
+        df.loc[df.k == 3, "f64"] = np.nan                       # ... and answers NaN for an all-NaN one
+        df.index = pd.Index(self.rng.permutation(n) * 10 + 5)   # labels, not positions
+        self.assertSameGroupBy(df, "k", INDEX_FUNCS)
+        nullable = values_frame(self.rng, n, {"k": self.rng.integers(0, 30, n)})[["k", "Int64", "Float64", "boolean"]]
+        self.assertSameGroupBy(nullable, "k", INDEX_FUNCS + ["min", "max"])
+        ties = pd.DataFrame({"k": [1, 1, 1, 2, 2], "v": [3.0, 1.0, 1.0, np.nan, 5.0]}, index=list("abcde"))
+        self.assertSameGroupBy(ties, "k", INDEX_FUNCS)  # the first of equal values
+        # A group whose nullable values are all NA: NaN, as for floats
+        # (pandas 1.5 raises "attempt to get argmin of an empty sequence").
+        all_na = pd.DataFrame({"k": [1, 1, 2], "v": pd.array([None, None, 4], dtype="Int64")}, index=[10, 20, 30])
+        got = self.client.groupby(all_na, "k", {"v": INDEX_FUNCS})
+        self.assertTrue(got.loc[1].isna().all())
+        self.assertEqual(list(got.loc[2]), [30.0, 30.0])
+
+    def test_forms_of_agg(self):
+        n = 3000
+        df = values_frame(self.rng, n, {"k": self.rng.integers(0, 40, n), "j": self.rng.integers(0, 3, n)})
+        self.assertSameGroupBy(df, "k", "mean")
+        self.assertSameGroupBy(df, "k", ["sum", "size", "std"])
+        self.assertSameGroupBy(df, "k", {"f64": "sum", "Int64": "max", "j": "nunique"})
+        self.assertSameGroupBy(df, "k", {"f64": ["sum", "median"], "b": "any", "Float64": ["count", "quantile"]})
+        self.assertSameGroupBy(df, ["k", "j"], None, total=("f64", "sum"), rows=("i64", "size"),
+                               low=("Int64", "min"), spread=("f32", "std"), where=("f64", "idxmax"))
+        got = self.assertSameGroupBy(df, "k", "size")
+        self.assertIsInstance(got, pd.Series)  # as pandas: one Series of group sizes
+        self.assertEqual(got.sum(), n)
+
+    def test_functions_tally_does_not_answer_are_named(self):
+        df = pd.DataFrame({"k": [1, 1, 2], "v": [1.0, 2.0, 3.0]})
+        for func in ("first", "last", "sem"):
+            with self.assertRaises(ValueError) as e:
+                self.client.groupby(df, "k", func)
+            self.assertIn(repr(func), str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.client.groupby(df, "k", {"v": ["sum", "last"]})
+        self.assertIn("'last'", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.client.groupby(df, "k", "average")
+        self.assertIn("'average'", str(e.exception))
+        with self.assertRaises(TypeError):
+            self.client.groupby(df, "k", np.sum)  # functions by name only
+
+
+class Keys(Base):
+    def key_columns(self, n):
+        """One key column of each dtype, with NaN, None and NA among them."""
+        rng = self.rng
+        f64 = rng.integers(-4, 5, n) / 2
+        f64[rng.random(n) < 0.05] = np.nan
+        f64[rng.random(n) < 0.05] = -0.0
+        f32 = rng.integers(0, 6, n).astype(np.float32) / 4
+        f32[rng.random(n) < 0.05] = np.nan
+        words = np.array(["pear", "apple", "fig", "kiwi", "plum", "date", None], dtype=object)
+        cat = pd.Categorical(rng.choice(["lo", "mid", "hi", None], n), categories=["hi", "lo", "mid", "unused"])
+        int_na = pd.array(rng.integers(-3, 3, n), dtype="Int64")
+        int_na[rng.random(n) < 0.1] = pd.NA
+        return {"int8": rng.integers(-5, 5, n).astype(np.int8), "int32": rng.integers(-1000, 1000, n).astype(np.int32),
+                "int64": rng.integers(-2**62, 2**62, n)[rng.integers(0, 20, n)],
+                "uint64": (2**63 + rng.integers(0, 10, n)).astype(np.uint64) * rng.integers(0, 2, n).astype(np.uint64),
+                "bool": rng.random(n) < 0.3, "float32": f32, "float64": f64,
+                "string": words[rng.integers(0, len(words), n)], "category": cat, "Int64": int_na}
+
+    def test_every_key_dtype_with_sort_and_dropna(self):
+        n = 3000
+        keys = self.key_columns(n)
+        df = values_frame(self.rng, n, keys)
+        for name in keys:
+            for sort in (True, False):
+                for dropna in (True, False):
+                    if name == "category" and not dropna:
+                        continue  # below: pandas 1.5 loses the NA group of a category key
+                    frame = df.drop(columns=[k for k in keys if k != name])
+                    got = self.assertSameGroupBy(frame, name, FEW, sort=sort, dropna=dropna, msg=f"key {name}")
+                    if not dropna and pd.isna(df[name]).any():
+                        self.assertTrue(pd.isna(got.index).any(), f"{name}: an NA group")
+                        if sort:
+                            self.assertTrue(pd.isna(got.index[-1]), f"{name}: the NA group sorts last")
+
+    def test_category_keys_observed_and_their_na_group(self):
+        n = 2000
+        df = values_frame(self.rng, n, {"c": self.key_columns(n)["category"], "j": self.rng.integers(0, 3, n)})
+        for sort in (True, False):
+            got = self.assertSameGroupBy(df.drop(columns="j"), "c", FUNCS, sort=sort)
+            self.assertIn("unused", list(got.index))  # observed=False, pandas' default: every category
+        self.assertSameGroupBy(df, ["j", "c"], FEW)
+        self.assertSameGroupBy(df, ["c", "j"], FEW)
+        frame = df.drop(columns="j")
+        for sort in (True, False):
+            got = self.client.groupby(frame, "c", FEW, sort=sort, observed=True)
+            want = frame.groupby("c", sort=sort, observed=True).agg(FEW)
+            if sort:
+                # pandas 1.5 leaves these groups in the order they come;
+                # tally sorts them, in the categories' order.
+                self.assertTrue((np.diff(got.index.codes) > 0).all())
+                want = want.reindex(got.index)
+            self.assertSameResult(got, want, f"observed=True, sort={sort}")
+        # dropna=False: pandas 1.5 drops the rows whose category is NA even
+        # so; tally keeps them as one more group, last, as pandas 2 does.
+        frame = df.drop(columns="j")
+        got = self.client.groupby(frame, "c", FEW, dropna=False)
+        self.assertTrue(pd.isna(got.index[-1]))
+        self.assertSameResult(got.iloc[:-1], frame.groupby("c").agg(FEW), "dropna=False, the other groups")
+        na_rows = frame[frame.c.isna()].assign(c=0).groupby("c").agg(FEW)
+        # (Its columns have the dtypes the unobserved categories give them.)
+        pd.testing.assert_frame_equal(got.iloc[-1:].set_axis(na_rows.index), na_rows, check_dtype=False,
+                                      check_exact=False, rtol=1e-5, obj="dropna=False, the NA group")
+
+    def test_composite_keys(self):
+        n = 5000
+        keys = self.key_columns(n)
+        df = values_frame(self.rng, n, keys)
+        for by in (["int8", "string"], ["float64", "bool"], ["string", "float32", "int32"],
+                   ["uint64", "Int64", "float64"]):
+            frame = df.drop(columns=[k for k in keys if k not in by])
+            for sort in (True, False):
+                for dropna in (True, False):
+                    self.assertSameGroupBy(frame, by, FEW + ["std", "nunique"], sort=sort, dropna=dropna)
+        frame = df.drop(columns=[k for k in keys if k not in ("int8", "string")])
+        self.assertSameGroupBy(frame, ["int8", "string"], ["median", "prod", "var", "any"])
+
+    def test_skewed_keys(self):
+        n = 200_000
+        zipf = np.minimum(self.rng.zipf(1.3, n), 10**6)  # one key holds about a third of the rows
+        df = values_frame(self.rng, n, {"k": zipf})
+        self.assertGreater(np.bincount(np.unique(zipf, return_inverse=True)[1]).max(), n // 5)
+        self.assertSameGroupBy(df, "k", ["sum", "mean", "max", "count", "std", "median", "nunique"])
+
+    def test_one_group(self):
+        n = 50_000
+        df = values_frame(self.rng, n, {"k": np.full(n, 3, dtype=np.int32)})
+        # Products of 50,000 values underflow (to 0 or a subnormal, by the
+        # order of the factors): prod in one group of 300.
+        self.assertSameGroupBy(df, "k", [f for f in FUNCS if f != "prod"])
+        self.assertSameGroupBy(df.iloc[:300], "k", FUNCS, dropna=False)
+        self.assertSameGroupBy(df.assign(k=np.nan), "k", FEW, dropna=False)  # every key NA: one group
+        self.assertSameGroupBy(df.assign(k=np.nan), "k", FEW)                # ... or none
+
+    def test_200000_groups_in_several_pages(self):
+        n = 1_000_000
+        df = values_frame(self.rng, n, {"k": self.rng.permutation(n) % 200_000 * 7 - 3})
+        df = df[["k", "f64", "i64", "Int64", "b"]]
+        pages = []
+        read = self.client._group_by_pages
+
+        def counting(request, timeout, metadata):
+            answer = read(request, timeout, metadata)
+            pages.append(len(answer))
+            return answer
+
+        self.client._group_by_pages = counting
+        try:
+            got = self.assertSameGroupBy(df, "k", ["sum", "mean", "min", "max", "count", "size", "std"])
+        finally:
+            del self.client._group_by_pages
+        self.assertEqual(len(got), 200_000)
+        self.assertGreater(pages[0], 1, "the answer came in one message")
+
+
+class Frames(Base):
+    def test_empty_frame(self):
+        n = 100
+        df = values_frame(self.rng, n, {"k": self.rng.integers(0, 5, n), "s": self.rng.choice(["a", "b"], n)})
+        self.assertSameGroupBy(df.drop(columns="s").iloc[:0], "k", FEW + ["std", "median", "any"])
+        self.assertSameGroupBy(df.drop(columns="s").iloc[:0], "k", "size")
+        self.assertSameGroupBy(df.iloc[:0], ["k", "s"], {"f64": ["sum", "count"]})
+
+    def test_datetime_keys_and_values(self):
+        n = 3000
+        base = pd.Timestamp("2024-03-01")
+        stamps = pd.Series(base + pd.to_timedelta(self.rng.integers(0, 10**15, n), unit="ns"))
+        stamps = stamps.where(self.rng.random(n) < 0.9).dt.tz_localize("Europe/Paris", ambiguous="NaT",
+                                                                       nonexistent="NaT")
+        days = pd.Series(base + pd.to_timedelta(self.rng.integers(0, 20, n), unit="D")).where(self.rng.random(n) < 0.95)
+        df = pd.DataFrame({"day": days, "k": self.rng.integers(0, 40, n), "when": stamps,
+                           "wait": stamps - stamps.min(), "v": self.rng.uniform(0.5, 1.5, n)})
+        for dropna in (True, False):
+            self.assertSameGroupBy(df.drop(columns="k"), "day", {"v": ["sum", "max"], "when": ["min", "count"]},
+                                   dropna=dropna)  # a datetime key: factorised, labels back
+        self.assertSameGroupBy(df.drop(columns="day"), "k", {"when": ["min", "max", "count", "nunique", "size"],
+                                                             "wait": ["min", "max"]})
+        with self.assertRaises(TypeError) as e:
+            self.client.groupby(df, "k", {"when": "mean"})
+        self.assertIn("'when'", str(e.exception))
+
+    def test_wide_frame_in_several_requests(self):
+        n = 2000  # 20 columns x 4 functions: more than a request's 64 aggregations
+        df = pd.DataFrame({f"c{j}": self.rng.uniform(0.5, 1.5, n) for j in range(20)})
+        df["k"] = self.rng.integers(0, 100, n)
+        self.assertSameGroupBy(df, "k", ["sum", "min", "std", "count"])
+
+    def test_mapping_of_numpy_arrays(self):
+        n = 5000
+        data = {"k": self.rng.integers(0, 50, n), "s": self.rng.choice(["x", "y", "z"], n),
+                "f": np.where(self.rng.random(n) < 0.1, np.nan, self.rng.uniform(0.5, 1.5, n)),
+                "i": self.rng.integers(-9, 9, n).astype(np.int16), "b": self.rng.random(n) < 0.5}
+        got = self.client.groupby(data, ["k", "s"], {"f": ["sum", "mean", "count", "idxmin"], "i": "max", "b": "sum"},
+                                  sort=True)
+        want = pd.DataFrame(data).groupby(["k", "s"]).agg({"f": ["sum", "mean", "count", "idxmin"], "i": "max",
+                                                           "b": "sum"})
+        self.assertEqual(list(got), ["k", "s", ("f", "sum"), ("f", "mean"), ("f", "count"), ("f", "idxmin"),
+                                     ("i", "max"), ("b", "sum")])
+        np.testing.assert_array_equal(got["k"], want.index.get_level_values(0))
+        np.testing.assert_array_equal(got["s"], want.index.get_level_values(1))
+        for label in want.columns:
+            self.assertIsInstance(got[label], np.ndarray)
+            np.testing.assert_allclose(got[label], want[label].to_numpy(dtype=np.float64), rtol=1e-12,
+                                       err_msg=str(label))
+        self.assertEqual(got[("f", "count")].dtype, np.int64)
+        self.assertEqual(got[("i", "max")].dtype, np.int16)  # numpy's dtype for max
+        self.assertEqual(got[("b", "sum")].dtype, np.int64)
+        sizes = self.client.groupby(data, "k", "size")
+        np.testing.assert_array_equal(sizes["size"], np.bincount(data["k"]))
+
+    def test_mapping_needs_no_pandas(self):
+        code = ("import sys; sys.modules['pandas'] = None\n"  # import pandas now fails
+                "import numpy as np, tally\n"
+                f"c = tally.Client({self.target!r}, timeout=60)\n"
+                "r = c.groupby({'k': np.array(['b', 'a', 'b']), 'v': np.array([1.0, 2.0, np.nan])}, 'k',\n"
+                "              ['sum', 'count', 'idxmax', 'size'])\n"
+                "print(repr({str(k): v.tolist() for k, v in r.items()}))\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(eval(out.stdout), {"k": ["a", "b"], "('v', 'sum')": [2.0, 1.0], "('v', 'count')": [1, 1],
+                                            "('v', 'idxmax')": [1, 0], "('v', 'size')": [1, 2]})
+
+    def test_bad_input_is_named(self):
+        df = pd.DataFrame({"k": [1, 1, 2], "v": [1.0, 2.0, 3.0], "name": ["a", "b", "c"]})
+        with self.assertRaises(KeyError) as e:
+            self.client.groupby(df, "nope", "sum")
+        self.assertIn("nope", str(e.exception))
+        with self.assertRaises(KeyError) as e:
+            self.client.groupby(df, "k", {"missing": "sum"})
+        self.assertIn("missing", str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            self.client.groupby(df, "k", "sum")  # a string column among the values
+        self.assertIn("'name'", str(e.exception))
+        wide = pd.DataFrame({f"k{j}": self.rng.integers(0, 2, 10) for j in range(9)}).assign(v=1.0)
+        with self.assertRaises(tally.Error) as e:  # the server's limit, named by it
+            self.client.groupby(wide, [f"k{j}" for j in range(9)], {"v": "sum"})
+        self.assertEqual(e.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn("keys", e.exception.message)
+        self.assertIn("8", e.exception.message)
+        eight = self.client.groupby(wide, [f"k{j}" for j in range(8)], {"v": "sum"})
+        self.assertEqual(eight["v"].sum(), 10.0)
+        with self.assertRaises(ValueError) as e:
+            self.client.groupby({"k": np.arange(4), "v": np.ones(3)}, "k", "sum")
+        self.assertIn("'v'", str(e.exception))
+        self.assertIn("'k'", str(e.exception))
+
+
+class ReadmeExample(Base):
+    def test_the_group_by_example_runs_and_agrees(self):
+        readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
+        section = readme[readme.index("### Group-by"):]
+        code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+        self.assertIn("assert", code)
+        code = code.replace('"localhost:50051"', repr(f"127.0.0.1:{self.server.port}"))
+        exec(compile(code, "README.md", "exec"), {})
+
+
+if __name__ == "__main__":
+    client_test_main(globals())
