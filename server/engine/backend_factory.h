@@ -26,6 +26,9 @@ struct BackendOptions {
   int streams_per_device = 16;                           // lanes: concurrent requests per GPU
   std::uint64_t small_request_bytes = std::uint64_t{1} << 20;  // below: the CPU backend
   std::uint64_t max_state_bytes = std::uint64_t{16} << 20;     // per lane; above: CPU backend
+  // What each GPU's stream-ordered pool keeps between requests of the
+  // scratch it lends per request (group-by's order, quantile passes).
+  std::uint64_t pool_keep_bytes = std::uint64_t{512} << 20;
   std::chrono::milliseconds lane_wait{2000};            // then RESOURCE_EXHAUSTED
   int staging_copy_threads = 8;                          // fill pinned staging from a message in parallel
   // Received bytes go to the CPU or a GPU: "cost" (estimated time, from a

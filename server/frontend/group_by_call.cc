@@ -48,8 +48,9 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
 
  private:
   void WriteNext() {
-    const bool first = next_ == 0;
-    if (!first && next_ >= result_.groups) return End(absl::OkStatus());
+    // One message at least, so that no groups still answer (groups 0).
+    if (written_ && next_ >= result_.groups) return End(absl::OkStatus());
+    written_ = true;
     const std::uint64_t count = std::min(per_message_, result_.groups - next_);
     message_.Clear();
     GroupPageToProto(*request_, plan_, result_, next_, count, &message_);
@@ -80,6 +81,7 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
   AdmissionController::Ticket ticket_;
   std::uint64_t per_message_ = 1;
   double server_seconds_ = 0;
+  bool written_ = false;
   std::uint64_t next_ = 0;
   v1::GroupByResponse message_;
 };

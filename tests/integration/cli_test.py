@@ -223,6 +223,11 @@ class Cli(ServerCase):
         r = run("groupby", self.target, self.path("s.npz"), "--by=k")
         self.assertEqual(r.returncode, 2)
         self.assertIn("--agg", r.stderr)
+        # Every key NaN and dropped: no group, and the answer ends.
+        np.savez(self.path("na.npz"), k=np.full(5, np.nan), v=np.arange(5.0))
+        r = run("groupby", self.target, self.path("na.npz"), "--by=k", "--agg=v:min,sum", timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("0 groups", r.stdout)
         np.save(self.path("short.npy"), np.zeros(2))
         r = run("groupby", self.target, self.path("s.npz"), f"w={self.path('short.npy')}", "--by=k", "--agg=w:sum")
         self.assertEqual(r.returncode, 1)

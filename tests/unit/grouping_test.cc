@@ -301,5 +301,31 @@ TEST(RunGroupBy, ManyGroupsRunInBatchesAnsweredAsOne) {
   }
 }
 
+// No group (an empty table, or every key NA and dropped): no rows in any
+// answer, and min, which refuses an empty array, refuses nothing.
+TEST(RunGroupBy, NoGroupAnswersNoRows) {
+  const std::vector<double> keys = {std::nan(""), std::nan("")};
+  const std::vector<float> values = {1, 2};
+  for (const std::uint64_t rows : {std::uint64_t{0}, std::uint64_t{2}}) {
+    GroupByPlan plan;
+    plan.rows = rows;
+    plan.columns = {GroupColumn{.name = "k", .dtype = DType::kFloat64, .data = Bytes(keys).first(rows * 8)},
+                    GroupColumn{.name = "v", .dtype = DType::kFloat32, .data = Bytes(values).first(rows * 4)}};
+    plan.keys = {0};
+    ColumnAggregations c{.column = 1, .positions = {0, 1}};
+    c.plan.array = ArraySpec{.dtype = DType::kFloat32, .length = rows};
+    c.plan.ops = {OpSpec{.kind = OpKind::kMin}, OpSpec{.kind = OpKind::kSum}};
+    plan.values = {c};
+    plan.aggregations = 2;
+    std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+    absl::StatusOr<GroupedResult> result = RunGroupBy(plan, *backend, 10);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->groups, 0u);
+    EXPECT_TRUE(result->keys[0].data.empty());
+    EXPECT_TRUE(std::get<std::vector<double>>(result->results[0].values[0]).empty());
+    EXPECT_TRUE(std::get<std::vector<double>>(result->results[0].values[1]).empty());
+  }
+}
+
 }  // namespace
 }  // namespace tally::grouping

@@ -26,6 +26,7 @@
 #include "server/engine/cuda/device_resident.h"
 #include "server/engine/cuda/group_on_device.h"
 #include "server/engine/cuda/kept_on_device.h"
+#include "server/engine/cuda/stream_buffer.h"
 #include "server/engine/cuda/segment_reduction.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/engine/received_memory.h"
@@ -415,6 +416,7 @@ int VisibleCudaDevices() {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& options) {
+  cuda::SetPoolKeepBytes(options.pool_keep_bytes);
   const int visible = VisibleCudaDevices();
   if (visible == 0) {
     return absl::FailedPreconditionError("--backend=cuda: no CUDA device is visible.");

@@ -61,8 +61,13 @@ class StreamBuffer {
   int device_ = 0;
 };
 
-// Keeps up to kPoolKeepsBytes of the device's pool between requests
+// Keeps up to PoolKeepBytes() of the device's pool between requests
 // (once per device; the current one must be `device`).
 [[nodiscard]] cudaError_t KeepPoolMemory(int device);
+
+// What KeepPoolMemory keeps (BackendOptions::pool_keep_bytes, set once at
+// start, before any request).
+void SetPoolKeepBytes(std::uint64_t bytes);
+std::uint64_t PoolKeepBytes();
 
 }  // namespace tally::cuda

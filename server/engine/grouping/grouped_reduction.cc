@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/validate.h"
+#include "server/engine/finish.h"
 #include "tally/rules/agg/registry.h"
 
 namespace tally::grouping {
@@ -143,7 +144,15 @@ absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const Aggrega
   const std::uint64_t per_group = std::max<std::uint64_t>(1, ResultValuesPerRow(p));
   const std::uint64_t batch = std::max<std::uint64_t>(1, RequestLimits{}.max_result_values / per_group);
   AggregationResult out;
-  for (std::uint64_t g0 = 0; g0 < groups || (groups == 0 && g0 == 0); g0 += batch) {
+  if (groups == 0) {
+    // No group (no rows, or every key NA and dropped): no row to answer,
+    // and none whose emptiness an op could refuse.
+    out.backend = backend.name();
+    out.device = backend.device();
+    for (const OpSpec& op : p.ops) out.values.push_back(EmptyValues(op, p.array.dtype, 0));
+    return out;
+  }
+  for (std::uint64_t g0 = 0; g0 < groups; g0 += batch) {
     const std::uint64_t g1 = std::min(groups, g0 + batch);
     const std::uint64_t first = start[g0], count = start[g1] - first;
     AggregationPlan part = p;
@@ -173,7 +182,6 @@ absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const Aggrega
     } else {
       for (std::size_t i = 0; i < out.values.size(); ++i) AppendRows(out.values[i], std::move(result->values[i]));
     }
-    if (groups == 0) break;
   }
   return out;
 }
