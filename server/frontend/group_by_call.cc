@@ -172,6 +172,7 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
     record->Phase("planned");
     absl::StatusOr<grouping::GroupedResult> result = grouping::RunGroupBy(*plan, backend_, options_.max_groups, PhaseNoter(record.get()));
     record->Phase("grouped");
+    if (result.ok() && metrics_ != nullptr) metrics_->GroupedBy(result->on_device, plan->rows, result->groups);
     stored->copies.clear();  // the plan's spans into them are not read again
     writer->Answer(std::move(plan), std::move(result), *std::move(ticket));
   });

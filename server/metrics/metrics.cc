@@ -270,6 +270,17 @@ Metrics::Metrics(const Options& options)
   region_limit_ = gauge("tally_region_limit_bytes", "Registered region bytes allowed (--max_region_bytes; 0: no limit).");
   region_queries_ = dataset_counter("tally_region_queries_total",
                                     "Queries (AggregateRegion, PutDatasetFromRegion) started on shared-memory regions.");
+  const auto by_path = [&](const char* name, const char* help, std::array<prometheus::Counter*, 2>& out) {
+    auto& family = prometheus::BuildCounter().Name(name).Help(help).Labels(constant).Register(r);
+    out[0] = &family.Add({{"path", "host"}});
+    out[1] = &family.Add({{"path", "device"}});
+  };
+  by_path("tally_group_by_requests_total",
+          "GroupBy requests answered, by where the rows were grouped: device (ordered by key on the GPU "
+          "holding the columns) or host.",
+          group_by_requests_);
+  by_path("tally_group_by_rows_total", "Table rows GroupBy requests grouped, by path.", group_by_rows_);
+  by_path("tally_group_by_groups_total", "Groups GroupBy requests answered, by path.", group_by_groups_);
 }
 
 Metrics::~Metrics() = default;
@@ -466,6 +477,13 @@ void Metrics::SetRegions(std::uint64_t regions, std::uint64_t bytes, std::uint64
 }
 
 void Metrics::RegionQueried() { region_queries_->Increment(); }
+
+void Metrics::GroupedBy(bool on_device, std::uint64_t rows, std::uint64_t groups) {
+  const std::size_t path = on_device ? 1 : 0;
+  group_by_requests_[path]->Increment();
+  group_by_rows_[path]->Increment(static_cast<double>(rows));
+  group_by_groups_[path]->Increment(static_cast<double>(groups));
+}
 
 void Metrics::SetPinnedPool(std::uint64_t total, std::uint64_t used) {
   pinned_capacity_->Set(static_cast<double>(total));

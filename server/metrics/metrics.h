@@ -153,6 +153,10 @@ class Metrics {
   void SetRegions(std::uint64_t regions, std::uint64_t bytes, std::uint64_t limit_bytes);
   void RegionQueried();
 
+  // A GroupBy answered: grouped on a GPU (the device's order by key) or on
+  // the host, over `rows` rows into `groups` groups.
+  void GroupedBy(bool on_device, std::uint64_t rows, std::uint64_t groups);
+
   // The gRPC canonical name of a status code ("OK", "INVALID_ARGUMENT");
   // "UNKNOWN" for numbers outside 0..16.
   static const char* CodeName(int grpc_status_code);
@@ -214,6 +218,8 @@ class Metrics {
   prometheus::Gauge* region_bytes_;
   prometheus::Gauge* region_limit_;
   prometheus::Counter* region_queries_;
+  // By path: [0] host, [1] device.
+  std::array<prometheus::Counter*, 2> group_by_requests_{}, group_by_rows_{}, group_by_groups_{};
 
   // Children created on first use and cached; Family::Add returns the same
   // child for the same labels, so a race only stores the same pointer twice.

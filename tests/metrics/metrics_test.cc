@@ -123,7 +123,8 @@ TEST(Metrics, EveryFamilyIsPrefixedAndHasHelpAndType) {
       "tally_dataset_deletions_total", "tally_quota_rejections_total",
       "tally_regions",               "tally_region_bytes",
       "tally_region_limit_bytes",    "tally_region_queries_total",
-      "tally_routed_requests_total", "tally_device_serving"};
+      "tally_routed_requests_total", "tally_device_serving",
+      "tally_group_by_requests_total", "tally_group_by_rows_total", "tally_group_by_groups_total"};
   for (const auto& f : families) {
     EXPECT_NE(text.find("# HELP " + f + " "), std::string::npos) << f;
     EXPECT_NE(text.find("# TYPE " + f + " "), std::string::npos) << f;
@@ -150,7 +151,7 @@ TEST(Metrics, SuccessSeriesExistBeforeAnyRequest) {
   EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "PutDataset"}, {"code", "OK"}}), 0.0);
   EXPECT_EQ(CountSamples(text, "tally_requests_total"), Metrics::kNumMethods);
   // Op series for the methods that carry aggregations only.
-  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 4 * rules::kNumOpKinds);
+  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 5 * rules::kNumOpKinds);  // GroupBy carries them too
   EXPECT_EQ(Value(text, "tally_aggregations_total",
                   {{"method", "AggregateDataset"}, {"op", "histogram"}, {"code", "OK"}}),
             0.0);

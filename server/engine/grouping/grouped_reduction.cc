@@ -214,6 +214,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   GroupedResult out;
   out.groups = o.groups;
   out.rows_grouped = plan.rows;
+  out.on_device = true;
   out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(o.keys, rules::SizeOf(key.dtype))});
   out.backend = backend.name();
   out.device = backend.device();

@@ -29,6 +29,7 @@ struct KeyValues {
 struct GroupedResult {
   std::uint64_t groups = 0;
   std::uint64_t rows_grouped = 0;  // rows in some group (not dropped)
+  bool on_device = false;          // grouped on a GPU (Backend::OrderByKeyOnDevice)
   std::vector<KeyValues> keys;     // per key column of the plan
   // Per value column of the plan (GroupByPlan::values): its plan with the
   // groups as segments, and its result, one entry per group.
