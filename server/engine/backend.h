@@ -166,6 +166,23 @@ class Backend {
     return absl::UnimplementedError(absl::StrCat(name(), " backend does not group on a device."));
   }
 
+  // Group-by's direct path on the device: per key of the `rows` keys at
+  // `keys`, what sums, counts, extremes and means of the float values at
+  // `values` need (device_grouping.h), in one read. UNIMPLEMENTED where the
+  // backend has none, or for these keys and values (dtype, a key range too
+  // wide): the engine orders the rows instead (OrderByKeyOnDevice).
+  [[nodiscard]] virtual absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype,
+                                                                   const Extent& values, DType dtype,
+                                                                   std::uint64_t rows, std::uint64_t max_groups) {
+    (void)keys;
+    (void)key_dtype;
+    (void)values;
+    (void)dtype;
+    (void)rows;
+    (void)max_groups;
+    return absl::UnimplementedError(absl::StrCat(name(), " backend does not sum by key on a device."));
+  }
+
   // Copies device bytes (`from`, in a place this backend reads) into host
   // memory of the same size, for the functions that run on the host
   // (server/engine/functions). Backends without device memory refuse.

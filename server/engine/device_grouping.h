@@ -36,4 +36,15 @@ class DeviceGroupOrder {
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::uint64_t>> Rows() = 0;
 };
 
+// What Backend::SumByKeyOnDevice gives per group (tally/kernels/group.h's
+// DenseGroups): enough for sum, count, min, max, mean and their
+// NaN-skipping forms, in ascending key order.
+struct KeyedSums {
+  std::uint64_t groups = 0;
+  std::vector<std::uint64_t> keys;       // each group's key bytes, low bytes
+  std::vector<std::uint64_t> count, nan;  // elements, NaN elements
+  std::vector<std::uint8_t> infinities;  // bit 0: +inf seen, bit 1: -inf seen
+  std::vector<double> sum, min, max;     // finite elements' sum; non-NaN extremes
+};
+
 }  // namespace tally

@@ -301,6 +301,10 @@ class CudaBackend final : public Backend {
                                                                       std::uint64_t max_groups) override {
     return cuda::OrderByKeyOnDevice(keys, dtype, rows, max_groups, *pool_);
   }
+  absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
+                                             std::uint64_t rows, std::uint64_t max_groups) override {
+    return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, *pool_);
+  }
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {
     std::vector<DeviceHealth> out;

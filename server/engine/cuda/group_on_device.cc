@@ -131,4 +131,63 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
   return out;
 }
 
+absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
+                                           std::uint64_t rows, std::uint64_t max_groups, const DevicePool& pool) {
+  const auto unimplemented = [](const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat("no direct device group-by: ", why));
+  };
+  if (keys.placement.memory != Memory::kDevice || values.placement != keys.placement) {
+    return unimplemented("keys and values are not on one GPU.");
+  }
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return unimplemented("values are not float32 or float64.");
+  if (!kernels::GroupKeysSupported(key_dtype)) return unimplemented(absl::StrCat(rules::Name(key_dtype), " keys."));
+  if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return unimplemented("1 to 2^31 - 1 rows.");
+  const int device = keys.placement.device;
+  if (!pool.Uses(device)) return unimplemented(absl::StrCat("GPU ", device, " is not one of the devices in use."));
+  if (absl::Status health = pool.DeviceHealth(device); !health.ok()) return health;
+  ScopedDevice on(device);
+  std::size_t scratch_bytes = 0;
+  if (kernels::DenseGroupScratchBytes(kernels::kMaxDenseRange, &scratch_bytes) != cudaSuccess) {
+    return Failure(device, "sizing scratch");
+  }
+  if (KeepPoolMemory(device) != cudaSuccess) {
+    const std::string where = LastErrorWhere();
+    (void)cudaGetLastError();
+    return unimplemented(absl::StrCat("GPU ", device, "'s memory pool: ", where));
+  }
+  Stream stream;
+  if (Stream::Create(&stream) != cudaSuccess) return Failure(device, "creating a stream");
+  StreamBuffer scratch;
+  if (StreamBuffer::Create(scratch_bytes, stream.view(), &scratch) != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrCat("GPU ", device, " has no room for the group-by's ", scratch_bytes,
+                                                     " bytes of scratch."));
+  }
+  kernels::DenseGroups dense;
+  const kernels::GroupKeys k{key_dtype, keys.bytes.data(), rows};
+  const kernels::DenseValues v{dtype, values.bytes.data()};
+  if (const cudaError_t e =
+          kernels::SumByKey(k, v, kernels::kMaxDenseRange, scratch.data(), scratch.size(), stream.get(), &dense);
+      e != cudaSuccess) {
+    if (e == cudaErrorInvalidValue) {  // keys spread past the direct path's range: only the range was read
+      (void)cudaGetLastError();
+      return unimplemented("the keys' range passes the direct path's.");
+    }
+    return Failure(device, "summing by key");
+  }
+  if (dense.groups > max_groups) {
+    return absl::ResourceExhaustedError(absl::StrCat("the keys make ", dense.groups, " groups, more than ", max_groups,
+                                                     " (the server's --max_groups)."));
+  }
+  KeyedSums out;
+  out.groups = dense.groups;
+  out.keys = std::move(dense.keys);
+  out.count = std::move(dense.count);
+  out.nan = std::move(dense.nan);
+  out.infinities = std::move(dense.infinities);
+  out.sum = std::move(dense.sum);
+  out.min = std::move(dense.min);
+  out.max = std::move(dense.max);
+  return out;
+}
+
 }  // namespace tally::cuda

@@ -17,4 +17,8 @@ namespace tally::cuda {
                                                                                  std::uint64_t max_groups,
                                                                                  const DevicePool& pool);
 
+[[nodiscard]] absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values,
+                                                        DType dtype, std::uint64_t rows, std::uint64_t max_groups,
+                                                        const DevicePool& pool);
+
 }  // namespace tally::cuda

@@ -106,6 +106,10 @@ class FunctionRouter final : public Backend {
                                                                       std::uint64_t max_groups) override {
     return inner_->OrderByKeyOnDevice(keys, dtype, rows, max_groups);
   }
+  absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
+                                             std::uint64_t rows, std::uint64_t max_groups) override {
+    return inner_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups);
+  }
   absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
                                                                const Placement& from) override {
     return inner_->StartKeptOnDevice(plan, from);

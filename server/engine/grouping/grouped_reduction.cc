@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <numeric>
 #include <type_traits>
@@ -193,6 +194,97 @@ std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::si
   return out;
 }
 
+// The ops the direct path answers from KeyedSums.
+bool Direct(const OpSpec& op) {
+  if (op.partial) return false;
+  switch (op.kind) {
+    case OpKind::kSum: case OpKind::kNanSum: case OpKind::kCount: case OpKind::kNanCount:
+    case OpKind::kMin: case OpKind::kMax: case OpKind::kNanMin: case OpKind::kNanMax:
+    case OpKind::kMean: case OpKind::kNanMean:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Group g's value of a direct op, by numpy's rules: NaN propagates through
+// the plain ops and is skipped by the NaN-skipping ones; +inf and -inf
+// together sum to NaN; a NaN-skipping extreme or mean of only NaN is NaN.
+double DirectValue(OpKind kind, const KeyedSums& k, std::uint64_t g) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::uint64_t present = k.count[g] - k.nan[g];
+  const bool skips = kind == OpKind::kNanSum || kind == OpKind::kNanMin || kind == OpKind::kNanMax ||
+                     kind == OpKind::kNanMean || kind == OpKind::kNanCount;
+  if (kind == OpKind::kCount) return static_cast<double>(k.count[g]);
+  if (kind == OpKind::kNanCount) return static_cast<double>(present);
+  if (!skips && k.nan[g] != 0) return nan;
+  if (skips && present == 0 && kind != OpKind::kNanSum) return nan;
+  const auto sum = [&] {
+    const std::uint8_t inf = k.infinities[g];
+    if (inf == 3) return nan;
+    if (inf != 0) return inf == 1 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+    return k.sum[g];
+  };
+  switch (kind) {
+    case OpKind::kSum: case OpKind::kNanSum: return sum();
+    case OpKind::kMin: case OpKind::kNanMin: return k.min[g];
+    case OpKind::kMax: case OpKind::kNanMax: return k.max[g];
+    default: return sum() / static_cast<double>(skips ? present : k.count[g]);  // kMean, kNanMean
+  }
+}
+
+// The plan answered by the backend's direct pass on the device (one read
+// of keys and values per column), when every value column is float and
+// asks only direct ops; nullopt otherwise, or for keys spread too wide.
+absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                               std::uint64_t max_groups, const Note& note) {
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  for (const ColumnAggregations& c : plan.values) {
+    const DType dt = plan.columns[c.column].dtype;
+    if (dt != DType::kFloat32 && dt != DType::kFloat64) return std::nullopt;
+    if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), Direct)) return std::nullopt;
+  }
+  GroupedResult out;
+  out.on_device = true;
+  out.rows_grouped = plan.rows;
+  out.backend = backend.name();
+  out.device = backend.device();
+  for (const ColumnAggregations& c : plan.values) {
+    const GroupColumn& column = plan.columns[c.column];
+    absl::StatusOr<KeyedSums> sums = backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype,
+                                                              Extent{column.data, column.placement}, column.dtype,
+                                                              plan.rows, max_groups);
+    if (absl::IsUnimplemented(sums.status())) return std::nullopt;
+    if (!sums.ok()) return sums.status();
+    note("column summed by key on the device");
+    if (out.keys.empty()) {
+      out.groups = sums->groups;
+      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(sums->keys, rules::SizeOf(key.dtype))});
+    }
+    AggregationPlan p = c.plan;
+    std::vector<std::uint64_t> start(sums->groups + 1, 0);
+    for (std::uint64_t g = 0; g < sums->groups; ++g) start[g + 1] = start[g] + sums->count[g];
+    p.array.length = plan.rows;
+    p.array.row_length = 0;
+    p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
+    AggregationResult result{.backend = backend.name(), .device = backend.device()};
+    for (const OpSpec& op : p.ops) {
+      OpValues values = EmptyValues(op, column.dtype, sums->groups);
+      if (auto* d = std::get_if<std::vector<double>>(&values)) {
+        for (std::uint64_t g = 0; g < sums->groups; ++g) (*d)[g] = DirectValue(op.kind, *sums, g);
+      } else if (auto* u = std::get_if<std::vector<std::uint64_t>>(&values)) {
+        for (std::uint64_t g = 0; g < sums->groups; ++g) (*u)[g] = static_cast<std::uint64_t>(DirectValue(op.kind, *sums, g));
+      } else {
+        return std::nullopt;  // a result type this path does not give
+      }
+      result.values.push_back(std::move(values));
+    }
+    out.plans.push_back(std::move(p));
+    out.results.push_back(std::move(result));
+  }
+  return out;
+}
+
 // The plan on the device holding its columns, when the backend groups
 // there and the plan is one it takes (one integer key column, ascending
 // keys, no masks, every column on one GPU); nullopt otherwise.
@@ -205,6 +297,9 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
     const GroupColumn& column = plan.columns[c.column];
     if (column.placement != key.placement || column.validity != nullptr) return std::nullopt;
   }
+  absl::StatusOr<std::optional<GroupedResult>> direct = RunDirectOnDevice(plan, backend, max_groups, note);
+  if (!direct.ok()) return direct.status();
+  if (direct->has_value()) return direct;
   absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> order =
       backend.OrderByKeyOnDevice(Extent{key.data, key.placement}, key.dtype, plan.rows, max_groups);
   if (absl::IsUnimplemented(order.status())) return std::nullopt;

@@ -71,4 +71,45 @@ struct KeyOrder {
 [[nodiscard]] cudaError_t GatherRows(std::size_t element_size, const void* values, const std::uint32_t* rows,
                                      std::uint64_t n, void* out, cudaStream_t stream);
 
+// The direct path for the commonest questions: sums, counts, extremes and
+// means of a float32 or float64 column per key (and their NaN-skipping
+// forms), for keys whose range is at most `max_range` (kMaxDenseRange at
+// most), in a pass for the range and one read of keys and values. What it
+// gives per group is what those need: the elements, the NaN elements, which
+// infinities appear, the sum of the finite elements, and the smallest and
+// largest non-NaN element (-0.0 and 0.0 as 0.0; meaningless where every
+// element is NaN). Integer accumulation throughout, so the answer is the
+// same every time: the sum in fixed point at a scale from the largest
+// finite magnitude and the row count (each element exact to about
+// 2^-(92 - log2 rows) of the largest, rounded once at the end: closer to
+// the exact sum than float64 adding in any order). cudaErrorInvalidValue
+// (nothing done but the range pass) for keys spread wider: the caller
+// orders the rows instead (OrderByKey).
+// The widest key range the direct path takes: what a block's accumulators
+// fit in shared memory (dense_groups.cu, kSharedSlots). Wider ranges added
+// straight to global memory were measured slower than the order under skew
+// and at 1M groups (H200, 2^28 rows: 65,536 Zipf(1.1) keys 89.6 ms against
+// the order's 17.7 with the pool kept; 1M keys 173 ms against 92;
+// docs/performance.md), so they take the order.
+inline constexpr std::uint64_t kMaxDenseRange = 4096;
+
+struct DenseValues {
+  rules::DType dtype = rules::DType::kFloat32;
+  const void* data = nullptr;  // device memory, one element per key
+};
+
+struct DenseGroups {
+  std::uint64_t groups = 0;
+  std::uint64_t range = 0;
+  int scale = 0;
+  std::vector<std::uint64_t> keys;  // as KeyOrder::keys
+  std::vector<std::uint64_t> count, nan;
+  std::vector<std::uint8_t> infinities;  // bit 0: +inf among the elements, bit 1: -inf
+  std::vector<double> sum, min, max;     // of the finite elements; of the non-NaN ones
+};
+
+[[nodiscard]] cudaError_t DenseGroupScratchBytes(std::uint64_t max_range, std::size_t* bytes);
+[[nodiscard]] cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, std::uint64_t max_range,
+                                   void* scratch, std::size_t scratch_bytes, cudaStream_t stream, DenseGroups* out);
+
 }  // namespace tally::kernels

@@ -1,0 +1,326 @@
+// tally/kernels/group.h's direct path: sum, count, min and max of float
+// values per key for keys in a small range, in one read of keys and values
+// after a pass for the range. Each block accumulates into its own slots in
+// shared memory when the range fits there, then adds them to the global
+// slots; wider ranges add to the global slots directly. Every accumulation
+// is an integer one, so the answer does not depend on the order the
+// threads add in: counts and NaN counts; the extremes as order-preserving
+// integers; the sums in fixed point (a 96-bit number per element, at a
+// scale chosen from the largest magnitude and the row count so that no sum
+// can overflow, kept as a signed high word and an unsigned low word that
+// each fit 64 bits for up to 2^31 rows).
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "select/scratch.h"
+#include "tally/kernels/cuda_error.h"
+#include "tally/kernels/group.h"
+
+namespace tally::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+// Slots a block keeps in shared memory: 44 bytes each, 176 KiB (the
+// group.h's kMaxDenseRange is this).
+constexpr std::uint64_t kSharedSlots = kMaxDenseRange;
+
+struct Slots {
+  unsigned long long* hi;     // signed high words of the fixed-point sums
+  unsigned long long* lo;     // low 32-bit words, summed
+  unsigned long long* count;  // elements
+  unsigned long long* low;    // ordered-integer minima (all ones: none yet)
+  unsigned long long* high;   // ordered-integer maxima
+  unsigned int* special;      // NaN count in the high 30 bits; bit 0 +inf seen, bit 1 -inf seen
+};
+
+// A key's bits as an unsigned number that orders as the key does.
+__device__ std::uint64_t OrderedKey(const void* keys, int code, std::uint64_t i) {
+  switch (code) {
+    case 0: return static_cast<const std::uint8_t*>(keys)[i] != 0;  // bool
+    case 1: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<const std::int8_t*>(keys)[i])) ^ (1ull << 63);
+    case 2: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<const std::int16_t*>(keys)[i])) ^ (1ull << 63);
+    case 3: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<const std::int32_t*>(keys)[i])) ^ (1ull << 63);
+    case 4: return static_cast<std::uint64_t>(static_cast<const std::int64_t*>(keys)[i]) ^ (1ull << 63);
+    case 5: return static_cast<const std::uint8_t*>(keys)[i];
+    case 6: return static_cast<const std::uint16_t*>(keys)[i];
+    case 7: return static_cast<const std::uint32_t*>(keys)[i];
+    default: return static_cast<const std::uint64_t*>(keys)[i];
+  }
+}
+
+// A double's bits as an unsigned number that orders as the double does
+// (-0.0 as +0.0: numpy's min of equal zeros depends on their order).
+__device__ __host__ std::uint64_t OrderedDouble(double v) {
+  std::uint64_t b = 0;
+  if (v == 0) v = 0.0;
+  std::memcpy(&b, &v, 8);
+  return (b >> 63) != 0 ? ~b : (b | (1ull << 63));
+}
+
+double FromOrdered(std::uint64_t o) {
+  const std::uint64_t b = (o >> 63) != 0 ? (o & ~(1ull << 63)) : ~o;
+  double v;
+  std::memcpy(&v, &b, 8);
+  return v;
+}
+
+// v x 2^scale rounded to an integer (ties to even), as high (signed,
+// floor of the value / 2^32) and low (the last 32 bits) words.
+__device__ void FixedPoint(double v, int scale, long long* hi, unsigned long long* lo) {
+  std::uint64_t b;
+  std::memcpy(&b, &v, 8);
+  const int e = static_cast<int>((b >> 52) & 0x7ff);
+  std::uint64_t m = b & ((1ull << 52) - 1);
+  if (e != 0) m |= 1ull << 52;
+  const int shift = (e == 0 ? 1 : e) - 1075 + scale;  // v = m x 2^(e - 1075)
+  unsigned __int128 t = 0;
+  if (shift >= 0) {
+    t = static_cast<unsigned __int128>(m) << shift;
+  } else if (shift > -64) {
+    const int r = -shift;
+    const std::uint64_t q = m >> r, rem = m & ((1ull << r) - 1), half = 1ull << (r - 1);
+    t = q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
+  }
+  __int128 s = static_cast<__int128>(t);
+  if ((b >> 63) != 0) s = -s;
+  *hi = static_cast<long long>(s >> 32);
+  *lo = static_cast<unsigned long long>(static_cast<std::uint64_t>(s) & 0xffffffffull);
+}
+
+template <typename T>
+__global__ void RangeAndMagnitudeKernel(const void* keys, int code, const T* values, std::uint64_t n,
+                                        unsigned long long* extremes /* lo, hi, largest |value| as ordered */) {
+  std::uint64_t lo = ~0ull, hi = 0, mag = 0;
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t k = OrderedKey(keys, code, i);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
+    const double v = fabs(static_cast<double>(values[i]));
+    if (isfinite(v)) {
+      std::uint64_t b;
+      std::memcpy(&b, &v, 8);
+      mag = b > mag ? b : mag;
+    }
+  }
+  for (int d = 16; d > 0; d /= 2) {
+    const std::uint64_t a = __shfl_down_sync(0xffffffffu, lo, d), c = __shfl_down_sync(0xffffffffu, hi, d),
+                        m = __shfl_down_sync(0xffffffffu, mag, d);
+    lo = a < lo ? a : lo;
+    hi = c > hi ? c : hi;
+    mag = m > mag ? m : mag;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMin(&extremes[0], lo);
+    atomicMax(&extremes[1], hi);
+    atomicMax(&extremes[2], mag);
+  }
+}
+
+__device__ void AddTo(const Slots& s, std::uint64_t slot, double v, int scale) {
+  atomicAdd(&s.count[slot], 1ull);
+  if (isnan(v)) {
+    atomicAdd(&s.special[slot], 4u);
+    return;
+  }
+  if (isinf(v)) {
+    atomicOr(&s.special[slot], v > 0 ? 1u : 2u);
+  } else {
+    long long hi;
+    unsigned long long lo;
+    FixedPoint(v, scale, &hi, &lo);
+    atomicAdd(&s.hi[slot], static_cast<unsigned long long>(hi));
+    atomicAdd(&s.lo[slot], lo);
+  }
+  const unsigned long long o = OrderedDouble(v);
+  atomicMin(&s.low[slot], o);
+  atomicMax(&s.high[slot], o);
+}
+
+template <typename T, bool kShared>
+__global__ void DenseKernel(const void* keys, int code, const T* values, std::uint64_t n, std::uint64_t base,
+                            std::uint64_t range, int scale, Slots global) {
+  extern __shared__ unsigned long long shared[];
+  Slots s = global;
+  if constexpr (kShared) {
+    s.hi = shared;
+    s.lo = shared + range;
+    s.count = shared + 2 * range;
+    s.low = shared + 3 * range;
+    s.high = shared + 4 * range;
+    s.special = reinterpret_cast<unsigned int*>(shared + 5 * range);
+    for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
+      s.hi[j] = s.lo[j] = s.count[j] = 0;
+      s.low[j] = ~0ull;
+      s.high[j] = 0;
+      s.special[j] = 0;
+    }
+    __syncthreads();
+  }
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    AddTo(s, OrderedKey(keys, code, i) - base, static_cast<double>(values[i]), scale);
+  }
+  if constexpr (kShared) {
+    __syncthreads();
+    for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
+      if (s.count[j] == 0) continue;
+      atomicAdd(&global.hi[j], s.hi[j]);
+      atomicAdd(&global.lo[j], s.lo[j]);
+      atomicAdd(&global.count[j], s.count[j]);
+      atomicMin(&global.low[j], s.low[j]);
+      atomicMax(&global.high[j], s.high[j]);
+      if (s.special[j] != 0) {
+        atomicAdd(&global.special[j], s.special[j] & ~3u);
+        atomicOr(&global.special[j], s.special[j] & 3u);
+      }
+    }
+  }
+}
+
+__global__ void InitSlotsKernel(Slots s, std::uint64_t range) {
+  for (std::uint64_t j = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; j < range;
+       j += std::uint64_t{gridDim.x} * blockDim.x) {
+    s.hi[j] = s.lo[j] = s.count[j] = 0;
+    s.low[j] = ~0ull;
+    s.high[j] = 0;
+    s.special[j] = 0;
+  }
+}
+
+int KeyCode(rules::DType dtype) {
+  switch (dtype) {
+    case rules::DType::kBool: return 0;
+    case rules::DType::kInt8: return 1;
+    case rules::DType::kInt16: return 2;
+    case rules::DType::kInt32: return 3;
+    case rules::DType::kInt64: return 4;
+    case rules::DType::kUInt8: return 5;
+    case rules::DType::kUInt16: return 6;
+    case rules::DType::kUInt32: return 7;
+    case rules::DType::kUInt64: return 8;
+    default: return -1;
+  }
+}
+
+int Blocks() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    sms = 132;
+  }
+  return sms * 4;
+}
+
+struct DenseLayout {
+  unsigned long long* extremes = nullptr;
+  Slots slots{};
+};
+
+DenseLayout LayOutDense(std::uint64_t range, void* base, std::size_t* used) {
+  select::Carver c(base);
+  DenseLayout at;
+  at.extremes = c.Take<unsigned long long>(3);
+  at.slots.hi = c.Take<unsigned long long>(range);
+  at.slots.lo = c.Take<unsigned long long>(range);
+  at.slots.count = c.Take<unsigned long long>(range);
+  at.slots.low = c.Take<unsigned long long>(range);
+  at.slots.high = c.Take<unsigned long long>(range);
+  at.slots.special = c.Take<unsigned int>(range);
+  *used = c.used();
+  return at;
+}
+
+template <typename T>
+cudaError_t Dense(const GroupKeys& keys, const void* values, std::uint64_t max_range, const DenseLayout& at,
+                  cudaStream_t stream, DenseGroups* out) {
+  const int code = KeyCode(keys.dtype);
+  const std::uint64_t n = keys.rows;
+  const unsigned long long init[3] = {~0ull, 0ull, 0ull};
+  TALLY_CUDA_TRY(cudaMemcpyAsync(at.extremes, init, sizeof init, cudaMemcpyHostToDevice, stream));
+  RangeAndMagnitudeKernel<T><<<Blocks(), kThreads, 0, stream>>>(keys.data, code, static_cast<const T*>(values), n,
+                                                                 at.extremes);
+  TALLY_CUDA_CHECK_LAUNCH();
+  unsigned long long extremes[3] = {0, 0, 0};
+  TALLY_CUDA_TRY(cudaMemcpyAsync(extremes, at.extremes, sizeof extremes, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
+  const std::uint64_t range = extremes[1] - extremes[0] + 1;
+  out->range = range;
+  if (range == 0 || range > max_range) {
+    return cuda::Record(cudaErrorInvalidValue, "the keys' range passes the direct path's", __FILE__, __LINE__);
+  }
+  // The scale: every |value| x 2^scale below 2^(92 - log2 rows), so that
+  // the high words of n of them sum within 63 bits.
+  double largest = 0;
+  std::memcpy(&largest, &extremes[2], 8);
+  int exponent = 0;
+  (void)std::frexp(largest, &exponent);  // largest < 2^exponent
+  const int rows_bits = std::bit_width(n);
+  out->scale = 92 - rows_bits - exponent;
+  Slots slots = at.slots;
+  InitSlotsKernel<<<Blocks(), kThreads, 0, stream>>>(slots, range);
+  TALLY_CUDA_CHECK_LAUNCH();
+  if (range <= kSharedSlots) {
+    const std::size_t shared = range * (5 * sizeof(unsigned long long) + sizeof(unsigned int));
+    TALLY_CUDA_TRY(cudaFuncSetAttribute(DenseKernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared)));
+    DenseKernel<T, true><<<Blocks(), kThreads, shared, stream>>>(keys.data, code, static_cast<const T*>(values), n,
+                                                                  extremes[0], range, out->scale, slots);
+  } else {
+    DenseKernel<T, false><<<Blocks(), kThreads, 0, stream>>>(keys.data, code, static_cast<const T*>(values), n,
+                                                              extremes[0], range, out->scale, slots);
+  }
+  TALLY_CUDA_CHECK_LAUNCH();
+  std::vector<unsigned long long> hi(range), lo(range), count(range), low(range), high(range);
+  std::vector<unsigned int> special(range);
+  TALLY_CUDA_TRY(cudaMemcpyAsync(hi.data(), slots.hi, range * 8, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(lo.data(), slots.lo, range * 8, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(count.data(), slots.count, range * 8, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(low.data(), slots.low, range * 8, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(high.data(), slots.high, range * 8, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(special.data(), slots.special, range * 4, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
+  // The slots with rows are the groups, in ascending key order.
+  for (std::uint64_t j = 0; j < range; ++j) {
+    if (count[j] == 0) continue;
+    std::uint64_t o = extremes[0] + j;
+    if (code >= 1 && code <= 4) o ^= 1ull << 63;  // back from the ordered form
+    out->keys.push_back(o);
+    out->count.push_back(count[j]);
+    out->nan.push_back(special[j] >> 2);
+    out->infinities.push_back(static_cast<std::uint8_t>(special[j] & 3u));
+    // The finite elements' sum: one rounding, then exact scaling.
+    const __int128 total = (static_cast<__int128>(static_cast<long long>(hi[j])) << 32) + static_cast<__int128>(lo[j]);
+    out->sum.push_back(std::ldexp(static_cast<double>(total), -out->scale));
+    out->min.push_back(FromOrdered(low[j]));
+    out->max.push_back(FromOrdered(high[j]));
+  }
+  out->groups = out->keys.size();
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t DenseGroupScratchBytes(std::uint64_t max_range, std::size_t* bytes) {
+  (void)LayOutDense(max_range, nullptr, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, std::uint64_t max_range, void* scratch,
+                     std::size_t scratch_bytes, cudaStream_t stream, DenseGroups* out) {
+  if (KeyCode(keys.dtype) < 0 || keys.rows == 0 || keys.rows >= (std::uint64_t{1} << 31)) {
+    return cuda::Record(cudaErrorInvalidValue, "SumByKey: keys not taken", __FILE__, __LINE__);
+  }
+  std::size_t need = 0;
+  const DenseLayout at = LayOutDense(max_range, scratch, &need);
+  if (scratch_bytes < need) return cuda::Record(cudaErrorInvalidValue, "SumByKey: too little scratch", __FILE__, __LINE__);
+  *out = DenseGroups{};
+  switch (values.dtype) {
+    case rules::DType::kFloat32: return Dense<float>(keys, values.data, max_range, at, stream, out);
+    case rules::DType::kFloat64: return Dense<double>(keys, values.data, max_range, at, stream, out);
+    default: return cuda::Record(cudaErrorInvalidValue, "SumByKey: values must be float32 or float64", __FILE__, __LINE__);
+  }
+}
+
+}  // namespace tally::kernels
