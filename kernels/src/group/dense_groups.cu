@@ -1,8 +1,7 @@
 // tally/kernels/group.h's direct path: sum, count, min and max of float
 // values per key for keys in a small range, in one read of keys and values
 // after a pass for the range. Each block accumulates into its own slots in
-// shared memory when the range fits there, then adds them to the global
-// slots; wider ranges add to the global slots directly. Every accumulation
+// shared memory, then adds them to the global slots. Every accumulation
 // is an integer one, so the answer does not depend on the order the
 // threads add in: counts and NaN counts; the extremes as order-preserving
 // integers; the sums in fixed point (a 96-bit number per element, at a
@@ -138,43 +137,39 @@ __device__ void AddTo(const Slots& s, std::uint64_t slot, double v, int scale) {
   atomicMax(&s.high[slot], o);
 }
 
-template <typename T, bool kShared>
+template <typename T>
 __global__ void DenseKernel(const void* keys, int code, const T* values, std::uint64_t n, std::uint64_t base,
                             std::uint64_t range, int scale, Slots global) {
   extern __shared__ unsigned long long shared[];
-  Slots s = global;
-  if constexpr (kShared) {
-    s.hi = shared;
-    s.lo = shared + range;
-    s.count = shared + 2 * range;
-    s.low = shared + 3 * range;
-    s.high = shared + 4 * range;
-    s.special = reinterpret_cast<unsigned int*>(shared + 5 * range);
-    for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
-      s.hi[j] = s.lo[j] = s.count[j] = 0;
-      s.low[j] = ~0ull;
-      s.high[j] = 0;
-      s.special[j] = 0;
-    }
-    __syncthreads();
+  Slots s;
+  s.hi = shared;
+  s.lo = shared + range;
+  s.count = shared + 2 * range;
+  s.low = shared + 3 * range;
+  s.high = shared + 4 * range;
+  s.special = reinterpret_cast<unsigned int*>(shared + 5 * range);
+  for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
+    s.hi[j] = s.lo[j] = s.count[j] = 0;
+    s.low[j] = ~0ull;
+    s.high[j] = 0;
+    s.special[j] = 0;
   }
+  __syncthreads();
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::uint64_t{gridDim.x} * blockDim.x) {
     AddTo(s, OrderedKey(keys, code, i) - base, static_cast<double>(values[i]), scale);
   }
-  if constexpr (kShared) {
-    __syncthreads();
-    for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
-      if (s.count[j] == 0) continue;
-      atomicAdd(&global.hi[j], s.hi[j]);
-      atomicAdd(&global.lo[j], s.lo[j]);
-      atomicAdd(&global.count[j], s.count[j]);
-      atomicMin(&global.low[j], s.low[j]);
-      atomicMax(&global.high[j], s.high[j]);
-      if (s.special[j] != 0) {
-        atomicAdd(&global.special[j], s.special[j] & ~3u);
-        atomicOr(&global.special[j], s.special[j] & 3u);
-      }
+  __syncthreads();
+  for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
+    if (s.count[j] == 0) continue;
+    atomicAdd(&global.hi[j], s.hi[j]);
+    atomicAdd(&global.lo[j], s.lo[j]);
+    atomicAdd(&global.count[j], s.count[j]);
+    atomicMin(&global.low[j], s.low[j]);
+    atomicMax(&global.high[j], s.high[j]);
+    if (s.special[j] != 0) {
+      atomicAdd(&global.special[j], s.special[j] & ~3u);
+      atomicOr(&global.special[j], s.special[j] & 3u);
     }
   }
 }
@@ -247,7 +242,7 @@ cudaError_t Dense(const GroupKeys& keys, const void* values, std::uint64_t max_r
   TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
   const std::uint64_t range = extremes[1] - extremes[0] + 1;
   out->range = range;
-  if (range == 0 || range > max_range) {
+  if (range == 0 || range > max_range || range > kSharedSlots) {
     return cuda::Record(cudaErrorInvalidValue, "the keys' range passes the direct path's", __FILE__, __LINE__);
   }
   // The scale: every |value| x 2^scale below 2^(92 - log2 rows), so that
@@ -261,16 +256,11 @@ cudaError_t Dense(const GroupKeys& keys, const void* values, std::uint64_t max_r
   Slots slots = at.slots;
   InitSlotsKernel<<<Blocks(), kThreads, 0, stream>>>(slots, range);
   TALLY_CUDA_CHECK_LAUNCH();
-  if (range <= kSharedSlots) {
-    const std::size_t shared = range * (5 * sizeof(unsigned long long) + sizeof(unsigned int));
-    TALLY_CUDA_TRY(cudaFuncSetAttribute(DenseKernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(shared)));
-    DenseKernel<T, true><<<Blocks(), kThreads, shared, stream>>>(keys.data, code, static_cast<const T*>(values), n,
-                                                                  extremes[0], range, out->scale, slots);
-  } else {
-    DenseKernel<T, false><<<Blocks(), kThreads, 0, stream>>>(keys.data, code, static_cast<const T*>(values), n,
-                                                              extremes[0], range, out->scale, slots);
-  }
+  const std::size_t shared = range * (5 * sizeof(unsigned long long) + sizeof(unsigned int));
+  TALLY_CUDA_TRY(cudaFuncSetAttribute(DenseKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared)));
+  DenseKernel<T><<<Blocks(), kThreads, shared, stream>>>(keys.data, code, static_cast<const T*>(values), n,
+                                                          extremes[0], range, out->scale, slots);
   TALLY_CUDA_CHECK_LAUNCH();
   std::vector<unsigned long long> hi(range), lo(range), count(range), low(range), high(range);
   std::vector<unsigned int> special(range);
