@@ -9,9 +9,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from . import _groupby as gb
 from . import partial as tp
+from ._groupby import take_states
 from ._numpy import layout
-from ._ops import INDEX_OPS, Op
+from ._ops import INDEX_OPS, NO_EMPTY_ANSWER, STATE_OPS, Op
 from .client import Client
 
 Targets = Union[str, Sequence[str], Mapping[str, str]]
@@ -168,3 +170,181 @@ class Chunk:
             coords = np.unravel_index(np.where(found, s.index, 0), local_shape)
             placed = np.ravel_multi_index(tuple(c + at[d] for c, d in zip(coords, axes)), whole_shape)
             s.index = np.where(found, placed, s.index).astype(np.int64)
+
+
+# -- pandas' groupby over Dask DataFrames ----------------------------------------
+
+# Partition k's rows are numbered from k << ROW_BITS in the partial states
+# (PartialRequest.base_index): argmin's and argmax's rows are then ordered
+# as the frame's rows and distinct across partitions, so that the merge
+# keeps the first occurrence, without the partitions' lengths (which Dask
+# knows only once every earlier partition is computed). 2^40 rows a
+# partition, 2^23 partitions: within base_index's 2^63.
+ROW_BITS = 40
+MAX_PARTITIONS = 1 << (63 - ROW_BITS)
+
+
+class GroupStates:
+    """What a groupby carries between steps, one entry per group, groups in
+    the order their keys were first seen: the keys as labels (an Index per
+    key column, NA as pandas has it), each value column's partial states by
+    op, the index labels of the rows argmin's states (and argmax's, ...)
+    hold, and the state counting each group's rows (None when no size is
+    asked for)."""
+
+    __slots__ = ("keys", "states", "labels", "sizes")
+
+    def __init__(self, keys: list, states: dict, labels: dict, sizes: Optional[tp.Partial]) -> None:
+        self.keys, self.states, self.labels, self.sizes = keys, states, labels, sizes
+
+    @property
+    def groups(self) -> int:
+        return len(self.keys[0])
+
+
+def group_partition(partition: Any, by: Any, agg: Any, sort: bool, dropna: bool, targets: Targets, block: int,
+                    options: tuple) -> GroupStates:
+    """The chunk step of a groupby: one GroupBy request (one per 64
+    aggregations) over the partition, every aggregation asking for its
+    partial states, the groups' keys decoded into labels here, so that they
+    mean the same in every partition (strings are factorised per partition)."""
+    # Category keys decoded in their dtype's order (sort=True), the same in
+    # every partition; the last step orders them as pandas would.
+    p = gb.plan_groupby(partition, by, agg, {}, True, dropna, False, partial=True)
+    if p.rows == 0:
+        return GroupStates([k.decode(k.values[:0], np.empty(0, dtype=bool)) for k in p.keys], {}, {}, None)
+    base = block << ROW_BITS
+    c = client(pick_target(targets, block), options)
+    grouped, states, sizes = c._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, None, base_index=base)
+    keys = [k.decode(kv, valid) for k, (kv, valid) in zip(p.keys, grouped.keys)]
+    labels = {}
+    for label, by_op in states.items():
+        for op, s in by_op.items():
+            if op.kind in INDEX_OPS:  # a group with no value has none: any label stands there
+                labels[(label, op)] = partition.index.take(np.where(s.count > 0, s.index - base, 0))
+    return GroupStates(keys, states, labels, sizes)
+
+
+def _group_ids(keys: list) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group, numbered in the order keys are first seen, and each
+    group's first row. Keys compare as pandas' factorize compares them
+    (-0.0 equals 0.0; NaN, None, NA and NaT are one NA key)."""
+    import pandas as pd
+
+    ids = None
+    for k in keys:
+        codes, uniques = pd.factorize(k)
+        codes = codes.astype(np.int64) + 1  # NA (-1) as one more key
+        ids = codes if ids is None else ids * (len(uniques) + 1) + codes
+        ids = pd.factorize(ids)[0].astype(np.int64)
+    return ids, np.unique(ids, return_index=True)[1]
+
+
+def merge_groups(*parts: GroupStates) -> GroupStates:
+    """The combine step: the groups of equal keys merged (tally.merge), the
+    parts' states taken in partition order (a's elements before b's), the
+    groups in the order first seen."""
+    full = [p for p in parts if p.groups]
+    if len(full) <= 1:
+        return full[0] if full else parts[0]
+    keys = [full[0].keys[c].append([p.keys[c] for p in full[1:]]) for c in range(len(full[0].keys))]
+    ids, firsts = _group_ids(keys)
+    n = len(firsts)
+    every = np.arange(n)
+    at = []  # per part: the part's row of each merged group, -1 for none
+    start = 0
+    for p in full:
+        where = np.full(n, -1, dtype=np.int64)
+        where[ids[start:start + p.groups]] = np.arange(p.groups)
+        at.append(where)
+        start += p.groups
+
+    def merged(parts_states: list[tp.Partial], parts_labels: Optional[list] = None) -> tuple[tp.Partial, Any]:
+        """The parts' states of each group merged in part order, and the
+        label of the row an argmin's merge kept."""
+        state, labels = None, None
+        for k, where in enumerate(at):
+            b = take_states(parts_states[k], where)
+            b_labels = None if parts_labels is None else parts_labels[k].take(np.maximum(where, 0))
+            if state is None:
+                state, labels = b, b_labels
+                continue
+            state = tp.merge(state, b)
+            if parts_labels is not None:
+                from_b = (b.count > 0) & (state.index == b.index)  # rows are distinct across partitions
+                labels = labels.append(b_labels).take(np.where(from_b, n + every, every))
+        return state, labels
+
+    states: dict = {}
+    labels: dict = {}
+    for label, by_op in full[0].states.items():
+        states[label] = {}
+        for op in by_op:
+            key = (label, op)
+            parts_labels = [p.labels[key] for p in full] if key in full[0].labels else None
+            states[label][op], kept = merged([p.states[label][op] for p in full], parts_labels)
+            if parts_labels is not None:
+                labels[key] = kept
+    sizes = None if full[0].sizes is None else merged([p.sizes for p in full])[0]
+    return GroupStates([k.take(firsts) for k in keys], states, labels, sizes)
+
+
+def _finished(s: tp.Partial) -> np.ndarray:
+    """A state's value per group, as the server finishes it; for the ops
+    with no value for no elements (min, quantile, ...) a group with none
+    holds 0, which the answer marks missing (its count says so)."""
+    if s.op.kind in NO_EMPTY_ANSWER:
+        has = np.flatnonzero(s.count > 0)
+        part = _finished_all(take_states(s, has))
+        out = np.zeros(s.rows, dtype=part.dtype)
+        out[has] = part
+        return out
+    return _finished_all(s)
+
+
+def _finished_all(s: tp.Partial) -> np.ndarray:
+    return np.asarray(tp.finish(s)) if s.op.kind in STATE_OPS else tp.finish_raw(s)
+
+
+def finish_groups(merged: GroupStates, meta: Any, by: Any, agg: Any, sort: bool, dropna: bool) -> Any:
+    """The last step: the merged states finished (tally.finish), the groups
+    sorted by key (sort=True; NA last) or left in the order first seen, and
+    pandas' result assembled as :meth:`tally.Client.groupby` assembles it."""
+    import pandas as pd
+
+    p = gb.plan_groupby(meta, by, agg, {}, sort, dropna, False, partial=True)
+    n = merged.groups
+    order = np.arange(n)
+    if sort and n:
+        ranks = []
+        for k in merged.keys:
+            codes, uniques = pd.factorize(k, sort=True)
+            ranks.append(np.where(codes == -1, len(uniques), codes))
+        order = np.lexsort(ranks[::-1])
+    keys = [k.take(order) for k in merged.keys]
+    # Category keys: their codes decoded as the whole frame's would be
+    # (pandas' order of categories with sort=False).
+    decoded = [mk.decode(np.asarray(k.codes), np.asarray(k.codes) != -1) if mk.category is not None else k
+               for mk, k in zip(p.keys, keys)]
+
+    index_labels = [meta.index[:0]]
+    answers: dict = {}
+    for v in p.values:
+        got: dict = {}
+        for op in v.ops:
+            s = merged.states.get(v.label, {}).get(op)
+            if op.kind in INDEX_OPS:
+                rows = np.arange(n, dtype=np.int64) + sum(len(x) for x in index_labels)
+                if s is not None:
+                    index_labels.append(merged.labels[(v.label, op)].take(order))
+                found = np.ones(n, dtype=bool) if s is None else take_states(s, order).count > 0
+                got[op] = gb.Answer(rows, found, rows)
+            else:
+                got[op] = gb.Answer(np.empty(0) if s is None else _finished(take_states(s, order)))
+        answers[v.label] = got.__getitem__
+    sizes = None
+    if p.want_sizes:
+        sizes = np.empty(0, np.int64) if merged.sizes is None else \
+            take_states(merged.sizes, order).count.astype(np.int64)
+    index = index_labels[0].append(index_labels[1:]) if len(index_labels) > 1 else index_labels[0]
+    return gb.assemble_result(p, decoded, answers, sizes, index, sort, False)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from . import _values
+from . import partial as tp
 from ._arrays import FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, wire_dtype
 from ._ops import Op
 from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan
@@ -42,6 +43,12 @@ _GROUP_FUNCS = {"idxmin": ("bottomk:1", None), "idxmax": ("topk:1", None)}
 # answers NA. These answer it: bottomk:1 and topk:1 give no value for such
 # a group, nanquantile NaN.
 _EMPTY_SAFE = {"min": "bottomk:1", "max": "topk:1", "quantile": "nanquantile:0.5"}
+# Asked for partial states (tally.dask.groupby), which topk and bottomk do
+# not give per group: idxmin and idxmax are the rows of nanargmin and
+# nanargmax (argmin, argmax for columns without NaN), and min and max stay
+# themselves, a group with no values having the empty state (no value).
+_PARTIAL_GROUP_FUNCS = {"idxmin": ("argmin", "nanargmin"), "idxmax": ("argmax", "nanargmax")}
+_PARTIAL_EMPTY_SAFE = {"quantile": "nanquantile:0.5"}
 FUNC_NAMES = _AGG_NAMES + tuple(_GROUP_FUNCS)
 # pandas groupby functions that tally does not answer, named in the error.
 _NOT_ANSWERED = ("first", "last", "nth", "sem", "ohlc", "mad", "skew", "cumsum", "cumprod", "cummin",
@@ -196,7 +203,7 @@ def _refuse(col: Column, func: str) -> None:
                         f"{', '.join(_TIME_FUNCS)} for it, not {func!r}")
 
 
-def _as_sent(col: Column, funcs: list[str]) -> Column:
+def _as_sent(col: Column, funcs: list[str], partial: bool) -> Column:
     """The column as it is sent for ``funcs``: bools as uint8 (pandas'
     groupby takes the quantile of bools, which numpy, and so tally, refuse;
     every other answer is the same), and a float column needing a mask with
@@ -205,14 +212,17 @@ def _as_sent(col: Column, funcs: list[str]) -> Column:
         _refuse(col, f)
     if col.values.dtype == np.bool_:
         col = Column(col.name, col.values.view(np.uint8), col.valid, col.kind, col.dtype, col.size)
-    return plan(col, funcs, {**_FUNCS, **_GROUP_FUNCS})
+    return plan(col, funcs, {**_FUNCS, **(_PARTIAL_GROUP_FUNCS if partial else _GROUP_FUNCS)})
 
 
-def _op_name(col: Column, func: str) -> str:
-    """The op that answers ``func`` per group over the column as sent."""
+def _op_name(col: Column, func: str, partial: bool = False) -> str:
+    """The op that answers ``func`` per group over the column as sent (as
+    a partial state, with ``partial``)."""
+    if partial and func in _PARTIAL_GROUP_FUNCS:
+        return _PARTIAL_GROUP_FUNCS[func][1 if col.nan_ops else 0]
     if func in _GROUP_FUNCS:
         return _GROUP_FUNCS[func][0]
-    if col.valid is not None and func in _EMPTY_SAFE:
+    if col.valid is not None and func in (_PARTIAL_EMPTY_SAFE if partial else _EMPTY_SAFE):
         return _EMPTY_SAFE[func]
     return _FUNCS[func][1 if col.nan_ops else 0]
 
@@ -224,29 +234,32 @@ def _count_name(col: Column) -> str:
 
 @dataclass
 class _Values:
-    """A value column as sent, the functions asked of it, and its ops."""
+    """A value column as sent, the functions asked of it, and its ops
+    (``partial``: asked for their partial states)."""
     label: Any
     original: Column
     col: Column
     funcs: list[str]
     ops: list[Op]
+    partial: bool = False
 
 
-def _values_column(label: Any, col: Column, funcs: list[str]) -> _Values:
-    sent = _as_sent(col, funcs)
-    names = [_count_name(sent)] + [_op_name(sent, f) for f in funcs if f not in ("count", "size")]
+def _values_column(label: Any, col: Column, funcs: list[str], partial: bool = False) -> _Values:
+    sent = _as_sent(col, funcs, partial)
+    names = [_count_name(sent)] + [_op_name(sent, f, partial) for f in funcs if f not in ("count", "size")]
     if "nunique" in funcs and sent.nan_ops:
         names.append("count")  # the rows, to tell whether a group holds a NaN
-    return _Values(label, col, sent, funcs, [Op.parse(n) for n in dict.fromkeys(names)])
+    return _Values(label, col, sent, funcs, [Op.parse(n) for n in dict.fromkeys(names)], partial)
 
 
 # -- Answers ---------------------------------------------------------------------
 
 @dataclass
-class _Answer:
+class Answer:
     """One aggregation's values, one per group. bottomk:1 and topk:1 find no
     value for a group with none present: ``found`` is False there, and
-    ``rows`` holds the row of each value found."""
+    ``rows`` holds the row of each value found (for idxmin and idxmax, the
+    position of its label in the Index they are taken from)."""
     values: np.ndarray
     found: Optional[np.ndarray] = None
     rows: Optional[np.ndarray] = None
@@ -255,37 +268,64 @@ class _Answer:
 _WIRE_TYPES = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}
 
 
-def _page_answer(r: Any, n: int) -> _Answer:
+def _page_answer(r: Any, n: int) -> Answer:
     kind = r.WhichOneof("values")
     raw = np.array(getattr(r, kind).values, dtype=_WIRE_TYPES[kind]) if kind else np.empty(0)
     if r.aggregation.op not in (pb.OP_TOPK, pb.OP_BOTTOMK):
-        return _Answer(raw)
+        return Answer(raw)
     found = np.array(r.lengths.values, dtype=np.int64) > 0
     values = np.zeros(n, dtype=raw.dtype)
     values[found] = raw
     rows = np.full(n, -1, dtype=np.int64)
     rows[found] = np.array(r.indices.values, dtype=np.int64)
-    return _Answer(values, found, rows)
+    return Answer(values, found, rows)
 
 
-def _concat(parts: list[_Answer]) -> _Answer:
+def _concat(parts: list[Answer]) -> Answer:
     if len(parts) == 1:
         return parts[0]
     joined = [np.concatenate([getattr(p, f) for p in parts]) if getattr(parts[0], f) is not None else None
               for f in ("values", "found", "rows")]
-    return _Answer(*joined)
+    return Answer(*joined)
 
 
 @dataclass
 class _Grouped:
     """What GroupBy answered, every page joined: the groups' keys (values
-    and validity, per key column) and each aggregation's answer."""
+    and validity, per key column) and each aggregation's answer (its
+    partial states, one row per group, where they were asked for)."""
     groups: int
     keys: list[tuple[np.ndarray, np.ndarray]]
-    answers: list[_Answer]
+    answers: list[Any]
 
 
-def _join_pages(pages: list) -> _Grouped:
+def concat_states(parts: list[tp.Partial]) -> tp.Partial:
+    """States of consecutive rows (pages of groups, blocks of rows), as one
+    state of all the rows."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    fields = {name: np.concatenate([getattr(p, name) for p in parts]) for name in _STATE_ROWS}
+    return tp.Partial(op=first.op, dtype=first.dtype, segmented=True, version=first.version, **fields)
+
+
+def take_states(p: tp.Partial, at: np.ndarray) -> tp.Partial:
+    """The rows ``at`` of a state, in that order; -1 gives the empty state
+    (the merge identity) there."""
+    out = tp.empty(p.op, p.dtype, len(at))
+    out.version = p.version
+    has = at >= 0
+    for name in _STATE_ROWS:
+        getattr(out, name)[has] = getattr(p, name)[at[has]]
+    return out
+
+
+# The fields of a Partial that hold one entry (histograms: a row) per row.
+_STATE_ROWS = ("count", "value", "sum_squares", "mean", "m2", "index", "histogram", "below", "above", "nan",
+               "elements", "function_state")
+
+
+def _join_pages(pages: list, ops: Optional[list[Op]] = None) -> _Grouped:
     groups = pages[0].groups
     keys: list[list] = [[] for _ in pages[0].keys]
     valid: list[list] = [[] for _ in pages[0].keys]
@@ -298,12 +338,12 @@ def _join_pages(pages: list) -> _Grouped:
             valid[k].append(np.unpackbits(bits, count=n, bitorder="little").astype(bool) if len(bits)
                             else np.ones(n, dtype=bool))
         for j, r in enumerate(page.results):
-            answers[j].append(_page_answer(r, n))
+            answers[j].append(_page_answer(r, n) if ops is None else tp.Partial.from_proto(ops[j], r, True))
     return _Grouped(groups, [(np.concatenate(k), np.concatenate(v)) for k, v in zip(keys, valid)],
-                    [_concat(a) for a in answers])
+                    [_concat(a) if ops is None else concat_states(a) for a in answers])
 
 
-def _group_values(v: _Values, func: str, got: Callable[[Op], _Answer],
+def _group_values(v: _Values, func: str, got: Callable[[Op], Answer],
                   sizes: Optional[np.ndarray]) -> tuple[np.ndarray, Optional[np.ndarray]]:
     """``func``'s value per group (rows of the table for idxmin and idxmax)
     and where pandas has none (None: every group has one)."""
@@ -319,7 +359,7 @@ def _group_values(v: _Values, func: str, got: Callable[[Op], _Answer],
             # count_distinct counts NaN once; pandas' nunique leaves it out.
             distinct -= count < got(Op.parse("count")).values.astype(np.int64)
         return distinct, None
-    a = got(Op.parse(_op_name(col, func)))
+    a = got(Op.parse(_op_name(col, func, v.partial)))
     if a.found is not None:
         return (a.rows if func in _INDEX_FUNCS else a.values), (None if a.found.all() else ~a.found)
     missing = count <= _NEEDS.get(func, -1)
@@ -394,7 +434,10 @@ def _times(ticks: np.ndarray, missing: Optional[np.ndarray], dtype: Any, kind: s
 
 def _labels(index: Any, rows: np.ndarray, missing: Optional[np.ndarray]) -> Any:
     """The index labels of table rows; NaN where there is no row, as pandas'
-    idxmin (a numeric index becomes float64 then)."""
+    idxmin (a numeric index becomes float64 then); no groups answer an
+    empty float64 column, as pandas' does."""
+    if not len(rows):
+        return np.empty(0, dtype=np.float64)
     if missing is None:
         return index.take(rows).to_numpy()
     taken = index.take(np.where(missing, 0, rows))
@@ -530,6 +573,128 @@ def _unobserved(result: Any, keys: list[_Key], outputs: list[_Output], sort: boo
     return frame
 
 
+@dataclass
+class GroupByPlan:
+    """A groupby call made ready: the result's columns and shape, the key
+    columns and value columns as sent, whether the groups' sizes are asked
+    for, and the table's rows."""
+    frame: bool
+    by: list
+    outputs: list[_Output]
+    shape: str
+    keys: list[_Key]
+    values: list[_Values]
+    want_sizes: bool
+    rows: int
+
+
+def plan_groupby(data: Any, by: Any, agg: Any, named: dict, sort: bool, dropna: bool, observed: bool,
+                 partial: bool = False) -> GroupByPlan:
+    """Checks a groupby call's arguments and prepares its columns (the value
+    columns' ops asking for partial states, with ``partial``). The errors
+    :meth:`GroupByFunctions.groupby` names."""
+    frame = type(data).__module__.startswith("pandas")
+    if frame:
+        import pandas as pd
+
+        if not isinstance(data, pd.DataFrame):
+            raise TypeError(f"groupby takes a pandas DataFrame or a mapping of column names to arrays, "
+                            f"not {type(data).__name__}")
+        if not data.columns.is_unique:
+            raise ValueError("groupby needs unique column labels; this DataFrame repeats "
+                             f"{list(data.columns[data.columns.duplicated()])}")
+        labels = list(data.columns)
+    elif isinstance(data, Mapping):
+        labels = list(data)
+    else:
+        raise TypeError(f"groupby takes a pandas DataFrame or a mapping of column names to arrays, "
+                        f"not {type(data).__name__}")
+    if not isinstance(sort, bool) or not isinstance(dropna, bool) or not isinstance(observed, bool):
+        raise TypeError("sort, dropna and observed are True or False")
+    by = list(by) if isinstance(by, list) else [by]
+    if not by:
+        raise ValueError("by: at least one key column is required")
+    for label in by:
+        try:
+            hash(label)
+        except TypeError:
+            raise TypeError(f"by: give column labels (one, or a list), not {type(label).__name__}; grouping "
+                            f"by arrays or functions is not supported") from None
+        if label not in labels:
+            raise KeyError(f"by: no column {label!r} in the data")
+    outputs, shape = _outputs(labels, by, agg, named)
+    for out in outputs:
+        if out.column is not None and out.column not in labels:
+            raise KeyError(f"agg: no column {out.column!r} in the data")
+
+    if frame:
+        keys = [_pandas_key(data[label], sort) for label in by]
+        columns = {c: column(data[c]) for c in dict.fromkeys(o.column for o in outputs if o.column is not None)}
+        rows = len(data)
+    else:
+        arrays = {label: np.asarray(data[label]) for label in dict.fromkeys(
+            by + [o.column for o in outputs if o.column is not None])}
+        rows = _same_length(arrays)
+        keys = [_numpy_key(label, arrays[label]) for label in by]
+        columns = {}
+        for c in dict.fromkeys(o.column for o in outputs if o.column is not None):
+            a = arrays[c]
+            if not _takes(a.dtype):
+                raise TypeError(f"column {c!r} holds dtype {a.dtype}, which tally cannot aggregate; "
+                                f"supported: {SUPPORTED_NAMES}")
+            columns[c] = Column(c, a, None, "number", a.dtype, len(a))
+    funcs: dict[Any, list[str]] = {}
+    for out in outputs:
+        if out.column is not None:
+            funcs.setdefault(out.column, [])
+            if out.func not in funcs[out.column]:
+                funcs[out.column].append(out.func)
+    values = [_values_column(label, columns[label], fs, partial) for label, fs in funcs.items()]
+    return GroupByPlan(frame, by, outputs, shape, keys, values, any(o.func == "size" for o in outputs), rows)
+
+
+def assemble_result(p: GroupByPlan, decoded: list, answers: Mapping[Any, Callable[[Op], Answer]],
+                    sizes: Optional[np.ndarray], index: Any, sort: bool, observed: bool) -> Any:
+    """The result pandas gives (a dict of numpy arrays for a mapping): from
+    the groups' keys as labels (``decoded``, per key column), each value
+    column's answers by op, the groups' sizes (when asked for) and the
+    Index whose labels idxmin's and idxmax's rows are."""
+    results = []
+    for out in p.outputs:
+        if out.column is None:
+            results.append((sizes, None, None))
+            continue
+        v = next(x for x in p.values if x.label == out.column)
+        results.append((*_group_values(v, out.func, answers[out.column], sizes), v))
+
+    if not p.frame:
+        out_dict: dict[Any, Any] = {}
+        for k, labels in zip(p.keys, decoded):
+            out_dict[k.label] = labels
+        for out, (vals, missing, v) in zip(p.outputs, results):
+            label = out.func if out.label is None else out.label
+            if label in out_dict:
+                raise ValueError(f"result column {label!r} has the name of a key column; rename it "
+                                 f"(named aggregations)")
+            out_dict[label] = vals.astype(np.int64) if v is None else _numpy_values(v, out.func, vals, missing)
+        return out_dict
+
+    import pandas as pd
+
+    index_of_groups = decoded[0] if len(decoded) == 1 else _multi_index(decoded, p.by)
+    if p.shape == "series":
+        result = pd.Series(sizes.astype(np.int64), index=index_of_groups)
+    else:
+        cols = {j: (vals.astype(np.int64) if v is None else _pandas_values(v, out.func, vals, missing, index))
+                for j, (out, (vals, missing, v)) in enumerate(zip(p.outputs, results))}
+        result = pd.DataFrame(cols, index=index_of_groups)
+        result.columns = (pd.MultiIndex.from_tuples([o.label for o in p.outputs]) if p.shape == "multi" and p.outputs
+                          else pd.Index([o.label for o in p.outputs]))
+    if not observed and any(k.category is not None for k in p.keys):
+        result = _unobserved(result, p.keys, p.outputs, sort)
+    return result
+
+
 class GroupByFunctions:
     """pandas' ``DataFrame.groupby(...).agg(...)`` as a method of
     :class:`tally.Client`."""
@@ -577,162 +742,79 @@ class GroupByFunctions:
         columns of different lengths; TypeError for a dtype tally cannot
         take, naming the column; :class:`tally.Error` for what the server
         refuses (INVALID_ARGUMENT naming the field)."""
-        frame = type(data).__module__.startswith("pandas")
-        if frame:
-            import pandas as pd
-
-            if not isinstance(data, pd.DataFrame):
-                raise TypeError(f"groupby takes a pandas DataFrame or a mapping of column names to arrays, "
-                                f"not {type(data).__name__}")
-            if not data.columns.is_unique:
-                raise ValueError("groupby needs unique column labels; this DataFrame repeats "
-                                 f"{list(data.columns[data.columns.duplicated()])}")
-            labels = list(data.columns)
-        elif isinstance(data, Mapping):
-            labels = list(data)
-        else:
-            raise TypeError(f"groupby takes a pandas DataFrame or a mapping of column names to arrays, "
-                            f"not {type(data).__name__}")
-        if not isinstance(sort, bool) or not isinstance(dropna, bool) or not isinstance(observed, bool):
-            raise TypeError("sort, dropna and observed are True or False")
-        by = list(by) if isinstance(by, list) else [by]
-        if not by:
-            raise ValueError("by: at least one key column is required")
-        for label in by:
-            try:
-                hash(label)
-            except TypeError:
-                raise TypeError(f"by: give column labels (one, or a list), not {type(label).__name__}; grouping "
-                                f"by arrays or functions is not supported") from None
-            if label not in labels:
-                raise KeyError(f"by: no column {label!r} in the data")
-        outputs, shape = _outputs(labels, by, agg, named)
-        for out in outputs:
-            if out.column is not None and out.column not in labels:
-                raise KeyError(f"agg: no column {out.column!r} in the data")
-
-        if frame:
-            keys = [_pandas_key(data[label], sort) for label in by]
-            columns = {c: column(data[c]) for c in dict.fromkeys(o.column for o in outputs if o.column is not None)}
-            rows = len(data)
-        else:
-            arrays = {label: np.asarray(data[label]) for label in dict.fromkeys(
-                by + [o.column for o in outputs if o.column is not None])}
-            rows = _same_length(arrays)
-            keys = [_numpy_key(label, arrays[label]) for label in by]
-            columns = {}
-            for c in dict.fromkeys(o.column for o in outputs if o.column is not None):
-                a = arrays[c]
-                if not _takes(a.dtype):
-                    raise TypeError(f"column {c!r} holds dtype {a.dtype}, which tally cannot aggregate; "
-                                    f"supported: {SUPPORTED_NAMES}")
-                columns[c] = Column(c, a, None, "number", a.dtype, len(a))
-        funcs: dict[Any, list[str]] = {}
-        for out in outputs:
-            if out.column is not None:
-                funcs.setdefault(out.column, [])
-                if out.func not in funcs[out.column]:
-                    funcs[out.column].append(out.func)
-        values = [_values_column(label, columns[label], fs) for label, fs in funcs.items()]
-        want_sizes = any(o.func == "size" for o in outputs)
-
-        grouped, answers, sizes = self._group(keys, values, want_sizes, rows, sort, dropna, timeout)
-        results = []
-        for out in outputs:
-            if out.column is None:
-                results.append((sizes, None, None))
-                continue
-            v = next(x for x in values if x.label == out.column)
-            got = answers[out.column]
-            results.append((*_group_values(v, out.func, got, sizes), v))
-
-        if not frame:
-            out_dict: dict[Any, Any] = {}
-            for k, (kv, kvalid) in zip(keys, grouped.keys):
-                out_dict[k.label] = k.decode(kv, kvalid)
-            for out, (vals, missing, v) in zip(outputs, results):
-                label = out.func if out.label is None else out.label
-                if label in out_dict:
-                    raise ValueError(f"result column {label!r} has the name of a key column; rename it "
-                                     f"(named aggregations)")
-                out_dict[label] = vals.astype(np.int64) if v is None else _numpy_values(v, out.func, vals, missing)
-            return out_dict
-
-        import pandas as pd
-
-        decoded = [k.decode(kv, kvalid) for k, (kv, kvalid) in zip(keys, grouped.keys)]
-        index = decoded[0] if len(decoded) == 1 else _multi_index(decoded, by)
-        if shape == "series":
-            result = pd.Series(sizes.astype(np.int64), index=index)
-        else:
-            cols = {j: (vals.astype(np.int64) if v is None else
-                        _pandas_values(v, out.func, vals, missing, data.index))
-                    for j, (out, (vals, missing, v)) in enumerate(zip(outputs, results))}
-            result = pd.DataFrame(cols, index=index)
-            result.columns = (pd.MultiIndex.from_tuples([o.label for o in outputs]) if shape == "multi" and outputs
-                              else pd.Index([o.label for o in outputs]))
-        if not observed and any(k.category is not None for k in keys):
-            result = _unobserved(result, keys, outputs, sort)
-        return result
+        p = plan_groupby(data, by, agg, named, sort, dropna, observed)
+        grouped, answers, sizes = self._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, timeout)
+        decoded = [k.decode(kv, kvalid) for k, (kv, kvalid) in zip(p.keys, grouped.keys)]
+        return assemble_result(p, decoded, {label: got.__getitem__ for label, got in answers.items()},
+                         None if sizes is None else sizes.values.astype(np.int64),
+                         data.index if p.frame else None, sort, observed)
 
     def _group(self, keys: list[_Key], values: list[_Values], want_sizes: bool, rows: int, sort: bool,
-               dropna: bool, timeout: Optional[float]) -> tuple[_Grouped, dict, Optional[np.ndarray]]:
+               dropna: bool, timeout: Optional[float], base_index: Optional[int] = None
+               ) -> tuple[_Grouped, dict[Any, dict[Op, Any]], Any]:
         """Sends the GroupBy requests (one per batch of value columns, each
         with the keys) and joins their pages: the first request's groups,
-        each value column's answers by op, and each group's rows."""
+        each value column's answers by op, and the answer counting each
+        group's rows (None unless ``want_sizes``). With ``base_index`` every
+        aggregation asks for its partial states (argmin's rows counted from
+        base_index), which the answers then are."""
         if rows == 0:
             # No rows, no groups: answered here, as the server refuses min
             # and max of an empty column even with no group to answer.
-            def empty(op: Op) -> _Answer:
+            def empty(op: Op, dtype: np.dtype) -> Any:
+                if base_index is not None:
+                    return tp.empty(op, dtype, 0)
                 found = np.empty(0, dtype=bool) if op.kind in ("topk", "bottomk") else None
-                return _Answer(np.empty(0), found, None if found is None else np.empty(0, dtype=np.int64))
+                return Answer(np.empty(0), found, None if found is None else np.empty(0, dtype=np.int64))
             return (_Grouped(0, [(k.values[:0], np.empty(0, dtype=bool)) for k in keys], []),
-                    {v.label: empty for v in values}, np.empty(0, dtype=np.int64))
+                    {v.label: {op: empty(op, v.col.values.dtype) for op in v.ops} for v in values},
+                    empty(Op.parse("count"), np.dtype(np.uint8)) if want_sizes else None)
         names = _Names()
         key_columns = [_wire_column(names(k.label), k.values, k.valid) for k in keys]
         key_names = [c.name for c in key_columns]
         # Each group's rows: OP_COUNT over a key column without a mask (a
         # masked one counts only the rows whose key is present), else over a
-        # column of zeros sent for it.
-        size_column = next((c for c, k in zip(key_columns, keys) if k.valid is None), None)
+        # column of zeros sent for it. Partial states: always the zeros, so
+        # that every part's states of it have one dtype to merge.
+        size_column = None if base_index is not None else next(
+            (c for c, k in zip(key_columns, keys) if k.valid is None), None)
         extra = []
         if want_sizes and size_column is None:
             size_column = _wire_column(names("size"), np.zeros(rows, dtype=np.uint8), None)
             extra.append(size_column)
         wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid) for v in values}
-        answers: dict[Any, Callable[[Op], _Answer]] = {}
+        count = Op.parse("count")
+        answers: dict[Any, dict[Op, Any]] = {}
         sizes = None
         first: Optional[_Grouped] = None
         for n, batch in enumerate(_batches(values, _MAX_AGGREGATIONS)):
             aggs, owners = [], []
             if n == 0 and want_sizes:
-                aggs.append(pb.GroupAggregation(column=size_column.name,
-                                                aggregation=self._wire_op(Op.parse("count"))))
+                aggs.append(pb.GroupAggregation(column=size_column.name, aggregation=self._wire_op(count, base_index)))
                 owners.append(None)
             for v in batch:
                 for op in v.ops:
-                    aggs.append(pb.GroupAggregation(column=wire[id(v)].name, aggregation=self._wire_op(op)))
+                    aggs.append(pb.GroupAggregation(column=wire[id(v)].name,
+                                                    aggregation=self._wire_op(op, base_index)))
                     owners.append((v.label, op))
             if not aggs:  # no value column: the keys alone, counted
-                aggs.append(pb.GroupAggregation(column=key_names[0], aggregation=self._wire_op(Op.parse("count"))))
+                aggs.append(pb.GroupAggregation(column=key_names[0], aggregation=self._wire_op(count, base_index)))
                 owners.append(None)
             request = pb.GroupByRequest(columns=key_columns + extra * (n == 0) + [wire[id(v)] for v in batch],
                                         keys=key_names, aggregations=aggs, first_seen_order=not sort,
                                         keep_na_keys=not dropna)
-            grouped = _join_pages(self._call(self._group_by_pages, request, timeout))
+            ops = None if base_index is None else [count if o is None else o[1] for o in owners]
+            grouped = _join_pages(self._call(self._group_by_pages, request, timeout), ops)
             if first is None:
                 first = grouped
             elif grouped.groups != first.groups:
                 raise RuntimeError(f"GroupBy answered {grouped.groups} groups, then {first.groups} for the same keys")
-            by_label: dict[Any, dict[Op, _Answer]] = {}
             for owner, a in zip(owners, grouped.answers):
                 if owner is None:
                     if n == 0 and want_sizes:
-                        sizes = a.values.astype(np.int64)
+                        sizes = a
                     continue
-                by_label.setdefault(owner[0], {})[owner[1]] = a
-            for label, got in by_label.items():
-                answers[label] = got.__getitem__
+                answers.setdefault(owner[0], {})[owner[1]] = a
         return first, answers, sizes
 
     def _group_by_pages(self, request: Any, timeout: Optional[float], metadata: Any) -> list:

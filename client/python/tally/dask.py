@@ -15,6 +15,8 @@ alike. Needs dask (and distributed, for a cluster).
   :func:`max`, :func:`ptp`, :func:`argmin`, :func:`argmax` and the
   nan-functions (``tally.dask.nanmean(x, axis=0, targets=...)``).
 - pandas' ``agg`` over a Dask DataFrame or Series: :func:`agg`, a Delayed.
+- pandas' ``groupby(by).agg(...)`` over a Dask DataFrame: :func:`groupby`,
+  a Delayed.
 - the fused many-ops call of :meth:`tally.Client.aggregate`:
   :func:`aggregate`, a Delayed of :class:`tally.Results`.
 
@@ -33,10 +35,12 @@ import dask
 import dask.array as da
 
 from . import _dask_steps as steps
+from . import _groupby
 from . import _pandas
 from . import _values
 from . import partial as tp
 from ._arrays import check_dtype
+from ._groupby import concat_states
 from ._numpy import normalize_axis_tuple
 from ._ops import INDEX_OPS, Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
@@ -220,11 +224,7 @@ def finish(merged: Any, ops: Union[OpLike, Iterable[OpLike]], segmented: bool) -
 
 def _concat_rows(blocks: list[tp.Partial]) -> tp.Partial:
     """Row blocks' states, in row order, as one state of all the rows."""
-    first = blocks[0]
-    fields = {name: np.concatenate([getattr(b, name) for b in blocks])
-              for name in ("count", "value", "sum_squares", "mean", "m2", "index", "histogram", "below", "above", "nan",
-                           "elements", "function_state")}
-    return tp.Partial(op=first.op, dtype=first.dtype, segmented=True, version=first.version, **fields)
+    return concat_states(blocks)
 
 
 def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: Optional[Targets] = None, *,
@@ -336,3 +336,82 @@ def agg(frame: Any, func: Union[str, list, dict], targets: Optional[Targets] = N
     while len(level) > 1:
         level = [dask.delayed(_merge_states)(*level[k:k + split_every]) for k in range(0, len(level), split_every)]
     return dask.delayed(_frame_answer)(level[0], meta, func)
+
+
+# -- pandas' groupby over Dask DataFrames ----------------------------------------
+
+# Client.groupby's functions whose ops the server answers with no partial
+# states (per group or at all) yet.
+_NO_GROUP_STATES = ("prod", "any", "all")
+# Those whose states tally's rules keep as bytes, merged by tally._states.
+_NATIVE_GROUP_STATES = ("median", "quantile", "nunique")
+
+
+def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *, sort: bool = True,
+            dropna: bool = True, split_every: int = 8, timeout: Optional[float] = 60.0,
+            client_options: Optional[Mapping[str, Any]] = None) -> "dask.delayed":
+    """What pandas' ``frame.groupby(by, sort=sort, dropna=dropna).agg(agg)``
+    answers for the whole of a Dask DataFrame (``ddf.groupby(...).agg(...)
+    .compute()``), as a Delayed of that pandas DataFrame (a Series for
+    ``agg="size"``), as :func:`agg` answers a Delayed. Nothing is sent
+    before ``.compute()``.
+
+    ``by`` and ``agg`` as :meth:`tally.Client.groupby` takes them (a label or
+    a list of 1 to 8; a name, a list or a dict {column: names}), with its
+    rules for keys, values, NA and pandas' dtypes (``observed=False``), and
+    its functions that have partial states per group: sum, mean, min, max,
+    count, size, std, var, idxmin and idxmax (index labels, from the
+    nanargmin and nanargmax states; the first row on ties, as pandas), and
+    median, quantile and nunique, whose states tally's rules merge in the
+    package's native module (tally._states: without it they are an
+    ImportError). prod, any and all have no partial states yet: a
+    ValueError names them.
+
+    Each partition goes to a server (round-robin over ``targets`` by
+    partition, or the worker's host's own, as :func:`agg`) in one GroupBy
+    call (one per 64 aggregations) that answers each group's partial states
+    (argmin's rows counted from partition << 40, so that they are ordered as
+    the frame's rows); keys that are not numbers are factorised per
+    partition and carried through the merge as their values. The graph's
+    combine steps merge the states of equal keys (NA as one key with
+    ``dropna=False``, -0.0 and 0.0 as one) in partition order, in a tree of
+    ``split_every`` (tally.merge), and the last task finishes them, sorts
+    the groups by key (``sort=True``, NA last) or keeps them in the order
+    first seen across the partitions, and assembles pandas' result.
+    Category keys and values need known categories (``ddf.categorize()``)."""
+    import pandas as pd
+
+    meta = getattr(frame, "_meta", None)
+    if not isinstance(meta, pd.DataFrame) or not hasattr(frame, "to_delayed"):
+        raise TypeError(f"tally.dask.groupby takes a Dask DataFrame, not {type(frame).__name__}")
+    if not isinstance(split_every, int) or split_every < 2:
+        raise ValueError(f"split_every must be an integer >= 2, got {split_every!r}")
+    plan = _groupby.plan_groupby(meta, by, agg, {}, sort, dropna, False, partial=True)  # refuses bad input now
+    funcs = {f for v in plan.values for f in v.funcs}
+    refused = [f for f in _NO_GROUP_STATES if f in funcs]
+    if refused:
+        raise ValueError(f"tally.dask.groupby: {refused} have no partial states on the server yet; the functions "
+                         f"with them are sum, mean, min, max, count, size, std, var, median, quantile, nunique, "
+                         f"idxmin and idxmax")
+    native = [f for f in _NATIVE_GROUP_STATES if f in funcs]
+    if native:
+        try:
+            from . import _states  # noqa: F401
+        except ImportError:
+            raise ImportError(f"tally.dask.groupby: merging the partial states of {native} needs tally's native "
+                              f"module (tally._states), which is built with the package where pybind11 is "
+                              f"installed (Debian: pybind11-dev)") from None
+    for label in list(plan.by) + [v.label for v in plan.values]:
+        dtype = meta[label].dtype
+        if isinstance(dtype, pd.CategoricalDtype) and "__UNKNOWN_CATEGORIES__" in list(dtype.categories):
+            raise TypeError(f"column {label!r} has unknown categories: call .categorize() first")
+    parts = frame.to_delayed()
+    if len(parts) > steps.MAX_PARTITIONS:
+        raise ValueError(f"tally.dask.groupby takes at most {steps.MAX_PARTITIONS} partitions, not {len(parts)}")
+    targets, options = _targets(targets), _options(timeout, client_options)
+    level = [dask.delayed(steps.group_partition)(p, by, agg, sort, dropna, targets, k, options)
+             for k, p in enumerate(parts)]
+    while len(level) > 1:
+        level = [dask.delayed(steps.merge_groups)(*level[k:k + split_every])
+                 for k in range(0, len(level), split_every)]
+    return dask.delayed(steps.finish_groups)(level[0], meta, by, agg, sort, dropna)
