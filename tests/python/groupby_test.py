@@ -372,7 +372,7 @@ class Frames(Base):
 class ReadmeExample(Base):
     def test_the_group_by_example_runs_and_agrees(self):
         readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
-        section = readme[readme.index("### Group-by"):]
+        section = readme[readme.index("### Group-by\n"):]
         code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
         self.assertIn("assert", code)
         code = code.replace('"localhost:50051"', repr(f"127.0.0.1:{self.server.port}"))
