@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "server/core/request.h"
 #include "server/engine/source.h"
 
@@ -19,6 +21,13 @@ namespace tally {
 
 // Most key columns in one request (GROUP BY a, b, ... h).
 inline constexpr std::size_t kMaxKeyColumns = 8;
+
+// More groups than the server's limit (--max_groups), wherever they are
+// counted.
+inline absl::Status TooManyGroups(std::uint64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat("the keys make more than ", limit,
+                                                   " groups (the server's --max_groups)."));
+}
 
 struct GroupColumn {
   std::string name;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/group_request.h"
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/stream_buffer.h"
 #include "tally/kernels/cuda_error.h"
@@ -75,31 +76,52 @@ class CudaGroupOrder final : public DeviceGroupOrder {
   std::uint64_t count_;
 };
 
+// What both device passes check and set up first: the keys on a GPU in
+// use and healthy, a key dtype and row count the kernels take, the pool
+// that lends their scratch kept, and a stream of their own. UNIMPLEMENTED
+// (the engine groups another way) for keys these passes do not take.
+struct DevicePass {
+  int device = 0;
+  Stream stream;
+};
+
+absl::StatusOr<DevicePass> StartDevicePass(const Extent& keys, DType key_dtype, std::uint64_t rows,
+                                           const DevicePool& pool) {
+  const auto unimplemented = [](const std::string& why) {
+    return absl::UnimplementedError(absl::StrCat("no device grouping: ", why));
+  };
+  if (keys.placement.memory != Memory::kDevice) return unimplemented("the keys are not in GPU memory.");
+  DevicePass pass;
+  pass.device = keys.placement.device;
+  if (!pool.Uses(pass.device)) {
+    return unimplemented(absl::StrCat("GPU ", pass.device, " is not one of the devices in use."));
+  }
+  if (absl::Status health = pool.DeviceHealth(pass.device); !health.ok()) return health;
+  if (!kernels::GroupKeysSupported(key_dtype)) return unimplemented(absl::StrCat(rules::Name(key_dtype), " keys."));
+  if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return unimplemented("1 to 2^31 - 1 rows.");
+  ScopedDevice on(pass.device);
+  if (KeepPoolMemory(pass.device) != cudaSuccess) {
+    const std::string where = LastErrorWhere();
+    (void)cudaGetLastError();
+    return unimplemented(absl::StrCat("GPU ", pass.device, "'s memory pool: ", where));
+  }
+  if (Stream::Create(&pass.stream) != cudaSuccess) return Failure(pass.device, "creating a stream");
+  return pass;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
                                                                      std::uint64_t rows, std::uint64_t max_groups,
                                                                      const DevicePool& pool) {
-  const auto unimplemented = [](const std::string& why) {
-    return absl::UnimplementedError(absl::StrCat("no device grouping: ", why));
-  };
-  if (keys.placement.memory != Memory::kDevice) return unimplemented("the keys are not in GPU memory.");
-  const int device = keys.placement.device;
-  if (!pool.Uses(device)) return unimplemented(absl::StrCat("GPU ", device, " is not one of the devices in use."));
-  if (absl::Status health = pool.DeviceHealth(device); !health.ok()) return health;
-  const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
-  if (!kernels::GroupKeysSupported(dtype)) return unimplemented(absl::StrCat(rules::Name(dtype), " keys."));
-  if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return unimplemented("1 to 2^31 - 1 rows.");
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool);
+  if (!pass.ok()) return pass.status();
+  const int device = pass->device;
+  Stream& stream = pass->stream;
   ScopedDevice on(device);
+  const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
   std::size_t scratch_bytes = 0;
   if (kernels::GroupByKeyScratchBytes(k, &scratch_bytes) != cudaSuccess) return Failure(device, "sizing scratch");
-  if (KeepPoolMemory(device) != cudaSuccess) {
-    const std::string where = LastErrorWhere();
-    (void)cudaGetLastError();
-    return unimplemented(absl::StrCat("GPU ", device, "'s memory pool: ", where));
-  }
-  Stream stream;
-  if (Stream::Create(&stream) != cudaSuccess) return Failure(device, "creating a stream");
   StreamBuffer scratch, order_rows;
   if (StreamBuffer::Create(scratch_bytes, stream.view(), &scratch) != cudaSuccess ||
       StreamBuffer::Create(rows * sizeof(std::uint32_t), stream.view(), &order_rows) != cudaSuccess) {
@@ -115,14 +137,11 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
       e != cudaSuccess) {
     if (e == cudaErrorInvalidValue) {  // the keys' range passes kMaxRange: nothing but a read was done
       (void)cudaGetLastError();
-      return unimplemented("the keys' range passes 2^32.");
+      return absl::UnimplementedError("no device grouping: the keys' range passes 2^32.");
     }
     return Failure(device, "ordering rows by key");
   }
-  if (order.groups > max_groups) {
-    return absl::ResourceExhaustedError(absl::StrCat("the keys make ", order.groups, " groups, more than ", max_groups,
-                                                     " (the server's --max_groups)."));
-  }
+  if (order.groups > max_groups) return TooManyGroups(max_groups);
   scratch = StreamBuffer();  // given back before the columns are gathered
   auto out = std::make_unique<CudaGroupOrder>(device, std::move(stream), std::move(order_rows), rows);
   out->groups = order.groups;
@@ -136,27 +155,17 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   const auto unimplemented = [](const std::string& why) {
     return absl::UnimplementedError(absl::StrCat("no direct device group-by: ", why));
   };
-  if (keys.placement.memory != Memory::kDevice || values.placement != keys.placement) {
-    return unimplemented("keys and values are not on one GPU.");
-  }
+  if (values.placement != keys.placement) return unimplemented("keys and values are not on one GPU.");
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return unimplemented("values are not float32 or float64.");
-  if (!kernels::GroupKeysSupported(key_dtype)) return unimplemented(absl::StrCat(rules::Name(key_dtype), " keys."));
-  if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return unimplemented("1 to 2^31 - 1 rows.");
-  const int device = keys.placement.device;
-  if (!pool.Uses(device)) return unimplemented(absl::StrCat("GPU ", device, " is not one of the devices in use."));
-  if (absl::Status health = pool.DeviceHealth(device); !health.ok()) return health;
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, key_dtype, rows, pool);
+  if (!pass.ok()) return pass.status();
+  const int device = pass->device;
+  Stream& stream = pass->stream;
   ScopedDevice on(device);
   std::size_t scratch_bytes = 0;
   if (kernels::DenseGroupScratchBytes(kernels::kMaxDenseRange, &scratch_bytes) != cudaSuccess) {
     return Failure(device, "sizing scratch");
   }
-  if (KeepPoolMemory(device) != cudaSuccess) {
-    const std::string where = LastErrorWhere();
-    (void)cudaGetLastError();
-    return unimplemented(absl::StrCat("GPU ", device, "'s memory pool: ", where));
-  }
-  Stream stream;
-  if (Stream::Create(&stream) != cudaSuccess) return Failure(device, "creating a stream");
   StreamBuffer scratch;
   if (StreamBuffer::Create(scratch_bytes, stream.view(), &scratch) != cudaSuccess) {
     return absl::ResourceExhaustedError(absl::StrCat("GPU ", device, " has no room for the group-by's ", scratch_bytes,
@@ -174,10 +183,7 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
     }
     return Failure(device, "summing by key");
   }
-  if (dense.groups > max_groups) {
-    return absl::ResourceExhaustedError(absl::StrCat("the keys make ", dense.groups, " groups, more than ", max_groups,
-                                                     " (the server's --max_groups)."));
-  }
+  if (dense.groups > max_groups) return TooManyGroups(max_groups);
   KeyedSums out;
   out.groups = dense.groups;
   out.keys = std::move(dense.keys);

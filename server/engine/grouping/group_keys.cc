@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "server/core/group_request.h"
 #include "absl/strings/str_cat.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/half.h"
@@ -32,11 +33,6 @@ struct Codes {
   std::vector<std::uint64_t> values;
   std::uint32_t na = kNoGroup;
 };
-
-absl::Status TooManyGroups(std::uint64_t limit) {
-  return absl::ResourceExhaustedError(absl::StrCat("the keys make more than ", limit,
-                                                   " groups (the server's --max_groups)."));
-}
 
 // Keys the caller has widened to canonical bits, with their NA flags, coded
 // in first-seen order. Integer keys within a small range use a direct table;
