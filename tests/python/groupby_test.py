@@ -19,7 +19,7 @@ import pandas as pd
 
 import tally
 from tally.v1 import tally_pb2  # noqa: F401 (the harness starts the server with it)
-from tally_test_server import ClientTestCase, client_test_main
+from tally_test_server import ClientTestCase, client_test_main, readme_python_block
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -371,11 +371,8 @@ class Frames(Base):
 
 class ReadmeExample(Base):
     def test_the_group_by_example_runs_and_agrees(self):
-        readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
-        section = readme[readme.index("### Group-by\n"):]
-        code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+        code = readme_python_block("### Group-by", self.server.port)
         self.assertIn("assert", code)
-        code = code.replace('"localhost:50051"', repr(f"127.0.0.1:{self.server.port}"))
         exec(compile(code, "README.md", "exec"), {})
 
 

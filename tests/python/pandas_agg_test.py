@@ -15,7 +15,7 @@ import pandas as pd
 
 import tally
 from tally.v1 import tally_pb2
-from tally_test_server import ClientTestCase, client_test_main
+from tally_test_server import ClientTestCase, client_test_main, readme_python_block
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -179,11 +179,8 @@ class DataFrames(Base):
 
 class ReadmeExample(Base):
     def test_the_side_by_side_example_runs_and_agrees(self):
-        readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
-        section = readme[readme.index("### numpy, pandas and tally, line by line"):]
-        code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+        code = readme_python_block("### numpy, pandas and tally, line by line", self.server.port)
         self.assertIn("assert", code)
-        code = code.replace('"localhost:50051"', repr(f"127.0.0.1:{self.server.port}"))
         exec(compile(code, "README.md", "exec"), {})
 
 

@@ -161,3 +161,13 @@ class ClientTestCase(unittest.TestCase):
     def setUp(self):
         import numpy as np
         self.rng = np.random.default_rng([sys.modules[type(self).__module__].SEED, hash(self.id()) % (2**32)])
+
+
+def readme_python_block(heading, port):
+    """The first ```python block after the README line `heading` (the whole
+    line), its client pointed at 127.0.0.1:`port`: the README's examples
+    run as tests."""
+    readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
+    section = readme[readme.index(heading + "\n"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+    return code.replace('"localhost:50051"', repr(f"127.0.0.1:{port}"))
