@@ -18,6 +18,13 @@ rules themselves (built with the package where pybind11 is installed;
 without it, merging or finishing such a state raises ImportError).
 Their merges are exact: a merged state is bitwise the one a single
 request over the same elements gives, whatever the order.
+
+prod, count_nonzero, any, all and ptp merge here too: products multiply
+(in float64 for float dtypes, modulo 2^64 for integers), nonzero counts
+add, and ptp keeps its min and max, whose difference is taken in the
+input's dtype only when the state is finished (as numpy.ptp's).
+tests/python/partial_rules_test.py holds this module's merges and
+finishes to tally/rules/partial.h's, bitwise, through tally._states.
 """
 from __future__ import annotations
 
@@ -60,10 +67,13 @@ class Partial:
     each row, when ``segmented``): one entry per row in every field.
 
     Fields an op does not use are zeros. ``value`` holds sums (``sum``) or
-    extremes (min, max, argmin, argmax) in float64, int64 or uint64 by the
-    input's dtype; ``index`` the argmin/argmax index (-1 where ``count`` is
-    0); ``mean`` and ``m2`` the moments (``m2`` stays 0 for mean);
-    ``histogram`` the counts (rows x bins) and ``below``, ``above``, ``nan``.
+    extremes (min, max, argmin, argmax, and ptp's min) in float64, int64 or
+    uint64 by the input's dtype; ``index`` the argmin/argmax index (-1
+    where ``count`` is 0); ``mean`` and ``m2`` the moments (``m2`` stays 0
+    for mean); ``histogram`` the counts (rows x bins) and ``below``,
+    ``above``, ``nan``; ``product`` prod's product and ``max`` ptp's max,
+    by dtype as ``value``; ``nonzero`` the elements that are not zero
+    (count_nonzero, any, all).
     For the NaN-skipping ops ``count`` is the elements that are not NaN and
     ``elements`` every element (0 for the other ops). The functions of
     :data:`tally._ops.STATE_OPS` keep each row's state in ``function_state``
@@ -88,12 +98,22 @@ class Partial:
     elements: np.ndarray = None  # type: ignore[assignment]
     version: int = field(default=STATE_VERSION)
     function_state: np.ndarray = None  # type: ignore[assignment]
+    product: np.ndarray = None  # type: ignore[assignment]
+    nonzero: np.ndarray = None  # type: ignore[assignment]
+    max: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
+        n = len(self.count)
         if self.elements is None:
-            self.elements = np.zeros(len(self.count), dtype=_U64)
+            self.elements = np.zeros(n, dtype=_U64)
         if self.function_state is None:
-            self.function_state = _bytes_array([b""] * len(self.count))
+            self.function_state = _bytes_array([b""] * n)
+        if self.product is None:
+            self.product = np.zeros(n, dtype=_acc_dtype(self.dtype))
+        if self.nonzero is None:
+            self.nonzero = np.zeros(n, dtype=_U64)
+        if self.max is None:
+            self.max = np.zeros(n, dtype=_acc_dtype(self.dtype))
 
     @property
     def rows(self) -> int:
@@ -121,10 +141,9 @@ class Partial:
         dtype = FROM_WIRE[p.dtype]
         states = p.states
         acc = _acc_dtype(dtype)
-        if _plain(op.kind) == "sum":
-            field_name = {"f": "float_sum", "i": "int_sum", "u": "uint_sum", "b": "uint_sum"}[dtype.kind]
-        else:
-            field_name = {"f": "float_extreme", "i": "int_extreme", "u": "uint_extreme", "b": "uint_extreme"}[dtype.kind]
+        # The fields by dtype: float64, int64 or uint64 (bfloat16's numpy kind is not "f").
+        by_kind = {_F64: "float_", _I64: "int_", _U64: "uint_"}[acc]
+        field_name = by_kind + ("sum" if _plain(op.kind) == "sum" else "extreme")
         bins = op.bins if op.kind == "histogram" else 0
         hist = np.zeros((len(states), bins), dtype=np.uint64)
         if bins:
@@ -145,7 +164,10 @@ class Partial:
             above=np.array([s.histogram.above for s in states], dtype=np.uint64),
             nan=np.array([s.histogram.nan for s in states], dtype=np.uint64),
             elements=np.array([s.elements for s in states], dtype=np.uint64),
-            function_state=_bytes_array([s.function_state for s in states]))
+            function_state=_bytes_array([s.function_state for s in states]),
+            product=np.array([getattr(s, by_kind + "product") for s in states], dtype=acc),
+            nonzero=np.array([s.nonzero for s in states], dtype=np.uint64),
+            max=np.array([getattr(s, by_kind + "max") for s in states], dtype=acc))
 
 
 def _bytes_array(items: list) -> np.ndarray:
@@ -263,6 +285,7 @@ def merge(a: Partial, b: Partial) -> Partial:
         value, index = a.value, a.index
         mean, m2, sum_squares = a.mean, a.m2, a.sum_squares
         hist, below, above, nan = a.histogram, a.below, a.above, a.nan
+        product, nonzero, high = a.product, a.nonzero, a.max
         if kind == "sum":
             if a.value.dtype == _I64:  # wraps modulo 2^64, as numpy's
                 value = (a.value.view(_U64) + b.value.view(_U64)).view(_I64)
@@ -293,13 +316,24 @@ def merge(a: Partial, b: Partial) -> Partial:
             index = np.where(a_wins, a.index, b.index)
         elif kind == "histogram":
             hist, below, above, nan = a.histogram + b.histogram, a.below + b.below, a.above + b.above, a.nan + b.nan
+        elif kind == "prod":
+            if a.product.dtype == _I64:  # wraps modulo 2^64, as numpy's
+                product = (a.product.view(_U64) * b.product.view(_U64)).view(_I64)
+            else:
+                product = a.product * b.product
+        elif kind in ("count_nonzero", "any", "all"):
+            nonzero = a.nonzero + b.nonzero
+        elif kind == "ptp":  # its min and max, merged as min's and max's
+            value, high = _min_nan(a.value, b.value), _max_nan(a.max, b.max)
         return Partial(
             op=a.op, dtype=a.dtype, segmented=a.segmented, count=count,
             value=pick(value, a.value, b.value), sum_squares=pick(sum_squares, a.sum_squares, b.sum_squares),
             mean=pick(mean, a.mean, b.mean), m2=pick(m2, a.m2, b.m2), index=pick(index, a.index, b.index),
             histogram=pick(hist, a.histogram, b.histogram), below=pick(below, a.below, b.below),
             above=pick(above, a.above, b.above), nan=pick(nan, a.nan, b.nan),
-            elements=a.elements + b.elements)  # even where a side has count 0
+            elements=a.elements + b.elements,  # even where a side has count 0
+            product=pick(product, a.product, b.product), nonzero=pick(nonzero, a.nonzero, b.nonzero),
+            max=pick(high, a.max, b.max))
 
 
 def merge_all(states: list[Partial]) -> Partial:
@@ -315,14 +349,16 @@ def merge_all(states: list[Partial]) -> Partial:
 def finish_raw(p: Partial) -> np.ndarray:
     """The wire values of a state, per row, as the server finishes them:
     float64, int64 or uint64 (the tally.proto result field). Histograms
-    are not scalars; see :func:`finish`. ValueError for min, max, argmin or
-    argmax of a row with no elements (numpy raises too); on float dtypes
+    are not scalars; see :func:`finish`. prod of no elements is 1, any 0
+    and all 1 (numpy's identities); ptp is max - min in the input's dtype.
+    ValueError for min, max, argmin, argmax or ptp of a row with no
+    elements (numpy raises too); on float dtypes
     for nanargmin and nanargmax of a row with no element that is not NaN,
     and for nanmin and nanmax of an empty row (of an all-NaN one they are
     NaN, as numpy's)."""
     nan_float = p.op.kind in _PLAIN and _arrays.is_float(p.dtype)
     kind = _plain(p.op.kind)
-    if kind in ("min", "max", "argmin", "argmax"):
+    if kind in ("min", "max", "argmin", "argmax", "ptp"):
         no_value = p.count == 0
         if nan_float and kind in ("min", "max"):
             no_value &= p.elements == 0
@@ -339,6 +375,16 @@ def finish_raw(p: Partial) -> np.ndarray:
             return p.index.copy()
         if kind == "sum_squares":
             return p.sum_squares.copy()
+        if kind == "prod":  # the empty product is 1
+            return np.where(p.count == 0, p.product.dtype.type(1), p.product)
+        if kind == "count_nonzero":
+            return p.nonzero.copy()
+        if kind == "any":
+            return (p.nonzero > 0).astype(_U64)
+        if kind == "all":
+            return (p.nonzero == p.count).astype(_U64)
+        if kind == "ptp":
+            return ptp_in(p.dtype, p.value, p.max)
         if kind == "mean":
             return np.where(p.count == 0, np.nan, p.mean)
         if kind in ("variance", "stddev"):
@@ -351,6 +397,64 @@ def finish_raw(p: Partial) -> np.ndarray:
                 var = np.where(p.count == 0, np.nan, p.m2 / divisor)
             return np.sqrt(var) if kind == "stddev" else var
     raise ValueError(f"{p.op} has no scalar value")
+
+
+def _bfloat16_bits(f: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as
+    float32 bits: bfloat16 is float32's top half."""
+    u = f.view(np.uint32)
+    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return np.where(f != f, u | np.uint32(0x00400000), rounded).astype(np.uint32)
+
+
+def _to_bfloat16(d: np.ndarray) -> np.ndarray:
+    """float64 values rounded once to bfloat16, as float32. Through float32
+    rounded to odd (truncated, its last bit set where inexact), so that the
+    second rounding cannot land on a tie the first one made."""
+    f = d.astype(np.float32)
+    u = f.view(np.uint32).copy()
+    inexact = (f.astype(np.float64) != d) & (d == d)
+    # A float32 that rounded away from zero: one step back towards it (for
+    # an overflow to inf, down to float32's largest).
+    u[inexact & (np.abs(f.astype(np.float64)) > np.abs(d))] -= np.uint32(1)
+    u[inexact] |= np.uint32(1)
+    return _bfloat16_bits(u.view(np.float32)).view(np.float32)
+
+
+def ptp_in(dtype: np.dtype, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """numpy.ptp from the min and max a state holds (float64, int64 or
+    uint64 by dtype): max - min computed in ``dtype`` (rules::PtpOf), as
+    the wire value (float64, int64 or uint64). float32 and float64
+    subtract in their own type (float32 may overflow to inf); float16 and
+    bfloat16 in float32, rounded once to the dtype; integers wrap at their
+    width; a NaN extreme gives NaN."""
+    if _arrays.is_float(dtype):
+        return float_ptp(dtype.name, lo, hi)
+    # Integers: the difference at the element's width (bool as uint8), wrapped.
+    width = np.dtype(np.uint8) if dtype == np.bool_ else np.dtype(f"u{dtype.itemsize}")
+    wide = lo.dtype
+    d = hi.view(_U64).astype(width) - lo.view(_U64).astype(width)
+    narrow = np.dtype(f"i{width.itemsize}") if wide == _I64 else width
+    return d.view(narrow).astype(wide)
+
+
+def float_ptp(name: str, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """:func:`ptp_in` of the float dtype called ``name`` ("float64",
+    "float32", "float16" or "bfloat16", which needs no ml_dtypes here),
+    from float64 extremes, as float64."""
+    lo, hi = np.asarray(lo, dtype=_F64), np.asarray(hi, dtype=_F64)
+    with np.errstate(all="ignore"):
+        if name == "float64":
+            return hi - lo
+        if name == "float32":
+            return (hi.astype(np.float32) - lo.astype(np.float32)).astype(_F64)
+        if name == "float16":
+            d = hi.astype(np.float16).astype(np.float32) - lo.astype(np.float16).astype(np.float32)
+            return d.astype(np.float16).astype(_F64)
+        if name == "bfloat16":
+            d = _to_bfloat16(hi) - _to_bfloat16(lo)
+            return _bfloat16_bits(d).view(np.float32).astype(_F64)
+    raise ValueError(f"{name} is not a float dtype tally aggregates")
 
 
 def finish(p: Partial) -> Any:
@@ -372,8 +476,9 @@ def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
     dt = check_dtype(dtype)
     n = 1 if rows is None else rows
     z = lambda d: np.zeros(n, dtype=d)  # noqa: E731
-    return Partial(op=op, dtype=dt, segmented=rows is not None, count=z(_U64), value=z(_acc_dtype(dt)),
+    acc = _acc_dtype(dt)
+    return Partial(op=op, dtype=dt, segmented=rows is not None, count=z(_U64), value=z(acc),
                    sum_squares=z(_F64), mean=z(_F64), m2=z(_F64), index=np.full(n, -1, dtype=_I64),
                    histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
                    below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64),
-                   function_state=_bytes_array([b""] * n))
+                   function_state=_bytes_array([b""] * n), product=z(acc), nonzero=z(_U64), max=z(acc))
