@@ -29,8 +29,8 @@ from tally_test_server import TallyServer, free_port
 
 SERVER_BINARY = None
 SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
-FUNCTIONS = ["sum", "mean", "var", "std", "min", "max", "ptp", "argmin", "argmax", "nansum", "nanmean", "nanvar",
-             "nanstd", "nanmin", "nanmax", "nanargmin", "nanargmax"]
+FUNCTIONS = ["sum", "prod", "mean", "var", "std", "min", "max", "ptp", "argmin", "argmax", "count_nonzero", "any",
+             "all", "nansum", "nanmean", "nanvar", "nanstd", "nanmin", "nanmax", "nanargmin", "nanargmax"]
 INDEX = ("argmin", "argmax", "nanargmin", "nanargmax")
 # Each shape with chunkings: one block, uneven blocks, blocks of one element
 # along an axis. Small shapes (at most 12 blocks a chunking): every block is
@@ -126,9 +126,34 @@ class Arrays(Servers):
         np.testing.assert_allclose(ours, 0, atol=1e-5)
         self.assertEqual(theirs, xn.max())
         with self.assertRaises(ValueError):
-            td.reduce("prod", x)  # no partial states on the server yet
+            td.reduce("median", x)  # not a reduction tally.dask answers
+        with self.assertRaises(TypeError):
+            td.any(x, dtype=np.float64)  # numpy.any takes no dtype
         with self.assertRaises(ValueError):
             td.min(da.zeros((0,), chunks=1)).compute()  # numpy raises for an empty min
+        with self.assertRaises(ValueError):
+            td.ptp(da.zeros((0,), chunks=1)).compute()
+        # numpy's identities for no elements, and its result dtypes.
+        empty = da.zeros((0,), chunks=1, dtype=np.int32)
+        got = dask.compute(td.prod(empty), td.any(empty), td.all(empty), td.count_nonzero(empty))
+        self.assertEqual([np.asarray(g).dtype for g in got], [np.int64, np.bool_, np.bool_, np.int64])
+        self.assertEqual([g[()] for g in got], [1, False, True, 0])
+        # Odd factors, so that the wrapped product is not 0 (2^64 divides one of 64 even factors).
+        ints = (self.rng.integers(-2**31, 2**31, 4000) | 1).astype(np.int32)
+        for dtype, chunks in ((np.int32, 333), (np.uint8, 1000), (np.float32, 700), (np.bool_, 999)):
+            xn = ints.astype(dtype) if dtype != np.float32 else self.rng.uniform(0.99, 1.01, 4000).astype(dtype)
+            got = td.prod(da.from_array(xn, chunks=chunks)).compute()
+            want = np.prod(xn)
+            self.assertEqual(got.dtype, want.dtype, f"prod of {np.dtype(dtype)}")
+            if dtype == np.float32:
+                np.testing.assert_allclose(got, want, rtol=1e-4)
+            else:
+                self.assertEqual(got, want, f"prod of {np.dtype(dtype)}")
+        # ptp in the dtype: int32's whole range, its two ends in two blocks, wraps to -1 as numpy's.
+        ends = np.zeros(100, np.int32)
+        ends[3], ends[97] = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+        got = td.ptp(da.from_array(ends, chunks=50)).compute()
+        self.assertEqual((got.dtype, got), (np.dtype(np.int32), np.ptp(ends)))
 
     def test_aggregate_is_lazy_with_the_keys_asked_for(self):
         x = da.from_array(self.rng.standard_normal(10_000), chunks=1_000)
@@ -218,8 +243,14 @@ class Frames(Servers):
         unknown["g"] = unknown["g"].cat.as_unknown()
         with self.assertRaises(TypeError):
             td.agg(unknown, "count")
-        with self.assertRaises(ValueError):
-            td.agg(dd.from_pandas(pdf[["f"]], npartitions=2), "prod")  # no partial states on the server yet
+        numeric = pdf[["f", "i", "ints", "floats", "flags"]]
+        for npartitions in (1, 4):
+            ddf = dd.from_pandas(numeric, npartitions=npartitions)
+            for func in ("prod", "any", "all", ["prod", "any", "all", "count"]):
+                self.check(td.agg(ddf, func).compute(), numeric.agg(func), f"agg({func!r}), {npartitions} partitions")
+            for name in numeric.columns:
+                for func in ("prod", "any", "all"):
+                    self.check(td.agg(ddf[name], func).compute(), numeric[name].agg(func), f"{name} {func}")
 
 
 if __name__ == "__main__":

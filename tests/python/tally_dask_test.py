@@ -2,7 +2,8 @@
 tally servers on loopback: an array in 64 chunks (2 GiB by default, 256 MiB
 in the test suite) gets numpy's answers
 (computed chunk-wise by Dask over the same lazily generated chunks) for
-every op, rows too, and a server that dies or stalls mid-job fails the
+every op, rows too, prod, count_nonzero, any, all and ptp merged across
+chunks, and a server that dies or stalls mid-job fails the
 computation with tally.Error within its deadline instead of hanging it.
 Prints the time of the array through Dask+tally and Dask+numpy.
 
@@ -164,6 +165,48 @@ class DaskCluster(unittest.TestCase):
         np.testing.assert_allclose(got["var"], mn.var(axis=1), rtol=1e-12)
         for i in (0, 1234, 2999):
             np.testing.assert_array_equal(got["hist:8:-40:40"].counts[i], np.histogram(mn[i], 8, (-40, 40))[0])
+
+    def test_products_counts_and_ptp_merge_across_chunks(self):
+        """prod, count_nonzero, any, all and ptp from each chunk's states,
+        merged on the workers (the states pickled between processes):
+        integer products that wrap modulo 2^64 exactly as numpy's, float
+        products to rounding, ptp in the dtype (int32's whole range in two
+        chunks wraps to -1, as numpy's), rows chunked both ways with rows
+        of zeros only."""
+        rng = np.random.default_rng(SEED + 4)
+        ops = "prod,count_nonzero,any,all,ptp"
+        ints = (rng.integers(-2**31, 2**31, 200_000) | 1).astype(np.int32)  # odd: the product is not 0
+        ints[rng.random(ints.size) < 0.001] = 0
+        ints[:50_000] |= 1  # a chunk with no zero
+        ends = ints.copy()
+        ends[10], ends[150_000] = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+        near_one = rng.uniform(0.999, 1.001, 200_000)
+        for xn in (ints, ends, ints.astype(np.uint8), near_one, near_one.astype(np.float32), ints > 0):
+            got = td.aggregate(da.from_array(xn, chunks=33_333), ops if xn.dtype != np.bool_ else "prod,nnz,any,all",
+                               self.targets).compute()
+            msg = f"{xn.dtype}"
+            if xn.dtype.kind == "f":
+                self.assertEqual(got["prod"].dtype, xn.dtype, msg)
+                # Multiplied in float64, rounded once to the dtype.
+                np.testing.assert_allclose(got["prod"], np.prod(xn.astype(np.float64)),
+                                           rtol=1e-9 if xn.dtype == np.float64 else 1e-7, err_msg=msg)
+            else:
+                self.assertEqual((got["prod"].dtype, got["prod"]), (np.prod(xn).dtype, np.prod(xn)), msg)
+            self.assertEqual(got["count_nonzero" if xn.dtype != np.bool_ else "nnz"], np.count_nonzero(xn), msg)
+            self.assertIs(got["any"], np.any(xn), msg)
+            self.assertIs(got["all"], np.all(xn), msg)
+            if xn.dtype != np.bool_:
+                self.assertEqual((got["ptp"].dtype, got["ptp"]), (xn.dtype, np.ptp(xn)), msg)
+        self.assertEqual(np.ptp(ends), -1)
+        mn = rng.choice(np.array([-3, -1, 1, 3, 0], np.int16), size=(300, 5001), p=[0.25, 0.25, 0.25, 0.2498, 0.0002])
+        mn[7] = 0
+        rows = td.aggregate(da.from_array(mn, chunks=(70, 1300)), ops, self.targets).compute()
+        np.testing.assert_array_equal(rows["prod"], np.prod(mn, axis=1))
+        np.testing.assert_array_equal(rows["count_nonzero"], np.count_nonzero(mn, axis=1))
+        np.testing.assert_array_equal(rows["any"], np.any(mn, axis=1))
+        np.testing.assert_array_equal(rows["all"], np.all(mn, axis=1))
+        np.testing.assert_array_equal(rows["ptp"], np.ptp(mn, axis=1))
+        self.assertEqual(rows["ptp"].dtype, np.int16)
 
     def test_shared_memory_blocks_get_the_same_answers(self):
         x = da.random.RandomState(SEED + 3).standard_normal(2**23, chunks=2**20)  # 64 MiB, 8 chunks

@@ -11,8 +11,9 @@ into answers. It runs on the local schedulers and on dask.distributed
 alike. Needs dask (and distributed, for a cluster).
 
 - numpy's reductions over Dask Arrays of any chunking and axis, as Dask
-  Arrays: :func:`sum`, :func:`mean`, :func:`var`, :func:`std`, :func:`min`,
-  :func:`max`, :func:`ptp`, :func:`argmin`, :func:`argmax` and the
+  Arrays: :func:`sum`, :func:`prod`, :func:`mean`, :func:`var`,
+  :func:`std`, :func:`min`, :func:`max`, :func:`ptp`, :func:`argmin`,
+  :func:`argmax`, :func:`count_nonzero`, :func:`any`, :func:`all` and the
   nan-functions (``tally.dask.nanmean(x, axis=0, targets=...)``).
 - pandas' ``agg`` over a Dask DataFrame or Series: :func:`agg`, a Delayed.
 - pandas' ``groupby(by).agg(...)`` over a Dask DataFrame: :func:`groupby`,
@@ -85,12 +86,15 @@ def _chunked_reduction(array: "da.Array", ops: list[Op], targets: Optional[Targe
 
 # -- numpy's reductions -------------------------------------------------------
 
-# numpy functions answered from partial states, and the ops each needs.
+# numpy functions answered from partial states, each by its own op's.
+# ptp's state holds the min and the max, and finishing it takes max - min
+# in the input's dtype (numpy.ptp), as the server would.
 _FUNCTION_OPS = {name: (name,) for name in (
-    "sum", "mean", "var", "std", "min", "max", "argmin", "argmax",
+    "sum", "prod", "mean", "var", "std", "min", "max", "ptp", "argmin", "argmax", "count_nonzero", "any", "all",
     "nansum", "nanmean", "nanvar", "nanstd", "nanmin", "nanmax", "nanargmin", "nanargmax")}
-_FUNCTION_OPS["ptp"] = ("min", "max")  # numpy.ptp: max - min in the input's dtype
 _DDOF_FUNCTIONS = ("var", "std", "nanvar", "nanstd")
+# numpy functions without a dtype argument (numpy.any(x, dtype=...) is a TypeError).
+_NO_DTYPE_FUNCTIONS = ("count_nonzero", "any", "all")
 
 
 class _Finish:
@@ -104,12 +108,10 @@ class _Finish:
         parts = steps.merge_blocks(blocks)
         states = steps.merged_states(parts, self.ops, self.dtype)
         try:
-            values = [np.asarray(tp.finish(s)) for s in states]
-        except ValueError:  # no elements for min, max or an index: numpy's error
+            (value,) = [np.asarray(tp.finish(s)) for s in states]
+        except ValueError:  # no elements for min, max, ptp or an index: numpy's error
             raise ValueError(f"zero-size array to reduction operation {self.name} which has no identity") from None
-        with np.errstate(all="ignore"):
-            value = values[1] - values[0] if self.name == "ptp" else values[0]
-        out = np.asarray(value).astype(self.out_dtype).reshape(parts.shape)
+        out = value.astype(self.out_dtype).reshape(parts.shape)
         if keepdims:
             ndim = len(parts.shape) + len(axis)
             kept = iter(parts.shape)
@@ -126,10 +128,11 @@ def reduce(name: str, x: Any, axis: Any = None, *, keepdims: bool = False, dtype
     merged in the graph. Blocks reduced over axes other than their last are
     copied first (as :meth:`tally.Client.sum` does)."""
     if name not in _FUNCTION_OPS:
-        raise ValueError(f"tally.dask has no {name!r}; it has {', '.join(_FUNCTION_OPS)} (prod, any, all and "
-                         f"count_nonzero have no partial states on the server yet)")
+        raise ValueError(f"tally.dask has no {name!r}; it has {', '.join(_FUNCTION_OPS)}")
     if ddof and name not in _DDOF_FUNCTIONS:
         raise TypeError(f"{name} takes no ddof")
+    if dtype is not None and name in _NO_DTYPE_FUNCTIONS:
+        raise TypeError(f"{name} takes no dtype")
     x = x if isinstance(x, da.Array) else da.asarray(x)
     if dtype is not None:
         x = x.astype(dtype)
@@ -165,6 +168,7 @@ def _function(name: str) -> Any:
 
 
 sum = _function("sum")
+prod = _function("prod")
 mean = _function("mean")
 var = _function("var")
 std = _function("std")
@@ -173,6 +177,9 @@ max = _function("max")
 ptp = _function("ptp")
 argmin = _function("argmin")
 argmax = _function("argmax")
+count_nonzero = _function("count_nonzero")
+any = _function("any")
+all = _function("all")
 nansum = _function("nansum")
 nanmean = _function("nanmean")
 nanvar = _function("nanvar")
@@ -241,16 +248,14 @@ def aggregate(array: "da.Array", ops: Union[OpLike, Iterable[OpLike]], targets: 
 
     ``ops`` as :meth:`tally.Client.aggregate` takes them, among those with
     partial states: sum, min, max, mean, count, sum_squares, variance,
-    stddev, argmin, argmax, histogram and the NaN-skipping ops (nansum,
-    nanmean, nanmin, nanmax, nanargmin, nanargmax, nanvar, nanstd, nancount:
-    pandas' skipna), and the functions whose states tally's rules keep
-    (quantile, nanquantile, median, nanmedian, topk, bottomk, hll, ddsketch,
-    count_distinct: merged by the package's native module, exactly, so
-    their answers are those of one request over the whole array; topk's
-    indices count along the whole row). prod, count_nonzero, any, all and ptp have none yet
-    (the servers refuse them:
-    :class:`tally.Error`, INVALID_ARGUMENT), nor has minmax (ValueError: ask
-    for min and max).
+    stddev, argmin, argmax, histogram, prod, count_nonzero, any, all, ptp
+    and the NaN-skipping ops (nansum, nanmean, nanmin, nanmax, nanargmin,
+    nanargmax, nanvar, nanstd, nancount: pandas' skipna), and the functions
+    whose states tally's rules keep (quantile, nanquantile, median,
+    nanmedian, topk, bottomk, hll, ddsketch, count_distinct: merged by the
+    package's native module, exactly, so their answers are those of one
+    request over the whole array; topk's indices count along the whole
+    row). minmax has none (ValueError: ask for min and max).
 
     Each chunk's partial states come from a server (the chunk step, on the
     workers), are merged in Dask's combine and aggregate steps (on the
@@ -316,18 +321,15 @@ def _frame_answer(merged: _FrameStates, meta: Any, func: Any) -> Any:
 def agg(frame: Any, func: Union[str, list, dict], targets: Optional[Targets] = None, *, split_every: int = 8,
         timeout: Optional[float] = 60.0, client_options: Optional[Mapping[str, Any]] = None) -> "dask.delayed":
     """What pandas' ``agg(func)`` answers for the whole of a Dask DataFrame or
-    Series (:meth:`tally.Client.agg`'s functions and rules, but prod, any and
-    all, which have no partial states yet), as a Delayed: each partition's
-    partial states come from a server, merged in a tree of ``split_every``
-    (the graph's tasks), finished into pandas' answer by the last task.
+    Series (:meth:`tally.Client.agg`'s functions and rules), as a Delayed:
+    each partition's partial states come from a server, merged in a tree of
+    ``split_every`` (the graph's tasks), finished into pandas' answer by the
+    last task.
     Nothing is sent before ``.compute()``. Category columns need known
     categories (``ddf.categorize()``), so that every partition's codes mean
     the same."""
     meta = frame._meta
     for col, funcs in _pandas.requests(meta, func):  # refuses bad names and dtypes now, not at compute
-        refused = [f for f in funcs if f in ("prod", "any", "all")]
-        if refused:
-            raise ValueError(f"tally.dask.agg: {refused} have no partial states on the server yet")
         if col.kind == "category" and "__UNKNOWN_CATEGORIES__" in list(col.dtype.categories):
             raise TypeError(f"column {col.name!r} has unknown categories: call .categorize() first")
     targets, options = _targets(targets), _options(timeout, client_options)
@@ -340,10 +342,7 @@ def agg(frame: Any, func: Union[str, list, dict], targets: Optional[Targets] = N
 
 # -- pandas' groupby over Dask DataFrames ----------------------------------------
 
-# Client.groupby's functions whose ops the server answers with no partial
-# states (per group or at all) yet.
-_NO_GROUP_STATES = ("prod", "any", "all")
-# Those whose states tally's rules keep as bytes, merged by tally._states.
+# Client.groupby's functions whose states tally's rules keep as bytes, merged by tally._states.
 _NATIVE_GROUP_STATES = ("median", "quantile", "nunique")
 
 
@@ -359,13 +358,12 @@ def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *,
     ``by`` and ``agg`` as :meth:`tally.Client.groupby` takes them (a label or
     a list of 1 to 8; a name, a list or a dict {column: names}), with its
     rules for keys, values, NA and pandas' dtypes (``observed=False``), and
-    its functions that have partial states per group: sum, mean, min, max,
-    count, size, std, var, idxmin and idxmax (index labels, from the
-    nanargmin and nanargmax states; the first row on ties, as pandas), and
-    median, quantile and nunique, whose states tally's rules merge in the
-    package's native module (tally._states: without it they are an
-    ImportError). prod, any and all have no partial states yet: a
-    ValueError names them.
+    its functions, every one with partial states per group: sum, prod,
+    mean, min, max, count, size, std, var, any, all, idxmin and idxmax
+    (index labels, from the nanargmin and nanargmax states; the first row
+    on ties, as pandas), and median, quantile and nunique, whose states
+    tally's rules merge in the package's native module (tally._states:
+    without it they are an ImportError).
 
     Each partition goes to a server (round-robin over ``targets`` by
     partition, or the worker's host's own, as :func:`agg`) in one GroupBy
@@ -388,11 +386,6 @@ def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *,
         raise ValueError(f"split_every must be an integer >= 2, got {split_every!r}")
     plan = _groupby.plan_groupby(meta, by, agg, {}, sort, dropna, False, partial=True)  # refuses bad input now
     funcs = {f for v in plan.values for f in v.funcs}
-    refused = [f for f in _NO_GROUP_STATES if f in funcs]
-    if refused:
-        raise ValueError(f"tally.dask.groupby: {refused} have no partial states on the server yet; the functions "
-                         f"with them are sum, mean, min, max, count, size, std, var, median, quantile, nunique, "
-                         f"idxmin and idxmax")
     native = [f for f in _NATIVE_GROUP_STATES if f in funcs]
     if native:
         try:
