@@ -157,12 +157,12 @@ absl::StatusOr<v1::AggregationResult> FinishPartials(const v1::AggregationResult
     switch (kind) {
       case rules::ResultKind::kDouble: {
         // One canonical NaN, as the server sends.
-        const double v = rules::FinishDouble(*spec, s);
+        const double v = rules::FinishDouble(*spec, dtype, s);
         out.mutable_doubles()->add_values(std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v);
         break;
       }
-      case rules::ResultKind::kInt64: out.mutable_int64s()->add_values(rules::FinishInt64(*spec, s)); break;
-      case rules::ResultKind::kUInt64: out.mutable_uint64s()->add_values(rules::FinishUInt64(*spec, s)); break;
+      case rules::ResultKind::kInt64: out.mutable_int64s()->add_values(rules::FinishInt64(*spec, dtype, s)); break;
+      case rules::ResultKind::kUInt64: out.mutable_uint64s()->add_values(rules::FinishUInt64(*spec, dtype, s)); break;
       case rules::ResultKind::kHistogram: {
         v1::Histogram* h = out.mutable_histograms()->add_histograms();
         h->mutable_counts()->Add(s.histogram.counts.begin(), s.histogram.counts.end());

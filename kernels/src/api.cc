@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fold/fold_dispatch.h"
 #include "grid/dispatch.h"
 #include "policy.cuh"
 #include "tally/kernels/aggregate.h"
@@ -14,8 +15,20 @@ namespace {
 using rules::Has;
 using rules::OpKind;
 
-// The ops before kNanSum, and the NaN-skipping ones.
-constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds) - 1) | kNanOps;
+// The ops before kNanSum, the NaN-skipping ones, and the fold pass's.
+constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds) - 1) | kNanOps | kFoldOps;
+
+// The plan the fused kernels run: the ops but the fold pass's. With a
+// validity mask the fused pass stores each row's valid elements, which
+// all() reads, so a masked plan of fold ops alone keeps a fused pass of
+// count only. Its ops are 0 when there is nothing for it to do.
+AggregatePlan FusedPart(const AggregatePlan& plan) {
+  AggregatePlan fused = plan;
+  fused.ops = plan.ops & ~kFoldOps;
+  if (fused.ops == 0 && plan.validity != nullptr) fused.ops = rules::Bit(OpKind::kCount);
+  if (fused.ops == rules::Bit(OpKind::kCount) && plan.validity == nullptr && (plan.ops & kFoldOps) != 0) fused.ops = 0;
+  return fused;
+}
 
 cudaError_t Invalid(const char* why) {
   return cuda::Record(cudaErrorInvalidValue, why, __FILE__, __LINE__);
@@ -97,6 +110,8 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
   l.nan_argmin_value = take(Has(m, OpKind::kNanArgmin), 8);
   l.nan_argmax = take(Has(m, OpKind::kNanArgmax), 8);
   l.nan_argmax_value = take(Has(m, OpKind::kNanArgmax), 8);
+  l.product = take(Has(m, OpKind::kProduct), 8);
+  l.nonzero = take(Has(m, OpKind::kCountNonzero), 8);
   l.bytes = at;
   return l;
 }
@@ -109,9 +124,18 @@ cudaError_t ScratchBytes(const AggregatePlan& plan, std::uint64_t max_chunk_elem
   if (max_chunk_elements == 0 && plan.row_length != 0) return cudaSuccess;
   detail::DeviceInfo dev{};
   TALLY_CUDA_TRY(CurrentDevice(&dev));
-  return rules::VisitDType(plan.dtype, [&](auto d) {
-    return detail::ScratchBytesFor<decltype(d)::value>(plan, max_chunk_elements, dev, bytes);
-  });
+  // The passes run one after the other on the stream: the larger scratch.
+  const AggregatePlan fused = FusedPart(plan);
+  if (fused.ops != 0) {
+    TALLY_CUDA_TRY(rules::VisitDType(plan.dtype, [&](auto d) {
+      return detail::ScratchBytesFor<decltype(d)::value>(fused, max_chunk_elements, dev, bytes);
+    }));
+  }
+  if ((plan.ops & kFoldOps) != 0) {
+    const std::size_t fold = detail::FoldScratch(plan, max_chunk_elements);
+    if (fold > *bytes) *bytes = fold;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint64_t elements,
@@ -125,11 +149,26 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
   detail::DeviceInfo dev{};
   TALLY_CUDA_TRY(CurrentDevice(&dev));
   const ResultLayout lay = LayoutOf(plan);
-  return rules::VisitDType(plan.dtype, [&](auto d) {
-    return detail::LaunchAccumulate<decltype(d)::value>(plan, lay, d_chunk, elements, offset,
-                                                        d_state, d_scratch, scratch_bytes, dev,
-                                                        stream);
-  });
+  // The fused kernels write their fields at the whole plan's offsets (lay).
+  const AggregatePlan fused = FusedPart(plan);
+  if (fused.ops != 0) {
+    TALLY_CUDA_TRY(rules::VisitDType(plan.dtype, [&](auto d) {
+      return detail::LaunchAccumulate<decltype(d)::value>(fused, lay, d_chunk, elements, offset, d_state,
+                                                          d_scratch, scratch_bytes, dev, stream);
+    }));
+  }
+  auto* state = static_cast<unsigned char*>(d_state);
+  if (Has(plan.ops, OpKind::kProduct)) {
+    TALLY_CUDA_TRY(rules::VisitDType(plan.dtype, [&](auto d) {
+      return detail::LaunchProduct<decltype(d)::value>(plan, d_chunk, elements, offset, state + lay.product,
+                                                       d_scratch, scratch_bytes, dev, stream);
+    }));
+  }
+  if (Has(plan.ops, OpKind::kCountNonzero)) {
+    TALLY_CUDA_TRY(detail::LaunchNonzero(plan, d_chunk, elements, offset, state + lay.nonzero, d_scratch,
+                                         scratch_bytes, dev, stream));
+  }
+  return cudaSuccess;
 }
 
 cudaError_t Finalize(const AggregatePlan& plan, const void* d_state, void* h_result,

@@ -212,3 +212,25 @@ struct PolicySegmentedSm90 {
 using SegmentedPolicy = PolicySegmentedSm90;
 
 }  // namespace tally::kernels::detail
+
+namespace tally::kernels::detail {
+
+// The fold pass (fold/fold_kernels.cuh: numpy.prod and count_nonzero, which
+// have no fused implementation). Not tuned yet: chosen so that a piece is
+// 32 elements per thread and a short row about 8 per lane; measured in
+// docs/performance.md ("The fold pass").
+struct PolicyFoldSm90 {
+  static constexpr int kThreads = 256;
+  // Blocks per SM the pieces kernel is launched with (a grid-stride loop).
+  static constexpr int kBlocksPerSm = 8;
+  // Elements a block reduces into one piece of a long row.
+  static constexpr std::uint64_t kPieceElements = 8192;
+  // Rows at least this long are cut into pieces; shorter ones take a group
+  // of lanes each, about kElementsPerLane elements per lane, up to a warp.
+  static constexpr std::uint64_t kLongRowElements = 4096;
+  static constexpr std::uint64_t kElementsPerLane = 8;
+};
+
+using FoldPolicy = PolicyFoldSm90;
+
+}  // namespace tally::kernels::detail

@@ -71,10 +71,9 @@ absl::Status ValidateOp(std::size_t i, const char* name, const OpSpec& op, const
   const DType dtype = array.dtype;
   const rules::agg::Function& f = rules::agg::Of(op.kind);
   if (op.partial && !f.partial_state) {
-    // prod's or count_nonzero's state would be a product or a count, but the
-    // wire form (PartialState) and the clients' merges do not carry them
-    // yet (and ptp's difference cannot be merged at all); refused rather
-    // than answered with a state nobody finishes.
+    // A function whose state the wire form (PartialState) and the clients'
+    // merges do not carry: refused rather than answered with a state
+    // nobody finishes.
     return absl::InvalidArgumentError(absl::StrCat(OpLabel(i, name), ": partial states of ", std::string(f.name),
                                                    " are not supported; ask for the value."));
   }

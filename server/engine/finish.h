@@ -52,11 +52,11 @@ void StoreOne(const OpSpec& op, DType dtype, rules::PartialState&& state, E& out
   } else if constexpr (std::is_same_v<E, HistogramResult>) {
     out = std::move(state.histogram);
   } else if constexpr (std::is_same_v<E, double>) {
-    out = rules::FinishDouble(op, state);
+    out = rules::FinishDouble(op, dtype, state);
   } else if constexpr (std::is_same_v<E, std::int64_t>) {
-    out = rules::FinishInt64(op, state);
+    out = rules::FinishInt64(op, dtype, state);
   } else {
-    out = rules::FinishUInt64(op, state);
+    out = rules::FinishUInt64(op, dtype, state);
   }
 }
 

@@ -184,9 +184,8 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
   for (const OpSpec& op : plan.ops) {
     if (!rules::agg::Of(op.kind).partial_state) {
       return absl::FailedPreconditionError(absl::StrCat(
-          rules::Name(op.kind), " has no partial state yet (nor have prod, count_nonzero, any, all and "
-          "ptp), so it cannot be merged across a dataset's shards: aggregate this dataset without it, or "
-          "upload it in one shard."));
+          rules::Name(op.kind), " has no partial state, so it cannot be merged across a dataset's shards: "
+          "aggregate this dataset without it, or upload it in one shard."));
     }
   }
   std::vector<Job> jobs;

@@ -121,14 +121,19 @@ inline HistogramSpec HistogramFor(DType dtype, std::uint32_t bins) {
 
 inline OpSpec Op(OpKind k, double ddof = 0.0) { return OpSpec{.kind = k, .ddof = ddof}; }
 
-// Every op once (histogram included); without the ops an empty array lacks.
+// Every op once (histogram, and the fold pass's prod and count_nonzero
+// with any and all, included); without the ops an empty array lacks (and
+// ptp, which bool lacks).
 inline std::vector<OpSpec> AllOps(DType dtype, bool non_empty = true) {
   std::vector<OpSpec> ops = {Op(OpKind::kSum),        Op(OpKind::kMean),
                              Op(OpKind::kCount),      Op(OpKind::kSumSquares),
                              Op(OpKind::kVariance),   Op(OpKind::kStddev, 1.0),
-                             OpSpec{.kind = OpKind::kHistogram, .histogram = HistogramFor(dtype, 37)}};
+                             OpSpec{.kind = OpKind::kHistogram, .histogram = HistogramFor(dtype, 37)},
+                             Op(OpKind::kProduct),    Op(OpKind::kCountNonzero),
+                             Op(OpKind::kAny),        Op(OpKind::kAll)};
   if (non_empty) {
     for (OpKind k : {OpKind::kMin, OpKind::kMax, OpKind::kArgmin, OpKind::kArgmax}) ops.push_back(Op(k));
+    if (dtype != DType::kBool) ops.push_back(Op(OpKind::kPtp));
   }
   return ops;
 }
@@ -173,7 +178,7 @@ inline void ExpectSame(const AggregationPlan& plan, const AggregationResult& wan
   ASSERT_EQ(want.values.size(), got.values.size()) << what;
   for (std::size_t i = 0; i < want.values.size(); ++i) {
     const OpKind k = plan.ops[i].kind;
-    const bool op_exact = exact || k == OpKind::kMin || k == OpKind::kMax;
+    const bool op_exact = exact || k == OpKind::kMin || k == OpKind::kMax || k == OpKind::kPtp;
     const std::string where = what + " op " + rules::Name(k) + " #" + std::to_string(i);
     ASSERT_EQ(want.values[i].index(), got.values[i].index()) << where;
     if (const auto* w = std::get_if<std::vector<double>>(&want.values[i])) {

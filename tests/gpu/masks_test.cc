@@ -673,8 +673,14 @@ TEST(MasksAndNanOps, ValidateRefusesNanOpsOnIntegersAndMisalignedMasks) {
     }
   }
   p.dtype = DType::kFloat32;
-  p.ops = rules::Bit(OpKind::kProduct);
-  EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue) << "prod is not a kernel op";
+  // prod and count_nonzero are the fold pass's; any, all and ptp are read
+  // from it and the fused min and max, and have no bit of their own.
+  p.ops = rules::Bit(OpKind::kProduct) | rules::Bit(OpKind::kCountNonzero);
+  EXPECT_EQ(kernels::Validate(p), cudaSuccess);
+  for (const OpKind k : {OpKind::kAny, OpKind::kAll, OpKind::kPtp}) {
+    p.ops = rules::Bit(k);
+    EXPECT_EQ(kernels::Validate(p), cudaErrorInvalidValue) << rules::Name(k) << " is not a kernel op";
+  }
   p.ops = rules::Bit(OpKind::kSum);
   alignas(4) static std::uint32_t words[2] = {0, 0};
   p.validity = words;

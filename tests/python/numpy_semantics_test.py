@@ -636,12 +636,34 @@ class NumpySemantics(unittest.TestCase):
             self.assertTrue(np.isinf(np.prod(x)))
         self.assertAlmostEqual(got / float(np.prod(x.astype(np.float64))), 1.0, places=12)
 
-    def test_prod_logical_partial_states_are_refused(self):
-        for op, name in ((pb.OP_PROD, "prod"), (pb.OP_COUNT_NONZERO, "count_nonzero"), (pb.OP_ANY, "any"),
-                         (pb.OP_ALL, "all"), (pb.OP_PTP, "ptp")):
-            a = agg(op)
-            a.partial.SetInParent()
-            self.assertRefused(np.ones(10, np.float32), [a], 0, f"partial states of {name}")
+    def test_prod_logical_partial_states_carry_what_tally_proto_says(self):
+        # Per row: the product (by dtype, as the sums), the nonzero count, and
+        # ptp's min and max (its difference is the finish's); merging two
+        # halves by the proto's rules and finishing gives numpy's answers.
+        for dtype, acc in ((np.int32, "int"), (np.uint16, "uint"), (np.float64, "float")):
+            x = np.array([[3, 0, -2 if dtype != np.uint16 else 2, 7], [1, 5, 5, 2]], dtype)
+            ops = [agg(op) for op in (pb.OP_PROD, pb.OP_COUNT_NONZERO, pb.OP_ANY, pb.OP_ALL, pb.OP_PTP)]
+            for a in ops:
+                a.partial.SetInParent()
+            halves = [self.ask(np.ascontiguousarray(x[:, h * 2:h * 2 + 2]), ops, row_length=2).results
+                      for h in (0, 1)]
+            for r in range(2):
+                row = x[r]
+                prod = [getattr(halves[h][0].partials.states[r], f"{acc}_product") for h in (0, 1)]
+                merged = prod[0] * prod[1]
+                if acc == "int":
+                    merged = (merged + 2**63) % 2**64 - 2**63
+                elif acc == "uint":
+                    merged %= 2**64
+                self.assertEqual(merged, np.prod(row), (dtype, r))
+                nonzero = sum(halves[h][1].partials.states[r].nonzero for h in (0, 1))
+                self.assertEqual(nonzero, np.count_nonzero(row), (dtype, r))
+                self.assertEqual([halves[h][k].partials.states[r].nonzero for h in (0, 1) for k in (1, 2, 3)],
+                                 [np.count_nonzero(row[h * 2:h * 2 + 2]) for h in (0, 1) for _ in range(3)])
+                lo = min(getattr(halves[h][4].partials.states[r], f"{acc}_extreme") for h in (0, 1))
+                hi = max(getattr(halves[h][4].partials.states[r], f"{acc}_max") for h in (0, 1))
+                self.assertEqual((lo, hi), (row.min(), row.max()), (dtype, r))
+                self.assertEqual(np.array(hi, dtype) - np.array(lo, dtype), np.ptp(row), (dtype, r))
 
     def assertRefused(self, x, aggregations, row_length, why):
         import grpc

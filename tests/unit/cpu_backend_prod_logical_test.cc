@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -233,14 +235,60 @@ TEST(CpuProdLogicalOps, ProductWrapsModulo2To64AndNanIsNonzero) {
   EXPECT_EQ(std::get<std::vector<std::uint64_t>>(got->values[3])[0], 0u);
 }
 
-TEST(CpuProdLogicalOps, PartialStatesAreRefused) {
-  auto backend = MakeCpuBackend({.threads = 1});
-  const Array a = MakeArray<float>(DType::kFloat32, {1.0f, 2.0f});
-  for (const OpSpec& o : NewOps(true)) {
-    OpSpec op = o;
-    op.partial = true;
-    auto got = RunPieces(*backend, Plan(a, 0, {op}), a.bytes);
-    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << rules::Name(op.kind);
+// Partial states of three parts of an array (one of them empty), merged in
+// order by the rules and finished, answer what one request answers: exactly
+// for integers, counts and ptp; float products to float64's rounding (the
+// factors are grouped differently).
+TEST(CpuProdLogicalOps, PartialStatesMergeIntoTheOneRequestAnswer) {
+  TALLY_SEEDED_RNG(rng);
+  auto backend = MakeCpuBackend({.threads = 2});
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kInt32, DType::kInt8, DType::kUInt64}) {
+    rules::VisitDType(dtype, [&](auto dt) {
+      using V = typename rules::Traits<decltype(dt)::value>::value;
+      const std::uint64_t n = 10007;
+      const Array a = MakeArray(dtype, Values<V>(n, n, rng));
+      const auto ops = NewOps(true);
+      auto whole = RunPieces(*backend, Plan(a, 0, ops), a.bytes);
+      ASSERT_TRUE(whole.ok()) << whole.status();
+      const std::uint64_t cuts[] = {0, 4099, 4099, n};  // the middle part is empty
+      for (std::size_t k = 0; k < ops.size(); ++k) {
+        SCOPED_TRACE(::testing::Message() << rules::Name(dtype) << " " << rules::Name(ops[k].kind));
+        OpSpec op = ops[k];
+        op.partial = true;
+        rules::PartialState merged;
+        for (int part = 0; part < 3; ++part) {
+          const std::uint64_t lo = cuts[part], hi = cuts[part + 1];
+          const Array piece = MakeArray(dtype, std::vector<V>(a.As<V>().begin() + lo, a.As<V>().begin() + hi));
+          auto got = RunPieces(*backend, Plan(piece, 0, {op}), piece.bytes);
+          ASSERT_TRUE(got.ok()) << got.status();
+          const rules::PartialState s = std::get<std::vector<rules::PartialState>>(got->values[0])[0];
+          EXPECT_EQ(s.count, hi - lo);
+          merged = part == 0 ? s : rules::Merge(op, dtype, merged, s);
+        }
+        ASSERT_EQ(merged.count, n);
+        std::visit(
+            [&](const auto& want) {
+              using E = typename std::decay_t<decltype(want)>::value_type;
+              if constexpr (std::is_same_v<E, double>) {
+                const double got = rules::FinishDouble(op, dtype, merged);
+                if (std::isnan(want[0])) {
+                  EXPECT_TRUE(std::isnan(got)) << got;
+                } else if (op.kind == OpKind::kProduct) {
+                  EXPECT_NEAR(got, want[0], 1e-12 * std::fabs(want[0]));
+                } else {
+                  EXPECT_EQ(got, want[0]);
+                }
+              } else if constexpr (std::is_same_v<E, std::int64_t>) {
+                EXPECT_EQ(rules::FinishInt64(op, dtype, merged), want[0]);
+              } else if constexpr (std::is_same_v<E, std::uint64_t>) {
+                EXPECT_EQ(rules::FinishUInt64(op, dtype, merged), want[0]);
+              } else {
+                ADD_FAILURE() << "no histogram here";
+              }
+            },
+            whole->values[k]);
+      }
+    });
   }
 }
 

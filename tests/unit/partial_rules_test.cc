@@ -71,7 +71,7 @@ TEST(PartialRules, NanSkippingStatesCountEveryElementAndTellAllNanFromEmpty) {
   EXPECT_EQ(nans_only.count, 0u);
   EXPECT_EQ(nans_only.elements, 6u);
   EXPECT_TRUE(HasValue(OpKind::kNanMin, DType::kFloat32, nans_only));
-  EXPECT_TRUE(std::isnan(FinishDouble(nanmin, nans_only)));
+  EXPECT_TRUE(std::isnan(FinishDouble(nanmin, DType::kFloat64, nans_only)));
   EXPECT_FALSE(HasValue(OpKind::kNanMin, DType::kFloat32, PartialState{}));
   EXPECT_FALSE(HasValue(OpKind::kNanArgmin, DType::kFloat32, nans_only));
   EXPECT_TRUE(HasValue(OpKind::kNanSum, DType::kFloat32, nans_only));
@@ -101,14 +101,14 @@ TEST(PartialRules, MomentsMergeByChansRuleAndFinishLikeNumpy) {
   EXPECT_EQ(m.count, 5u);
   EXPECT_EQ(m.mean, 3.0);
   EXPECT_EQ(m.m2, 10.0);
-  EXPECT_EQ(FinishDouble(Spec(OpKind::kVariance, 1.0), m), 2.5);
-  EXPECT_EQ(FinishDouble(Spec(OpKind::kStddev), m), std::sqrt(2.0));
-  EXPECT_EQ(FinishDouble(Spec(OpKind::kVariance, 5.0), m), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kVariance, 1.0), DType::kFloat64, m), 2.5);
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kStddev), DType::kFloat64, m), std::sqrt(2.0));
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kVariance, 5.0), DType::kFloat64, m), std::numeric_limits<double>::infinity());
   // A mean state carries no M2, merged or not.
   EXPECT_EQ(Merge(Spec(OpKind::kMean), DType::kFloat64, a, b).m2, 0.0);
-  EXPECT_EQ(FinishDouble(Spec(OpKind::kMean), m), 3.0);
-  EXPECT_TRUE(std::isnan(FinishDouble(Spec(OpKind::kMean), PartialState{})));
-  EXPECT_TRUE(std::isnan(FinishDouble(Spec(OpKind::kVariance), PartialState{})));
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kMean), DType::kFloat64, m), 3.0);
+  EXPECT_TRUE(std::isnan(FinishDouble(Spec(OpKind::kMean), DType::kFloat64, PartialState{})));
+  EXPECT_TRUE(std::isnan(FinishDouble(Spec(OpKind::kVariance), DType::kFloat64, PartialState{})));
 }
 
 TEST(PartialRules, HistogramsAddEveryCount) {
@@ -121,7 +121,71 @@ TEST(PartialRules, HistogramsAddEveryCount) {
   const PartialState m = Merge(op, DType::kUInt8, a, b);
   EXPECT_EQ(m.histogram, (HistogramCounts{{1, 3, 3}, 1, 0, 1}));
   EXPECT_EQ(m.count, 9u);
-  EXPECT_EQ(FinishUInt64(Spec(OpKind::kCount), m), 9u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kCount), DType::kFloat64, m), 9u);
+}
+
+
+TEST(PartialRules, ProductsMultiplyAndIntegersWrapModulo2To64) {
+  PartialState a, b;
+  a.count = 2, b.count = 3;
+  a.int_product = std::int64_t{1} << 40, b.int_product = -(std::int64_t{1} << 30);
+  a.float_product = 1.5, b.float_product = -4.0;
+  const PartialState m = Merge(Spec(OpKind::kProduct), DType::kInt64, a, b);
+  EXPECT_EQ(m.count, 5u);
+  EXPECT_EQ(m.int_product, 0);  // -2^70 wraps to 0, as numpy's int64 product
+  EXPECT_EQ(FinishInt64(Spec(OpKind::kProduct), DType::kInt64, m), 0);
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kProduct), DType::kFloat64, Merge(Spec(OpKind::kProduct), DType::kFloat64, a, b)),
+            -6.0);
+  // The empty product is 1, whatever the fields hold.
+  EXPECT_EQ(FinishInt64(Spec(OpKind::kProduct), DType::kInt32, PartialState{}), 1);
+  EXPECT_EQ(FinishDouble(Spec(OpKind::kProduct), DType::kFloat32, PartialState{}), 1.0);
+}
+
+TEST(PartialRules, NonzeroCountsAddAndAnyAllReadThem) {
+  PartialState a, b;
+  a.count = 4, a.nonzero = 4;
+  b.count = 3, b.nonzero = 0;
+  for (const OpKind k : {OpKind::kCountNonzero, OpKind::kAny, OpKind::kAll}) {
+    const PartialState m = Merge(Spec(k), DType::kFloat32, a, b);
+    EXPECT_EQ(m.nonzero, 4u);
+    EXPECT_EQ(m.count, 7u);
+  }
+  const PartialState m = Merge(Spec(OpKind::kAll), DType::kFloat32, a, b);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kCountNonzero), DType::kFloat32, m), 4u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kAny), DType::kFloat32, m), 1u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kAll), DType::kFloat32, m), 0u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kAll), DType::kFloat32, a), 1u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kAny), DType::kFloat32, b), 0u);
+  EXPECT_EQ(FinishUInt64(Spec(OpKind::kAll), DType::kFloat32, PartialState{}), 1u);  // numpy.all([]) is True
+}
+
+PartialState MinMax(double min, double max) {
+  PartialState s;
+  s.count = 2;
+  s.float_extreme = min, s.float_max = max;
+  s.int_extreme = static_cast<std::int64_t>(min), s.int_max = static_cast<std::int64_t>(max);
+  return s;
+}
+
+TEST(PartialRules, PtpMergesItsMinAndMaxAndSubtractsInTheDtype) {
+  const OpSpec ptp = Spec(OpKind::kPtp);
+  // int32: the difference wraps at 32 bits, as numpy.ptp of int32 does.
+  const PartialState m = Merge(ptp, DType::kInt32, MinMax(-2147483648.0, 0.0), MinMax(5.0, 2147483647.0));
+  EXPECT_EQ(m.int_extreme, -2147483648);
+  EXPECT_EQ(m.int_max, 2147483647);
+  EXPECT_EQ(FinishInt64(ptp, DType::kInt32, m), -1);
+  EXPECT_EQ(FinishInt64(ptp, DType::kInt64, m), 4294967295);
+  // float32 subtracts in float32: 3e38 - -3e38 overflows to inf.
+  const PartialState f = Merge(ptp, DType::kFloat32, MinMax(-3e38, 1.0), MinMax(0.0, 3e38));
+  EXPECT_EQ(FinishDouble(ptp, DType::kFloat32, f), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(FinishDouble(ptp, DType::kFloat64, f), 6e38);
+  // float32: 1 - 2^-30 rounds to 1 in float32, where float64 keeps it.
+  const PartialState g = MinMax(-std::ldexp(1.0, -30), 1.0);
+  EXPECT_EQ(FinishDouble(ptp, DType::kFloat32, g), 1.0);
+  EXPECT_EQ(FinishDouble(ptp, DType::kFloat64, g), 1.0 + std::ldexp(1.0, -30));
+  // A NaN on either side wins, as numpy's min and max.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(FinishDouble(ptp, DType::kFloat32, Merge(ptp, DType::kFloat32, MinMax(0, 1), MinMax(nan, nan)))));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -201,15 +202,37 @@ TEST(ReducePieces, PiecesThatAreNotThePlansElementsAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ReducePieces, OpsWithoutPartialStatesAreRefusedWhenMerged) {
+// prod, count_nonzero, any, all and ptp merge across pieces (as a GPU
+// dataset's shards do) into the one-reduction answer: int32 rows of 50 cut
+// mid-row, products that wrap modulo 2^64, a row with a zero, ptp that wraps
+// at 32 bits (numpy.ptp of int32).
+TEST(ReducePieces, ProductsNonzeroCountsAndPtpMergeAcrossPieces) {
   auto cpu = MakeCpuBackend({.threads = 2});
-  std::vector<std::byte> bytes(4 * 1000);
-  const AggregationPlan plan{{DType::kFloat32, 1000, 0}, {OpSpec{.kind = OpKind::kProduct}}};
-  const absl::Status s = ReducePiecesByMerging(*cpu, plan, Cut(bytes, 4, {100}), kNever).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("prod has no partial state yet"), std::string::npos) << s;
-  // Host pieces need no merging: one reduction takes them all.
-  EXPECT_TRUE(ReducePieces(*cpu, plan, Cut(bytes, 4, {100}), kNever).ok());
+  std::vector<std::int32_t> x(1000);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<std::int32_t>((i * 7919) % 201) - 100;
+  x[0] = std::numeric_limits<std::int32_t>::min();
+  x[7] = std::numeric_limits<std::int32_t>::max();
+  for (std::size_t i = 50; i < 100; ++i) x[i] = 3;  // row 1: no zero, a product that wraps
+  const std::span<const std::byte> bytes = std::as_bytes(std::span(x));
+  const std::vector<OpSpec> ops = {OpSpec{.kind = OpKind::kProduct}, OpSpec{.kind = OpKind::kCountNonzero},
+                                   OpSpec{.kind = OpKind::kAny}, OpSpec{.kind = OpKind::kAll},
+                                   OpSpec{.kind = OpKind::kPtp}};
+  for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{50}}) {
+    const AggregationPlan plan{{DType::kInt32, 1000, row}, ops};
+    absl::StatusOr<AggregationResult> whole = ReducePieces(*cpu, plan, Cut(bytes, 4, {}), kNever);
+    absl::StatusOr<AggregationResult> merged = ReducePiecesByMerging(*cpu, plan, Cut(bytes, 4, {1, 75, 120, 999}), kNever);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    EXPECT_EQ(whole->values, merged->values) << "row_length " << row;
+    if (row == 0) {
+      EXPECT_EQ(std::get<std::vector<std::int64_t>>(merged->values[4])[0], -1);  // max - min wraps in int32
+    } else {
+      std::int64_t three_to_50 = 1;
+      for (int i = 0; i < 50; ++i) three_to_50 = static_cast<std::int64_t>(static_cast<std::uint64_t>(three_to_50) * 3u);
+      EXPECT_EQ(std::get<std::vector<std::int64_t>>(merged->values[0])[1], three_to_50);
+      EXPECT_EQ(std::get<std::vector<std::uint64_t>>(merged->values[3])[1], 1u);  // all() of row 1
+    }
+  }
   // On integers the NaN-skipping ops are their plain ops, which merge:
   // nanvar of [1, 2, 4] in int32 is numpy.var's, inf where ddof >= n.
   const std::vector<std::int32_t> ints = {1, 2, 4};

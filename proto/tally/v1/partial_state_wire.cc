@@ -19,6 +19,13 @@ void PartialStateToProto(rules::PartialState&& s, v1::PartialState* out) {
   out->set_uint_extreme(s.uint_extreme);
   out->set_index(s.index);
   out->set_elements(s.elements);
+  out->set_float_product(s.float_product);
+  out->set_int_product(s.int_product);
+  out->set_uint_product(s.uint_product);
+  out->set_nonzero(s.nonzero);
+  out->set_float_max(s.float_max);
+  out->set_int_max(s.int_max);
+  out->set_uint_max(s.uint_max);
   if (!s.function_state.empty()) out->set_function_state(std::move(s.function_state));
   if (!s.histogram.counts.empty()) {
     v1::Histogram* h = out->mutable_histogram();
@@ -74,6 +81,13 @@ rules::PartialState PartialStateFromProto(const v1::PartialState& p) {
   s.uint_extreme = p.uint_extreme();
   s.index = p.index();
   s.elements = p.elements();
+  s.float_product = p.float_product();
+  s.int_product = p.int_product();
+  s.uint_product = p.uint_product();
+  s.nonzero = p.nonzero();
+  s.float_max = p.float_max();
+  s.int_max = p.int_max();
+  s.uint_max = p.uint_max();
   s.function_state = p.function_state();
   if (p.has_histogram()) {
     s.histogram.counts.assign(p.histogram().counts().begin(), p.histogram().counts().end());

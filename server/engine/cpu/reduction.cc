@@ -572,19 +572,14 @@ class CpuReduction final : public Reduction {
     }
   }
 
-  // numpy.ptp: max - min in the dtype. float32 subtracts in float32 (and
-  // may overflow to inf); float16 and bfloat16 in float32, rounded once to
-  // the dtype (exactly their own subtraction: float32 has more than twice
-  // their precision); integers wrap at their width, computed unsigned
-  // since signed overflow is undefined in C++. A NaN extreme gives NaN.
-  static V Ptp(V min, V max) {
-    if constexpr (std::is_floating_point_v<V>) {
-      return max - min;
-    } else if constexpr (rules::kIsFloatValue<V>) {
-      return rules::RoundTo<V>(static_cast<float>(max) - static_cast<float>(min));
+  // ptp's max, beside its min in the extreme fields.
+  static void PutMax(rules::PartialState& s, V v) {
+    if constexpr (rules::kIsFloatValue<V>) {
+      s.float_max = static_cast<double>(v);
+    } else if constexpr (std::is_signed_v<V>) {
+      s.int_max = static_cast<std::int64_t>(v);
     } else {
-      using U = std::make_unsigned_t<V>;
-      return static_cast<V>(static_cast<U>(static_cast<U>(max) - static_cast<U>(min)));
+      s.uint_max = static_cast<std::uint64_t>(v);
     }
   }
 
@@ -656,7 +651,10 @@ class CpuReduction final : public Reduction {
       case OpKind::kCountNonzero:
       case OpKind::kAny:
       case OpKind::kAll: s.nonzero = acc.nonzero; break;
-      case OpKind::kPtp: PutExtreme(s, Ptp(acc.min, acc.max)); break;
+      case OpKind::kPtp:  // the difference is the finish's (rules::PtpOf), so the state merges
+        PutExtreme(s, acc.min);
+        PutMax(s, acc.max);
+        break;
       case OpKind::kMinMax: break;  // a plan holds no kMinMax (ValidatePlan)
     }
     return s;

@@ -138,10 +138,11 @@ class CudaBackend final : public Backend {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
-    // The fused kernels compute the ops before kNanSum and the NaN-skipping
-    // ones, not prod, count_nonzero, any, all or ptp yet. Bytes in host
-    // memory go to the CPU backend for those, decided by the plan alone like
-    // every route here; bytes on a GPU cannot, so those requests are refused.
+    // The kernels compute every op the registry marks on_kernels (the
+    // fused pass, and the fold pass for prod and count_nonzero). Bytes in
+    // host memory go to the CPU backend for any other, decided by the plan
+    // alone like every route here; bytes on a GPU cannot, so those requests
+    // are refused.
     // Variable-length segments: host bytes on the CPU (the fused kernels
     // reduce equal rows only); device bytes with the segmented kernels,
     // which compute sum, min, max, mean and count.
@@ -175,9 +176,8 @@ class CudaBackend final : public Backend {
       if (from.memory == Memory::kDevice) {
         return absl::FailedPreconditionError(absl::StrCat(
             "the GPU kernels do not compute ", rules::Name(cpu_only->kind),
-            " (nor prod, count_nonzero, any, all or ptp) yet; they run on the "
-            "CPU backend, which cannot read GPU memory: aggregate this GPU dataset or CUDA IPC region "
-            "without them, or send its bytes from host memory."));
+            "; it runs on the CPU backend, which cannot read GPU memory: aggregate this GPU dataset or "
+            "CUDA IPC region without it, or send its bytes from host memory."));
       }
       return cpu_->Start(plan, from);
     }

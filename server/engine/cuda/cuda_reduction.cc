@@ -49,11 +49,15 @@ using rules::Bit;
 
 // The kernel op bits for `k` over `dtype`: on integer dtypes the
 // NaN-skipping ops are their plain ops (numpy's rule), as the kernels take
-// them. Without a mask count is derived; with one a pass stores it.
+// them. Without a mask count is derived; with one a pass stores it. any
+// and all read the nonzero count, ptp the min and the max.
 rules::OpMask MaskOf(OpKind k, DType dtype, bool masked) {
   switch (k) {
     case OpKind::kCount: return masked ? Bit(k) : 0;
     case OpKind::kHistogram: return 0;  // histograms get their own pass
+    case OpKind::kAny:
+    case OpKind::kAll: return Bit(OpKind::kCountNonzero);
+    case OpKind::kPtp: return Bit(OpKind::kMin) | Bit(OpKind::kMax);
     default: return Bit(rules::IsFloat(dtype) ? k : rules::PlainOf(k));
   }
 }

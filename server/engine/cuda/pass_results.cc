@@ -63,6 +63,14 @@ rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultVie
       s.float_extreme = v.NanArgmaxValue(r).f64;
       s.index = v.NanArgmax(r) + static_cast<std::int64_t>(op.base_index);
       break;
+    case OpKind::kProduct: PutScalar(dt, v.Product(r), s.float_product, s.int_product, s.uint_product); break;
+    case OpKind::kCountNonzero:
+    case OpKind::kAny:
+    case OpKind::kAll: s.nonzero = v.Nonzero(r); break;
+    case OpKind::kPtp:  // the difference is the finish's (rules::PtpOf)
+      PutScalar(dt, v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme);
+      PutScalar(dt, v.Max(r), s.float_max, s.int_max, s.uint_max);
+      break;
     case OpKind::kCount:
     case OpKind::kNanCount:
     case OpKind::kHistogram: break;

@@ -58,7 +58,10 @@ namespace tally::kernels {
 struct AggregatePlan {
   rules::DType dtype = rules::DType::kFloat32;
   // Any set of ops; kCount needs no pass (ResultView::Count derives it),
-  // kMean/kVariance/kStddev share one Moments state.
+  // kMean/kVariance/kStddev share one Moments state. kProduct and
+  // kCountNonzero (kFoldOps) take a pass of their own each over the same
+  // chunk, the fold pass (numpy.prod, numpy.count_nonzero; any, all are
+  // read from the nonzero count and ptp from min and max by the caller).
   rules::OpMask ops = 0;
   // At most one histogram per pass (read when ops has kHistogram).
   rules::HistogramSpec histogram{};
@@ -86,6 +89,9 @@ struct AggregatePlan {
 // Validate refuses their bits there).
 inline constexpr rules::OpMask kNanOps =
     (rules::Bit(rules::OpKind::kNanCount) << 1) - rules::Bit(rules::OpKind::kNanSum);
+
+// The ops the fold pass computes, beside the fused ones.
+inline constexpr rules::OpMask kFoldOps = rules::Bit(rules::OpKind::kProduct) | rules::Bit(rules::OpKind::kCountNonzero);
 
 // Rows reported: 1 for a whole array, length / row_length when segmented.
 std::uint64_t RowsOf(const AggregatePlan& plan);
@@ -119,6 +125,11 @@ union Scalar {
 //   nan_argmin/nan_argmax         int64[rows], the first occurrence of the
 //                                 non-NaN extreme from the row start; -1 when none
 //   nan_argmin_value/nan_argmax_value   Scalar[rows] (f64), the element there
+// The fold pass's fields (kFoldOps), over the (valid) elements:
+//   product      Scalar[rows], numpy.prod in float64 (float dtypes), int64
+//                (signed) or uint64 (unsigned, bool), integers wrapping
+//                modulo 2^64; 1 for an empty row
+//   nonzero      uint64[rows], the elements that are not zero (NaN is one)
 // The extremes' identities, which an empty row holds: +inf / -inf for float
 // dtypes, the dtype's max / lowest for integers (in Scalar's member).
 // Absent ops leave their arrays out; nothing is stored for kCount without a
@@ -133,6 +144,7 @@ struct ResultLayout {
   std::size_t nan_count = kAbsent, nan_sum = kAbsent, nan_min = kAbsent, nan_max = kAbsent,
               nan_moments = kAbsent, nan_argmin = kAbsent, nan_argmin_value = kAbsent,
               nan_argmax = kAbsent, nan_argmax_value = kAbsent;
+  std::size_t product = kAbsent, nonzero = kAbsent;
   std::uint32_t histogram_stride = 0;  // bins + 3
   std::size_t bytes = 0;               // state bytes = result bytes
 };
@@ -217,6 +229,11 @@ class ResultView {
   std::int64_t NanArgmax(std::uint64_t r) const { return At<std::int64_t>(layout_.nan_argmax, r); }
   Scalar NanArgminValue(std::uint64_t r) const { return At<Scalar>(layout_.nan_argmin_value, r); }
   Scalar NanArgmaxValue(std::uint64_t r) const { return At<Scalar>(layout_.nan_argmax_value, r); }
+
+  // The fold pass's: numpy.prod (Scalar's member for the dtype) and the
+  // nonzero count.
+  Scalar Product(std::uint64_t r) const { return At<Scalar>(layout_.product, r); }
+  std::uint64_t Nonzero(std::uint64_t r) const { return At<std::uint64_t>(layout_.nonzero, r); }
 
  private:
   template <typename V>

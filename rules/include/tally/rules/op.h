@@ -57,9 +57,10 @@ enum class OpKind : std::uint8_t {
   kCountDistinct,
 };
 inline constexpr int kNumOpKinds = 35;
-// The ops before kNanSum: the v1 ops. The GPU kernels compute them and the
-// NaN-skipping ones (the registry's Function::on_kernels); the CUDA backend
-// hands plans with any other op to the CPU backend.
+// The ops before kNanSum: the v1 ops. The GPU kernels compute them, the
+// NaN-skipping ones and kProduct .. kPtp (the registry's
+// Function::on_kernels); the CUDA backend hands plans with any other op to
+// the CPU backend.
 inline constexpr int kNumKernelOpKinds = 11;
 
 // What each kind is (its name, plain form, flags) is the registry's

@@ -69,6 +69,12 @@ struct PartialState {
   std::uint64_t uint_product = 0;
   // kCountNonzero, kAny, kAll: the elements that are not zero.
   std::uint64_t nonzero = 0;
+  // kPtp: the min in the extreme fields above and the max here, by dtype
+  // as the extremes; meaningless when count is 0. numpy.ptp's difference
+  // is taken when the state is finished (PtpOf), so states merge.
+  double float_max = 0.0;
+  std::int64_t int_max = 0;
+  std::uint64_t uint_max = 0;
   // The NaN-skipping ops: every element covered, NaN or not (count is the
   // non-NaN ones). Tells an all-NaN part (nanmin is NaN) from an empty one
   // (nanmin has no value); merged by adding, even where count is 0.
@@ -77,12 +83,27 @@ struct PartialState {
   // the state as the function serialises it; count and elements are the
   // valid elements it covers.
   std::string function_state;
-  // kPtp carries its value, max - min in the dtype (numpy.ptp), in the
-  // extreme fields: a difference cannot be merged, so its partial state is
-  // refused (HasPartialState) and the state only carries a row's value.
 
   bool operator==(const PartialState&) const = default;
 };
+
+// numpy.ptp of elements of type V: max - min in V. float32 and float64
+// subtract in their own type (and may overflow to inf); float16 and
+// bfloat16 in float32, rounded once to the dtype (exactly their own
+// subtraction: float32 has more than twice their precision); integers wrap
+// at their width, computed unsigned since signed overflow is undefined in
+// C++. A NaN extreme gives NaN.
+template <typename V>
+TALLY_HD V PtpIn(V min, V max) {
+  if constexpr (std::is_floating_point_v<V>) {
+    return max - min;
+  } else if constexpr (kIsFloatValue<V>) {
+    return RoundTo<V>(static_cast<float>(max) - static_cast<float>(min));
+  } else {
+    using U = std::make_unsigned_t<V>;
+    return static_cast<V>(static_cast<U>(static_cast<U>(max) - static_cast<U>(min)));
+  }
+}
 
 inline Moments MomentsOf(const PartialState& s) {
   return Moments{static_cast<double>(s.count), s.mean, s.m2};
@@ -105,6 +126,39 @@ void MergeExtreme(DType dtype, const PartialState& b, PartialState& r) {
   } else {
     r.uint_extreme = Extreme<kMax>(r.uint_extreme, b.uint_extreme);
   }
+}
+
+// ptp's max, kept beside its min (the extreme fields).
+inline void MergeMax(DType dtype, const PartialState& b, PartialState& r) {
+  if (IsFloat(dtype)) {
+    r.float_max = Extreme<true>(r.float_max, b.float_max);
+  } else if (IsSigned(dtype)) {
+    r.int_max = Extreme<true>(r.int_max, b.int_max);
+  } else {
+    r.uint_max = Extreme<true>(r.uint_max, b.uint_max);
+  }
+}
+
+// numpy.ptp from a non-empty state over `dtype` (its min and max, exact in
+// the wide fields), in the member of the triple the dtype's answers take.
+struct PtpValue {
+  double f = 0.0;
+  std::int64_t i = 0;
+  std::uint64_t u = 0;
+};
+inline PtpValue PtpOf(DType dtype, const PartialState& s) {
+  return VisitDType(dtype, [&](auto d) {
+    using V = typename Traits<decltype(d)::value>::value;
+    PtpValue out;
+    if constexpr (kIsFloatValue<V>) {
+      out.f = static_cast<double>(PtpIn<V>(RoundTo<V>(s.float_extreme), RoundTo<V>(s.float_max)));
+    } else if constexpr (std::is_signed_v<V>) {
+      out.i = static_cast<std::int64_t>(PtpIn<V>(static_cast<V>(s.int_extreme), static_cast<V>(s.int_max)));
+    } else {
+      out.u = static_cast<std::uint64_t>(PtpIn<V>(static_cast<V>(s.uint_extreme), static_cast<V>(s.uint_max)));
+    }
+    return out;
+  });
 }
 
 // numpy's argmin/argmax rule (rules::PickArg) on two non-empty states.
@@ -239,8 +293,11 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
     case OpKind::kCountNonzero:
     case OpKind::kAny:
     case OpKind::kAll: r.nonzero = a.nonzero + b.nonzero; break;
-    // PlainOf() leaves no NaN-skipping kind; kPtp's state is a value, not
-    // mergeable (servers refuse its partial state).
+    case OpKind::kPtp:
+      partial_detail::MergeExtreme<false>(dtype, b, r);
+      partial_detail::MergeMax(dtype, b, r);
+      break;
+    // PlainOf() leaves no NaN-skipping kind.
     default: break;
   }
   return r;
@@ -261,12 +318,14 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
 // dtypes'; on integer dtypes callers finish the plain op (PlainOf).
 //
 // kProduct of none is 1; kCountNonzero is the nonzero count, kAny 1 when it
-// is above 0, kAll 1 when it is count (so 1 for none). kPtp of none has no
-// value; callers refuse it first.
-inline double FinishDouble(const OpSpec& op, const PartialState& s) {
+// is above 0, kAll 1 when it is count (so 1 for none). kPtp is max - min
+// in the dtype (PtpOf); of none it has no value: callers refuse it first.
+// `dtype` is the elements' (only kPtp's answer depends on more than the
+// state's fields).
+inline double FinishDouble(const OpSpec& op, DType dtype, const PartialState& s) {
   switch (op.kind) {
     case OpKind::kProduct: return s.count == 0 ? 1.0 : s.float_product;
-    case OpKind::kPtp: return s.float_extreme;
+    case OpKind::kPtp: return s.count == 0 ? 0.0 : partial_detail::PtpOf(dtype, s).f;
     case OpKind::kNanSum: return s.float_sum;
     case OpKind::kNanMin:
     case OpKind::kNanMax: return s.count == 0 ? __builtin_nan("") : s.float_extreme;
@@ -283,7 +342,7 @@ inline double FinishDouble(const OpSpec& op, const PartialState& s) {
     default: return __builtin_nan("");
   }
 }
-inline std::int64_t FinishInt64(const OpSpec& op, const PartialState& s) {
+inline std::int64_t FinishInt64(const OpSpec& op, DType dtype, const PartialState& s) {
   switch (PlainOf(op.kind)) {
     case OpKind::kSum: return s.int_sum;
     case OpKind::kMin:
@@ -291,18 +350,18 @@ inline std::int64_t FinishInt64(const OpSpec& op, const PartialState& s) {
     case OpKind::kArgmin:
     case OpKind::kArgmax: return s.index;
     case OpKind::kProduct: return s.count == 0 ? 1 : s.int_product;
-    case OpKind::kPtp: return s.int_extreme;
+    case OpKind::kPtp: return s.count == 0 ? 0 : partial_detail::PtpOf(dtype, s).i;
     default: return 0;
   }
 }
-inline std::uint64_t FinishUInt64(const OpSpec& op, const PartialState& s) {
+inline std::uint64_t FinishUInt64(const OpSpec& op, DType dtype, const PartialState& s) {
   switch (PlainOf(op.kind)) {
     case OpKind::kSum: return s.uint_sum;
     case OpKind::kMin:
     case OpKind::kMax: return s.uint_extreme;
     case OpKind::kCount: return s.count;
     case OpKind::kProduct: return s.count == 0 ? 1 : s.uint_product;
-    case OpKind::kPtp: return s.uint_extreme;
+    case OpKind::kPtp: return s.count == 0 ? 0 : partial_detail::PtpOf(dtype, s).u;
     case OpKind::kCountNonzero: return s.nonzero;
     case OpKind::kAny: return s.nonzero > 0 ? 1 : 0;
     case OpKind::kAll: return s.nonzero == s.count ? 1 : 0;
