@@ -15,6 +15,7 @@
 #include "select/scratch.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/group.h"
+#include "tally/rules/keyed_sums.h"
 
 namespace tally::kernels {
 namespace {
@@ -33,58 +34,24 @@ struct Slots {
   unsigned int* special;      // NaN count in the high 30 bits; bit 0 +inf seen, bit 1 -inf seen
 };
 
-// A key's bits as an unsigned number that orders as the key does.
-__device__ std::uint64_t OrderedKey(const void* keys, int code, std::uint64_t i) {
+using rules::keyed::FromOrdered;
+using rules::keyed::OrderedDouble;
+using rules::keyed::OrderedKey;
+using rules::keyed::ToFixed;
+
+// Element i's key as an unsigned number that orders as the key does.
+__device__ std::uint64_t OrderedKeyAt(const void* keys, int code, std::uint64_t i) {
   switch (code) {
     case 0: return static_cast<const std::uint8_t*>(keys)[i] != 0;  // bool
-    case 1: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<const std::int8_t*>(keys)[i])) ^ (1ull << 63);
-    case 2: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<const std::int16_t*>(keys)[i])) ^ (1ull << 63);
-    case 3: return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<const std::int32_t*>(keys)[i])) ^ (1ull << 63);
-    case 4: return static_cast<std::uint64_t>(static_cast<const std::int64_t*>(keys)[i]) ^ (1ull << 63);
-    case 5: return static_cast<const std::uint8_t*>(keys)[i];
-    case 6: return static_cast<const std::uint16_t*>(keys)[i];
-    case 7: return static_cast<const std::uint32_t*>(keys)[i];
-    default: return static_cast<const std::uint64_t*>(keys)[i];
+    case 1: return OrderedKey(static_cast<const std::int8_t*>(keys)[i]);
+    case 2: return OrderedKey(static_cast<const std::int16_t*>(keys)[i]);
+    case 3: return OrderedKey(static_cast<const std::int32_t*>(keys)[i]);
+    case 4: return OrderedKey(static_cast<const std::int64_t*>(keys)[i]);
+    case 5: return OrderedKey(static_cast<const std::uint8_t*>(keys)[i]);
+    case 6: return OrderedKey(static_cast<const std::uint16_t*>(keys)[i]);
+    case 7: return OrderedKey(static_cast<const std::uint32_t*>(keys)[i]);
+    default: return OrderedKey(static_cast<const std::uint64_t*>(keys)[i]);
   }
-}
-
-// A double's bits as an unsigned number that orders as the double does
-// (-0.0 as +0.0: numpy's min of equal zeros depends on their order).
-__device__ __host__ std::uint64_t OrderedDouble(double v) {
-  std::uint64_t b = 0;
-  if (v == 0) v = 0.0;
-  std::memcpy(&b, &v, 8);
-  return (b >> 63) != 0 ? ~b : (b | (1ull << 63));
-}
-
-double FromOrdered(std::uint64_t o) {
-  const std::uint64_t b = (o >> 63) != 0 ? (o & ~(1ull << 63)) : ~o;
-  double v;
-  std::memcpy(&v, &b, 8);
-  return v;
-}
-
-// v x 2^scale rounded to an integer (ties to even), as high (signed,
-// floor of the value / 2^32) and low (the last 32 bits) words.
-__device__ void FixedPoint(double v, int scale, long long* hi, unsigned long long* lo) {
-  std::uint64_t b;
-  std::memcpy(&b, &v, 8);
-  const int e = static_cast<int>((b >> 52) & 0x7ff);
-  std::uint64_t m = b & ((1ull << 52) - 1);
-  if (e != 0) m |= 1ull << 52;
-  const int shift = (e == 0 ? 1 : e) - 1075 + scale;  // v = m x 2^(e - 1075)
-  unsigned __int128 t = 0;
-  if (shift >= 0) {
-    t = static_cast<unsigned __int128>(m) << shift;
-  } else if (shift > -64) {
-    const int r = -shift;
-    const std::uint64_t q = m >> r, rem = m & ((1ull << r) - 1), half = 1ull << (r - 1);
-    t = q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
-  }
-  __int128 s = static_cast<__int128>(t);
-  if ((b >> 63) != 0) s = -s;
-  *hi = static_cast<long long>(s >> 32);
-  *lo = static_cast<unsigned long long>(static_cast<std::uint64_t>(s) & 0xffffffffull);
 }
 
 template <typename T>
@@ -93,7 +60,7 @@ __global__ void RangeAndMagnitudeKernel(const void* keys, int code, const T* val
   std::uint64_t lo = ~0ull, hi = 0, mag = 0;
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::uint64_t{gridDim.x} * blockDim.x) {
-    const std::uint64_t k = OrderedKey(keys, code, i);
+    const std::uint64_t k = OrderedKeyAt(keys, code, i);
     lo = k < lo ? k : lo;
     hi = k > hi ? k : hi;
     const double v = fabs(static_cast<double>(values[i]));
@@ -128,7 +95,7 @@ __device__ void AddTo(const Slots& s, std::uint64_t slot, double v, int scale) {
   } else {
     long long hi;
     unsigned long long lo;
-    FixedPoint(v, scale, &hi, &lo);
+    ToFixed(v, scale, &hi, &lo);
     atomicAdd(&s.hi[slot], static_cast<unsigned long long>(hi));
     atomicAdd(&s.lo[slot], lo);
   }
@@ -157,7 +124,7 @@ __global__ void DenseKernel(const void* keys, int code, const T* values, std::ui
   __syncthreads();
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::uint64_t{gridDim.x} * blockDim.x) {
-    AddTo(s, OrderedKey(keys, code, i) - base, static_cast<double>(values[i]), scale);
+    AddTo(s, OrderedKeyAt(keys, code, i) - base, static_cast<double>(values[i]), scale);
   }
   __syncthreads();
   for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
@@ -247,12 +214,7 @@ cudaError_t Dense(const GroupKeys& keys, const void* values, std::uint64_t max_r
   }
   // The scale: every |value| x 2^scale below 2^(92 - log2 rows), so that
   // the high words of n of them sum within 63 bits.
-  double largest = 0;
-  std::memcpy(&largest, &extremes[2], 8);
-  int exponent = 0;
-  (void)std::frexp(largest, &exponent);  // largest < 2^exponent
-  const int rows_bits = std::bit_width(n);
-  out->scale = 92 - rows_bits - exponent;
+  out->scale = rules::keyed::FixedScale(extremes[2], n);
   Slots slots = at.slots;
   InitSlotsKernel<<<Blocks(), kThreads, 0, stream>>>(slots, range);
   TALLY_CUDA_CHECK_LAUNCH();
@@ -280,9 +242,7 @@ cudaError_t Dense(const GroupKeys& keys, const void* values, std::uint64_t max_r
     out->count.push_back(count[j]);
     out->nan.push_back(special[j] >> 2);
     out->infinities.push_back(static_cast<std::uint8_t>(special[j] & 3u));
-    // The finite elements' sum: one rounding, then exact scaling.
-    const __int128 total = (static_cast<__int128>(static_cast<long long>(hi[j])) << 32) + static_cast<__int128>(lo[j]);
-    out->sum.push_back(std::ldexp(static_cast<double>(total), -out->scale));
+    out->sum.push_back(rules::keyed::FixedSum(hi[j], lo[j], out->scale));  // the finite elements
     out->min.push_back(FromOrdered(low[j]));
     out->max.push_back(FromOrdered(high[j]));
   }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <numeric>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/validate.h"
 #include "server/engine/finish.h"
+#include "server/engine/grouping/keyed_sums.h"
 #include "tally/rules/agg/registry.h"
 
 namespace tally::grouping {
@@ -233,11 +235,17 @@ double DirectValue(OpKind kind, const KeyedSums& k, std::uint64_t g) {
   }
 }
 
-// The plan answered by the backend's direct pass on the device (one read
-// of keys and values per column), when every value column is float and
-// asks only direct ops; nullopt otherwise, or for keys spread too wide.
-absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
-                                                               std::uint64_t max_groups, const Note& note) {
+// A value column's sums by key (the direct pass's), nullopt when the pass
+// does not take it.
+using SumByKey = std::function<absl::StatusOr<std::optional<KeyedSums>>(const GroupColumn& key,
+                                                                          const GroupColumn& column)>;
+
+// The plan answered by a direct pass (one read of keys and values per
+// column, `sum_by_key`), when every value column is float and asks only
+// direct ops; nullopt otherwise, or for keys spread too wide.
+absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, Backend& backend, bool on_device,
+                                                       const SumByKey& sum_by_key, const Note& note) {
+  if (plan.values.empty()) return std::nullopt;
   const GroupColumn& key = plan.columns[plan.keys[0]];
   for (const ColumnAggregations& c : plan.values) {
     const DType dt = plan.columns[c.column].dtype;
@@ -245,35 +253,34 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan
     if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), Direct)) return std::nullopt;
   }
   GroupedResult out;
-  out.on_device = true;
+  out.on_device = on_device;
   out.rows_grouped = plan.rows;
   out.backend = backend.name();
   out.device = backend.device();
   for (const ColumnAggregations& c : plan.values) {
     const GroupColumn& column = plan.columns[c.column];
-    absl::StatusOr<KeyedSums> sums = backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype,
-                                                              Extent{column.data, column.placement}, column.dtype,
-                                                              plan.rows, max_groups);
-    if (absl::IsUnimplemented(sums.status())) return std::nullopt;
+    absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, column);
     if (!sums.ok()) return sums.status();
-    note("column summed by key on the device");
+    if (!sums->has_value()) return std::nullopt;
+    const KeyedSums& k = **sums;
+    note(on_device ? "column summed by key on the device" : "column summed by key on the host");
     if (out.keys.empty()) {
-      out.groups = sums->groups;
-      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(sums->keys, rules::SizeOf(key.dtype))});
+      out.groups = k.groups;
+      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(k.keys, rules::SizeOf(key.dtype))});
     }
     AggregationPlan p = c.plan;
-    std::vector<std::uint64_t> start(sums->groups + 1, 0);
-    for (std::uint64_t g = 0; g < sums->groups; ++g) start[g + 1] = start[g] + sums->count[g];
+    std::vector<std::uint64_t> start(k.groups + 1, 0);
+    for (std::uint64_t g = 0; g < k.groups; ++g) start[g + 1] = start[g] + k.count[g];
     p.array.length = plan.rows;
     p.array.row_length = 0;
     p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
     AggregationResult result{.backend = backend.name(), .device = backend.device()};
     for (const OpSpec& op : p.ops) {
-      OpValues values = EmptyValues(op, column.dtype, sums->groups);
+      OpValues values = EmptyValues(op, column.dtype, k.groups);
       if (auto* d = std::get_if<std::vector<double>>(&values)) {
-        for (std::uint64_t g = 0; g < sums->groups; ++g) (*d)[g] = DirectValue(op.kind, *sums, g);
+        for (std::uint64_t g = 0; g < k.groups; ++g) (*d)[g] = DirectValue(op.kind, k, g);
       } else if (auto* u = std::get_if<std::vector<std::uint64_t>>(&values)) {
-        for (std::uint64_t g = 0; g < sums->groups; ++g) (*u)[g] = static_cast<std::uint64_t>(DirectValue(op.kind, *sums, g));
+        for (std::uint64_t g = 0; g < k.groups; ++g) (*u)[g] = static_cast<std::uint64_t>(DirectValue(op.kind, k, g));
       } else {
         return std::nullopt;  // a result type this path does not give
       }
@@ -283,6 +290,43 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan
     out.results.push_back(std::move(result));
   }
   return out;
+}
+
+// The direct pass on the GPU that holds the columns.
+absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                               std::uint64_t max_groups, const Note& note) {
+  return RunDirect(plan, backend, /*on_device=*/true,
+                   [&](const GroupColumn& key, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
+                     absl::StatusOr<KeyedSums> sums =
+                         backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype,
+                                                  Extent{column.data, column.placement}, column.dtype, plan.rows,
+                                                  max_groups);
+                     if (absl::IsUnimplemented(sums.status())) return std::nullopt;
+                     if (!sums.ok()) return sums.status();
+                     return std::optional<KeyedSums>(*std::move(sums));
+                   },
+                   note);
+}
+
+// The direct pass on the host, for host columns the pass takes: one
+// integer key column without missing keys, ascending order, value columns
+// without masks (the rest is RunDirect's to check). Its answers are the
+// GPU direct pass's, bit for bit.
+absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& plan, Backend& backend,
+                                                             std::uint64_t max_groups, const Note& note) {
+  if (plan.keys.size() != 1 || !plan.sort) return std::nullopt;
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  if (key.validity != nullptr || rules::IsFloat(key.dtype)) return std::nullopt;
+  for (const ColumnAggregations& c : plan.values) {
+    if (plan.columns[c.column].validity != nullptr) return std::nullopt;
+  }
+  const std::uint64_t max_range = std::min(kMaxHostDirectRange, max_groups);
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return RunDirect(plan, backend, /*on_device=*/false,
+                   [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
+                     return SumByKeyOnHost(k.data, k.dtype, column.data, column.dtype, plan.rows, max_range, threads);
+                   },
+                   note);
 }
 
 // The plan on the device holding its columns, when the backend groups
@@ -379,6 +423,9 @@ namespace {
 
 absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups,
                                         const Note& note) {
+  absl::StatusOr<std::optional<GroupedResult>> direct = RunDirectOnHost(plan, backend, max_groups, note);
+  if (!direct.ok()) return direct.status();
+  if (direct->has_value()) return **std::move(direct);
   std::vector<KeyColumn> keys;
   for (const std::size_t k : plan.keys) {
     const GroupColumn& c = plan.columns[k];

@@ -1,0 +1,193 @@
+#include "server/engine/grouping/keyed_sums.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "tally/rules/dtype.h"
+#include "tally/rules/keyed_sums.h"
+
+namespace tally::grouping {
+namespace {
+
+namespace keyed = rules::keyed;
+
+// A key's slot: one cache line, so that an element updates one line and
+// two threads' slots never share one (with seven arrays of 16 slots each,
+// the threads' arrays sat side by side in the same lines and each update
+// waited on the other core: 12 ns a row on two threads).
+struct alignas(64) Slot {
+  std::uint64_t hi = 0, lo = 0, count = 0, nan = 0;
+  std::uint64_t low = keyed::kNoLow, high = keyed::kNoHigh;
+  std::uint8_t infinities = 0;  // bit 0: +inf seen, bit 1: -inf seen
+
+  void Add(const Slot& o) {
+    hi += o.hi;
+    lo += o.lo;
+    count += o.count;
+    nan += o.nan;
+    low = std::min(low, o.low);
+    high = std::max(high, o.high);
+    infinities |= o.infinities;
+  }
+};
+using Slots = std::vector<Slot>;  // a thread's, one per key of the range
+
+// A bool key's byte: any nonzero byte is True (as the GPU reads it).
+struct BoolByte {
+  std::uint8_t byte;
+};
+
+template <typename K>
+std::uint64_t Ordered(K k) {
+  if constexpr (std::is_same_v<K, BoolByte>) {
+    return k.byte != 0 ? 1 : 0;
+  } else {
+    return keyed::OrderedKey(k);
+  }
+}
+
+// Rows [begin, end): the smallest and largest ordered key, and the bits of
+// the largest finite |value|.
+struct Extremes {
+  std::uint64_t lo = ~std::uint64_t{0}, hi = 0, magnitude = 0;
+};
+template <typename K, typename V>
+Extremes RangeAndMagnitude(const K* keys, const V* values, std::uint64_t begin, std::uint64_t end) {
+  Extremes e;
+  for (std::uint64_t i = begin; i < end; ++i) {
+    const std::uint64_t k = Ordered(keys[i]);
+    e.lo = std::min(e.lo, k);
+    e.hi = std::max(e.hi, k);
+    const double v = std::fabs(static_cast<double>(values[i]));
+    if (std::isfinite(v)) {
+      std::uint64_t b;
+      std::memcpy(&b, &v, 8);
+      e.magnitude = std::max(e.magnitude, b);
+    }
+  }
+  return e;
+}
+
+// Rows [begin, end) into `slots`, as the GPU's AddTo adds them.
+template <typename K, typename V>
+void Accumulate(const K* keys, const V* values, std::uint64_t begin, std::uint64_t end, std::uint64_t base,
+                int scale, Slots& slots) {
+  Slot* const s = slots.data();
+  for (std::uint64_t i = begin; i < end; ++i) {
+    Slot& slot = s[Ordered(keys[i]) - base];
+    const double v = static_cast<double>(values[i]);
+    ++slot.count;
+    if (std::isnan(v)) {
+      ++slot.nan;
+      continue;
+    }
+    if (std::isinf(v)) {
+      slot.infinities |= v > 0 ? 1 : 2;
+    } else {
+      long long hi;
+      unsigned long long lo;
+      keyed::ToFixed(v, scale, &hi, &lo);
+      slot.hi += static_cast<std::uint64_t>(hi);
+      slot.lo += lo;
+    }
+    const std::uint64_t o = keyed::OrderedDouble(v);
+    slot.low = std::min(slot.low, o);
+    slot.high = std::max(slot.high, o);
+  }
+}
+
+// Runs part(t, begin, end) for `parts` contiguous parts of [0, rows), the
+// first on this thread.
+template <typename Part>
+void InParts(std::uint64_t rows, int parts, Part part) {
+  std::vector<std::thread> threads;
+  const auto cut = [&](int t) { return rows * static_cast<std::uint64_t>(t) / static_cast<std::uint64_t>(parts); };
+  for (int t = 1; t < parts; ++t) threads.emplace_back([&, t] { part(t, cut(t), cut(t + 1)); });
+  part(0, cut(0), cut(1));
+  for (std::thread& th : threads) th.join();
+}
+
+template <typename K, typename V>
+std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows, std::uint64_t max_range,
+                             int threads, bool signed_key) {
+  // A thread per 2^20 rows at most: below that the threads cost more than
+  // they save.
+  const int parts = static_cast<int>(std::clamp<std::uint64_t>(rows >> 20, 1, std::max(threads, 1)));
+  std::vector<Extremes> extremes(parts);
+  InParts(rows, parts, [&](int t, std::uint64_t b, std::uint64_t e) {
+    extremes[t] = RangeAndMagnitude(keys, values, b, e);
+  });
+  Extremes all;
+  for (const Extremes& e : extremes) {
+    all.lo = std::min(all.lo, e.lo);
+    all.hi = std::max(all.hi, e.hi);
+    all.magnitude = std::max(all.magnitude, e.magnitude);
+  }
+  const std::uint64_t range = all.hi - all.lo + 1;
+  if (range == 0 || range > max_range) return std::nullopt;
+  const int scale = keyed::FixedScale(all.magnitude, rows);
+  std::vector<Slots> slots(parts);
+  InParts(rows, parts, [&](int t, std::uint64_t b, std::uint64_t e) {
+    slots[t].resize(range);  // on the thread that fills them
+    Accumulate(keys, values, b, e, all.lo, scale, slots[t]);
+  });
+  for (int t = 1; t < parts; ++t) {
+    for (std::uint64_t j = 0; j < range; ++j) slots[0][j].Add(slots[t][j]);
+  }
+  KeyedSums out;
+  for (std::uint64_t j = 0; j < range; ++j) {
+    const Slot& s = slots[0][j];
+    if (s.count == 0) continue;
+    std::uint64_t key = all.lo + j;
+    if (signed_key) key ^= std::uint64_t{1} << 63;  // back from the ordered form
+    out.keys.push_back(key);
+    out.count.push_back(s.count);
+    out.nan.push_back(s.nan);
+    out.infinities.push_back(s.infinities);
+    out.sum.push_back(keyed::FixedSum(s.hi, s.lo, scale));  // the finite elements'
+    out.min.push_back(keyed::FromOrdered(s.low));
+    out.max.push_back(keyed::FromOrdered(s.high));
+  }
+  out.groups = out.keys.size();
+  return out;
+}
+
+template <typename V>
+std::optional<KeyedSums> WithKeys(const void* keys, DType key_dtype, const V* values, std::uint64_t rows,
+                                  std::uint64_t max_range, int threads) {
+  switch (key_dtype) {
+    case DType::kBool: return Sum(static_cast<const BoolByte*>(keys), values, rows, max_range, threads, false);
+    case DType::kInt8: return Sum(static_cast<const std::int8_t*>(keys), values, rows, max_range, threads, true);
+    case DType::kInt16: return Sum(static_cast<const std::int16_t*>(keys), values, rows, max_range, threads, true);
+    case DType::kInt32: return Sum(static_cast<const std::int32_t*>(keys), values, rows, max_range, threads, true);
+    case DType::kInt64: return Sum(static_cast<const std::int64_t*>(keys), values, rows, max_range, threads, true);
+    case DType::kUInt8: return Sum(static_cast<const std::uint8_t*>(keys), values, rows, max_range, threads, false);
+    case DType::kUInt16: return Sum(static_cast<const std::uint16_t*>(keys), values, rows, max_range, threads, false);
+    case DType::kUInt32: return Sum(static_cast<const std::uint32_t*>(keys), values, rows, max_range, threads, false);
+    case DType::kUInt64: return Sum(static_cast<const std::uint64_t*>(keys), values, rows, max_range, threads, false);
+    default: return std::nullopt;  // float keys: NaN, -0.0 and 0.0 take the general path
+  }
+}
+
+}  // namespace
+
+std::optional<KeyedSums> SumByKeyOnHost(std::span<const std::byte> keys, DType key_dtype,
+                                        std::span<const std::byte> values, DType dtype, std::uint64_t rows,
+                                        std::uint64_t max_range, int threads) {
+  // The fixed-point words hold up to 2^31 rows (as on the GPU).
+  if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return std::nullopt;
+  if (keys.size() < rows * rules::SizeOf(key_dtype) || values.size() < rows * rules::SizeOf(dtype)) return std::nullopt;
+  switch (dtype) {
+    case DType::kFloat32:
+      return WithKeys(keys.data(), key_dtype, reinterpret_cast<const float*>(values.data()), rows, max_range, threads);
+    case DType::kFloat64:
+      return WithKeys(keys.data(), key_dtype, reinterpret_cast<const double*>(values.data()), rows, max_range, threads);
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace tally::grouping

@@ -1,0 +1,266 @@
+// Group-by's direct pass on the host (server/engine/grouping/keyed_sums.h)
+// against loops over each key's rows, bitwise the same on any number of
+// threads, for every key dtype; and RunGroupBy's answers through it equal
+// to the general path's (a key column with an all-valid mask takes that).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/functions/function_router.h"
+#include "server/engine/grouping/grouped_reduction.h"
+#include "server/engine/grouping/keyed_sums.h"
+#include "tests/unit/test_seed.h"
+
+namespace tally::grouping {
+namespace {
+
+template <typename T>
+std::span<const std::byte> Bytes(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+
+// Values over [-100, 100] with NaN, +inf, -inf and -0.0 at some rows.
+template <typename V>
+std::vector<V> Values(std::size_t rows, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> u(-100, 100);
+  std::vector<V> v(rows);
+  for (auto& x : v) x = static_cast<V>(u(rng));
+  for (std::size_t i = 0; i < rows; i += 997) v[i] = std::numeric_limits<V>::quiet_NaN();
+  for (std::size_t i = 5; i < rows; i += 3001) v[i] = std::numeric_limits<V>::infinity();
+  for (std::size_t i = 7; i < rows; i += 4999) v[i] = -std::numeric_limits<V>::infinity();
+  for (std::size_t i = 11; i < rows; i += 101) v[i] = static_cast<V>(-0.0);
+  return v;
+}
+
+struct Reference {
+  std::uint64_t count = 0, nan = 0;
+  std::uint8_t infinities = 0;
+  long double sum = 0, magnitude = 0;
+  double min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity();
+};
+
+// The direct pass's sums round each element to a multiple of 2^-scale,
+// the scale set by the column's largest finite magnitude and its rows
+// (tally/rules/keyed_sums.h): a group of n elements is within n x
+// 2^-(scale+1) of its exact sum, before the one rounding to a double.
+template <typename V>
+double ElementRounding(const std::vector<V>& values) {
+  double largest = 0;
+  for (const V v : values) {
+    if (std::isfinite(static_cast<double>(v))) largest = std::max(largest, std::fabs(static_cast<double>(v)));
+  }
+  int exponent = 0;
+  (void)std::frexp(largest, &exponent);
+  return std::ldexp(1.0, exponent + static_cast<int>(std::bit_width(values.size())) - 93);
+}
+
+template <typename K, typename V>
+void CheckAgainstLoops(const std::vector<K>& keys, const std::vector<V>& values, const KeyedSums& got) {
+  const double rounding = ElementRounding(values);
+  std::map<K, Reference> want;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    Reference& r = want[keys[i]];
+    const double v = static_cast<double>(values[i]);
+    ++r.count;
+    if (std::isnan(v)) {
+      ++r.nan;
+      continue;
+    }
+    if (std::isinf(v)) {
+      r.infinities |= v > 0 ? 1 : 2;
+    } else {
+      r.sum += v;
+      r.magnitude += std::fabs(v);
+    }
+    r.min = std::min(r.min, v);
+    r.max = std::max(r.max, v);
+  }
+  ASSERT_EQ(got.groups, want.size());
+  std::size_t g = 0;
+  for (const auto& [key, r] : want) {
+    K got_key;
+    std::memcpy(&got_key, &got.keys[g], sizeof(K));  // the key's bytes, low bytes first
+    EXPECT_EQ(got_key, key);
+    EXPECT_EQ(got.count[g], r.count) << "key " << +key;
+    EXPECT_EQ(got.nan[g], r.nan) << "key " << +key;
+    EXPECT_EQ(got.infinities[g], r.infinities) << "key " << +key;
+    EXPECT_NEAR(got.sum[g], static_cast<double>(r.sum),
+                1e-15 * static_cast<double>(r.magnitude) + static_cast<double>(r.count) * rounding)
+        << "key " << +key;
+    if (r.count > r.nan) {
+      EXPECT_EQ(got.min[g], r.min) << "key " << +key;
+      EXPECT_EQ(got.max[g], r.max) << "key " << +key;
+    }
+    ++g;
+  }
+}
+
+TEST(SumByKeyOnHost, AgreesWithLoopsOverEachKeysRows) {
+  TALLY_SEEDED_RNG(rng);
+  for (const std::size_t rows : {std::size_t{1}, std::size_t{1000}, std::size_t{3'000'001}}) {
+    std::vector<std::int32_t> keys(rows);
+    for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 3 == 0 ? rng() % 4 : rng() % 1000) - 500;  // skewed
+    const auto f32 = Values<float>(rows, rng);
+    std::optional<KeyedSums> a = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(f32), DType::kFloat32, rows, 4096, 2);
+    ASSERT_TRUE(a.has_value());
+    CheckAgainstLoops(keys, f32, *a);
+    const auto f64 = Values<double>(rows, rng);
+    std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(f64), DType::kFloat64, rows, 4096, 2);
+    ASSERT_TRUE(b.has_value());
+    CheckAgainstLoops(keys, f64, *b);
+  }
+}
+
+bool SameBits(const KeyedSums& a, const KeyedSums& b) {
+  auto same = [](const std::vector<double>& x, const std::vector<double>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+  };
+  return a.groups == b.groups && a.keys == b.keys && a.count == b.count && a.nan == b.nan &&
+         a.infinities == b.infinities && same(a.sum, b.sum) && same(a.min, b.min) && same(a.max, b.max);
+}
+
+TEST(SumByKeyOnHost, TheSameBitsOnAnyNumberOfThreads) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 5'000'011;
+  std::vector<std::uint16_t> keys(rows);
+  for (auto& k : keys) k = static_cast<std::uint16_t>(rng() % 65536);
+  // Magnitudes over many binades, so that the order of float additions
+  // would show.
+  std::vector<double> values(rows);
+  std::uniform_real_distribution<double> e(-30, 30);
+  for (auto& v : values) v = (rng() & 1 ? -1 : 1) * std::exp2(e(rng));
+  std::optional<KeyedSums> one = SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows,
+                                                65536, 1);
+  ASSERT_TRUE(one.has_value());
+  for (const int threads : {2, 3, 5}) {
+    std::optional<KeyedSums> more = SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows,
+                                                   65536, threads);
+    ASSERT_TRUE(more.has_value());
+    EXPECT_TRUE(SameBits(*one, *more)) << threads << " threads";
+  }
+  // A prefix, as a chunk of a stream would be: its own answer.
+  std::optional<KeyedSums> prefix =
+      SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows / 3, 65536, 2);
+  ASSERT_TRUE(prefix.has_value());
+  CheckAgainstLoops(std::vector<std::uint16_t>(keys.begin(), keys.begin() + rows / 3),
+                    std::vector<double>(values.begin(), values.begin() + rows / 3), *prefix);
+}
+
+TEST(SumByKeyOnHost, KeysOfEveryIntegerDtypeAtTheirExtremes) {
+  TALLY_SEEDED_RNG(rng);
+  const auto values = Values<float>(3000, rng);
+  auto check = [&](auto first, DType dtype) {
+    using K = decltype(first);
+    std::vector<K> keys(values.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<K>(first + static_cast<K>(rng() % 200));
+    std::optional<KeyedSums> got = SumByKeyOnHost(Bytes(keys), dtype, Bytes(values), DType::kFloat32, keys.size(), 4096, 2);
+    ASSERT_TRUE(got.has_value()) << rules::Name(dtype);
+    CheckAgainstLoops(keys, values, *got);
+  };
+  check(std::numeric_limits<std::int8_t>::min(), DType::kInt8);
+  check(std::int16_t{-100}, DType::kInt16);
+  check(std::numeric_limits<std::int32_t>::max() - 199, DType::kInt32);
+  check(std::numeric_limits<std::int64_t>::min(), DType::kInt64);
+  check(std::uint8_t{50}, DType::kUInt8);
+  check(std::uint16_t{65000}, DType::kUInt16);
+  check(std::uint32_t{7}, DType::kUInt32);
+  check(std::numeric_limits<std::uint64_t>::max() - 199, DType::kUInt64);
+  // bool: any nonzero byte is True.
+  const std::vector<std::uint8_t> flags = {0, 1, 2, 0, 255};
+  const std::vector<float> v = {1, 2, 3, 4, 5};
+  std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(flags), DType::kBool, Bytes(v), DType::kFloat32, 5, 4096, 1);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->keys, (std::vector<std::uint64_t>{0, 1}));
+  EXPECT_EQ(b->sum, (std::vector<double>{5, 10}));
+}
+
+TEST(SumByKeyOnHost, WideRangesFloatKeysAndOtherValuesTakeAnotherPath) {
+  const std::vector<std::int64_t> wide = {0, 5000};
+  const std::vector<double> v = {1, 2};
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(wide), DType::kInt64, Bytes(v), DType::kFloat64, 2, 4096, 2).has_value());
+  EXPECT_TRUE(SumByKeyOnHost(Bytes(wide), DType::kInt64, Bytes(v), DType::kFloat64, 2, 5001, 2).has_value());
+  const std::vector<double> float_keys = {1.0, 2.0};
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(float_keys), DType::kFloat64, Bytes(v), DType::kFloat64, 2, 4096, 2).has_value());
+  const std::vector<std::int32_t> ints = {1, 2};
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(ints), DType::kInt32, 2, 4096, 2).has_value());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(v), DType::kFloat64, 0, 4096, 2).has_value());
+}
+
+Validity AllValid(std::size_t rows) {
+  return std::make_shared<const std::vector<std::uint32_t>>((rows + 31) / 32, ~std::uint32_t{0});
+}
+
+TEST(RunGroupBy, TheHostDirectPassAnswersAsTheGeneralPath) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 200'003;
+  std::vector<std::int32_t> keys(rows);
+  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 300) - 150;
+  const auto values = Values<double>(rows, rng);
+  const std::vector<OpKind> kinds = {OpKind::kSum,    OpKind::kCount,  OpKind::kMin,    OpKind::kMax,
+                                     OpKind::kMean,   OpKind::kNanSum, OpKind::kNanMin, OpKind::kNanMax,
+                                     OpKind::kNanMean, OpKind::kNanCount};
+  auto run = [&](Validity key_validity) {
+    GroupByPlan plan;
+    plan.rows = rows;
+    plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = Bytes(keys), .validity = key_validity},
+                    GroupColumn{.name = "v", .dtype = DType::kFloat64, .data = Bytes(values)}};
+    plan.keys = {0};
+    ColumnAggregations c{.column = 1};
+    c.plan.array = ArraySpec{.dtype = DType::kFloat64, .length = rows};
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      c.positions.push_back(i);
+      c.plan.ops.push_back(OpSpec{.kind = kinds[i]});
+    }
+    plan.values = {c};
+    plan.aggregations = kinds.size();
+    std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+    std::vector<const char*> phases;
+    absl::StatusOr<GroupedResult> r = RunGroupBy(plan, *backend, 1 << 20, [&](const char* p) { phases.push_back(p); });
+    EXPECT_TRUE(r.ok()) << r.status();
+    const bool direct = std::any_of(phases.begin(), phases.end(), [](const char* p) {
+      return std::string(p) == "column summed by key on the host";
+    });
+    return std::make_pair(*std::move(r), direct);
+  };
+  const auto [direct, took_direct] = run(nullptr);
+  const auto [general, took_general] = run(AllValid(rows));
+  EXPECT_TRUE(took_direct);
+  EXPECT_FALSE(took_general);
+  ASSERT_EQ(direct.groups, general.groups);
+  EXPECT_EQ(direct.keys[0].data, general.keys[0].data);
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    SCOPED_TRACE(rules::Name(kinds[k]));
+    const OpValues& a = direct.results[0].values[k];
+    const OpValues& b = general.results[0].values[k];
+    ASSERT_EQ(a.index(), b.index());
+    if (const auto* d = std::get_if<std::vector<double>>(&a)) {
+      const auto& e = std::get<std::vector<double>>(b);
+      for (std::size_t g = 0; g < d->size(); ++g) {
+        if (std::isnan(e[g])) {
+          EXPECT_TRUE(std::isnan((*d)[g])) << "group " << g;
+        } else if (std::isinf(e[g])) {
+          EXPECT_EQ((*d)[g], e[g]) << "group " << g;
+        } else {
+          EXPECT_NEAR((*d)[g], e[g], 1e-9 * (1 + std::fabs(e[g]))) << "group " << g;
+        }
+      }
+    } else {
+      EXPECT_TRUE(a == b);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tally::grouping
