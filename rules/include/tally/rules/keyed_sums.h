@@ -63,9 +63,8 @@ TALLY_HD double FromOrdered(std::uint64_t o) {
 inline constexpr std::uint64_t kNoLow = ~std::uint64_t{0};
 inline constexpr std::uint64_t kNoHigh = 0;
 
-// v x 2^scale rounded to an integer (ties to even), as its high (signed,
-// floor of the value / 2^32) and low (the last 32 bits) words. v finite.
-TALLY_HD void ToFixed(double v, int scale, long long* hi, unsigned long long* lo) {
+// v x 2^scale rounded to an integer (ties to even). v finite.
+TALLY_HD __int128 ToFixed128(double v, int scale) {
   std::uint64_t b;
   std::memcpy(&b, &v, 8);
   const int e = static_cast<int>((b >> 52) & 0x7ff);
@@ -80,8 +79,13 @@ TALLY_HD void ToFixed(double v, int scale, long long* hi, unsigned long long* lo
     const std::uint64_t q = m >> r, rem = m & ((std::uint64_t{1} << r) - 1), half = std::uint64_t{1} << (r - 1);
     t = q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
   }
-  __int128 s = static_cast<__int128>(t);
-  if ((b >> 63) != 0) s = -s;
+  const __int128 s = static_cast<__int128>(t);
+  return (b >> 63) != 0 ? -s : s;
+}
+// The same as its high (signed, floor of the value / 2^32) and low (the
+// last 32 bits) words, which sum in 64 bits each.
+TALLY_HD void ToFixed(double v, int scale, long long* hi, unsigned long long* lo) {
+  const __int128 s = ToFixed128(v, scale);
   *hi = static_cast<long long>(s >> 32);
   *lo = static_cast<unsigned long long>(static_cast<std::uint64_t>(s) & 0xffffffffull);
 }
