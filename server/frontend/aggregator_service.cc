@@ -50,11 +50,13 @@ absl::Status AggregatorService::Draining() {
   return absl::UnavailableError("tally-server is shutting down; send the request to another replica.");
 }
 
-AggregatorService::AggregatorService(Backend& backend, DatasetStore& datasets, Executor& request_workers,
+AggregatorService::AggregatorService(Backend& backend, DatasetStore& datasets, RegionRegistry& regions,
+                                     Executor& request_workers,
                                      Executor& chunk_workers, const AuthPolicy& auth, IdentityQuotas& quotas,
                                      Metrics* metrics, ServiceOptions options)
     : backend_(backend),
       datasets_(datasets),
+      regions_(regions),
       request_workers_(request_workers),
       chunk_workers_(chunk_workers),
       auth_(auth),

@@ -13,6 +13,7 @@
 #include "server/core/validate.h"
 #include "server/engine/backend.h"
 #include "server/engine/datasets/dataset_store.h"
+#include "server/engine/regions/region_registry.h"
 #include "server/frontend/admission.h"
 #include "server/frontend/auth_policy.h"
 #include "server/frontend/executor.h"
@@ -77,7 +78,7 @@ class AggregatorService final : public detail::AggregatorBase {
   // stream chunks to the backend and never wait for admission.
   // `auth` says who each call acts as; `quotas` bound what each identity
   // holds. `metrics` may be null. All references must outlive the service.
-  AggregatorService(Backend& backend, DatasetStore& datasets, Executor& request_workers,
+  AggregatorService(Backend& backend, DatasetStore& datasets, RegionRegistry& regions, Executor& request_workers,
                     Executor& chunk_workers, const AuthPolicy& auth, IdentityQuotas& quotas, Metrics* metrics,
                     ServiceOptions options);
 
@@ -145,6 +146,7 @@ class AggregatorService final : public detail::AggregatorBase {
 
   Backend& backend_;
   DatasetStore& datasets_;
+  RegionRegistry& regions_;  // GroupBy's region columns
   Executor& request_workers_;
   Executor& chunk_workers_;
   const AuthPolicy& auth_;

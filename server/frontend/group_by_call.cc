@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "server/frontend/aggregator_service.h"
 #include "server/frontend/call_parts.h"
 #include "server/frontend/group_convert.h"
+#include "server/frontend/region_span.h"
 #include "server/frontend/status.h"
 
 namespace tally {
@@ -86,22 +88,48 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
   v1::GroupByResponse message_;
 };
 
-// The columns that name resident datasets: the datasets held (a delete or
-// replace waits for this request), each read where it lies when it is one
-// piece, and a sharded one's pieces copied together into host memory.
-struct DatasetColumns {
+// The columns that name resident datasets or regions: the datasets and
+// regions held (a delete, replace or unregister waits for this request),
+// each read where it lies when it is one piece, and a sharded dataset's
+// pieces copied together into host memory.
+struct StoredColumns {
   std::vector<std::shared_ptr<const Dataset>> held;
+  std::vector<std::shared_ptr<const Region>> regions;
   std::vector<std::vector<std::byte>> copies;
   std::vector<std::optional<ColumnBytes>> bytes;  // by column index
   std::uint64_t copied = 0;
+
+  // Whether every region read is still whole (a host region's object
+  // truncated while it was read makes what was read worthless).
+  absl::Status Intact() const {
+    for (const auto& region : regions) {
+      if (absl::Status s = region->Intact(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
 };
 
-absl::StatusOr<DatasetColumns> ReadDatasetColumns(const v1::GroupByRequest& request, DatasetStore& datasets,
-                                                  Backend& backend) {
-  DatasetColumns out;
+absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& request, DatasetStore& datasets,
+                                                RegionRegistry& regions, Backend& backend) {
+  StoredColumns out;
   out.bytes.resize(static_cast<std::size_t>(request.columns_size()));
   for (int i = 0; i < request.columns_size(); ++i) {
-    const std::string& name = request.columns(i).dataset();
+    const v1::Column& c = request.columns(i);
+    if (c.has_region()) {
+      absl::StatusOr<DType> dtype = DTypeFromProto(c.dtype());
+      if (!dtype.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("columns[", i, "].dtype: ", dtype.status().message()));
+      }
+      const std::string field = absl::StrCat("columns[", i, "].region");
+      absl::StatusOr<RegionSpan> span = LocateInRegion(regions, c.region().name(), c.region().offset(), *dtype,
+                                                       c.region().length(), field + ".offset", field + ".length");
+      if (!span.ok()) return absl::Status(span.status().code(), absl::StrCat(field, ": ", span.status().message()));
+      out.bytes[static_cast<std::size_t>(i)] =
+          ColumnBytes{.dtype = *dtype, .data = span->bytes.bytes, .placement = span->bytes.placement};
+      out.regions.push_back(std::move(span->region));
+      continue;
+    }
+    const std::string& name = c.dataset();
     if (name.empty()) continue;
     absl::StatusOr<std::shared_ptr<const Dataset>> dataset = datasets.Acquire(name);
     if (!dataset.ok()) {
@@ -154,7 +182,7 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
   }
   request_workers_.Post([this, context, request, record, writer, identity = *std::move(identity)] {
     record->Phase("on worker");
-    absl::StatusOr<DatasetColumns> stored = ReadDatasetColumns(*request, datasets_, backend_);
+    absl::StatusOr<StoredColumns> stored = ReadStoredColumns(*request, datasets_, regions_, backend_);
     if (!stored.ok()) return writer->Answer(stored.status(), absl::CancelledError(), {});
     absl::StatusOr<GroupByPlan> plan = GroupByPlanFromProto(*request, stored->bytes, options_.limits);
     if (!plan.ok()) return writer->Answer(plan.status(), absl::CancelledError(), {});
@@ -172,6 +200,9 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
     record->Phase("planned");
     absl::StatusOr<grouping::GroupedResult> result = grouping::RunGroupBy(*plan, backend_, options_.max_groups, PhaseNoter(record.get()));
     record->Phase("grouped");
+    if (result.ok()) {
+      if (absl::Status s = stored->Intact(); !s.ok()) result = s;
+    }
     if (result.ok() && metrics_ != nullptr) metrics_->GroupedBy(result->on_device, plan->rows, result->groups);
     stored->copies.clear();  // the plan's spans into them are not read again
     writer->Answer(std::move(plan), std::move(result), *std::move(ticket));

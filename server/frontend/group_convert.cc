@@ -71,11 +71,11 @@ absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& reque
         static_cast<std::size_t>(i) < from_datasets.size() && from_datasets[static_cast<std::size_t>(i)]
             ? &from_datasets[static_cast<std::size_t>(i)]
             : nullptr;
-    if (!c.dataset().empty() && stored == nullptr) {
-      return absl::InternalError(absl::StrCat("columns[", i, "].dataset: not read"));
+    if ((!c.dataset().empty() || c.has_region()) && stored == nullptr) {
+      return absl::InternalError(absl::StrCat("columns[", i, "]: the stored column was not read"));
     }
-    if (stored != nullptr && !c.data().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "]: give data or dataset, not both."));
+    if (static_cast<int>(!c.data().empty()) + static_cast<int>(!c.dataset().empty()) + static_cast<int>(c.has_region()) > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "]: give one of data, dataset and region."));
     }
     absl::StatusOr<DType> dtype = stored != nullptr && c.dtype() == v1::DTYPE_UNSPECIFIED
                                       ? absl::StatusOr<DType>((*stored)->dtype)

@@ -17,8 +17,9 @@
 
 namespace tally {
 
-// A column's elements that are not in the request (a resident dataset's,
-// read into host memory), by the column's index in the request.
+// A column's elements that are not in the request (a resident dataset's or
+// a region's, where they lie or copied to host memory), by the column's
+// index in the request.
 struct ColumnBytes {
   DType dtype = DType::kFloat64;
   std::span<const std::byte> data;
@@ -27,7 +28,7 @@ struct ColumnBytes {
 
 // The plan of `request`; its columns' spans point into `request` and into
 // `from_datasets` (nullopt for inline columns; every column that names a
-// dataset has its bytes there), which must outlive the plan.
+// dataset or a region has its bytes there), which must outlive the plan.
 [[nodiscard]] absl::StatusOr<GroupByPlan> GroupByPlanFromProto(
     const v1::GroupByRequest& request, const std::vector<std::optional<ColumnBytes>>& from_datasets,
     const RequestLimits& limits);

@@ -71,22 +71,7 @@ absl::StatusOr<std::shared_ptr<void>> RegionService::ChargeRegion(const std::str
 
 absl::StatusOr<RegionService::Span> RegionService::Locate(const std::string& name, std::uint64_t offset, DType dtype,
                                                           std::uint64_t length) {
-  absl::StatusOr<std::shared_ptr<const Region>> region = regions_.Acquire(name);
-  if (!region.ok()) return region.status();
-  const RegionInfo& info = (*region)->info();
-  const std::uint64_t size = rules::SizeOf(dtype);
-  if (offset % size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("offset: ", offset, " is not a multiple of the ",
-                                                   rules::Name(dtype), " element size (", size, " bytes)."));
-  }
-  if (offset > info.bytes || length > (info.bytes - offset) / size) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.length: ", length, " ", rules::Name(dtype),
-                                                   " elements from offset ", offset, " run past the end of region '",
-                                                   info.name, "' (", info.bytes, " bytes)."));
-  }
-  if (absl::Status s = (*region)->Intact(); !s.ok()) return s;
-  Extent bytes = (*region)->extent().Sub(offset, length * size);
-  return Span{std::move(*region), bytes};
+  return LocateInRegion(regions_, name, offset, dtype, length, "offset", "spec.length");
 }
 
 grpc::ServerUnaryReactor* RegionService::RegisterHostRegion(grpc::CallbackServerContext* context,

@@ -12,6 +12,7 @@
 #include "server/frontend/aggregator_service.h"
 #include "server/frontend/executor.h"
 #include "server/frontend/identity_quota.h"
+#include "server/frontend/region_span.h"
 #include "tally/v1/tally.grpc.pb.h"
 
 namespace tally {
@@ -53,10 +54,7 @@ class RegionService final : public v1::SharedMemory::CallbackService {
   grpc::ServerUnaryReactor* OnWorker(grpc::CallbackServerContext* context, Metrics::Method method, Work work);
   // The region named `name`, and where `length` elements of `dtype` from
   // byte `offset` lie in it; the region is checked to be intact.
-  struct Span {
-    std::shared_ptr<const Region> region;
-    Extent bytes;
-  };
+  using Span = RegionSpan;
   // `bytes` of the caller's region quota, held by the region once registered.
   absl::StatusOr<std::shared_ptr<void>> ChargeRegion(const std::string& identity, std::uint64_t bytes);
   absl::StatusOr<Span> Locate(const std::string& name, std::uint64_t offset, DType dtype,

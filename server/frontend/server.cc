@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<TallyServer>> TallyServer::Start(const ServerConf
   if (s->dataset_directory_) RestoreDatasets(*s->datasets_, *s->dataset_directory_, *s->quotas_);
   s->regions_ = std::make_unique<RegionRegistry>(*s->backend_, config.max_region_bytes, s->metrics_.get(),
                                                  config.max_regions);
-  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->request_workers_,
+  s->service_ = std::make_unique<AggregatorService>(*s->backend_, *s->datasets_, *s->regions_, *s->request_workers_,
                                                     *s->chunk_workers_, *s->auth_, *s->quotas_, s->metrics_.get(),
                                                     config.service);
   s->region_service_ = std::make_unique<RegionService>(*s->backend_, *s->regions_, *s->datasets_, *s->service_,

@@ -10,6 +10,10 @@
 #include <atomic>
 #include <fstream>
 #include <thread>
+#include <vector>
+#include <utility>
+#include <random>
+#include <functional>
 
 #include "tally/client/shared_memory.h"
 #include "tests/integration/server_fixture.h"
@@ -143,6 +147,115 @@ TEST_F(RegionTest, HostRegionAnswersAreBitwiseTheStreamedAnswers) {
   ASSERT_TRUE(Unregister("r").ok());
   EXPECT_EQ(List().regions_size(), 0);
   EXPECT_EQ(Metric("tally_region_bytes"), 0);
+  EXPECT_FALSE(ServerMaps(object->name()));
+}
+
+// GroupBy's columns read from regions answer what the same columns sent
+// inline answer, bit for bit, alone or mixed with inline columns; bad
+// region columns are refused naming the field.
+TEST_F(RegionTest, GroupByReadsColumnsFromRegionsAsFromTheRequest) {
+  const std::size_t rows = 50001;
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<std::int32_t> keys(rows);
+  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 97) - 40;
+  const std::vector<float> values = RandomFloats(rows, rng());
+  const std::string key_bytes = Bytes(keys), value_bytes = Bytes(values);
+  // Keys, then the values 4 bytes later: the values start mid-object.
+  auto object = Object(key_bytes + std::string(4, '\0') + value_bytes);
+  ASSERT_NE(object, nullptr);
+  const std::uint64_t value_offset = key_bytes.size() + 4;
+  ASSERT_TRUE(RegisterHost("table", object->name(), 0, value_offset + value_bytes.size()).ok());
+
+  auto group_by = [&](bool keys_in_region, bool values_in_region, std::vector<v1::GroupByResponse>* pages) {
+    v1::GroupByRequest r;
+    v1::Column* k = r.add_columns();
+    k->set_name("k");
+    k->set_dtype(v1::DTYPE_INT32);
+    if (keys_in_region) {
+      k->mutable_region()->set_name("table");
+      k->mutable_region()->set_length(rows);
+    } else {
+      k->set_data(key_bytes);
+    }
+    v1::Column* v = r.add_columns();
+    v->set_name("v");
+    v->set_dtype(v1::DTYPE_FLOAT32);
+    if (values_in_region) {
+      v->mutable_region()->set_name("table");
+      v->mutable_region()->set_offset(value_offset);
+      v->mutable_region()->set_length(rows);
+    } else {
+      v->set_data(value_bytes);
+    }
+    r.add_keys("k");
+    for (const v1::Op op : {v1::OP_SUM, v1::OP_MIN, v1::OP_VARIANCE, v1::OP_ARGMAX, v1::OP_COUNT}) {
+      v1::GroupAggregation* a = r.add_aggregations();
+      a->set_column("v");
+      *a->mutable_aggregation() = Op(op);
+    }
+    grpc::ClientContext ctx;
+    auto reader = stub_->GroupBy(&ctx, r);
+    for (v1::GroupByResponse page; reader->Read(&page);) pages->push_back(page);
+    return reader->Finish();
+  };
+  std::vector<v1::GroupByResponse> inline_pages;
+  ASSERT_TRUE(group_by(false, false, &inline_pages).ok());
+  ASSERT_FALSE(inline_pages.empty());
+  EXPECT_EQ(inline_pages[0].groups(), 97u);
+  for (const auto& [in_keys, in_values] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+    std::vector<v1::GroupByResponse> pages;
+    const grpc::Status s = group_by(in_keys, in_values, &pages);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(pages.size(), inline_pages.size());
+    for (std::size_t p = 0; p < pages.size(); ++p) {
+      pages[p].clear_execution();
+      v1::GroupByResponse want = inline_pages[p];
+      want.clear_execution();
+      EXPECT_EQ(pages[p].SerializeAsString(), want.SerializeAsString()) << "keys in region " << in_keys
+                                                                         << ", values in region " << in_values;
+    }
+  }
+
+  auto refused = [&](const std::function<void(v1::Column*)>& edit, grpc::StatusCode code, const std::string& why) {
+    v1::GroupByRequest r;
+    v1::Column* k = r.add_columns();
+    k->set_name("k");
+    k->set_dtype(v1::DTYPE_INT32);
+    k->set_data(key_bytes);
+    v1::Column* v = r.add_columns();
+    v->set_name("v");
+    v->set_dtype(v1::DTYPE_FLOAT32);
+    v->mutable_region()->set_name("table");
+    v->mutable_region()->set_offset(value_offset);
+    v->mutable_region()->set_length(rows);
+    edit(v);
+    r.add_keys("k");
+    v1::GroupAggregation* a = r.add_aggregations();
+    a->set_column("v");
+    *a->mutable_aggregation() = Op(v1::OP_SUM);
+    grpc::ClientContext ctx;
+    auto reader = stub_->GroupBy(&ctx, r);
+    for (v1::GroupByResponse page; reader->Read(&page);) {
+    }
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), code) << why << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(why), std::string::npos) << s.error_message();
+  };
+  refused([](v1::Column* v) { v->mutable_region()->set_name("nothing"); }, grpc::StatusCode::NOT_FOUND,
+          "columns[1].region");
+  refused([&](v1::Column* v) { v->mutable_region()->set_offset(value_offset + 2); }, grpc::StatusCode::INVALID_ARGUMENT,
+          "columns[1].region.offset");
+  refused([&](v1::Column* v) { v->mutable_region()->set_length(rows + 1); }, grpc::StatusCode::INVALID_ARGUMENT,
+          "columns[1].region.length");
+  refused([](v1::Column* v) { v->clear_dtype(); }, grpc::StatusCode::INVALID_ARGUMENT, "columns[1].dtype");
+  refused([&](v1::Column* v) { v->set_data(value_bytes); }, grpc::StatusCode::INVALID_ARGUMENT,
+          "give one of data, dataset and region");
+  refused([&](v1::Column* v) { v->mutable_region()->set_length(rows - 1); }, grpc::StatusCode::INVALID_ARGUMENT,
+          "every column must have the same length");
+  // The server carries on, and the region was read by GroupBy only while it ran.
+  std::vector<v1::GroupByResponse> again;
+  EXPECT_TRUE(group_by(true, true, &again).ok());
+  ASSERT_TRUE(Unregister("table").ok());
   EXPECT_FALSE(ServerMaps(object->name()));
 }
 
