@@ -4,7 +4,8 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_HARNESS] [HARNESS...]
 #   SECONDS_PER_HARNESS  default 15 (scripts/test.sh runs this on every
-#                        submission: about a minute for the four harnesses)
+#                        submission; the harnesses run one per core, so on
+#                        2 cores the four take about 30 s)
 #   HARNESS              raw_aggregate_request raw_stream_request plan
 #                        npy_header (default: all)
 # Environment:
@@ -65,25 +66,44 @@ if [ "$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 28)" -gt 28 ] && seta
 fi
 
 for harness in "${harnesses[@]}"; do
-  seeds="tests/fuzz/corpus/$harness"
-  if [ ! -d "$seeds" ]; then
-    echo "fuzz.sh: no harness '$harness' (no $seeds)" >&2
+  if [ ! -d "tests/fuzz/corpus/$harness" ]; then
+    echo "fuzz.sh: no harness '$harness' (no tests/fuzz/corpus/$harness)" >&2
     exit 2
   fi
-  corpus="$build/corpus/$harness"
-  artifacts="$build/artifacts/$harness/"
+done
+
+# One harness: its log in $build/<harness>.log, its status the fuzzer's.
+fuzz_one() {
+  local harness=$1 corpus="$build/corpus/$1" artifacts="$build/artifacts/$1/"
   mkdir -p "$corpus" "$artifacts"
-  echo "fuzz.sh: $harness (${budget[*]})"
   # -timeout: an input that takes over 10 s is a hang; -rss_limit_mb: one
   # that needs over 2 GiB is a bug too (a real request's parse needs little).
   # shellcheck disable=SC2086
   "${run[@]}" "$build/tests/fuzz/tally_fuzz_$harness" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
-    -print_final_stats=1 -artifact_prefix="$artifacts" ${TALLY_FUZZ_FLAGS:-} "$corpus" "$seeds" \
-    2>"$build/$harness.log" || {
+    -print_final_stats=1 -artifact_prefix="$artifacts" ${TALLY_FUZZ_FLAGS:-} "$corpus" "tests/fuzz/corpus/$harness" \
+    2>"$build/$harness.log"
+}
+
+# The harnesses run side by side, one per core (each is one process on one
+# core): on 2 cores the four take two rounds of SECONDS_PER_HARNESS, not four.
+jobs_max=$(nproc)
+declare -A pid_of
+for harness in "${harnesses[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+  echo "fuzz.sh: $harness (${budget[*]})"
+  fuzz_one "$harness" &
+  pid_of[$harness]=$!
+done
+failed=0
+for harness in "${harnesses[@]}"; do
+  if ! wait "${pid_of[$harness]}"; then
     tail -n 60 "$build/$harness.log" >&2
-    echo "fuzz.sh: $harness FAILED; the input is in $artifacts (log: $build/$harness.log)" >&2
-    exit 1
-  }
+    echo "fuzz.sh: $harness FAILED; the input is in $build/artifacts/$harness/ (log: $build/$harness.log)" >&2
+    failed=1
+    continue
+  fi
+  echo "fuzz.sh: $harness:"
   grep -E '^stat::number_of_executed_units|^Done|^#[0-9]+.*DONE' "$build/$harness.log" | sed "s/^/  /" || true
 done
+[ "$failed" = 0 ] || exit 1
 echo "fuzz.sh: ${#harnesses[@]} harness(es), no crash"
