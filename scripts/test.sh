@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 dir=${TALLY_BUILD_DIR:-build}
 configure=()
-if [ ! -f "$dir/CMakeCache.txt" ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+gpus=$(nvidia-smi -L 2>/dev/null || true)
+if [ ! -f "$dir/CMakeCache.txt" ] && [[ "$gpus" != *GPU* ]]; then
   configure+=(-DTALLY_KERNEL_SASS=OFF)
 fi
 scripts/build.sh "${configure[@]}" "$@"
