@@ -3,11 +3,13 @@
 aggregation, over keys of every dtype (integers, bool, floats with NaN and
 -0.0, strings with None, categories, nullable Int64), composite, skewed,
 one group and 200,000 groups in several pages; nullable value columns, empty
-frames, a mapping of numpy arrays, and the errors that name what is wrong.
+frames, a mapping of numpy arrays or of SharedArrays (sent as region columns),
+and the errors that name what is wrong.
 
 usage: groupby_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH)
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -367,6 +369,180 @@ class Frames(Base):
             self.client.groupby({"k": np.arange(4), "v": np.ones(3)}, "k", "sum")
         self.assertIn("'v'", str(e.exception))
         self.assertIn("'k'", str(e.exception))
+
+
+class SharedColumns(Base):
+    """A mapping's SharedArray columns (Client.share) go as region columns,
+    read by the server in place, and answer what the same numpy arrays sent
+    inline answer, bit for bit."""
+
+    def setUp(self):
+        super().setUp()
+        self.requests = []
+        read = self.client._group_by_pages
+
+        def recording(request, timeout, metadata):
+            self.requests.append(request)
+            return read(request, timeout, metadata)
+
+        self.client._group_by_pages = recording
+        self.addCleanup(delattr, self.client, "_group_by_pages")
+
+    def queries(self):
+        """Each region's reads so far, as ListRegions counts them."""
+        return {r.name: r.queries for r in self.client.list_regions()}
+
+    def assertSameAnswer(self, got, want, msg):
+        """Every result column of the same dtype and values (NaN where the
+        inline answer has NaN)."""
+        self.assertEqual(list(got), list(want), msg)
+        for label in want:
+            self.assertEqual(got[label].dtype, want[label].dtype, f"{msg}: {label!r}")
+            np.testing.assert_array_equal(got[label], want[label], err_msg=f"{msg}: {label!r}")
+
+    def groupby_both_ways(self, arrays, shared, by, agg, msg, **kwargs):
+        """groupby of ``arrays`` with the columns named in ``shared`` as
+        SharedArrays, and of the arrays themselves: the answers are the same,
+        each SharedArray went as its region (no data) in every request and
+        was read by the server once per column naming it, and every other
+        column went inline. Returns the answer and the requests sent."""
+        with contextlib.ExitStack() as stack:
+            shares = {label: stack.enter_context(self.client.share(arrays[label])) for label in shared}
+            before = self.queries()
+            self.requests.clear()
+            got = self.client.groupby({c: shares.get(c, a) for c, a in arrays.items()}, by, agg, **kwargs)
+            requests = list(self.requests)
+            after = self.queries()
+        want = self.client.groupby(arrays, by, agg, **kwargs)
+        self.assertSameAnswer(got, want, msg)
+        n = len(next(iter(arrays.values())))
+        reads = {s.region: 0 for s in shares.values()}
+        for request in requests:
+            for c in request.columns:
+                label = next((label for label in arrays if str(label) == c.name), None)
+                if label in shares:
+                    self.assertTrue(c.HasField("region"), f"{msg}: column {c.name} was sent inline")
+                    self.assertEqual((c.region.name, c.region.offset, c.region.length, c.data),
+                                     (shares[label].region, 0, n, b""), f"{msg}: column {c.name}")
+                    reads[c.region.name] += 1
+                else:
+                    self.assertFalse(c.HasField("region"), f"{msg}: column {c.name}")
+                    self.assertGreaterEqual(len(c.data), n, f"{msg}: column {c.name}")
+        for s in shares.values():
+            self.assertGreater(reads[s.region], 0, f"{msg}: region of {s.region} not sent")
+            self.assertEqual(after[s.region] - before[s.region], reads[s.region], f"{msg}: the server's reads")
+        return got, requests
+
+    def test_region_columns_alone(self):
+        n = 30_000
+        f64 = self.rng.uniform(0.5, 1.5, n)
+        f64[self.rng.random(n) < 0.1] = np.nan
+        arrays = {"k": self.rng.integers(-40, 57, n).astype(np.int32), "f64": f64,
+                  "f32": self.rng.uniform(0.5, 1.5, n).astype(np.float32),
+                  "i16": self.rng.integers(-9, 9, n).astype(np.int16),
+                  "u64": self.rng.integers(0, 2**62, n, dtype=np.uint64), "b": self.rng.random(n) < 0.3}
+        for sort in (True, False):
+            for agg in (FEW, FUNCS + INDEX_FUNCS):  # the second in two requests (over 64 aggregations)
+                _, requests = self.groupby_both_ways(arrays, list(arrays), "k", agg, f"sort={sort}, agg={agg}",
+                                                     sort=sort)
+                # Keys and values by reference: at most masks of the float
+                # columns' non-NaN rows (for prod, any, all, idxmin and
+                # idxmax), a bit a row, where inline the key alone is 4 bytes.
+                for r in requests:
+                    self.assertLess(r.ByteSize(), n // 2, f"sort={sort}, agg={agg}")
+        self.assertEqual(len(requests), 2)
+        got, _ = self.groupby_both_ways(arrays, ["k"], "k", "size", "size")
+        np.testing.assert_array_equal(got["size"], np.bincount(arrays["k"] + 40))
+
+    def test_region_columns_beside_inline_ones(self):
+        n = 20_000
+        f32 = self.rng.uniform(0.5, 1.5, n).astype(np.float32)
+        f32[self.rng.random(n) < 0.05] = np.nan
+        keyf = self.rng.integers(-4, 5, n) / 2
+        keyf[self.rng.random(n) < 0.05] = np.nan
+        keyf[self.rng.random(n) < 0.05] = -0.0
+        arrays = {"k": self.rng.integers(0, 30, n), "s": self.rng.choice(["x", "y", "z"], n), "f32": f32,
+                  "i64": self.rng.integers(-50, 50, n), "bk": self.rng.random(n) < 0.5, "fk": keyf,
+                  "u8": self.rng.integers(0, 3, n).astype(np.uint8)}
+        agg = {"f32": ["sum", "mean", "max", "std"], "i64": ["sum", "min", "nunique"], "u8": ["max", "prod"]}
+        # A shared key beside a string key (factorised here, sent inline as
+        # codes), shared values beside inline ones, and the other way round.
+        self.groupby_both_ways(arrays, ["k", "f32"], ["k", "s"], agg, "shared k and f32")
+        self.groupby_both_ways(arrays, ["i64", "u8"], ["k", "s"], agg, "shared i64 and u8")
+        for dropna in (True, False):
+            self.groupby_both_ways(arrays, ["bk", "fk", "i64"], ["bk", "fk"], agg, f"bool and float keys, "
+                                   f"dropna={dropna}", dropna=dropna, sort=False)
+        # One SharedArray as the key and as a value column.
+        with self.client.share(arrays["k"]) as shared:
+            got = self.client.groupby({"k": shared, "v": shared}, "k", ["sum", "count"])
+        want = self.client.groupby({"k": arrays["k"], "v": arrays["k"]}, "k", ["sum", "count"])
+        self.assertSameAnswer(got, want, "one SharedArray twice")
+        self.assertEqual([c.region.name for c in self.requests[-2].columns], [shared.region] * 2)
+
+    def test_float_values_skip_nan_as_pandas(self):
+        n = 25_000
+        k = self.rng.integers(0, 80, n)
+        arrays = {"k": k}
+        for dtype, frac in ((np.float64, 0.2), (np.float32, 0.05)):
+            v = self.rng.uniform(0.5, 1.5, n).astype(dtype)
+            v[self.rng.random(n) < frac] = np.nan
+            v[k == 7] = np.nan  # a group of NaN alone
+            arrays[np.dtype(dtype).name] = v
+        funcs = ["sum", "mean", "count", "min", "std", "median"]
+        got, requests = self.groupby_both_ways(arrays, list(arrays), "k", funcs, "nan-skipping")
+        for c in requests[0].columns:  # nansum, nanmean, ...: no mask needed
+            self.assertEqual(c.validity, b"", c.name)
+        want = pd.DataFrame(arrays).groupby("k").agg(funcs)
+        np.testing.assert_array_equal(got["k"], want.index)
+        for label in want.columns:
+            rtol = 1e-5 if label[0] == "float32" else 1e-12
+            np.testing.assert_allclose(got[label], want[label].to_numpy(dtype=np.float64), rtol=rtol,
+                                       err_msg=str(label))
+        self.assertTrue(np.isnan(got[("float64", "mean")][7]))
+        self.assertEqual(got[("float64", "sum")][7], 0.0)
+        # prod has no NaN-skipping op: the region goes with a mask of the
+        # non-NaN rows, computed from the shared memory.
+        got, requests = self.groupby_both_ways(arrays, list(arrays), "k", ["prod", "idxmax"], "masked")
+        masked = {c.name: c for c in requests[0].columns}
+        for name in ("float64", "float32"):
+            want = np.packbits(~np.isnan(arrays[name]), bitorder="little").tobytes()
+            self.assertEqual(masked[name].validity, want, name)
+
+    def test_bad_shared_columns_are_named(self):
+        n = 12
+        with self.client.share(np.ones((3, 4))) as rows, self.client.share(np.arange(n)) as keys:
+            for data, name in (({"k": keys, "v": rows}, "'v'"), ({"k": rows, "v": np.ones(n)}, "'k'")):
+                with self.assertRaises(ValueError) as e:
+                    self.client.groupby(data, "k", "sum")
+                self.assertIn(name, str(e.exception))
+                self.assertIn("rows", str(e.exception))
+            with self.assertRaises(ValueError) as e:
+                self.client.groupby({"k": keys, "v": np.ones(n + 1)}, "k", "sum")
+            self.assertIn("'v'", str(e.exception))
+            self.assertIn("'k'", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            self.client.groupby({"k": keys, "v": np.ones(n)}, "k", "sum")
+        self.assertIn("'k'", str(e.exception))
+        self.assertIn("closed", str(e.exception))
+
+    def test_views_outlive_close_and_failed_calls(self):
+        x = self.rng.integers(0, 5, 1000)
+        with self.assertRaises(tally.Error) as e:
+            with self.client.share(x) as shared:
+                view = shared.values
+                self.assertFalse(view.flags.writeable)
+                np.testing.assert_array_equal(view, x)
+                # Refused by the server (9 keys); its traceback holds views
+                # of the memory while the with block closes it.
+                self.client.groupby({f"k{j}": shared for j in range(9)}, [f"k{j}" for j in range(9)], "size")
+        self.assertEqual(e.exception.code.name, "INVALID_ARGUMENT")
+        self.assertNotIn(shared.region, self.queries())
+        self.assertFalse(os.path.exists("/dev/shm/" + shared.region))
+        np.testing.assert_array_equal(view, x)  # still mapped, until the view goes
+        with self.assertRaises(ValueError):
+            view[0] = 1
+        with self.assertRaises(ValueError):
+            shared.values
 
 
 class ReadmeExample(Base):

@@ -4,6 +4,10 @@ aggregations read back page by page, and pandas' index, columns and dtypes
 rebuilt here. A mapping of numpy arrays is answered in numpy arrays, without
 pandas.
 
+A mapping's columns may be SharedArrays (Client.share): each is read here
+through its numpy view, and sent as a region column (Column.region, no
+bytes) wherever what would be sent is its bytes as they lie there.
+
 Keys the server cannot take as they are (strings, objects, datetimes) are
 factorised here and sent as integer codes in label order, so that the
 server's ascending order of codes is pandas' order of labels; category keys
@@ -23,6 +27,7 @@ from . import partial as tp
 from ._arrays import FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, wire_dtype
 from ._ops import Op
 from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan
+from ._shared import SharedArray
 from .v1 import tally_pb2 as pb
 
 # The server's limit on aggregations per request (server/core/validate.h):
@@ -132,6 +137,7 @@ class _Key:
     valid: Optional[np.ndarray]
     decode: Callable[[np.ndarray, np.ndarray], Any]
     category: Any = None  # a CategoricalDtype: its unobserved categories join the result (observed=False)
+    shared: Optional[SharedArray] = None  # the column's SharedArray: values sent as a region where they lie in it
 
 
 def _mask(valid: np.ndarray) -> Optional[np.ndarray]:
@@ -183,15 +189,15 @@ def _pandas_key(series: Any, sort: bool) -> _Key:
     return _Key(name, _codes(codes, len(uniques)), _mask(codes != -1), labels)
 
 
-def _numpy_key(label: Any, a: np.ndarray) -> _Key:
+def _numpy_key(label: Any, a: np.ndarray, shared: Optional[SharedArray] = None) -> _Key:
     if _sent_as_is(a.dtype):
-        return _Key(label, a, None, lambda keys, valid: keys)
+        return _Key(label, a, None, lambda keys, valid: keys, shared=shared)
     try:  # strings and other objects numpy orders: codes in label order
         uniques, codes = np.unique(a, return_inverse=True)
     except TypeError as e:
         raise TypeError(f"key column {label!r} of dtype {a.dtype}: its values cannot be ordered ({e}); missing "
                         f"keys in an object array need a pandas DataFrame") from None
-    return _Key(label, _codes(codes.reshape(-1), len(uniques)), None, lambda keys, valid: uniques[keys])
+    return _Key(label, _codes(codes.reshape(-1), len(uniques)), None, lambda keys, valid: uniques[keys], shared=shared)
 
 
 # -- Value columns -------------------------------------------------------------
@@ -235,21 +241,24 @@ def _count_name(col: Column) -> str:
 @dataclass
 class _Values:
     """A value column as sent, the functions asked of it, and its ops
-    (``partial``: asked for their partial states)."""
+    (``partial``: asked for their partial states; ``shared``: the column's
+    SharedArray, whose region is sent where ``col.values`` lie in it)."""
     label: Any
     original: Column
     col: Column
     funcs: list[str]
     ops: list[Op]
     partial: bool = False
+    shared: Optional[SharedArray] = None
 
 
-def _values_column(label: Any, col: Column, funcs: list[str], partial: bool = False) -> _Values:
+def _values_column(label: Any, col: Column, funcs: list[str], partial: bool = False,
+                   shared: Optional[SharedArray] = None) -> _Values:
     sent = _as_sent(col, funcs, partial)
     names = [_count_name(sent)] + [_op_name(sent, f, partial) for f in funcs if f not in ("count", "size")]
     if "nunique" in funcs and sent.nan_ops:
         names.append("count")  # the rows, to tell whether a group holds a NaN
-    return _Values(label, col, sent, funcs, [Op.parse(n) for n in dict.fromkeys(names)], partial)
+    return _Values(label, col, sent, funcs, [Op.parse(n) for n in dict.fromkeys(names)], partial, shared)
 
 
 # -- Answers ---------------------------------------------------------------------
@@ -511,9 +520,18 @@ class _Names:
         return name
 
 
-def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray]) -> Any:
+def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray],
+                 shared: Optional[SharedArray] = None) -> Any:
+    """The column as GroupBy takes it: where its values as sent are a
+    contiguous view of ``shared``'s memory (its own values, or bools seen
+    as uint8), the place in its region that holds them; else the bytes."""
     a, _ = prepare(values)
-    c = pb.Column(name=name, dtype=wire_dtype(a.dtype), data=byte_view(a).tobytes())
+    c = pb.Column(name=name, dtype=wire_dtype(a.dtype))
+    region = None if shared is None else shared.region_column(a)
+    if region is not None:
+        c.region.CopyFrom(region)
+    else:
+        c.data = byte_view(a).tobytes()
     if valid is not None:
         c.validity = prepare_validity(valid, a.shape)
     return c
@@ -627,15 +645,17 @@ def plan_groupby(data: Any, by: Any, agg: Any, named: dict, sort: bool, dropna: 
         if out.column is not None and out.column not in labels:
             raise KeyError(f"agg: no column {out.column!r} in the data")
 
+    shared: dict[Any, SharedArray] = {}  # a mapping's SharedArray columns, by label
     if frame:
         keys = [_pandas_key(data[label], sort) for label in by]
         columns = {c: column(data[c]) for c in dict.fromkeys(o.column for o in outputs if o.column is not None)}
         rows = len(data)
     else:
-        arrays = {label: np.asarray(data[label]) for label in dict.fromkeys(
-            by + [o.column for o in outputs if o.column is not None])}
+        arrays = {}
+        for label in dict.fromkeys(by + [o.column for o in outputs if o.column is not None]):
+            arrays[label] = np.asarray(_shared_column(label, data[label], shared))
         rows = _same_length(arrays)
-        keys = [_numpy_key(label, arrays[label]) for label in by]
+        keys = [_numpy_key(label, arrays[label], shared.get(label)) for label in by]
         columns = {}
         for c in dict.fromkeys(o.column for o in outputs if o.column is not None):
             a = arrays[c]
@@ -649,8 +669,25 @@ def plan_groupby(data: Any, by: Any, agg: Any, named: dict, sort: bool, dropna: 
             funcs.setdefault(out.column, [])
             if out.func not in funcs[out.column]:
                 funcs[out.column].append(out.func)
-    values = [_values_column(label, columns[label], fs, partial) for label, fs in funcs.items()]
+    values = [_values_column(label, columns[label], fs, partial, shared.get(label)) for label, fs in funcs.items()]
     return GroupByPlan(frame, by, outputs, shape, keys, values, any(o.func == "size" for o in outputs), rows)
+
+
+def _shared_column(label: Any, x: Any, shared: dict) -> Any:
+    """A mapping's column as numpy reads it: a SharedArray's read-only view
+    (noted in ``shared`` by label), anything else as it is. ValueError,
+    naming the column, for a SharedArray of rows or a closed one."""
+    if not isinstance(x, SharedArray):
+        return x
+    if x.row_length:
+        raise ValueError(f"column {label!r}: a SharedArray of rows ({x.length // x.row_length} x {x.row_length}) "
+                         f"is not a column; share a 1-D array")
+    try:
+        view = x.values
+    except ValueError as e:
+        raise ValueError(f"column {label!r}: {e}") from None
+    shared[label] = x
+    return view
 
 
 def assemble_result(p: GroupByPlan, decoded: list, answers: Mapping[Any, Callable[[Op], Answer]],
@@ -728,6 +765,18 @@ class GroupByFunctions:
         count, nunique, min and max; datetime64 and timedelta64's min, max,
         count, size and nunique).
 
+        A mapping's column may also be a 1-D :class:`SharedArray`
+        (:meth:`share`; one of rows is a ValueError naming the column),
+        which the server then reads in place, as a region column (no bytes
+        sent), wherever the column goes as it lies: keys of numbers and
+        bools, value columns (bools as uint8, the same bytes). A float value
+        column that needs a mask of its non-NaN values (prod, any, all,
+        idxmin, idxmax) goes as its region with that mask beside it, one bit
+        a row; a key factorised here (bfloat16) goes inline, as its codes.
+        The client reads the values it needs for these (masks, codes,
+        lengths) through the read-only :attr:`SharedArray.values`; the
+        answers are those of the same numpy arrays.
+
         Returns pandas' answer for a DataFrame: a DataFrame indexed by the
         keys (a MultiIndex for several), columns as pandas names them
         (``(column, func)`` pairs for lists), pandas' dtypes; a Series for
@@ -770,7 +819,7 @@ class GroupByFunctions:
                     {v.label: {op: empty(op, v.col.values.dtype) for op in v.ops} for v in values},
                     empty(Op.parse("count"), np.dtype(np.uint8)) if want_sizes else None)
         names = _Names()
-        key_columns = [_wire_column(names(k.label), k.values, k.valid) for k in keys]
+        key_columns = [_wire_column(names(k.label), k.values, k.valid, k.shared) for k in keys]
         key_names = [c.name for c in key_columns]
         # Each group's rows: OP_COUNT over a key column without a mask (a
         # masked one counts only the rows whose key is present), else over a
@@ -782,7 +831,7 @@ class GroupByFunctions:
         if want_sizes and size_column is None:
             size_column = _wire_column(names("size"), np.zeros(rows, dtype=np.uint8), None)
             extra.append(size_column)
-        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid) for v in values}
+        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid, v.shared) for v in values}
         count = Op.parse("count")
         answers: dict[Any, dict[Op, Any]] = {}
         sizes = None

@@ -17,6 +17,7 @@ from ._numpy import NumpyFunctions
 from ._pandas import PandasFunctions
 from ._ops import TOPK_OPS, Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
+from ._shared import SharedArray
 from .partial import Partial
 from .v1 import tally_pb2 as pb
 from .v1 import tally_pb2_grpc as pb_grpc
@@ -336,9 +337,10 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
     def share(self, array: Any, *, timeout: Optional[float] = None) -> "SharedArray":
         """Copies ``array`` once into a new POSIX shared-memory object and
         registers it with the server as a host region; the returned
-        :class:`SharedArray` aggregates it there (no bytes on the wire) and,
-        closed or left as a context manager, unregisters and removes it.
-        The server must run on this host."""
+        :class:`SharedArray` aggregates it there (no bytes on the wire), is
+        a column :meth:`groupby` sends as a region, and, closed or left as a
+        context manager, unregisters and removes it. The server must run on
+        this host."""
         return SharedArray(self, array, timeout)
 
     def register_host_region(self, name: str, shm_name: str, byte_size: int, *, offset: int = 0,
@@ -529,54 +531,3 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
                 raw = np.array(getattr(r, kind).values, dtype=wire_type)
                 values.append(_values.present(op, dtype, raw, segmented))
         return Results([op for _, op in spelled], values, response.execution, [key for key, _ in spelled])
-
-
-class SharedArray:
-    """An array in a POSIX shared-memory object registered with the server as
-    a host region (:meth:`Client.share`): :meth:`aggregate` sends only the
-    request. Unregistered and removed by :meth:`close` (or at the end of a
-    ``with`` block)."""
-
-    def __init__(self, client: Client, array: Any, timeout: Optional[float]) -> None:
-        from multiprocessing import shared_memory
-
-        a, self.row_length = prepare(array)
-        self.dtype, self.length = a.dtype, a.size
-        self._client = client
-        self._memory = shared_memory.SharedMemory(create=True, size=max(a.nbytes, 1))
-        try:
-            np.frombuffer(self._memory.buf, dtype=np.uint8, count=a.nbytes)[:] = byte_view(a)
-            self.region = self._memory.name
-            self.info = client.register_host_region(self.region, "/" + self._memory.name, a.nbytes, timeout=timeout)
-        except BaseException:
-            self._memory.close()
-            self._memory.unlink()
-            raise
-
-    def aggregate(self, ops: Union[OpLike, Iterable[OpLike]], *, timeout: Optional[float] = None) -> Results:
-        """The array's aggregations, as :meth:`Client.aggregate` gives them."""
-        return self._client.aggregate_region(self.region, ops, dtype=self.dtype, length=self.length,
-                                             row_length=self.row_length, timeout=timeout)
-
-    def partial(self, ops: Union[OpLike, Iterable[OpLike]], *, base_index: int = 0,
-                timeout: Optional[float] = None) -> list[Partial]:
-        """The array's partial states, as :meth:`Client.partial` gives them."""
-        return self._client.partial_region(self.region, ops, dtype=self.dtype, length=self.length,
-                                           row_length=self.row_length, base_index=base_index, timeout=timeout)
-
-    def close(self) -> None:
-        """Unregisters the region and removes the object."""
-        if self._memory is None:
-            return
-        try:
-            self._client.unregister_region(self.region)
-        finally:
-            self._memory.close()
-            self._memory.unlink()
-            self._memory = None
-
-    def __enter__(self) -> "SharedArray":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
