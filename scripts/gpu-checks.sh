@@ -15,17 +15,18 @@ kernel_tests=$build/tests/gpu/tally_gpu_tests
 engine_tests=$build/tests/gpu/tally_engine_gpu_tests
 segmented_tests=$build/tests/gpu/tally_segmented_gpu_tests
 masks_tests=$build/tests/gpu/tally_masks_gpu_tests
+fold_tests=$build/tests/gpu/tally_fold_gpu_tests
 rc=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 for step in "${steps[@]}"; do
   case $step in
     tests)
-      for t in "$kernel_tests" "$segmented_tests" "$masks_tests" "$engine_tests"; do
+      for t in "$kernel_tests" "$segmented_tests" "$masks_tests" "$fold_tests" "$engine_tests"; do
         "$t" --gtest_brief=1 2>&1 | tee "$logs/$(basename "$t").log" || rc=1
       done ;;
     sanitize)
       for tool in memcheck racecheck; do
-        for t in "$kernel_tests" "$masks_tests"; do
+        for t in "$kernel_tests" "$masks_tests" "$fold_tests"; do
           TALLY_GPU_TEST_SMALL=1 compute-sanitizer --tool "$tool" --error-exitcode 3 \
             "$t" --gtest_brief=1 --gtest_filter="${SANITIZE_FILTER:-*}" \
             > "$logs/sanitize-$tool-$(basename "$t").log" 2>&1 || rc=1
