@@ -100,11 +100,13 @@ struct FoldArgs {
   Acc* state = nullptr;           // Acc[rows of the array]
   Acc* pieces = nullptr;          // scratch, long rows only
   std::uint64_t row_pieces = 0;   // pieces of a row with all its elements in the chunk
+  std::uint64_t first_pieces = 0; // pieces of the chunk's first row (it may be cut)
 };
 
 // Row k's (of the chunk's rows) elements in the chunk: [lo, hi), chunk indices.
 template <typename Acc>
-TALLY_DEV void RowRange(const FoldArgs<Acc>& a, std::uint64_t k, std::uint64_t& lo, std::uint64_t& hi) {
+__host__ __device__ inline void RowRange(const FoldArgs<Acc>& a, std::uint64_t k, std::uint64_t& lo,
+                                         std::uint64_t& hi) {
   const std::uint64_t start = (a.first_row + k) * a.row_length;
   const std::uint64_t end = start + a.row_length;
   lo = start > a.offset ? start - a.offset : 0;
@@ -119,15 +121,13 @@ inline __host__ __device__ std::uint64_t PiecesOf(std::uint64_t elements) {
 // be cut by the chunk; the rows between have row_pieces each.
 template <typename Acc>
 TALLY_DEV void RowPieces(const FoldArgs<Acc>& a, std::uint64_t k, std::uint64_t& first, std::uint64_t& count) {
-  std::uint64_t lo, hi;
-  RowRange(a, 0, lo, hi);
-  const std::uint64_t first_count = PiecesOf(hi - lo);
   if (k == 0) {
     first = 0;
-    count = first_count;
+    count = a.first_pieces;
     return;
   }
-  first = first_count + (k - 1) * a.row_pieces;
+  first = a.first_pieces + (k - 1) * a.row_pieces;
+  std::uint64_t lo, hi;
   RowRange(a, k, lo, hi);
   count = PiecesOf(hi - lo);
 }
@@ -200,9 +200,7 @@ __global__ void __launch_bounds__(FoldPolicy::kThreads)
     FoldPieces(const F f, const FoldArgs<Acc> a, std::uint64_t total_pieces) {
   for (std::uint64_t p = blockIdx.x; p < total_pieces; p += gridDim.x) {
     // Which row: the first row's pieces, then row_pieces per row.
-    std::uint64_t first0, count0;
-    RowPieces(a, 0, first0, count0);
-    const std::uint64_t k = p < count0 ? 0 : 1 + (p - count0) / a.row_pieces;
+    const std::uint64_t k = p < a.first_pieces ? 0 : 1 + (p - a.first_pieces) / a.row_pieces;
     std::uint64_t first, count;
     RowPieces(a, k, first, count);
     std::uint64_t lo, hi;
@@ -282,14 +280,14 @@ cudaError_t LaunchFold(const F& f, const AggregatePlan& plan, const void* chunk,
   a.pieces = static_cast<Acc*>(scratch);
   a.row_pieces = PiecesOf(a.row_length);
   // The pieces: the first row's, row_pieces for each row between, the last's.
-  auto in_chunk = [&](std::uint64_t k) {
-    const std::uint64_t start = (a.first_row + k) * a.row_length;
-    const std::uint64_t lo = start > offset ? start - offset : 0;
-    const std::uint64_t end = start + a.row_length - offset;
-    return (end < n ? end : n) - lo;
+  auto pieces_of_row = [&](std::uint64_t k) {
+    std::uint64_t lo, hi;
+    RowRange(a, k, lo, hi);
+    return PiecesOf(hi - lo);
   };
-  std::uint64_t total = PiecesOf(in_chunk(0));
-  if (a.rows > 1) total += (a.rows - 2) * a.row_pieces + PiecesOf(in_chunk(a.rows - 1));
+  a.first_pieces = pieces_of_row(0);
+  std::uint64_t total = a.first_pieces;
+  if (a.rows > 1) total += (a.rows - 2) * a.row_pieces + pieces_of_row(a.rows - 1);
   if (total * sizeof(Acc) > scratch_bytes) {
     return cuda::Record(cudaErrorInvalidValue, "fold scratch smaller than FoldScratchBytes", __FILE__, __LINE__);
   }

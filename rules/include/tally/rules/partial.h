@@ -116,26 +116,26 @@ T Extreme(T a, T b) {
   return kMax ? MaxNan(a, b) : MinNan(a, b);
 }
 
-// The extreme of two non-empty states, in the dtype's extreme type.
-template <bool kMax>
-void MergeExtreme(DType dtype, const PartialState& b, PartialState& r) {
-  if (IsFloat(dtype)) {
-    r.float_extreme = Extreme<kMax>(r.float_extreme, b.float_extreme);
-  } else if (IsSigned(dtype)) {
-    r.int_extreme = Extreme<kMax>(r.int_extreme, b.int_extreme);
-  } else {
-    r.uint_extreme = Extreme<kMax>(r.uint_extreme, b.uint_extreme);
-  }
-}
+// A triple of fields (float64, int64, uint64) holding an extreme by dtype.
+struct ExtremeFields {
+  double PartialState::*f;
+  std::int64_t PartialState::*i;
+  std::uint64_t PartialState::*u;
+};
+inline constexpr ExtremeFields kExtremeFields{&PartialState::float_extreme, &PartialState::int_extreme,
+                                              &PartialState::uint_extreme};
+inline constexpr ExtremeFields kMaxFields{&PartialState::float_max, &PartialState::int_max, &PartialState::uint_max};
 
-// ptp's max, kept beside its min (the extreme fields).
-inline void MergeMax(DType dtype, const PartialState& b, PartialState& r) {
+// The extreme of two non-empty states, in the dtype's member of `at`
+// (the extreme fields; ptp's max fields, beside its min).
+template <bool kMax>
+void MergeExtreme(DType dtype, const PartialState& b, PartialState& r, const ExtremeFields& at = kExtremeFields) {
   if (IsFloat(dtype)) {
-    r.float_max = Extreme<true>(r.float_max, b.float_max);
+    r.*at.f = Extreme<kMax>(r.*at.f, b.*at.f);
   } else if (IsSigned(dtype)) {
-    r.int_max = Extreme<true>(r.int_max, b.int_max);
+    r.*at.i = Extreme<kMax>(r.*at.i, b.*at.i);
   } else {
-    r.uint_max = Extreme<true>(r.uint_max, b.uint_max);
+    r.*at.u = Extreme<kMax>(r.*at.u, b.*at.u);
   }
 }
 
@@ -295,7 +295,7 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
     case OpKind::kAll: r.nonzero = a.nonzero + b.nonzero; break;
     case OpKind::kPtp:
       partial_detail::MergeExtreme<false>(dtype, b, r);
-      partial_detail::MergeMax(dtype, b, r);
+      partial_detail::MergeExtreme<true>(dtype, b, r, partial_detail::kMaxFields);
       break;
     // PlainOf() leaves no NaN-skipping kind.
     default: break;
