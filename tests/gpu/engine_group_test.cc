@@ -16,6 +16,7 @@
 
 #include "server/engine/functions/function_router.h"
 #include "server/engine/grouping/grouped_reduction.h"
+#include "tally/kernels/group.h"
 #include "tests/gpu/engine_test_util.h"
 
 namespace tally::engine_test {
@@ -46,18 +47,29 @@ std::vector<std::byte> Keys(std::uint64_t rows, std::uint64_t spread, bool skew,
 void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
                 const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu);
 
+// Where the device's steps take a plan: the direct pass (keys within
+// kernels::kMaxDenseRange), the order by key (wider keys), or neither
+// (keys spread past 2^32: the host's steps over copies).
+enum class Keyed { kDirect, kOrdered, kOnHost };
+
 void Compare(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-             const std::string& what, bool on_gpu = true) {
-  // The ops the device's segment passes compute, then ops that the
-  // gathered column takes to the host for.
-  const std::vector<std::vector<OpSpec>> plans = {
-      // The direct pass (keys in a small range) or the segment kernels.
-      {Op(OpKind::kSum), Op(OpKind::kCount), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kMean)},
-      {Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
-      // The device's order, then the host over the gathered column.
-      {Op(OpKind::kArgmin), Op(OpKind::kVariance, 1.0), Op(OpKind::kSum)}};
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    CompareOps(key_dtype, keys, rows, rng, what + " ops " + std::to_string(i), plans[i], on_gpu && i < 2);
+             const std::string& what, Keyed keyed) {
+  struct Case {
+    std::vector<OpSpec> ops;
+    bool on_gpu;
+  };
+  const std::vector<Case> cases = {
+      // The direct pass, or the segmented kernels over the ordered column.
+      {{Op(OpKind::kSum), Op(OpKind::kCount), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kMean)},
+       keyed != Keyed::kOnHost},
+      // The direct pass; the segmented kernels compute no NaN-skipping op,
+      // so ordered keys take the gathered column to the host.
+      {{Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
+       keyed == Keyed::kDirect},
+      // Ops of neither: the host over the gathered column.
+      {{Op(OpKind::kArgmin), Op(OpKind::kVariance, 1.0), Op(OpKind::kSum)}, false}};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CompareOps(key_dtype, keys, rows, rng, what + " ops " + std::to_string(i), cases[i].ops, cases[i].on_gpu);
   }
 }
 
@@ -118,19 +130,22 @@ TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
   TALLY_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const std::uint64_t rows = 300001;
-  Compare(DType::kInt32, Keys<std::int32_t>(rows, 16, false, -7, rng), rows, rng, "int32, 16 keys");
-  Compare(DType::kInt32, Keys<std::int32_t>(rows, 65536, false, 1000, rng), rows, rng, "int32, 65536 keys");
-  Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, true, 0, rng), rows, rng, "int32, skewed");
+  static_assert(kernels::kMaxDenseRange == 4096, "the spreads below pick the direct pass or the order by it");
+  // A geometric skew with p 0.05 over 300,001 rows stays within a few hundred.
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 16, false, -7, rng), rows, rng, "int32, 16 keys", Keyed::kDirect);
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 65536, false, 1000, rng), rows, rng, "int32, 65536 keys",
+          Keyed::kOrdered);
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, true, 0, rng), rows, rng, "int32, skewed", Keyed::kDirect);
   Compare(DType::kInt64, Keys<std::int64_t>(rows, 200000, false, -(std::int64_t{1} << 40), rng), rows, rng,
-          "int64, far from 0");
-  Compare(DType::kUInt64, Keys<std::uint64_t>(rows, 1000, false, 0, rng), rows, rng, "uint64");
-  Compare(DType::kInt8, Keys<std::int8_t>(rows, 200, false, -100, rng), rows, rng, "int8");
-  Compare(DType::kUInt16, Keys<std::uint16_t>(rows, 60000, false, 0, rng), rows, rng, "uint16");
-  Compare(DType::kBool, Keys<bool>(rows, 2, false, 0, rng), rows, rng, "bool");
-  Compare(DType::kInt64, Keys<std::int64_t>(1000, 3, false, 0, rng), 1000, rng, "int64, tiny");
+          "int64, far from 0", Keyed::kOrdered);
+  Compare(DType::kUInt64, Keys<std::uint64_t>(rows, 1000, false, 0, rng), rows, rng, "uint64", Keyed::kDirect);
+  Compare(DType::kInt8, Keys<std::int8_t>(rows, 200, false, -100, rng), rows, rng, "int8", Keyed::kDirect);
+  Compare(DType::kUInt16, Keys<std::uint16_t>(rows, 60000, false, 0, rng), rows, rng, "uint16", Keyed::kOrdered);
+  Compare(DType::kBool, Keys<bool>(rows, 2, false, 0, rng), rows, rng, "bool", Keyed::kDirect);
+  Compare(DType::kInt64, Keys<std::int64_t>(1000, 3, false, 0, rng), 1000, rng, "int64, tiny", Keyed::kDirect);
   // Keys spread past 2^32: the host's steps over copies, the same answer.
   Compare(DType::kInt64, Keys<std::int64_t>(rows, std::uint64_t{1} << 41, false, 5, rng), rows, rng,
-          "int64, spread past 2^32", /*on_gpu=*/false);
+          "int64, spread past 2^32", Keyed::kOnHost);
 }
 
 }  // namespace
