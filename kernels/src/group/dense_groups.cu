@@ -104,40 +104,76 @@ __device__ void AddTo(const Slots& s, std::uint64_t slot, double v, int scale) {
   atomicMax(&s.high[slot], o);
 }
 
-template <typename T>
-__global__ void DenseKernel(const void* keys, int code, const T* values, std::uint64_t n, std::uint64_t base,
-                            std::uint64_t range, int scale, Slots global) {
+// Key ranges up to this many take one copy of every slot per lane of a
+// warp (slot j of lane l at j x 32 + l): the lanes of a warp never update
+// one address, so a few hot keys (16 groups, or a skewed key) cost no
+// serialised atomics. 32 keys x 32 copies x 44 bytes is 44 KiB a block.
+constexpr std::uint64_t kLaneCopiesRange = 32;
+// Elements a thread loads before it adds them, so that several loads are
+// in flight while the atomics of the last ones run.
+constexpr int kLoadsPerThread = 4;
+
+template <typename T, bool kPerLane>
+__global__ void DenseKernel(const void* keys, int code, const T* __restrict__ values, std::uint64_t n,
+                            std::uint64_t base, std::uint64_t range, int scale, Slots global) {
   extern __shared__ unsigned long long shared[];
+  constexpr std::uint64_t kCopies = kPerLane ? 32 : 1;
+  const std::uint64_t slots = range * kCopies;
   Slots s;
   s.hi = shared;
-  s.lo = shared + range;
-  s.count = shared + 2 * range;
-  s.low = shared + 3 * range;
-  s.high = shared + 4 * range;
-  s.special = reinterpret_cast<unsigned int*>(shared + 5 * range);
-  for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
+  s.lo = shared + slots;
+  s.count = shared + 2 * slots;
+  s.low = shared + 3 * slots;
+  s.high = shared + 4 * slots;
+  s.special = reinterpret_cast<unsigned int*>(shared + 5 * slots);
+  for (std::uint64_t j = threadIdx.x; j < slots; j += blockDim.x) {
     s.hi[j] = s.lo[j] = s.count[j] = 0;
     s.low[j] = ~0ull;
     s.high[j] = 0;
     s.special[j] = 0;
   }
   __syncthreads();
+  const std::uint64_t lane = kPerLane ? (threadIdx.x & 31u) : 0;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::uint64_t{gridDim.x} * blockDim.x) {
-    AddTo(s, OrderedKeyAt(keys, code, i) - base, static_cast<double>(values[i]), scale);
+       i += kLoadsPerThread * stride) {
+    std::uint64_t k[kLoadsPerThread];
+    double v[kLoadsPerThread];
+#pragma unroll
+    for (int u = 0; u < kLoadsPerThread; ++u) {
+      const std::uint64_t at = i + u * stride;
+      if (at < n) {
+        k[u] = OrderedKeyAt(keys, code, at);
+        v[u] = static_cast<double>(values[at]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsPerThread; ++u) {
+      if (i + u * stride < n) AddTo(s, (k[u] - base) * kCopies + lane, v[u], scale);
+    }
   }
   __syncthreads();
   for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
-    if (s.count[j] == 0) continue;
-    atomicAdd(&global.hi[j], s.hi[j]);
-    atomicAdd(&global.lo[j], s.lo[j]);
-    atomicAdd(&global.count[j], s.count[j]);
-    atomicMin(&global.low[j], s.low[j]);
-    atomicMax(&global.high[j], s.high[j]);
-    if (s.special[j] != 0) {
-      atomicAdd(&global.special[j], s.special[j] & ~3u);
-      atomicOr(&global.special[j], s.special[j] & 3u);
+    // Key j's copies folded into one (the sums wrap as the global ones do).
+    unsigned long long hi = 0, lo = 0, count = 0, low = ~0ull, high = 0;
+    unsigned int nans = 0, infinities = 0;
+    for (std::uint64_t c = j * kCopies; c < (j + 1) * kCopies; ++c) {
+      hi += s.hi[c];
+      lo += s.lo[c];
+      count += s.count[c];
+      low = s.low[c] < low ? s.low[c] : low;
+      high = s.high[c] > high ? s.high[c] : high;
+      nans += s.special[c] & ~3u;
+      infinities |= s.special[c] & 3u;
     }
+    if (count == 0) continue;
+    atomicAdd(&global.hi[j], hi);
+    atomicAdd(&global.lo[j], lo);
+    atomicAdd(&global.count[j], count);
+    atomicMin(&global.low[j], low);
+    atomicMax(&global.high[j], high);
+    if (nans != 0) atomicAdd(&global.special[j], nans);
+    if (infinities != 0) atomicOr(&global.special[j], infinities);
   }
 }
 
@@ -218,11 +254,13 @@ cudaError_t Dense(const GroupKeys& keys, const void* values, std::uint64_t max_r
   Slots slots = at.slots;
   InitSlotsKernel<<<Blocks(), kThreads, 0, stream>>>(slots, range);
   TALLY_CUDA_CHECK_LAUNCH();
-  const std::size_t shared = range * (5 * sizeof(unsigned long long) + sizeof(unsigned int));
-  TALLY_CUDA_TRY(cudaFuncSetAttribute(DenseKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(shared)));
-  DenseKernel<T><<<Blocks(), kThreads, shared, stream>>>(keys.data, code, static_cast<const T*>(values), n,
-                                                          extremes[0], range, out->scale, slots);
+  const bool per_lane = range <= kLaneCopiesRange;
+  const std::size_t shared =
+      range * (per_lane ? 32 : 1) * (5 * sizeof(unsigned long long) + sizeof(unsigned int));
+  const auto kernel = per_lane ? DenseKernel<T, true> : DenseKernel<T, false>;
+  TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  kernel<<<Blocks(), kThreads, shared, stream>>>(keys.data, code, static_cast<const T*>(values), n, extremes[0],
+                                                 range, out->scale, slots);
   TALLY_CUDA_CHECK_LAUNCH();
   std::vector<unsigned long long> hi(range), lo(range), count(range), low(range), high(range);
   std::vector<unsigned int> special(range);
