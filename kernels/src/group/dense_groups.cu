@@ -1,7 +1,8 @@
 // tally/kernels/group.h's direct path: sum, count, min and max of float
 // values per key for keys in a small range, in one read of keys and values
 // after a pass for the range. Each block accumulates into its own slots in
-// shared memory, then adds them to the global slots. Every accumulation
+// shared memory (a copy per lane of a warp for ranges of up to
+// kLaneCopiesRange keys), then adds them to the global slots. Every accumulation
 // is an integer one, so the answer does not depend on the order the
 // threads add in: counts and NaN counts; the extremes as order-preserving
 // integers; the sums in fixed point (a 96-bit number per element, at a
