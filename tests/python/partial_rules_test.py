@@ -24,7 +24,7 @@ from tally.v1 import tally_pb2 as pb
 
 SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
 HAVE_NATIVE = importlib.util.find_spec("tally._states") is not None
-ROWS = 300
+ROWS = 120
 # Every op with a partial state of scalar fields, from the package's own lists.
 SCALAR_OPS = [k for k in _ops.OP_NAMES if k not in _ops.STATE_OPS and k not in ("histogram", "minmax")]
 DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
