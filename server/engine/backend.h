@@ -26,6 +26,10 @@
 
 namespace tally {
 
+namespace cpu {
+class ThreadPool;
+}
+
 class Metrics;
 
 // One request in progress.
@@ -190,6 +194,12 @@ class Backend {
     (void)to;
     return absl::FailedPreconditionError(absl::StrCat(name(), " backend cannot read ", from.placement.Describe(), "."));
   }
+
+  // The host threads that engine steps running on the host beside this
+  // backend share (group-by's direct pass on the host): the cpu backend's
+  // pool, so that concurrent requests hold a bounded number of threads and
+  // of per-thread buffers. nullptr: such steps run on the caller's thread.
+  virtual cpu::ThreadPool* HostWorkers() { return nullptr; }
 
   // OK while the backend can serve; otherwise why not (e.g. every GPU was
   // lost). The server polls it and reports NOT_SERVING on the health service.

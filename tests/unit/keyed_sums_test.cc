@@ -13,11 +13,13 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/cpu/thread_pool.h"
 #include "server/engine/functions/function_router.h"
 #include "server/engine/grouping/grouped_reduction.h"
 #include "server/engine/grouping/keyed_sums.h"
@@ -107,17 +109,23 @@ void CheckAgainstLoops(const std::vector<K>& keys, const std::vector<V>& values,
   }
 }
 
+// A pool of two participants, as on this 2-core machine's cpu backend.
+cpu::ThreadPool& Two() {
+  static cpu::ThreadPool pool(2);
+  return pool;
+}
+
 TEST(SumByKeyOnHost, AgreesWithLoopsOverEachKeysRows) {
   TALLY_SEEDED_RNG(rng);
   for (const std::size_t rows : {std::size_t{1}, std::size_t{1000}, std::size_t{3'000'001}}) {
     std::vector<std::int32_t> keys(rows);
     for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 3 == 0 ? rng() % 4 : rng() % 1000) - 500;  // skewed
     const auto f32 = Values<float>(rows, rng);
-    std::optional<KeyedSums> a = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(f32), DType::kFloat32, rows, 4096, 2);
+    std::optional<KeyedSums> a = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(f32), DType::kFloat32, rows, 4096, &Two());
     ASSERT_TRUE(a.has_value());
     CheckAgainstLoops(keys, f32, *a);
     const auto f64 = Values<double>(rows, rng);
-    std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(f64), DType::kFloat64, rows, 4096, 2);
+    std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(f64), DType::kFloat64, rows, 4096, &Two());
     ASSERT_TRUE(b.has_value());
     CheckAgainstLoops(keys, f64, *b);
   }
@@ -142,17 +150,33 @@ TEST(SumByKeyOnHost, TheSameBitsOnAnyNumberOfThreads) {
   std::uniform_real_distribution<double> e(-30, 30);
   for (auto& v : values) v = (rng() & 1 ? -1 : 1) * std::exp2(e(rng));
   std::optional<KeyedSums> one = SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows,
-                                                65536, 1);
+                                                65536, nullptr);
   ASSERT_TRUE(one.has_value());
   for (const int threads : {2, 3, 5}) {
+    cpu::ThreadPool pool(threads);
     std::optional<KeyedSums> more = SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows,
-                                                   65536, threads);
+                                                   65536, &pool);
     ASSERT_TRUE(more.has_value());
     EXPECT_TRUE(SameBits(*one, *more)) << threads << " threads";
   }
+  // Requests at once on one pool, as a server's are: each takes the idle
+  // participants it finds, and every answer is the same.
+  cpu::ThreadPool shared(3);
+  std::vector<std::optional<KeyedSums>> at_once(6);
+  std::vector<std::thread> requests;
+  for (std::size_t r = 0; r < at_once.size(); ++r) {
+    requests.emplace_back([&, r] {
+      at_once[r] = SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows, 65536, &shared);
+    });
+  }
+  for (std::thread& t : requests) t.join();
+  for (std::size_t r = 0; r < at_once.size(); ++r) {
+    ASSERT_TRUE(at_once[r].has_value()) << "request " << r;
+    EXPECT_TRUE(SameBits(*one, *at_once[r])) << "request " << r << " of " << at_once.size() << " at once";
+  }
   // A prefix, as a chunk of a stream would be: its own answer.
   std::optional<KeyedSums> prefix =
-      SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows / 3, 65536, 2);
+      SumByKeyOnHost(Bytes(keys), DType::kUInt16, Bytes(values), DType::kFloat64, rows / 3, 65536, &Two());
   ASSERT_TRUE(prefix.has_value());
   CheckAgainstLoops(std::vector<std::uint16_t>(keys.begin(), keys.begin() + rows / 3),
                     std::vector<double>(values.begin(), values.begin() + rows / 3), *prefix);
@@ -165,7 +189,7 @@ TEST(SumByKeyOnHost, KeysOfEveryIntegerDtypeAtTheirExtremes) {
     using K = decltype(first);
     std::vector<K> keys(values.size());
     for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<K>(first + static_cast<K>(rng() % 200));
-    std::optional<KeyedSums> got = SumByKeyOnHost(Bytes(keys), dtype, Bytes(values), DType::kFloat32, keys.size(), 4096, 2);
+    std::optional<KeyedSums> got = SumByKeyOnHost(Bytes(keys), dtype, Bytes(values), DType::kFloat32, keys.size(), 4096, &Two());
     ASSERT_TRUE(got.has_value()) << rules::Name(dtype);
     CheckAgainstLoops(keys, values, *got);
   };
@@ -180,7 +204,7 @@ TEST(SumByKeyOnHost, KeysOfEveryIntegerDtypeAtTheirExtremes) {
   // bool: any nonzero byte is True.
   const std::vector<std::uint8_t> flags = {0, 1, 2, 0, 255};
   const std::vector<float> v = {1, 2, 3, 4, 5};
-  std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(flags), DType::kBool, Bytes(v), DType::kFloat32, 5, 4096, 1);
+  std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(flags), DType::kBool, Bytes(v), DType::kFloat32, 5, 4096, nullptr);
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->keys, (std::vector<std::uint64_t>{0, 1}));
   EXPECT_EQ(b->sum, (std::vector<double>{5, 10}));
@@ -189,13 +213,13 @@ TEST(SumByKeyOnHost, KeysOfEveryIntegerDtypeAtTheirExtremes) {
 TEST(SumByKeyOnHost, WideRangesFloatKeysAndOtherValuesTakeAnotherPath) {
   const std::vector<std::int64_t> wide = {0, 5000};
   const std::vector<double> v = {1, 2};
-  EXPECT_FALSE(SumByKeyOnHost(Bytes(wide), DType::kInt64, Bytes(v), DType::kFloat64, 2, 4096, 2).has_value());
-  EXPECT_TRUE(SumByKeyOnHost(Bytes(wide), DType::kInt64, Bytes(v), DType::kFloat64, 2, 5001, 2).has_value());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(wide), DType::kInt64, Bytes(v), DType::kFloat64, 2, 4096, &Two()).has_value());
+  EXPECT_TRUE(SumByKeyOnHost(Bytes(wide), DType::kInt64, Bytes(v), DType::kFloat64, 2, 5001, &Two()).has_value());
   const std::vector<double> float_keys = {1.0, 2.0};
-  EXPECT_FALSE(SumByKeyOnHost(Bytes(float_keys), DType::kFloat64, Bytes(v), DType::kFloat64, 2, 4096, 2).has_value());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(float_keys), DType::kFloat64, Bytes(v), DType::kFloat64, 2, 4096, &Two()).has_value());
   const std::vector<std::int32_t> ints = {1, 2};
-  EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(ints), DType::kInt32, 2, 4096, 2).has_value());
-  EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(v), DType::kFloat64, 0, 4096, 2).has_value());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(ints), DType::kInt32, 2, 4096, &Two()).has_value());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(v), DType::kFloat64, 0, 4096, &Two()).has_value());
 }
 
 Validity AllValid(std::size_t rows) {

@@ -59,6 +59,8 @@ class CpuBackend final : public Backend {
     return cpu::AllocateHostResident(bytes);
   }
 
+  cpu::ThreadPool* HostWorkers() override { return &pool_; }
+
  private:
   cpu::ThreadPool pool_;
   const std::string device_;

@@ -305,6 +305,8 @@ class CudaBackend final : public Backend {
                                              std::uint64_t rows, std::uint64_t max_groups) override {
     return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, *pool_);
   }
+  // Host-side steps share the cpu backend's pool, as the requests it serves do.
+  cpu::ThreadPool* HostWorkers() override { return cpu_->HostWorkers(); }
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {
     std::vector<DeviceHealth> out;

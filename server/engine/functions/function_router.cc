@@ -90,6 +90,7 @@ class FunctionRouter final : public Backend {
   }
 
   std::vector<ResidentPlace> ResidentPlaces() const override { return inner_->ResidentPlaces(); }
+  cpu::ThreadPool* HostWorkers() override { return inner_->HostWorkers(); }
   absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(std::uint64_t bytes, int place) override {
     return inner_->AllocateResident(bytes, place);
   }

@@ -5,7 +5,6 @@
 #include <limits>
 #include <optional>
 #include <numeric>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -321,10 +320,10 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& 
     if (plan.columns[c.column].validity != nullptr) return std::nullopt;
   }
   const std::uint64_t max_range = std::min(kMaxHostDirectRange, max_groups);
-  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  cpu::ThreadPool* const workers = backend.HostWorkers();
   return RunDirect(plan, backend, /*on_device=*/false,
                    [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
-                     return SumByKeyOnHost(k.data, k.dtype, column.data, column.dtype, plan.rows, max_range, threads);
+                     return SumByKeyOnHost(k.data, k.dtype, column.data, column.dtype, plan.rows, max_range, workers);
                    },
                    note);
 }

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "server/engine/cpu/thread_pool.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/keyed_sums.h"
 
@@ -101,26 +101,33 @@ void Accumulate(const K* keys, const V* values, std::uint64_t begin, std::uint64
   }
 }
 
-// Runs part(t, begin, end) for `parts` contiguous parts of [0, rows), the
-// first on this thread.
+// Rows a part holds at least: below that, handing parts out costs more
+// than it saves.
+constexpr std::uint64_t kRowsPerPart = std::uint64_t{1} << 20;
+
+// Runs part(p, slot, begin, end) for `parts` contiguous parts of [0, rows),
+// on the pool's participants (slot: the participant's number, below
+// participants()), or one after the other on this thread without a pool.
 template <typename Part>
-void InParts(std::uint64_t rows, int parts, Part part) {
-  std::vector<std::thread> threads;
-  const auto cut = [&](int t) { return rows * static_cast<std::uint64_t>(t) / static_cast<std::uint64_t>(parts); };
-  for (int t = 1; t < parts; ++t) threads.emplace_back([&, t] { part(t, cut(t), cut(t + 1)); });
-  part(0, cut(0), cut(1));
-  for (std::thread& th : threads) th.join();
+void InParts(std::uint64_t rows, std::size_t parts, cpu::ThreadPool* workers, Part part) {
+  const auto cut = [&](std::size_t p) { return rows * p / parts; };
+  if (workers == nullptr || parts == 1) {
+    for (std::size_t p = 0; p < parts; ++p) part(p, 0, cut(p), cut(p + 1));
+    return;
+  }
+  workers->ParallelFor(parts, [&](std::size_t p, int slot) { part(p, slot, cut(p), cut(p + 1)); });
 }
 
 template <typename K, typename V>
 std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows, std::uint64_t max_range,
-                             int threads, bool signed_key) {
-  // A thread per 2^20 rows at most: below that the threads cost more than
-  // they save.
-  const int parts = static_cast<int>(std::clamp<std::uint64_t>(rows >> 20, 1, std::max(threads, 1)));
+                             cpu::ThreadPool* workers, bool signed_key) {
+  const int participants = workers != nullptr ? workers->participants() : 1;
+  // Four parts per participant at most, for balance when some are busy.
+  const std::size_t parts =
+      static_cast<std::size_t>(std::clamp<std::uint64_t>(rows / kRowsPerPart, 1, 4 * participants));
   std::vector<Extremes> extremes(parts);
-  InParts(rows, parts, [&](int t, std::uint64_t b, std::uint64_t e) {
-    extremes[t] = RangeAndMagnitude(keys, values, b, e);
+  InParts(rows, parts, workers, [&](std::size_t p, int, std::uint64_t b, std::uint64_t e) {
+    extremes[p] = RangeAndMagnitude(keys, values, b, e);
   });
   Extremes all;
   for (const Extremes& e : extremes) {
@@ -131,17 +138,24 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
   const std::uint64_t range = all.hi - all.lo + 1;
   if (range == 0 || range > max_range) return std::nullopt;
   const int scale = keyed::FixedScale(all.magnitude, rows);
-  std::vector<Slots> slots(parts);
-  InParts(rows, parts, [&](int t, std::uint64_t b, std::uint64_t e) {
-    slots[t].resize(range);  // on the thread that fills them
-    Accumulate(keys, values, b, e, all.lo, scale, slots[t]);
+  // A participant's slots, made by the first part it takes (on its thread);
+  // every sum is an integer one, so which rows each holds changes no bit.
+  std::vector<Slots> slots(static_cast<std::size_t>(participants));
+  InParts(rows, parts, workers, [&](std::size_t, int slot, std::uint64_t b, std::uint64_t e) {
+    Slots& mine = slots[static_cast<std::size_t>(slot)];
+    if (mine.empty()) mine.resize(range);
+    Accumulate(keys, values, b, e, all.lo, scale, mine);
   });
-  for (int t = 1; t < parts; ++t) {
-    for (std::uint64_t j = 0; j < range; ++j) slots[0][j].Add(slots[t][j]);
+  // Into the first participant's slots that took a part.
+  const auto first = std::find_if(slots.begin(), slots.end(), [](const Slots& p) { return !p.empty(); });
+  Slots& total = *first;
+  for (auto other = first + 1; other != slots.end(); ++other) {
+    if (other->empty()) continue;
+    for (std::uint64_t j = 0; j < range; ++j) total[j].Add((*other)[j]);
   }
   KeyedSums out;
   for (std::uint64_t j = 0; j < range; ++j) {
-    const Slot& s = slots[0][j];
+    const Slot& s = total[j];
     if (s.count == 0) continue;
     std::uint64_t key = all.lo + j;
     if (signed_key) key ^= std::uint64_t{1} << 63;  // back from the ordered form
@@ -163,17 +177,17 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
 
 template <typename V>
 std::optional<KeyedSums> WithKeys(const void* keys, DType key_dtype, const V* values, std::uint64_t rows,
-                                  std::uint64_t max_range, int threads) {
+                                  std::uint64_t max_range, cpu::ThreadPool* workers) {
   switch (key_dtype) {
-    case DType::kBool: return Sum(static_cast<const BoolByte*>(keys), values, rows, max_range, threads, false);
-    case DType::kInt8: return Sum(static_cast<const std::int8_t*>(keys), values, rows, max_range, threads, true);
-    case DType::kInt16: return Sum(static_cast<const std::int16_t*>(keys), values, rows, max_range, threads, true);
-    case DType::kInt32: return Sum(static_cast<const std::int32_t*>(keys), values, rows, max_range, threads, true);
-    case DType::kInt64: return Sum(static_cast<const std::int64_t*>(keys), values, rows, max_range, threads, true);
-    case DType::kUInt8: return Sum(static_cast<const std::uint8_t*>(keys), values, rows, max_range, threads, false);
-    case DType::kUInt16: return Sum(static_cast<const std::uint16_t*>(keys), values, rows, max_range, threads, false);
-    case DType::kUInt32: return Sum(static_cast<const std::uint32_t*>(keys), values, rows, max_range, threads, false);
-    case DType::kUInt64: return Sum(static_cast<const std::uint64_t*>(keys), values, rows, max_range, threads, false);
+    case DType::kBool: return Sum(static_cast<const BoolByte*>(keys), values, rows, max_range, workers, false);
+    case DType::kInt8: return Sum(static_cast<const std::int8_t*>(keys), values, rows, max_range, workers, true);
+    case DType::kInt16: return Sum(static_cast<const std::int16_t*>(keys), values, rows, max_range, workers, true);
+    case DType::kInt32: return Sum(static_cast<const std::int32_t*>(keys), values, rows, max_range, workers, true);
+    case DType::kInt64: return Sum(static_cast<const std::int64_t*>(keys), values, rows, max_range, workers, true);
+    case DType::kUInt8: return Sum(static_cast<const std::uint8_t*>(keys), values, rows, max_range, workers, false);
+    case DType::kUInt16: return Sum(static_cast<const std::uint16_t*>(keys), values, rows, max_range, workers, false);
+    case DType::kUInt32: return Sum(static_cast<const std::uint32_t*>(keys), values, rows, max_range, workers, false);
+    case DType::kUInt64: return Sum(static_cast<const std::uint64_t*>(keys), values, rows, max_range, workers, false);
     default: return std::nullopt;  // float keys: NaN, -0.0 and 0.0 take the general path
   }
 }
@@ -182,15 +196,15 @@ std::optional<KeyedSums> WithKeys(const void* keys, DType key_dtype, const V* va
 
 std::optional<KeyedSums> SumByKeyOnHost(std::span<const std::byte> keys, DType key_dtype,
                                         std::span<const std::byte> values, DType dtype, std::uint64_t rows,
-                                        std::uint64_t max_range, int threads) {
+                                        std::uint64_t max_range, cpu::ThreadPool* workers) {
   // The fixed-point words hold up to 2^31 rows (as on the GPU).
   if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return std::nullopt;
   if (keys.size() < rows * rules::SizeOf(key_dtype) || values.size() < rows * rules::SizeOf(dtype)) return std::nullopt;
   switch (dtype) {
     case DType::kFloat32:
-      return WithKeys(keys.data(), key_dtype, reinterpret_cast<const float*>(values.data()), rows, max_range, threads);
+      return WithKeys(keys.data(), key_dtype, reinterpret_cast<const float*>(values.data()), rows, max_range, workers);
     case DType::kFloat64:
-      return WithKeys(keys.data(), key_dtype, reinterpret_cast<const double*>(values.data()), rows, max_range, threads);
+      return WithKeys(keys.data(), key_dtype, reinterpret_cast<const double*>(values.data()), rows, max_range, workers);
     default: return std::nullopt;
   }
 }
