@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "tally/client/input.h"
 #include "tally/client/npy.h"
 #include "tally/client/npz.h"
+#include "tally/client/shared_array.h"
 #include "tally/client/number_text.h"
 #include "tally/client/wire.h"
 #include "tally/rules/dtype.h"
@@ -40,8 +42,10 @@ columns, the aggregations of the value columns (GroupBy: SQL's GROUP BY,
 pandas' df.groupby(KEYS).agg(...)). Each INPUT is a .npz file, whose arrays
 are columns named as in the file, NAME=FILE.npy, one column, or
 NAME@DATASET, a resident dataset's elements (see tally put: nothing is
-sent); every column must have the same length. Groups come in ascending key order; rows whose
-key is NaN are dropped (pandas' defaults).
+sent); every column must have the same length. With --shm, on the server's
+host, the file columns go into shared memory once and the server reads
+them there. Groups come in ascending key order; rows whose key is NaN are
+dropped (pandas' defaults).
 )";
 
 constexpr char kNotesTail[] = R"notes(
@@ -70,6 +74,7 @@ Examples:
   tally groupby t.npz --by=day,sensor --agg=temp:min,max --agg=hum:mean --json
   tally groupby t.npz --by=city --agg=price:topk:3 --unsorted --keep-na
   tally groupby day@days temp@temps --by=day --agg=temp:nanmean,nanmax
+  tally groupby big.npz --by=k --agg=v:sum,mean --shm
 )notes";
 
 std::string Notes() {
@@ -82,7 +87,7 @@ struct GroupByFlags {
   std::vector<std::string> aggs;
   std::optional<std::string> by;
   std::optional<absl::Duration> timeout;
-  bool unsorted = false, keep_na = false, json = false, full = false;
+  bool unsorted = false, keep_na = false, json = false, full = false, shm = false;
 };
 
 std::unique_ptr<CLI::App> MakeApp(GroupByFlags& f) {
@@ -103,6 +108,10 @@ std::unique_ptr<CLI::App> MakeApp(GroupByFlags& f) {
   AddSwitch(*app, "--unsorted", f.unsorted, "groups in the order their keys are first seen (pandas' sort=False)");
   AddSwitch(*app, "--keep-na", f.keep_na,
             "keep rows whose key is NaN or missing, as one more group sorted last (pandas' dropna=False)");
+  AddSwitch(*app, "--shm", f.shm,
+            "on the server's host: copy each column read from a file into a shared-memory object in /dev/shm, "
+            "register it, and send the region instead of the bytes (GroupBy reads the column there); the "
+            "regions are unregistered and the objects removed when the command ends");
   AddSwitch(*app, "--json", f.json, "print JSON instead of text (format below)");
   AddSwitch(*app, "--full", f.full, "text: print every group");
   AddSecondsFlag(*app, "--timeout", f.timeout, "give up after this long", "no limit");
@@ -115,9 +124,13 @@ struct GroupByArgs {
   v1::GroupByRequest request;  // columns come later, from the inputs
   std::vector<std::string> inputs;
   std::vector<std::string> agg_columns;  // the column of each aggregation, for printing
-  bool json = false, full = false;
+  bool json = false, full = false, shm = false;
   absl::Duration timeout = absl::InfiniteDuration();
 };
+
+// --shm: the columns' shared copies, registered until the command ends
+// (destroyed before the Client they unregister through).
+using SharedColumns = std::vector<std::unique_ptr<SharedArray>>;
 
 absl::Status Check(const GroupByFlags& f, GroupByArgs& a) {
   absl::StatusOr<Connection> connection = f.connection.Resolve();
@@ -149,21 +162,43 @@ absl::Status Check(const GroupByFlags& f, GroupByArgs& a) {
   a.request.set_keep_na_keys(f.keep_na);
   a.json = f.json;
   a.full = f.full;
+  a.shm = f.shm;
   if (f.timeout) a.timeout = *f.timeout;
   return absl::OkStatus();
 }
 
-// A column from the bytes of a whole .npy file (1-D).
-absl::StatusOr<v1::Column> ColumnFromNpy(const std::string& name, const std::string& npy, const std::string& where) {
+// The array in the bytes of a whole .npy file (1-D).
+absl::StatusOr<ArrayRef> ArrayFromNpy(const std::string& npy, const std::string& where) {
   const std::span<const std::byte> file(reinterpret_cast<const std::byte*>(npy.data()), npy.size());
   absl::StatusOr<NpyHeader> header = ParseNpyHeader(file);
   if (!header.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", header.status().message()));
   if (header->shape.size() != 1) return absl::InvalidArgumentError(absl::StrCat(where, ": a column must be 1-D"));
-  const ArrayRef array{.dtype = header->dtype, .data = file.data() + header->data_offset, .length = header->elements()};
-  return ColumnOf(name, array);
+  return ArrayRef{.dtype = header->dtype, .data = file.data() + header->data_offset, .length = header->elements()};
 }
 
-absl::Status LoadColumns(GroupByArgs& a) {
+// Column `name` of the request: the array's bytes, or with --shm a region
+// holding a copy of them.
+absl::Status AddColumn(GroupByArgs& a, Client& client, SharedColumns& shared_columns, const std::string& name,
+                       const ArrayRef& array, const std::string& where) {
+  if (!a.shm) {
+    *a.request.add_columns() = ColumnOf(name, array);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<SharedArray>> shared = SharedArray::Create(client, array, a.timeout);
+  if (!shared.ok()) {
+    return absl::Status(shared.status().code(), absl::StrCat(where, ": sharing it: ", shared.status().message()));
+  }
+  v1::Column* c = a.request.add_columns();
+  c->set_name(name);
+  c->set_dtype(ToWire(array.dtype));
+  c->mutable_region()->set_name((*shared)->region());
+  c->mutable_region()->set_offset(0);
+  c->mutable_region()->set_length(array.length);
+  shared_columns.push_back(*std::move(shared));
+  return absl::OkStatus();
+}
+
+absl::Status LoadColumns(GroupByArgs& a, Client& client, SharedColumns& shared) {
   for (const std::string& input : a.inputs) {
     const std::size_t eq = input.find('='), at = input.find('@');
     if (at != std::string::npos && (eq == std::string::npos || at < eq)) {
@@ -180,9 +215,10 @@ absl::Status LoadColumns(GroupByArgs& a) {
       absl::StatusOr<std::vector<NpzMember>> members = ReadNpz(input);
       if (!members.ok()) return members.status();
       for (const NpzMember& m : *members) {
-        absl::StatusOr<v1::Column> c = ColumnFromNpy(m.name, m.npy, absl::StrCat(input, ": ", m.name));
-        if (!c.ok()) return c.status();
-        *a.request.add_columns() = *std::move(c);
+        const std::string where = absl::StrCat(input, ": ", m.name);
+        absl::StatusOr<ArrayRef> array = ArrayFromNpy(m.npy, where);
+        if (!array.ok()) return array.status();
+        if (absl::Status s = AddColumn(a, client, shared, m.name, *array, where); !s.ok()) return s;
       }
       continue;
     }
@@ -190,7 +226,7 @@ absl::Status LoadColumns(GroupByArgs& a) {
     absl::StatusOr<InputArray> file = InputArray::OpenNpy(path);
     if (!file.ok()) return file.status();
     if (file->array().row_length != 0) return absl::InvalidArgumentError(absl::StrCat(path, ": a column must be 1-D"));
-    *a.request.add_columns() = ColumnOf(name, file->array());
+    if (absl::Status s = AddColumn(a, client, shared, name, file->array(), path); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -327,13 +363,14 @@ int RunGroupBy(const std::vector<std::string>& args) {
   std::unique_ptr<CLI::App> app = MakeApp(flags);
   GroupByArgs a;
   if (std::optional<int> exit = ParseCommandLine(*app, args, [&] { return Check(flags, a); })) return *exit;
-  if (absl::Status s = LoadColumns(a); !s.ok()) {
-    absl::FPrintF(stderr, "tally groupby: %s\n", s.message());
-    return kExitFailure;
-  }
   std::shared_ptr<grpc::Channel> channel = OpenOrReport(a.connection, "groupby");
   if (!channel) return kExitFailure;
   Client client(channel);
+  SharedColumns shared;
+  if (absl::Status s = LoadColumns(a, client, shared); !s.ok()) {
+    absl::FPrintF(stderr, "tally groupby: %s\n", s.message());
+    return kExitFailure;
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::GroupByResponse> response = client.GroupBy(a.request, a.timeout);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);

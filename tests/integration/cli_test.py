@@ -352,6 +352,25 @@ class Cli(ServerCase):
         self.assertIn("0 regions", r.stdout)  # unregistered at the end
         self.assertEqual(arrays() - before, set())  # the object is removed too
 
+    def test_groupby_shm_gives_the_sent_answer_and_cleans_up(self):
+        arrays = lambda: {f for f in os.listdir("/dev/shm") if f.endswith("-array")}  # noqa: E731
+        before = arrays()
+        rng = np.random.default_rng(11)
+        n = 200003
+        np.savez(self.path("g.npz"), k=rng.integers(-5, 300, n).astype(np.int32), v=rng.standard_normal(n))
+        np.save(self.path("w.npy"), rng.integers(0, 9, n).astype(np.uint8))
+        args = (self.path("g.npz"), f"w={self.path('w.npy')}", "--by=k", "--agg=v:sum,nanmean,argmax,median",
+                "--agg=w:count_nonzero,max")
+        sent = self.groupby_json(*args)
+        shared = self.groupby_json(*args, "--shm")
+        self.assertEqual(shared["groups"], sent["groups"])
+        self.assertEqual(shared["keys"], sent["keys"])
+        self.assertEqual(shared["results"], sent["results"])
+        r = run("regions", self.target)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("0 regions", r.stdout)  # unregistered at the end
+        self.assertEqual(arrays() - before, set())  # the objects are removed too
+
     def test_regions_lists_and_unregisters(self):
         from multiprocessing import shared_memory
         m = shared_memory.SharedMemory(create=True, size=4096)
