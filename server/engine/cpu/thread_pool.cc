@@ -93,4 +93,20 @@ void ThreadPool::ParallelFor(std::size_t items, const std::function<void(std::si
   job->done_cv.wait(lock, [&] { return job->done == items; });
 }
 
+std::size_t RowParts(const ThreadPool* pool, std::uint64_t rows, std::uint64_t min_rows) {
+  const std::uint64_t most = 4 * static_cast<std::uint64_t>(pool != nullptr ? pool->participants() : 1);
+  if (pool == nullptr) return 1;
+  return static_cast<std::size_t>(std::clamp<std::uint64_t>(rows / std::max<std::uint64_t>(min_rows, 1), 1, most));
+}
+
+void ForRowParts(ThreadPool* pool, std::uint64_t rows, std::size_t parts,
+                 const std::function<void(std::size_t, int, std::uint64_t, std::uint64_t)>& fn) {
+  const auto cut = [&](std::size_t p) { return rows * p / parts; };
+  if (pool == nullptr || parts <= 1) {
+    for (std::size_t p = 0; p < parts; ++p) fn(p, 0, cut(p), cut(p + 1));
+    return;
+  }
+  pool->ParallelFor(parts, [&](std::size_t p, int slot) { fn(p, slot, cut(p), cut(p + 1)); });
+}
+
 }  // namespace tally::cpu

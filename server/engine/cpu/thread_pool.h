@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -42,5 +43,17 @@ class ThreadPool {
   bool stopping_ = false;
   std::size_t idle_ = 0;  // workers waiting for a task (guarded by mu_)
 };
+
+// Rows [0, rows) cut into contiguous parts for a pool: up to four per
+// participant (for balance when some are busy), each of at least
+// `min_rows` rows; one part without a pool.
+std::size_t RowParts(const ThreadPool* pool, std::uint64_t rows, std::uint64_t min_rows);
+
+// Calls fn(part, slot, begin, end) for each of `parts` contiguous parts of
+// [0, rows): on `pool`'s idle participants (slot: the participant, below
+// participants()), or one after the other on this thread (slot 0) without
+// a pool.
+void ForRowParts(ThreadPool* pool, std::uint64_t rows, std::size_t parts,
+                 const std::function<void(std::size_t, int, std::uint64_t, std::uint64_t)>& fn);
 
 }  // namespace tally::cpu

@@ -105,28 +105,13 @@ void Accumulate(const K* keys, const V* values, std::uint64_t begin, std::uint64
 // than it saves.
 constexpr std::uint64_t kRowsPerPart = std::uint64_t{1} << 20;
 
-// Runs part(p, slot, begin, end) for `parts` contiguous parts of [0, rows),
-// on the pool's participants (slot: the participant's number, below
-// participants()), or one after the other on this thread without a pool.
-template <typename Part>
-void InParts(std::uint64_t rows, std::size_t parts, cpu::ThreadPool* workers, Part part) {
-  const auto cut = [&](std::size_t p) { return rows * p / parts; };
-  if (workers == nullptr || parts == 1) {
-    for (std::size_t p = 0; p < parts; ++p) part(p, 0, cut(p), cut(p + 1));
-    return;
-  }
-  workers->ParallelFor(parts, [&](std::size_t p, int slot) { part(p, slot, cut(p), cut(p + 1)); });
-}
-
 template <typename K, typename V>
 std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows, std::uint64_t max_range,
                              cpu::ThreadPool* workers, bool signed_key) {
   const int participants = workers != nullptr ? workers->participants() : 1;
-  // Four parts per participant at most, for balance when some are busy.
-  const std::size_t parts =
-      static_cast<std::size_t>(std::clamp<std::uint64_t>(rows / kRowsPerPart, 1, 4 * participants));
+  const std::size_t parts = cpu::RowParts(workers, rows, kRowsPerPart);
   std::vector<Extremes> extremes(parts);
-  InParts(rows, parts, workers, [&](std::size_t p, int, std::uint64_t b, std::uint64_t e) {
+  cpu::ForRowParts(workers, rows, parts, [&](std::size_t p, int, std::uint64_t b, std::uint64_t e) {
     extremes[p] = RangeAndMagnitude(keys, values, b, e);
   });
   Extremes all;
@@ -141,7 +126,7 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
   // A participant's slots, made by the first part it takes (on its thread);
   // every sum is an integer one, so which rows each holds changes no bit.
   std::vector<Slots> slots(static_cast<std::size_t>(participants));
-  InParts(rows, parts, workers, [&](std::size_t, int slot, std::uint64_t b, std::uint64_t e) {
+  cpu::ForRowParts(workers, rows, parts, [&](std::size_t, int slot, std::uint64_t b, std::uint64_t e) {
     Slots& mine = slots[static_cast<std::size_t>(slot)];
     if (mine.empty()) mine.resize(range);
     Accumulate(keys, values, b, e, all.lo, scale, mine);
