@@ -152,15 +152,16 @@ def main():
                                   ("over gRPC's limit", "over_grpc", {"RESOURCE_EXHAUSTED"}),
                                   ("header", "header", {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"})):
         seen = dict(outcomes.get(kind, {}))
-        if kind == "header":
-            # The server answers these streams while the client still sends,
-            # then resets the stream (RST_STREAM, NO_ERROR); a client that
-            # reads the reset before the trailers reports UNAVAILABLE
-            # (grpc/grpc#21418). A few in a thousand under load are that
-            # race; more would be the server dropping streams.
-            reset = seen.pop("UNAVAILABLE", 0)
-            if reset * 1000 > max(1, sum(seen.values())) * 5:
-                failures.append(f"header: {reset} UNAVAILABLE of {reset + sum(seen.values())}, over 0.5%")
+        # The server answers each of these calls while the client may still
+        # be sending (a header it refuses, a message it will not take in
+        # whole), then resets the stream (RST_STREAM, NO_ERROR); a client
+        # that reads the reset before the trailers reports UNAVAILABLE
+        # (grpc/grpc#21418). A few in a thousand under load are that race
+        # (one "just over" call of 520 on a 2-core CI run); more would be
+        # the server dropping calls.
+        reset = seen.pop("UNAVAILABLE", 0)
+        if reset * 1000 > max(1, sum(seen.values())) * 5:
+            failures.append(f"{kind}: {reset} UNAVAILABLE of {reset + sum(seen.values())}, over 0.5%")
         if clients[option] and (sum(seen.values()) < 3 or not set(seen) <= allowed):
             failures.append(f"{kind}: {seen}, expected only {sorted(allowed)}")
     if last > first + 32 * MiB:
