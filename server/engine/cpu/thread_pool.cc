@@ -94,8 +94,8 @@ void ThreadPool::ParallelFor(std::size_t items, const std::function<void(std::si
 }
 
 std::size_t RowParts(const ThreadPool* pool, std::uint64_t rows, std::uint64_t min_rows) {
-  const std::uint64_t most = 4 * static_cast<std::uint64_t>(pool != nullptr ? pool->participants() : 1);
   if (pool == nullptr) return 1;
+  const std::uint64_t most = 4 * static_cast<std::uint64_t>(pool->participants());
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(rows / std::max<std::uint64_t>(min_rows, 1), 1, most));
 }
 
