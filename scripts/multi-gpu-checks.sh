@@ -7,8 +7,9 @@
 #   soak     one server owning every GPU: 64 clients, 1 KiB to 256 MiB,
 #            --verify, for DURATION seconds; RSS every 5 s and each GPU's
 #            host-to-device bytes and kernel time from its metrics
-#   streams  16 streaming clients of 1 GiB: one server on every GPU, then one
-#            server per GPU with the clients split evenly, GB/s of each
+#   streams  16 streaming clients of 1 GiB in one bench process per GPU: one
+#            server on every GPU, then one server per GPU, GB/s of each;
+#            first with the null backend (the transport's own ratio)
 #   sharded  a 4 GiB resident dataset in one shard per GPU against the same
 #            dataset on GPU 0 alone: the scan rate of each (query time is
 #            its inverse), and on the first two GPUs where there are more
@@ -126,30 +127,41 @@ for step in "${steps[@]}"; do
       metric tally_kernel_seconds_total
       stop "$spid" ;;
     streams)
-      start streams-all || { rc=1; continue; }
-      "$tally" bench --target="$target" --clients=16 --size=1Gi --mode=stream --duration="$stream_seconds" \
-        --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-one-server.json" 2>&1 || rc=1
-      stop "$spid"
-      one=$(gbps "$logs/streams-one-server.json")
-      bench_pids=()
-      server_pids=()
-      for d in $(seq 0 $((gpus - 1))); do
-        start "streams-gpu$d" --cuda_devices="$d" || { rc=1; continue; }
-        server_pids+=("$spid")
-        "$tally" bench --target="$target" --clients=$((16 / gpus)) --size=1Gi --mode=stream \
-          --duration="$stream_seconds" --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-gpu$d.json" 2>&1 &
-        bench_pids+=($!)
-      done
-      for p in "${bench_pids[@]}"; do wait "$p" || rc=1; done
-      for p in "${server_pids[@]}"; do stop "$p"; done
-      per=0
-      for d in $(seq 0 $((gpus - 1))); do
-        g=$(gbps "$logs/streams-gpu$d.json")
-        per=$(python3 -c "print(round($per + float('${g:-0}'), 2))")
-      done
-      echo "one server on $gpus GPU(s): $one GB/s; one server per GPU: $per GB/s in all;" \
-        "ratio $(python3 -c "print(round($one / $per, 2) if $per else 'n/a')")"
-      for f in "$logs"/streams-*.json; do summary "$f"; done ;;
+      # The same client processes in both shapes (one bench of 16/N clients
+      # per GPU), so the comparison is of the servers: one bench process
+      # with 16 streams is itself a ceiling (its own receive and send).
+      # The null backend first: the transport's own ratio, no GPU work.
+      for backend in null cuda; do
+        bench_pids=()
+        start "streams-$backend-all" --backend=$backend || { rc=1; continue; }
+        for d in $(seq 0 $((gpus - 1))); do
+          "$tally" bench --target="$target" --clients=$((16 / gpus)) --size=1Gi --mode=stream \
+            --duration="$stream_seconds" --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-$backend-one-$d.json" 2>&1 &
+          bench_pids+=($!)
+        done
+        for p in "${bench_pids[@]}"; do wait "$p" || rc=1; done
+        stop "$spid"
+        bench_pids=()
+        server_pids=()
+        for d in $(seq 0 $((gpus - 1))); do
+          start "streams-$backend-gpu$d" --backend=$backend --cuda_devices="$d" || { rc=1; continue; }
+          server_pids+=("$spid")
+          "$tally" bench --target="$target" --clients=$((16 / gpus)) --size=1Gi --mode=stream \
+            --duration="$stream_seconds" --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-$backend-per-$d.json" 2>&1 &
+          bench_pids+=($!)
+        done
+        for p in "${bench_pids[@]}"; do wait "$p" || rc=1; done
+        for p in "${server_pids[@]}"; do stop "$p"; done
+        one=0
+        per=0
+        for d in $(seq 0 $((gpus - 1))); do
+          one=$(python3 -c "print(round($one + float('$(gbps "$logs/streams-$backend-one-$d.json")'), 2))")
+          per=$(python3 -c "print(round($per + float('$(gbps "$logs/streams-$backend-per-$d.json")'), 2))")
+        done
+        echo "$backend: one server on $gpus GPU(s): $one GB/s; one server per GPU: $per GB/s in all;" \
+          "ratio $(python3 -c "print(round($one / $per, 2) if $per else 'n/a')")"
+        for f in "$logs"/streams-$backend-*.json; do summary "$f"; done
+      done ;;
     sharded)
       start sharded-gpu0 --cuda_devices=0 --dataset_shards=1 || { rc=1; continue; }
       "$tally" bench --target="$target" --mode=resident --size=4Gi --clients=1 --duration=10 \

@@ -200,6 +200,7 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
       if (absl::Status s = r->Consume(jobs[j].extent); !s.ok()) return s;
       running.emplace_back(j, std::move(r));
       by_device[jobs[j].extent.placement.device].pop_front();
+      Note(phase, "part launched");
       return absl::OkStatus();
     };
     bool left = false;
@@ -229,6 +230,7 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
       if (!result.ok()) return result.status();
       done[j] = std::move(*result);
       r.reset();  // the lane back before the next job's
+      Note(phase, "part finished");
     }
   }
   Note(phase, "consumed");
