@@ -67,47 +67,57 @@ class ExactSum {
     not_negative_zero_ = false;
   }
 
-  TALLY_HD void Add(double x) {
+  // A finite, non-zero x as digit parts: x = sum(part[i] * 2^(32 (first +
+  // i) - 1074)), each part of magnitude below 2^32 and x's sign. False for
+  // zeros, infinities and NaN (Add counts those).
+  struct Placed {
+    int first;
+    std::int64_t part[3];
+  };
+  TALLY_HD static bool Place(double x, Placed& out) {
     const std::uint64_t bits = detail::BitsOfDouble(x);
     const int e = static_cast<int>((bits >> 52) & 0x7ff);
     const std::uint64_t fraction = bits & ((std::uint64_t{1} << 52) - 1);
-    const bool negative = (bits >> 63) != 0;
-    ++count_;
-    if (e == 0x7ff) {
-      if (fraction != 0) {
-        ++nan_;
-      } else if (negative) {
-        ++negative_inf_;
-      } else {
-        ++positive_inf_;
-      }
-      not_negative_zero_ = true;
-      return;
-    }
-    if (e == 0 && fraction == 0) {
-      if (!negative) not_negative_zero_ = true;
-      return;
-    }
-    not_negative_zero_ = true;
+    if (e == 0x7ff || (e == 0 && fraction == 0)) return false;
     // value = m * 2^(e - 1075) for normal numbers, fraction * 2^-1074 for
     // subnormals: m at bit p of the integer of units of 2^-1074.
     const std::uint64_t m = e != 0 ? (fraction | (std::uint64_t{1} << 52)) : fraction;
     const int p = e != 0 ? e - 1 : 0;
-    const int k = p >> 5;
     const int s = p & 31;
     const auto low = static_cast<std::int64_t>((m << s) & 0xffffffffu);
     const auto mid = static_cast<std::int64_t>((m >> (32 - s)) & 0xffffffffu);
     const auto high = static_cast<std::int64_t>(s != 0 ? m >> (64 - s) : 0);
-    if (negative) {
-      digit_[k] -= low;
-      digit_[k + 1] -= mid;
-      digit_[k + 2] -= high;
-    } else {
-      digit_[k] += low;
-      digit_[k + 1] += mid;
-      digit_[k + 2] += high;
+    const bool negative = (bits >> 63) != 0;
+    out.first = p >> 5;
+    out.part[0] = negative ? -low : low;
+    out.part[1] = negative ? -mid : mid;
+    out.part[2] = negative ? -high : high;
+    return true;
+  }
+
+  TALLY_HD void Add(double x) {
+    ++count_;
+    Placed placed;
+    if (!Place(x, placed)) {
+      CountSpecial(x);
+      return;
     }
+    not_negative_zero_ = true;
+    digit_[placed.first] += placed.part[0];
+    digit_[placed.first + 1] += placed.part[1];
+    digit_[placed.first + 2] += placed.part[2];
     if (++adds_ == kAddsBeforeCarry) Carry();
+  }
+
+  // Digits summed elsewhere (a GPU block's, each below 2^62 in size), the
+  // finite elements they cover and whether any of those was other than
+  // -0.0. Infinities and NaNs are added one by one (Add).
+  TALLY_HD void AddDigits(const std::int64_t* digits, std::uint64_t elements, bool other_than_negative_zero) {
+    Carry();
+    for (int k = 0; k < kDigits; ++k) digit_[k] += digits[k];
+    Carry();
+    count_ += elements;
+    not_negative_zero_ = not_negative_zero_ || other_than_negative_zero;
   }
 
   // The elements of `later` added to these (any order gives the same sum).
@@ -166,7 +176,7 @@ class ExactSum {
     return negative ? -magnitude : magnitude;
   }
 
-  TALLY_HD double ToDouble() const { return Rounded(kFloat64Format); }
+  TALLY_HD double ToDouble() const { return Rounded(FloatFormat{53, -1022, 1023}); }  // kFloat64Format
 
   TALLY_HD std::uint64_t count() const { return count_; }
 
@@ -178,6 +188,24 @@ class ExactSum {
   bool operator==(const ExactSum& o) const { return Bytes() == o.Bytes(); }
 
  private:
+  // A zero, an infinity or a NaN (count_ already counts it).
+  TALLY_HD void CountSpecial(double x) {
+    const std::uint64_t bits = detail::BitsOfDouble(x);
+    const bool negative = (bits >> 63) != 0;
+    if (((bits >> 52) & 0x7ff) != 0x7ff) {  // a zero
+      if (!negative) not_negative_zero_ = true;
+      return;
+    }
+    if ((bits & ((std::uint64_t{1} << 52) - 1)) != 0) {
+      ++nan_;
+    } else if (negative) {
+      ++negative_inf_;
+    } else {
+      ++positive_inf_;
+    }
+    not_negative_zero_ = true;
+  }
+
   TALLY_HD static double FromBits(std::uint64_t bits) {
     double d;
     std::memcpy(&d, &bits, sizeof d);
