@@ -28,7 +28,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -107,6 +109,23 @@ class ExactSum {
     digit_[placed.first + 1] += placed.part[1];
     digit_[placed.first + 2] += placed.part[2];
     if (++adds_ == kAddsBeforeCarry) Carry();
+  }
+
+  // A value's units without counting it as an element (a part of a sum
+  // kept elsewhere: ExactAccumulator); zeros add nothing. Finite only.
+  TALLY_HD void AddValue(double x) {
+    Placed placed;
+    if (!Place(x, placed)) return;
+    digit_[placed.first] += placed.part[0];
+    digit_[placed.first + 1] += placed.part[1];
+    digit_[placed.first + 2] += placed.part[2];
+    if (++adds_ == kAddsBeforeCarry) Carry();
+  }
+  // Counts `elements` added through AddValue, and whether any was other
+  // than -0.0.
+  TALLY_HD void NoteElements(std::uint64_t elements, bool other_than_negative_zero) {
+    count_ += elements;
+    not_negative_zero_ = not_negative_zero_ || other_than_negative_zero;
   }
 
   // Digits summed elsewhere (a GPU block's, each below 2^62 in size), the
@@ -336,5 +355,126 @@ inline std::optional<ExactSum> ExactSum::FromBytes(std::string_view bytes) {
   }
   return s;
 }
+
+// s + c = x + y exactly, with s = fl(x + y) (Knuth's TwoSum; no FMA can be
+// contracted into it: host code builds with -ffp-contract=off).
+inline double TwoSum(double x, double y, double& s) {
+  s = x + y;
+  const double y_part = s - x;
+  const double x_part = s - y_part;
+  return (x - x_part) + (y - y_part);
+}
+
+// The exact sum kept small for the host's per-block and per-row work: two
+// float64s s and c whose sum is exact (TwoSum), and an ExactSum on the heap
+// only for what does not fit them (an error of c's, an infinity, a NaN),
+// which typical data never makes. The same value however it was added and
+// merged, so the same rounding: the answer is ExactSum's.
+class ExactAccumulator {
+ public:
+  ExactAccumulator() = default;
+  ExactAccumulator(const ExactAccumulator& o)
+      : s_(o.s_), c_(o.c_), count_(o.count_), other_(o.other_),
+        spill_(o.spill_ ? std::make_unique<ExactSum>(*o.spill_) : nullptr) {}
+  ExactAccumulator& operator=(const ExactAccumulator& o) {
+    if (this != &o) *this = ExactAccumulator(o);
+    return *this;
+  }
+  ExactAccumulator(ExactAccumulator&&) noexcept = default;
+  ExactAccumulator& operator=(ExactAccumulator&&) noexcept = default;
+
+  // A block of `elements` whose exact sum is high + low (two exact float64
+  // partial sums); `any_other` tells, when both are zero, whether some
+  // element was other than -0.0 (asked only then).
+  template <typename AnyOther>
+  void AddBlock(double high, double low, std::uint64_t elements, const AnyOther& any_other) {
+    count_ += elements;
+    if (high == 0.0 && low == 0.0) {
+      if (!other_ && elements != 0 && any_other()) other_ = true;
+      return;
+    }
+    other_ = true;
+    AddExact(high);
+    AddExact(low);
+  }
+
+  void AddElement(double x) {
+    ++count_;
+    if (x == 0.0) {
+      if (!std::signbit(x)) other_ = true;
+      return;
+    }
+    other_ = true;
+    if (!std::isfinite(x)) {
+      Spill().Add(x);
+      return;
+    }
+    AddExact(x);
+  }
+
+  // Elements 0 to n - 1 straight into the ExactSum, each where `take(i, v)`
+  // sets v and returns true: for blocks the split cannot sum.
+  template <typename Take>
+  void AddElements(std::size_t n, const Take& take) {
+    ExactSum& sum = Spill();
+    const std::uint64_t before = sum.count();
+    double v = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (take(i, v)) sum.Add(v);
+    }
+    count_ += sum.count() - before;
+  }
+
+  // The elements of `later` (any order gives the same value).
+  void Merge(const ExactAccumulator& later) {
+    count_ += later.count_;
+    other_ = other_ || later.other_;
+    AddExact(later.s_);
+    AddExact(later.c_);
+    if (later.spill_) Spill().Merge(*later.spill_);
+  }
+
+  std::uint64_t count() const { return count_; }
+
+  ExactSum ToExactSum() const {
+    ExactSum sum = spill_ ? *spill_ : ExactSum();
+    sum.AddValue(s_);
+    sum.AddValue(c_);
+    sum.NoteElements(count_ - (spill_ ? spill_->count() : 0), other_);
+    return sum;
+  }
+
+  // Rounded once to `format` (ExactSum::Rounded), without building the
+  // ExactSum where s alone is the exact value and the format is float64 or
+  // float32 (one IEEE conversion rounds it once).
+  double Rounded(const FloatFormat& format) const {
+    if (!spill_ && c_ == 0.0 && (format.precision == 53 || format.precision == 24)) {
+      if (s_ == 0.0) return count_ != 0 && !other_ ? -0.0 : 0.0;
+      return format.precision == 53 ? s_ : static_cast<double>(static_cast<float>(s_));
+    }
+    return ToExactSum().Rounded(format);
+  }
+
+ private:
+  void AddExact(double x) {
+    double t = 0.0;
+    const double e = TwoSum(s_, x, t);
+    s_ = t;
+    if (e == 0.0) return;
+    const double e2 = TwoSum(c_, e, t);
+    c_ = t;
+    if (e2 != 0.0) Spill().AddValue(e2);
+  }
+  ExactSum& Spill() {
+    if (!spill_) spill_ = std::make_unique<ExactSum>();
+    return *spill_;
+  }
+
+  double s_ = 0.0;
+  double c_ = 0.0;
+  std::uint64_t count_ = 0;
+  bool other_ = false;  // an element other than -0.0
+  std::unique_ptr<ExactSum> spill_;
+};
 
 }  // namespace tally::rules

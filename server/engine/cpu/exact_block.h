@@ -1,0 +1,138 @@
+// The exact sum of one block of float elements, at vector speed: the block's
+// part of tally's exact float sums (tally/rules/exact_sum.h). Each element is
+// split against two fixed grids derived from the block's largest magnitude
+// (the extraction of Rump, Ogita and Oishi's AccSum): a high part that is a
+// multiple of 2^(E-40) and a low part, itself split at 2^(E-81), where
+// |x| < 2^E for every x. The high parts of at most 2^11 elements sum exactly
+// in a float64 in any order, and so do the low parts; what is below the
+// second grid must be zero (elements within about 29 binades of the largest
+// for float64 data, 57 for float32), or the block takes the element-by-
+// element path. So the answer is exact, and the same on every clone.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "server/engine/cpu/block_kernels.h"
+#include "server/engine/cpu/tuning.h"
+#include "tally/rules/exact_sum.h"
+
+namespace tally::cpu {
+
+// Elements per exact block: the grids leave 11 bits for the count.
+inline constexpr std::size_t kExactBlockElements = 2048;
+static_assert(CpuPolicy::kBlockElements <= kExactBlockElements);
+
+// The block's largest finite magnitude, and whether some element is an
+// infinity or a NaN (NaNs count as 0 when kSkipNan: nansum).
+template <bool kSkipNan, typename V>
+TALLY_CPU_CLONES double BlockMaxMagnitude(const V* x, std::size_t n, bool& not_finite) {
+  constexpr int L = CpuPolicy::kLanes;
+  constexpr double kMax = 1.7976931348623157e308;
+  double top[L] = {};
+  double bad[L] = {};
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) {
+      double v = static_cast<double>(x[i + j]);
+      if constexpr (kSkipNan) v = v == v ? v : 0.0;
+      const double a = std::fabs(v);
+      const double finite = a <= kMax ? a : 0.0;
+      bad[j] = a <= kMax ? bad[j] : 1.0;  // inf, or NaN unless skipped
+      top[j] = finite > top[j] ? finite : top[j];
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    double v = static_cast<double>(x[i]);
+    if constexpr (kSkipNan) v = v == v ? v : 0.0;
+    const double a = std::fabs(v);
+    const double finite = a <= kMax ? a : 0.0;
+    bad[j] = a <= kMax ? bad[j] : 1.0;
+    top[j] = finite > top[j] ? finite : top[j];
+  }
+  double m = 0.0, b = 0.0;
+  for (int j = 0; j < L; ++j) {
+    m = top[j] > m ? top[j] : m;
+    b = bad[j] > b ? bad[j] : b;
+  }
+  not_finite = b != 0.0;
+  return m;
+}
+
+// sum(high parts) and sum(low parts) of x[0, n) against the grids of 2^e,
+// both exact; false if some element has bits below the second grid.
+template <bool kSkipNan, typename V>
+TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& high, double& low) {
+  constexpr int L = CpuPolicy::kLanes;
+  const double sigma1 = std::ldexp(1.5, e + 12);  // ulp 2^(e-40)
+  const double sigma2 = std::ldexp(1.5, e - 29);  // ulp 2^(e-81)
+  double acc1[L] = {};
+  double acc2[L] = {};
+  double rest[L] = {};
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) {
+      double v = static_cast<double>(x[i + j]);
+      if constexpr (kSkipNan) v = v == v ? v : 0.0;
+      const double h1 = (sigma1 + v) - sigma1;
+      const double l1 = v - h1;
+      const double h2 = (sigma2 + l1) - sigma2;
+      acc1[j] += h1;
+      acc2[j] += h2;
+      rest[j] = l1 - h2 != 0.0 ? 1.0 : rest[j];
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    double v = static_cast<double>(x[i]);
+    if constexpr (kSkipNan) v = v == v ? v : 0.0;
+    const double h1 = (sigma1 + v) - sigma1;
+    const double l1 = v - h1;
+    const double h2 = (sigma2 + l1) - sigma2;
+    acc1[j] += h1;
+    acc2[j] += h2;
+    rest[j] = l1 - h2 != 0.0 ? 1.0 : rest[j];
+  }
+  double a = 0.0, b = 0.0, r = 0.0;
+  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
+    a += acc1[j];
+    b += acc2[j];
+    r = rest[j] > r ? rest[j] : r;
+  }
+  high = a;
+  low = b;
+  return r == 0.0;
+}
+
+// Adds x[0, n) (n <= kExactBlockElements) to `into`, NaNs skipped when
+// `skip_nan` (`summed`: the elements that are not skipped).
+template <typename V>
+void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
+  bool not_finite = false;
+  const double top = skip_nan ? BlockMaxMagnitude<true>(x, n, not_finite) : BlockMaxMagnitude<false>(x, n, not_finite);
+  int e = 0;
+  if (top != 0.0) std::frexp(top, &e);  // top < 2^e
+  // The grids must be normal float64s: 2^(e+13) finite, 2^(e-81) not below
+  // the smallest normal's ulp.
+  double high = 0.0, low = 0.0;
+  if (!not_finite && (top == 0.0 || (e <= 1010 && e >= -940)) &&
+      (top == 0.0 || (skip_nan ? SplitSumLanes<true>(x, n, e, high, low) : SplitSumLanes<false>(x, n, e, high, low)))) {
+    into.AddBlock(high, low, summed, [&] {
+      for (std::size_t i = 0; i < n; ++i) {
+        const double v = static_cast<double>(x[i]);
+        if (!(v == 0.0 && std::signbit(v)) && !(skip_nan && v != v)) return true;
+      }
+      return false;
+    });
+    return;
+  }
+  // Element by element, into the accumulator's ExactSum.
+  into.AddElements(n, [&](std::size_t i, double& v) {
+    v = static_cast<double>(x[i]);
+    return !(skip_nan && v != v);
+  });
+}
+
+}  // namespace tally::cpu

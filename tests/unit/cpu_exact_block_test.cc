@@ -1,0 +1,125 @@
+// The CPU's exact block sums (server/engine/cpu/exact_block.h) and the
+// compact accumulator (rules::ExactAccumulator) against rules::ExactSum of
+// the same elements: the same bytes, however the blocks are cut and merged,
+// on the fast path and on the element-by-element one.
+#include "server/engine/cpu/exact_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tally/rules/half.h"
+#include "tests/unit/test_seed.h"
+
+namespace tally::cpu {
+namespace {
+
+using rules::ExactAccumulator;
+using rules::ExactSum;
+
+enum class Data { kNormal, kUniform, kWide, kNegativeZeros, kTinyAndHuge, kWithNan, kWithInf };
+
+template <typename V>
+std::vector<V> Make(Data d, std::size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::lognormal_distribution<double> wide(0.0, 12.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<V> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    double x = 0.0;
+    switch (d) {
+      case Data::kNormal: x = normal(rng); break;
+      case Data::kUniform: x = uniform(rng); break;
+      case Data::kWide: x = wide(rng) * ((rng() & 1) != 0 ? 1 : -1); break;
+      case Data::kNegativeZeros: x = -0.0; break;
+      case Data::kTinyAndHuge:
+        x = (rng() % 3 == 0) ? std::ldexp(normal(rng), -1030) : std::ldexp(normal(rng), (rng() & 1) != 0 ? 1015 : -900);
+        break;
+      case Data::kWithNan: x = rng() % 17 == 0 ? std::numeric_limits<double>::quiet_NaN() : normal(rng); break;
+      case Data::kWithInf: x = rng() % 501 == 0 ? std::numeric_limits<double>::infinity() : normal(rng); break;
+    }
+    v[i] = static_cast<V>(x);
+  }
+  return v;
+}
+
+template <typename V>
+void CheckEveryCut(Data d, bool skip_nan) {
+  TALLY_SEEDED_RNG(rng);
+  for (const std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{2048}, std::size_t{2048 * 5 + 77}}) {
+    const std::vector<V> x = Make<V>(d, n, rng);
+    ExactSum want;
+    std::size_t summed_all = 0;
+    for (const V& v : x) {
+      const double e = static_cast<double>(v);
+      if (skip_nan && std::isnan(e)) continue;
+      want.Add(e);
+      ++summed_all;
+    }
+    // Random cuts into blocks of at most 2048, each block its own
+    // accumulator, merged in a random order.
+    std::vector<ExactAccumulator> parts;
+    for (std::size_t at = 0; at < n;) {
+      const std::size_t len = std::min<std::size_t>(n - at, 1 + rng() % 2048);
+      std::size_t summed = 0;
+      for (std::size_t i = at; i < at + len; ++i) summed += skip_nan && std::isnan(static_cast<double>(x[i])) ? 0 : 1;
+      ExactAccumulator a;
+      AddExactBlock(x.data() + at, len, skip_nan, summed, a);
+      parts.push_back(std::move(a));
+      at += len;
+    }
+    std::shuffle(parts.begin(), parts.end(), rng);
+    ExactAccumulator got;
+    for (const ExactAccumulator& p : parts) got.Merge(p);
+    const std::string what = "n=" + std::to_string(n) + " data " + std::to_string(static_cast<int>(d));
+    EXPECT_EQ(got.count(), summed_all) << what;
+    EXPECT_EQ(want.Bytes(), got.ToExactSum().Bytes()) << what;
+    for (const rules::FloatFormat f : {rules::kFloat64Format, rules::kFloat32Format, rules::kFloat16Format}) {
+      const double a = want.Rounded(f), b = got.Rounded(f);
+      if (std::isnan(a)) {
+        EXPECT_TRUE(std::isnan(b)) << what;
+      } else {
+        EXPECT_EQ(0, std::memcmp(&a, &b, sizeof a)) << what << " precision " << f.precision << ": " << a << " " << b;
+      }
+    }
+  }
+}
+
+TEST(ExactBlock, Float64EqualsExactSumForEveryDataAndCut) {
+  for (const Data d : {Data::kNormal, Data::kUniform, Data::kWide, Data::kNegativeZeros, Data::kTinyAndHuge,
+                       Data::kWithInf}) {
+    CheckEveryCut<double>(d, false);
+  }
+  CheckEveryCut<double>(Data::kWithNan, true);
+  CheckEveryCut<double>(Data::kWithNan, false);
+}
+
+TEST(ExactBlock, Float32EqualsExactSumForEveryDataAndCut) {
+  for (const Data d : {Data::kNormal, Data::kUniform, Data::kWide, Data::kNegativeZeros, Data::kWithInf}) {
+    CheckEveryCut<float>(d, false);
+  }
+  CheckEveryCut<float>(Data::kWithNan, true);
+}
+
+TEST(ExactBlock, Float16EqualsExactSum) {
+  CheckEveryCut<rules::Float16>(Data::kNormal, false);
+  CheckEveryCut<rules::Float16>(Data::kWithNan, true);
+}
+
+TEST(ExactAccumulator, CopiesOwnTheirSpill) {
+  ExactAccumulator a;
+  a.AddElement(std::numeric_limits<double>::infinity());
+  ExactAccumulator b = a;  // a deep copy: b's spill is its own
+  b.AddElement(-std::numeric_limits<double>::infinity());
+  EXPECT_EQ(std::numeric_limits<double>::infinity(), a.Rounded(rules::kFloat64Format));
+  EXPECT_TRUE(std::isnan(b.Rounded(rules::kFloat64Format)));
+}
+
+}  // namespace
+}  // namespace tally::cpu
