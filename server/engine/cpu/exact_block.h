@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/tuning.h"
@@ -24,41 +26,50 @@ namespace tally::cpu {
 inline constexpr std::size_t kExactBlockElements = 2048;
 static_assert(CpuPolicy::kBlockElements <= kExactBlockElements);
 
-// The block's largest finite magnitude, and whether some element is an
-// infinity or a NaN (NaNs count as 0 when kSkipNan: nansum).
+// One pass over the block: its largest finite magnitude, its smallest
+// non-zero finite one (infinity when there is none), whether some element
+// is an infinity or a NaN (NaNs count as 0 when kSkipNan: nansum), and the
+// float64 lane sum, which is exact when every element lies on the grid of
+// the largest one's 2^-40 (AddExactBlock checks).
 template <bool kSkipNan, typename V>
-TALLY_CPU_CLONES double BlockMaxMagnitude(const V* x, std::size_t n, bool& not_finite) {
+TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite) {
   constexpr int L = CpuPolicy::kLanes;
   constexpr double kMax = 1.7976931348623157e308;
-  double top[L] = {};
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double hi[L] = {};
+  double lo[L];
   double bad[L] = {};
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) {
-      double v = static_cast<double>(x[i + j]);
-      if constexpr (kSkipNan) v = v == v ? v : 0.0;
-      const double a = std::fabs(v);
-      const double finite = a <= kMax ? a : 0.0;
-      bad[j] = a <= kMax ? bad[j] : 1.0;  // inf, or NaN unless skipped
-      top[j] = finite > top[j] ? finite : top[j];
-    }
-  }
-  for (int j = 0; i < n; ++i, ++j) {
-    double v = static_cast<double>(x[i]);
+  double sum[L] = {};
+  for (int j = 0; j < L; ++j) lo[j] = kInf;
+  auto step = [&](double v, int j) {
     if constexpr (kSkipNan) v = v == v ? v : 0.0;
     const double a = std::fabs(v);
     const double finite = a <= kMax ? a : 0.0;
-    bad[j] = a <= kMax ? bad[j] : 1.0;
-    top[j] = finite > top[j] ? finite : top[j];
+    bad[j] = a <= kMax ? bad[j] : 1.0;  // inf, or NaN unless skipped
+    hi[j] = finite > hi[j] ? finite : hi[j];
+    if constexpr (!std::is_same_v<V, double>) {  // a float64 block always takes the split
+      const double nonzero = finite != 0.0 ? finite : kInf;
+      lo[j] = nonzero < lo[j] ? nonzero : lo[j];
+      sum[j] += v;
+    }
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
   }
-  double m = 0.0, b = 0.0;
+  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
+  double t = 0.0, b = kInf, any = 0.0, s = 0.0;
   for (int j = 0; j < L; ++j) {
-    m = top[j] > m ? top[j] : m;
-    b = bad[j] > b ? bad[j] : b;
+    t = hi[j] > t ? hi[j] : t;
+    b = lo[j] < b ? lo[j] : b;
+    any = bad[j] > any ? bad[j] : any;
+    s += sum[j];
   }
-  not_finite = b != 0.0;
-  return m;
+  top = t;
+  bottom = b;
+  not_finite = any != 0.0;
+  return s;
 }
 
 // sum(high parts) and sum(low parts) of x[0, n) against the grids of 2^e,
@@ -108,25 +119,45 @@ TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& hi
 
 // Adds x[0, n) (n <= kExactBlockElements) to `into`, NaNs skipped when
 // `skip_nan` (`summed`: the elements that are not skipped).
+//
+// Elements of at most 24 significant bits (float32, float16, bfloat16)
+// within 2^17 of the block's largest lie on its 2^-40 grid, so their plain
+// float64 lane sum is already exact: one pass. Otherwise (and always for
+// float64) the block is split against two grids, a second pass over it
+// while it is in L1.
 template <typename V>
 void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
   bool not_finite = false;
-  const double top = skip_nan ? BlockMaxMagnitude<true>(x, n, not_finite) : BlockMaxMagnitude<false>(x, n, not_finite);
-  int e = 0;
-  if (top != 0.0) std::frexp(top, &e);  // top < 2^e
-  // The grids must be normal float64s: 2^(e+13) finite, 2^(e-81) not below
-  // the smallest normal's ulp.
-  double high = 0.0, low = 0.0;
-  if (!not_finite && (top == 0.0 || (e <= 1010 && e >= -940)) &&
-      (top == 0.0 || (skip_nan ? SplitSumLanes<true>(x, n, e, high, low) : SplitSumLanes<false>(x, n, e, high, low)))) {
-    into.AddBlock(high, low, summed, [&] {
-      for (std::size_t i = 0; i < n; ++i) {
-        const double v = static_cast<double>(x[i]);
-        if (!(v == 0.0 && std::signbit(v)) && !(skip_nan && v != v)) return true;
-      }
-      return false;
-    });
-    return;
+  double top = 0.0, bottom = 0.0;
+  const double plain = skip_nan ? BlockRangeAndSum<true>(x, n, top, bottom, not_finite)
+                                : BlockRangeAndSum<false>(x, n, top, bottom, not_finite);
+  auto any_other = [&] {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(x[i]);
+      if (!(v == 0.0 && std::signbit(v)) && !(skip_nan && v != v)) return true;
+    }
+    return false;
+  };
+  if (!not_finite) {
+    if (top == 0.0) {
+      into.AddBlock(0.0, 0.0, summed, any_other);
+      return;
+    }
+    int e = 0;
+    std::frexp(top, &e);  // top < 2^e
+    constexpr bool kNarrow = !std::is_same_v<V, double>;
+    if (kNarrow && bottom >= std::ldexp(1.0, e - 17)) {
+      into.AddBlock(plain, 0.0, summed, any_other);
+      return;
+    }
+    // The grids must be normal float64s: 2^(e+13) finite, 2^(e-81) not
+    // below the smallest normal's ulp.
+    double high = 0.0, low = 0.0;
+    if (e <= 1010 && e >= -940 &&
+        (skip_nan ? SplitSumLanes<true>(x, n, e, high, low) : SplitSumLanes<false>(x, n, e, high, low))) {
+      into.AddBlock(high, low, summed, any_other);
+      return;
+    }
   }
   // Element by element, into the accumulator's ExactSum.
   into.AddElements(n, [&](std::size_t i, double& v) {
