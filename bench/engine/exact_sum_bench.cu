@@ -4,17 +4,18 @@
 // whose answer is the exact sum, against a plain float64-accumulating sum
 // pass with the same loads and a plain read of the same bytes, in one run.
 //
-// The exact pass: each thread keeps a float64 s and adds each element with
-// TwoSum (s + x = t + e exactly); e is 0 whenever x's last bit is not below
-// s's, which is almost every float32 element. A non-zero e goes to a
-// second float64 c by TwoSum as well, and only that one's error (rarely
-// non-zero) goes straight into the block's fixed-point digits in shared
-// memory. s + c + digits is the exact sum at every step. At the end each
-// thread adds s and c to the block's digits, and each block its digits to
-// the global ones, all with integer atomics: the digits are exact, so the
-// order of the atomics does not matter. The host reads the digits into a
-// rules::ExactSum and rounds once; the check is a host ExactSum over the
-// same elements, bit for bit.
+// The exact pass: each thread keeps two or three float64 levels and adds
+// each element to the first with TwoSum (s + x = t + e exactly); e is 0
+// whenever x's last bit is not below s's, which is almost every float32
+// element. A non-zero e goes to the next level by TwoSum as well, and only
+// the last level's error (rarely non-zero) goes straight into the block's
+// fixed-point digits in shared memory. The levels plus the digits are the
+// exact sum at every step. At the end each thread adds its levels to the
+// block's digits, and each block its digits to the global ones, all with
+// integer atomics: the digits are exact, so the order of the atomics does
+// not matter. The host reads the digits into a rules::ExactSum and rounds
+// once; the check is a host ExactSum over the same elements, bit for bit,
+// for both level counts.
 //
 // usage: tally-exact-sum-bench [log2 elements, default 28] [repetitions, default 10]
 #include <cuda_runtime.h>
@@ -65,28 +66,29 @@ __device__ __forceinline__ double TwoSum(double s, double x, double& t) {
   return __dadd_rn(__dsub_rn(s, av), __dsub_rn(x, bv));
 }
 
-template <typename T>
-__device__ __forceinline__ void AddExact(T v, double& s, double& c, unsigned long long* block_digits) {
-  const double x = static_cast<double>(v);
-  double t;
-  const double e = TwoSum(s, x, t);
-  s = t;
-  if (e != 0.0) {
-    double t2;
-    const double e2 = TwoSum(c, e, t2);
-    c = t2;
-    if (e2 != 0.0) AtomicAddDigits(block_digits, e2);
+// kLevels float64s per thread (2 or 3): each level takes the error of the
+// one above by TwoSum, and the last level's error goes into the digits.
+template <int kLevels, typename T>
+__device__ __forceinline__ void AddExact(T v, double (&level)[3], unsigned long long* block_digits) {
+  double e = static_cast<double>(v);
+#pragma unroll
+  for (int k = 0; k < kLevels; ++k) {
+    double t;
+    e = TwoSum(level[k], e, t);
+    level[k] = t;
+    if (e == 0.0) return;
   }
+  AtomicAddDigits(block_digits, e);
 }
 
 // Finite elements only (the bench's data): an infinity or NaN would need
 // counting apart, as ExactSum::Add does.
-template <typename T>
+template <int kLevels, typename T>
 __global__ void __launch_bounds__(kThreads) ExactSumKernel(const T* x, std::size_t n, unsigned long long* digits) {
   __shared__ unsigned long long block_digits[kDigits];
   for (int k = threadIdx.x; k < kDigits; k += blockDim.x) block_digits[k] = 0;
   __syncthreads();
-  double s = 0.0, c = 0.0;
+  double level[3] = {0.0, 0.0, 0.0};
   using V = typename std::conditional<sizeof(T) == 4, float4, double2>::type;
   constexpr int kPer = sizeof(V) / sizeof(T);
   const std::size_t vectors = n / kPer;
@@ -101,20 +103,19 @@ __global__ void __launch_bounds__(kThreads) ExactSumKernel(const T* x, std::size
     for (int u = 0; u < 4; ++u) {
       const T* e = reinterpret_cast<const T*>(&a[u]);
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) AddExact(e[j], s, c, block_digits);
+      for (int j = 0; j < kPer; ++j) AddExact<kLevels>(e[j], level, block_digits);
     }
   }
   for (; i < vectors; i += stride) {
     const V a = __ldcs(xv + i);
     const T* e = reinterpret_cast<const T*>(&a);
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) AddExact(e[j], s, c, block_digits);
+    for (int j = 0; j < kPer; ++j) AddExact<kLevels>(e[j], level, block_digits);
   }
   for (std::size_t t = vectors * kPer + blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
-    AddExact(x[t], s, c, block_digits);
+    AddExact<kLevels>(x[t], level, block_digits);
   }
-  AtomicAddDigits(block_digits, s);
-  AtomicAddDigits(block_digits, c);
+  for (int k = 0; k < kLevels; ++k) AtomicAddDigits(block_digits, level[k]);
   __syncthreads();
   for (int k = threadIdx.x; k < kDigits; k += blockDim.x) {
     if (block_digits[k] != 0) atomicAdd(&digits[k], block_digits[k]);
@@ -225,9 +226,16 @@ void Run(const char* name, const char* data, int log2n, int reps, int blocks, fl
     CHECK(cudaMemsetAsync(plain, 0, sizeof(double)));
     PlainSumKernel<T><<<blocks, kThreads>>>(dev, n, plain);
   });
+  // Two float64 levels per thread, then three; the check reads the last.
+  const double exact2_ms = BestMs(reps, [&] {
+    CHECK(cudaMemsetAsync(digits, 0, kDigits * sizeof(unsigned long long)));
+    ExactSumKernel<2, T><<<blocks, kThreads>>>(dev, n, digits);
+  });
+  std::vector<unsigned long long> got2(kDigits);
+  CHECK(cudaMemcpy(got2.data(), digits, kDigits * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
   const double exact_ms = BestMs(reps, [&] {
     CHECK(cudaMemsetAsync(digits, 0, kDigits * sizeof(unsigned long long)));
-    ExactSumKernel<T><<<blocks, kThreads>>>(dev, n, digits);
+    ExactSumKernel<3, T><<<blocks, kThreads>>>(dev, n, digits);
   });
   // The last repetition's digits: every run must give the host's bits.
   std::vector<unsigned long long> got(kDigits);
@@ -236,15 +244,20 @@ void Run(const char* name, const char* data, int log2n, int reps, int blocks, fl
   for (int k = 0; k < kDigits; ++k) as_signed[k] = static_cast<std::int64_t>(got[k]);
   ExactSum from_gpu;
   from_gpu.AddDigits(as_signed.data(), n, true);
+  for (int k = 0; k < kDigits; ++k) as_signed[k] = static_cast<std::int64_t>(got2[k]);
+  ExactSum from_gpu2;
+  from_gpu2.AddDigits(as_signed.data(), n, true);
   const double want = reference.ToDouble();
   const double have = from_gpu.ToDouble();
   double plain_value = 0;
   CHECK(cudaMemcpy(&plain_value, plain, sizeof(double), cudaMemcpyDeviceToHost));
-  const bool same = std::memcmp(&want, &have, sizeof want) == 0;
-  std::printf("%-8s %-9s 2^%d: read %7.1f GB/s | plain float64 sum %7.1f GB/s (%.3f ms) | exact %7.1f GB/s (%.3f ms), "
-              "%.3fx plain, %.3fx read | exact %s host's bits (%.17g; plain pass %.17g)\n",
-              name, data, log2n, bytes / read_ms / 1e6, bytes / plain_ms / 1e6, plain_ms, bytes / exact_ms / 1e6,
-              exact_ms, plain_ms / exact_ms, read_ms / exact_ms, same ? "==" : "!=", have, plain_value);
+  const double have2 = from_gpu2.ToDouble();
+  const bool same = std::memcmp(&want, &have, sizeof want) == 0 && std::memcmp(&want, &have2, sizeof want) == 0;
+  std::printf("%-8s %-9s 2^%d: read %7.1f GB/s | plain float64 sum %7.1f GB/s (%.3f ms) | exact, 2 levels %7.1f GB/s "
+              "(%.3fx plain) | 3 levels %7.1f GB/s (%.3fx plain) | exact %s host's bits (%.17g; plain pass %.17g)\n",
+              name, data, log2n, bytes / read_ms / 1e6, bytes / plain_ms / 1e6, plain_ms, bytes / exact2_ms / 1e6,
+              plain_ms / exact2_ms, bytes / exact_ms / 1e6, plain_ms / exact_ms, same ? "==" : "!=", have,
+              plain_value);
   CHECK(cudaFree(dev));
   CHECK(cudaFree(digits));
   CHECK(cudaFree(plain));
