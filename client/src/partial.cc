@@ -91,6 +91,12 @@ absl::StatusOr<v1::AggregationResult> MergePartials(const v1::AggregationResult&
       return absl::InvalidArgumentError(absl::StrCat("row ", r, ": a histogram state without ",
                                                      spec->histogram.bins, " bins."));
     }
+    for (const rules::PartialState* s : {&x, &y}) {
+      if (!s->exact_sum.empty() && !rules::ExactSum::FromBytes(s->exact_sum)) {
+        return absl::InvalidArgumentError(absl::StrCat(s == &x ? "the first result" : "the second result",
+                                                       ", row ", r, ": exact_sum is not an exact sum's bytes."));
+      }
+    }
     if (function_state) {
       for (const rules::PartialState* s : {&x, &y}) {
         if (std::optional<std::string> bad = rules::CheckFunctionState(*spec, dtype, *s)) {

@@ -3,7 +3,7 @@ bitwise: for every op whose partial state is PartialState's scalar fields
 (every op with a partial state but histogram and the functions that keep
 their own, as tally._ops lists them) and every dtype, random states (empty
 ones, NaN, infinities, signed zeros, integers that wrap, ptp's extremes of
-the dtype) merged and finished by the Python package and by the rules
+the dtype, float sums with and without their exact sum) merged and finished by the Python package and by the rules
 themselves through the package's native module (tally._states:
 merge_state, finish_state). Needs no server.
 
@@ -17,7 +17,7 @@ import zlib
 
 import numpy as np
 
-from tally import _arrays, _ops
+from tally import _arrays, _exact, _ops
 from tally import partial as tp
 from tally._groupby import take_states
 from tally.v1 import tally_pb2 as pb
@@ -52,6 +52,7 @@ def fields_of(p, r):
                m2=float(p.m2[r]), index=int(p.index[r]), elements=int(p.elements[r]), nonzero=int(p.nonzero[r]))
     convert = float if prefix == "float_" else int
     out[value_field] = convert(p.value[r])
+    out["exact_sum"] = bytes(p.exact_sum[r])
     out[prefix + "product"] = convert(p.product[r])
     out[prefix + "max"] = convert(p.max[r])
     return out
@@ -153,6 +154,14 @@ class StateMaker:
 
         if kind == "sum":
             put(prefix + "sum", self.values(n, False))
+            if prefix == "float_":  # half the rows keep their exact sum, as the cpu backend's do
+                for row in rows:
+                    if row["count"] and rng.random() < 0.5:
+                        exact = _exact.ExactSum()
+                        for v in self.floats(int(rng.integers(1, 5)), False):
+                            exact = _exact.merged(exact, _exact.of_double(float(v)))
+                        exact.count = row["count"]
+                        row["exact_sum"], row["float_sum"] = _exact.to_bytes(exact), _exact.rounded(exact)
         elif kind == "sum_squares":
             put("sum_squares", [abs(v) if v == v else v for v in self.floats(n, False)])
         elif kind in ("mean", "variance", "stddev"):

@@ -149,12 +149,14 @@ rules::PartialState ScalarStateOf(const py::dict& fields) {
     using T = std::remove_reference_t<decltype(s.*member)>;
     if (fields.contains(name)) s.*member = fields[name].template cast<T>();
   });
+  if (fields.contains("exact_sum")) s.exact_sum = fields["exact_sum"].cast<std::string>();
   return s;
 }
 
 py::dict FieldsOf(const rules::PartialState& s) {
   py::dict out;
   ForEachField([&](const char* name, auto member) { out[name] = s.*member; });
+  out["exact_sum"] = py::bytes(s.exact_sum);
   return out;
 }
 

@@ -6,9 +6,11 @@ and the C++ client follow (tally/rules/partial.h), operation for operation:
 a state finished here is bitwise the value the server would answer, and
 merges give the same bits as the C++ client's for the same merge tree.
 Integers, counts, extremes, first-occurrence indices and histograms merge
-exactly in any order; float sums and moments are deterministic for a given
-merge tree and agree with one request over the whole array to rounding
-(tally.proto says how closely).
+exactly in any order, and so do float sums whose states carry their exact
+sum (``exact_sum``, the cpu backend's: merged by tally._exact, the same bits
+as one request over the same elements); other float sums and moments are
+deterministic for a given merge tree and agree with one request over the
+whole array to rounding (tally.proto says how closely).
 
 The functions whose states tally's rules keep (quantile, nanquantile,
 median, nanmedian, topk, bottomk, hll, ddsketch, count_distinct) carry
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _values
+from . import _exact, _values
 from ._arrays import FROM_WIRE, check_dtype
 from ._ops import STATE_OPS, TOPK_OPS, Op
 from .v1 import tally_pb2 as pb
@@ -101,6 +103,7 @@ class Partial:
     product: np.ndarray = None  # type: ignore[assignment]
     nonzero: np.ndarray = None  # type: ignore[assignment]
     max: np.ndarray = None  # type: ignore[assignment]
+    exact_sum: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         n = len(self.count)
@@ -114,6 +117,8 @@ class Partial:
             self.nonzero = np.zeros(n, dtype=_U64)
         if self.max is None:
             self.max = np.zeros(n, dtype=_acc_dtype(self.dtype))
+        if self.exact_sum is None:
+            self.exact_sum = _bytes_array([b""] * n)
 
     @property
     def rows(self) -> int:
@@ -167,7 +172,8 @@ class Partial:
             function_state=_bytes_array([s.function_state for s in states]),
             product=np.array([getattr(s, by_kind + "product") for s in states], dtype=acc),
             nonzero=np.array([s.nonzero for s in states], dtype=np.uint64),
-            max=np.array([getattr(s, by_kind + "max") for s in states], dtype=acc))
+            max=np.array([getattr(s, by_kind + "max") for s in states], dtype=acc),
+            exact_sum=_bytes_array([s.exact_sum for s in states]))
 
 
 def _bytes_array(items: list) -> np.ndarray:
@@ -286,11 +292,17 @@ def merge(a: Partial, b: Partial) -> Partial:
         mean, m2, sum_squares = a.mean, a.m2, a.sum_squares
         hist, below, above, nan = a.histogram, a.below, a.above, a.nan
         product, nonzero, high = a.product, a.nonzero, a.max
+        exact = a.exact_sum
         if kind == "sum":
             if a.value.dtype == _I64:  # wraps modulo 2^64, as numpy's
                 value = (a.value.view(_U64) + b.value.view(_U64)).view(_I64)
             else:
                 value = a.value + b.value
+                # Rows where either side keeps its exact sum merge exactly.
+                exact = a.exact_sum.copy()
+                for r in np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum, b.exact_sum)]):
+                    exact[r], value[r] = _exact.merge_bytes(a.exact_sum[r], float(a.value[r]),
+                                                            b.exact_sum[r], float(b.value[r]))
         elif kind == "sum_squares":
             sum_squares = a.sum_squares + b.sum_squares
         elif kind in ("mean", "variance", "stddev"):
@@ -333,7 +345,7 @@ def merge(a: Partial, b: Partial) -> Partial:
             above=pick(above, a.above, b.above), nan=pick(nan, a.nan, b.nan),
             elements=a.elements + b.elements,  # even where a side has count 0
             product=pick(product, a.product, b.product), nonzero=pick(nonzero, a.nonzero, b.nonzero),
-            max=pick(high, a.max, b.max))
+            max=pick(high, a.max, b.max), exact_sum=pick(exact, a.exact_sum, b.exact_sum))
 
 
 def merge_all(states: list[Partial]) -> Partial:
@@ -481,4 +493,5 @@ def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
                    sum_squares=z(_F64), mean=z(_F64), m2=z(_F64), index=np.full(n, -1, dtype=_I64),
                    histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
                    below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64),
-                   function_state=_bytes_array([b""] * n), product=z(acc), nonzero=z(_U64), max=z(acc))
+                   function_state=_bytes_array([b""] * n), product=z(acc), nonzero=z(_U64), max=z(acc),
+                   exact_sum=_bytes_array([b""] * n))

@@ -13,6 +13,7 @@
 
 #include "server/core/request.h"
 #include "server/engine/cpu/block_kernels.h"
+#include "server/engine/cpu/exact_block.h"
 #include "server/engine/finish.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/op.h"
@@ -43,6 +44,10 @@ struct Partial {
   // are not zero (count_nonzero, any, all).
   ProductLane<V> product = 1;
   std::uint64_t nonzero = 0;
+  // Float dtypes' OP_SUM and OP_NANSUM, exactly (exact_block.h): the same
+  // value however blocks, chunks and rows were cut.
+  rules::ExactAccumulator exact_sum;
+  rules::ExactAccumulator nan_exact_sum;
 };
 
 // acc := acc followed by b. Every field is cheap, so all are folded. An
@@ -73,11 +78,15 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
   acc.nan_argmax = rules::PickArg<true>(acc.nan_argmax, b.nan_argmax);
   acc.product *= b.product;  // integers wrap modulo 2^64
   acc.nonzero += b.nonzero;
+  acc.exact_sum.Merge(b.exact_sum);
+  acc.nan_exact_sum.Merge(b.nan_exact_sum);
 }
 
 // What the plan's ops need computed per block.
 struct Needs {
   bool native_sum = false;
+  bool exact_sum = false;      // float dtypes' OP_SUM
+  bool nan_exact_sum = false;  // OP_NANSUM
   bool dsum = false;
   bool sum_squares = false;
   bool min = false;
@@ -103,7 +112,7 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
   Needs n;
   for (const OpSpec& op : ops) {
     switch (op.kind) {
-      case OpKind::kSum: n.native_sum = true; break;
+      case OpKind::kSum: n.native_sum = n.exact_sum = true; break;
       case OpKind::kMin: n.min = true; break;
       case OpKind::kMax: n.max = true; break;
       case OpKind::kMean: n.dsum = n.mean = true; break;
@@ -114,7 +123,7 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kArgmin: n.argmin = n.min = true; break;
       case OpKind::kArgmax: n.argmax = n.max = true; break;
       case OpKind::kHistogram: break;
-      case OpKind::kNanSum:
+      case OpKind::kNanSum: n.nan_sum = n.nan_exact_sum = true; break;
       case OpKind::kNanCount: n.nan_sum = true; break;
       case OpKind::kNanMin: n.nan_sum = n.nan_min = true; break;
       case OpKind::kNanMax: n.nan_sum = n.nan_max = true; break;

@@ -94,7 +94,10 @@ class CpuReduction final : public Reduction {
     rows_ = plan_.array.rows();
 
     unsigned mask = 0;
-    if (needs_.native_sum || (needs_.dsum && !kWideInteger)) mask |= kLaneSum;
+    // Float sums come exact from their own pass (exact_block.h); the lanes'
+    // float64 sum is for the means and moments.
+    const bool lane_sum = rules::kIsFloatValue<V> ? needs_.dsum : needs_.native_sum || (needs_.dsum && !kWideInteger);
+    if (lane_sum) mask |= kLaneSum;
     if (needs_.sum_squares) mask |= kLaneSumSq;
     if (needs_.min) mask |= kLaneMin;
     if (needs_.max) mask |= kLaneMax;
@@ -277,6 +280,7 @@ class CpuReduction final : public Reduction {
     p.count = n;
     if constexpr (rules::kIsFloatValue<V>) {
       p.dsum = t.sum;
+      if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, p.exact_sum);
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
       if (needs_.dsum) {
@@ -328,6 +332,7 @@ class CpuReduction final : public Reduction {
     nan_fused_(x, n, &t);
     p.nan_count = t.count;
     p.nan_dsum = t.sum;
+    if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, p.nan_exact_sum);
     p.nan_min = t.min;
     p.nan_max = t.max;
     if (t.count == 0) return;
@@ -572,6 +577,13 @@ class CpuReduction final : public Reduction {
     }
   }
 
+  // A float sum's state: rounded once to float64, and its exact bytes
+  // where the state is asked for (so merges stay exact).
+  static void PutExactSum(const OpSpec& op, const rules::ExactAccumulator& sum, rules::PartialState& s) {
+    s.float_sum = sum.Rounded(rules::kFloat64Format);
+    if (op.partial) s.exact_sum = sum.ToExactSum().Bytes();
+  }
+
   // ptp's max, beside its min in the extreme fields.
   static void PutMax(rules::PartialState& s, V v) {
     if constexpr (rules::kIsFloatValue<V>) {
@@ -595,7 +607,7 @@ class CpuReduction final : public Reduction {
     switch (op.kind) {
       case OpKind::kSum:
         if constexpr (rules::kIsFloatValue<V>) {
-          s.float_sum = acc.dsum;
+          PutExactSum(op, acc.exact_sum, s);
         } else if constexpr (std::is_signed_v<V>) {
           s.int_sum = static_cast<std::int64_t>(acc.isum);
         } else {
@@ -622,7 +634,7 @@ class CpuReduction final : public Reduction {
       case OpKind::kCount:
       case OpKind::kHistogram:
       case OpKind::kNanCount: break;
-      case OpKind::kNanSum: s.float_sum = acc.nan_dsum; break;
+      case OpKind::kNanSum: PutExactSum(op, acc.nan_exact_sum, s); break;
       case OpKind::kNanMin: PutExtreme(s, acc.nan_min); break;
       case OpKind::kNanMax: PutExtreme(s, acc.nan_max); break;
       case OpKind::kNanMean: s.mean = acc.nan_moments.mean; break;

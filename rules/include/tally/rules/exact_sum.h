@@ -427,6 +427,7 @@ class ExactAccumulator {
 
   // The elements of `later` (any order gives the same value).
   void Merge(const ExactAccumulator& later) {
+    if (later.count_ == 0) return;  // most folds of plans without a float sum
     count_ += later.count_;
     other_ = other_ || later.other_;
     AddExact(later.s_);

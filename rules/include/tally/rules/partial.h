@@ -18,6 +18,7 @@
 #include "tally/rules/agg/registry.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/combine.h"
+#include "tally/rules/exact_sum.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
 
@@ -83,6 +84,10 @@ struct PartialState {
   // the state as the function serialises it; count and elements are the
   // valid elements it covers.
   std::string function_state;
+  // kSum and kNanSum of float dtypes where the backend keeps it: the exact
+  // sum's bytes (ExactSum::Bytes; float_sum is it rounded to float64).
+  // Empty: none kept, and float_sum merges by float64 addition.
+  std::string exact_sum;
 
   bool operator==(const PartialState&) const = default;
 };
@@ -110,6 +115,17 @@ inline Moments MomentsOf(const PartialState& s) {
 }
 
 namespace partial_detail {
+
+// A state's exact sum: its bytes, or its float_sum as one element where it
+// keeps none (bytes the wire has checked; unreadable ones count as none).
+inline ExactSum ExactOf(const PartialState& s) {
+  if (!s.exact_sum.empty()) {
+    if (std::optional<ExactSum> sum = ExactSum::FromBytes(s.exact_sum)) return *sum;
+  }
+  ExactSum sum;
+  sum.Add(s.float_sum);
+  return sum;
+}
 
 template <bool kMax, typename T>
 T Extreme(T a, T b) {
@@ -257,7 +273,14 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
   // elements (count is theirs), so it merges the same way.
   switch (PlainOf(op.kind)) {
     case OpKind::kSum:
-      r.float_sum = a.float_sum + b.float_sum;
+      if (!a.exact_sum.empty() || !b.exact_sum.empty()) {
+        ExactSum sum = partial_detail::ExactOf(a);
+        sum.Merge(partial_detail::ExactOf(b));
+        r.exact_sum = sum.Bytes();
+        r.float_sum = sum.ToDouble();
+      } else {
+        r.float_sum = a.float_sum + b.float_sum;
+      }
       r.int_sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(a.int_sum) +
                                             static_cast<std::uint64_t>(b.int_sum));
       r.uint_sum = a.uint_sum + b.uint_sum;

@@ -1,0 +1,164 @@
+// Float sums on the cpu backend are exact, rounded once (tally/rules/
+// exact_sum.h): math.fsum's answer for ill-conditioned arrays, the same
+// bits however the bytes arrive, on any thread count, in any row layout,
+// and partial states that merge, in any order, into the one-request bits.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/engine/cpu/cpu_backend.h"
+#include "tally/rules/exact_sum.h"
+#include "tally/rules/partial.h"
+#include "tests/unit/cpu_test_util.h"
+#include "tests/unit/test_seed.h"
+
+namespace tally::testing {
+namespace {
+
+using rules::ExactSum;
+using rules::OpKind;
+
+std::uint64_t Bits(double d) {
+  std::uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+double OneDouble(const OpValues& v) { return std::get<std::vector<double>>(v).at(0); }
+
+// The rounded exact sum of values (NaNs skipped for nansum).
+double ExactOf(const std::vector<double>& values, bool skip_nan) {
+  ExactSum s;
+  for (double v : values) {
+    if (!(skip_nan && std::isnan(v))) s.Add(v);
+  }
+  return s.ToDouble();
+}
+
+std::vector<double> IllConditioned(std::mt19937_64& rng, std::size_t n) {
+  // Huge values that cancel in pairs, shuffled among small ones and
+  // subnormals: float64 sums in any order lose the small ones.
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v;
+  while (v.size() + 2 < n) {
+    const double big = std::ldexp(normal(rng), static_cast<int>(rng() % 200));
+    v.push_back(big);
+    v.push_back(-big);
+    v.push_back(rng() % 5 == 0 ? std::ldexp(normal(rng), -1060) : normal(rng));
+  }
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+TEST(CpuExactSum, EqualsTheRoundedExactSumHoweverTheBytesArrive) {
+  TALLY_SEEDED_RNG(rng);
+  const auto backend = MakeCpuBackend({.threads = 2});
+  for (const std::size_t n : {std::size_t{3}, std::size_t{1000}, std::size_t{200003}}) {
+    std::vector<double> v = IllConditioned(rng, n);
+    if (n > 3) {
+      v[rng() % v.size()] = std::numeric_limits<double>::quiet_NaN();  // nansum skips it, sum is NaN
+    }
+    const Array a = MakeArray<double>(rules::DType::kFloat64, v);
+    const double want = ExactOf(v, false), want_nan = ExactOf(v, true);
+    for (const std::vector<std::uint64_t>& pieces :
+         {std::vector<std::uint64_t>{}, {1}, {7, 4096, 3}, {65537}}) {
+      if (n > 10000 && pieces == std::vector<std::uint64_t>{1}) continue;
+      auto got = RunPieces(*backend, Plan(a, 0, {Op(OpKind::kSum), Op(OpKind::kNanSum)}), a.bytes, pieces);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const double sum = OneDouble(got->values[0]), nansum = OneDouble(got->values[1]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(sum)) << n;
+      } else {
+        EXPECT_EQ(Bits(want), Bits(sum)) << n << " elements: " << sum << " want " << want;
+      }
+      EXPECT_EQ(Bits(want_nan), Bits(nansum)) << n << " elements: " << nansum << " want " << want_nan;
+    }
+  }
+}
+
+TEST(CpuExactSum, Float32RowsAreTheirExactSumsOnEveryThreadCount) {
+  TALLY_SEEDED_RNG(rng);
+  std::lognormal_distribution<double> wide(0.0, 6.0);
+  const std::uint64_t rows = 37, row = 5003;
+  std::vector<float> v(rows * row);
+  for (float& x : v) x = static_cast<float>(wide(rng) * ((rng() & 1) != 0 ? 1 : -1));
+  const Array a = MakeArray<float>(rules::DType::kFloat32, v);
+  std::vector<double> want(rows);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    ExactSum s;
+    for (std::uint64_t i = 0; i < row; ++i) s.Add(v[r * row + i]);
+    want[r] = s.ToDouble();
+  }
+  for (const int threads : {1, 2, 5}) {
+    const auto backend = MakeCpuBackend({.threads = threads});
+    auto got = RunPieces(*backend, Plan(a, row, {Op(OpKind::kSum)}), a.bytes, {1000, 77});
+    ASSERT_TRUE(got.ok()) << got.status();
+    // Each row's exact sum rounded once to float64 (a float sum's result
+    // type): math.fsum(row).
+    const auto& sums = std::get<std::vector<double>>(got->values[0]);
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(Bits(want[r]), Bits(sums[r])) << "row " << r << ", " << threads << " threads";
+    }
+  }
+}
+
+TEST(CpuExactSum, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
+  TALLY_SEEDED_RNG(rng);
+  const auto backend = MakeCpuBackend({.threads = 2});
+  const std::vector<double> v = IllConditioned(rng, 30000);
+  const Array a = MakeArray<double>(rules::DType::kFloat64, v);
+  auto whole = RunPieces(*backend, Plan(a, 0, {Op(OpKind::kSum)}), a.bytes);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const double want = OneDouble(whole->values[0]);
+  // The array in random parts, each part's partial state on its own.
+  std::vector<std::size_t> cuts = {0, v.size()};
+  for (int k = 0; k < 6; ++k) cuts.push_back(rng() % v.size());
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<rules::PartialState> states;
+  OpSpec op = Op(OpKind::kSum);
+  op.partial = true;
+  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(cuts[k]),
+                                   v.begin() + static_cast<std::ptrdiff_t>(cuts[k + 1]));
+    const Array p = MakeArray<double>(rules::DType::kFloat64, part);
+    auto got = RunPieces(*backend, Plan(p, 0, {op}), p.bytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    states.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
+    if (!part.empty()) EXPECT_FALSE(states.back().exact_sum.empty()) << "a part's state keeps its exact sum";
+  }
+  for (int trial = 0; trial < 5; ++trial) {
+    std::shuffle(states.begin(), states.end(), rng);
+    rules::PartialState merged;
+    for (const rules::PartialState& s : states) merged = rules::Merge(op, rules::DType::kFloat64, merged, s);
+    EXPECT_EQ(Bits(want), Bits(rules::FinishDouble(op, rules::DType::kFloat64, merged)))
+        << "merged " << merged.float_sum << ", one request " << want;
+  }
+}
+
+TEST(CpuExactSum, ZerosAndInfinitiesFollowIeee) {
+  const auto backend = MakeCpuBackend({.threads = 1});
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    std::vector<double> v;
+    double want;
+  };
+  for (const Case& c : std::vector<Case>{{{-0.0, -0.0}, -0.0},
+                                         {{-0.0, 0.0}, 0.0},
+                                         {{1.0, -1.0}, 0.0},
+                                         {{1e308, 1e308, -1e308}, 1e308},  // no intermediate overflow
+                                         {{inf, 1.0}, inf},
+                                         {{-inf, 1e308, 1e308}, -inf}}) {
+    const Array a = MakeArray<double>(rules::DType::kFloat64, c.v);
+    auto got = RunPieces(*backend, Plan(a, 0, {Op(OpKind::kSum)}), a.bytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(Bits(c.want), Bits(OneDouble(got->values[0]))) << c.v.size() << " elements, want " << c.want;
+  }
+}
+
+}  // namespace
+}  // namespace tally::testing
