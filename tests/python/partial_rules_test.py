@@ -166,6 +166,15 @@ class StateMaker:
             put("sum_squares", [abs(v) if v == v else v for v in self.floats(n, False)])
         elif kind in ("mean", "variance", "stddev"):
             put("mean", [float(v) for v in self.floats(n, False)])
+            if kind == "mean" and prefix == "float_":  # most rows keep their exact sum, as the cpu backend's do
+                for row in rows:
+                    if row["count"] and rng.random() < 0.8:
+                        exact = _exact.ExactSum()
+                        for v in self.floats(int(rng.integers(1, 5)), False):
+                            exact = _exact.merged(exact, _exact.of_double(float(v)))
+                        exact.count = row["count"]
+                        row["exact_sum"] = _exact.to_bytes(exact)
+                        row["mean"] = _exact.rounded(exact) / row["count"]
             if kind != "mean":
                 m2 = np.abs(self.floats(n, False))
                 put("m2", [float(v) for v in np.where(rng.random(n) < 0.1, 0.0, m2)])

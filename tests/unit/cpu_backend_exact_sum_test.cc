@@ -140,6 +140,34 @@ TEST(CpuExactSum, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
   }
 }
 
+TEST(CpuExactSum, MeansAreTheExactSumOverTheCountAndMergeSo) {
+  TALLY_SEEDED_RNG(rng);
+  const auto backend = MakeCpuBackend({.threads = 2});
+  std::vector<double> v = IllConditioned(rng, 20000);
+  v[17] = std::numeric_limits<double>::quiet_NaN();
+  const Array a = MakeArray<double>(rules::DType::kFloat64, v);
+  auto whole = RunPieces(*backend, Plan(a, 0, {Op(OpKind::kNanMean)}), a.bytes, {333, 4097});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const double want = ExactOf(v, true) / static_cast<double>(v.size() - 1);
+  EXPECT_EQ(Bits(want), Bits(OneDouble(whole->values[0])));
+  // Two halves' partial states, merged either way round.
+  OpSpec op = Op(OpKind::kNanMean);
+  op.partial = true;
+  std::vector<rules::PartialState> halves;
+  for (const auto& [from, to] : {std::pair<std::size_t, std::size_t>{0, 12345}, {12345, v.size()}}) {
+    const std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(from),
+                                   v.begin() + static_cast<std::ptrdiff_t>(to));
+    const Array p = MakeArray<double>(rules::DType::kFloat64, part);
+    auto got = RunPieces(*backend, Plan(p, 0, {op}), p.bytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    halves.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
+  }
+  for (const bool swap : {false, true}) {
+    const rules::PartialState m = rules::Merge(op, rules::DType::kFloat64, halves[swap ? 1 : 0], halves[swap ? 0 : 1]);
+    EXPECT_EQ(Bits(want), Bits(rules::FinishDouble(op, rules::DType::kFloat64, m))) << "swapped " << swap;
+  }
+}
+
 TEST(CpuExactSum, ZerosAndInfinitiesFollowIeee) {
   const auto backend = MakeCpuBackend({.threads = 1});
   const double inf = std::numeric_limits<double>::infinity();

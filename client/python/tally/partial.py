@@ -306,6 +306,8 @@ def merge(a: Partial, b: Partial) -> Partial:
         elif kind == "sum_squares":
             sum_squares = a.sum_squares + b.sum_squares
         elif kind in ("mean", "variance", "stddev"):
+            if kind == "mean":  # exact where both sides keep their exact sums, else as below
+                exact = _bytes_array([b""] * a.rows)
             # rules::MergeMoments, in the same order of operations.
             na, nb = a.count.astype(np.float64), b.count.astype(np.float64)
             n = na + nb
@@ -320,6 +322,11 @@ def merge(a: Partial, b: Partial) -> Partial:
                 inf = ~np.isfinite(a.mean) | ~np.isfinite(b.mean)
                 mean = np.where(inf, a.mean + b.mean, mean)
                 m2 = np.where(inf & (kind != "mean"), np.nan, m2)
+            if kind == "mean":
+                for r in np.flatnonzero([bool(x) and bool(y) for x, y in zip(a.exact_sum, b.exact_sum)]):
+                    total = _exact.merged(_exact.parse(a.exact_sum[r]), _exact.parse(b.exact_sum[r]))
+                    exact[r] = _exact.to_bytes(total)
+                    mean[r] = _exact.rounded(total) / float(count[r])
         elif kind in ("min", "max"):
             value = _min_nan(a.value, b.value) if kind == "min" else _max_nan(a.value, b.value)
         elif kind in ("argmin", "argmax"):

@@ -287,6 +287,18 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
       break;
     case OpKind::kSumSquares: r.sum_squares = a.sum_squares + b.sum_squares; break;
     case OpKind::kMean:
+      if (!a.exact_sum.empty() && !b.exact_sum.empty()) {
+        // Both keep their exact sums: the mean of the merged sum, rounded
+        // once to float64, over the count.
+        ExactSum sum = partial_detail::ExactOf(a);
+        sum.Merge(partial_detail::ExactOf(b));
+        r.exact_sum = sum.Bytes();
+        r.mean = sum.ToDouble() / static_cast<double>(r.count);
+        r.m2 = 0.0;
+        break;
+      }
+      r.exact_sum.clear();
+      [[fallthrough]];
     case OpKind::kVariance:
     case OpKind::kStddev: {
       const Moments m = MergeMoments(MomentsOf(a), MomentsOf(b));
