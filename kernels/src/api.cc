@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exact/exact_dispatch.h"
 #include "fold/fold_dispatch.h"
 #include "grid/dispatch.h"
 #include "policy.cuh"
@@ -25,8 +26,9 @@ constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds
 AggregatePlan FusedPart(const AggregatePlan& plan) {
   AggregatePlan fused = plan;
   fused.ops = plan.ops & ~kFoldOps;
+  if (ExactSums(plan)) fused.ops &= ~(rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kNanSum));
   if (fused.ops == 0 && plan.validity != nullptr) fused.ops = rules::Bit(OpKind::kCount);
-  if (fused.ops == rules::Bit(OpKind::kCount) && plan.validity == nullptr && (plan.ops & kFoldOps) != 0) fused.ops = 0;
+  if (fused.ops == rules::Bit(OpKind::kCount) && plan.validity == nullptr && fused.ops != plan.ops) fused.ops = 0;
   return fused;
 }
 
@@ -66,6 +68,11 @@ cudaError_t Validate(const AggregatePlan& plan) {
   if (plan.row_length != 0 && plan.length % plan.row_length != 0)
     return Invalid("row_length must divide length");
   return cudaSuccess;
+}
+
+bool ExactSums(const AggregatePlan& plan) {
+  return plan.exact_sums && (plan.dtype == rules::DType::kFloat32 || plan.dtype == rules::DType::kFloat64) &&
+         plan.row_length == 0 && plan.validity == nullptr;
 }
 
 std::uint64_t RowsOf(const AggregatePlan& plan) {
@@ -112,6 +119,8 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
   l.nan_argmax_value = take(Has(m, OpKind::kNanArgmax), 8);
   l.product = take(Has(m, OpKind::kProduct), 8);
   l.nonzero = take(Has(m, OpKind::kCountNonzero), 8);
+  l.exact_sum = take(ExactSums(plan) && Has(m, OpKind::kSum), detail::kExactSumStateBytes);
+  l.nan_exact_sum = take(ExactSums(plan) && Has(m, OpKind::kNanSum), detail::kExactSumStateBytes);
   l.bytes = at;
   return l;
 }
@@ -168,6 +177,14 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
     TALLY_CUDA_TRY(detail::LaunchNonzero(plan, d_chunk, elements, offset, state + lay.nonzero, d_scratch,
                                          scratch_bytes, dev, stream));
   }
+  if (lay.exact_sum != ResultLayout::kAbsent) {
+    TALLY_CUDA_TRY(detail::LaunchExactSum(plan, d_chunk, elements, offset, /*skip_nan=*/false,
+                                          state + lay.exact_sum, dev, stream));
+  }
+  if (lay.nan_exact_sum != ResultLayout::kAbsent) {
+    TALLY_CUDA_TRY(detail::LaunchExactSum(plan, d_chunk, elements, offset, /*skip_nan=*/true,
+                                          state + lay.nan_exact_sum, dev, stream));
+  }
   return cudaSuccess;
 }
 
@@ -186,7 +203,9 @@ cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_sta
   // results straight into a pinned h_result (no copy afterwards; d_state is
   // then left as it was). Measured: 1K float32 sum to host, see
   // docs/performance.md.
-  const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) &&
+  // Not for exact sums: their pass adds into its state with atomics, which
+  // mapped host memory need not support.
+  const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) && !ExactSums(plan) &&
                      plan.length * rules::SizeOf(plan.dtype) <=
                          static_cast<std::uint64_t>(detail::Policy::kMinBytesPerBlock);
   if (small && h_result != nullptr) {

@@ -85,8 +85,8 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
 // What the plan's ops need computed per block.
 struct Needs {
   bool native_sum = false;
-  bool exact_sum = false;      // float dtypes' OP_SUM
-  bool nan_exact_sum = false;  // OP_NANSUM
+  bool exact_sum = false;      // float dtypes' OP_SUM and OP_MEAN
+  bool nan_exact_sum = false;  // OP_NANSUM and OP_NANMEAN
   bool dsum = false;
   bool sum_squares = false;
   bool min = false;
@@ -115,7 +115,7 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kSum: n.native_sum = n.exact_sum = true; break;
       case OpKind::kMin: n.min = true; break;
       case OpKind::kMax: n.max = true; break;
-      case OpKind::kMean: n.dsum = n.mean = true; break;
+      case OpKind::kMean: n.dsum = n.mean = n.exact_sum = true; break;
       case OpKind::kCount: break;
       case OpKind::kSumSquares: n.sum_squares = true; break;
       case OpKind::kVariance:
@@ -127,7 +127,7 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kNanCount: n.nan_sum = true; break;
       case OpKind::kNanMin: n.nan_sum = n.nan_min = true; break;
       case OpKind::kNanMax: n.nan_sum = n.nan_max = true; break;
-      case OpKind::kNanMean: n.nan_sum = n.nan_mean = true; break;
+      case OpKind::kNanMean: n.nan_sum = n.nan_mean = n.nan_exact_sum = true; break;
       case OpKind::kNanVariance:
       case OpKind::kNanStddev: n.nan_sum = n.nan_moments = true; break;
       case OpKind::kNanArgmin: n.nan_sum = n.nan_argmin = n.nan_min = true; break;

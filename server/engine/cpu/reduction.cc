@@ -584,6 +584,13 @@ class CpuReduction final : public Reduction {
     if (op.partial) s.exact_sum = sum.ToExactSum().Bytes();
   }
 
+  // A float mean's state: the exact sum rounded once to float64, over the
+  // count (s.count, set), and the exact sum's bytes for merges.
+  static void PutExactMean(const OpSpec& op, const rules::ExactAccumulator& sum, rules::PartialState& s) {
+    s.mean = sum.Rounded(rules::kFloat64Format) / static_cast<double>(s.count);
+    if (op.partial) s.exact_sum = sum.ToExactSum().Bytes();
+  }
+
   // ptp's max, beside its min in the extreme fields.
   static void PutMax(rules::PartialState& s, V v) {
     if constexpr (rules::kIsFloatValue<V>) {
@@ -616,7 +623,13 @@ class CpuReduction final : public Reduction {
         break;
       case OpKind::kMin: PutExtreme(s, acc.min); break;
       case OpKind::kMax: PutExtreme(s, acc.max); break;
-      case OpKind::kMean: s.mean = acc.moments.mean; break;
+      case OpKind::kMean:
+        if constexpr (rules::kIsFloatValue<V>) {
+          PutExactMean(op, acc.exact_sum, s);
+        } else {
+          s.mean = acc.moments.mean;
+        }
+        break;
       case OpKind::kSumSquares: s.sum_squares = acc.sum_squares; break;
       case OpKind::kVariance:
       case OpKind::kStddev:
@@ -637,7 +650,7 @@ class CpuReduction final : public Reduction {
       case OpKind::kNanSum: PutExactSum(op, acc.nan_exact_sum, s); break;
       case OpKind::kNanMin: PutExtreme(s, acc.nan_min); break;
       case OpKind::kNanMax: PutExtreme(s, acc.nan_max); break;
-      case OpKind::kNanMean: s.mean = acc.nan_moments.mean; break;
+      case OpKind::kNanMean: PutExactMean(op, acc.nan_exact_sum, s); break;
       case OpKind::kNanVariance:
       case OpKind::kNanStddev:
         s.mean = acc.nan_moments.mean;

@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
         cpu_(std::move(cpu)),
         device_(Describe(*pool_)),
         small_request_bytes_(options.small_request_bytes),
+        exact_sums_(options.cuda_exact_sums),
         lane_wait_(options.lane_wait),
         route_by_cost_(options.routing == "cost"),
         cpu_threads_(options.cpu_threads > 0 ? options.cpu_threads
@@ -233,7 +234,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<Reduction>> StartOnLane(const AggregationPlan& plan,
                                                           std::chrono::milliseconds wait) {
     const Placement from = Placement::PageableHost();
-    cuda::PassPlan passes = cuda::PlanPasses(plan);
+    cuda::PassPlan passes = cuda::PlanPasses(plan, exact_sums_);
     if (passes.state_bytes > pool_->state_bytes()) {
       spdlog::debug("cuda backend: {} state bytes exceed --cuda_max_state_bytes={}; using the cpu",
                     passes.state_bytes, pool_->state_bytes());
@@ -346,7 +347,7 @@ class CudaBackend final : public Backend {
       return absl::FailedPreconditionError(
           absl::StrCat("cuda backend: GPU ", device, " is not one of the devices in use."));
     }
-    cuda::PassPlan passes = cuda::PlanPasses(plan);
+    cuda::PassPlan passes = cuda::PlanPasses(plan, exact_sums_);
     if (passes.state_bytes > pool_->state_bytes()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the results of this request need ", passes.state_bytes,
@@ -395,6 +396,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Backend> cpu_;
   const std::string device_;
   const std::uint64_t small_request_bytes_;
+  const bool exact_sums_;  // --cuda_exact_sums
   const std::chrono::milliseconds lane_wait_;
   const bool route_by_cost_;
   const int cpu_threads_;

@@ -612,9 +612,10 @@ absl::Status LaneFailure(EngineContext* engine, DeviceLane* lane, cudaError_t er
   return absl::InternalError(absl::StrCat("CUDA error on ", device, " while ", what, ": ", where));
 }
 
-PassPlan PlanPasses(const AggregationPlan& plan) {
+PassPlan PlanPasses(const AggregationPlan& plan, bool exact_sums) {
   PassPlan out;
   kernels::AggregatePlan base;
+  base.exact_sums = exact_sums;
   base.dtype = plan.array.dtype;
   base.length = plan.array.length;
   base.row_length = plan.array.row_length;

@@ -41,7 +41,9 @@ struct PassPlan {
   std::size_t state_bytes = 0;
 };
 
-PassPlan PlanPasses(const AggregationPlan& plan);
+// `exact_sums`: float whole arrays' sum and nansum by the exact pass
+// (--cuda_exact_sums; kernels::ExactSums).
+PassPlan PlanPasses(const AggregationPlan& plan, bool exact_sums);
 
 // The scratch the passes need for chunks of `chunk_elements`, on the
 // current device (they run one after another, so the largest).

@@ -28,7 +28,11 @@ rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultVie
   }
   if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
   switch (op.kind) {
-    case OpKind::kSum: PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
+    case OpKind::kSum:
+      PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum);
+      // An exact sum's bytes go with the state, so merges stay exact.
+      if (op.partial && v.Exact(false) != nullptr) s.exact_sum = v.ExactState(false).Bytes();
+      break;
     case OpKind::kMin: PutScalar(dt, v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
     case OpKind::kMax: PutScalar(dt, v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
     case OpKind::kMean: s.mean = v.Moments(r).mean; break;
@@ -46,7 +50,10 @@ rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultVie
       PutScalar(dt, v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
       s.index = v.Argmax(r) + static_cast<std::int64_t>(op.base_index);
       break;
-    case OpKind::kNanSum: s.float_sum = v.NanSum(r); break;
+    case OpKind::kNanSum:
+      s.float_sum = v.NanSum(r);
+      if (op.partial && v.Exact(true) != nullptr) s.exact_sum = v.ExactState(true).Bytes();
+      break;
     case OpKind::kNanMin: s.float_extreme = v.NanMin(r).f64; break;
     case OpKind::kNanMax: s.float_extreme = v.NanMax(r).f64; break;
     case OpKind::kNanMean: s.mean = v.NanMoments(r).mean; break;

@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tally/rules/exact_sum.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -79,6 +80,9 @@ struct AggregatePlan {
   // moments count 0, min/max the identities below, argmin/argmax -1), and
   // argmin/argmax indices still count every element from the row start.
   const std::uint32_t* validity = nullptr;
+  // Sum and nansum of float32 and float64 whole arrays without a mask by
+  // the exact pass (ExactSums), a read of their own beside the fused pass.
+  bool exact_sums = false;
 };
 
 // cudaSuccess, or cudaErrorInvalidValue when the plan breaks the v1 limits.
@@ -145,11 +149,20 @@ struct ResultLayout {
               nan_moments = kAbsent, nan_argmin = kAbsent, nan_argmin_value = kAbsent,
               nan_argmax = kAbsent, nan_argmax_value = kAbsent;
   std::size_t product = kAbsent, nonzero = kAbsent;
+  // Float32 and float64 whole arrays without a mask (ExactSums): sum and
+  // nansum added exactly (ResultView::Exact), where `sum` and `nan_sum`
+  // are not written.
+  std::size_t exact_sum = kAbsent, nan_exact_sum = kAbsent;
   std::uint32_t histogram_stride = 0;  // bins + 3
   std::size_t bytes = 0;               // state bytes = result bytes
 };
 
 ResultLayout LayoutOf(const AggregatePlan& plan);
+
+// Whether the plan's sum and nansum are exact (an exact pass of their own):
+// plan.exact_sums, over float32 and float64 whole arrays without a
+// validity mask, for now.
+bool ExactSums(const AggregatePlan& plan);
 
 // Device scratch one Accumulate of up to `max_chunk_elements` needs on the
 // current device (it may be 0; pass any pointer then).
@@ -190,7 +203,12 @@ class ResultView {
     if (layout_.count != ResultLayout::kAbsent) return At<std::uint64_t>(layout_.count, row);
     return plan_.row_length == 0 ? plan_.length : plan_.row_length;
   }
-  Scalar Sum(std::uint64_t r) const { return At<Scalar>(layout_.sum, r); }
+  // Float32 and float64 whole arrays (ExactSums): the exact sum rounded
+  // once to float64.
+  Scalar Sum(std::uint64_t r) const {
+    if (layout_.exact_sum != ResultLayout::kAbsent) return Scalar{.f64 = ExactState(false).ToDouble()};
+    return At<Scalar>(layout_.sum, r);
+  }
   Scalar Min(std::uint64_t r) const { return At<Scalar>(layout_.min, r); }
   Scalar Max(std::uint64_t r) const { return At<Scalar>(layout_.max, r); }
   rules::Moments Moments(std::uint64_t r) const { return At<rules::Moments>(layout_.moments, r); }
@@ -216,8 +234,19 @@ class ResultView {
   // NanCount(r) == 0: none; then NanSum is 0, NanMin/NanMax hold +inf/-inf
   // (no value: numpy warns and answers NaN), NanMean and NanVariance are
   // NaN, NanArgmin/NanArgmax are -1 (numpy raises).
-  std::uint64_t NanCount(std::uint64_t r) const { return At<std::uint64_t>(layout_.nan_count, r); }
-  double NanSum(std::uint64_t r) const { return At<double>(layout_.nan_sum, r); }
+  std::uint64_t NanCount(std::uint64_t r) const {
+    // nansum alone among the NaN-skipping ops of an exact plan: no fused
+    // pass counted, the exact pass's NaN count tells.
+    if (layout_.nan_exact_sum != ResultLayout::kAbsent &&
+        (plan_.ops & kNanOps & ~rules::Bit(rules::OpKind::kNanSum)) == 0) {
+      return Count(r) - static_cast<std::uint64_t>(Exact(true)[kExactNan]);
+    }
+    return At<std::uint64_t>(layout_.nan_count, r);
+  }
+  double NanSum(std::uint64_t r) const {
+    if (layout_.nan_exact_sum != ResultLayout::kAbsent) return ExactState(true).ToDouble();
+    return At<double>(layout_.nan_sum, r);
+  }
   Scalar NanMin(std::uint64_t r) const { return At<Scalar>(layout_.nan_min, r); }
   Scalar NanMax(std::uint64_t r) const { return At<Scalar>(layout_.nan_max, r); }
   rules::Moments NanMoments(std::uint64_t r) const { return At<rules::Moments>(layout_.nan_moments, r); }
@@ -235,7 +264,31 @@ class ResultView {
   Scalar Product(std::uint64_t r) const { return At<Scalar>(layout_.product, r); }
   std::uint64_t Nonzero(std::uint64_t r) const { return At<std::uint64_t>(layout_.nonzero, r); }
 
+  // The exact pass's sum (`nan`: nansum's) of a whole array: 68 digits of
+  // rules::ExactSum (rules/exact_sum.h, AddDigits), then the NaN, +inf and
+  // -inf counts and 1 where an element other than -0.0 was seen. Null where
+  // the plan keeps none (ExactSums).
+  const std::int64_t* Exact(bool nan) const {
+    const std::size_t at = nan ? layout_.nan_exact_sum : layout_.exact_sum;
+    return at == ResultLayout::kAbsent ? nullptr : reinterpret_cast<const std::int64_t*>(base_ + at);
+  }
+  // That as the rules' state (the same bytes the cpu backend's elements
+  // give): sum's over every element, nansum's over those not NaN.
+  rules::ExactSum ExactState(bool nan) const {
+    const std::int64_t* e = Exact(nan);
+    const auto nans = static_cast<std::uint64_t>(e[kExactNan]);
+    const auto pinf = static_cast<std::uint64_t>(e[kExactNan + 1]);
+    const auto ninf = static_cast<std::uint64_t>(e[kExactNan + 2]);
+    const std::uint64_t summed = Count(0) - nans;  // nansum's count; sum counts its NaNs below
+    rules::ExactSum sum;
+    sum.AddDigits(e, summed - pinf - ninf, e[kExactNan + 3] != 0);
+    sum.NoteSpecials(nan ? 0 : nans, pinf, ninf);
+    return sum;
+  }
+
  private:
+  static constexpr int kExactNan = rules::ExactSum::kDigits;  // the counts after the digits
+
   template <typename V>
   V At(std::size_t offset, std::uint64_t r) const {
     return reinterpret_cast<const V*>(base_ + offset)[r];

@@ -128,6 +128,15 @@ class ExactSum {
     not_negative_zero_ = not_negative_zero_ || other_than_negative_zero;
   }
 
+  // NaNs and infinities counted elsewhere (a GPU pass's), as Add counts them.
+  TALLY_HD void NoteSpecials(std::uint64_t nan, std::uint64_t positive_inf, std::uint64_t negative_inf) {
+    count_ += nan + positive_inf + negative_inf;
+    nan_ += nan;
+    positive_inf_ += positive_inf;
+    negative_inf_ += negative_inf;
+    if (nan + positive_inf + negative_inf != 0) not_negative_zero_ = true;
+  }
+
   // Digits summed elsewhere (a GPU block's, each below 2^62 in size), the
   // finite elements they cover and whether any of those was other than
   // -0.0. Infinities and NaNs are added one by one (Add).
