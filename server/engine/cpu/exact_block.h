@@ -126,22 +126,7 @@ TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& hi
   double acc1[L] = {};
   double acc2[L] = {};
   double rest[L] = {};
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) {
-      double v = static_cast<double>(x[i + j]);
-      if constexpr (kSkipNan) v = v == v ? v : 0.0;
-      const double h1 = (sigma1 + v) - sigma1;
-      const double l1 = v - h1;
-      const double h2 = (sigma2 + l1) - sigma2;
-      acc1[j] += h1;
-      acc2[j] += h2;
-      rest[j] = l1 - h2 != 0.0 ? 1.0 : rest[j];
-    }
-  }
-  for (int j = 0; i < n; ++i, ++j) {
-    double v = static_cast<double>(x[i]);
+  auto step = [&](double v, int j) {
     if constexpr (kSkipNan) v = v == v ? v : 0.0;
     const double h1 = (sigma1 + v) - sigma1;
     const double l1 = v - h1;
@@ -149,7 +134,13 @@ TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& hi
     acc1[j] += h1;
     acc2[j] += h2;
     rest[j] = l1 - h2 != 0.0 ? 1.0 : rest[j];
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
   }
+  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
   double a = 0.0, b = 0.0, r = 0.0;
   for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
     a += acc1[j];

@@ -179,13 +179,8 @@ class ExactSum {
     if (nan_ != 0 || (positive_inf_ != 0 && negative_inf_ != 0)) return Nan();
     if (positive_inf_ != 0) return Infinity(false);
     if (negative_inf_ != 0) return Infinity(true);
-    ExactSum n = *this;
-    n.Carry();
-    const bool negative = n.digit_[kDigits - 1] < 0;
-    if (negative) {
-      for (int k = 0; k < kDigits; ++k) n.digit_[k] = -n.digit_[k];
-      n.Carry();
-    }
+    bool negative = false;
+    const ExactSum n = Magnitude(negative);
     const int top = n.TopBit();
     if (top < 0) return count_ != 0 && !not_negative_zero_ ? -0.0 : 0.0;
     // Units of 2^-1074: keep `precision` bits from the top, but none below
@@ -264,6 +259,18 @@ class ExactSum {
   // 2^e for e in [-1022, 1023].
   TALLY_HD static double PowerOfTwo(int e) { return FromBits(static_cast<std::uint64_t>(e + 1023) << 52); }
 
+  // The value's magnitude, carried (every digit in [0, 2^32)), and its sign.
+  TALLY_HD ExactSum Magnitude(bool& negative) const {
+    ExactSum n = *this;
+    n.Carry();
+    negative = n.digit_[kDigits - 1] < 0;
+    if (negative) {
+      for (int k = 0; k < kDigits; ++k) n.digit_[k] = -n.digit_[k];
+      n.Carry();
+    }
+    return n;
+  }
+
   // After Carry on a non-negative value: every digit is in [0, 2^32) but
   // the top one, which is below 2^18 for any sum of fewer than 2^64 doubles.
   TALLY_HD std::uint64_t Bit(int b) const {
@@ -301,13 +308,8 @@ class ExactSum {
 // digits of the value's magnitude, lowest first, none of them zero at
 // either end. Zero has no digits.
 inline std::string ExactSum::Bytes() const {
-  ExactSum n = *this;
-  n.Carry();
-  const bool negative = n.digit_[kDigits - 1] < 0;
-  if (negative) {
-    for (int k = 0; k < kDigits; ++k) n.digit_[k] = -n.digit_[k];
-    n.Carry();
-  }
+  bool negative = false;
+  const ExactSum n = Magnitude(negative);
   int first = 0;
   int last = kDigits - 1;
   while (last >= 0 && n.digit_[last] == 0) --last;
