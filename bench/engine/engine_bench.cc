@@ -15,7 +15,6 @@
 #include "absl/status/status.h"
 #include "server/engine/backend_factory.h"
 #include "server/engine/cpu/cpu_backend.h"
-#include "server/engine/cuda/cuda_backend.h"
 
 namespace {
 
@@ -54,7 +53,7 @@ int main(int argc, char** argv) {
   o.kind = "cuda";
   o.routing = "size";
   o.small_request_bytes = 0;
-  auto cuda = tally::MakeCudaBackend(o);
+  auto cuda = tally::MakeBackend(o);
   if (!cuda.ok()) {
     std::fprintf(stderr, "%s\n", cuda.status().ToString().c_str());
     return 1;

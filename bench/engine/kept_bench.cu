@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "server/engine/backend_factory.h"
-#include "server/engine/cuda/cuda_backend.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/select.h"
 
@@ -267,7 +266,7 @@ int main(int argc, char** argv) {
   options.kind = "cuda";
   options.cuda_devices = {0};
   options.route_calibration = false;
-  absl::StatusOr<std::unique_ptr<tally::Backend>> cuda = tally::MakeCudaBackend(options);
+  absl::StatusOr<std::unique_ptr<tally::Backend>> cuda = tally::MakeBackend(options);
   if (!cuda.ok()) Die(cuda.status().ToString());
   std::vector<Row> rows;
   Bench<float>(DType::kFloat32, "float32", n, reps, seed, **cuda, false, rows);

@@ -22,7 +22,6 @@
 
 #include "bench/engine/run_query.h"
 #include "server/engine/backend_factory.h"
-#include "server/engine/cuda/cuda_backend.h"
 #include "server/engine/regions/region_registry.h"
 #include "tally/client/shared_memory.h"
 
@@ -71,7 +70,7 @@ int main(int argc, char** argv) {
   const std::size_t bytes = n * 4;
   tally::BackendOptions o;
   o.kind = "cuda";
-  auto made = tally::MakeCudaBackend(o);
+  auto made = tally::MakeBackend(o);
   if (!made.ok()) Die(made.status().ToString());
   tally::Backend& cuda = **made;
   std::printf("%s | %.2f GiB float32 in a host region\n", cuda.device().c_str(), gib);

@@ -27,7 +27,6 @@
 #include "bench/engine/run_query.h"
 #include "server/engine/backend_factory.h"
 #include "server/engine/cpu/cpu_backend.h"
-#include "server/engine/cuda/cuda_backend.h"
 #include "tally/kernels/aggregate.h"
 
 namespace {
@@ -90,7 +89,7 @@ int main(int argc, char** argv) {
   const std::uint64_t n = static_cast<std::uint64_t>(gib * (1ull << 30)) / 4;
   tally::BackendOptions o;
   o.kind = "cuda";
-  auto made = tally::MakeCudaBackend(o);
+  auto made = tally::MakeBackend(o);
   if (!made.ok()) Die(made.status().ToString());
   tally::Backend& cuda = **made;
   auto cpu = tally::MakeCpuBackend({});

@@ -6,6 +6,7 @@
 // it directly, with no network in between.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -97,14 +98,34 @@ class Backend {
   // (cancelled, failed) releases what it holds.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
                                                                          const Placement& from) = 0;
+  // What this backend runs: OK when it runs `plan` over bytes in `from`,
+  // else UNIMPLEMENTED with a sentence naming what it does not (an op, a
+  // layout, where the bytes lie, a size). Start refuses the same plans.
+  // The router (server/engine/routing/router.h) asks it to choose between
+  // the cpu and a GPU backend; no backend decides for another.
+  [[nodiscard]] virtual absl::Status Runs(const AggregationPlan& plan, const Placement& from) const {
+    (void)plan;
+    (void)from;
+    return absl::OkStatus();
+  }
+  // Start(), waiting at most `wait` for the hardware it runs on (a GPU
+  // lane): RESOURCE_EXHAUSTED past it. Backends without lanes start as
+  // Start() does.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan,
+                                                                               const Placement& from,
+                                                                               std::chrono::milliseconds wait) {
+    (void)wait;
+    return Start(plan, from);
+  }
   // Start(), but without waiting for a GPU lane: RESOURCE_EXHAUSTED at once
-  // when every lane that could read `from` is busy. A query of several
-  // GPUs' pieces starts what it can this way while it holds lanes, and
-  // waits (with Start) only when it holds none. Backends without lanes
-  // start as Start() does.
+  // when every lane that could read device bytes `from` is busy. A query of
+  // several GPUs' pieces starts what it can this way while it holds lanes,
+  // and waits (with Start) only when it holds none. Host bytes start as
+  // Start() does.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
                                                                                const Placement& from) {
-    return Start(plan, from);
+    if (from.host()) return Start(plan, from);
+    return StartWithin(plan, from, std::chrono::milliseconds(0));
   }
   // Bytes that arrive over the network.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan) {

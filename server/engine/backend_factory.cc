@@ -1,10 +1,14 @@
 #include "server/engine/backend_factory.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/engine/cpu/cpu_backend.h"
 #include "server/engine/functions/function_router.h"
 #include "server/engine/null/null_backend.h"
+#include "server/engine/routing/router.h"
 #include "spdlog/spdlog.h"
 
 #ifdef TALLY_HAVE_CUDA_BACKEND
@@ -22,9 +26,22 @@ bool CudaBuilt() {
 #endif
 }
 
+// The GPUs beside the cpu backend, the router choosing between them.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(const BackendOptions& options) {
 #ifdef TALLY_HAVE_CUDA_BACKEND
-  return MakeCudaBackend(options);
+  absl::StatusOr<std::unique_ptr<Backend>> gpu = MakeCudaBackend(options);
+  if (!gpu.ok()) return gpu.status();
+  const int cpu_threads = options.cpu_threads > 0 ? options.cpu_threads
+                                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int gpu_lanes = std::max(1, options.streams_per_device) * static_cast<int>((*gpu)->ResidentPlaces().size());
+  return routing::MakeRouter(MakeCpuBackend(CpuBackendOptions{.threads = cpu_threads}), std::move(*gpu),
+                             routing::RouterOptions{.routing = options.routing,
+                                                    .small_request_bytes = options.small_request_bytes,
+                                                    .lane_wait = options.lane_wait,
+                                                    .route_calibration = options.route_calibration,
+                                                    .route_model = options.route_model,
+                                                    .cpu_threads = cpu_threads,
+                                                    .gpu_lanes = gpu_lanes});
 #else
   (void)options;
   return absl::FailedPreconditionError(

@@ -339,7 +339,7 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     BackendOptions bad = TestOptions();
     bad.routing = routing;
     bad.route_model = model;
-    EXPECT_EQ(MakeCudaBackend(bad).status().code(), absl::StatusCode::kInvalidArgument) << routing << " " << model;
+    EXPECT_EQ(MakeBackend(bad).status().code(), absl::StatusCode::kInvalidArgument) << routing << " " << model;
   }
 }
 

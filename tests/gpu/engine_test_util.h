@@ -60,8 +60,10 @@ inline BackendOptions TestOptions() {
   return o;
 }
 
+// The cuda backend as the server makes it: the router over the GPUs and
+// the cpu backend, under the functions' router.
 inline std::unique_ptr<Backend> MakeCuda(const BackendOptions& o) {
-  absl::StatusOr<std::unique_ptr<Backend>> b = MakeCudaBackend(o);
+  absl::StatusOr<std::unique_ptr<Backend>> b = MakeBackend(o);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? std::move(*b) : nullptr;
 }

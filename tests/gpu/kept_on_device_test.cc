@@ -201,9 +201,11 @@ class KeptOnDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (GpuCount() == 0) GTEST_SKIP() << "no CUDA device visible: the device passes of quantiles, top-k and hll need a GPU";
-    absl::StatusOr<std::unique_ptr<Backend>> cuda = MakeCudaBackend(TestOptions());
+    BackendOptions options = TestOptions();
+    options.max_holistic_bytes = std::uint64_t{16} << 30;
+    absl::StatusOr<std::unique_ptr<Backend>> cuda = MakeBackend(options);
     ASSERT_TRUE(cuda.ok()) << cuda.status();
-    device_ = MakeFunctionRouter(std::move(*cuda), std::uint64_t{16} << 30);
+    device_ = std::move(*cuda);
     host_ = MakeFunctionRouter(MakeCpu(), std::uint64_t{16} << 30);
   }
 

@@ -39,6 +39,13 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string device() const override { return device_; }
 
+  // Every op, layout and size, over host bytes.
+  absl::Status Runs(const AggregationPlan& plan, const Placement& from) const override {
+    (void)plan;
+    if (!from.host()) return absl::UnimplementedError(absl::StrCat("the cpu backend cannot read ", from.Describe()));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
                                                     const Placement& from) override {
     // The front end has validated the plan, but a backend driven directly

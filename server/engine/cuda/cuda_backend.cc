@@ -1,5 +1,6 @@
-// CudaBackend: option checks, routing (CPU for small requests and oversize
-// plans, else a GPU lane), health and metrics.
+// CudaBackend: option checks, what the GPU runs (Runs), lanes for host and
+// device bytes, health and metrics. Which requests come here is the
+// router's choice (server/engine/routing/router.h).
 #include "server/engine/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -17,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/validate.h"
-#include "server/engine/cpu/cpu_backend.h"
+#include "server/engine/cpu/thread_pool.h"
 #include "server/engine/cuda/attachments.h"
 #include "server/engine/cuda/cuda_reduction.h"
 #include "server/engine/cuda/cuda_resources.h"
@@ -30,9 +31,6 @@
 #include "server/engine/cuda/segment_reduction.h"
 #include "server/engine/cuda/tuning.h"
 #include "server/engine/received_memory.h"
-#include "server/engine/routing/accounted_reduction.h"
-#include "server/engine/routing/calibration.h"
-#include "server/engine/routing/cost_model.h"
 #include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 #include "tally/kernels/cuda_error.h"
@@ -55,50 +53,16 @@ std::string Describe(const cuda::DevicePool& pool) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::unique_ptr<cuda::DevicePool> pool, std::unique_ptr<Backend> cpu,
-              const BackendOptions& options)
+  CudaBackend(std::unique_ptr<cuda::DevicePool> pool, const BackendOptions& options)
       : pool_(std::move(pool)),
-        cpu_(std::move(cpu)),
         device_(Describe(*pool_)),
-        small_request_bytes_(options.small_request_bytes),
         exact_sums_(options.cuda_exact_sums),
-        lane_wait_(options.lane_wait),
-        route_by_cost_(options.routing == "cost"),
-        cpu_threads_(options.cpu_threads > 0 ? options.cpu_threads
-                                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+        lane_wait_(options.lane_wait) {
     engine_.devices = pool_.get();
     if (options.staging_copy_threads > 1) {
       copiers_ = std::make_unique<cpu::ThreadPool>(options.staging_copy_threads);
       engine_.copiers = copiers_.get();
     }
-  }
-
-  // Measures the routing model's rates, then applies --route_model.
-  absl::Status CalibrateRouting(const BackendOptions& options) {
-    if (!route_by_cost_) return absl::OkStatus();
-    routing::CostParams params;
-    const auto t0 = std::chrono::steady_clock::now();
-    const bool measure = options.route_calibration;
-    if (measure) {
-      absl::StatusOr<routing::CostParams> measured = routing::Calibrate(
-          [this](const AggregationPlan& plan) { return cpu_->Start(plan); }, cpu_threads_,
-          [this](const AggregationPlan& plan) { return StartOnLane(plan, lane_wait_); },
-          pool_->lanes_per_device() * static_cast<int>(pool_->ordinals().size()));
-      if (!measured.ok()) {
-        return absl::Status(measured.status().code(),
-                            absl::StrCat("cuda backend: calibrating the routing: ", measured.status().message()));
-      }
-      params = *measured;
-    }
-    params.cpu_threads = cpu_threads_;
-    if (absl::Status s = routing::ApplyOverrides(options.route_model, &params); !s.ok()) return s;
-    model_ = routing::MeasuredCostModel(params);
-    spdlog::info("cuda backend: requests of host bytes go where they are estimated to finish first ({} in "
-                 "{:.0f} ms{}): {}",
-                 measure ? "calibrated" : "not calibrated",
-                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-                 options.route_model.empty() ? "" : ", with --route_model", routing::Describe(params));
-    return absl::OkStatus();
   }
 
   ~CudaBackend() override {
@@ -121,132 +85,95 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string device() const override { return device_; }
 
+  // What the GPU runs (Backend::Runs). The kernels compute every op the
+  // registry marks on_kernels (the fused pass, and the fold pass for prod
+  // and count_nonzero), over equal rows, under validity masks; variable-
+  // length segments only over bytes already on a GPU, with the segmented
+  // kernels (sum, min, max, mean, count, no mask); host bytes only when the
+  // plan's state and scratch fit a lane.
+  absl::Status Runs(const AggregationPlan& plan, const Placement& from) const override {
+    if (std::optional<Refusal> no = Refuses(plan, from)) return absl::UnimplementedError(no->what);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan,
                                                     const Placement& from) override {
     return StartWithin(plan, from, lane_wait_);
   }
-  absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
-                                                         const Placement& from) override {
-    if (from.memory != Memory::kDevice) return Start(plan, from);
-    return StartWithin(plan, from, std::chrono::milliseconds(0));
-  }
 
- private:
-  // Start(), waiting up to `device_wait` for a lane of the GPU that holds
-  // device bytes (host bytes wait --cuda_lane_wait_ms, or as routing says).
+  // Start(), waiting up to `wait` for a lane (of the GPU that holds device
+  // bytes; of any GPU for host bytes).
   absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
-                                                         std::chrono::milliseconds device_wait) {
+                                                         std::chrono::milliseconds wait) override {
     // The front end has validated the plan, but a backend driven directly
     // (tests, benchmarks) must not trust its caller.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
-    // The kernels compute every op the registry marks on_kernels (the
-    // fused pass, and the fold pass for prod and count_nonzero). Bytes in
-    // host memory go to the CPU backend for any other, decided by the plan
-    // alone like every route here; bytes on a GPU cannot, so those requests
-    // are refused.
-    // Variable-length segments: host bytes on the CPU (the fused kernels
-    // reduce equal rows only); device bytes with the segmented kernels,
-    // which compute sum, min, max, mean and count.
-    // Validity masks: the fused kernels read them; the segmented ones do not.
-    if (plan.array.masked() && plan.array.variable()) {
-      if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
-      return absl::FailedPreconditionError(
-          "the GPU kernels do not read a validity mask with variable-length segments (offsets); those run on the "
-          "CPU backend, which cannot read GPU memory: send this array's bytes from host memory, or aggregate it "
-          "with either offsets or a mask.");
+    if (std::optional<Refusal> no = Refuses(plan, from)) {
+      if (from.host()) return absl::UnimplementedError(no->what);
+      // Nothing else can read these bytes where they lie.
+      return absl::FailedPreconditionError(absl::StrCat(
+          no->what, "; the cpu backend, which runs that, cannot read GPU memory: ", no->instead, "."));
     }
+    if (!from.host()) return StartOnDevice(plan, from.device, wait);
+    return StartOnLane(plan, wait);
+  }
+
+ private:
+  // What the GPU does not run, and what a caller whose bytes are on a GPU
+  // can do instead.
+  struct Refusal {
+    std::string what;
+    std::string instead;
+  };
+  std::optional<Refusal> Refuses(const AggregationPlan& plan, const Placement& from) const {
+    constexpr const char* kFromHost = "send this array's bytes from host memory";
     if (plan.array.variable()) {
-      if (from.memory != Memory::kDevice) return cpu_->Start(plan, from);
+      if (plan.array.masked()) {
+        return Refusal{"the GPU kernels do not read a validity mask with variable-length segments (offsets)",
+                       absl::StrCat(kFromHost, ", or aggregate it with either offsets or a mask")};
+      }
+      if (from.host()) return Refusal{"the GPU reduces variable-length segments (offsets) of its own bytes only", ""};
       if (!cuda::SegmentKernelsCompute(plan)) {
-        return absl::FailedPreconditionError(
-            "the GPU kernels compute sum, min, max, mean and count of variable-length segments (offsets); the "
-            "other ops run on the CPU backend, which cannot read GPU memory: ask for those five only, or send "
-            "this array's bytes from host memory.");
+        return Refusal{"the GPU kernels compute sum, min, max, mean and count of variable-length segments (offsets), "
+                       "and no other op",
+                       absl::StrCat("ask for those five only, or ", kFromHost)};
       }
-      if (!pool_->Uses(from.device)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cuda backend: GPU ", from.device, " is not one of the devices in use."));
-      }
-      absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(from.device, device_wait);
-      if (!lease.ok()) return lease.status();
-      return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
+      return std::nullopt;
     }
-    const auto cpu_only = std::find_if(plan.ops.begin(), plan.ops.end(),
-                                       [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });
-    if (cpu_only != plan.ops.end()) {
-      if (from.memory == Memory::kDevice) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the GPU kernels do not compute ", rules::Name(cpu_only->kind),
-            "; it runs on the CPU backend, which cannot read GPU memory: aggregate this GPU dataset or "
-            "CUDA IPC region without it, or send its bytes from host memory."));
-      }
-      return cpu_->Start(plan, from);
+    const auto not_on_kernels = std::find_if(plan.ops.begin(), plan.ops.end(),
+                                             [](const OpSpec& op) { return !rules::RunsOnKernels(op.kind); });
+    if (not_on_kernels != plan.ops.end()) {
+      return Refusal{absl::StrCat("the GPU kernels do not compute ", rules::Name(not_on_kernels->kind)),
+                     absl::StrCat("aggregate this GPU dataset or CUDA IPC region without it, or ", kFromHost)};
     }
-    if (from.memory == Memory::kDevice) return StartOnDevice(plan, from.device, device_wait);
-    // Pageable bytes (the network's) go where they are estimated to finish
-    // first under the present load (--routing=cost), or by size alone
-    // (--routing=size: the same request always runs on the same hardware
-    // and gives the same bits). Pinned bytes (a registered region) are
-    // routed by size: the GPU reads them with no staging copy.
-    const bool pageable = from.memory == Memory::kPageableHost;
-    if (!pageable || !route_by_cost_) {
-      if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan, from);
-      return StartOnLane(plan, lane_wait_);
+    if (!from.host()) return std::nullopt;  // StartOnDevice sizes its launches to the lane
+    const cuda::PassPlan passes = cuda::PlanPasses(plan, exact_sums_);
+    if (passes.state_bytes > pool_->state_bytes()) {
+      return Refusal{absl::StrCat(passes.state_bytes, " bytes of GPU state exceed --cuda_max_state_bytes=",
+                                  pool_->state_bytes()),
+                     ""};
     }
-    const routing::Load load{
-        .cpu_queued_seconds = static_cast<double>(cpu_queued_ns_.load(std::memory_order_relaxed)) * 1e-9,
-        .gpu_queued_bytes = static_cast<std::uint64_t>(gpu_queued_bytes_.load(std::memory_order_relaxed)),
-        .busy_threads = static_cast<int>(requests_.load(std::memory_order_relaxed))};
-    const routing::Estimate estimate = routing::EstimateOf(model_, plan, load);
-    if (estimate.path() == routing::Path::kCpu) {
-      CountRoute(Metrics::Route::kCpuByCost);
-      return StartOnCpu(plan, from);
+    absl::StatusOr<std::size_t> scratch = Scratch(passes, ChunkElements(plan), pool_->ordinals().front());
+    if (scratch.ok() && *scratch > pool_->scratch_bytes()) {
+      return Refusal{absl::StrCat(*scratch, " bytes of kernel scratch exceed a lane's ", pool_->scratch_bytes()),
+                     ""};
     }
-    // The GPU, if a lane frees up while it would still finish first: the
-    // estimate has no term for waiting on a lane, so the wait is bounded by
-    // the GPU's estimated lead (and --cuda_lane_wait_ms). Past it the CPU
-    // starts the request at once: a cost-routed request is never refused
-    // for busy lanes.
-    const auto lead = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::duration<double>(estimate.gpu_lead_seconds()));
-    absl::StatusOr<std::unique_ptr<Reduction>> on_lane = StartOnLane(plan, std::min(lead, lane_wait_));
-    if (absl::IsResourceExhausted(on_lane.status())) {
-      CountRoute(Metrics::Route::kCpuLanesBusy);
-      return StartOnCpu(plan, from);
-    }
-    if (!on_lane.ok()) return on_lane;
-    CountRoute(Metrics::Route::kGpu);
-    return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
-        std::move(*on_lane), &gpu_queued_bytes_, static_cast<std::int64_t>(plan.array.bytes()), &requests_));
+    return std::nullopt;
   }
 
-  // The plan on the CPU backend, holding its estimated work in the CPU
-  // path's load while it runs.
-  absl::StatusOr<std::unique_ptr<Reduction>> StartOnCpu(const AggregationPlan& plan, const Placement& from) {
-    absl::StatusOr<std::unique_ptr<Reduction>> r = cpu_->Start(plan, from);
-    if (!r.ok()) return r;
-    return std::unique_ptr<Reduction>(std::make_unique<routing::AccountedReduction>(
-        std::move(*r), &cpu_queued_ns_, static_cast<std::int64_t>(model_.CpuWork(plan) * 1e9), &requests_));
+  std::uint64_t ChunkElements(const AggregationPlan& plan) const {
+    return pool_->chunk_bytes() / rules::SizeOf(plan.array.dtype);
   }
 
-  // Host bytes on a GPU lane, whatever their size (the CPU when the plan's
-  // state or scratch does not fit a lane).
+  // Host bytes on a GPU lane, whatever their size (Refuses has checked that
+  // the plan's state and scratch fit one).
   absl::StatusOr<std::unique_ptr<Reduction>> StartOnLane(const AggregationPlan& plan,
                                                           std::chrono::milliseconds wait) {
-    const Placement from = Placement::PageableHost();
     cuda::PassPlan passes = cuda::PlanPasses(plan, exact_sums_);
-    if (passes.state_bytes > pool_->state_bytes()) {
-      spdlog::debug("cuda backend: {} state bytes exceed --cuda_max_state_bytes={}; using the cpu",
-                    passes.state_bytes, pool_->state_bytes());
-      return cpu_->Start(plan, from);
-    }
-    const std::uint64_t chunk_elements = pool_->chunk_bytes() / rules::SizeOf(plan.array.dtype);
-    absl::StatusOr<std::size_t> scratch = Scratch(passes, chunk_elements, pool_->ordinals().front());
-    if (!scratch.ok()) return scratch.status();
-    if (*scratch > pool_->scratch_bytes()) {
-      spdlog::warn("cuda backend: a plan needs {} scratch bytes, lanes have {}; using the cpu",
-                   *scratch, pool_->scratch_bytes());
-      return cpu_->Start(plan, from);
+    const std::uint64_t chunk_elements = ChunkElements(plan);
+    if (absl::StatusOr<std::size_t> scratch = Scratch(passes, chunk_elements, pool_->ordinals().front());
+        !scratch.ok()) {
+      return scratch.status();
     }
     absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(-1, wait);
     if (!lease.ok()) return lease.status();
@@ -306,8 +233,6 @@ class CudaBackend final : public Backend {
                                              std::uint64_t rows, std::uint64_t max_groups) override {
     return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, *pool_);
   }
-  // Host-side steps share the cpu backend's pool, as the requests it serves do.
-  cpu::ThreadPool* HostWorkers() override { return cpu_->HostWorkers(); }
   absl::Status Health() const override { return pool_->Health(); }
   std::vector<DeviceHealth> DevicesHealth() const override {
     std::vector<DeviceHealth> out;
@@ -322,7 +247,6 @@ class CudaBackend final : public Backend {
 
   void SetMetrics(Metrics* metrics) override {
     engine_.metrics.store(metrics, std::memory_order_release);
-    cpu_->SetMetrics(metrics);
     if (metrics == nullptr) return;
     metrics->SetPinnedPool(pool_->pinned_total(), pool_->pinned_used());
     for (const int d : pool_->ordinals()) {
@@ -347,6 +271,11 @@ class CudaBackend final : public Backend {
       return absl::FailedPreconditionError(
           absl::StrCat("cuda backend: GPU ", device, " is not one of the devices in use."));
     }
+    if (plan.array.variable()) {
+      absl::StatusOr<cuda::DevicePool::Lease> lease = Checkout(device, wait);
+      if (!lease.ok()) return lease.status();
+      return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
+    }
     cuda::PassPlan passes = cuda::PlanPasses(plan, exact_sums_);
     if (passes.state_bytes > pool_->state_bytes()) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -369,7 +298,7 @@ class CudaBackend final : public Backend {
 
   // The kernel scratch `passes` need for launches of `elements` on `device`
   // (the kernels size it by the device's multiprocessors).
-  absl::StatusOr<std::size_t> Scratch(const cuda::PassPlan& passes, std::uint64_t elements, int device) {
+  absl::StatusOr<std::size_t> Scratch(const cuda::PassPlan& passes, std::uint64_t elements, int device) const {
     cuda::ScopedDevice on(device);
     std::size_t scratch = 0;
     if (cuda::ScratchNeeded(passes, elements, &scratch) != cudaSuccess) {
@@ -381,10 +310,6 @@ class CudaBackend final : public Backend {
     return scratch;
   }
 
-  void CountRoute(Metrics::Route route) {
-    if (Metrics* m = engine_.metrics.load(std::memory_order_acquire)) m->Routed(route);
-  }
-
   absl::StatusOr<cuda::DevicePool::Lease> Checkout(int device, std::chrono::milliseconds wait) {
     double waited = 0.0;
     absl::StatusOr<cuda::DevicePool::Lease> lease = pool_->Checkout(wait, &waited, device);
@@ -393,19 +318,9 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<cuda::DevicePool> pool_;
-  std::unique_ptr<Backend> cpu_;
   const std::string device_;
-  const std::uint64_t small_request_bytes_;
   const bool exact_sums_;  // --cuda_exact_sums
   const std::chrono::milliseconds lane_wait_;
-  const bool route_by_cost_;
-  const int cpu_threads_;
-  routing::MeasuredCostModel model_{routing::CostParams{}};
-  // The paths' load (routing::Load): the CPU path's estimated one-thread
-  // work in ns, the GPU path's bytes, of the requests in flight.
-  std::atomic<std::int64_t> cpu_queued_ns_{0};
-  std::atomic<std::int64_t> requests_{0};  // cost-routed requests in flight, either path
-  std::atomic<std::int64_t> gpu_queued_bytes_{0};
   std::unique_ptr<cpu::ThreadPool> copiers_;
   std::unique_ptr<Attachment> receive_arena_;  // registered; cleared from received_memory first
   cuda::EngineContext engine_;
@@ -460,6 +375,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& o
   if (options.lane_wait.count() < 0) {
     return absl::InvalidArgumentError("--cuda_lane_wait_ms: must not be negative.");
   }
+  if (options.staging_copy_threads < 1) {
+    return absl::InvalidArgumentError("--staging_copy_threads: must be at least 1.");
+  }
   absl::StatusOr<std::unique_ptr<cuda::DevicePool>> pool =
       cuda::DevicePool::Create(cuda::DevicePoolOptions{
           .devices = devices,
@@ -472,31 +390,16 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& o
   const cuda::DevicePool& p = **pool;
   spdlog::info(
       "cuda backend: {} lane(s) per GPU, {} KiB chunks, {} MiB pinned staging, {} KiB scratch "
-      "and {} KiB state per lane; {} staging copy thread(s); {}",
+      "and {} KiB state per lane; {} staging copy thread(s)",
       p.lanes_per_device(), p.chunk_bytes() >> 10, p.pinned_total() >> 20, p.scratch_bytes() >> 10,
-      p.state_bytes() >> 10, options.staging_copy_threads,
-      options.routing == "cost"
-          ? absl::StrCat("received bytes routed by cost, registered host memory under ",
-                         options.small_request_bytes, " bytes to the cpu backend")
-          : absl::StrCat("host bytes under ", options.small_request_bytes, " bytes go to the cpu backend"));
-  if (options.routing != "cost" && options.routing != "size") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--routing=", options.routing, ": expected cost or size."));
-  }
-  if (options.staging_copy_threads < 1) {
-    return absl::InvalidArgumentError("--staging_copy_threads: must be at least 1.");
-  }
-  if (routing::CostParams check; !routing::ApplyOverrides(options.route_model, &check).ok()) {
-    return routing::ApplyOverrides(options.route_model, &check);
-  }
+      p.state_bytes() >> 10, options.staging_copy_threads);
   absl::StatusOr<std::optional<cuda::LoseGpuFault>> fault = cuda::ParseLoseGpuFault(options.fault_lose_gpu);
   if (!fault.ok()) return fault.status();
   if (*fault && !p.Uses((*fault)->device)) {
     return absl::InvalidArgumentError(absl::StrCat("--fault_lose_gpu: GPU ", (*fault)->device,
                                                    " is not one of the devices in use."));
   }
-  std::unique_ptr<Backend> cpu = MakeCpuBackend(CpuBackendOptions{.threads = options.cpu_threads});
-  auto backend = std::make_unique<CudaBackend>(std::move(*pool), std::move(cpu), options);
+  auto backend = std::make_unique<CudaBackend>(std::move(*pool), options);
   spdlog::info("cuda backend: {}", backend->device());
   if (!options.receive_arena.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -506,7 +409,6 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& o
                  options.receive_arena.size() >> 20,
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  if (absl::Status s = backend->CalibrateRouting(options); !s.ok()) return s;
   if (*fault) {
     spdlog::warn("cuda backend: --fault_lose_gpu: GPU {} will be marked lost {} ms from now (a test)",
                  (*fault)->device, (*fault)->after.count());

@@ -1,6 +1,8 @@
-// The CUDA backend: every chosen GPU's lanes behind the Backend interface,
-// with small requests (and plans too big for a lane) served by an owned CPU
-// backend. Built only when nvcc is present (TALLY_HAVE_CUDA_BACKEND).
+// The CUDA backend: every chosen GPU's lanes behind the Backend interface.
+// It declares what the GPU runs (Backend::Runs) and runs only that; the
+// router (server/engine/routing/router.h) puts it beside the cpu backend
+// and chooses between them. Built only when nvcc is present
+// (TALLY_HAVE_CUDA_BACKEND).
 #pragma once
 
 #include <memory>
