@@ -1,11 +1,13 @@
 #include "server/engine/functions/function_router.h"
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/validate.h"
+#include "server/engine/forwarding_backend.h"
 #include "server/engine/functions/holistic_budget.h"
 #include "server/engine/functions/state_reduction.h"
 #include "tally/rules/agg/registry.h"
@@ -73,58 +75,42 @@ class SplitReduction final : public Reduction {
   std::size_t element_size_;
 };
 
-class FunctionRouter final : public Backend {
+// Everything but starting a reduction goes to the backend below.
+class FunctionRouter final : public ForwardingBackend {
  public:
   FunctionRouter(std::unique_ptr<Backend> inner, std::uint64_t max_holistic_bytes)
-      : inner_(std::move(inner)), budget_(max_holistic_bytes) {}
-
-  std::string name() const override { return inner_->name(); }
-  std::string device() const override { return inner_->device(); }
+      : ForwardingBackend(std::move(inner)), budget_(max_holistic_bytes) {}
 
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan, const Placement& from) override {
+    return Route(plan, from, false);
+  }
+  absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
+                                                         std::chrono::milliseconds wait) override {
+    (void)wait;
     return Route(plan, from, false);
   }
   absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
                                                          const Placement& from) override {
     return Route(plan, from, true);
   }
-
-  std::vector<ResidentPlace> ResidentPlaces() const override { return inner_->ResidentPlaces(); }
-  cpu::ThreadPool* HostWorkers() override { return inner_->HostWorkers(); }
-  absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(std::uint64_t bytes, int place) override {
-    return inner_->AllocateResident(bytes, place);
+  // The functions' states run on the host for bytes anywhere (copied from
+  // a GPU where they lie there); the rest is the backend's to run.
+  absl::Status Runs(const AggregationPlan& plan, const Placement& from) const override {
+    AggregationPlan fused;
+    fused.array = plan.array;
+    for (const OpSpec& op : plan.ops) {
+      if (!KeptByRegistry(op)) fused.ops.push_back(op);
+    }
+    if (fused.ops.empty()) return absl::OkStatus();
+    return to().Runs(fused, from);
   }
-  absl::StatusOr<std::unique_ptr<Attachment>> AttachHost(std::span<const std::byte> bytes) override {
-    return inner_->AttachHost(bytes);
-  }
-  absl::StatusOr<std::unique_ptr<Attachment>> AttachCudaIpc(std::span<const std::byte> handle, int device,
-                                                            std::uint64_t bytes) override {
-    return inner_->AttachCudaIpc(handle, device, bytes);
-  }
-  absl::Status CopyToHost(const Extent& from, std::span<std::byte> to) override { return inner_->CopyToHost(from, to); }
-  absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
-                                                                      std::uint64_t rows,
-                                                                      std::uint64_t max_groups) override {
-    return inner_->OrderByKeyOnDevice(keys, dtype, rows, max_groups);
-  }
-  absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
-                                             std::uint64_t rows, std::uint64_t max_groups) override {
-    return inner_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups);
-  }
-  absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
-                                                               const Placement& from) override {
-    return inner_->StartKeptOnDevice(plan, from);
-  }
-  absl::Status Health() const override { return inner_->Health(); }
-  std::vector<DeviceHealth> DevicesHealth() const override { return inner_->DevicesHealth(); }
-  void SetMetrics(Metrics* metrics) override { inner_->SetMetrics(metrics); }
 
  private:
   absl::StatusOr<std::unique_ptr<Reduction>> Route(const AggregationPlan& plan, const Placement& from,
                                                    bool if_free) {
     std::vector<std::size_t> kept, fused;
     for (std::size_t i = 0; i < plan.ops.size(); ++i) (KeptByRegistry(plan.ops[i]) ? kept : fused).push_back(i);
-    if (kept.empty()) return if_free ? inner_->StartIfFree(plan, from) : inner_->Start(plan, from);
+    if (kept.empty()) return if_free ? to().StartIfFree(plan, from) : to().Start(plan, from);
     // A backend driven directly (tests, benchmarks) must not be trusted to
     // have validated; the inner backend checks the fused part again.
     if (absl::Status s = ValidatePlan(plan, RequestLimits{}); !s.ok()) return s;
@@ -137,7 +123,7 @@ class FunctionRouter final : public Backend {
         if (i < plan.asked.size()) part.asked.push_back(plan.asked[i]);
       }
       if (part.asked.size() == part.ops.size()) part.asked.clear();
-      absl::StatusOr<std::unique_ptr<Reduction>> r = if_free ? inner_->StartIfFree(part, from) : inner_->Start(part, from);
+      absl::StatusOr<std::unique_ptr<Reduction>> r = if_free ? to().StartIfFree(part, from) : to().Start(part, from);
       if (!r.ok()) return r.status();
       fused_reduction = std::move(*r);
     }
@@ -153,7 +139,7 @@ class FunctionRouter final : public Backend {
         partial = partial || plan.ops[i].partial;
       }
       if (!partial) {
-        absl::StatusOr<std::unique_ptr<Reduction>> on_device = inner_->StartKeptOnDevice(part, from);
+        absl::StatusOr<std::unique_ptr<Reduction>> on_device = to().StartKeptOnDevice(part, from);
         if (on_device.ok()) {
           kept_reduction = std::move(*on_device);
         } else if (!absl::IsUnimplemented(on_device.status())) {
@@ -164,7 +150,7 @@ class FunctionRouter final : public Backend {
     if (!kept_reduction) {
       tally::CopyToHost copy;
       if (!from.host()) {
-        copy = [backend = inner_.get()](const Extent& e, std::span<std::byte> to) { return backend->CopyToHost(e, to); };
+        copy = [backend = &to()](const Extent& e, std::span<std::byte> to) { return backend->CopyToHost(e, to); };
       }
       kept_reduction = MakeStateReduction(plan, kept, &budget_, std::move(copy));
     }
@@ -173,7 +159,6 @@ class FunctionRouter final : public Backend {
         rules::SizeOf(plan.array.dtype)));
   }
 
-  std::unique_ptr<Backend> inner_;
   HolisticBudget budget_;
 };
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/forwarding_backend.h"
 #include "server/engine/routing/accounted_reduction.h"
 #include "server/engine/routing/calibration.h"
 #include "server/engine/routing/cost_model.h"
@@ -19,11 +20,15 @@
 namespace tally::routing {
 namespace {
 
-class Router final : public Backend {
+// Device questions (resident memory, regions, device passes, health) go to
+// the GPU backend, as ForwardingBackend passes them; the choice of backend
+// for each reduction is made here.
+class Router final : public ForwardingBackend {
  public:
   Router(std::unique_ptr<Backend> cpu, std::unique_ptr<Backend> gpu, const RouterOptions& options)
-      : cpu_(std::move(cpu)),
-        gpu_(std::move(gpu)),
+      : ForwardingBackend(std::move(gpu)),
+        cpu_(std::move(cpu)),
+        gpu_(&to()),
         small_request_bytes_(options.small_request_bytes),
         lane_wait_(options.lane_wait),
         by_cost_(options.routing == "cost"),
@@ -56,9 +61,6 @@ class Router final : public Backend {
     return absl::OkStatus();
   }
 
-  std::string name() const override { return gpu_->name(); }
-  std::string device() const override { return gpu_->device(); }
-
   absl::Status Runs(const AggregationPlan& plan, const Placement& from) const override {
     if (absl::Status gpu = gpu_->Runs(plan, from); gpu.ok() || !from.host()) return gpu;
     return cpu_->Runs(plan, from);
@@ -66,6 +68,12 @@ class Router final : public Backend {
 
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan, const Placement& from) override {
     return StartWithin(plan, from, lane_wait_);
+  }
+  // Host bytes are routed as Start routes them; device bytes go to their
+  // GPU without waiting (Backend's rule).
+  absl::StatusOr<std::unique_ptr<Reduction>> StartIfFree(const AggregationPlan& plan,
+                                                         const Placement& from) override {
+    return Backend::StartIfFree(plan, from);
   }
 
   absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
@@ -110,37 +118,8 @@ class Router final : public Backend {
         std::move(*on_gpu), &gpu_queued_bytes_, static_cast<std::int64_t>(plan.array.bytes()), &requests_));
   }
 
-  std::vector<ResidentPlace> ResidentPlaces() const override { return gpu_->ResidentPlaces(); }
-  absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(std::uint64_t bytes, int place) override {
-    return gpu_->AllocateResident(bytes, place);
-  }
-  absl::StatusOr<std::unique_ptr<Attachment>> AttachHost(std::span<const std::byte> bytes) override {
-    return gpu_->AttachHost(bytes);
-  }
-  absl::StatusOr<std::unique_ptr<Attachment>> AttachCudaIpc(std::span<const std::byte> handle, int device,
-                                                             std::uint64_t bytes) override {
-    return gpu_->AttachCudaIpc(handle, device, bytes);
-  }
-  absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPlan& plan,
-                                                               const Placement& from) override {
-    return gpu_->StartKeptOnDevice(plan, from);
-  }
-  absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
-                                                                      std::uint64_t rows,
-                                                                      std::uint64_t max_groups) override {
-    return gpu_->OrderByKeyOnDevice(keys, dtype, rows, max_groups);
-  }
-  absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
-                                             std::uint64_t rows, std::uint64_t max_groups) override {
-    return gpu_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups);
-  }
-  absl::Status CopyToHost(const Extent& from, std::span<std::byte> to) override {
-    return gpu_->CopyToHost(from, to);
-  }
   // Host-side steps share the cpu backend's pool, as the requests it serves do.
   cpu::ThreadPool* HostWorkers() override { return cpu_->HostWorkers(); }
-  absl::Status Health() const override { return gpu_->Health(); }
-  std::vector<DeviceHealth> DevicesHealth() const override { return gpu_->DevicesHealth(); }
   void SetMetrics(Metrics* metrics) override {
     metrics_.store(metrics, std::memory_order_release);
     cpu_->SetMetrics(metrics);
@@ -162,7 +141,7 @@ class Router final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
-  std::unique_ptr<Backend> gpu_;
+  Backend* const gpu_;  // owned by ForwardingBackend
   const std::uint64_t small_request_bytes_;
   const std::chrono::milliseconds lane_wait_;
   const bool by_cost_;
