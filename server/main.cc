@@ -199,8 +199,9 @@ ABSL_FLAG(std::uint64_t, cuda_pool_keep_bytes, std::uint64_t{512} << 20,
 ABSL_FLAG(int, cuda_lane_wait_ms, 2000,
           "How long a request waits for a free GPU lane before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::uint64_t, max_holistic_bytes, std::uint64_t{4} << 30,
-          "Host memory that quantile, nanquantile, median, nanmedian and count_distinct may hold, every "
-          "request together: they keep a row's elements (or its distinct values) while they read it. A "
+          "Host memory that the holistic functions (quantile, median, count_distinct and the others "
+          "tally.proto calls holistic) may hold, every request together: they keep a row's elements (or "
+          "its distinct values) while they read it. A "
           "request that would pass it is refused with RESOURCE_EXHAUSTED naming this flag.");
 ABSL_FLAG(std::uint64_t, max_groups, std::uint64_t{1} << 24,
           "GroupBy: the most groups one request may make; one that would make more is refused with "

@@ -14,12 +14,11 @@ Client for the tally aggregation service (gRPC tally.v1.Aggregator).
 
 Commands:
   aggregate   send one array (.npy, raw file or random), or name a resident
-              dataset, and print its aggregations: sum min max minmax mean
-              count sumsq var std argmin argmax histogram, numpy's
-              NaN-skipping nan* ops, prod count_nonzero any all ptp,
-              median quantile topk hll ddsketch count_distinct; over the
-              whole array (or a range of a dataset), per row, or per
-              segment, skipping missing values when given a mask
+              dataset, and print its aggregations (sum, min, max, mean,
+              var, numpy's NaN-skipping nan* ops, quantiles, top-k,
+              sketches, ...: `tally aggregate --help` lists every op),
+              over the whole array (or a range of a dataset), per row,
+              or per segment, skipping missing values when given a mask
   groupby     send a table (.npz, or one .npy per column) and print each
               group's aggregations: GROUP BY, pandas' groupby().agg()
   put         upload an array as a named dataset the server keeps resident

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "tally/rules/agg/registry.h"
 #include "tally/rules/agg/state.h"
@@ -63,6 +64,28 @@ TEST(AggRegistry, WireNumbersAreTheProtosOps) {
     }
   }
   EXPECT_EQ(FindByWire(99), nullptr);
+}
+
+// tally.proto's op_facts on each Op value (what the Python package reads
+// instead of a table of its own) say what the registry says.
+TEST(AggRegistry, TheProtosOpFactsAreTheRegistrys) {
+  for (const Function& f : kFunctions) {
+    SCOPED_TRACE(f.name);
+    const google::protobuf::EnumValueDescriptor* value = v1::Op_descriptor()->FindValueByNumber(f.wire);
+    ASSERT_NE(value, nullptr);
+    const v1::OpFacts& facts = value->options().GetExtension(v1::op_facts);
+    std::vector<std::string> spellings;
+    for (std::string_view s : f.spellings) {
+      if (!s.empty()) spellings.emplace_back(s);
+    }
+    EXPECT_EQ(std::vector<std::string>(facts.spellings().begin(), facts.spellings().end()), spellings);
+    std::vector<std::string> params;
+    for (const Param& p : f.params->params) params.emplace_back(p.field);
+    EXPECT_EQ(std::vector<std::string>(facts.params().begin(), facts.params().end()), params);
+    EXPECT_EQ(facts.answers_index(), f.answers_index);
+    EXPECT_EQ(facts.refuses_empty(), f.refuses_empty);
+    EXPECT_EQ(facts.function_state(), f.state != nullptr);
+  }
 }
 
 TEST(AggRegistry, FindsEverySpelling) {

@@ -8,62 +8,68 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Union
 
-# Canonical op names (tally/rules/op.h) and their aliases, as the CLI accepts.
-_ALIASES = {
-    "sum": "sum", "min": "min", "max": "max", "mean": "mean", "count": "count",
-    "sum_squares": "sum_squares", "sumsq": "sum_squares",
-    "variance": "variance", "var": "variance",
-    "stddev": "stddev", "std": "stddev",
-    "argmin": "argmin", "argmax": "argmax",
-    "histogram": "histogram", "hist": "histogram",
-    "nansum": "nansum", "nanmean": "nanmean", "nanmin": "nanmin", "nanmax": "nanmax",
-    "nanargmin": "nanargmin", "nanargmax": "nanargmax", "nanvar": "nanvar", "nanstd": "nanstd",
-    "nancount": "nancount",
-    "prod": "prod", "product": "prod", "count_nonzero": "count_nonzero", "nnz": "count_nonzero",
-    "any": "any", "all": "all", "ptp": "ptp", "minmax": "minmax",
-    "quantile": "quantile", "q": "quantile", "nanquantile": "nanquantile", "median": "median",
-    "nanmedian": "nanmedian", "topk": "topk", "bottomk": "bottomk", "hll": "hll",
-    "approx_count_distinct": "hll", "ddsketch": "ddsketch", "count_distinct": "count_distinct",
-    "nunique": "count_distinct",
-}
-OP_NAMES = ("sum", "min", "max", "mean", "count", "sum_squares", "variance", "stddev",
-            "argmin", "argmax", "histogram",
-            # numpy's nan-functions: NaN elements are skipped (tally.proto, OP_NANSUM...).
-            "nansum", "nanmean", "nanmin", "nanmax", "nanargmin", "nanargmax", "nanvar", "nanstd",
-            "nancount",
-            # numpy.prod, count_nonzero, any, all and ptp (tally.proto, OP_PROD...).
-            "prod", "count_nonzero", "any", "all", "ptp",
-            # (min, max) in one answer (tally.proto, OP_MINMAX).
-            "minmax",
-            # Functions with states of their own (tally.proto, OP_QUANTILE...).
-            "quantile", "nanquantile", "median", "nanmedian", "topk", "bottomk", "hll", "ddsketch",
-            "count_distinct")
+from .v1 import tally_pb2 as pb
+
+
+def _op_facts() -> dict:
+    """Each op's name and its facts (tally.proto's OpFacts on each Op value:
+    spellings, parameters, flags), in tally.proto's order. The server's
+    registry of aggregate functions declares the same facts, held equal by
+    a test, so this package keeps no table of ops of its own."""
+    out = {}
+    for value in pb.Op.DESCRIPTOR.values:
+        if value.number == 0:
+            continue
+        out[value.name[len("OP_"):].lower()] = value.GetOptions().Extensions[pb.op_facts]
+    return out
+
+
+_FACTS = _op_facts()
+OP_NAMES = tuple(_FACTS)
+# Canonical op names and their other spellings, as the CLI accepts them.
+_ALIASES = {**{name: name for name in OP_NAMES},
+            **{alias: name for name, f in _FACTS.items() for alias in f.spellings}}
 # Ops with no answer for no elements (an empty array, row or segment): the
 # server refuses them, as numpy raises (tally.proto, ArraySpec.offsets).
 # quantile raises there as numpy.quantile does; nanquantile, median and
 # nanmedian answer NaN, topk and bottomk no values.
-NO_EMPTY_ANSWER = ("min", "max", "argmin", "argmax", "ptp", "minmax", "nanmin", "nanmax", "nanargmin",
-                   "nanargmax", "quantile")
-# Ops that answer an index (numpy's argmin family: one axis or the
-# flattened array, never a tuple of axes).
-INDEX_OPS = ("argmin", "argmax", "nanargmin", "nanargmax")
+NO_EMPTY_ANSWER = tuple(name for name, f in _FACTS.items() if f.refuses_empty)
 # Ops whose state the server's function registry keeps (tally.proto,
 # PartialState.function_state): their partial states are opaque bytes,
 # merged and finished by tally's own rules (tally._states).
-STATE_OPS = ("quantile", "nanquantile", "median", "nanmedian", "topk", "bottomk", "hll", "ddsketch",
-             "count_distinct")
+STATE_OPS = tuple(name for name, f in _FACTS.items() if f.function_state)
 # Ops that answer one value per q (a scalar q: one value).
-Q_OPS = ("quantile", "nanquantile", "ddsketch")
+Q_OPS = tuple(name for name, f in _FACTS.items() if "q" in f.params)
 # Ops that answer up to k values per row and their indices.
-TOPK_OPS = ("topk", "bottomk")
+TOPK_OPS = tuple(name for name, f in _FACTS.items() if "k" in f.params)
+# Ops that answer an index (numpy's argmin family: one axis or the
+# flattened array, never a tuple of axes).
+INDEX_OPS = tuple(name for name, f in _FACTS.items() if f.answers_index and name not in TOPK_OPS)
+
+
+def numpy_dtype_rule(kind: str) -> str:
+    """The op's answer dtype as numpy gives it, as tally.proto's OpFacts
+    names it ("input", "sum", "mean", "float64", "bool", "quantile"; ""
+    for int64)."""
+    return _FACTS[kind].numpy_dtype
+
+
 # Ops that take a ddof.
-_DDOF_OPS = ("variance", "stddev", "nanvar", "nanstd")
-_KNOWN = ("sum, min, max, mean, count, sum_squares|sumsq, variance|var[:DDOF], "
-          "stddev|std[:DDOF], argmin, argmax, histogram|hist:BINS:LO:HI, nansum, nanmean, nanmin, "
-          "nanmax, nanargmin, nanargmax, nanvar[:DDOF], nanstd[:DDOF], nancount, prod|product, "
-          "count_nonzero|nnz, any, all, ptp, minmax, quantile|q:Q[,Q...][:METHOD], "
-          "nanquantile:Q[,Q...][:METHOD], median, nanmedian, topk:K, bottomk:K, "
-          "hll|approx_count_distinct:PRECISION, ddsketch:ACCURACY[:Q,...], count_distinct|nunique")
+_DDOF_OPS = tuple(name for name, f in _FACTS.items() if "ddof" in f.params)
+# How each parameter is written after an op's name on the command line.
+_PARAM_TEXT = {"ddof": "[:DDOF]", "histogram.bins": ":BINS", "histogram.lo": ":LO", "histogram.hi": ":HI",
+               "q": ":Q[,Q...]", "method": "[:METHOD]", "k": ":K", "precision": ":PRECISION",
+               "relative_accuracy": ":ACCURACY"}
+
+
+def _spelled(name: str, f) -> str:
+    params = "".join(_PARAM_TEXT[p] for p in f.params)
+    if name == "ddsketch":  # its q is optional
+        params = params.replace(":Q[,Q...]", "[:Q,...]")
+    return "|".join([name, *f.spellings]) + params
+
+
+_KNOWN = ", ".join(_spelled(name, f) for name, f in _FACTS.items())
 MAX_HISTOGRAM_BINS = 65536
 # tally.proto's limits on the functions' parameters (Aggregation.q, k,
 # precision, relative_accuracy).

@@ -6,17 +6,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ._ops import PICKING_METHODS, Q_OPS, Op
+from ._ops import PICKING_METHODS, Q_OPS, Op, numpy_dtype_rule
 from . import _arrays
 
 
-# Each nan-function's plain op, whose result dtype it shares.
-_PLAIN = {"nansum": "sum", "nanmin": "min", "nanmax": "max", "nanmean": "mean", "nanvar": "variance",
-          "nanstd": "stddev", "nanargmin": "argmin", "nanargmax": "argmax", "nancount": "count"}
-
-
 def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
-    """The dtype numpy returns for ``op`` over ``dtype`` input.
+    """The dtype numpy returns for ``op`` over ``dtype`` input, by the op's
+    ``numpy_dtype`` in tally.proto's OpFacts.
 
     numpy.sum gives int64 for signed, uint64 for unsigned integers and the
     input's float type (tally adds floats in float64, then rounds to it);
@@ -34,30 +30,24 @@ def value_dtype(op: Op, dtype: np.dtype) -> np.dtype:
     methods that pick an element (numpy.quantile's rule: lower, higher,
     nearest, inverted_cdf, closest_observation; the server sends the
     element as float64, so int64 and uint64 elements beyond 2^53 come back
-    rounded); median and nanmedian as mean; ddsketch float64; topk and
-    bottomk the input's dtype (their indices int64); hll and count_distinct
-    int64."""
-    kind = _PLAIN.get(op.kind, op.kind)
-    if kind in ("quantile", "nanquantile"):
+    rounded); median and nanmedian as mean; ddsketch float64; topk, bottomk
+    and mode the input's dtype (topk's indices int64); hll and
+    count_distinct int64."""
+    rule = numpy_dtype_rule(op.kind)
+    if rule == "quantile":
         return dtype if op.method in PICKING_METHODS else np.dtype(np.float64)
-    if kind == "ddsketch":
-        return np.dtype(np.float64)
-    if kind in ("median", "nanmedian"):
-        kind = "mean"
-    if kind in ("topk", "bottomk"):
+    if rule == "input":
         return dtype
-    if kind in ("any", "all"):
-        return np.dtype(np.bool_)
-    if kind in ("sum", "prod"):
+    if rule == "sum":
         # bool sums and products are int64, as for signed integers.
         return dtype if _arrays.is_float(dtype) else np.dtype(np.int64 if dtype.kind in "ib" else np.uint64)
-    if kind in ("min", "max", "ptp", "minmax"):
-        return dtype
-    if kind in ("mean", "variance", "stddev"):
+    if rule == "mean":
         # float16 and bfloat16 too answer in their own dtype, as numpy does.
         return dtype if _arrays.is_float(dtype) and dtype.itemsize <= 4 else np.dtype(np.float64)
-    if kind == "sum_squares":
+    if rule == "float64":
         return np.dtype(np.float64)
+    if rule == "bool":
+        return np.dtype(np.bool_)
     return np.dtype(np.int64)
 
 
