@@ -444,6 +444,35 @@ class DistinctAndSketches(Base):
                 checked += 1
         self.assertGreaterEqual(checked, 28)
 
+    def test_mode_is_pandas_first_mode(self):
+        def reference(v):
+            v = v[~np.isnan(v)] if v.dtype.kind == "f" else v
+            values, counts = np.unique(v, return_counts=True)  # sorted; -0.0 and 0.0 one value
+            want = values[np.argmax(counts)]  # the first of equal counts: the smallest
+            if HAVE_PANDAS:
+                import pandas as pd
+                self.assertEqual(want, pd.Series(v).mode(dropna=True).iloc[0])
+            return want
+
+        checked = 0
+        for dtype in DTYPES + [np.uint8, np.int64, np.float16]:
+            for shape in ((400,), (5, 90)):
+                x = self.rng.integers(-6, 7, shape).astype(dtype) if np.dtype(dtype).kind != "u" else \
+                    self.rng.integers(0, 9, shape).astype(dtype)
+                if np.dtype(dtype).kind == "f":
+                    x[self.rng.random(shape) < 0.3] = np.nan  # NaN the most frequent: left out still
+                    x[self.rng.random(shape) < 0.05] = -0.0
+                got = self.client.aggregate(x, "mode")[0]
+                want = [reference(r) for r in x] if x.ndim == 2 else reference(x)
+                np.testing.assert_array_equal(got, want, err_msg=f"{x.dtype}{x.shape}")
+                checked += 1
+        self.assertEqual(checked, 12)
+        nan = self.client.aggregate(np.array([np.nan, np.nan]), "mode")[0]
+        self.assertTrue(np.isnan(nan))
+        with self.assertRaises(tally.Error) as e:
+            self.client.aggregate(np.empty(0), "mode")
+        self.assertEqual(e.exception.code.name, "INVALID_ARGUMENT")
+
     def test_nan_counts_once_and_signed_zeros_are_one(self):
         x = np.array([np.nan, 0.0, -0.0, np.nan, 1.5, np.float64("-nan")])
         self.assertEqual(self.client.count_distinct(x), len(np.unique(x)))
@@ -565,7 +594,7 @@ class Spelling(Base):
 @unittest.skipUnless(HAVE_NATIVE, "tally._states was not built (pybind11 missing)")
 class PartialStates(Base):
     OPS = ["quantile:0.1,0.5,0.9", "nanquantile:0.3:nearest", "median", "nanmedian", "topk:5", "bottomk:4",
-           "hll:6", "hll:14", "ddsketch:0.02:0.25,0.75", "count_distinct"]
+           "hll:6", "hll:14", "ddsketch:0.02:0.25,0.75", "count_distinct", "mode"]
 
     def test_merged_parts_answer_as_the_whole(self):
         checked = 0

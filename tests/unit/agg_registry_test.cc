@@ -97,10 +97,11 @@ TEST(AggRegistry, FindsEverySpelling) {
   EXPECT_EQ(FindByName("nanvar")->kind, OpKind::kNanVariance);
   EXPECT_EQ(FindByName("median")->kind, OpKind::kMedian);
   EXPECT_EQ(FindByName("nunique")->kind, OpKind::kCountDistinct);
-  EXPECT_EQ(FindByName("mode"), nullptr);
+  EXPECT_EQ(FindByName("mode")->kind, OpKind::kMode);
+  EXPECT_EQ(FindByName("modes"), nullptr);
   EXPECT_EQ(FindByName(""), nullptr);
   EXPECT_EQ(NameList().substr(0, 15), "sum, min, max, ");
-  EXPECT_EQ(NameList().substr(NameList().size() - 14), "count_distinct");
+  EXPECT_EQ(NameList().substr(NameList().size() - 20), "count_distinct, mode");
 }
 
 TEST(AggRegistry, ResultTypesFollowTheDtype) {

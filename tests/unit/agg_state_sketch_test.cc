@@ -1,13 +1,16 @@
 // The sketch states (tally/rules/agg/hll_state.h, ddsketch_state.h,
-// distinct_state.h) against exact references and their error bounds, and
+// distinct_state.h) and mode's (rules/src/agg/sketch_states.cc) against
+// exact references and their error bounds, and
 // their merge: any split of a row, merged in any order, through bytes or
 // not, gives the bytes of the whole row.
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -118,6 +121,12 @@ OpSpec DdSketch(double alpha, std::vector<double> q = {}) {
 OpSpec CountDistinct() {
   OpSpec op;
   op.kind = OpKind::kCountDistinct;
+  return op;
+}
+
+OpSpec Mode() {
+  OpSpec op;
+  op.kind = OpKind::kMode;
   return op;
 }
 
@@ -361,6 +370,68 @@ TEST(CountDistinctState, EqualsASetOfTheValidValues) {
   EXPECT_EQ(MergedBytes(CountDistinct(), DType::kUInt64, wide, {}, rng), Bytes(*w));
 }
 
+// pandas' Series.mode()[0]: the smallest of the most frequent valid values,
+// NaN left out, -0.0 counted as 0.0.
+template <typename T, typename Key = T>
+Key ModeOf(const std::vector<T>& v, const Mask& mask) {
+  std::map<Key, std::uint64_t> counts;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!IsValid(mask, i)) continue;
+    const Key x = static_cast<Key>(v[i]);
+    if (x != x) continue;
+    ++counts[x == 0 ? Key{0} : x];
+  }
+  auto best = counts.begin();
+  for (auto it = counts.begin(); it != counts.end(); ++it) {
+    if (it->second > best->second) best = it;
+  }
+  return best->first;
+}
+
+TEST(ModeState, IsTheSmallestMostFrequentValidValue) {
+  TALLY_SEEDED_RNG(rng);
+  // A small pool, so values tie often: NaN of several payloads, both zeros,
+  // negatives (whose bits sort the other way), infinities, subnormals.
+  const std::vector<double> pool{kNan, -kNan, std::nan("7"), -0.0, 0.0, 1.0, -1.0, -2.0, kInf, -kInf, 1e-310, -1e-310};
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<double> v(Uniform(rng, 1, 4000));
+    for (double& x : v) x = (rng() % 2 == 0) ? pool[Uniform(rng, 0, pool.size() - 1)] : -static_cast<double>(Uniform(rng, 0, 30));
+    const Mask mask = trial % 2 == 0 ? Mask{} : RandomMask(v.size(), rng);
+    std::unique_ptr<State> whole = Whole(Mode(), DType::kFloat64, v, mask);
+    RowAnswer got;
+    if (const std::optional<std::string> none = whole->Finalize(got)) {
+      for (std::size_t i = 0; i < v.size(); ++i) EXPECT_FALSE(IsValid(mask, i)) << "a valid element, yet: " << *none;
+      continue;
+    }
+    ASSERT_EQ(got.doubles.size(), 1u);
+    const double want = ModeOf(v, mask);
+    EXPECT_TRUE(std::bit_cast<std::uint64_t>(got.doubles[0]) == std::bit_cast<std::uint64_t>(want))
+        << got.doubles[0] << " against " << want;
+    EXPECT_EQ(MergedBytes(Mode(), DType::kFloat64, v, mask, rng), Bytes(*Whole(Mode(), DType::kFloat64, v, mask)));
+  }
+  // Integers: signed (negative keys), unsigned across the top bit, and one
+  // pass over more values than a block (the counts folded several times).
+  std::vector<std::int8_t> small(100000);
+  for (auto& x : small) x = static_cast<std::int8_t>(static_cast<int>(Uniform(rng, 0, 255)) - 128);
+  EXPECT_EQ(Answer(*Whole(Mode(), DType::kInt8, small)).int64s, (std::vector<std::int64_t>{ModeOf<std::int8_t, std::int64_t>(small, {})}));
+  std::vector<std::uint64_t> wide(60000);
+  for (auto& x : wide) x = rng() % 3000 * 0x9e3779b97f4a7c15ull;
+  std::unique_ptr<State> w = Whole(Mode(), DType::kUInt64, wide);
+  EXPECT_EQ(Answer(*w).uint64s, std::vector<std::uint64_t>{ModeOf(wide, {})});
+  EXPECT_EQ(MergedBytes(Mode(), DType::kUInt64, wide, {}, rng), Bytes(*w));
+  // Ties go to the smallest value: -3 before 5 and 7, each twice.
+  const std::vector<std::int32_t> tied{7, 5, -3, 7, 5, -3};
+  EXPECT_EQ(Answer(*Whole(Mode(), DType::kInt32, tied)).int64s, std::vector<std::int64_t>{-3});
+  // Only NaN: NaN. No element: no answer, a sentence naming the function.
+  const RowAnswer nan = Answer(*Whole(Mode(), DType::kFloat32, std::vector<float>{NAN, NAN}));
+  ASSERT_EQ(nan.doubles.size(), 1u);
+  EXPECT_TRUE(std::isnan(nan.doubles[0]));
+  RowAnswer none;
+  const std::optional<std::string> why = Init(Mode(), DType::kFloat64)->Finalize(none);
+  ASSERT_NE(why, std::nullopt);
+  EXPECT_NE(why->find("mode"), std::string::npos) << *why;
+}
+
 // Every refusal is a sentence about the field function_state.
 void ExpectRefused(State& s, std::string_view bytes) {
   const std::optional<std::string> why = s.Deserialize(bytes);
@@ -372,14 +443,16 @@ TEST(SketchStates, DeserializeRefusesOtherParamsDtypesFunctionsAndTruncatedBytes
   TALLY_SEEDED_RNG(rng);
   std::vector<double> v(5000);
   for (double& x : v) x = std::normal_distribution<double>()(rng);
-  const OpSpec ops[] = {Hll(6), Hll(16), DdSketch(0.01), CountDistinct()};  // Hll(6) dense, Hll(16) sparse
-  const OpSpec others[] = {Hll(7), Hll(17), DdSketch(0.02), CountDistinct()};
+  const OpSpec ops[] = {Hll(6), Hll(16), DdSketch(0.01), CountDistinct(), Mode()};  // Hll(6) dense, Hll(16) sparse
+  const OpSpec others[] = {Hll(7), Hll(17), DdSketch(0.02), CountDistinct(), Mode()};
   for (std::size_t i = 0; i < std::size(ops); ++i) {
     const OpSpec& op = ops[i];
     SCOPED_TRACE(Of(op.kind).name);
     const std::string bytes = Bytes(*Whole(op, DType::kFloat64, v));
     EXPECT_EQ(Init(op, DType::kFloat64)->Deserialize(bytes), std::nullopt);
-    if (op.kind != OpKind::kCountDistinct) ExpectRefused(*Init(others[i], DType::kFloat64), bytes);
+    if (op.kind != OpKind::kCountDistinct && op.kind != OpKind::kMode) {
+      ExpectRefused(*Init(others[i], DType::kFloat64), bytes);
+    }
     ExpectRefused(*Init(op, DType::kFloat32), bytes);
     for (const OpSpec& other : ops) {
       if (other.kind != op.kind) ExpectRefused(*Init(other, DType::kFloat64), bytes);
@@ -396,6 +469,10 @@ TEST(SketchStates, DeserializeRefusesOtherParamsDtypesFunctionsAndTruncatedBytes
   std::string set = Bytes(*Whole(CountDistinct(), DType::kFloat64, v));
   std::swap_ranges(set.begin() + kHeaderBytes + 8, set.begin() + kHeaderBytes + 16, set.begin() + kHeaderBytes + 16);
   ExpectRefused(*Init(CountDistinct(), DType::kFloat64), set);
+  std::string counts = Bytes(*Whole(Mode(), DType::kFloat64, v));
+  std::swap_ranges(counts.begin() + kHeaderBytes + 16, counts.begin() + kHeaderBytes + 32,
+                   counts.begin() + kHeaderBytes + 32);
+  ExpectRefused(*Init(Mode(), DType::kFloat64), counts);
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ TEST(ParseAggregations, ErrorsNameTheToken) {
     const char* token;  // must appear in the message
   };
   const Case cases[] = {
-      {"sum,mode", "mode"},          {"sum,,max", "sum,,max"},     {"", "\"\""},
+      {"sum,modus", "modus"},          {"sum,,max", "sum,,max"},     {"", "\"\""},
       {"sum:1", "sum:1"},            {"var:-1", "var:-1"},         {"var:x", "var:x"},
       {"var:nan", "var:nan"},        {"std:1:2", "std:1:2"},       {"hist", "hist"},
       {"hist:10:0", "hist:10:0"},    {"hist:0:0:1", "hist:0:0:1"}, {"hist:65537:0:1", "65537"},

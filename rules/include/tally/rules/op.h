@@ -55,8 +55,9 @@ enum class OpKind : std::uint8_t {
   kHll,
   kDdSketch,
   kCountDistinct,
+  kMode,
 };
-inline constexpr int kNumOpKinds = 35;
+inline constexpr int kNumOpKinds = 36;
 // The ops before kNanSum: the v1 ops. The GPU kernels compute them, the
 // NaN-skipping ones and kProduct .. kPtp (the registry's
 // Function::on_kernels); the CUDA backend hands plans with any other op to

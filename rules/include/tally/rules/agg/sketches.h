@@ -1,9 +1,10 @@
-// Distinct counts and sketches: hll (HyperLogLog), ddsketch (quantiles
-// within a relative accuracy) and count_distinct (exact). hll's state is at
-// most 2^precision registers (a set of hashes while it is small), ddsketch's
-// is bounded by the range of float64, count_distinct's is the distinct
-// values (holistic). All combine exactly, so a merged state is bitwise the
-// one a single stream builds.
+// Distinct values and sketches: hll (HyperLogLog), ddsketch (quantiles
+// within a relative accuracy), count_distinct (exact) and mode (the most
+// frequent value). hll's state is at most 2^precision registers (a set of
+// hashes while it is small), ddsketch's is bounded by the range of float64,
+// count_distinct's is the distinct values and mode's the distinct values
+// with their counts (holistic). All combine exactly, so a merged state is
+// bitwise the one a single stream builds.
 #pragma once
 
 #include <cmath>
@@ -41,13 +42,15 @@ inline std::optional<std::string> CheckDdSketch(const OpSpec& op) {
 inline constexpr ParamSet kDdSketchParams{kDdSketchParamList, CheckDdSketch};
 
 // Their states: hll_state.h, ddsketch_state.h and distinct_state.h, compiled
-// in rules/src/agg/sketch_states.cc.
+// in rules/src/agg/sketch_states.cc, which also holds mode's.
 std::unique_ptr<State> MakeHllState(const OpSpec& op, DType dtype);
 std::unique_ptr<State> MakeDdSketchState(const OpSpec& op, DType dtype);
 std::unique_ptr<State> MakeCountDistinctState(const OpSpec& op, DType dtype);
+std::unique_ptr<State> MakeModeState(const OpSpec& op, DType dtype);
 inline constexpr StateFunction kHllStates{MakeHllState};
 inline constexpr StateFunction kDdSketchStates{MakeDdSketchState};
 inline constexpr StateFunction kCountDistinctStates{MakeCountDistinctState};
+inline constexpr StateFunction kModeStates{MakeModeState};
 
 inline constexpr Function kHll{.kind = OpKind::kHll, .name = "hll", .spellings = {"approx_count_distinct"},
                                .wire = 33, .params = &kHllParams, .result = ResultRule::kCount,
@@ -61,6 +64,12 @@ inline constexpr Function kCountDistinct{.kind = OpKind::kCountDistinct, .name =
                                          .plain = OpKind::kCountDistinct, .partial_state = true,
                                          .state = &kCountDistinctStates, .holistic = true};
 
-inline constexpr Function kSketches[] = {kHll, kDdSketch, kCountDistinct};
+// pandas' Series.mode()[0], scipy.stats.mode: the most frequent value, the
+// smallest of equals; NaN left out (pandas' dropna=True).
+inline constexpr Function kMode{.kind = OpKind::kMode, .name = "mode", .wire = 36, .result = ResultRule::kLikeInput,
+                                .plain = OpKind::kMode, .partial_state = true, .refuses_empty = true,
+                                .state = &kModeStates, .holistic = true};
+
+inline constexpr Function kSketches[] = {kHll, kDdSketch, kCountDistinct, kMode};
 
 }  // namespace tally::rules::agg
