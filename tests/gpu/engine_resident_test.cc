@@ -232,14 +232,26 @@ TEST(EngineResident, ShardedDatasetsGiveTheUnshardedAnswer) {
     EXPECT_TRUE(ReducePieces(*cuda, plan, (*b)->Pieces(0, n), [] { return false; }).ok());
   }
   // Ops the kernels do not compute (a holistic median) are refused for
-  // device bytes, sharded or not: this backend alone does not copy them to
-  // the host (the function router above it does).
+  // device bytes, sharded or not, by the GPU backend alone; the stack the
+  // server makes answers them (the functions' router reads the bytes
+  // through the host), the same value for the pieces as for one piece.
+  auto a = whole.Acquire("x");
   auto b = sharded.Acquire("x");
-  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(a.ok() && b.ok());
   const auto never = [] { return false; };
   const AggregationPlan median = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kMedian)});
-  EXPECT_EQ(ReducePieces(*cuda, median, (*b)->Pieces(24950, 25050), never).status().code(),
+  absl::StatusOr<std::unique_ptr<Backend>> gpu_only = MakeCudaBackend(TestOptions());
+  ASSERT_TRUE(gpu_only.ok()) << gpu_only.status();
+  EXPECT_EQ(ReducePieces(**gpu_only, median, (*b)->Pieces(24950, 25050), never).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<AggregationResult> pieces = ReducePieces(*cuda, median, (*b)->Pieces(24950, 25050), never);
+  absl::StatusOr<AggregationResult> piece = ReducePieces(*cuda, median, (*a)->Pieces(24950, 25050), never);
+  ASSERT_TRUE(pieces.ok() && piece.ok()) << pieces.status() << " / " << piece.status();
+  const auto& from_pieces = std::get<std::vector<rules::agg::RowAnswer>>(pieces->values[0]);
+  const auto& from_piece = std::get<std::vector<rules::agg::RowAnswer>>(piece->values[0]);
+  ASSERT_EQ(from_pieces.size(), 1u);
+  EXPECT_EQ(from_pieces, from_piece);
+  EXPECT_EQ(from_pieces[0].doubles.size(), 1u);
   // On integers a NaN-skipping op is its plain op, whose partial states
   // merge across the shards: nanmin of uint8 is min.
   const AggregationPlan nan = Plan(DType::kUInt8, 100, 0, {Op(OpKind::kNanMin), Op(OpKind::kNanArgmax)});
