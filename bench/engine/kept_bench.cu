@@ -4,7 +4,8 @@
 //   - cub::DeviceRadixSort::SortKeys of the same array, in the same run
 //     (the obvious way to get order statistics), device time;
 //   - the kernel passes (tally/kernels/select.h): median, 64 quantiles,
-//     topk and bottomk for k = 8, 1024, 65536, hll at precision 12 to 18;
+//     topk and bottomk for k = 8, 1024, 65536, hll at precision 12 to 18,
+//     ddsketch at 1% and 0.1%;
 //     wall time of the call (each synchronizes), and the full reads of the
 //     array it took;
 //   - the server's path (the cuda backend's StartKeptOnDevice: stream and
@@ -214,10 +215,31 @@ void Bench(DType dtype, const char* name, std::uint64_t n, int reps, std::uint64
     CHECK(cudaFree(scratch));
   }
 
+  for (const double alpha : {0.01, 0.001}) {
+    std::size_t bytes = 0;
+    CHECK(tally::kernels::DdSketchScratchBytes(array, alpha, &bytes));
+    void* scratch = nullptr;
+    CHECK(cudaMalloc(&scratch, bytes));
+    tally::kernels::DdSketchCounts counts;
+    const double ms = timed([&] { CHECK(tally::kernels::DdSketch(array, alpha, scratch, bytes, stream, &counts)); });
+    std::uint64_t counted = counts.zero + counts.negative_inf + counts.positive_inf;
+    for (const auto* buckets : {&counts.negative, &counts.positive}) {
+      for (const auto& b : *buckets) counted += b.count;
+    }
+    if (counted > n) Die("ddsketch counted more elements than the array holds");
+    char note[96];
+    std::snprintf(note, sizeof note, "%.0f GB/s, %zu buckets", gb / ms * 1e3,
+                  counts.negative.size() + counts.positive.size());
+    add("ddsketch " + std::to_string(alpha).substr(0, 5), ms, note);
+    CHECK(cudaFree(scratch));
+  }
+
   // The server's path: the cuda backend's device pass, answers built.
   const tally::Extent extent{{reinterpret_cast<const std::byte*>(data), n * sizeof(T)},
                              tally::Placement::Device(0)};
-  std::vector<std::pair<std::string, tally::OpSpec>> plans = {{"hll p=14 (server)", {.kind = OpKind::kHll, .precision = 14}}};
+  std::vector<std::pair<std::string, tally::OpSpec>> plans = {
+      {"hll p=14 (server)", {.kind = OpKind::kHll, .precision = 14}},
+      {"ddsketch 1%, 3 q (server)", {.kind = OpKind::kDdSketch, .q = {0.01, 0.5, 0.99}, .relative_accuracy = 0.01}}};
   if (!hll_only) {
     tally::OpSpec q{.kind = OpKind::kQuantile};
     for (int i = 1; i <= 64; ++i) q.q.push_back(i / 65.0);

@@ -1,12 +1,12 @@
 // GPU tests of the cuda backend's device passes for the functions that keep
 // their own state (server/engine/cuda/kept_on_device.h): quantile,
 // nanquantile, median, nanmedian (every method), topk and bottomk (k up to
-// 65536) and hll over arrays in GPU memory, against the host steps (the
+// 65536), hll and ddsketch over arrays in GPU memory, against the host steps (the
 // function router over the cpu backend, reading the same bytes from host
 // memory), bitwise. Arrays carry NaN of several payloads, -0.0 beside 0.0,
 // infinities, ties and few distinct values. Also: the router takes the
 // device pass (backend "cuda") and mixes it with the fused ops; what the
-// passes do not cover (ddsketch, count_distinct, float16, masks, rows,
+// passes do not cover (count_distinct, mode, float16, masks, rows,
 // partial states) answers UNIMPLEMENTED and the router's host steps answer
 // instead; several pieces of one array give the same answers.
 // Every seed is printed; TALLY_GPU_TEST_SMALL=1 drops the largest sizes.
@@ -194,6 +194,9 @@ std::vector<OpSpec> KeptOps(std::uint64_t n) {
     ops.push_back({.kind = OpKind::kBottomK, .k = k});
   }
   for (const std::uint32_t p : {4u, 12u, 18u}) ops.push_back({.kind = OpKind::kHll, .precision = p});
+  ops.push_back({.kind = OpKind::kDdSketch, .relative_accuracy = 0.01});  // the median
+  ops.push_back({.kind = OpKind::kDdSketch, .q = {0.0, 0.001, 0.25, 0.5, 0.99, 1.0}, .relative_accuracy = 0.001});
+  ops.push_back({.kind = OpKind::kDdSketch, .q = {0.1, 0.9}, .relative_accuracy = 0.5});
   return ops;
 }
 
@@ -305,7 +308,7 @@ TEST_F(KeptOnDeviceTest, WhatThePassesDoNotCoverRunsOnTheHost) {
   const std::vector<std::byte> f32 = MakeArray(DType::kFloat32, n, Shape::kSpread, rng);
   const std::vector<std::byte> f16(n * 2, std::byte{0x3c});  // float16 1.0
   std::vector<Case> cases = {
-      {"ddsketch", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kDdSketch, .q = {0.5}, .relative_accuracy = 0.01}})},
+      {"mode", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kMode}})},
       {"count_distinct", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kCountDistinct}})},
       {"rows", Plan(DType::kFloat32, n, 1000, {{.kind = OpKind::kMedian}})},
       {"partial", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kMedian, .partial = true}})},

@@ -96,4 +96,19 @@ struct HllPolicy {
   static constexpr int kLocalProbes = 8;
 };
 
+// DDSketch's counting pass (ddsketch/ddsketch_kernels.cuh). Each block
+// counts in shared memory over a window of kWindow bucket indices per sign,
+// placed at the index of the first element it reads (about 165 binades at
+// 1% accuracy, 16 at 0.1%), 32-bit counts, 64 KB; elements outside it go
+// to the global counts by atomics. One shared atomic an element bounds it
+// (H100, 2^28 uniform in [-1000, 1000), 1%: 220-260 G elements/s whatever
+// the element's size); measured and not kept: 2 or 4 copies of the window,
+// warps taking turns (no faster), and lanes of a warp combining equal
+// buckets by __match_any_sync first (2.5x slower).
+struct DdSketchPolicy {
+  static constexpr int kThreads = 512;
+  static constexpr int kVecs = 4;
+  static constexpr std::int32_t kWindow = 8192;
+};
+
 }  // namespace tally::kernels::select

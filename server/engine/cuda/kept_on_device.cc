@@ -41,7 +41,7 @@ constexpr std::size_t kRanksPerSelect = 4096;
 bool Covered(OpKind k) {
   switch (k) {
     case OpKind::kQuantile: case OpKind::kNanQuantile: case OpKind::kMedian: case OpKind::kNanMedian:
-    case OpKind::kTopK: case OpKind::kBottomK: case OpKind::kHll:
+    case OpKind::kTopK: case OpKind::kBottomK: case OpKind::kHll: case OpKind::kDdSketch:
       return true;
     default:
       return false;
@@ -77,6 +77,8 @@ cudaError_t ScratchFor(const AggregationPlan& plan, std::size_t* bytes) {
     }
     if (op.kind == OpKind::kHll) {
       TALLY_CUDA_TRY(kernels::HllScratchBytes(shape, op.precision, &need));
+    } else if (op.kind == OpKind::kDdSketch) {
+      TALLY_CUDA_TRY(kernels::DdSketchScratchBytes(shape, op.relative_accuracy, &need));
     } else {
       TALLY_CUDA_TRY(kernels::TopKScratchBytes(shape, op.k, &need));
     }
@@ -193,6 +195,8 @@ class KeptOnDevice final : public Reduction {
         if (absl::Status s = TopK<T>(array, op, answer); !s.ok()) return s;
       } else if (op.kind == OpKind::kHll) {
         if (absl::Status s = Hll(array, op, answer); !s.ok()) return s;
+      } else if (op.kind == OpKind::kDdSketch) {
+        if (absl::Status s = DdSketch(array, op, answer); !s.ok()) return s;
       } else {
         continue;  // a quantile op, answered above
       }
@@ -297,6 +301,37 @@ class KeptOnDevice final : public Reduction {
     std::unique_ptr<rules::agg::State> state = f.state->Init(op, plan_.array.dtype);
     if (std::optional<std::string> bad = state->Deserialize(bytes)) {
       return absl::InternalError(absl::StrCat("hll: the device's sketch does not read back: ", *bad));
+    }
+    if (std::optional<std::string> none = state->Finalize(answer)) return absl::InternalError(*none);
+    return absl::OkStatus();
+  }
+
+  // The device's bucket counts read into the host state as its serialised
+  // form (ddsketch_state.h: zeros, infinities, then each sign's buckets by
+  // index), whose Finalize answers.
+  absl::Status DdSketch(const kernels::DeviceArray& array, const OpSpec& op, RowAnswer& answer) {
+    kernels::DdSketchCounts counts;
+    if (kernels::DdSketch(array, op.relative_accuracy, scratch_.data(), scratch_.size(), stream_.get(), &counts) !=
+        cudaSuccess) {
+      return CudaFailure(device_name_, "computing ddsketch");
+    }
+    const rules::agg::Function& f = rules::agg::Of(op.kind);
+    std::string bytes;
+    rules::agg::Writer w(bytes);
+    rules::agg::PutHeader(w, f.wire, plan_.array.dtype, op);
+    w.Put(counts.zero);
+    w.Put(counts.negative_inf);
+    w.Put(counts.positive_inf);
+    for (const auto* buckets : {&counts.negative, &counts.positive}) {
+      w.Put(static_cast<std::uint64_t>(buckets->size()));
+      for (const kernels::DdSketchCounts::Bucket& b : *buckets) {
+        w.Put(b.index);
+        w.Put(b.count);
+      }
+    }
+    std::unique_ptr<rules::agg::State> state = f.state->Init(op, plan_.array.dtype);
+    if (std::optional<std::string> bad = state->Deserialize(bytes)) {
+      return absl::InternalError(absl::StrCat("ddsketch: the device's counts do not read back: ", *bad));
     }
     if (std::optional<std::string> none = state->Finalize(answer)) return absl::InternalError(*none);
     return absl::OkStatus();

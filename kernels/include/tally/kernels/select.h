@@ -129,4 +129,23 @@ struct HllSketch {
 [[nodiscard]] cudaError_t Hll(const DeviceArray& array, std::uint32_t precision, void* scratch,
                               std::size_t scratch_bytes, cudaStream_t stream, HllSketch* out);
 
+// DDSketch (rules/agg/ddsketch_state.h) of relative accuracy alpha (0.001
+// to 0.5): each non-NaN element's bucket by ddsketch_detail::Mapping (a
+// function of the value alone, the host's operations), counted per sign,
+// with zeros (|x| < 2^-1000) and infinities apart: the counts the host
+// state holds, so that its Deserialize and Finalize answer.
+struct DdSketchCounts {
+  struct Bucket {
+    std::int32_t index;
+    std::uint64_t count;
+  };
+  std::vector<Bucket> negative, positive;  // non-zero, by index ascending (of the magnitude)
+  std::uint64_t zero = 0, negative_inf = 0, positive_inf = 0;
+  PassStats stats;
+};
+[[nodiscard]] cudaError_t DdSketchScratchBytes(const DeviceArray& array, double relative_accuracy,
+                                               std::size_t* bytes);
+[[nodiscard]] cudaError_t DdSketch(const DeviceArray& array, double relative_accuracy, void* scratch,
+                                   std::size_t scratch_bytes, cudaStream_t stream, DdSketchCounts* out);
+
 }  // namespace tally::kernels

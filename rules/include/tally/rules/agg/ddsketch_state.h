@@ -81,6 +81,8 @@ class Mapping {
   }
 
   std::int32_t MinIndex() const { return Index(kZeroBelow); }
+  // M: a GPU pass computes Index with it, in the same operations.
+  double multiplier() const { return multiplier_; }
   std::int32_t MaxIndex() const { return Index(std::numeric_limits<double>::max()); }
 
  private:
