@@ -1,6 +1,9 @@
 // DDSketch's launcher for every dtype the passes take (ddsketch_dispatch.h).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "ddsketch/ddsketch_dispatch.h"
 #include "ddsketch/ddsketch_kernels.cuh"
 #include "tally/kernels/cuda_error.h"
@@ -14,12 +17,22 @@ cudaError_t DdSketchPasses<T>::Count(const T* data, std::uint64_t n, double mult
   int device = 0, sms = 0, per_sm = 0;
   TALLY_CUDA_TRY(cudaGetDevice(&device));
   TALLY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  constexpr std::size_t kShared = (2 * D::kWindow + 3) * sizeof(std::uint32_t);
-  TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared));
-  TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, D::kThreads, kShared));
+  // The window: D::kBinades binades of indices per sign (multiplier
+  // indices a binade), at least D::kWindow, at most what one block's
+  // shared memory holds.
+  int shared_max = 0;
+  TALLY_CUDA_TRY(cudaDeviceGetAttribute(&shared_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // (Less 1 KB: the kernel's static shared memory comes out of the same.)
+  const auto fits =
+      static_cast<std::int32_t>(((static_cast<std::size_t>(shared_max) - 1024) / sizeof(std::uint32_t) - 3) / 2);
+  const auto wanted = static_cast<std::int32_t>(std::min(1e9, std::ceil(D::kBinades * multiplier)));
+  const std::int32_t w = std::min(fits, std::max(D::kWindow, wanted));
+  const std::size_t shared = (2 * static_cast<std::size_t>(w) + 3) * sizeof(std::uint32_t);
+  TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, D::kThreads, shared));
   const int blocks = sms * (per_sm > 0 ? per_sm : 1);
   const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
-  kernel<<<blocks, D::kThreads, kShared, stream>>>(data, n, aligned, multiplier, min_index, span, counts);
+  kernel<<<blocks, D::kThreads, shared, stream>>>(data, n, aligned, multiplier, min_index, span, w, counts);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;
 }

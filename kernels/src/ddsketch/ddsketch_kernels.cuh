@@ -35,15 +35,16 @@ __device__ __forceinline__ std::int32_t IndexOf(double magnitude, double multipl
   return static_cast<std::int32_t>(ceil(__dmul_rn(f, multiplier)));
 }
 
+// kW: the window's indices per sign (the launcher sizes it).
 // counts: [0, span) the negative magnitudes' indices from min_index, then
 // [span, 2 span) the positive ones', then zero, -inf, +inf; zeroed by the
 // caller.
 template <typename T>
 __global__ void __launch_bounds__(D::kThreads)
     DdSketchCountKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, double multiplier,
-                        std::int32_t min_index, std::int32_t span, unsigned long long* __restrict__ counts) {
-  constexpr std::int32_t kW = D::kWindow;
-  constexpr std::int32_t kSpecial = 2 * kW;  // zero, -inf, +inf after the two signs' windows
+                        std::int32_t min_index, std::int32_t span, std::int32_t kW,
+                        unsigned long long* __restrict__ counts) {
+  const std::int32_t kSpecial = 2 * kW;  // zero, -inf, +inf after the two signs' windows
   // 2 * kW + 3 counts: dynamic shared memory, being over 48 KB.
   extern __shared__ std::uint32_t window[];
   __shared__ std::int32_t low;

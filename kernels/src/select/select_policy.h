@@ -97,10 +97,11 @@ struct HllPolicy {
 };
 
 // DDSketch's counting pass (ddsketch/ddsketch_kernels.cuh). Each block
-// counts in shared memory over a window of kWindow bucket indices per sign,
-// placed at the index of the first element it reads (about 165 binades at
-// 1% accuracy, 16 at 0.1%), 32-bit counts, 64 KB; elements outside it go
-// to the global counts by atomics. One shared atomic an element bounds it
+// counts in shared memory over a window of bucket indices per sign, placed
+// at the index of the first element it reads (kWindow, about 165 binades at
+// 1% accuracy, 64 KB; more for finer accuracies, up to a block's shared
+// memory), 32-bit counts; elements outside it go to the global counts by
+// atomics. One shared atomic an element bounds it
 // (H100, 2^28 uniform in [-1000, 1000), 1%: 220-260 G elements/s whatever
 // the element's size); measured and not kept: 2 or 4 copies of the window,
 // warps taking turns (no faster), and lanes of a warp combining equal
@@ -108,7 +109,11 @@ struct HllPolicy {
 struct DdSketchPolicy {
   static constexpr int kThreads = 512;
   static constexpr int kVecs = 4;
-  static constexpr std::int32_t kWindow = 8192;
+  static constexpr std::int32_t kWindow = 8192;  // the least window, per sign
+  // Binades a window should span: it grows with the accuracy's buckets per
+  // binade up to what a block's shared memory holds (0.1%: about 29,000
+  // indices, 227 KB, one block an SM).
+  static constexpr double kBinades = 160;
 };
 
 }  // namespace tally::kernels::select
