@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -16,7 +17,10 @@
 #include "tally/rules/combine.h"
 #include "tally/rules/histogram_bin.h"
 #include "tally/rules/validity.h"
+#include "tally/rules/agg/registry.h"
+#include "tally/rules/agg/state.h"
 #include "tally/v1/aggregation_wire.h"
+#include "tally/v1/partial_state_wire.h"
 
 namespace tally::client {
 namespace {
@@ -170,6 +174,35 @@ void MoreOne(rules::OpKind kind, std::uint64_t row_length, const At& at, v1::Agg
   }
 }
 
+// A function that keeps its own state (rules/agg/state.h): each row's
+// answer by its steps over the row's valid elements, as the server's host
+// path computes it. Against a GPU server's device passes (quantiles, top-k,
+// hll, ddsketch over GPU bytes) that is an independent check; against the
+// host path, it checks what carries the answer.
+absl::Status StateRows(const ArrayRef& array, const v1::Aggregation& agg, rules::OpKind kind,
+                       v1::AggregationResult* out) {
+  const rules::agg::Function& f = rules::agg::Of(kind);
+  const rules::OpSpec op = OpSpecFromProto(f, agg);
+  std::vector<std::uint32_t> words;  // the mask as 32-bit words, as Elements reads it
+  if (!array.validity.empty()) {
+    words.assign((array.validity.size() + 3) / 4, 0);
+    std::memcpy(words.data(), array.validity.data(), array.validity.size());
+  }
+  std::vector<rules::agg::RowAnswer> rows(array.rows());
+  for (std::uint64_t r = 0; r < rows.size(); ++r) {
+    const RowExtent e = RowOf(array, r);
+    std::unique_ptr<rules::agg::State> state = f.state->Init(op, array.dtype);
+    state->Update(rules::agg::Elements{.data = array.data + e.start * rules::SizeOf(array.dtype),
+                                       .count = e.length,
+                                       .first = 0,
+                                       .valid = words.empty() ? nullptr : words.data(),
+                                       .valid_bit = e.start});
+    if (std::optional<std::string> none = state->Finalize(rows[r])) return absl::InvalidArgumentError(*none);
+  }
+  RowAnswersToProto(kind, array.dtype, rows, out);
+  return absl::OkStatus();
+}
+
 // One aggregation over the rows of an array of dtype T.
 template <rules::DType T>
 absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
@@ -182,6 +215,7 @@ absl::Status ComputeOne(const ArrayRef& array, const v1::Aggregation& agg,
   const rules::OpKind kind = rules::IsFloat(T) ? *FromWire(agg.op()) : rules::PlainOf(*FromWire(agg.op()));
   const std::uint64_t rows = array.rows();
   *out->mutable_aggregation() = agg;
+  if (rules::agg::Of(kind).state != nullptr) return StateRows(array, agg, kind, out);
 
   std::vector<std::uint64_t> where;  // a masked row's valid positions
   for (std::uint64_t r = 0; r < rows; ++r) {

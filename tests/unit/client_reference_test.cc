@@ -28,6 +28,29 @@ v1::AggregateResponse Compute(const ArrayRef& a, const char* ops) {
   return r.ok() ? *r : v1::AggregateResponse();
 }
 
+// Functions that keep their own state answer through their steps, per row
+// and under masks (numpy: median([3, 1, 4, 1, 5]) = 3; the rows' modes 1
+// and 9; the two largest 5 and 4 at 4 and 2).
+TEST(Reference, FunctionsWithStatesAnswerPerRow) {
+  const std::vector<double> x = {3, 1, 4, 1, 5, 9, 2, 6, 9, 3};
+  const v1::AggregateResponse whole = Compute(Ref(std::vector<double>(x.begin(), x.begin() + 5), rules::DType::kFloat64),
+                                              "median,topk:2,count_distinct");
+  EXPECT_EQ(whole.results(0).doubles().values(0), 3.0);
+  ASSERT_EQ(whole.results(1).doubles().values_size(), 2);
+  EXPECT_EQ(whole.results(1).doubles().values(0), 5.0);
+  EXPECT_EQ(whole.results(1).doubles().values(1), 4.0);
+  EXPECT_EQ(whole.results(2).uint64s().values(0), 4u);
+  const v1::AggregateResponse rows = Compute(Ref(x, rules::DType::kFloat64, 5), "mode");
+  ASSERT_EQ(rows.results(0).doubles().values_size(), 2);
+  EXPECT_EQ(rows.results(0).doubles().values(0), 1.0);
+  EXPECT_EQ(rows.results(0).doubles().values(1), 9.0);
+  // Masked: only 4, 5 and 2 valid (bits 2, 4, 6) -> median 4.
+  const std::vector<std::uint8_t> mask = {0b01010100, 0};
+  ArrayRef masked = Ref(x, rules::DType::kFloat64);
+  masked.validity = mask;
+  EXPECT_EQ(Compute(masked, "median").results(0).doubles().values(0), 4.0);
+}
+
 TEST(Reference, Float64Basics) {
   const std::vector<double> x = {3, 1, 4, 1, 5};
   const v1::AggregateResponse r =
