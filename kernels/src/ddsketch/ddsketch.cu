@@ -6,6 +6,7 @@
 
 #include "ddsketch/ddsketch_dispatch.h"
 #include "ddsketch/ddsketch_kernels.cuh"
+#include "select/scratch.h"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::ddsketch {
@@ -37,11 +38,6 @@ cudaError_t DdSketchPasses<T>::Count(const T* data, std::uint64_t n, double mult
   return cudaSuccess;
 }
 
-template struct DdSketchPasses<float>;
-template struct DdSketchPasses<double>;
-template struct DdSketchPasses<std::int32_t>;
-template struct DdSketchPasses<std::int64_t>;
-template struct DdSketchPasses<std::uint32_t>;
-template struct DdSketchPasses<std::uint64_t>;
+TALLY_INSTANTIATE_FOR_SELECTABLE(DdSketchPasses);
 
 }  // namespace tally::kernels::ddsketch

@@ -3,6 +3,7 @@
 
 #include "hll/hll_dispatch.h"
 #include "hll/hll_kernels.cuh"
+#include "select/scratch.h"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::hll {
@@ -61,11 +62,6 @@ cudaError_t PackRegisters(const std::uint32_t* registers, std::uint8_t* out, std
   return cudaSuccess;
 }
 
-template struct HllPasses<float>;
-template struct HllPasses<double>;
-template struct HllPasses<std::int32_t>;
-template struct HllPasses<std::int64_t>;
-template struct HllPasses<std::uint32_t>;
-template struct HllPasses<std::uint64_t>;
+TALLY_INSTANTIATE_FOR_SELECTABLE(HllPasses);
 
 }  // namespace tally::kernels::hll

@@ -47,3 +47,13 @@ bool VisitSelectable(rules::DType dtype, F&& f) {
 }
 
 }  // namespace tally::kernels::select
+
+// Explicit instantiations of a pass's launcher struct for each element type
+// VisitSelectable names (at namespace scope, where the struct lives).
+#define TALLY_INSTANTIATE_FOR_SELECTABLE(Passes) \
+  template struct Passes<float>;                \
+  template struct Passes<double>;               \
+  template struct Passes<std::int32_t>;         \
+  template struct Passes<std::int64_t>;         \
+  template struct Passes<std::uint32_t>;        \
+  template struct Passes<std::uint64_t>

@@ -84,6 +84,8 @@ class FunctionRouter final : public ForwardingBackend {
   absl::StatusOr<std::unique_ptr<Reduction>> Start(const AggregationPlan& plan, const Placement& from) override {
     return Route(plan, from, false);
   }
+  // The fused part waits as Start waits: the wait is the router's to bound
+  // (cost routing), below this layer.
   absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
                                                          std::chrono::milliseconds wait) override {
     (void)wait;
