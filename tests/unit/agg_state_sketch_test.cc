@@ -371,7 +371,7 @@ TEST(CountDistinctState, EqualsASetOfTheValidValues) {
 }
 
 // pandas' Series.mode()[0]: the smallest of the most frequent valid values,
-// NaN left out, -0.0 counted as 0.0.
+// NaN left out, -0.0 counted as 0.0; NaN when no valid value is a number.
 template <typename T, typename Key = T>
 Key ModeOf(const std::vector<T>& v, const Mask& mask) {
   std::map<Key, std::uint64_t> counts;
@@ -381,6 +381,7 @@ Key ModeOf(const std::vector<T>& v, const Mask& mask) {
     if (x != x) continue;
     ++counts[x == 0 ? Key{0} : x];
   }
+  if (counts.empty()) return std::numeric_limits<Key>::quiet_NaN();
   auto best = counts.begin();
   for (auto it = counts.begin(); it != counts.end(); ++it) {
     if (it->second > best->second) best = it;
@@ -405,9 +406,18 @@ TEST(ModeState, IsTheSmallestMostFrequentValidValue) {
     }
     ASSERT_EQ(got.doubles.size(), 1u);
     const double want = ModeOf(v, mask);
-    EXPECT_TRUE(std::bit_cast<std::uint64_t>(got.doubles[0]) == std::bit_cast<std::uint64_t>(want))
+    EXPECT_TRUE(std::bit_cast<std::uint64_t>(got.doubles[0]) == std::bit_cast<std::uint64_t>(want) ||
+                (std::isnan(want) && std::isnan(got.doubles[0])))
         << got.doubles[0] << " against " << want;
     EXPECT_EQ(MergedBytes(Mode(), DType::kFloat64, v, mask, rng), Bytes(*Whole(Mode(), DType::kFloat64, v, mask)));
+  }
+  // Rows whose valid elements are all NaN (the draws above make them only
+  // now and then): NaN, as pandas' mode of no number has none.
+  for (const std::vector<double>& only_nan : {std::vector<double>{kNan}, std::vector<double>{kNan, -kNan, 1.0}}) {
+    const Mask first_two = {0b011};
+    const RowAnswer a = Answer(*Whole(Mode(), DType::kFloat64, only_nan, only_nan.size() == 1 ? Mask{} : first_two));
+    ASSERT_EQ(a.doubles.size(), 1u);
+    EXPECT_TRUE(std::isnan(a.doubles[0]));
   }
   // Integers: signed (negative keys), unsigned across the top bit, and one
   // pass over more values than a block (the counts folded several times).
