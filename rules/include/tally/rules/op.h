@@ -60,8 +60,8 @@ enum class OpKind : std::uint8_t {
 inline constexpr int kNumOpKinds = 36;
 // The ops before kNanSum: the v1 ops. The GPU kernels compute them, the
 // NaN-skipping ones and kProduct .. kPtp (the registry's
-// Function::on_kernels); the CUDA backend hands plans with any other op to
-// the CPU backend.
+// Function::on_kernels); the router sends host plans with any other op to
+// the cpu backend (server/engine/routing/router.h).
 inline constexpr int kNumKernelOpKinds = 11;
 
 // What each kind is (its name, plain form, flags) is the registry's

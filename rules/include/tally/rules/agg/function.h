@@ -136,7 +136,7 @@ struct Function {
   bool skips_nan = false;        // numpy's nan-functions: NaN elements are left out
   bool answers_index = false;    // its answer and state are an element's position (offset by base_index)
   bool partial_state = false;    // has a partial state the wire and the clients carry and merge
-  bool on_kernels = false;       // the GPU kernels compute it (else the cuda backend hands it to the CPU)
+  bool on_kernels = false;       // the GPU kernels compute it (else the router sends it to the cpu backend)
   bool refuses_empty = false;    // no value on an empty input (numpy raises)
   bool refuses_all_nan = false;  // no value on a row of only NaN (numpy.nanargmin raises)
   int values_per_row = 1;        // minmax answers two: min, then max (see ValuesPerRow)
