@@ -467,6 +467,12 @@ class DistinctAndSketches(Base):
                 np.testing.assert_array_equal(got, want, err_msg=f"{x.dtype}{x.shape}")
                 checked += 1
         self.assertEqual(checked, 12)
+        # numpy-style, over axes.
+        x = np.array([[1, 2, 2, 7], [3, 3, 1, 1], [5, 4, 4, 5]], dtype=np.int16)
+        np.testing.assert_array_equal(self.client.mode(x, axis=1), [2, 1, 4])
+        np.testing.assert_array_equal(self.client.mode(x, axis=0), [1, 2, 1, 1])
+        self.assertEqual(self.client.mode(x), 1)
+        self.assertEqual(self.client.mode(x, axis=1).dtype, np.int16)
         nan = self.client.aggregate(np.array([np.nan, np.nan]), "mode")[0]
         self.assertTrue(np.isnan(nan))
         with self.assertRaises(tally.Error) as e:

@@ -432,6 +432,15 @@ class NumpyFunctions:
         --max_holistic_bytes: :meth:`approx_count_distinct` is bounded)."""
         return reduce(self, "count_distinct", x, axis, keepdims)
 
+    def mode(self, x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
+        """The most frequent element, the smallest of equals
+        (``scipy.stats.mode``'s value, pandas' ``Series.mode()[0]``), in the
+        input's dtype: NaN left out (NaN for a slice of only NaN), -0.0
+        equal to 0.0; an empty slice is INVALID_ARGUMENT. The server keeps
+        each slice's distinct values and their counts while it reads them
+        (within --max_holistic_bytes)."""
+        return reduce(self, "mode", x, axis, keepdims)
+
     def approx_count_distinct(self, x: Any, axis: Axis = None, *, precision: int = 12,
                               keepdims: bool = False) -> Any:
         """The number of distinct elements by HyperLogLog over 2^precision
