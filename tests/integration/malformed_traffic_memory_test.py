@@ -158,9 +158,11 @@ def main():
         # that reads the reset before the trailers reports UNAVAILABLE
         # (grpc/grpc#21418). A few in a thousand under load are that race
         # (one "just over" call of 520 on a 2-core CI run); more would be
-        # the server dropping calls.
+        # the server dropping calls. One is allowed however few the calls
+        # (a loaded run sends some 60 "over gRPC's limit" calls, where 0.5%
+        # would allow none: one such run failed on a single reset).
         reset = seen.pop("UNAVAILABLE", 0)
-        if reset * 1000 > max(1, sum(seen.values())) * 5:
+        if reset > max(1, sum(seen.values()) * 5 // 1000):
             failures.append(f"{kind}: {reset} UNAVAILABLE of {reset + sum(seen.values())}, over 0.5%")
         if clients[option] and (sum(seen.values()) < 3 or not set(seen) <= allowed):
             failures.append(f"{kind}: {seen}, expected only {sorted(allowed)}")
