@@ -19,8 +19,18 @@
 // ever larger steps and keeping what it took; so the receive arena
 // (receive_arena.h) is shared by every jemalloc arena, its memory going
 // back to it within a second of being freed.
+//
+// narenas:8: jemalloc's default is four arenas per core, and gRPC's
+// threads (about one per core) each allocate their receive slices from
+// their own; on hosts of 32 and 64 cores a slice freed in one arena was
+// rarely reused by the next thread's read, so nearly every received byte
+// landed in a freshly mapped page: with 16 streams of 1 GiB the receiving
+// threads sat in page faults waiting for the address space's lock, held
+// by the mmap and munmap calls of the same churn (2 x H200 host, 32 cores,
+// one GPU: 8.2 GB/s, 3.8M page faults in 12 s; narenas:8 13.2 GB/s, 0.6M;
+// docs/performance.md, "Several GPUs under load").
 extern "C" {
-const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false";
+const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false,narenas:8";
 }
 
 namespace tally {
@@ -38,12 +48,13 @@ std::string AllocatorDescription() {
   const char* version = nullptr;
   bool background = false;
   ssize_t decay_ms = 0;
+  unsigned arenas = 0;
   if (!Read("version", &version) || !Read("opt.background_thread", &background) ||
-      !Read("opt.dirty_decay_ms", &decay_ms)) {
+      !Read("opt.dirty_decay_ms", &decay_ms) || !Read("opt.narenas", &arenas)) {
     return "jemalloc (its settings could not be read)";
   }
-  return std::string("jemalloc ") + version + (background ? ", background purge" : ", no background purge") +
-         " after " + std::to_string(decay_ms) + " ms";
+  return std::string("jemalloc ") + version + ", " + std::to_string(arenas) + " arenas" +
+         (background ? ", background purge" : ", no background purge") + " after " + std::to_string(decay_ms) + " ms";
 }
 
 }  // namespace tally

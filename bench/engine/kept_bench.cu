@@ -148,12 +148,17 @@ void Bench(DType dtype, const char* name, std::uint64_t n, int reps, std::uint64
 
   if (!hll_only) {
     // Order statistics: the median's two ranks, and 64 quantiles' 128.
-    for (const int quantiles : {1, 64}) {
+    // The median with hints (the counting pass gathers its buckets: one
+    // read) and without (a second read gathers them), then 64 quantiles.
+    for (const int quantiles : {1, 0, 64}) {
+      const bool hinted = quantiles != 0;
       std::vector<std::uint64_t> ranks;
-      for (int i = 0; i < quantiles; ++i) {
-        const std::uint64_t r = quantiles == 1 ? n / 2 - 1 : static_cast<std::uint64_t>((n - 1) * ((i + 1) / 65.0));
+      std::vector<double> hints;  // as the cuda backend passes them: the ops' fractions
+      for (int i = 0; i < std::max(quantiles, 1); ++i) {
+        const std::uint64_t r = quantiles <= 1 ? n / 2 - 1 : static_cast<std::uint64_t>((n - 1) * ((i + 1) / 65.0));
         ranks.push_back(r);
         ranks.push_back(r + 1);
+        if (hinted) hints.push_back(quantiles == 1 ? 0.5 : (i + 1) / 65.0);
       }
       std::sort(ranks.begin(), ranks.end());
       ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -163,18 +168,21 @@ void Bench(DType dtype, const char* name, std::uint64_t n, int reps, std::uint64
       CHECK(cudaMalloc(&scratch, bytes));
       std::vector<std::uint64_t> bits(ranks.size());
       int passes = 0;
+      bool gathered = false;
       const double ms = timed([&] {
         tally::kernels::OrderStatistics select(array, ranks.size(), scratch, bytes, stream);
         std::uint64_t nan = 0;
-        CHECK(select.Count(&nan));
+        CHECK(select.Count(&nan, hints));
         CHECK(select.Select(ranks, bits));
         passes = select.stats().full_passes;
+        gathered = select.stats().gathered_while_counting;
       });
       for (std::size_t i = 0; i < ranks.size(); ++i) {
         if (bits[i] != BitsOf(sorted_value(ranks[i]))) Die("a selected element is not the sorted array's");
       }
-      add(quantiles == 1 ? "median (2 ranks)" : "64 quantiles (128 ranks)", ms,
-          std::to_string(passes) + " full reads, scratch " + std::to_string(bytes >> 20) + " MiB");
+      add(quantiles == 1 ? "median (2 ranks)" : quantiles == 0 ? "median, no hints" : "64 quantiles (128 ranks)", ms,
+          std::to_string(passes) + " full reads" + (gathered ? " (gathered while counting)" : "") + ", scratch " +
+              std::to_string(bytes >> 20) + " MiB");
       CHECK(cudaFree(scratch));
     }
     for (const std::uint32_t k : {8u, 1024u, 65536u}) {

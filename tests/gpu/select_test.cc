@@ -246,6 +246,47 @@ void CheckOrderStatistics(const std::vector<T>& x, int shift, const std::string&
   }
 }
 
+// Ranks at (and beside) fractions of the non-NaN elements, sorted, distinct.
+std::vector<std::uint64_t> RanksAt(std::uint64_t numbers, const std::vector<double>& fractions) {
+  std::vector<std::uint64_t> r;
+  for (const double f : fractions) {
+    const auto at = static_cast<std::uint64_t>(f * static_cast<double>(numbers - 1));
+    r.push_back(at);
+    if (at + 1 < numbers) r.push_back(at + 1);
+  }
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+// The ranks at `asked`, with Count told to expect `hints`: the elements of
+// a sorted copy whether or not the counting pass gathered them. Returns
+// whether it did (PassStats::gathered_while_counting).
+template <typename T>
+bool CheckHintedOrderStatistics(const std::vector<T>& x, int shift, const std::vector<double>& hints,
+                                const std::vector<double>& asked, const std::string& what) {
+  const std::vector<T> sorted = SortedNumbers(x);
+  OnDevice<T> d(x, shift);
+  const kernels::DeviceArray a{DTypeOf<T>(), d.data(), x.size()};
+  constexpr std::size_t kMaxRanks = 16;
+  std::size_t bytes = 0;
+  EXPECT_EQ(kernels::OrderStatistics::ScratchBytes(a, kMaxRanks, &bytes), cudaSuccess);
+  Scratch scratch(bytes);
+  Stream stream;
+  kernels::OrderStatistics select(a, kMaxRanks, scratch.get(), bytes, stream.s);
+  std::uint64_t nan = ~0ull;
+  EXPECT_EQ(select.Count(&nan, hints), cudaSuccess) << cuda::LastErrorWhere();
+  EXPECT_EQ(nan, x.size() - sorted.size()) << what;
+  if (sorted.empty()) return false;
+  const std::vector<std::uint64_t> ranks = RanksAt(sorted.size(), asked);
+  std::vector<std::uint64_t> bits(ranks.size(), 0xdeadbeefdeadbeefull);
+  EXPECT_EQ(select.Select(ranks, bits), cudaSuccess) << cuda::LastErrorWhere();
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    EXPECT_EQ(bits[i], Bits(sorted[ranks[i]])) << what << " (hinted): rank " << ranks[i] << " of " << sorted.size();
+  }
+  return select.stats().gathered_while_counting;
+}
+
 template <typename T>
 void CheckQuantiles(const std::vector<T>& x, int shift, const std::string& what) {
   OnDevice<T> d(x, shift);
@@ -401,6 +442,28 @@ TEST(SelectGpu, OrderStatisticsMatchASortedCopy) {
   TALLY_REQUIRE_GPU("order statistics");
   TALLY_FOR_TYPES(ForShapes<T>(type, [](const std::vector<T>& x, int shift, const std::string& what) {
     CheckOrderStatistics<T>(x, shift, what);
+  }));
+}
+
+// Count's hints: the median's and the ends' ranks, and a few quantiles',
+// for every dtype and shape; on uniform data of 2^20 elements or more the
+// counting pass must have gathered them (else the hints did nothing), and
+// hints that point elsewhere than the ranks asked must still give the
+// sorted copy's elements, by a second read.
+TEST(SelectGpu, HintedOrderStatisticsMatchASortedCopy) {
+  TALLY_REQUIRE_GPU("order statistics");
+  const std::vector<double> median = {0.5};
+  const std::vector<double> several = {0.0, 0.01, 0.25, 0.5, 0.9, 0.999, 1.0};
+  TALLY_FOR_TYPES(ForShapes<T>(type, [&](const std::vector<T>& x, int shift, const std::string& what) {
+    const bool large_uniform = x.size() >= (1u << 20) && what.find("uniform") != std::string::npos;
+    const bool m = CheckHintedOrderStatistics<T>(x, shift, median, median, what + ", median");
+    const bool q = CheckHintedOrderStatistics<T>(x, shift, several, several, what + ", 7 quantiles");
+    if (large_uniform) {
+      EXPECT_TRUE(m) << what << ": the median's buckets were not gathered while counting";
+      EXPECT_TRUE(q) << what << ": the quantiles' buckets were not gathered while counting";
+    }
+    const bool wrong = CheckHintedOrderStatistics<T>(x, shift, {0.1}, {0.9}, what + ", hinted elsewhere");
+    if (large_uniform) EXPECT_FALSE(wrong) << what << ": a rank outside the gathered buckets was read from them";
   }));
 }
 

@@ -55,6 +55,9 @@ struct SelectionLayout {
   std::size_t sort_bytes = 0;
   std::uint32_t* pos = nullptr;
   K* picked = nullptr;
+  std::uint32_t* sample_counts = nullptr;  // [kBuckets]: the sample's, for the hints
+  BucketRanges* ranges = nullptr;          // [1]: the buckets gathered while counting
+  std::uint32_t* gathered = nullptr;       // [1]: how many keys they hold
   std::uint64_t room = 0;  // candidates
   int grid = 0;
 };
@@ -66,7 +69,7 @@ cudaError_t LayOut(std::size_t max_ranks, std::uint64_t room, Carver& c, Selecti
   at->grid = sms * P::CountBlocksPerSm(sizeof(K));
   at->room = room;
   TALLY_CUDA_TRY(KeyPasses<K>::SortKeysBytes(static_cast<std::uint32_t>(at->room), &at->sort_bytes));
-  at->sample = c.Take<K>(P::kSample);
+  at->sample = c.Take<K>(P::kSelectionSample);
   at->table = c.Take<Bin<K>>(kLevelBins);
   at->hits = c.Take<std::uint32_t>(kLevelBins);
   at->lows = c.Take<K>(kLevelBins);
@@ -83,6 +86,9 @@ cudaError_t LayOut(std::size_t max_ranks, std::uint64_t room, Carver& c, Selecti
   at->sort_temp = c.Take<std::byte>(at->sort_bytes);
   at->pos = c.Take<std::uint32_t>(max_ranks);
   at->picked = c.Take<K>(max_ranks);
+  at->sample_counts = c.Take<std::uint32_t>(P::kBuckets);
+  at->ranges = c.Take<BucketRanges>(1);
+  at->gathered = c.Take<std::uint32_t>(1);
   return cudaSuccess;
 }
 
@@ -123,13 +129,28 @@ class SelectionOf final : public Selection {
     laid_out_ = LayOut<K>(max_ranks_, room, c, &at_);
   }
 
-  cudaError_t Count(std::uint64_t* nan) override {
+  cudaError_t Count(std::uint64_t* nan, std::span<const double> hints) override {
     TALLY_CUDA_TRY(laid_out_);
-    const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n_, P::kSample));
+    for (const double f : hints) {
+      if (!(f >= 0 && f <= 1)) return TALLY_SELECT_INVALID("hints must be fractions in [0, 1]");
+    }
+    const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n_, P::kSelectionSample));
+    const bool skip_high = mode_ == KeyMode::kNumbers && std::is_floating_point_v<T>;
     TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, stream_));
-    TALLY_CUDA_TRY(KeyPasses<K>::BuildTable(at_.sample, s, mode_ == KeyMode::kNumbers && std::is_floating_point_v<T>,
-                                            at_.hits, at_.lows, at_.highs, at_.table, stream_));
-    TALLY_CUDA_TRY(ElementPasses<T>::Count(data_, n_, mode_, at_.table, at_.block_counts, at_.grid, stream_));
+    TALLY_CUDA_TRY(KeyPasses<K>::BuildTable(at_.sample, s, skip_high, at_.hits, at_.lows, at_.highs, at_.table,
+                                            stream_));
+    GatherWhileCounting<K> gather;
+    hinted_ = !hints.empty() && hints.size() <= static_cast<std::size_t>(P::kMaxHints);
+    if (hinted_) {
+      GatherHints h;
+      h.count = static_cast<int>(hints.size());
+      std::copy(hints.begin(), hints.end(), h.fraction);
+      TALLY_CUDA_TRY(KeyPasses<K>::HintBuckets(at_.sample, s, skip_high, at_.table, h, n_, at_.room,
+                                               at_.sample_counts, at_.ranges, stream_));
+      TALLY_CUDA_TRY(cudaMemsetAsync(at_.gathered, 0, sizeof(std::uint32_t), stream_));
+      gather = {at_.ranges, at_.candidates, at_.gathered, static_cast<std::uint32_t>(at_.room)};
+    }
+    TALLY_CUDA_TRY(ElementPasses<T>::Count(data_, n_, mode_, at_.table, at_.block_counts, gather, at_.grid, stream_));
     TALLY_CUDA_TRY(ReduceCounts(at_.block_counts, at_.grid, at_.counts, stream_));
     table_.resize(kLevelBins);
     counts_.resize(kCountSlots);
@@ -137,6 +158,11 @@ class SelectionOf final : public Selection {
                                    stream_));
     TALLY_CUDA_TRY(cudaMemcpyAsync(counts_.data(), at_.counts, sizeof(std::uint32_t) * kCountSlots,
                                    cudaMemcpyDeviceToHost, stream_));
+    if (hinted_) {
+      TALLY_CUDA_TRY(cudaMemcpyAsync(&ranges_, at_.ranges, sizeof ranges_, cudaMemcpyDeviceToHost, stream_));
+      TALLY_CUDA_TRY(cudaMemcpyAsync(&gathered_, at_.gathered, sizeof(std::uint32_t), cudaMemcpyDeviceToHost,
+                                     stream_));
+    }
     TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
     const std::uint32_t nans = counts_[kNanSlot];
     ++stats.full_passes;
@@ -170,6 +196,7 @@ class SelectionOf final : public Selection {
       if (targets.empty() || targets.back().bucket != b) targets.push_back({r.lo, r.hi, below[b], counts_[b], b});
       of[i] = static_cast<int>(targets.size() - 1);
     }
+    if (!targets.empty() && GatheredHolds(targets)) return PickGathered(ranks, keys, targets, of);
     for (int round = 0; !targets.empty() && Held(targets) > at_.room; ++round) {
       if (round == kMaxRefines) return TALLY_SELECT_INVALID("the refining passes did not converge");
       TALLY_CUDA_TRY(Refine(ranks, keys, targets, of));
@@ -191,6 +218,29 @@ class SelectionOf final : public Selection {
     *fits = P::CountBlocksPerSm(sizeof(K)) * (GatherSharedBytes<K>(count) + reserved) <=
             static_cast<std::size_t>(per_sm);
     return cudaSuccess;
+  }
+
+  bool Flagged(std::uint32_t bucket) const {
+    for (int i = 0; i < ranges_.count; ++i) {
+      if (bucket >= ranges_.first[i] && bucket <= ranges_.last[i]) return true;
+    }
+    return false;
+  }
+
+  // Whether the counting pass gathered every target's bucket: hints were
+  // given, the flagged buckets' elements all fit the room, and the count
+  // gathered is theirs (a check of the pass, which holds by construction).
+  template <typename Targets>
+  bool GatheredHolds(const Targets& targets) const {
+    if (!hinted_ || gathered_ == 0 || gathered_ > at_.room) return false;
+    for (const auto& t : targets) {
+      if (!Flagged(t.bucket)) return false;
+    }
+    std::uint64_t flagged = 0;
+    for (std::uint32_t b = 0; b < static_cast<std::uint32_t>(P::kBuckets); ++b) {
+      if (Flagged(b)) flagged += counts_[b];
+    }
+    return flagged == gathered_;
   }
 
   // Keys [lo, hi] that hold some ranks: `below` elements lie under lo and
@@ -342,6 +392,38 @@ class SelectionOf final : public Selection {
     return cudaSuccess;
   }
 
+  // The targets' ranks read from the keys the counting pass gathered: all
+  // of the flagged buckets' elements, sorted; a rank's place among them is
+  // its rank less the elements of the unflagged buckets below its own.
+  template <typename Targets>
+  cudaError_t PickGathered(std::span<const std::uint64_t> ranks, std::span<std::uint64_t> keys,
+                           const Targets& targets, const std::vector<int>& of) {
+    std::vector<std::uint64_t> unflagged_below(P::kBuckets + 1, 0);
+    for (std::uint32_t b = 0; b < static_cast<std::uint32_t>(P::kBuckets); ++b) {
+      unflagged_below[b + 1] = unflagged_below[b] + (Flagged(b) ? 0 : counts_[b]);
+    }
+    K* sorted = nullptr;
+    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.candidates, at_.candidates_alt,
+                                          gathered_, &sorted, stream_));
+    std::vector<std::uint32_t> pos;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      if (of[i] < 0) continue;
+      pos.push_back(static_cast<std::uint32_t>(ranks[i] - unflagged_below[targets[of[i]].bucket]));
+      which.push_back(i);
+    }
+    TALLY_CUDA_TRY(cudaMemcpyAsync(at_.pos, pos.data(), sizeof(std::uint32_t) * pos.size(), cudaMemcpyHostToDevice,
+                                   stream_));
+    TALLY_CUDA_TRY(KeyPasses<K>::Pick(sorted, at_.pos, static_cast<std::uint32_t>(pos.size()), at_.picked, stream_));
+    std::vector<K> picked(pos.size());
+    TALLY_CUDA_TRY(cudaMemcpyAsync(picked.data(), at_.picked, sizeof(K) * picked.size(), cudaMemcpyDeviceToHost,
+                                   stream_));
+    TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
+    stats.gathered_while_counting = true;
+    for (std::size_t j = 0; j < which.size(); ++j) keys[which[j]] = picked[j];
+    return cudaSuccess;
+  }
+
   const T* data_;
   std::uint64_t n_;
   KeyMode mode_;
@@ -354,6 +436,9 @@ class SelectionOf final : public Selection {
   std::uint64_t numbers_ = 0;  // non-NaN elements
   std::vector<Bin<K>> table_;
   std::vector<std::uint32_t> counts_;
+  bool hinted_ = false;          // Count() was given hints and gathered their buckets
+  BucketRanges ranges_;          // which
+  std::uint32_t gathered_ = 0;   // the flagged buckets' elements (past the room: not all kept)
 };
 
 }  // namespace
@@ -499,7 +584,7 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
         MakeSelection(a, mode, 1, P::OneRankCandidates(a.length), at.selection, stream);
     std::uint64_t nan = 0, key = 0;
     const std::uint64_t rank = n - want;
-    TALLY_CUDA_TRY(exact->Count(&nan));
+    TALLY_CUDA_TRY(exact->Count(&nan, {}));
     TALLY_CUDA_TRY(exact->SelectKeys({&rank, 1}, {&key, 1}));
     if (stats) {
       stats->full_passes += exact->stats.full_passes;
@@ -588,9 +673,9 @@ OrderStatistics::OrderStatistics(const DeviceArray& array, std::size_t max_ranks
 
 OrderStatistics::~OrderStatistics() = default;
 
-cudaError_t OrderStatistics::Count(std::uint64_t* nan) {
+cudaError_t OrderStatistics::Count(std::uint64_t* nan, std::span<const double> hints) {
   if (!selection_) return TALLY_SELECT_INVALID("OrderStatistics: unsupported array or too little scratch");
-  return selection_->Count(nan);
+  return selection_->Count(nan, hints);
 }
 
 cudaError_t OrderStatistics::Select(std::span<const std::uint64_t> ranks, std::span<std::uint64_t> bits) {

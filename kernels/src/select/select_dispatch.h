@@ -25,9 +25,14 @@ inline constexpr std::uint32_t kMaxSegments = SelectPolicy::kBuckets / 4;
 // the map and the segments' cursors (gathering: `segments` of them when
 // each block writes its own places, else none), or the map and the
 // counters (refining).
+// Keys each warp of the counting pass buffers before appending them to the
+// gathered list (SelectPolicy::kWarpBuffer).
+inline constexpr int kWarpBuffer = SelectPolicy::kWarpBuffer;
+
 template <typename K>
 constexpr std::size_t CountSharedBytes() {
-  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * kCountSlots;
+  return sizeof(Bin<K>) * kLevelBins + sizeof(K) * kWarpBuffer * (SelectPolicy::kThreads / 32) +
+         sizeof(std::uint32_t) * kCountSlots;
 }
 template <typename K>
 constexpr std::size_t GatherSharedBytes(std::uint32_t segments) {
@@ -37,6 +42,32 @@ template <typename K>
 constexpr std::size_t RefineSharedBytes() {
   return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * (SelectPolicy::kBuckets + kCountSlots);
 }
+
+// The fractions of the non-NaN elements' ranks a selection will be asked
+// for (Count's hints), by value to HintBucketsKernel.
+struct GatherHints {
+  int count = 0;
+  double fraction[SelectPolicy::kMaxHints] = {};
+};
+
+// The buckets the counting pass gathers: `count` ranges [first, last],
+// ascending and apart (HintBucketsKernel's).
+struct BucketRanges {
+  int count = 0;
+  std::uint32_t first[SelectPolicy::kMaxHints] = {};
+  std::uint32_t last[SelectPolicy::kMaxHints] = {};
+};
+
+// The counting pass's gathering (ranges null: none): the keys of elements
+// in the ranges' buckets appended to keys[0, room), *count counting every
+// one of them (zeroed by the caller).
+template <typename K>
+struct GatherWhileCounting {
+  const BucketRanges* ranges = nullptr;
+  K* keys = nullptr;
+  std::uint32_t* count = nullptr;
+  std::uint32_t room = 0;
+};
 
 template <typename K>
 struct TopListsView {
@@ -59,9 +90,11 @@ struct ElementPasses {
   [[nodiscard]] static cudaError_t FullGrid(int* blocks);
   [[nodiscard]] static cudaError_t Sample(const T* data, std::uint64_t n, KeyMode mode, K* out, std::uint32_t count,
                                           cudaStream_t stream);
-  // Each block's counts into its row of block_counts (kCountSlots each).
+  // Each block's counts into its row of block_counts (kCountSlots each),
+  // and the ranges' keys gathered (GatherWhileCounting).
   [[nodiscard]] static cudaError_t Count(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
-                                         std::uint32_t* block_counts, int grid, cudaStream_t stream);
+                                         std::uint32_t* block_counts, const GatherWhileCounting<K>& gather,
+                                         int grid, cudaStream_t stream);
   // Blocks of the refining pass (one per SM).
   [[nodiscard]] static cudaError_t RefineGrid(int* blocks);
   [[nodiscard]] static cudaError_t Refine(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
@@ -90,6 +123,13 @@ struct KeyPasses {
   [[nodiscard]] static cudaError_t BuildTable(const K* sample, std::uint32_t count, bool skip_high,
                                               std::uint32_t* hits, K* lows, K* highs, Bin<K>* table,
                                               cudaStream_t stream);
+  // The ranges of buckets the counting pass gathers for `hints`, from
+  // `count` sample keys and the table built from them (HintBucketsKernel);
+  // sample_counts is kBuckets of scratch.
+  [[nodiscard]] static cudaError_t HintBuckets(const K* sample, std::uint32_t count, bool skip_high,
+                                               const Bin<K>* table, const GatherHints& hints, std::uint64_t n,
+                                               std::uint64_t room, std::uint32_t* sample_counts,
+                                               BucketRanges* ranges, cudaStream_t stream);
   // places[block][s] for the gathering pass (BlockPlacesKernel), with
   // segments[s].base holding the segment's bucket.
   [[nodiscard]] static cudaError_t BlockPlaces(const std::uint32_t* block_counts, int blocks,

@@ -39,6 +39,20 @@ cudaError_t KeyPasses<K>::BuildTable(const K* sample, std::uint32_t count, bool 
 }
 
 template <typename K>
+cudaError_t KeyPasses<K>::HintBuckets(const K* sample, std::uint32_t count, bool skip_high, const Bin<K>* table,
+                                      const GatherHints& hints, std::uint64_t n, std::uint64_t room,
+                                      std::uint32_t* sample_counts, BucketRanges* ranges, cudaStream_t stream) {
+  TALLY_CUDA_TRY(cudaMemsetAsync(sample_counts, 0, sizeof(std::uint32_t) * P::kBuckets, stream));
+  if (count > 0) {
+    SampleBucketsKernel<K><<<(count + 255) / 256, 256, 0, stream>>>(sample, count, skip_high, table, sample_counts);
+    TALLY_CUDA_CHECK_LAUNCH();
+  }
+  HintBucketsKernel<K><<<1, kHintThreads, 0, stream>>>(sample_counts, hints, n, room, ranges);
+  TALLY_CUDA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+template <typename K>
 cudaError_t KeyPasses<K>::BlockPlaces(const std::uint32_t* block_counts, int blocks, const Segment<K>* segments,
                                       std::uint32_t count, const std::uint32_t* segment_start,
                                       std::uint32_t* places, cudaStream_t stream) {

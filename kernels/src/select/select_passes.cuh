@@ -45,15 +45,16 @@ cudaError_t ElementPasses<T>::Sample(const T* data, std::uint64_t n, KeyMode mod
 
 template <typename T>
 cudaError_t ElementPasses<T>::Count(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
-                                    std::uint32_t* block_counts, int grid, cudaStream_t stream) {
+                                    std::uint32_t* block_counts, const GatherWhileCounting<K>& gather, int grid,
+                                    cudaStream_t stream) {
   return VisitMode(mode, [&](auto m) -> cudaError_t {
     constexpr std::size_t shared = CountSharedBytes<K>();
     auto* kernel = CountKernel<T, decltype(m)::value>;
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-    // Shared memory over L1: three blocks of ~72 KB per SM (32-bit keys).
+    // Shared memory over L1: three blocks of ~74 KB per SM (32-bit keys).
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
-    kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, block_counts);
+    kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, block_counts, gather);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   });

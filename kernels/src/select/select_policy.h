@@ -42,6 +42,28 @@ struct SelectPolicy {
   static constexpr std::uint32_t kRun = 16;
   static constexpr std::uint32_t kSample = kStrata * kRun;
 
+  // An order-statistics selection's sample: 2^20 keys (65,536 runs of 16,
+  // 4 MB of 32-bit keys, a few microseconds to read), so that the ranks the
+  // caller says it will ask for (Count's hints) can be placed closely
+  // enough to gather their buckets while counting: a rank at fraction f of
+  // the elements lies within kHintSigmas binomial standard deviations,
+  // sqrt(s f (1 - f)), of the sample's rank f s but with a probability of
+  // about 1e-4 (then a second read gathers it, as without hints). For the
+  // median of 2^28 elements the window is 2 x (4 x 512 + 8) of 2^20 sample
+  // keys: about 1.05M elements gathered (4 MB of keys) and sorted.
+  static constexpr std::uint32_t kSelectionSample = 65536 * kRun;
+  static constexpr double kHintSigmas = 4.0;
+  static constexpr double kHintExtra = 8.0;
+  // Hints one Count takes (more, as 64 quantiles' windows would cover most
+  // of the array, go without), and the share of the gathering room their
+  // predicted buckets may fill before the counting pass gathers nothing.
+  static constexpr int kMaxHints = 8;
+  static constexpr double kHintRoomShare = 0.75;
+  // Keys each warp of the counting pass buffers in shared memory before it
+  // appends them to the gathered list with one atomic: 64 (4 KB a block of
+  // 32-bit keys) makes a median's 1M keys of 2^28 about 16K atomics.
+  static constexpr int kWarpBuffer = 64;
+
   // Elements gathered for the final sort when the ranks' buckets are known:
   // at least 2^22, else n / 64 (16 MB of keys for 2^28 float32, twice for
   // the sort's buffers). 128 ranks' buckets hold about 128 x n / 16384

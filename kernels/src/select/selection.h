@@ -3,7 +3,11 @@
 // host between them.
 //
 // Count(): the sample, the bucket table built from it (on the device), one
-// counting pass over the array. Select(): each rank's bucket from the
+// counting pass over the array; with hints (the fractions of the ranks to
+// come, as a median's 0.5), the buckets the sample places them in are
+// flagged and the counting pass also gathers their elements, so that
+// Select() sorts those and reads no more of the array when every rank's
+// bucket was among them. Otherwise Select(): each rank's bucket from the
 // counts; a bucket of one key is the answer already; the others' elements
 // are gathered in one more pass (a few MB: the table spreads the buckets
 // evenly), sorted by CUB, and read at the ranks' places. When the ranks'
@@ -31,7 +35,12 @@ namespace tally::kernels::select {
 class Selection {
  public:
   virtual ~Selection() = default;
-  [[nodiscard]] virtual cudaError_t Count(std::uint64_t* nan) = 0;
+  // `hints`: fractions of the non-NaN elements (0 the smallest, 1 the
+  // largest) near which SelectKeys' ranks will lie, if known; up to
+  // SelectPolicy::kMaxHints of them let the counting pass gather the
+  // buckets those ranks are predicted in, so that SelectKeys reads the
+  // array no more (selection.h's top).
+  [[nodiscard]] virtual cudaError_t Count(std::uint64_t* nan, std::span<const double> hints) = 0;
   // keys[i] = the key of rank ranks[i] (ascending key order, NaN left out
   // in kNumbers), widened to 64 bits.
   [[nodiscard]] virtual cudaError_t SelectKeys(std::span<const std::uint64_t> ranks,

@@ -214,8 +214,21 @@ class KeptOnDevice final : public Reduction {
       return absl::OkStatus();
     }
     kernels::OrderStatistics select(array, max_ranks_, scratch_.data(), scratch_.size(), stream_.get());
+    // Where the ranks will lie, so that the counting pass gathers them (a
+    // median's, a few quantiles'; more are left to a second read).
+    std::vector<double> hints;
+    for (const OpSpec& op : plan_.ops) {
+      if (!IsQuantile(op.kind)) continue;
+      if (op.kind == OpKind::kMedian || op.kind == OpKind::kNanMedian) {
+        hints.push_back(0.5);
+      } else {
+        hints.insert(hints.end(), op.q.begin(), op.q.end());
+      }
+    }
+    std::sort(hints.begin(), hints.end());
+    hints.erase(std::unique(hints.begin(), hints.end()), hints.end());
     std::uint64_t nan = 0;
-    if (select.Count(&nan) != cudaSuccess) return CudaFailure(device_name_, "counting for a quantile");
+    if (select.Count(&nan, hints) != cudaSuccess) return CudaFailure(device_name_, "counting for a quantile");
     const std::uint64_t numbers = array.length - nan;
     std::vector<rules::agg::quantile_detail::QuantilePicks> picks;
     std::vector<std::uint64_t> ranks;

@@ -65,12 +65,14 @@ struct DeviceArray {
 // 2^32, data aligned to its element); else cudaErrorInvalidValue.
 [[nodiscard]] cudaError_t CheckSelectable(const DeviceArray& array);
 
-// How a call went: the full reads of the array it took, and whether the
-// sample's guess missed and an exact pass had to follow (for benchmarks
-// and tests: the answer is exact either way).
+// How a call went: the full reads of the array it took, whether the
+// sample's guess missed and an exact pass had to follow, and whether a
+// selection's ranks came from the keys gathered while counting (for
+// benchmarks and tests: the answer is exact either way).
 struct PassStats {
   int full_passes = 0;
   bool fell_back = false;
+  bool gathered_while_counting = false;
 };
 
 namespace select {
@@ -90,8 +92,13 @@ class OrderStatistics {
   OrderStatistics& operator=(const OrderStatistics&) = delete;
 
   // Reads the array once: *nan gets its NaN elements (0 for integers), and
-  // the pass leaves the counts Select() narrows with.
-  [[nodiscard]] cudaError_t Count(std::uint64_t* nan);
+  // the pass leaves the counts Select() narrows with. `hints`: the
+  // fractions of the non-NaN elements where Select()'s ranks will lie (a
+  // median's 0.5; up to 8): the pass then also gathers the elements the
+  // sample places near them, and Select() reads the array no more when
+  // each rank is among them (a second read otherwise: hints change the
+  // time, never the answer).
+  [[nodiscard]] cudaError_t Count(std::uint64_t* nan, std::span<const double> hints = {});
   // bits[i] = the element of rank ranks[i] among the non-NaN elements
   // (0 = the smallest), its bytes zero-extended to 64 bits. `ranks` sorted,
   // distinct, each below length - nan, at most max_ranks of them.
