@@ -72,6 +72,9 @@ start() {
   return 1
 }
 stop() { kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
+# faults PID: the process's minor page faults so far (/proc/PID/stat field
+# 10): a receive path that maps fresh pages for every message shows here.
+faults() { awk '{print $10}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # metric NAME: the server's series of that name, one line each.
 metric() {
   python3 -c "import sys, urllib.request as u
@@ -134,12 +137,14 @@ for step in "${steps[@]}"; do
       for backend in null cuda; do
         bench_pids=()
         start "streams-$backend-all" --backend=$backend || { rc=1; continue; }
+        faults_before=$(faults "$spid")
         for d in $(seq 0 $((gpus - 1))); do
           "$tally" bench --target="$target" --clients=$((16 / gpus)) --size=1Gi --mode=stream \
             --duration="$stream_seconds" --ops=sum,max,hist:256:-1:1 --json > "$logs/streams-$backend-one-$d.json" 2>&1 &
           bench_pids+=($!)
         done
         for p in "${bench_pids[@]}"; do wait "$p" || rc=1; done
+        echo "$backend: one server's minor page faults over the run: $(( $(faults "$spid") - faults_before ))"
         stop "$spid"
         bench_pids=()
         server_pids=()

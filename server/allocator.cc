@@ -20,17 +20,23 @@
 // (receive_arena.h) is shared by every jemalloc arena, its memory going
 // back to it within a second of being freed.
 //
-// narenas:8: jemalloc's default is four arenas per core, and gRPC's
+// narenas:4: jemalloc's default is four arenas per core, and gRPC's
 // threads (about one per core) each allocate their receive slices from
 // their own; on hosts of 32 and 64 cores a slice freed in one arena was
 // rarely reused by the next thread's read, so nearly every received byte
 // landed in a freshly mapped page: with 16 streams of 1 GiB the receiving
 // threads sat in page faults waiting for the address space's lock, held
 // by the mmap and munmap calls of the same churn (2 x H200 host, 32 cores,
-// one GPU: 8.2 GB/s, 3.8M page faults in 12 s; narenas:8 13.2 GB/s, 0.6M;
-// docs/performance.md, "Several GPUs under load").
+// one GPU: 8.2 GB/s and 3.8M page faults in 12 s with the default; 13.2
+// GB/s and 0.6M with 8 arenas). The same holds for a request's large
+// buffers, which the next request, on another worker thread, reuses only
+// if it allocates from the same arena: on a 2-core host a group-by of 4M
+// rows into 65,536 groups took 22 ms with 1 arena, 27-32 with 4, 34-45
+// with 8. Four keeps a few arenas for many threads' small allocations
+// (their thread caches refill from them under a lock); docs/performance.md,
+// "Several GPUs under load".
 extern "C" {
-const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false,narenas:8";
+const char* malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,retain:false,narenas:4";
 }
 
 namespace tally {
