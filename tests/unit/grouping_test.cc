@@ -171,6 +171,76 @@ TEST(FindGroups, WideAndFloatKeysNumberTheirTuplesInMapOrderAndFirstSeenOrder) {
   }
 }
 
+// Eight key columns whose distinct counts multiply past 2^64 (so the
+// mixed-radix numbers are coded once midway), with NA in one of them: the
+// tuples' order sorted (NA last in its column) and first-seen, NA rows
+// dropped or kept as one key per column.
+TEST(FindGroups, EightKeysPastSixtyFourBitsNumberTheirTuplesInMapOrder) {
+  TALLY_SEEDED_RNG(rng);
+  for (int round = 0; round < 6; ++round) {
+    const std::size_t rows = 2000 + rng() % 3000;
+    constexpr int kKeys = 7;  // and the NaN column: 8, the most a request takes
+    std::vector<std::vector<std::int64_t>> cols(kKeys, std::vector<std::int64_t>(rows));
+    std::vector<double> with_nan(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (int k = 0; k < kKeys; ++k) {
+        // Wide values (a hash map each), few enough repeats that tuples
+        // are mostly distinct; column 3 narrow, so that some repeat.
+        cols[k][i] = k == 3 ? static_cast<std::int64_t>(rng() % 3)
+                            : static_cast<std::int64_t>(rng() % 1000000007) * 1000003;
+      }
+      with_nan[i] = rng() % 10 == 0 ? std::nan("") : static_cast<double>(rng() % 7);
+      if (i % 5 == 1) cols[0][i] = cols[0][i - 1];  // repeated tuples
+      if (i % 5 == 1) {
+        for (int k = 1; k < kKeys; ++k) cols[k][i] = cols[k][i - 1];
+        with_nan[i] = with_nan[i - 1];
+      }
+    }
+    std::vector<KeyColumn> keys;
+    for (int k = 0; k < kKeys; ++k) keys.push_back(Key(cols[k], DType::kInt64));
+    keys.insert(keys.begin() + 2, Key(with_nan, DType::kFloat64));
+    for (const bool dropna : {true, false}) {
+      // Tuples as (NA flag, value) per column, NA sorting last.
+      using Tuple = std::vector<std::pair<int, double>>;
+      std::map<Tuple, std::uint32_t> sorted_rank;
+      std::map<Tuple, std::uint32_t> seen;
+      std::vector<Tuple> of_row(rows);
+      std::vector<bool> dropped(rows, false);
+      for (std::size_t i = 0; i < rows; ++i) {
+        Tuple t;
+        for (int k = 0; k < kKeys + 1; ++k) {
+          if (k == 2) {
+            const bool na = std::isnan(with_nan[i]);
+            t.emplace_back(na ? 1 : 0, na ? 0.0 : with_nan[i]);
+          } else {
+            t.emplace_back(0, static_cast<double>(cols[k < 2 ? k : k - 1][i]));
+          }
+        }
+        dropped[i] = dropna && t[2].first == 1;
+        of_row[i] = t;
+        if (dropped[i]) continue;
+        sorted_rank.emplace(t, 0);
+        seen.emplace(t, static_cast<std::uint32_t>(seen.size()));
+      }
+      std::uint32_t n = 0;
+      for (auto& [t, rank] : sorted_rank) rank = n++;
+      const Groups by_key = Find(keys, rows, {.sort = true, .dropna = dropna});
+      const Groups first = Find(keys, rows, {.sort = false, .dropna = dropna});
+      ASSERT_EQ(by_key.count, sorted_rank.size());
+      ASSERT_EQ(first.count, seen.size());
+      for (std::size_t i = 0; i < rows; ++i) {
+        if (dropped[i]) {
+          ASSERT_EQ(by_key.of_row[i], kNoGroup) << "row " << i;
+          ASSERT_EQ(first.of_row[i], kNoGroup) << "row " << i;
+          continue;
+        }
+        ASSERT_EQ(by_key.of_row[i], sorted_rank.at(of_row[i])) << "row " << i << " dropna " << dropna;
+        ASSERT_EQ(first.of_row[i], seen.at(of_row[i])) << "row " << i << " dropna " << dropna;
+      }
+    }
+  }
+}
+
 // The table of `keys` and `values` with sum, argmin and count of `values`
 // per group on the cpu backend.
 TEST(RunGroupBy, AnswersEachGroupsRowsAndIndicesAreRowsOfTheTable) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -240,36 +241,58 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
     if (rows != 0) out.first_row.push_back(0);
     return out;
   }
-  // The first column's codes, then each further column's combined with
-  // them: (code so far) x (the column's distinct values) + (its code) is a
-  // 64-bit number, coded again, so every step's codes stay below the number
-  // of rows. Each column's codes are sorted when the groups are, so the
-  // combined numbers sort as the key tuples do.
+  // The first column's codes, then each further column's folded in as a
+  // digit of a mixed-radix 64-bit number, (number so far) x (the column's
+  // distinct values) + (its code), coded once at the end: a direct table
+  // when the numbers' range allows, else a hash map. Each column's codes
+  // are sorted when the groups are, so the numbers sort as the key tuples
+  // do. Only when the next digit would overflow 64 bits are the numbers so
+  // far coded (to below the number of rows) before it is added. Coding at
+  // every column instead cost a hash map and a sort per column past a
+  // direct table's range: the h2o benchmark's six keys (1M rows, about 1M
+  // groups) took 2.0-2.2 s to group on a 2-core host.
   absl::StatusOr<Codes> first = CodeKeyColumn(keys[0], rows, options, nullptr);
   if (!first.ok()) return first.status();
   std::vector<std::uint32_t> codes = std::move(first->code);
   std::uint64_t distinct = first->values.size();
-  for (std::size_t k = 1; k < keys.size(); ++k) {
-    absl::StatusOr<Codes> next = CodeKeyColumn(keys[k], rows, options, &codes);
-    if (!next.ok()) return next.status();
-    const std::uint64_t width = next->values.size();
-    const auto tuple = [&](std::uint64_t r, bool& na) {
-      na = false;
-      return std::uint64_t{codes[r]} * width + next->code[r];
+  if (keys.size() > 1) {
+    std::vector<std::uint64_t> numbers(codes.begin(), codes.end());  // a dropped row's is never read
+    std::uint64_t radix = distinct;
+    const auto code_numbers = [&](const std::vector<std::uint32_t>& alive) -> absl::Status {
+      const auto number = [&](std::uint64_t r, bool& na) {
+        na = false;
+        return numbers[r];
+      };
+      absl::StatusOr<Codes> coded;
+      if (FitsDense(radix, rows)) {
+        coded = CodeDense(rows, radix, number, options, &alive);
+      } else {
+        coded = CodeColumn(rows, number, options, &alive);
+        if (coded.ok() && options.sort) SortCodes(*coded, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+      }
+      if (!coded.ok()) return coded.status();
+      codes = std::move(coded->code);
+      distinct = coded->values.size();
+      for (std::uint64_t r = 0; r < rows; ++r) numbers[r] = codes[r];
+      radix = distinct;
+      return absl::OkStatus();
     };
-    // kNoGroup in next->code: the row was dropped by this column or an
-    // earlier one. Combined numbers ascend as the tuples do.
-    absl::StatusOr<Codes> combined;
-    if (FitsDense(distinct * width, rows)) {
-      combined = CodeDense(rows, distinct * width, tuple, options, &next->code);
-      if (!combined.ok()) return combined.status();
-    } else {
-      combined = CodeColumn(rows, tuple, options, &next->code);
-      if (!combined.ok()) return combined.status();
-      if (options.sort) SortCodes(*combined, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+    for (std::size_t k = 1; k < keys.size(); ++k) {
+      // kNoGroup in next->code: the row was dropped by this column or an
+      // earlier one.
+      absl::StatusOr<Codes> next = CodeKeyColumn(keys[k], rows, options, &codes);
+      if (!next.ok()) return next.status();
+      const std::uint64_t width = std::max<std::uint64_t>(1, next->values.size());
+      if (radix > std::numeric_limits<std::uint64_t>::max() / width) {
+        if (absl::Status s = code_numbers(codes); !s.ok()) return s;
+      }
+      for (std::uint64_t r = 0; r < rows; ++r) {
+        if (next->code[r] != kNoGroup) numbers[r] = numbers[r] * width + next->code[r];
+      }
+      radix *= width;
+      codes = std::move(next->code);
     }
-    codes = std::move(combined->code);
-    distinct = combined->values.size();
+    if (absl::Status s = code_numbers(codes); !s.ok()) return s;
   }
   out.count = distinct;
   out.of_row = std::move(codes);

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""The h2o db-benchmark's group-by questions through tally's Python client,
+beside pandas and pyarrow on the same data, every tally answer checked
+against pandas'.
+
+The data as the benchmark's generator (groupby-datagen.R) makes it, N rows
+and K groups per id column: id1 and id2 strings of K values ("id001"),
+id3 strings of N/K values ("id0000000001"), id4 and id5 integers in 1..K,
+id6 integers in 1..N/K, v1 in 1..5, v2 in 1..15, v3 uniform in [0, 100)
+rounded to 6 decimals. The string ids are pandas categories, as the
+benchmark's pandas solution reads them, so tally's client sends their codes
+(the strings are factorised on the client) and pandas groups them with
+observed=True.
+
+The questions these functions express (the benchmark's numbering):
+    q1  sum v1 by id1                  q5  sum v1, v2, v3 by id6
+    q2  sum v1 by id1, id2             q6  median and std of v3 by id4, id5
+    q3  sum v1, mean v3 by id3         q7  max v1 - min v2 by id3
+    q4  mean v1, v2, v3 by id4         q10 sum v3, count by id1..id6
+Groups are asked in ascending key order (sort=True) of every engine.
+
+    python3 bench/groupby/h2o_bench.py --server build/server/tally-server \\
+        [--backend cpu|cuda] [--rows 1e7] [--k 100] [--questions q1,q2,...] \\
+        [--reps 3] [--baselines pandas,pyarrow]
+
+Needs the tally package (the build's client/python) and tests/python on
+PYTHONPATH, numpy and pandas; pyarrow where installed. Prints one
+tab-separated row per question and engine: seconds (best of --reps, the
+call's wall time, data sent each time) and whether tally's answer equals
+pandas' (floats to rtol 1e-9: sums in another order).
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+
+QUESTIONS = {
+    "q1": (["id1"], {"v1": "sum"}),
+    "q2": (["id1", "id2"], {"v1": "sum"}),
+    "q3": (["id3"], {"v1": "sum", "v3": "mean"}),
+    "q4": (["id4"], {"v1": "mean", "v2": "mean", "v3": "mean"}),
+    "q5": (["id6"], {"v1": "sum", "v2": "sum", "v3": "sum"}),
+    "q6": (["id4", "id5"], {"v3": ["median", "std"]}),
+    "q7": (["id3"], {"v1": "max", "v2": "min"}),
+    "q10": (["id1", "id2", "id3", "id4", "id5", "id6"], {"v3": "sum", "v1": "size"}),
+}
+
+
+def make_data(n, k, seed):
+    """The generator's columns, string ids as categories."""
+    rng = np.random.default_rng(seed)
+    nk = max(1, n // k)
+
+    def strings(fmt, count):
+        return pd.Categorical.from_codes(rng.integers(0, count, n), categories=[fmt % (i + 1) for i in range(count)])
+
+    return pd.DataFrame({
+        "id1": strings("id%03d", k), "id2": strings("id%03d", k), "id3": strings("id%010d", nk),
+        "id4": rng.integers(1, k + 1, n), "id5": rng.integers(1, k + 1, n), "id6": rng.integers(1, nk + 1, n),
+        "v1": rng.integers(1, 6, n), "v2": rng.integers(1, 16, n), "v3": np.round(rng.uniform(0, 100, n), 6)})
+
+
+def finish(q, out):
+    """q7's range, computed from the two aggregations as the benchmark does."""
+    if q == "q7":
+        out = out.assign(range_v1_v2=out["v1"] - out["v2"])[["range_v1_v2"]]
+    return out
+
+
+def best(fn, reps):
+    out, t = None, float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        t = min(t, time.perf_counter() - t0)
+    return out, t
+
+
+def pandas_answer(df, q):
+    by, agg = QUESTIONS[q]
+    return finish(q, df.groupby(by, sort=True, observed=True).agg(agg))
+
+
+def pyarrow_answer(table, q):
+    by, agg = QUESTIONS[q]
+    names = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "size": "count_all", "median": "approximate_median",
+             "std": "stddev"}
+    aggs = []
+    for column, funcs in agg.items():
+        for f in ([funcs] if isinstance(funcs, str) else funcs):
+            if f == "size":
+                aggs.append(([], "count_all"))
+            elif f == "std":
+                import pyarrow.compute as pc
+                aggs.append((column, "stddev", pc.VarianceOptions(ddof=1)))
+            else:
+                aggs.append((column, names[f]))
+    return table.group_by(by).aggregate(aggs)
+
+
+def same(a, b):
+    """Whether tally's frame equals pandas' (floats to rtol 1e-9), both
+    sorted by their keys: pandas before 2.0 lists observed categories in the
+    order they are first seen even with sort=True; tally, as pandas 2, in
+    the categories' order."""
+    a, b = a.sort_index(), b.sort_index()
+    try:
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, check_exact=False, rtol=1e-9,
+                                      check_index_type=False, check_column_type=False, check_names=False)
+        return "yes"
+    except AssertionError as e:
+        return "NO: " + str(e).splitlines()[0][:120]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--server", help="a tally-server binary to start (else --target)")
+    p.add_argument("--target", help="a running server's host:port")
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--rows", type=lambda s: int(float(s)), default=10_000_000)
+    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--questions", default=",".join(QUESTIONS))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--baselines", default="pandas,pyarrow")
+    p.add_argument("--seed", type=int, default=108)
+    args = p.parse_args()
+
+    import tally
+    server = None
+    if args.server:
+        from tally_test_server import TallyServer
+        from tally.v1 import tally_pb2
+        server = TallyServer(args.server, tally_pb2, [f"--backend={args.backend}", "--health_listen=",
+                                                      "--max_groups=67108864"])
+        target = f"127.0.0.1:{server.port}"
+    elif args.target:
+        target = args.target
+    else:
+        p.error("give --server or --target")
+    t0 = time.perf_counter()
+    df = make_data(args.rows, args.k, args.seed)
+    print(f"# {args.rows} rows, K={args.k}, made in {time.perf_counter() - t0:.1f} s; tally {args.backend} at {target}",
+          flush=True)
+    table = None
+    if "pyarrow" in args.baselines:
+        try:
+            import pyarrow as pa
+            table = pa.Table.from_pandas(df, preserve_index=False)
+        except ImportError:
+            pass
+    print("question\tengine\tseconds\tgroups\tequal to pandas")
+    try:
+        client = tally.Client(target)
+        for q in args.questions.split(","):
+            by, agg = QUESTIONS[q]
+            mine, t = best(lambda: finish(q, client.groupby(df, by, agg, sort=True, observed=True, timeout=3600)),
+                           args.reps)
+            ref, t_pandas = best(lambda: pandas_answer(df, q), args.reps if "pandas" in args.baselines else 1)
+            print(f"{q}\ttally-{args.backend}\t{t:.4f}\t{len(mine)}\t{same(mine, ref)}", flush=True)
+            if "pandas" in args.baselines:
+                print(f"{q}\tpandas\t{t_pandas:.4f}\t{len(ref)}\t", flush=True)
+            if table is not None:
+                try:
+                    arrow, t_arrow = best(lambda: pyarrow_answer(table, q), args.reps)
+                    print(f"{q}\tpyarrow\t{t_arrow:.4f}\t{arrow.num_rows}\t", flush=True)
+                except Exception as e:  # an aggregation or key type this pyarrow lacks
+                    print(f"{q}\tpyarrow\tn/a\t\t{type(e).__name__}: {str(e)[:80]}", flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
