@@ -27,7 +27,8 @@ Needs the tally package (the build's client/python) and tests/python on
 PYTHONPATH, numpy and pandas; pyarrow where installed. Prints one
 tab-separated row per question and engine: seconds (best of --reps, the
 call's wall time, data sent each time) and whether tally's answer equals
-pandas' (floats to rtol 1e-9: sums in another order).
+pandas' (floats to rtol 1e-9: sums in another order); exits 1 when one
+does not.
 """
 import argparse
 import os
@@ -155,6 +156,7 @@ def main():
         except ImportError:
             pass
     print("question\tengine\tseconds\tgroups\tequal to pandas")
+    wrong = 0
     try:
         client = tally.Client(target)
         for q in args.questions.split(","):
@@ -162,7 +164,9 @@ def main():
             mine, t = best(lambda: finish(q, client.groupby(df, by, agg, sort=True, observed=True, timeout=3600)),
                            args.reps)
             ref, t_pandas = best(lambda: pandas_answer(df, q), args.reps if "pandas" in args.baselines else 1)
-            print(f"{q}\ttally-{args.backend}\t{t:.4f}\t{len(mine)}\t{same(mine, ref)}", flush=True)
+            verdict = same(mine, ref)
+            wrong += verdict != "yes"
+            print(f"{q}\ttally-{args.backend}\t{t:.4f}\t{len(mine)}\t{verdict}", flush=True)
             if "pandas" in args.baselines:
                 print(f"{q}\tpandas\t{t_pandas:.4f}\t{len(ref)}\t", flush=True)
             if table is not None:
@@ -174,7 +178,8 @@ def main():
     finally:
         if server is not None:
             server.stop()
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
