@@ -19,12 +19,13 @@ TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from best_of import best  # noqa: E402
 from tally_test_server import TallyServer, load_messages  # noqa: E402
 
 OPS = ("OP_SUM", "OP_COUNT", "OP_MIN", "OP_MAX", "OP_MEAN")
@@ -49,15 +50,6 @@ def upload(server, pb, name, x, dtype, chunk=8 << 20):
         for at in range(0, len(data), chunk):
             yield pb.PutDatasetRequest(chunk=data[at:at + chunk])
     server.put_dataset(messages(), timeout=600)
-
-
-def best(fn, reps):
-    out, t = None, float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        t = min(t, time.perf_counter() - t0)
-    return out, t
 
 
 def check(pages, pb, k, v):

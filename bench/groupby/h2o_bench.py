@@ -40,6 +40,9 @@ import pandas as pd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from best_of import best  # noqa: E402
 
 QUESTIONS = {
     "q1": (["id1"], {"v1": "sum"}),
@@ -72,15 +75,6 @@ def finish(q, out):
     if q == "q7":
         out = out.assign(range_v1_v2=out["v1"] - out["v2"])[["range_v1_v2"]]
     return out
-
-
-def best(fn, reps):
-    out, t = None, float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = fn()
-        t = min(t, time.perf_counter() - t0)
-    return out, t
 
 
 def pandas_answer(df, q):

@@ -369,15 +369,26 @@ class SelectionOf final : public Selection {
     }
     TALLY_CUDA_TRY(ElementPasses<T>::Gather(data_, n_, mode_, at_.table, at_.map, at_.segments, count, places,
                                             at_.segment_start, at_.segment_fill, at_.candidates, at_.grid, stream_));
+    TALLY_CUDA_TRY(SortAndPick(held, ranks, keys, of, [&](std::size_t i) {
+      return start[of[i]] + static_cast<std::uint32_t>(ranks[i] - targets[of[i]].below);
+    }));
+    ++stats.full_passes;
+    return cudaSuccess;
+  }
+
+  // Sorts candidates[0, count) and reads keys[i] at place(i) among them
+  // for each rank i that still has a target (of[i] >= 0).
+  template <typename Place>
+  cudaError_t SortAndPick(std::uint32_t count, std::span<const std::uint64_t> ranks, std::span<std::uint64_t> keys,
+                          const std::vector<int>& of, Place place) {
     K* sorted = nullptr;
-    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.candidates, at_.candidates_alt, held,
+    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.candidates, at_.candidates_alt, count,
                                           &sorted, stream_));
     std::vector<std::uint32_t> pos;
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       if (of[i] < 0) continue;
-      const Target& t = targets[of[i]];
-      pos.push_back(start[of[i]] + static_cast<std::uint32_t>(ranks[i] - t.below));
+      pos.push_back(place(i));
       which.push_back(i);
     }
     TALLY_CUDA_TRY(cudaMemcpyAsync(at_.pos, pos.data(), sizeof(std::uint32_t) * pos.size(), cudaMemcpyHostToDevice,
@@ -387,7 +398,6 @@ class SelectionOf final : public Selection {
     TALLY_CUDA_TRY(cudaMemcpyAsync(picked.data(), at_.picked, sizeof(K) * picked.size(), cudaMemcpyDeviceToHost,
                                    stream_));
     TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
-    ++stats.full_passes;
     for (std::size_t j = 0; j < which.size(); ++j) keys[which[j]] = picked[j];
     return cudaSuccess;
   }
@@ -402,25 +412,10 @@ class SelectionOf final : public Selection {
     for (std::uint32_t b = 0; b < static_cast<std::uint32_t>(P::kBuckets); ++b) {
       unflagged_below[b + 1] = unflagged_below[b] + (Flagged(b) ? 0 : counts_[b]);
     }
-    K* sorted = nullptr;
-    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.candidates, at_.candidates_alt,
-                                          gathered_, &sorted, stream_));
-    std::vector<std::uint32_t> pos;
-    std::vector<std::size_t> which;
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      if (of[i] < 0) continue;
-      pos.push_back(static_cast<std::uint32_t>(ranks[i] - unflagged_below[targets[of[i]].bucket]));
-      which.push_back(i);
-    }
-    TALLY_CUDA_TRY(cudaMemcpyAsync(at_.pos, pos.data(), sizeof(std::uint32_t) * pos.size(), cudaMemcpyHostToDevice,
-                                   stream_));
-    TALLY_CUDA_TRY(KeyPasses<K>::Pick(sorted, at_.pos, static_cast<std::uint32_t>(pos.size()), at_.picked, stream_));
-    std::vector<K> picked(pos.size());
-    TALLY_CUDA_TRY(cudaMemcpyAsync(picked.data(), at_.picked, sizeof(K) * picked.size(), cudaMemcpyDeviceToHost,
-                                   stream_));
-    TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
+    TALLY_CUDA_TRY(SortAndPick(gathered_, ranks, keys, of, [&](std::size_t i) {
+      return static_cast<std::uint32_t>(ranks[i] - unflagged_below[targets[of[i]].bucket]);
+    }));
     stats.gathered_while_counting = true;
-    for (std::size_t j = 0; j < which.size(); ++j) keys[which[j]] = picked[j];
     return cudaSuccess;
   }
 
