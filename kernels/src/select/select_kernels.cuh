@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
     if (lane == 0) place = atomicAdd(gather.count, used);
     place = __shfl_sync(0xffffffffu, place, 0);
     for (std::uint32_t i = lane; i < used; i += 32) {
-      if (place + i < gather.room) gather.keys[place + i] = buffer[i];
+      if (std::uint64_t{place} + i < gather.room) gather.keys[place + i] = buffer[i];
     }
     __syncwarp();
     used = 0;
