@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "server/core/group_request.h"
+#include "server/engine/huge_pages.h"
 #include "absl/strings/str_cat.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/half.h"
@@ -42,6 +43,7 @@ template <typename Canon>
 absl::StatusOr<Codes> CodeColumn(std::uint64_t rows, Canon canon, const GroupOptions& options,
                                  const std::vector<std::uint32_t>* dropped) {
   Codes out;
+  ReserveHuge(out.code, rows);
   out.code.assign(rows, kNoGroup);
   absl::flat_hash_map<std::uint64_t, std::uint32_t> seen;
   for (std::uint64_t r = 0; r < rows; ++r) {
@@ -85,8 +87,11 @@ template <typename Offset>
 absl::StatusOr<Codes> CodeDense(std::uint64_t rows, std::uint64_t range, Offset offset, const GroupOptions& options,
                                 const std::vector<std::uint32_t>* dropped) {
   Codes out;
+  ReserveHuge(out.code, rows);
   out.code.assign(rows, kNoGroup);
-  std::vector<std::uint32_t> code_of(range, kNoGroup);
+  std::vector<std::uint32_t> code_of;
+  ReserveHuge(code_of, range);
+  code_of.assign(range, kNoGroup);
   const auto kept = [&](std::uint64_t r) { return dropped == nullptr || (*dropped)[r] != kNoGroup; };
   if (options.sort) {
     bool na_seen = false;
@@ -256,7 +261,9 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
   std::vector<std::uint32_t> codes = std::move(first->code);
   std::uint64_t distinct = first->values.size();
   if (keys.size() > 1) {
-    std::vector<std::uint64_t> numbers(codes.begin(), codes.end());  // a dropped row's is never read
+    std::vector<std::uint64_t> numbers;  // a dropped row's is never read
+    ReserveHuge(numbers, rows);
+    numbers.assign(codes.begin(), codes.end());
     std::uint64_t radix = distinct;
     const auto code_numbers = [&](const std::vector<std::uint32_t>& alive) -> absl::Status {
       const auto number = [&](std::uint64_t r, bool& na) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/validate.h"
 #include "server/engine/finish.h"
+#include "server/engine/huge_pages.h"
 #include "server/engine/grouping/keyed_sums.h"
 #include "tally/rules/agg/registry.h"
 
@@ -52,7 +53,9 @@ void ScatterFixed(const std::byte* from, const Groups& groups, const std::vector
 // A column's elements laid out group after group.
 std::vector<std::byte> ByGroup(std::span<const std::byte> data, std::size_t size, const Groups& groups,
                                const std::vector<std::uint64_t>& start) {
-  std::vector<std::byte> out(start.back() * size);
+  std::vector<std::byte> out;
+  ReserveHuge(out, start.back() * size);
+  out.resize(start.back() * size);
   switch (size) {
     case 1: ScatterFixed<1>(data.data(), groups, start, out.data()); break;
     case 2: ScatterFixed<2>(data.data(), groups, start, out.data()); break;
@@ -75,7 +78,9 @@ Validity ValidityByGroup(const Validity& mask, const Groups& groups, const std::
 
 // The table's rows in group order, for mapping indices back.
 std::vector<std::uint64_t> RowsByGroup(const Groups& groups, const std::vector<std::uint64_t>& start) {
-  std::vector<std::uint64_t> rows(start.back());
+  std::vector<std::uint64_t> rows;
+  ReserveHuge(rows, start.back());
+  rows.resize(start.back());
   ForEachInGroupOrder(groups, start, [&](std::uint64_t r, std::uint64_t at) { rows[at] = r; });
   return rows;
 }
