@@ -27,6 +27,16 @@ class HostileQuotaTest : public HostileClientTest {
     return r;
   }
 
+  // A call that waits for its connection (up to 10 s) instead of failing
+  // at once while it is made: on a loaded 2-core host one client's first
+  // connect failed once (UNAVAILABLE "failed to connect to all addresses")
+  // and, its channel backing off, every call of its 1.5 s failed fast;
+  // what these tests count are the server's refusals, not connects.
+  static void WaitForTheConnection(grpc::ClientContext& ctx) {
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
   // `threads` clients sending `r` for `run`; how many were refused with a
   // message containing `reason`.
   int Flood(int threads, std::chrono::milliseconds run, const std::string& reason,
@@ -34,6 +44,7 @@ class HostileQuotaTest : public HostileClientTest {
     return FloodWith(threads, run, reason, "", [&](v1::Aggregator::Stub& stub) {
       v1::AggregateResponse resp;
       grpc::ClientContext ctx;
+      WaitForTheConnection(ctx);
       return stub.Aggregate(&ctx, r, &resp);
     });
   }
@@ -51,6 +62,7 @@ class HostileQuotaTest : public HostileClientTest {
     return FloodWith(threads, run, reason, "streams ", [&](v1::Aggregator::Stub& stub) {
       v1::AggregateResponse resp;
       grpc::ClientContext ctx;
+      WaitForTheConnection(ctx);
       auto writer = stub.AggregateStream(&ctx, &resp);
       if (writer->Write(header)) writer->Write(chunk);
       writer->WritesDone();
