@@ -3,7 +3,8 @@
 # running tally across the GPUs must show, step by step, each step's log in
 # LOG_DIR (default /tmp/tally-multi-gpu) and a summary on stdout.
 #
-#   tests    the GPU tests with every GPU visible, then with each GPU alone
+#   tests    every GPU test executable with every GPU visible, then with
+#            each GPU alone
 #   soak     one server owning every GPU: 64 clients, 1 KiB to 256 MiB,
 #            --verify, for DURATION seconds; RSS every 5 s and each GPU's
 #            host-to-device bytes and kernel time from its metrics
@@ -111,10 +112,28 @@ for step in "${steps[@]}"; do
   echo "== $step"
   case $step in
     tests)
+      # Every GPU visible first; then each GPU alone, the GPUs side by side
+      # (one round per GPU at once: they share no device, and one after
+      # another they take minutes each).
+      suites=$(ls "$build/tests/gpu" | grep -E '^tally_([a-z_]+_)?gpu_tests?$')
+      suite_round() {  # VISIBLE: every suite with those GPUs visible, in turn
+        local fail=0
+        for t in $suites; do
+          CUDA_VISIBLE_DEVICES=$1 TALLY_GPU_TEST_SMALL=1 "$build/tests/gpu/$t" --gtest_brief=1 \
+            > "$logs/$t-gpus-${1//,/_}.log" 2>&1 || fail=1
+        done
+        return $fail
+      }
+      suite_round "$(seq -s, 0 $((gpus - 1)))" || rc=1
+      round_pids=()
+      for d in $(seq 0 $((gpus - 1))); do
+        suite_round "$d" &
+        round_pids+=($!)
+      done
+      for p in "${round_pids[@]}"; do wait "$p" || rc=1; done
       for visible in "$(seq -s, 0 $((gpus - 1)))" $(seq 0 $((gpus - 1))); do
-        for t in tally_gpu_tests tally_engine_gpu_tests; do
+        for t in $suites; do
           log="$logs/$t-gpus-${visible//,/_}.log"
-          CUDA_VISIBLE_DEVICES=$visible TALLY_GPU_TEST_SMALL=1 "$build/tests/gpu/$t" --gtest_brief=1 > "$log" 2>&1 || rc=1
           echo "CUDA_VISIBLE_DEVICES=$visible $t: $(grep -E '^\[  (PASSED|FAILED)' "$log" | tr '\n' ' ')"
         done
       done ;;

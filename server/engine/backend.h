@@ -62,6 +62,13 @@ class Reduction {
   }
   // The size of one element of the array (the plan's dtype).
   virtual std::size_t element_size() const = 0;
+  // Issues the work that ends the reduction (its last chunk, the finishing
+  // kernels) without waiting for it. A caller finishing reductions on
+  // several devices seals them all before it finishes the first, so the
+  // devices' last steps overlap instead of following one another; Finish()
+  // then only waits. Optional: Finish() issues whatever Seal() did not, and
+  // reports any error. The default has nothing to issue early.
+  [[nodiscard]] virtual absl::Status Seal() { return absl::OkStatus(); }
   [[nodiscard]] virtual absl::StatusOr<AggregationResult> Finish() = 0;
 
  protected:

@@ -225,6 +225,12 @@ absl::StatusOr<AggregationResult> ReduceAcross(Backend& backend, const Aggregati
     }
     if (!noted) Note(phase, "started");
     noted = true;
+    // Every GPU's last steps issued before the first is waited for: then
+    // they end side by side, and finishing a part that is done costs only
+    // the copy of its answer.
+    for (auto& [j, r] : running) {
+      if (absl::Status s = r->Seal(); !s.ok()) return s;
+    }
     for (auto& [j, r] : running) {
       absl::StatusOr<AggregationResult> result = r->Finish();
       if (!result.ok()) return result.status();

@@ -1,7 +1,7 @@
 // Sharded queries under concurrent load, without a GPU: LaneSlots (the
 // cuda backend's free lanes per GPU) wakes a waiter that can take a
-// returned lane, and ReducePieces never holds one place's lane while it
-// waits for another's. A backend with a few lanes per "GPU" (host bytes
+// returned lane, ReducePieces never holds one place's lane while it waits
+// for another's, and it issues every part's end before it waits for one. A backend with a few lanes per "GPU" (host bytes
 // labelled as device memory, reduced by the cpu backend) reproduces the
 // shape of many clients querying datasets sharded over several GPUs.
 #include <atomic>
@@ -95,6 +95,8 @@ class LanedBackend : public Backend {
     return StartWithin(plan, from, std::chrono::milliseconds(0));
   }
   int held_while_waiting() const { return held_while_waiting_.load(); }
+  // Parts sealed (Reduction::Seal) when the first Finish began; -1 before.
+  int sealed_at_first_finish() const { return sealed_at_first_finish_.load(); }
 
  private:
   absl::StatusOr<std::unique_ptr<Reduction>> StartWithin(const AggregationPlan& plan, const Placement& from,
@@ -120,7 +122,13 @@ class LanedBackend : public Backend {
     }
     absl::Status Consume(const Extent& e) override { return inner_->Consume(Extent::PageableHost(e.bytes)); }
     std::size_t element_size() const override { return inner_->element_size(); }
+    absl::Status Seal() override {
+      owner_->sealed_.fetch_add(1);
+      return absl::OkStatus();
+    }
     absl::StatusOr<AggregationResult> Finish() override {
+      int none = -1;
+      owner_->sealed_at_first_finish_.compare_exchange_strong(none, owner_->sealed_.load());
       std::this_thread::sleep_for(owner_->work_);
       return inner_->Finish();
     }
@@ -137,6 +145,8 @@ class LanedBackend : public Backend {
   const std::chrono::microseconds work_;
   std::unique_ptr<Backend> cpu_;
   std::atomic<int> held_while_waiting_{0};
+  std::atomic<int> sealed_{0};
+  std::atomic<int> sealed_at_first_finish_{-1};
 };
 thread_local int LanedBackend::held_ = 0;
 
@@ -185,6 +195,28 @@ TEST(ShardedLoad, ManyClientsOnEveryPlaceNeverHoldALaneWhileWaiting) {
     EXPECT_EQ(wrong.load(), 0) << "rows " << row;
   }
   EXPECT_EQ(laned.held_while_waiting(), 0);
+}
+
+// One query over 4 places: every part's last steps are issued (Seal) before
+// the first part is waited for, so the GPUs end side by side. (Finishing
+// each in turn, issuing its last kernels only then, put each GPU's ending
+// after the one before: 19 us a GPU on 4 H200s.)
+TEST(ShardedLoad, EveryPartIsSealedBeforeTheFirstIsWaitedFor) {
+  TALLY_SEEDED_RNG(rng);
+  constexpr int kPlaces = 4;
+  LanedBackend laned(kPlaces, 1, 1000ms, 0us);
+  const Array a = RandomArray(DType::kFloat32, 4000, rng, Fill::kWide);
+  const std::size_t es = rules::SizeOf(DType::kFloat32);
+  std::vector<PlacedPiece> shards;
+  for (int p = 0; p < kPlaces; ++p) {
+    const std::uint64_t first = a.length * p / kPlaces, end = a.length * (p + 1) / kPlaces;
+    shards.push_back(PlacedPiece{first, Extent{std::span(a.bytes).subspan(first * es, (end - first) * es),
+                                               Placement::Device(p)}});
+  }
+  const AggregationPlan plan{{DType::kFloat32, a.length, 0}, {OpSpec{.kind = OpKind::kMax}}};
+  absl::StatusOr<AggregationResult> got = ReducePieces(laned, plan, shards, [] { return false; });
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(laned.sealed_at_first_finish(), kPlaces);
 }
 
 }  // namespace

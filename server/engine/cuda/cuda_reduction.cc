@@ -214,6 +214,16 @@ class CudaReduction final : public Reduction {
 
   std::size_t element_size() const override { return elem_; }
 
+  // Only once every element has come: before that (or after a failure)
+  // Finish() reports what is wrong.
+  absl::Status Seal() override {
+    if (!failed_.ok() || !lease_ || consumed_ != plan_.array.length || passes_.passes.empty()) {
+      return absl::OkStatus();
+    }
+    ScopedDevice on(lane_->device());
+    return IssueEnd();
+  }
+
   absl::StatusOr<AggregationResult> Finish() override {
     if (!failed_.ok()) return failed_;
     if (!lease_) return absl::FailedPreconditionError("cuda backend: Finish() called twice.");
@@ -232,21 +242,8 @@ class CudaReduction final : public Reduction {
     }
     if (!passes_.passes.empty()) {
       ScopedDevice on(lane_->device());
-      if (open_bytes_ > 0) {  // the array's last chunk, its copies issued
-        if (absl::Status s = CloseDeviceChunk(); !s.ok()) return s;
-      } else if (staging_.filled() > 0) {
-        if (absl::Status s = SubmitStaged(); !s.ok()) return s;
-      } else if (!launched_) {
-        // An empty array still needs its state started (aggregate.h).
-        if (absl::Status s = Launch(lane_->slot(0).chunk.data(), 0); !s.ok()) return s;
-      }
+      if (absl::Status s = IssueEnd(); !s.ok()) return s;
       const cudaStream_t compute = lane_->compute_stream().get();
-      for (const Pass& pass : passes_.passes) {
-        const cudaError_t err =
-            kernels::Finalize(pass.plan, lane_->state() + pass.state_offset,
-                              lane_->result() + pass.state_offset, compute);
-        if (err != cudaSuccess) return Fail(err, "finalizing");
-      }
       if (const cudaError_t err = Sync(compute); err != cudaSuccess) return Fail(err, "finishing");
       for (DeviceLane::Slot& s : lane_->slots()) {
         if (s.pending) {
@@ -282,6 +279,28 @@ class CudaReduction final : public Reduction {
           absl::StrCat("data: more than the ", plan_.array.length, " elements in spec.length."));
     }
     return bytes / elem_;
+  }
+
+  // The array's last chunk and the finishing kernels, issued once (by
+  // Seal() or Finish(), whichever comes first). The lane's device is set.
+  absl::Status IssueEnd() {
+    if (ended_) return absl::OkStatus();
+    if (open_bytes_ > 0) {  // the array's last chunk, its copies issued
+      if (absl::Status s = CloseDeviceChunk(); !s.ok()) return s;
+    } else if (staging_.filled() > 0) {
+      if (absl::Status s = SubmitStaged(); !s.ok()) return s;
+    } else if (!launched_) {
+      // An empty array still needs its state started (aggregate.h).
+      if (absl::Status s = Launch(lane_->slot(0).chunk.data(), 0); !s.ok()) return s;
+    }
+    const cudaStream_t compute = lane_->compute_stream().get();
+    for (const Pass& pass : passes_.passes) {
+      const cudaError_t err = kernels::Finalize(pass.plan, lane_->state() + pass.state_offset,
+                                                lane_->result() + pass.state_offset, compute);
+      if (err != cudaSuccess) return Fail(err, "finalizing");
+    }
+    ended_ = true;
+    return absl::OkStatus();
   }
 
   static cudaError_t Sync(cudaStream_t s) {
@@ -589,6 +608,7 @@ class CudaReduction final : public Reduction {
   std::uint64_t offset_ = 0;    // elements handed to the kernels
   std::uint64_t chunks_ = 0;    // slots used so far (the next is slot(chunks_))
   bool launched_ = false;       // the state has been started
+  bool ended_ = false;          // the last chunk and the finishing kernels issued (IssueEnd)
   absl::Status failed_;
 
   // Not yet reported to Metrics.

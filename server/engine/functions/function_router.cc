@@ -46,6 +46,13 @@ class SplitReduction final : public Reduction {
     return kept_->ConsumeRuns(runs);
   }
 
+  absl::Status Seal() override {
+    if (fused_) {
+      if (absl::Status s = fused_->Seal(); !s.ok()) return s;
+    }
+    return kept_->Seal();
+  }
+
   absl::StatusOr<AggregationResult> Finish() override {
     AggregationResult result;
     result.values.resize(ops_);

@@ -30,6 +30,7 @@ class AccountedReduction final : public Reduction {
 
   absl::Status Consume(const Extent& elements) override { return inner_->Consume(elements); }
   absl::Status ConsumeRuns(const HostRuns& runs) override { return inner_->ConsumeRuns(runs); }
+  absl::Status Seal() override { return inner_->Seal(); }
   absl::StatusOr<AggregationResult> Finish() override { return inner_->Finish(); }
   std::size_t element_size() const override { return inner_->element_size(); }
 
