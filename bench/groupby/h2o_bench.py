@@ -21,7 +21,7 @@ Groups are asked in ascending key order (sort=True) of every engine.
 
     python3 bench/groupby/h2o_bench.py --server build/server/tally-server \\
         [--backend cpu|cuda] [--rows 1e7] [--k 100] [--questions q1,q2,...] \\
-        [--reps 3] [--baselines pandas,pyarrow]
+        [--reps 3] [--baselines pandas,pyarrow] [--inline]
 
 Needs the tally package (the build's client/python) and tests/python on
 PYTHONPATH, numpy and pandas; pyarrow where installed. Prints one
@@ -124,6 +124,9 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--baselines", default="pandas,pyarrow")
     p.add_argument("--seed", type=int, default=108)
+    p.add_argument("--inline", action="store_true",
+                   help="send the frame inside the request even to a server on this host "
+                        "(the client's shared_memory=False)")
     args = p.parse_args()
 
     import tally
@@ -152,7 +155,7 @@ def main():
     print("question\tengine\tseconds\tgroups\tequal to pandas")
     wrong = 0
     try:
-        client = tally.Client(target)
+        client = tally.Client(target, shared_memory=False if args.inline else None)
         for q in args.questions.split(","):
             by, agg = QUESTIONS[q]
             mine, t = best(lambda: finish(q, client.groupby(df, by, agg, sort=True, observed=True, timeout=3600)),

@@ -166,8 +166,13 @@ absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& reques
 
 // What a group-by holds while it runs besides its request: per row a group
 // number and a place in group order (12 bytes), and one value column laid
-// out by group at a time (at most 8 bytes a row).
-std::uint64_t GroupByWorkingBytes(const GroupByPlan& plan) { return plan.rows * 20; }
+// out by group at a time (at most 8 bytes a row). Composite keys add, while
+// the groups are found, each row's mixed-radix number (8 bytes) and the
+// next column's codes (4). The tables that code the keys grow with the
+// distinct keys, not the rows, and are not counted.
+std::uint64_t GroupByWorkingBytes(const GroupByPlan& plan) {
+  return plan.rows * (plan.keys.size() > 1 ? 32 : 20);
+}
 
 }  // namespace
 

@@ -4,7 +4,8 @@ aggregation, over keys of every dtype (integers, bool, floats with NaN and
 -0.0, strings with None, categories, nullable Int64), composite, skewed,
 one group and 200,000 groups in several pages; nullable value columns, empty
 frames, a mapping of numpy arrays or of SharedArrays (sent as region columns),
-and the errors that name what is wrong.
+large tables packed into one shared-memory region for a local server, and
+the errors that name what is wrong.
 
 usage: groupby_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH)
@@ -16,6 +17,7 @@ import sys
 import warnings
 import zlib
 
+import grpc
 import numpy as np
 import pandas as pd
 
@@ -543,6 +545,110 @@ class SharedColumns(Base):
             view[0] = 1
         with self.assertRaises(ValueError):
             shared.values
+
+
+class PackedFrames(Base):
+    """A table of at least stream_threshold bytes, for a server on this
+    host, goes through one shared-memory region made for the call (the
+    client's shared_memory=None): every column a region column of it, the
+    answers those of the same table sent inline, and nothing left behind;
+    a server that cannot open the object gets the table inline."""
+
+    def client_with(self, **kwargs):
+        c = tally.Client(self.target, timeout=60, **kwargs)
+        self.addCleanup(c.close)
+        requests = []
+        read = c._group_by_pages
+
+        def recording(request, timeout, metadata):
+            requests.append(request)
+            return read(request, timeout, metadata)
+
+        c._group_by_pages = recording
+        return c, requests
+
+    def test_a_large_table_goes_as_one_region_and_answers_as_inline(self):
+        n = 6_000
+        df = values_frame(self.rng, n, {"k": self.rng.integers(-20, 20, n), "s": self.rng.choice(["x", "y", None], n)})
+        inline, inline_requests = self.client_with(shared_memory=False, stream_threshold=0)
+        packed, packed_requests = self.client_with(stream_threshold=0)
+        for by, agg in ((["k"], FUNCS), (["k", "s"], FEW), ("s", "size")):
+            frame = df if "s" in by else df.drop(columns="s")
+            inline_requests.clear()
+            packed_requests.clear()
+            want = inline.groupby(frame, by, agg, dropna=False)
+            got = packed.groupby(frame, by, agg, dropna=False)
+            self.assertSameResult(got, want, f"by={by}, agg={agg}")
+            self.assertSameResult(got, frame.groupby(by, dropna=False).agg(agg), f"by={by}, agg={agg}, pandas")
+            self.assertTrue(packed._server_reads_shm)
+            self.assertEqual(len(packed_requests), len(inline_requests))
+            regions = set()
+            for r in packed_requests:
+                for c in r.columns:
+                    self.assertTrue(c.HasField("region"), f"by={by}: column {c.name} went inline")
+                    self.assertEqual(c.data, b"")
+                    self.assertEqual(c.region.offset % 64, 0)
+                    regions.add(c.region.name)
+            self.assertEqual(len(regions), 1, f"by={by}: one region for the call")
+            for r in inline_requests:
+                self.assertFalse(any(c.HasField("region") for c in r.columns))
+            # Unregistered and removed once the call is over.
+            self.assertNotIn(regions.pop(), {r.name for r in packed.list_regions()})
+        self.assertEqual([r for r in os.listdir("/dev/shm") if r in {c.region.name for r in packed_requests
+                                                                     for c in r.columns}], [])
+
+    def test_a_small_table_or_a_remote_server_goes_inline(self):
+        n = 1_000
+        arrays = {"k": self.rng.integers(0, 5, n), "v": self.rng.random(n)}
+        small, requests = self.client_with()  # 16 KB, under the default 4 MiB
+        small.groupby(arrays, "k", "sum")
+        self.assertFalse(any(c.HasField("region") for r in requests for c in r.columns))
+        from tally.client import _is_local_target
+        for target in ("localhost:50051", "127.0.0.1:1", "127.3.2.1:50051", "[::1]:50051", "ipv4:127.0.0.1:5",
+                       "dns:///localhost:50051", "unix:/run/tally.sock", "unix:///run/tally.sock", "LOCALHOST:9"):
+            self.assertTrue(_is_local_target(target), target)
+        for target in ("tally:50051", "10.0.0.7:50051", "dns:///tally.svc:50051", "[2001:db8::1]:50051",
+                       "localhost.example.com:1", "128.0.0.1:50051"):
+            self.assertFalse(_is_local_target(target), target)
+
+    def test_a_server_that_cannot_open_the_object_gets_the_table_inline(self):
+        n = 2_000
+        arrays = {"k": self.rng.integers(0, 7, n), "v": self.rng.random(n)}
+        want = self.client.groupby(arrays, "k", ["sum", "max"])
+        c, requests = self.client_with(stream_threshold=0)
+        tries = []
+
+        def not_found(name, shm_name, byte_size, **kwargs):
+            tries.append(name)
+            raise tally.Error(grpc.StatusCode.NOT_FOUND, f"shm_name: cannot open shared-memory object '{shm_name}'")
+
+        c.register_host_region = not_found
+        for _ in range(2):
+            got = c.groupby(arrays, "k", ["sum", "max"])
+            for label in want:
+                np.testing.assert_array_equal(got[label], want[label], err_msg=label)
+        self.assertEqual(len(tries), 1, "tried once, then inline for the client's life")
+        self.assertFalse(c._server_reads_shm)
+        self.assertFalse(any(col.HasField("region") for r in requests for col in r.columns))
+        self.assertFalse(os.path.exists("/dev/shm/" + tries[0]), "the object made for it is removed")
+        # Asked for by name (shared_memory=True), the server's error is raised.
+        strict, _ = self.client_with(stream_threshold=0, shared_memory=True)
+        strict.register_host_region = not_found
+        with self.assertRaises(tally.Error) as e:
+            strict.groupby(arrays, "k", "sum")
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        # A refusal of this call only (a quota): inline this once, tried again next time.
+        busy, _ = self.client_with(stream_threshold=0)
+        busy_tries = []
+
+        def exhausted(name, shm_name, byte_size, **kwargs):
+            busy_tries.append(name)
+            raise tally.Error(grpc.StatusCode.RESOURCE_EXHAUSTED, "regions: over --max_region_bytes")
+
+        busy.register_host_region = exhausted
+        busy.groupby(arrays, "k", "sum")
+        busy.groupby(arrays, "k", "sum")
+        self.assertEqual(len(busy_tries), 2)
 
 
 class ReadmeExample(Base):

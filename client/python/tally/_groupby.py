@@ -27,7 +27,7 @@ from . import partial as tp
 from ._arrays import FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, wire_dtype
 from ._ops import Op
 from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan
-from ._shared import SharedArray
+from ._shared import SharedArray, PackedColumns
 from .v1 import tally_pb2 as pb
 
 # The server's limit on aggregations per request (server/core/validate.h):
@@ -521,13 +521,16 @@ class _Names:
 
 
 def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray],
-                 shared: Optional[SharedArray] = None) -> Any:
+                 shared: Optional[SharedArray] = None, packed: Optional[PackedColumns] = None) -> Any:
     """The column as GroupBy takes it: where its values as sent are a
     contiguous view of ``shared``'s memory (its own values, or bools seen
-    as uint8), the place in its region that holds them; else the bytes."""
+    as uint8), the place in its region that holds them; else where
+    ``packed`` holds their copy; else the bytes."""
     a, _ = prepare(values)
     c = pb.Column(name=name, dtype=wire_dtype(a.dtype))
     region = None if shared is None else shared.region_column(a)
+    if region is None and packed is not None:
+        region = packed.region_column(values)
     if region is not None:
         c.region.CopyFrom(region)
     else:
@@ -818,20 +821,36 @@ class GroupByFunctions:
             return (_Grouped(0, [(k.values[:0], np.empty(0, dtype=bool)) for k in keys], []),
                     {v.label: {op: empty(op, v.col.values.dtype) for op in v.ops} for v in values},
                     empty(Op.parse("count"), np.dtype(np.uint8)) if want_sizes else None)
-        names = _Names()
-        key_columns = [_wire_column(names(k.label), k.values, k.valid, k.shared) for k in keys]
-        key_names = [c.name for c in key_columns]
         # Each group's rows: OP_COUNT over a key column without a mask (a
         # masked one counts only the rows whose key is present), else over a
         # column of zeros sent for it. Partial states: always the zeros, so
         # that every part's states of it have one dtype to merge.
-        size_column = None if base_index is not None else next(
-            (c for c, k in zip(key_columns, keys) if k.valid is None), None)
+        counted = None if base_index is not None else next((i for i, k in enumerate(keys) if k.valid is None), None)
+        zeros = np.zeros(rows, dtype=np.uint8) if want_sizes and counted is None else None
+        packed = self._pack_columns([k.values for k in keys if k.shared is None]
+                                    + [v.col.values for v in values if v.shared is None]
+                                    + ([zeros] if zeros is not None else []), timeout)
+        try:
+            return self._group_sent(keys, values, want_sizes, base_index, zeros, counted, packed, sort, dropna,
+                                    timeout)
+        finally:
+            if packed is not None:
+                packed.close()
+
+    def _group_sent(self, keys: list[_Key], values: list[_Values], want_sizes: bool, base_index: Optional[int],
+                    zeros: Optional[np.ndarray], counted: Optional[int], packed: Optional[PackedColumns],
+                    sort: bool, dropna: bool, timeout: Optional[float]
+                    ) -> tuple[_Grouped, dict[Any, dict[Op, Any]], Any]:
+        """_group's requests, the columns sent inline or as regions."""
+        names = _Names()
+        key_columns = [_wire_column(names(k.label), k.values, k.valid, k.shared, packed) for k in keys]
+        key_names = [c.name for c in key_columns]
+        size_column = None if counted is None else key_columns[counted]
         extra = []
-        if want_sizes and size_column is None:
-            size_column = _wire_column(names("size"), np.zeros(rows, dtype=np.uint8), None)
+        if zeros is not None:
+            size_column = _wire_column(names("size"), zeros, None, None, packed)
             extra.append(size_column)
-        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid, v.shared) for v in values}
+        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid, v.shared, packed) for v in values}
         count = Op.parse("count")
         answers: dict[Any, dict[Op, Any]] = {}
         sizes = None

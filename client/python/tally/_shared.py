@@ -122,3 +122,81 @@ class SharedArray:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+# Linux's MADV_POPULATE_WRITE (5.14 and later; Python 3.11's mmap does not
+# name it): the object's pages made and mapped in one call rather than one
+# fault each as the copy first touches them. A 32 MB copy into a new object
+# took 100 ms with faults and 50 ms populated first on a 2-vCPU VM, where a
+# copy into memory already touched takes 2.
+_MADV_POPULATE_WRITE = 23
+
+
+def _populate(memory: Any) -> None:
+    try:
+        memory._mmap.madvise(_MADV_POPULATE_WRITE)
+    except (AttributeError, OSError, ValueError):
+        pass  # an older kernel or another mmap: the copy faults the pages in
+
+
+class PackedColumns:
+    """Columns copied into one new shared-memory object, registered with the
+    server as one host region for the length of one call, so that GroupBy
+    reads them in place instead of from the message: the columns go as
+    region columns (Column.region). An inline frame's trip (the request's
+    serialisation here, gRPC's send, the server's parse, each a copy of
+    every column) was 90% of a 1M-row group-by against a local cpu server;
+    this costs one copy and two small calls. Each column starts on a
+    64-byte boundary. :meth:`close` unregisters the region and removes the
+    object."""
+
+    _ALIGN = 64
+
+    def __init__(self, client: "Client", arrays: list[np.ndarray], timeout: Optional[float]) -> None:
+        from multiprocessing import shared_memory
+
+        self._client = client
+        self._at: dict[int, tuple[int, int]] = {}  # id(array) -> (byte offset, elements)
+        prepared, end = [], 0
+        for x in arrays:
+            a, _ = prepare(x)
+            prepared.append((x, a, end))
+            end += -(-a.nbytes // self._ALIGN) * self._ALIGN
+        self._memory = shared_memory.SharedMemory(create=True, size=max(end, 1))
+        self._mapping: Optional[_Mapping] = _Mapping(self._memory, end)
+        try:
+            _populate(self._memory)
+            self._fill(prepared)
+            self.region = self._memory.name
+            client.register_host_region(self.region, "/" + self._memory.name, end, timeout=timeout)
+        except BaseException:
+            self._release()
+            raise
+        self._arrays = arrays  # kept alive: the ids above name them
+
+    def _fill(self, prepared: list) -> None:
+        # Its own frame: no view of the memory outlives the copy (a failed
+        # registration's traceback would hold one, and the memory could not
+        # be closed while it did).
+        base = self._mapping._bytes  # writable: the one export of the memory
+        for x, a, at in prepared:
+            base[at:at + a.nbytes] = byte_view(a)
+            self._at[id(x)] = (at, a.size)
+
+    def region_column(self, x: np.ndarray) -> Optional["pb.RegionColumn"]:
+        """Where the copy of ``x`` (one of the arrays given) lies; None for
+        any other array."""
+        at = self._at.get(id(x))
+        return None if at is None else pb.RegionColumn(name=self.region, offset=at[0], length=at[1])
+
+    def close(self) -> None:
+        if self._mapping is None:
+            return
+        try:
+            self._client.unregister_region(self.region)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._mapping = None
+        self._memory.unlink()

@@ -17,7 +17,7 @@ from ._numpy import NumpyFunctions
 from ._pandas import PandasFunctions
 from ._ops import TOPK_OPS, Op, OpLike, parse_ops, spelled_ops
 from ._results import Results
-from ._shared import SharedArray
+from ._shared import SharedArray, PackedColumns
 from .partial import Partial
 from .v1 import tally_pb2 as pb
 from .v1 import tally_pb2_grpc as pb_grpc
@@ -94,6 +94,24 @@ def _read(value: Union[None, str, bytes, os.PathLike]) -> Optional[bytes]:
         return f.read()
 
 
+def _is_local_target(target: str) -> bool:
+    """Whether a gRPC target names this host: a unix socket, localhost, or
+    a loopback address (127.0.0.0/8, ::1), with or without a scheme."""
+    t = target.strip()
+    if t.startswith(("unix:", "unix-abstract:")):
+        return True
+    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        if t.startswith(scheme):
+            t = t[len(scheme):]
+            break
+    if t.startswith("["):
+        host = t[1:t.find("]")] if "]" in t else t[1:]
+    else:
+        host = t.rsplit(":", 1)[0] if t.count(":") == 1 else t
+    host = host.lower()
+    return host in ("localhost", "::1", "0:0:0:0:0:0:0:1") or host.startswith("127.")
+
+
 class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
     """A connection to a tally server.
 
@@ -113,6 +131,18 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
     AggregateStream in chunks of ``chunk_bytes``; smaller ones in one
     Aggregate message. Thread-safe: calls may run from many threads.
 
+    ``shared_memory`` says how :meth:`groupby` sends a table whose columns
+    come to at least ``stream_threshold`` bytes: None (the default) copies
+    them into one POSIX shared-memory object that the server reads in place
+    (registered as a host region for the call, then removed) when the
+    target is on this host (``localhost``, a loopback address or a unix
+    socket) and the server can open it, else inline in the request, as
+    always for smaller tables; after a server could not open one, this
+    client sends inline. True: through shared memory whatever the target,
+    raising the server's error when it cannot; False: always inline. The
+    answers are the same either way; a 1M-row table against a local server
+    takes a tenth of the time.
+
     numpy's reductions are methods with numpy's signatures and answers
     (``c.sum(x, axis=0)``, ``c.std(x, ddof=1)``, ``c.histogram(x, 64)``:
     :class:`tally._numpy.NumpyFunctions`), one call each; :meth:`aggregate`
@@ -123,7 +153,8 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
                  ca: Union[None, str, bytes, os.PathLike] = None, cert: Union[None, str, bytes, os.PathLike] = None,
                  key: Union[None, str, bytes, os.PathLike] = None, token: Optional[str] = None,
                  load_balancing: Optional[str] = None, stream_threshold: int = 4 * MiB,
-                 chunk_bytes: int = 4 * MiB, options: Sequence[tuple[str, Any]] = ()) -> None:
+                 chunk_bytes: int = 4 * MiB, options: Sequence[tuple[str, Any]] = (),
+                 shared_memory: Optional[bool] = None) -> None:
         if (cert is None) != (key is None):
             raise ValueError("cert and key go together (a client certificate and its private key)")
         if chunk_bytes <= 0 or stream_threshold < 0:
@@ -131,6 +162,10 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
         self.target = target
         self.timeout = timeout
         self.stream_threshold = stream_threshold
+        self.shared_memory = shared_memory
+        # None: not known yet whether the server can open this host's
+        # shared-memory objects (shared_memory=None tries the first time).
+        self._server_reads_shm: Optional[bool] = None if _is_local_target(target) else False
         self.chunk_bytes = chunk_bytes
         channel_options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
         if load_balancing:
@@ -151,6 +186,36 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             return None
         return grpc.ssl_channel_credentials(root_certificates=_read(ca), private_key=_read(key),
                                             certificate_chain=_read(cert))
+
+    def _pack_columns(self, arrays: list[np.ndarray], timeout: Optional[float]) -> Optional[PackedColumns]:
+        """The arrays copied into one shared region for a call, or None
+        where they go inline (``shared_memory`` above)."""
+        if not arrays or self.shared_memory is False:
+            return None
+        if self.shared_memory is None and self._server_reads_shm is False:
+            return None
+        if sum(prepare(a)[0].nbytes for a in arrays) < max(self.stream_threshold, 1):
+            return None
+        try:
+            packed = PackedColumns(self, arrays, timeout)
+        except Error as e:
+            if self.shared_memory:
+                raise
+            # The server cannot open it (another host or container, another
+            # user, regions refused): inline from now on. Anything else (a
+            # quota, a deadline) is this call's: inline this once.
+            if e.code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED,
+                          grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
+                          grpc.StatusCode.UNIMPLEMENTED):
+                self._server_reads_shm = False
+            return None
+        except OSError:
+            if self.shared_memory:
+                raise
+            self._server_reads_shm = False  # no shared memory on this host
+            return None
+        self._server_reads_shm = True
+        return packed
 
     # -- Aggregation ---------------------------------------------------------
 
