@@ -398,4 +398,67 @@ TEST(RunGroupBy, NoGroupAnswersNoRows) {
 }
 
 }  // namespace
+// A count alone over a column without a mask is each group's size, taken
+// from the groups without reading the column; the same as the count that
+// reduces the column (beside a sum), and as its partial state. Over a
+// column with a mask, the valid rows.
+TEST(RunGroupBy, ACountAloneIsEachGroupsSizeAsTheReductionCountsIt) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 30000;
+  std::vector<double> keys(rows);
+  std::vector<std::int8_t> values(rows);
+  std::vector<bool> valid(rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    keys[i] = rng() % 50 == 0 ? std::nan("") : static_cast<double>(rng() % 211) * 0.5;
+    values[i] = static_cast<std::int8_t>(rng() % 7);
+    valid[i] = rng() % 4 != 0;
+  }
+  for (const bool dropna : {true, false}) {
+    GroupByPlan plan;
+    plan.rows = rows;
+    plan.dropna = dropna;
+    plan.columns = {GroupColumn{.name = "k", .dtype = DType::kFloat64, .data = Bytes(keys)},
+                    GroupColumn{.name = "v", .dtype = DType::kInt8, .data = Bytes(values)},
+                    GroupColumn{.name = "m", .dtype = DType::kInt8, .data = Bytes(values), .validity = Mask(valid)}};
+    plan.keys = {0};
+    const ArraySpec array{.dtype = DType::kInt8, .length = rows};
+    ColumnAggregations alone{.column = 1, .positions = {0, 1}};
+    alone.plan = {array, {OpSpec{.kind = OpKind::kCount}, OpSpec{.kind = OpKind::kCount, .partial = true}}};
+    ColumnAggregations reduced{.column = 1, .positions = {2, 3}};
+    reduced.plan = {array, {OpSpec{.kind = OpKind::kCount}, OpSpec{.kind = OpKind::kSum}}};
+    ColumnAggregations masked{.column = 2, .positions = {4}};
+    masked.plan = {array, {OpSpec{.kind = OpKind::kCount}}};
+    plan.values = {alone, reduced, masked};
+    plan.aggregations = 5;
+    std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+    std::vector<std::string> phases;
+    absl::StatusOr<GroupedResult> result =
+        RunGroupBy(plan, *backend, 1000, [&](const char* phase) { phases.emplace_back(phase); });
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(std::count(phases.begin(), phases.end(), "column counted"), 1) << "dropna " << dropna;
+
+    std::map<double, std::pair<std::uint64_t, std::uint64_t>> want;  // key -> rows, valid rows; NaN apart
+    std::pair<std::uint64_t, std::uint64_t> nan{0, 0};
+    for (std::size_t i = 0; i < rows; ++i) {
+      auto& w = std::isnan(keys[i]) ? nan : want[keys[i]];
+      ++w.first;
+      w.second += valid[i] ? 1 : 0;
+    }
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> in_order;
+    for (const auto& [k, w] : want) in_order.push_back(w);
+    if (!dropna) in_order.push_back(nan);  // the NA group last
+    ASSERT_EQ(result->groups, in_order.size());
+    const auto& sizes = std::get<std::vector<std::uint64_t>>(result->results[0].values[0]);
+    const auto& states = std::get<std::vector<rules::PartialState>>(result->results[0].values[1]);
+    const auto& counted = std::get<std::vector<std::uint64_t>>(result->results[1].values[0]);
+    const auto& valid_counts = std::get<std::vector<std::uint64_t>>(result->results[2].values[0]);
+    for (std::size_t g = 0; g < in_order.size(); ++g) {
+      EXPECT_EQ(sizes[g], in_order[g].first) << "group " << g;
+      EXPECT_EQ(counted[g], in_order[g].first) << "group " << g;
+      EXPECT_EQ(states[g].count, in_order[g].first) << "group " << g;
+      EXPECT_EQ(valid_counts[g], in_order[g].second) << "group " << g;
+    }
+  }
+}
+
 }  // namespace tally::grouping

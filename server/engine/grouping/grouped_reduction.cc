@@ -193,6 +193,36 @@ absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const Aggrega
   return out;
 }
 
+// Whether every op of `p` is a count of elements over a column without a
+// mask: then each group's answer is its size, and the column need not be
+// laid out by group nor read (pandas' size and count of a column without
+// missing values: h2o's q10 spent 150-240 ms of its 1.2 s laying out and
+// reducing the column its size was counted over, for 1M groups).
+bool OnlyCounts(const AggregationPlan& p) {
+  return p.array.validity == nullptr && !p.ops.empty() &&
+         std::all_of(p.ops.begin(), p.ops.end(), [](const OpSpec& op) { return op.kind == OpKind::kCount; });
+}
+
+// `p`'s counts from the groups' starts, stored as a backend stores them
+// (a count's state is its count alone, as the backends' are).
+AggregationResult CountsOfGroups(const AggregationPlan& p, const std::vector<std::uint64_t>& start) {
+  const std::uint64_t groups = start.size() - 1;
+  AggregationResult out;
+  for (const OpSpec& op : p.ops) {
+    OpValues values = EmptyValues(op, p.array.dtype, groups);
+    StoreRows(
+        op, p.array.dtype, groups,
+        [&](std::uint64_t g) {
+          rules::PartialState state;
+          state.count = start[g + 1] - start[g];
+          return state;
+        },
+        values);
+    out.values.push_back(std::move(values));
+  }
+  return out;
+}
+
 // The key bytes of each group from the device's 64-bit words.
 std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::size_t size) {
   std::vector<std::byte> out(words.size() * size);
@@ -469,6 +499,15 @@ absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backen
     p.array.row_length = 0;
     p.array.offsets = start;
     p.array.validity = in_place ? column.validity : ValidityByGroup(column.validity, *groups, *start);
+    if (OnlyCounts(p)) {
+      AggregationResult counted = CountsOfGroups(p, *start);
+      counted.backend = backend.name();
+      counted.device = backend.device();
+      out.plans.push_back(p);
+      out.results.push_back(std::move(counted));
+      note("column counted");
+      continue;
+    }
     std::vector<std::byte> laid_out;
     if (!in_place) laid_out = ByGroup(column.data, rules::SizeOf(column.dtype), *groups, *start);
     const std::span<const std::byte> bytes = in_place ? column.data : std::span<const std::byte>(laid_out);
