@@ -1,13 +1,18 @@
 #!/usr/bin/python3
 """Float sums through tally's cpu backend against math.fsum, bit for bit, on
-ill-conditioned arrays, beside numpy's sum of the same elements.
+ill-conditioned arrays, beside numpy's sum of the same elements; and sums
+of squares, variances and standard deviations against their exact values.
 
 Each case is sent whole (Aggregate) and streamed in odd chunk sizes
 (AggregateStream); sum and nansum must equal math.fsum of the (non-NaN)
 elements (the exact sum rounded once to float64) in every way, and mean
-that over the count. The table gives numpy.sum's error in float64 ulps of
-the correctly rounded answer, for scale. Exits 1 if any tally answer is
-off by a bit.
+that over the count. sum_squares must be the exact sum of the squares
+rounded once, var (ddof=1) the stated formula, RN(RN(M2) / (n - 1)) with
+M2 = sum((x - S/n)^2) computed exactly (Python integers), and std its
+square root: 0 ulps. The tables give numpy's errors in float64 ulps of the
+correctly rounded answer, for scale, and tally's variance's distance from
+the correctly rounded variance. Exits 1 if any tally answer is off by a
+bit.
 
     /usr/bin/python3 bench/cpu/exact_sum_accuracy.py [--server build/server/tally-server]
 """
@@ -30,6 +35,36 @@ def ulps(x, want):
     if not (math.isfinite(x) and math.isfinite(want)):
         return math.inf
     return abs(x - want) / math.ulp(want if want != 0 else 5e-324)
+
+
+UNIT = 1 << 1074  # exact sums in units of 2^-1074, as tally's rules keep them
+
+
+def exact_moments(x):
+    """The exact S and Q (Python integers, units of 2^-1074 and 2^-2148)
+    of float64 values, and their count."""
+    s = q = 0
+    for v in x.tolist():
+        p, d = v.as_integer_ratio()
+        u = p * (UNIT // d)
+        s += u
+        q += u * u
+    return s, q, len(x)
+
+
+def divide(a, b):
+    """a / b rounded once to float64 (Python's division of integers)."""
+    try:
+        return a / b
+    except OverflowError:
+        return math.inf
+
+
+def squares_exact(x):
+    """Whether tally's rules hold every square of x exactly (none
+    underflows or overflows)."""
+    a = np.abs(x[x != 0].astype(np.float64))
+    return a.size == 0 or (a.min() > 2.0 ** -480 and a.max() < 2.0 ** 510)
 
 
 def cases(rng):
@@ -69,6 +104,7 @@ def main():
     dtypes = {np.float64: pb.DTYPE_FLOAT64, np.float32: pb.DTYPE_FLOAT32, np.float16: pb.DTYPE_FLOAT16}
     server = TallyServer(args.server, pb, ["--backend=cpu"])
     bad = 0
+    moment_rows = []
     try:
         print("| data | elements | tally sum, nansum, mean: ulps from math.fsum (whole / streamed) | numpy.sum ulps |")
         print("|---|---:|---|---:|")
@@ -79,7 +115,9 @@ def main():
             want_nansum = math.fsum(finite)
             want_mean = want_sum / len(x)
             spec = pb.ArraySpec(dtype=dtypes[dt], length=len(x))
-            aggs = [pb.Aggregation(op=pb.OP_SUM), pb.Aggregation(op=pb.OP_NANSUM), pb.Aggregation(op=pb.OP_MEAN)]
+            aggs = [pb.Aggregation(op=pb.OP_SUM), pb.Aggregation(op=pb.OP_NANSUM), pb.Aggregation(op=pb.OP_MEAN),
+                    pb.Aggregation(op=pb.OP_SUM_SQUARES), pb.Aggregation(op=pb.OP_VARIANCE, ddof=1),
+                    pb.Aggregation(op=pb.OP_STDDEV, ddof=1)]
             whole = server.aggregate(pb.AggregateRequest(spec=spec, data=x.tobytes(), aggregations=aggs), timeout=120)
             data = x.tobytes()
             cuts = [0]
@@ -94,13 +132,40 @@ def main():
                 e = [ulps(got[0], want_sum), ulps(got[1], want_nansum), ulps(got[2], want_mean)]
                 errs.append(e)
                 bad += sum(v != 0 for v in e)
+            if not np.isnan(x).any() and squares_exact(x):
+                s, q, n = exact_moments(x.astype(np.float64))
+                n_m2 = n * q - s * s  # n M2, in units of 2^-2148
+                want_squares = divide(q, UNIT * UNIT)
+                want_var = divide(n_m2, n * UNIT * UNIT) / (n - 1)  # the stated formula
+                want_std = math.sqrt(want_var)
+                true_var = divide(n_m2, n * (n - 1) * UNIT * UNIT)  # the variance rounded once
+                moment_errs = []
+                for r in (whole, stream):
+                    got = [r.results[k].doubles.values[0] for k in range(3, 6)]
+                    e = [ulps(got[0], want_squares), ulps(got[1], want_var), ulps(got[2], want_std)]
+                    moment_errs.append(e)
+                    bad += sum(v != 0 for v in e)
+                with np.errstate(all="ignore"):
+                    np_var = float(np.var(x.astype(np.float64), ddof=1))
+                    np_squares = float(np.sum(np.square(x.astype(np.float64))))
+                moment_rows.append(
+                    f"| {name} | {moment_errs[0][0]:g}, {moment_errs[0][1]:g}, {moment_errs[0][2]:g} / "
+                    f"{moment_errs[1][0]:g}, {moment_errs[1][1]:g}, {moment_errs[1][2]:g} | "
+                    f"{ulps(whole.results[4].doubles.values[0], true_var):g} | {ulps(np_squares, want_squares):.3g} | "
+                    f"{ulps(np_var, true_var):.3g} |")
             with np.errstate(all="ignore"):
                 np_sum = float(np.sum(x, dtype=np.float64))
             print(f"| {name} | {len(x):,} | {errs[0][0]:g}, {errs[0][1]:g}, {errs[0][2]:g} / "
                   f"{errs[1][0]:g}, {errs[1][1]:g}, {errs[1][2]:g} | {ulps(np_sum, want_sum):.3g} |")
+        print()
+        print("| data | tally sum_squares, var, std: ulps from the stated answers (whole / streamed) | "
+              "tally var: ulps from the variance rounded once | numpy sum of squares ulps | numpy.var ulps |")
+        print("|---|---|---:|---:|---:|")
+        for row in moment_rows:
+            print(row)
     finally:
         server.stop()
-    print(f"{bad} tally answers off math.fsum" + ("" if bad == 0 else " (FAILED)"))
+    print(f"{bad} tally answers off their exact ones" + ("" if bad == 0 else " (FAILED)"))
     return 1 if bad else 0
 
 

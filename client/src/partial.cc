@@ -96,6 +96,11 @@ absl::StatusOr<v1::AggregationResult> MergePartials(const v1::AggregationResult&
         return absl::InvalidArgumentError(absl::StrCat(s == &x ? "the first result" : "the second result",
                                                        ", row ", r, ": exact_sum is not an exact sum's bytes."));
       }
+      if (!s->exact_sum_squares.empty() && !rules::ExactSum::FromBytes(s->exact_sum_squares)) {
+        return absl::InvalidArgumentError(absl::StrCat(s == &x ? "the first result" : "the second result",
+                                                       ", row ", r,
+                                                       ": exact_sum_squares is not an exact sum's bytes."));
+      }
     }
     if (function_state) {
       for (const rules::PartialState* s : {&x, &y}) {

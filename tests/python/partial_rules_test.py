@@ -53,6 +53,7 @@ def fields_of(p, r):
     convert = float if prefix == "float_" else int
     out[value_field] = convert(p.value[r])
     out["exact_sum"] = bytes(p.exact_sum[r])
+    out["exact_sum_squares"] = bytes(p.exact_sum_squares[r])
     out[prefix + "product"] = convert(p.product[r])
     out[prefix + "max"] = convert(p.max[r])
     return out
@@ -136,6 +137,14 @@ class StateMaker:
             return [float(v) for v in self.floats(n, in_dtype)]
         return self.ints(n, in_dtype, self.prefix == "int_")
 
+    def exact_of(self, values, count):
+        """An exact sum of ``values`` that says it covers ``count`` elements."""
+        exact = _exact.ExactSum()
+        for v in values:
+            exact = _exact.merged(exact, _exact.of_double(float(v)))
+        exact.count = count
+        return exact
+
     def rows(self, n, like=None):
         """n states, one per row; ``like`` (another side's rows): many of
         these then tie with its values, for argmin's and argmax's rules."""
@@ -164,6 +173,11 @@ class StateMaker:
                         row["exact_sum"], row["float_sum"] = _exact.to_bytes(exact), _exact.rounded(exact)
         elif kind == "sum_squares":
             put("sum_squares", [abs(v) if v == v else v for v in self.floats(n, False)])
+            if prefix == "float_":  # half the rows keep their exact sum of squares, as the cpu backend's do
+                for row in rows:
+                    if row["count"] and rng.random() < 0.5:
+                        squares = self.exact_of(np.abs(self.floats(int(rng.integers(1, 5)), False)), row["count"])
+                        row["exact_sum_squares"], row["sum_squares"] = _exact.to_bytes(squares), _exact.rounded(squares)
         elif kind in ("mean", "variance", "stddev"):
             put("mean", [float(v) for v in self.floats(n, False)])
             if kind == "mean" and prefix == "float_":  # most rows keep their exact sum, as the cpu backend's do
@@ -178,6 +192,17 @@ class StateMaker:
             if kind != "mean":
                 m2 = np.abs(self.floats(n, False))
                 put("m2", [float(v) for v in np.where(rng.random(n) < 0.1, 0.0, m2)])
+                if prefix == "float_":  # most rows keep both exact sums, as the cpu backend's do
+                    for row in rows:
+                        if row["count"] and rng.random() < 0.8:
+                            # Any two exact sums are a state; where n Q < S^2 (not from
+                            # real elements) m2 is 0, a rule of its own.
+                            total = self.exact_of(self.floats(int(rng.integers(1, 5)), False), row["count"])
+                            squares = self.exact_of(np.abs(self.floats(int(rng.integers(1, 5)), False)),
+                                                    row["count"])
+                            row["exact_sum"], row["exact_sum_squares"] = _exact.to_bytes(total), _exact.to_bytes(squares)
+                            row["mean"] = _exact.rounded(total) / row["count"]
+                            row["m2"] = _exact.second_moment(total, squares, row["count"])
         elif kind in ("min", "max", "argmin", "argmax", "ptp"):
             put(prefix + "extreme", self.values(n, True))
             if kind in ("argmin", "argmax"):

@@ -2,6 +2,8 @@
 // exact_sum.h): math.fsum's answer for ill-conditioned arrays, the same
 // bits however the bytes arrive, on any thread count, in any row layout,
 // and partial states that merge, in any order, into the one-request bits.
+// So are sums of squares, and variances come from the exact sums
+// (tally/rules/exact_moments.h) with the same independence of the path.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "server/engine/cpu/cpu_backend.h"
+#include "tally/rules/exact_moments.h"
 #include "tally/rules/exact_sum.h"
 #include "tally/rules/partial.h"
 #include "tests/unit/cpu_test_util.h"
@@ -185,6 +188,125 @@ TEST(CpuExactSum, ZerosAndInfinitiesFollowIeee) {
     auto got = RunPieces(*backend, Plan(a, 0, {Op(OpKind::kSum)}), a.bytes);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(Bits(c.want), Bits(OneDouble(got->values[0]))) << c.v.size() << " elements, want " << c.want;
+  }
+}
+
+// Exact S and Q of values (NaNs skipped when asked), as the rules hold
+// them: a float64 square as x * x plus its FMA error.
+struct Sums {
+  ExactSum s, q;
+  std::uint64_t n = 0;
+};
+Sums SumsOf(const std::vector<double>& values, bool skip_nan) {
+  Sums out;
+  for (double x : values) {
+    if (skip_nan && std::isnan(x)) continue;
+    out.s.Add(x);
+    const double high = x * x;
+    out.q.Add(high);
+    if (std::isfinite(high)) out.q.AddValue(std::fma(x, x, -high));
+    ++out.n;
+  }
+  return out;
+}
+
+// Values whose variance a float64 pass loses: a large offset, spread
+// values, some of them tiny.
+std::vector<double> Offset(std::mt19937_64& rng, std::size_t n, double offset) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = offset + (rng() % 7 == 0 ? std::ldexp(normal(rng), -30) : normal(rng));
+  return v;
+}
+
+TEST(CpuExactMoments, VarianceStdAndSumSquaresComeFromTheExactSumsHoweverTheBytesArrive) {
+  TALLY_SEEDED_RNG(rng);
+  for (const std::size_t n : {std::size_t{2}, std::size_t{999}, std::size_t{150001}}) {
+    std::vector<double> v = Offset(rng, n, 1e9);
+    if (n > 2) v[rng() % n] = std::numeric_limits<double>::quiet_NaN();  // nanvar skips it, var is NaN
+    const Array a = MakeArray<double>(rules::DType::kFloat64, v);
+    const Sums all = SumsOf(v, false), valid = SumsOf(v, true);
+    const double m2 = rules::ExactSecondMoment(valid.s, valid.q, valid.n);
+    const double want_nanvar = m2 / (static_cast<double>(valid.n) - 1.0);
+    const std::vector<OpSpec> ops = {Op(OpKind::kVariance), Op(OpKind::kNanVariance, 1.0),
+                                     Op(OpKind::kNanStddev, 1.0), Op(OpKind::kSumSquares)};
+    for (const int threads : {1, 2, 3}) {
+      const auto backend = MakeCpuBackend({.threads = threads});
+      for (const std::vector<std::uint64_t>& pieces : {std::vector<std::uint64_t>{}, {7, 4096, 3}, {65537}}) {
+        auto got = RunPieces(*backend, Plan(a, 0, ops), a.bytes, pieces);
+        ASSERT_TRUE(got.ok()) << got.status();
+        if (n > 2) {
+          EXPECT_TRUE(std::isnan(OneDouble(got->values[0]))) << n;
+        } else {
+          const double var = rules::ExactSecondMoment(all.s, all.q, all.n) / static_cast<double>(all.n);
+          EXPECT_EQ(Bits(var), Bits(OneDouble(got->values[0]))) << n;
+        }
+        EXPECT_EQ(Bits(want_nanvar), Bits(OneDouble(got->values[1]))) << n << " elements, " << threads << " threads";
+        EXPECT_EQ(Bits(std::sqrt(want_nanvar)), Bits(OneDouble(got->values[2]))) << n;
+        EXPECT_EQ(Bits(all.q.ToDouble()), Bits(OneDouble(got->values[3]))) << n;
+      }
+    }
+  }
+}
+
+TEST(CpuExactMoments, Float32RowsVariancesAreExactOnEveryThreadCount) {
+  TALLY_SEEDED_RNG(rng);
+  const std::uint64_t rows = 23, row = 4099;
+  std::vector<float> v(rows * row);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : v) x = 3e4f + normal(rng);
+  const Array a = MakeArray<float>(rules::DType::kFloat32, v);
+  std::vector<double> want(rows);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const Sums sums = SumsOf(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(r * row),
+                                                 v.begin() + static_cast<std::ptrdiff_t>((r + 1) * row)),
+                             false);
+    want[r] = rules::ExactSecondMoment(sums.s, sums.q, sums.n) / static_cast<double>(row);
+  }
+  for (const int threads : {1, 2, 5}) {
+    const auto backend = MakeCpuBackend({.threads = threads});
+    auto got = RunPieces(*backend, Plan(a, row, {Op(OpKind::kVariance)}), a.bytes, {1000, 77});
+    ASSERT_TRUE(got.ok()) << got.status();
+    const auto& vars = std::get<std::vector<double>>(got->values[0]);
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(Bits(want[r]), Bits(vars[r])) << "row " << r << ", " << threads << " threads";
+    }
+  }
+}
+
+TEST(CpuExactMoments, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
+  TALLY_SEEDED_RNG(rng);
+  const auto backend = MakeCpuBackend({.threads = 2});
+  const std::vector<double> v = Offset(rng, 40000, -3e7);
+  const Array a = MakeArray<double>(rules::DType::kFloat64, v);
+  for (const OpKind kind : {OpKind::kVariance, OpKind::kStddev, OpKind::kSumSquares}) {
+    const OpSpec plain = Op(kind, 1.0);
+    auto whole = RunPieces(*backend, Plan(a, 0, {plain}), a.bytes);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const double want = OneDouble(whole->values[0]);
+    std::vector<std::size_t> cuts = {0, v.size()};
+    for (int k = 0; k < 5; ++k) cuts.push_back(rng() % v.size());
+    std::sort(cuts.begin(), cuts.end());
+    OpSpec op = plain;
+    op.partial = true;
+    std::vector<rules::PartialState> states;
+    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
+      const std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(cuts[k]),
+                                     v.begin() + static_cast<std::ptrdiff_t>(cuts[k + 1]));
+      const Array p = MakeArray<double>(rules::DType::kFloat64, part);
+      auto got = RunPieces(*backend, Plan(p, 0, {op}), p.bytes);
+      ASSERT_TRUE(got.ok()) << got.status();
+      states.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
+      if (!part.empty()) EXPECT_FALSE(states.back().exact_sum_squares.empty()) << rules::Name(kind);
+    }
+    for (int trial = 0; trial < 4; ++trial) {
+      std::shuffle(states.begin(), states.end(), rng);
+      rules::PartialState merged;
+      for (const rules::PartialState& s : states) merged = rules::Merge(op, rules::DType::kFloat64, merged, s);
+      EXPECT_EQ(Bits(want), Bits(rules::FinishDouble(op, rules::DType::kFloat64, merged)))
+          << rules::Name(kind) << ": merged " << rules::FinishDouble(op, rules::DType::kFloat64, merged)
+          << ", one request " << want;
+    }
   }
 }
 

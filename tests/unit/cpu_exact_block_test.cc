@@ -1,7 +1,8 @@
 // The CPU's exact block sums (server/engine/cpu/exact_block.h) and the
 // compact accumulator (rules::ExactAccumulator) against rules::ExactSum of
 // the same elements: the same bytes, however the blocks are cut and merged,
-// on the fast path and on the element-by-element one.
+// on the fast path and on the element-by-element one; and so of the
+// blocks' squares (AddExactSquares).
 #include "server/engine/cpu/exact_block.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -49,8 +51,10 @@ std::vector<V> Make(Data d, std::size_t n, std::mt19937_64& rng) {
   return v;
 }
 
+// `squares`: AddExactSquares against the rules' squares (x * x, and for
+// float64 its FMA error as a value), else AddExactBlock against the values.
 template <typename V>
-void CheckEveryCut(Data d, bool skip_nan) {
+void CheckEveryCut(Data d, bool skip_nan, bool squares = false) {
   TALLY_SEEDED_RNG(rng);
   for (const std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{2048}, std::size_t{2048 * 5 + 77}}) {
     const std::vector<V> x = Make<V>(d, n, rng);
@@ -59,8 +63,14 @@ void CheckEveryCut(Data d, bool skip_nan) {
     for (const V& v : x) {
       const double e = static_cast<double>(v);
       if (skip_nan && std::isnan(e)) continue;
-      want.Add(e);
       ++summed_all;
+      if (!squares) {
+        want.Add(e);
+        continue;
+      }
+      const double high = e * e;
+      want.Add(high);
+      if (std::is_same_v<V, double> && std::isfinite(high)) want.AddValue(std::fma(e, e, -high));
     }
     // Random cuts into blocks of at most 2048, each block its own
     // accumulator, merged in a random order.
@@ -70,14 +80,19 @@ void CheckEveryCut(Data d, bool skip_nan) {
       std::size_t summed = 0;
       for (std::size_t i = at; i < at + len; ++i) summed += skip_nan && std::isnan(static_cast<double>(x[i])) ? 0 : 1;
       ExactAccumulator a;
-      AddExactBlock(x.data() + at, len, skip_nan, summed, a);
+      if (squares) {
+        AddExactSquares(x.data() + at, len, skip_nan, summed, a);
+      } else {
+        AddExactBlock(x.data() + at, len, skip_nan, summed, a);
+      }
       parts.push_back(std::move(a));
       at += len;
     }
     std::shuffle(parts.begin(), parts.end(), rng);
     ExactAccumulator got;
     for (const ExactAccumulator& p : parts) got.Merge(p);
-    const std::string what = "n=" + std::to_string(n) + " data " + std::to_string(static_cast<int>(d));
+    const std::string what = std::string(squares ? "squares, " : "") + "n=" + std::to_string(n) + " data " +
+                             std::to_string(static_cast<int>(d));
     EXPECT_EQ(got.count(), summed_all) << what;
     EXPECT_EQ(want.Bytes(), got.ToExactSum().Bytes()) << what;
     for (const rules::FloatFormat f : {rules::kFloat64Format, rules::kFloat32Format, rules::kFloat16Format}) {
@@ -110,6 +125,20 @@ TEST(ExactBlock, Float32EqualsExactSumForEveryDataAndCut) {
 TEST(ExactBlock, Float16EqualsExactSum) {
   CheckEveryCut<rules::Float16>(Data::kNormal, false);
   CheckEveryCut<rules::Float16>(Data::kWithNan, true);
+}
+
+// The squares' split (three levels, errors beside) and the arrays' path
+// for blocks it cannot take (wide, tiny and huge, infinities) alike.
+TEST(ExactSquares, EqualExactSumsOfTheSquaresForEveryDataAndCut) {
+  for (const Data d : {Data::kNormal, Data::kUniform, Data::kWide, Data::kNegativeZeros, Data::kTinyAndHuge,
+                       Data::kWithInf}) {
+    CheckEveryCut<double>(d, false, true);
+    CheckEveryCut<float>(d, false, true);
+  }
+  CheckEveryCut<double>(Data::kWithNan, true, true);
+  CheckEveryCut<double>(Data::kWithNan, false, true);
+  CheckEveryCut<float>(Data::kWithNan, true, true);
+  CheckEveryCut<rules::Float16>(Data::kNormal, false, true);
 }
 
 TEST(ExactAccumulator, CopiesOwnTheirSpill) {

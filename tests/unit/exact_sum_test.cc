@@ -1,6 +1,8 @@
 // The exact sum (tally/rules/exact_sum.h): against sums computed with
 // Python's fractions (data/exact_sums.txt, written by make_exact_sums.py),
 // and the same bits and bytes whatever the order, the split and the merges.
+// The second moment from exact sums (tally/rules/exact_moments.h): against
+// Python's fractions (data/exact_moments.txt, make_exact_moments.py).
 #include "tally/rules/exact_sum.h"
 
 #include <algorithm>
@@ -9,12 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tally/rules/exact_moments.h"
 #include "tests/unit/test_seed.h"
 
 namespace tally::rules {
@@ -157,6 +161,95 @@ TEST(ExactSum, FloatInputsAreExactDoubles) {
   for (const float f : {16777216.0f, 1.0f, 1.0f}) s.Add(static_cast<double>(f));
   ExpectSame(16777218.0, s.Rounded(kFloat32Format), "2^24 + 1 + 1");
   EXPECT_EQ(16777218.0f, static_cast<float>(s.Rounded(kFloat32Format)));
+}
+
+// x^2 as the rules hold it: x * x and its FMA error, both exact doubles.
+void AddSquare(double x, ExactSum& q) {
+  const double high = x * x;
+  q.Add(high);
+  q.AddValue(std::fma(x, x, -high));
+}
+
+TEST(ExactSecondMoment, EqualsTheRoundedExactMomentOfEveryGoldenCase) {
+  std::ifstream in(TALLY_EXACT_MOMENTS_FILE);
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string name, word;
+    words >> name >> word;
+    const double want = std::strtod(word.c_str(), nullptr);
+    ExactSum s, q;
+    std::uint64_t n = 0;
+    while (words >> word) {
+      const double x = std::strtod(word.c_str(), nullptr);
+      s.Add(x);
+      AddSquare(x, q);
+      ++n;
+    }
+    ExpectSame(want, ExactSecondMoment(s, q, n), name);
+    ++cases;
+  }
+  EXPECT_GE(cases, 30) << "read " << TALLY_EXACT_MOMENTS_FILE;
+}
+
+// Integers: M2 = sum(x^2) - sum(x)^2 / n exactly, in an __int128 over n;
+// rounded once, as the integer division's quotient and remainder say.
+TEST(ExactSecondMoment, IntegersEqualAnInt128Reference) {
+  TALLY_SEEDED_RNG(rng);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::uint64_t n = 1 + rng() % 500;
+    ExactSum s, q;
+    __int128 sum = 0, squares = 0;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const auto x = static_cast<std::int64_t>(rng() % (std::uint64_t{1} << 40)) - (std::int64_t{1} << 39);
+      s.Add(static_cast<double>(x));
+      AddSquare(static_cast<double>(x), q);
+      sum += x;
+      squares += static_cast<__int128>(x) * x;
+    }
+    // n M2 = n Q - S^2; M2 = that / n. Both below 2^120 for these sizes.
+    const __int128 n_m2 = static_cast<__int128>(n) * squares - sum * sum;
+    ASSERT_GE(n_m2, 0);
+    const long double want = static_cast<long double>(n_m2) / static_cast<long double>(n);
+    const double got = ExactSecondMoment(s, q, n);
+    // long double's 64 bits round the quotient once more, so within half
+    // an ulp of float64 the two may differ by that ulp; the float64
+    // quotient of the exact integers must be the nearer.
+    EXPECT_LE(std::fabs(static_cast<long double>(got) - want),
+              std::ldexp(static_cast<long double>(1), std::ilogb(got) - 52) * 0.5L + 1e-30L * want)
+        << "n " << n;
+  }
+}
+
+TEST(ExactSecondMoment, NanAndInfinitiesGiveNanAndOrderNeverMatters) {
+  ExactSum s, q;
+  for (double x : {1.0, 2.0, std::numeric_limits<double>::infinity()}) {
+    s.Add(x);
+    AddSquare(x, q);
+  }
+  EXPECT_TRUE(std::isnan(ExactSecondMoment(s, q, 3)));
+  TALLY_SEEDED_RNG(rng);
+  std::vector<double> v(1000);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (double& x : v) x = 1e9 + u(rng);
+  ExactSum s1, q1;
+  for (double x : v) {
+    s1.Add(x);
+    AddSquare(x, q1);
+  }
+  const double once = ExactSecondMoment(s1, q1, v.size());
+  for (int trial = 0; trial < 5; ++trial) {
+    std::shuffle(v.begin(), v.end(), rng);
+    ExactSum a, b, qa, qb;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      (i % 3 == 0 ? a : b).Add(v[i]);
+      AddSquare(v[i], i % 3 == 0 ? qa : qb);
+    }
+    b.Merge(a);
+    qa.Merge(qb);
+    EXPECT_EQ(Bits(once), Bits(ExactSecondMoment(b, qa, v.size())));
+  }
 }
 
 }  // namespace

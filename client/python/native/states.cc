@@ -150,6 +150,7 @@ rules::PartialState ScalarStateOf(const py::dict& fields) {
     if (fields.contains(name)) s.*member = fields[name].template cast<T>();
   });
   if (fields.contains("exact_sum")) s.exact_sum = fields["exact_sum"].cast<std::string>();
+  if (fields.contains("exact_sum_squares")) s.exact_sum_squares = fields["exact_sum_squares"].cast<std::string>();
   return s;
 }
 
@@ -157,6 +158,7 @@ py::dict FieldsOf(const rules::PartialState& s) {
   py::dict out;
   ForEachField([&](const char* name, auto member) { out[name] = s.*member; });
   out["exact_sum"] = py::bytes(s.exact_sum);
+  out["exact_sum_squares"] = py::bytes(s.exact_sum_squares);
   return out;
 }
 

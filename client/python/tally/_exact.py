@@ -106,3 +106,35 @@ def merge_bytes(a: bytes, a_sum: float, b: bytes, b_sum: float) -> tuple[bytes, 
     y = parse(b) if b else of_double(b_sum)
     m = merged(x, y)
     return to_bytes(m), rounded(m)
+
+
+def second_moment(s: ExactSum, q: ExactSum, n: int) -> float:
+    """rules::ExactSecondMoment: M2 = (n Q - S^2) / n rounded once to
+    float64, from the exact sum S and exact sum of squares Q of n elements;
+    NaN where either saw a NaN or an infinity; 0 where n Q - S^2 <= 0 (only
+    when squares underflowed). Python's division of integers rounds once,
+    to nearest with ties to even, subnormals included."""
+    if n == 0 or s.nan or s.positive_inf or s.negative_inf or q.nan or q.positive_inf or q.negative_inf:
+        return math.nan
+    numerator = n * q.units * _UNIT - s.units * s.units  # units of 2^-2148
+    if q.units < 0 or numerator <= 0:
+        return 0.0
+    try:
+        return numerator / (n * _UNIT * _UNIT)
+    except OverflowError:
+        return math.inf
+
+
+def moments_bytes(a_sum: bytes, a_squares: bytes, b_sum: bytes, b_squares: bytes,
+                  count: int) -> tuple[bytes, bytes, float, float]:
+    """Two rows' variance states merged (rules::Merge for OP_VARIANCE where
+    both keep their exact sums): the merged sums' bytes, then mean and m2."""
+    s = merged(parse(a_sum), parse(b_sum))
+    q = merged(parse(a_squares), parse(b_squares))
+    return to_bytes(s), to_bytes(q), rounded(s) / float(count), second_moment(s, q, count)
+
+
+def squares_bytes(a: bytes, a_value: float, b: bytes, b_value: float) -> tuple[bytes, float]:
+    """Two rows' sums of squares merged (rules::Merge for OP_SUM_SQUARES):
+    either side without exact bytes counts as its sum_squares."""
+    return merge_bytes(a, a_value, b, b_value)

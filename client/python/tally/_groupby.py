@@ -331,7 +331,7 @@ def take_states(p: tp.Partial, at: np.ndarray) -> tp.Partial:
 
 # The fields of a Partial that hold one entry (histograms: a row) per row.
 _STATE_ROWS = ("count", "value", "sum_squares", "mean", "m2", "index", "histogram", "below", "above", "nan",
-               "elements", "function_state", "product", "nonzero", "max", "exact_sum")
+               "elements", "function_state", "product", "nonzero", "max", "exact_sum", "exact_sum_squares")
 
 
 def _join_pages(pages: list, ops: Optional[list[Op]] = None) -> _Grouped:

@@ -104,6 +104,7 @@ class Partial:
     nonzero: np.ndarray = None  # type: ignore[assignment]
     max: np.ndarray = None  # type: ignore[assignment]
     exact_sum: np.ndarray = None  # type: ignore[assignment]
+    exact_sum_squares: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         n = len(self.count)
@@ -119,6 +120,8 @@ class Partial:
             self.max = np.zeros(n, dtype=_acc_dtype(self.dtype))
         if self.exact_sum is None:
             self.exact_sum = _bytes_array([b""] * n)
+        if self.exact_sum_squares is None:
+            self.exact_sum_squares = _bytes_array([b""] * n)
 
     @property
     def rows(self) -> int:
@@ -173,7 +176,8 @@ class Partial:
             product=np.array([getattr(s, by_kind + "product") for s in states], dtype=acc),
             nonzero=np.array([s.nonzero for s in states], dtype=np.uint64),
             max=np.array([getattr(s, by_kind + "max") for s in states], dtype=acc),
-            exact_sum=_bytes_array([s.exact_sum for s in states]))
+            exact_sum=_bytes_array([s.exact_sum for s in states]),
+            exact_sum_squares=_bytes_array([s.exact_sum_squares for s in states]))
 
 
 def _bytes_array(items: list) -> np.ndarray:
@@ -292,7 +296,7 @@ def merge(a: Partial, b: Partial) -> Partial:
         mean, m2, sum_squares = a.mean, a.m2, a.sum_squares
         hist, below, above, nan = a.histogram, a.below, a.above, a.nan
         product, nonzero, high = a.product, a.nonzero, a.max
-        exact = a.exact_sum
+        exact, exact_squares = a.exact_sum, a.exact_sum_squares
         if kind == "sum":
             if a.value.dtype == _I64:  # wraps modulo 2^64, as numpy's
                 value = (a.value.view(_U64) + b.value.view(_U64)).view(_I64)
@@ -305,9 +309,15 @@ def merge(a: Partial, b: Partial) -> Partial:
                                                             b.exact_sum[r], float(b.value[r]))
         elif kind == "sum_squares":
             sum_squares = a.sum_squares + b.sum_squares
+            # Rows where either side keeps its exact sum of squares merge exactly.
+            exact_squares = a.exact_sum_squares.copy()
+            for r in np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum_squares, b.exact_sum_squares)]):
+                exact_squares[r], sum_squares[r] = _exact.squares_bytes(
+                    a.exact_sum_squares[r], float(a.sum_squares[r]), b.exact_sum_squares[r], float(b.sum_squares[r]))
         elif kind in ("mean", "variance", "stddev"):
-            if kind == "mean":  # exact where both sides keep their exact sums, else as below
-                exact = _bytes_array([b""] * a.rows)
+            # Exact where both sides keep their exact sums, else as below.
+            exact = _bytes_array([b""] * a.rows)
+            exact_squares = _bytes_array([b""] * a.rows)
             # rules::MergeMoments, in the same order of operations.
             na, nb = a.count.astype(np.float64), b.count.astype(np.float64)
             n = na + nb
@@ -327,6 +337,11 @@ def merge(a: Partial, b: Partial) -> Partial:
                     total = _exact.merged(_exact.parse(a.exact_sum[r]), _exact.parse(b.exact_sum[r]))
                     exact[r] = _exact.to_bytes(total)
                     mean[r] = _exact.rounded(total) / float(count[r])
+            else:
+                for r in np.flatnonzero([bool(w) and bool(x) and bool(y) and bool(z) for w, x, y, z in zip(
+                        a.exact_sum, a.exact_sum_squares, b.exact_sum, b.exact_sum_squares)]):
+                    exact[r], exact_squares[r], mean[r], m2[r] = _exact.moments_bytes(
+                        a.exact_sum[r], a.exact_sum_squares[r], b.exact_sum[r], b.exact_sum_squares[r], int(count[r]))
         elif kind in ("min", "max"):
             value = _min_nan(a.value, b.value) if kind == "min" else _max_nan(a.value, b.value)
         elif kind in ("argmin", "argmax"):
@@ -352,7 +367,8 @@ def merge(a: Partial, b: Partial) -> Partial:
             above=pick(above, a.above, b.above), nan=pick(nan, a.nan, b.nan),
             elements=a.elements + b.elements,  # even where a side has count 0
             product=pick(product, a.product, b.product), nonzero=pick(nonzero, a.nonzero, b.nonzero),
-            max=pick(high, a.max, b.max), exact_sum=pick(exact, a.exact_sum, b.exact_sum))
+            max=pick(high, a.max, b.max), exact_sum=pick(exact, a.exact_sum, b.exact_sum),
+            exact_sum_squares=pick(exact_squares, a.exact_sum_squares, b.exact_sum_squares))
 
 
 def merge_all(states: list[Partial]) -> Partial:
@@ -501,4 +517,4 @@ def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
                    histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
                    below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64),
                    function_state=_bytes_array([b""] * n), product=z(acc), nonzero=z(_U64), max=z(acc),
-                   exact_sum=_bytes_array([b""] * n))
+                   exact_sum=_bytes_array([b""] * n), exact_sum_squares=_bytes_array([b""] * n))

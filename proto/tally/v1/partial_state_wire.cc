@@ -28,6 +28,7 @@ void PartialStateToProto(rules::PartialState&& s, v1::PartialState* out) {
   out->set_uint_max(s.uint_max);
   if (!s.function_state.empty()) out->set_function_state(std::move(s.function_state));
   if (!s.exact_sum.empty()) out->set_exact_sum(std::move(s.exact_sum));
+  if (!s.exact_sum_squares.empty()) out->set_exact_sum_squares(std::move(s.exact_sum_squares));
   if (!s.histogram.counts.empty()) {
     v1::Histogram* h = out->mutable_histogram();
     h->mutable_counts()->Add(s.histogram.counts.begin(), s.histogram.counts.end());
@@ -91,6 +92,7 @@ rules::PartialState PartialStateFromProto(const v1::PartialState& p) {
   s.uint_max = p.uint_max();
   s.function_state = p.function_state();
   s.exact_sum = p.exact_sum();
+  s.exact_sum_squares = p.exact_sum_squares();
   if (p.has_histogram()) {
     s.histogram.counts.assign(p.histogram().counts().begin(), p.histogram().counts().end());
     s.histogram.below = p.histogram().below();

@@ -259,24 +259,6 @@ TALLY_CPU_CLONES void MoreLanes(const V* x, std::size_t n, MoreLaneTotals<V>* ou
   }
 }
 
-// sum((x - mean)^2) over the non-NaN elements of x[0..n).
-template <typename V>
-TALLY_CPU_CLONES double NanSquaredDeviationLanes(const V* x, std::size_t n, double mean) {
-  constexpr int L = CpuPolicy::kLanes;
-  double acc[L] = {};
-  std::size_t i = 0;
-  auto update = [&](int j, V v) {
-    const double d = v == v ? static_cast<double>(v) - mean : 0.0;
-    acc[j] += d * d;
-  };
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) update(j, x[i + j]);
-  }
-  for (int j = 0; i < n; ++i, ++j) update(j, x[i]);
-  return TreeReduce<L>(acc, [](double a, double b) { return a + b; });
-}
-
 // float64 sum of x[0..n), for int64 input, whose native sum is an integer.
 template <typename V>
 TALLY_CPU_CLONES double DoubleSumLanes(const V* x, std::size_t n) {

@@ -37,7 +37,6 @@ struct Partial {
   double nan_dsum = 0.0;
   V nan_min = MinIdentity<V>();
   V nan_max = MaxIdentity<V>();
-  rules::Moments nan_moments{};
   rules::ArgCandidate<V> nan_argmin{V{}, -1};
   rules::ArgCandidate<V> nan_argmax{V{}, -1};
   // numpy.prod in its accumulator type (ProductLane), and the elements that
@@ -48,6 +47,10 @@ struct Partial {
   // value however blocks, chunks and rows were cut.
   rules::ExactAccumulator exact_sum;
   rules::ExactAccumulator nan_exact_sum;
+  // Their sums of squares, exactly (AddExactSquares): float dtypes'
+  // OP_SUM_SQUARES, and with the sums their variances.
+  rules::ExactAccumulator exact_squares;
+  rules::ExactAccumulator nan_exact_squares;
 };
 
 // acc := acc followed by b. Every field is cheap, so all are folded. An
@@ -73,20 +76,23 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
   acc.nan_dsum += b.nan_dsum;
   acc.nan_min = b.nan_min < acc.nan_min ? b.nan_min : acc.nan_min;  // neither is NaN
   acc.nan_max = b.nan_max > acc.nan_max ? b.nan_max : acc.nan_max;
-  acc.nan_moments = rules::MergeMoments(acc.nan_moments, b.nan_moments);
   acc.nan_argmin = rules::PickArg<false>(acc.nan_argmin, b.nan_argmin);
   acc.nan_argmax = rules::PickArg<true>(acc.nan_argmax, b.nan_argmax);
   acc.product *= b.product;  // integers wrap modulo 2^64
   acc.nonzero += b.nonzero;
   acc.exact_sum.Merge(b.exact_sum);
   acc.nan_exact_sum.Merge(b.nan_exact_sum);
+  acc.exact_squares.Merge(b.exact_squares);
+  acc.nan_exact_squares.Merge(b.nan_exact_squares);
 }
 
 // What the plan's ops need computed per block.
 struct Needs {
   bool native_sum = false;
-  bool exact_sum = false;      // float dtypes' OP_SUM and OP_MEAN
-  bool nan_exact_sum = false;  // OP_NANSUM and OP_NANMEAN
+  bool exact_sum = false;      // float dtypes' OP_SUM, OP_MEAN, OP_VARIANCE and OP_STDDEV
+  bool nan_exact_sum = false;  // OP_NANSUM, OP_NANMEAN, OP_NANVAR and OP_NANSTD
+  bool exact_squares = false;  // float dtypes' OP_SUM_SQUARES, OP_VARIANCE and OP_STDDEV
+  bool nan_exact_squares = false;  // OP_NANVAR and OP_NANSTD
   bool dsum = false;
   bool sum_squares = false;
   bool min = false;
@@ -99,8 +105,6 @@ struct Needs {
   bool nan_sum = false;  // the non-NaN count and float64 sum
   bool nan_min = false;
   bool nan_max = false;
-  bool nan_mean = false;
-  bool nan_moments = false;
   bool nan_argmin = false;
   bool nan_argmax = false;
   bool any_nan() const { return nan_sum || nan_min || nan_max; }
@@ -117,9 +121,9 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kMax: n.max = true; break;
       case OpKind::kMean: n.dsum = n.mean = n.exact_sum = true; break;
       case OpKind::kCount: break;
-      case OpKind::kSumSquares: n.sum_squares = true; break;
+      case OpKind::kSumSquares: n.sum_squares = n.exact_squares = true; break;
       case OpKind::kVariance:
-      case OpKind::kStddev: n.dsum = n.moments = true; break;
+      case OpKind::kStddev: n.dsum = n.moments = n.exact_sum = n.exact_squares = true; break;
       case OpKind::kArgmin: n.argmin = n.min = true; break;
       case OpKind::kArgmax: n.argmax = n.max = true; break;
       case OpKind::kHistogram: break;
@@ -127,9 +131,9 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kNanCount: n.nan_sum = true; break;
       case OpKind::kNanMin: n.nan_sum = n.nan_min = true; break;
       case OpKind::kNanMax: n.nan_sum = n.nan_max = true; break;
-      case OpKind::kNanMean: n.nan_sum = n.nan_mean = n.nan_exact_sum = true; break;
+      case OpKind::kNanMean: n.nan_sum = n.nan_exact_sum = true; break;
       case OpKind::kNanVariance:
-      case OpKind::kNanStddev: n.nan_sum = n.nan_moments = true; break;
+      case OpKind::kNanStddev: n.nan_sum = n.nan_exact_sum = n.nan_exact_squares = true; break;
       case OpKind::kNanArgmin: n.nan_sum = n.nan_argmin = n.nan_min = true; break;
       case OpKind::kNanArgmax: n.nan_sum = n.nan_argmax = n.nan_max = true; break;
       case OpKind::kProduct: n.product = true; break;

@@ -282,6 +282,7 @@ class CpuReduction final : public Reduction {
     if constexpr (rules::kIsFloatValue<V>) {
       p.dsum = t.sum;
       if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, p.exact_sum);
+      if (needs_.exact_squares) AddExactSquares(x, n, /*skip_nan=*/false, n, p.exact_squares);
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
       if (needs_.dsum) {
@@ -300,7 +301,8 @@ class CpuReduction final : public Reduction {
     p.sum_squares = t.sum_squares;
     p.min = t.min;
     p.max = t.max;
-    if (needs_.moments || needs_.mean) {
+    // Float dtypes' means and variances come from the exact sums.
+    if (!rules::kIsFloatValue<V> && (needs_.moments || needs_.mean)) {
       const double mean = p.dsum / static_cast<double>(n);
       p.moments = {static_cast<double>(n), mean, needs_.moments ? SquaredDeviationLanes(x, n, mean) : 0.0};
     }
@@ -325,8 +327,9 @@ class CpuReduction final : public Reduction {
     return p;
   }
 
-  // The NaN-skipping fields of a block's Partial. A block without non-NaN
-  // elements keeps the empty ones (no moments, no argmin candidate).
+  // The NaN-skipping fields of a block's Partial (float dtypes only; their
+  // means and variances come from the exact sums). A block without non-NaN
+  // elements keeps the empty ones (no argmin candidate).
   template <typename At>
   void ReduceNanBlock(const V* x, std::size_t n, const At& at, Partial<V>& p) const {
     NanLaneTotals<V> t;
@@ -334,14 +337,10 @@ class CpuReduction final : public Reduction {
     p.nan_count = t.count;
     p.nan_dsum = t.sum;
     if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, p.nan_exact_sum);
+    if (needs_.nan_exact_squares) AddExactSquares(x, n, /*skip_nan=*/true, t.count, p.nan_exact_squares);
     p.nan_min = t.min;
     p.nan_max = t.max;
     if (t.count == 0) return;
-    if (needs_.nan_mean || needs_.nan_moments) {
-      const double mean = t.sum / static_cast<double>(t.count);
-      p.nan_moments = {static_cast<double>(t.count), mean,
-                       needs_.nan_moments ? NanSquaredDeviationLanes(x, n, mean) : 0.0};
-    }
     if (needs_.nan_argmin) {
       const std::size_t i = FirstIndexOf(x, n, t.min);  // t.min is not NaN
       p.nan_argmin = {x[i], at(i)};
@@ -595,6 +594,19 @@ class CpuReduction final : public Reduction {
     if (op.partial) s.exact_sum = sum.ToExactSum().Bytes();
   }
 
+  // A float variance's state: mean and m2 from the exact sums
+  // (rules::ExactSecondMoment), and both sums' bytes for merges.
+  static void PutExactMoments(const OpSpec& op, const rules::ExactAccumulator& sum,
+                              const rules::ExactAccumulator& squares, rules::PartialState& s) {
+    const rules::ExactSum exact_sum = sum.ToExactSum(), exact_squares = squares.ToExactSum();
+    s.mean = exact_sum.ToDouble() / static_cast<double>(s.count);
+    s.m2 = rules::ExactSecondMoment(exact_sum, exact_squares, s.count);
+    if (op.partial) {
+      s.exact_sum = exact_sum.Bytes();
+      s.exact_sum_squares = exact_squares.Bytes();
+    }
+  }
+
   // ptp's max, beside its min in the extreme fields.
   static void PutMax(rules::PartialState& s, V v) {
     if constexpr (rules::kIsFloatValue<V>) {
@@ -634,11 +646,22 @@ class CpuReduction final : public Reduction {
           s.mean = acc.moments.mean;
         }
         break;
-      case OpKind::kSumSquares: s.sum_squares = acc.sum_squares; break;
+      case OpKind::kSumSquares:
+        if constexpr (rules::kIsFloatValue<V>) {
+          s.sum_squares = acc.exact_squares.Rounded(rules::kFloat64Format);
+          if (op.partial) s.exact_sum_squares = acc.exact_squares.ToExactSum().Bytes();
+        } else {
+          s.sum_squares = acc.sum_squares;
+        }
+        break;
       case OpKind::kVariance:
       case OpKind::kStddev:
-        s.mean = acc.moments.mean;
-        s.m2 = acc.moments.m2;
+        if constexpr (rules::kIsFloatValue<V>) {
+          PutExactMoments(op, acc.exact_sum, acc.exact_squares, s);
+        } else {
+          s.mean = acc.moments.mean;
+          s.m2 = acc.moments.m2;
+        }
         break;
       case OpKind::kArgmin:
         PutExtreme(s, acc.argmin.value);
@@ -656,10 +679,7 @@ class CpuReduction final : public Reduction {
       case OpKind::kNanMax: PutExtreme(s, acc.nan_max); break;
       case OpKind::kNanMean: PutExactMean(op, acc.nan_exact_sum, s); break;
       case OpKind::kNanVariance:
-      case OpKind::kNanStddev:
-        s.mean = acc.nan_moments.mean;
-        s.m2 = acc.nan_moments.m2;
-        break;
+      case OpKind::kNanStddev: PutExactMoments(op, acc.nan_exact_sum, acc.nan_exact_squares, s); break;
       case OpKind::kNanArgmin:
         PutExtreme(s, acc.nan_argmin.value);
         s.index = acc.nan_argmin.index + static_cast<std::int64_t>(op.base_index);

@@ -66,7 +66,8 @@ def as_float32(x):
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
-def main():
+def cases():
+    """Every case, (name, values), in the file's order."""
     rng = random.Random(20261127)
     tiny = math.ldexp(1, -1074)
     big = 1.7976931348623157e308
@@ -114,7 +115,11 @@ def main():
     bf16 = [math.ldexp(rng.randint(-255, 255), rng.randint(-140, 120)) for _ in range(200)]
     cases.append(("bfloat16_values", bf16))
     cases.append(("ill_conditioned", [1e16] + [0.5] * 64 + [-1e16] + [math.ldexp(1, -60)] * 3))
-    for name, values in cases:
+    return cases
+
+
+def main():
+    for name, values in cases():
         print(" ".join([name] + [v.hex() for v in expected(values)] + [v.hex() for v in values]))
 
 

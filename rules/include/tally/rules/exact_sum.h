@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tally/rules/half.h"
 #include "tally/rules/hd.h"
@@ -128,6 +129,12 @@ class ExactSum {
     not_negative_zero_ = not_negative_zero_ || other_than_negative_zero;
   }
 
+  // The value kept, the elements it covers forgotten (ExactAccumulator::AddValueOf).
+  TALLY_HD void ForgetElements() {
+    count_ = 0;
+    not_negative_zero_ = false;
+  }
+
   // NaNs and infinities counted elsewhere (a GPU pass's), as Add counts them.
   TALLY_HD void NoteSpecials(std::uint64_t nan, std::uint64_t positive_inf, std::uint64_t negative_inf) {
     count_ += nan + positive_inf + negative_inf;
@@ -202,6 +209,26 @@ class ExactSum {
   TALLY_HD double ToDouble() const { return Rounded(FloatFormat{53, -1022, 1023}); }  // kFloat64Format
 
   TALLY_HD std::uint64_t count() const { return count_; }
+
+  // Whether some element was a NaN or an infinity (Rounded is then NaN or
+  // the infinity).
+  TALLY_HD bool HasSpecials() const { return nan_ != 0 || positive_inf_ != 0 || negative_inf_ != 0; }
+
+  // The value's magnitude in units of 2^-1074 as 32-bit digits from its
+  // lowest non-zero one (digit `first`, worth 2^(32 first - 1074)) up,
+  // none zero at either end (none for 0); `negative` its sign. For
+  // arithmetic on exact sums beyond adding them (exact_moments.h).
+  std::vector<std::uint32_t> MagnitudeDigits(bool& negative, int& first) const {
+    const ExactSum n = Magnitude(negative);
+    int last = kDigits - 1;
+    while (last >= 0 && n.digit_[last] == 0) --last;
+    first = 0;
+    while (first <= last && n.digit_[first] == 0) ++first;
+    std::vector<std::uint32_t> out;
+    for (int k = first; k <= last; ++k) out.push_back(static_cast<std::uint32_t>(n.digit_[k]));
+    if (out.empty()) first = 0;
+    return out;
+  }
 
   // The state's canonical bytes: the same elements, however added, split
   // and merged, give the same bytes (version 1; see ExactSumBytes).
@@ -434,6 +461,19 @@ class ExactAccumulator {
       if (take(i, v)) sum.Add(v);
     }
     count_ += sum.count() - before;
+  }
+
+  // The value of `more` added, not its elements: a second part of the same
+  // elements' values (a float64 square's low half, whose high half counted
+  // them). `more` holds finite values only.
+  void AddValueOf(const ExactAccumulator& more) {
+    AddExact(more.s_);
+    AddExact(more.c_);
+    if (more.spill_) {
+      ExactSum value = *more.spill_;
+      value.ForgetElements();
+      Spill().Merge(value);
+    }
   }
 
   // The elements of `later` (any order gives the same value).

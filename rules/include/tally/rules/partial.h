@@ -18,6 +18,7 @@
 #include "tally/rules/agg/registry.h"
 #include "tally/rules/agg/state.h"
 #include "tally/rules/combine.h"
+#include "tally/rules/exact_moments.h"
 #include "tally/rules/exact_sum.h"
 #include "tally/rules/dtype.h"
 #include "tally/rules/op.h"
@@ -86,8 +87,14 @@ struct PartialState {
   std::string function_state;
   // kSum and kNanSum of float dtypes where the backend keeps it: the exact
   // sum's bytes (ExactSum::Bytes; float_sum is it rounded to float64).
-  // Empty: none kept, and float_sum merges by float64 addition.
+  // Empty: none kept, and float_sum merges by float64 addition. Also
+  // kVariance and kStddev's (and their NaN-skipping forms'), beside:
   std::string exact_sum;
+  // kSumSquares, kVariance and kStddev of float dtypes where the backend
+  // keeps it: the exact sum of the squares' bytes (sum_squares is it
+  // rounded to float64; a variance's m2 is ExactSecondMoment of the two
+  // exact sums, its mean the exact sum rounded over the count).
+  std::string exact_sum_squares;
 
   bool operator==(const PartialState&) const = default;
 };
@@ -125,6 +132,23 @@ inline ExactSum ExactOf(const PartialState& s) {
   ExactSum sum;
   sum.Add(s.float_sum);
   return sum;
+}
+
+// A state's exact sum of squares: its bytes, or its sum_squares as one
+// element where it keeps none.
+inline ExactSum ExactSquaresOf(const PartialState& s) {
+  if (!s.exact_sum_squares.empty()) {
+    if (std::optional<ExactSum> sum = ExactSum::FromBytes(s.exact_sum_squares)) return *sum;
+  }
+  ExactSum sum;
+  sum.Add(s.sum_squares);
+  return sum;
+}
+
+// A variance's mean and m2 from its exact sums (a state that keeps both).
+inline void PutExactMoments(const ExactSum& sum, const ExactSum& squares, PartialState& s) {
+  s.mean = sum.ToDouble() / static_cast<double>(s.count);
+  s.m2 = ExactSecondMoment(sum, squares, s.count);
 }
 
 template <bool kMax, typename T>
@@ -285,7 +309,16 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
                                             static_cast<std::uint64_t>(b.int_sum));
       r.uint_sum = a.uint_sum + b.uint_sum;
       break;
-    case OpKind::kSumSquares: r.sum_squares = a.sum_squares + b.sum_squares; break;
+    case OpKind::kSumSquares:
+      if (!a.exact_sum_squares.empty() || !b.exact_sum_squares.empty()) {
+        ExactSum squares = partial_detail::ExactSquaresOf(a);
+        squares.Merge(partial_detail::ExactSquaresOf(b));
+        r.exact_sum_squares = squares.Bytes();
+        r.sum_squares = squares.ToDouble();
+      } else {
+        r.sum_squares = a.sum_squares + b.sum_squares;
+      }
+      break;
     case OpKind::kMean:
       if (!a.exact_sum.empty() && !b.exact_sum.empty()) {
         // Both keep their exact sums: the mean of the merged sum, rounded
@@ -301,6 +334,20 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
       [[fallthrough]];
     case OpKind::kVariance:
     case OpKind::kStddev: {
+      if (!a.exact_sum.empty() && !a.exact_sum_squares.empty() && !b.exact_sum.empty() &&
+          !b.exact_sum_squares.empty()) {
+        // Both keep their exact sums: the moments of the merged sums.
+        ExactSum sum = partial_detail::ExactOf(a);
+        sum.Merge(partial_detail::ExactOf(b));
+        ExactSum squares = partial_detail::ExactSquaresOf(a);
+        squares.Merge(partial_detail::ExactSquaresOf(b));
+        r.exact_sum = sum.Bytes();
+        r.exact_sum_squares = squares.Bytes();
+        partial_detail::PutExactMoments(sum, squares, r);
+        break;
+      }
+      r.exact_sum.clear();
+      r.exact_sum_squares.clear();
       const Moments m = MergeMoments(MomentsOf(a), MomentsOf(b));
       r.mean = m.mean;
       r.m2 = PlainOf(op.kind) == OpKind::kMean ? 0.0 : m.m2;
