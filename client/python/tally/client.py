@@ -194,7 +194,7 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             return None
         if self.shared_memory is None and self._server_reads_shm is False:
             return None
-        if sum(prepare(a)[0].nbytes for a in arrays) < max(self.stream_threshold, 1):
+        if sum(np.asarray(a).nbytes for a in arrays) < max(self.stream_threshold, 1):  # as sent: the same sizes
             return None
         try:
             packed = PackedColumns(self, arrays, timeout)
