@@ -110,6 +110,29 @@ TEST(CpuExactSum, Float32RowsAreTheirExactSumsOnEveryThreadCount) {
   }
 }
 
+// `v` cut at `cuts` more random places, each part's partial state of `op`
+// (a partial op) on its own; `keeps` tells whether a non-empty part's
+// state keeps the exact bytes it must.
+template <typename Keeps>
+std::vector<rules::PartialState> PartStates(Backend& backend, std::mt19937_64& rng, const std::vector<double>& v,
+                                            int cuts, const OpSpec& op, Keeps keeps) {
+  std::vector<std::size_t> at = {0, v.size()};
+  for (int k = 0; k < cuts; ++k) at.push_back(rng() % v.size());
+  std::sort(at.begin(), at.end());
+  std::vector<rules::PartialState> states;
+  for (std::size_t k = 0; k + 1 < at.size(); ++k) {
+    const std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(at[k]),
+                                   v.begin() + static_cast<std::ptrdiff_t>(at[k + 1]));
+    const Array p = MakeArray<double>(rules::DType::kFloat64, part);
+    auto got = RunPieces(backend, Plan(p, 0, {op}), p.bytes);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return {};
+    states.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
+    if (!part.empty()) EXPECT_TRUE(keeps(states.back())) << "a part's state keeps its exact sums";
+  }
+  return states;
+}
+
 TEST(CpuExactSum, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
   TALLY_SEEDED_RNG(rng);
   const auto backend = MakeCpuBackend({.threads = 2});
@@ -119,21 +142,10 @@ TEST(CpuExactSum, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   const double want = OneDouble(whole->values[0]);
   // The array in random parts, each part's partial state on its own.
-  std::vector<std::size_t> cuts = {0, v.size()};
-  for (int k = 0; k < 6; ++k) cuts.push_back(rng() % v.size());
-  std::sort(cuts.begin(), cuts.end());
-  std::vector<rules::PartialState> states;
   OpSpec op = Op(OpKind::kSum);
   op.partial = true;
-  for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
-    const std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(cuts[k]),
-                                   v.begin() + static_cast<std::ptrdiff_t>(cuts[k + 1]));
-    const Array p = MakeArray<double>(rules::DType::kFloat64, part);
-    auto got = RunPieces(*backend, Plan(p, 0, {op}), p.bytes);
-    ASSERT_TRUE(got.ok()) << got.status();
-    states.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
-    if (!part.empty()) EXPECT_FALSE(states.back().exact_sum.empty()) << "a part's state keeps its exact sum";
-  }
+  std::vector<rules::PartialState> states =
+      PartStates(*backend, rng, v, 6, op, [](const rules::PartialState& s) { return !s.exact_sum.empty(); });
   for (int trial = 0; trial < 5; ++trial) {
     std::shuffle(states.begin(), states.end(), rng);
     rules::PartialState merged;
@@ -284,21 +296,10 @@ TEST(CpuExactMoments, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
     auto whole = RunPieces(*backend, Plan(a, 0, {plain}), a.bytes);
     ASSERT_TRUE(whole.ok()) << whole.status();
     const double want = OneDouble(whole->values[0]);
-    std::vector<std::size_t> cuts = {0, v.size()};
-    for (int k = 0; k < 5; ++k) cuts.push_back(rng() % v.size());
-    std::sort(cuts.begin(), cuts.end());
     OpSpec op = plain;
     op.partial = true;
-    std::vector<rules::PartialState> states;
-    for (std::size_t k = 0; k + 1 < cuts.size(); ++k) {
-      const std::vector<double> part(v.begin() + static_cast<std::ptrdiff_t>(cuts[k]),
-                                     v.begin() + static_cast<std::ptrdiff_t>(cuts[k + 1]));
-      const Array p = MakeArray<double>(rules::DType::kFloat64, part);
-      auto got = RunPieces(*backend, Plan(p, 0, {op}), p.bytes);
-      ASSERT_TRUE(got.ok()) << got.status();
-      states.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
-      if (!part.empty()) EXPECT_FALSE(states.back().exact_sum_squares.empty()) << rules::Name(kind);
-    }
+    std::vector<rules::PartialState> states = PartStates(
+        *backend, rng, v, 5, op, [](const rules::PartialState& s) { return !s.exact_sum_squares.empty(); });
     for (int trial = 0; trial < 4; ++trial) {
       std::shuffle(states.begin(), states.end(), rng);
       rules::PartialState merged;

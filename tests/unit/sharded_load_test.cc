@@ -150,6 +150,18 @@ class LanedBackend : public Backend {
 };
 thread_local int LanedBackend::held_ = 0;
 
+// `a` in `places` shards of equal size, shard p "on GPU p".
+std::vector<PlacedPiece> Shards(const Array& a, int places) {
+  const std::size_t es = rules::SizeOf(a.dtype);
+  std::vector<PlacedPiece> shards;
+  for (int p = 0; p < places; ++p) {
+    const std::uint64_t first = a.length * p / places, end = a.length * (p + 1) / places;
+    shards.push_back(PlacedPiece{first, Extent{std::span(a.bytes).subspan(first * es, (end - first) * es),
+                                               Placement::Device(p)}});
+  }
+  return shards;
+}
+
 // 48 clients, each querying arrays cut into 4 shards on 4 places of 2
 // lanes: every query succeeds with the one-extent answer, and no Start
 // waits while its thread holds a lane. (Starting each place's shard in
@@ -163,13 +175,8 @@ TEST(ShardedLoad, ManyClientsOnEveryPlaceNeverHoldALaneWhileWaiting) {
   const Array a = RandomArray(DType::kInt64, 40000, rng, Fill::kWide);
   std::vector<OpSpec> ops;
   for (OpKind k : {OpKind::kSum, OpKind::kMin, OpKind::kMax, OpKind::kArgmax, OpKind::kCount}) ops.push_back({.kind = k});
+  const std::vector<PlacedPiece> shards = Shards(a, kPlaces);
   const std::size_t es = rules::SizeOf(DType::kInt64);
-  std::vector<PlacedPiece> shards;
-  for (int p = 0; p < kPlaces; ++p) {
-    const std::uint64_t first = a.length * p / kPlaces, end = a.length * (p + 1) / kPlaces;
-    shards.push_back(PlacedPiece{first, Extent{std::span(a.bytes).subspan(first * es, (end - first) * es),
-                                               Placement::Device(p)}});
-  }
   for (const std::uint64_t row : {std::uint64_t{0}, std::uint64_t{7}}) {
     const std::uint64_t n = row == 0 ? a.length : a.length / row * row;
     const AggregationPlan plan{{DType::kInt64, n, row}, ops};
@@ -206,13 +213,7 @@ TEST(ShardedLoad, EveryPartIsSealedBeforeTheFirstIsWaitedFor) {
   constexpr int kPlaces = 4;
   LanedBackend laned(kPlaces, 1, 1000ms, 0us);
   const Array a = RandomArray(DType::kFloat32, 4000, rng, Fill::kWide);
-  const std::size_t es = rules::SizeOf(DType::kFloat32);
-  std::vector<PlacedPiece> shards;
-  for (int p = 0; p < kPlaces; ++p) {
-    const std::uint64_t first = a.length * p / kPlaces, end = a.length * (p + 1) / kPlaces;
-    shards.push_back(PlacedPiece{first, Extent{std::span(a.bytes).subspan(first * es, (end - first) * es),
-                                               Placement::Device(p)}});
-  }
+  const std::vector<PlacedPiece> shards = Shards(a, kPlaces);
   const AggregationPlan plan{{DType::kFloat32, a.length, 0}, {OpSpec{.kind = OpKind::kMax}}};
   absl::StatusOr<AggregationResult> got = ReducePieces(laned, plan, shards, [] { return false; });
   ASSERT_TRUE(got.ok()) << got.status();

@@ -100,8 +100,8 @@ def rounded(s: ExactSum) -> float:
 
 
 def merge_bytes(a: bytes, a_sum: float, b: bytes, b_sum: float) -> tuple[bytes, float]:
-    """Two rows' sums merged (rules::Merge for OP_SUM): either side without
-    exact bytes counts as its float_sum."""
+    """Two rows' sums merged (rules::Merge for OP_SUM, and OP_SUM_SQUARES's
+    sums of squares): either side without exact bytes counts as its value."""
     x = parse(a) if a else of_double(a_sum)
     y = parse(b) if b else of_double(b_sum)
     m = merged(x, y)
@@ -132,9 +132,3 @@ def moments_bytes(a_sum: bytes, a_squares: bytes, b_sum: bytes, b_squares: bytes
     s = merged(parse(a_sum), parse(b_sum))
     q = merged(parse(a_squares), parse(b_squares))
     return to_bytes(s), to_bytes(q), rounded(s) / float(count), second_moment(s, q, count)
-
-
-def squares_bytes(a: bytes, a_value: float, b: bytes, b_value: float) -> tuple[bytes, float]:
-    """Two rows' sums of squares merged (rules::Merge for OP_SUM_SQUARES):
-    either side without exact bytes counts as its sum_squares."""
-    return merge_bytes(a, a_value, b, b_value)

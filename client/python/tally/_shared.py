@@ -38,7 +38,62 @@ class _Mapping:
         self._memory.close()
 
 
-class SharedArray:
+# Linux's MADV_POPULATE_WRITE (5.14 and later; Python 3.11's mmap does not
+# name it): the object's pages made and mapped in one call rather than one
+# fault each as the copy first touches them. A 32 MB copy into a new object
+# took 100 ms with faults and 50 ms populated first on a 2-vCPU VM, where a
+# copy into memory already touched takes 2.
+_MADV_POPULATE_WRITE = 23
+
+
+def _populate(memory: Any) -> None:
+    try:
+        memory._mmap.madvise(_MADV_POPULATE_WRITE)
+    except (AttributeError, OSError, ValueError):
+        pass  # an older kernel or another mmap: the copy faults the pages in
+
+
+class _RegisteredMemory:
+    """A new POSIX shared-memory object of ``nbytes`` bytes, filled by
+    ``fill`` (given a writable uint8 view of it, valid during the call) and
+    registered with the server as a host region named as the object:
+    SharedArray's and PackedColumns' common part. :meth:`close`
+    unregisters it and removes the object."""
+
+    def __init__(self, client: "Client", nbytes: int, fill: Any, timeout: Optional[float]) -> None:
+        from multiprocessing import shared_memory
+
+        self._client = client
+        self._memory = shared_memory.SharedMemory(create=True, size=max(nbytes, 1))
+        self._mapping: Optional[_Mapping] = _Mapping(self._memory, nbytes)
+        try:
+            _populate(self._memory)
+            # No view of the memory outlives the fill in this frame (a
+            # failed registration's traceback would hold one, and the
+            # memory could not be closed while it did).
+            fill(self._mapping._bytes)
+            self.region = self._memory.name
+            self.info = client.register_host_region(self.region, "/" + self._memory.name, nbytes, timeout=timeout)
+        except BaseException:
+            self._release()
+            raise
+
+    def close(self) -> None:
+        """Unregisters the region and removes the object (its memory is
+        unmapped now, or with the last view of it still held)."""
+        if self._mapping is None:
+            return
+        try:
+            self._client.unregister_region(self.region)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self._mapping = None
+        self._memory.unlink()
+
+
+class SharedArray(_RegisteredMemory):
     """An array in a POSIX shared-memory object registered with the server as
     a host region (:meth:`Client.share`): :meth:`aggregate` sends only the
     request, and :meth:`Client.groupby` takes it as a column, which the
@@ -51,21 +106,14 @@ class SharedArray:
     order, from byte 0; :attr:`values` reads it."""
 
     def __init__(self, client: "Client", array: Any, timeout: Optional[float]) -> None:
-        from multiprocessing import shared_memory
-
         a, self.row_length = prepare(array)
         self.dtype, self.length = a.dtype, a.size
         self._shape = a.shape
-        self._client = client
-        self._memory = shared_memory.SharedMemory(create=True, size=max(a.nbytes, 1))
-        self._mapping: Optional[_Mapping] = _Mapping(self._memory, a.nbytes)
-        try:
-            np.frombuffer(self._memory.buf, dtype=np.uint8, count=a.nbytes)[:] = byte_view(a)
-            self.region = self._memory.name
-            self.info = client.register_host_region(self.region, "/" + self._memory.name, a.nbytes, timeout=timeout)
-        except BaseException:
-            self._release()
-            raise
+
+        def fill(memory: np.ndarray) -> None:
+            memory[:] = byte_view(a)
+
+        super().__init__(client, a.nbytes, fill, timeout)
 
     @property
     def values(self) -> np.ndarray:
@@ -103,20 +151,6 @@ class SharedArray:
         return self._client.partial_region(self.region, ops, dtype=self.dtype, length=self.length,
                                            row_length=self.row_length, base_index=base_index, timeout=timeout)
 
-    def close(self) -> None:
-        """Unregisters the region and removes the object (its memory is
-        unmapped now, or with the last view of :attr:`values` still held)."""
-        if self._mapping is None:
-            return
-        try:
-            self._client.unregister_region(self.region)
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        self._mapping = None
-        self._memory.unlink()
-
     def __enter__(self) -> "SharedArray":
         return self
 
@@ -124,22 +158,7 @@ class SharedArray:
         self.close()
 
 
-# Linux's MADV_POPULATE_WRITE (5.14 and later; Python 3.11's mmap does not
-# name it): the object's pages made and mapped in one call rather than one
-# fault each as the copy first touches them. A 32 MB copy into a new object
-# took 100 ms with faults and 50 ms populated first on a 2-vCPU VM, where a
-# copy into memory already touched takes 2.
-_MADV_POPULATE_WRITE = 23
-
-
-def _populate(memory: Any) -> None:
-    try:
-        memory._mmap.madvise(_MADV_POPULATE_WRITE)
-    except (AttributeError, OSError, ValueError):
-        pass  # an older kernel or another mmap: the copy faults the pages in
-
-
-class PackedColumns:
+class PackedColumns(_RegisteredMemory):
     """Columns copied into one new shared-memory object, registered with the
     server as one host region for the length of one call, so that GroupBy
     reads them in place instead of from the message: the columns go as
@@ -153,50 +172,23 @@ class PackedColumns:
     _ALIGN = 64
 
     def __init__(self, client: "Client", arrays: list[np.ndarray], timeout: Optional[float]) -> None:
-        from multiprocessing import shared_memory
-
-        self._client = client
         self._at: dict[int, tuple[int, int]] = {}  # id(array) -> (byte offset, elements)
         prepared, end = [], 0
         for x in arrays:
             a, _ = prepare(x)
-            prepared.append((x, a, end))
+            prepared.append((a, end))
+            self._at[id(x)] = (end, a.size)
             end += -(-a.nbytes // self._ALIGN) * self._ALIGN
-        self._memory = shared_memory.SharedMemory(create=True, size=max(end, 1))
-        self._mapping: Optional[_Mapping] = _Mapping(self._memory, end)
-        try:
-            _populate(self._memory)
-            self._fill(prepared)
-            self.region = self._memory.name
-            client.register_host_region(self.region, "/" + self._memory.name, end, timeout=timeout)
-        except BaseException:
-            self._release()
-            raise
-        self._arrays = arrays  # kept alive: the ids above name them
 
-    def _fill(self, prepared: list) -> None:
-        # Its own frame: no view of the memory outlives the copy (a failed
-        # registration's traceback would hold one, and the memory could not
-        # be closed while it did).
-        base = self._mapping._bytes  # writable: the one export of the memory
-        for x, a, at in prepared:
-            base[at:at + a.nbytes] = byte_view(a)
-            self._at[id(x)] = (at, a.size)
+        def fill(memory: np.ndarray) -> None:
+            for a, at in prepared:
+                memory[at:at + a.nbytes] = byte_view(a)
+
+        super().__init__(client, end, fill, timeout)
+        self._arrays = arrays  # kept alive: the ids above name them
 
     def region_column(self, x: np.ndarray) -> Optional["pb.RegionColumn"]:
         """Where the copy of ``x`` (one of the arrays given) lies; None for
         any other array."""
         at = self._at.get(id(x))
         return None if at is None else pb.RegionColumn(name=self.region, offset=at[0], length=at[1])
-
-    def close(self) -> None:
-        if self._mapping is None:
-            return
-        try:
-            self._client.unregister_region(self.region)
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        self._mapping = None
-        self._memory.unlink()

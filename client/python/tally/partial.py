@@ -312,7 +312,7 @@ def merge(a: Partial, b: Partial) -> Partial:
             # Rows where either side keeps its exact sum of squares merge exactly.
             exact_squares = a.exact_sum_squares.copy()
             for r in np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum_squares, b.exact_sum_squares)]):
-                exact_squares[r], sum_squares[r] = _exact.squares_bytes(
+                exact_squares[r], sum_squares[r] = _exact.merge_bytes(
                     a.exact_sum_squares[r], float(a.sum_squares[r]), b.exact_sum_squares[r], float(b.sum_squares[r]))
         elif kind in ("mean", "variance", "stddev"):
             # Exact where both sides keep their exact sums, else as below.

@@ -595,12 +595,11 @@ class CpuReduction final : public Reduction {
   }
 
   // A float variance's state: mean and m2 from the exact sums
-  // (rules::ExactSecondMoment), and both sums' bytes for merges.
+  // (rules::PutExactMoments), and both sums' bytes for merges.
   static void PutExactMoments(const OpSpec& op, const rules::ExactAccumulator& sum,
                               const rules::ExactAccumulator& squares, rules::PartialState& s) {
     const rules::ExactSum exact_sum = sum.ToExactSum(), exact_squares = squares.ToExactSum();
-    s.mean = exact_sum.ToDouble() / static_cast<double>(s.count);
-    s.m2 = rules::ExactSecondMoment(exact_sum, exact_squares, s.count);
+    rules::PutExactMoments(exact_sum, exact_squares, s);
     if (op.partial) {
       s.exact_sum = exact_sum.Bytes();
       s.exact_sum_squares = exact_squares.Bytes();

@@ -121,34 +121,43 @@ inline Moments MomentsOf(const PartialState& s) {
   return Moments{static_cast<double>(s.count), s.mean, s.m2};
 }
 
-namespace partial_detail {
-
-// A state's exact sum: its bytes, or its float_sum as one element where it
-// keeps none (bytes the wire has checked; unreadable ones count as none).
-inline ExactSum ExactOf(const PartialState& s) {
-  if (!s.exact_sum.empty()) {
-    if (std::optional<ExactSum> sum = ExactSum::FromBytes(s.exact_sum)) return *sum;
-  }
-  ExactSum sum;
-  sum.Add(s.float_sum);
-  return sum;
-}
-
-// A state's exact sum of squares: its bytes, or its sum_squares as one
-// element where it keeps none.
-inline ExactSum ExactSquaresOf(const PartialState& s) {
-  if (!s.exact_sum_squares.empty()) {
-    if (std::optional<ExactSum> sum = ExactSum::FromBytes(s.exact_sum_squares)) return *sum;
-  }
-  ExactSum sum;
-  sum.Add(s.sum_squares);
-  return sum;
-}
-
-// A variance's mean and m2 from its exact sums (a state that keeps both).
+// A variance's mean and m2 from its exact sums, over s.count elements: the
+// mean the sum rounded once over the count, m2 ExactSecondMoment. What
+// every backend and merge that keeps both sums puts in the state.
 inline void PutExactMoments(const ExactSum& sum, const ExactSum& squares, PartialState& s) {
   s.mean = sum.ToDouble() / static_cast<double>(s.count);
   s.m2 = ExactSecondMoment(sum, squares, s.count);
+}
+
+namespace partial_detail {
+
+// An exact sum kept as `bytes` beside its `value` rounded to float64: the
+// bytes, or the value as one element where none are kept (bytes the wire
+// has checked; unreadable ones count as none).
+inline ExactSum ExactFrom(const std::string& bytes, double value) {
+  if (!bytes.empty()) {
+    if (std::optional<ExactSum> sum = ExactSum::FromBytes(bytes)) return *sum;
+  }
+  ExactSum sum;
+  sum.Add(value);
+  return sum;
+}
+inline ExactSum ExactOf(const PartialState& s) { return ExactFrom(s.exact_sum, s.float_sum); }
+inline ExactSum ExactSquaresOf(const PartialState& s) { return ExactFrom(s.exact_sum_squares, s.sum_squares); }
+
+// A sum's fields (its exact bytes and its float64 value) of a followed by
+// b into r: exactly where either keeps its bytes (the other counting as
+// its value), else by float64 addition.
+inline void MergeSum(std::string PartialState::*bytes, double PartialState::*value, const PartialState& a,
+                     const PartialState& b, PartialState& r) {
+  if ((a.*bytes).empty() && (b.*bytes).empty()) {
+    r.*value = a.*value + b.*value;
+    return;
+  }
+  ExactSum sum = ExactFrom(a.*bytes, a.*value);
+  sum.Merge(ExactFrom(b.*bytes, b.*value));
+  r.*bytes = sum.Bytes();
+  r.*value = sum.ToDouble();
 }
 
 template <bool kMax, typename T>
@@ -297,27 +306,13 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
   // elements (count is theirs), so it merges the same way.
   switch (PlainOf(op.kind)) {
     case OpKind::kSum:
-      if (!a.exact_sum.empty() || !b.exact_sum.empty()) {
-        ExactSum sum = partial_detail::ExactOf(a);
-        sum.Merge(partial_detail::ExactOf(b));
-        r.exact_sum = sum.Bytes();
-        r.float_sum = sum.ToDouble();
-      } else {
-        r.float_sum = a.float_sum + b.float_sum;
-      }
+      partial_detail::MergeSum(&PartialState::exact_sum, &PartialState::float_sum, a, b, r);
       r.int_sum = static_cast<std::int64_t>(static_cast<std::uint64_t>(a.int_sum) +
                                             static_cast<std::uint64_t>(b.int_sum));
       r.uint_sum = a.uint_sum + b.uint_sum;
       break;
     case OpKind::kSumSquares:
-      if (!a.exact_sum_squares.empty() || !b.exact_sum_squares.empty()) {
-        ExactSum squares = partial_detail::ExactSquaresOf(a);
-        squares.Merge(partial_detail::ExactSquaresOf(b));
-        r.exact_sum_squares = squares.Bytes();
-        r.sum_squares = squares.ToDouble();
-      } else {
-        r.sum_squares = a.sum_squares + b.sum_squares;
-      }
+      partial_detail::MergeSum(&PartialState::exact_sum_squares, &PartialState::sum_squares, a, b, r);
       break;
     case OpKind::kMean:
       if (!a.exact_sum.empty() && !b.exact_sum.empty()) {
@@ -343,7 +338,7 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
         squares.Merge(partial_detail::ExactSquaresOf(b));
         r.exact_sum = sum.Bytes();
         r.exact_sum_squares = squares.Bytes();
-        partial_detail::PutExactMoments(sum, squares, r);
+        PutExactMoments(sum, squares, r);
         break;
       }
       r.exact_sum.clear();
