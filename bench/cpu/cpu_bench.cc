@@ -1,5 +1,6 @@
-// tally-cpu-bench: throughput of the CPU backend on a large float32 array
-// (1 GiB by default) for sum, min, max and the three fused, whole or in rows
+// tally-cpu-bench: throughput of the CPU backend on a large float32 or
+// float64 array (1 GiB by default) for sum, min, max and the three fused,
+// and the moments (mean, var, sum_squares, sum+mean+var), whole or in rows
 // (--row_length), driving the Backend interface directly (no network).
 // compare_numpy.py runs it next to numpy on an array of the same size and
 // prints both.
@@ -26,6 +27,8 @@ struct Flags {
   std::uint64_t piece_mib = 0;  // 0: the whole array in one Consume()
   std::uint64_t row_length = 0;  // 0: not segmented
   bool tsv = false;
+  bool float64 = false;
+  std::string only;  // a case's name: that case alone
 };
 
 Flags Parse(int argc, char** argv) {
@@ -48,10 +51,19 @@ Flags Parse(int argc, char** argv) {
       f.row_length = std::strtoull(v, nullptr, 10);
     } else if (a == "--tsv") {
       f.tsv = true;
+    } else if (const char* v = value("--dtype")) {
+      if (std::strcmp(v, "float32") != 0 && std::strcmp(v, "float64") != 0) {
+        std::fprintf(stderr, "--dtype must be float32 or float64, not %s\n", v);
+        std::exit(2);
+      }
+      f.float64 = std::strcmp(v, "float64") == 0;
+    } else if (const char* v = value("--case")) {
+      f.only = v;
     } else {
       std::fprintf(stderr,
                    "usage: tally-cpu-bench [--gib=1] [--reps=5] [--threads=0 (all)]\n"
-                   "                       [--piece_mib=0 (one piece)] [--row_length=0] [--tsv]\n");
+                   "                       [--piece_mib=0 (one piece)] [--row_length=0] [--tsv]\n"
+                   "                       [--dtype=float32|float64] [--case=NAME (one case: sum, var, ...)]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
   }
@@ -62,20 +74,21 @@ Flags Parse(int argc, char** argv) {
 // numpy allocates large arrays (it madvises MADV_HUGEPAGE on Linux): with 4
 // KiB pages, TLB misses and prefetchers that stop at page boundaries cost
 // streaming reads a large part of their bandwidth.
+template <typename T>
 struct HugeArray {
   explicit HugeArray(std::size_t n) : size(n) {
     constexpr std::size_t kHuge = 2 << 20;
-    bytes = (n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-    data = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
+    bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    data = static_cast<T*>(std::aligned_alloc(kHuge, bytes));
     if (data == nullptr) std::abort();
     madvise(data, bytes, MADV_HUGEPAGE);  // a hint: fine if it is refused
   }
   ~HugeArray() { std::free(data); }
   HugeArray(const HugeArray&) = delete;
   HugeArray& operator=(const HugeArray&) = delete;
-  std::span<float> span() const { return {data, size}; }
+  std::span<T> span() const { return {data, size}; }
 
-  float* data = nullptr;
+  T* data = nullptr;
   std::size_t size = 0;
   std::size_t bytes = 0;
 };
@@ -85,34 +98,49 @@ struct Case {
   std::vector<tally::OpKind> ops;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Flags flags = Parse(argc, argv);
-  std::uint64_t n = static_cast<std::uint64_t>(flags.gib * (1ull << 30)) / sizeof(float);
-  if (flags.row_length > 0) n -= n % flags.row_length;
-  HugeArray array(n);
+// The array's values: xorshift64*, uniform [0, 1) like numpy's random() of
+// the dtype.
+template <typename T>
+void Fill(std::span<T> values) {
   std::uint64_t s = 0x9e3779b97f4a7c15ull;
-  for (float& v : array.span()) {  // xorshift64*: uniform [0, 1), like numpy's random(dtype=float32)
+  for (T& v : values) {
     s ^= s >> 12;
     s ^= s << 25;
     s ^= s >> 27;
-    v = static_cast<float>((s * 0x2545f4914f6cdd1dull) >> 40) * (1.0f / 16777216.0f);
+    const std::uint64_t r = s * 0x2545f4914f6cdd1dull;
+    if constexpr (sizeof(T) == 4) {
+      v = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+    } else {
+      v = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);
+    }
   }
+}
+
+template <typename T>
+int Run(const Flags& flags) {
+  std::uint64_t n = static_cast<std::uint64_t>(flags.gib * (1ull << 30)) / sizeof(T);
+  if (flags.row_length > 0) n -= n % flags.row_length;
+  HugeArray<T> array(n);
+  Fill(array.span());
   const auto backend = tally::MakeCpuBackend({.threads = flags.threads});
-  const std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(array.span()));
+  const std::span<const std::byte> bytes = std::as_bytes(std::span<const T>(array.span()));
   const std::size_t piece = flags.piece_mib == 0 ? bytes.size() : flags.piece_mib << 20;
+  const char* dtype_name = sizeof(T) == 4 ? "float32" : "float64";
 
   const Case cases[] = {
       {"sum", {tally::OpKind::kSum}},
       {"min", {tally::OpKind::kMin}},
       {"max", {tally::OpKind::kMax}},
       {"sum+min+max", {tally::OpKind::kSum, tally::OpKind::kMin, tally::OpKind::kMax}},
+      {"mean", {tally::OpKind::kMean}},
+      {"var", {tally::OpKind::kVariance}},
+      {"sum_squares", {tally::OpKind::kSumSquares}},
+      {"sum+mean+var", {tally::OpKind::kSum, tally::OpKind::kMean, tally::OpKind::kVariance}},
   };
   if (!flags.tsv) {
-    std::printf("tally cpu backend: %s, %.2f GiB float32 (%llu elements, rows of %llu), %s, "
+    std::printf("tally cpu backend: %s, %.2f GiB %s (%llu elements, rows of %llu), %s, "
                 "best of %d\n",
-                backend->device().c_str(), flags.gib, static_cast<unsigned long long>(n),
+                backend->device().c_str(), flags.gib, dtype_name, static_cast<unsigned long long>(n),
                 static_cast<unsigned long long>(flags.row_length),
                 flags.piece_mib == 0 ? "one Consume()"
                                      : (std::to_string(flags.piece_mib) + " MiB pieces").c_str(),
@@ -120,8 +148,11 @@ int main(int argc, char** argv) {
     std::printf("%-12s %10s %10s %22s\n", "op", "best s", "GB/s", "result");
   }
   for (const Case& c : cases) {
+    if (!flags.only.empty() && flags.only != c.name) continue;
     tally::AggregationPlan plan;
-    plan.array = {.dtype = tally::DType::kFloat32, .length = n, .row_length = flags.row_length};
+    plan.array = {.dtype = sizeof(T) == 4 ? tally::DType::kFloat32 : tally::DType::kFloat64,
+                  .length = n,
+                  .row_length = flags.row_length};
     for (tally::OpKind k : c.ops) plan.ops.push_back({.kind = k});
     double best = 1e300, result = 0.0;
     for (int r = 0; r < flags.reps; ++r) {
@@ -147,4 +178,11 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = Parse(argc, argv);
+  return flags.float64 ? Run<double>(flags) : Run<float>(flags);
 }

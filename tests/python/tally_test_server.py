@@ -4,7 +4,9 @@ Messages come from tally.proto compiled with protoc --python_out at test time
 (python3-grpcio has no code generator for stubs, so calls go through grpc's
 generic multi-callables with the message classes' own serializers).
 """
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +26,8 @@ def load_messages(proto_root, out_dir=None):
     out_dir = out_dir or os.environ.get("TALLY_PB2_DIR")
     if not out_dir:
         out_dir = tempfile.mkdtemp(prefix="tally-pb2-")
+        # The module stays imported for the process's life; its folder goes with it.
+        atexit.register(shutil.rmtree, out_dir, ignore_errors=True)
         subprocess.run(["protoc", f"--proto_path={proto_root}", f"--python_out={out_dir}",
                         "tally/v1/tally.proto"], check=True)
     sys.path.insert(0, out_dir)

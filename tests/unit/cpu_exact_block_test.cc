@@ -139,6 +139,45 @@ TEST(ExactSquares, EqualExactSumsOfTheSquaresForEveryDataAndCut) {
   CheckEveryCut<double>(Data::kWithNan, false, true);
   CheckEveryCut<float>(Data::kWithNan, true, true);
   CheckEveryCut<rules::Float16>(Data::kNormal, false, true);
+  CheckEveryCut<rules::BFloat16>(Data::kNormal, false, true);
+  CheckEveryCut<rules::BFloat16>(Data::kWithNan, true, true);
+}
+
+// A narrow block's squares take one grid and no check (NarrowSquaresLanes):
+// exact at the limits that proof rests on. Full blocks of float32 whose
+// magnitudes fill [2^(e-17), 2^e) with every significand bit set or random,
+// for e from float32's largest binade down to where the elements are
+// subnormal, and the block is narrow.
+TEST(ExactSquares, NarrowBlocksAreExactAtTheirLimits) {
+  TALLY_SEEDED_RNG(rng);
+  for (const int e : {128, 127, 64, 1, 0, -60, -108, -111, -131}) {
+    for (const bool all_ones : {true, false}) {
+      std::vector<float> x(kExactBlockElements);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const int k = i == 0 ? e - 1 : (i == 1 ? e - 17 : e - 17 + static_cast<int>(rng() % 17));
+        const std::uint32_t frac = all_ones ? 0x7fffffu : static_cast<std::uint32_t>(rng() & 0x7fffffu);
+        const double m = 1.0 + std::ldexp(static_cast<double>(i == 1 ? 0u : frac), -23);
+        x[i] = static_cast<float>(std::ldexp((rng() & 1) != 0 ? m : -m, k));  // subnormals round
+      }
+      const BlockRange range = RangeOfBlock(x.data(), x.size(), false);
+      int top_e = 0;
+      std::frexp(range.top, &top_e);
+      if (e - 1 >= -126) {  // a subnormal largest may round into the next binade
+        ASSERT_EQ(e, top_e);
+      }
+      if (!IsNarrowBlock<float>(range, top_e)) {
+        // Below float32's normals the rounding of the least elements may
+        // leave the range; only those cases may be wide.
+        ASSERT_LT(e - 17, -126) << e;
+        continue;
+      }
+      ExactSum want;
+      for (const float v : x) want.Add(static_cast<double>(v) * static_cast<double>(v));
+      ExactAccumulator got;
+      AddExactSquares(x.data(), x.size(), false, x.size(), range, got);
+      EXPECT_EQ(want.Bytes(), got.ToExactSum().Bytes()) << "e=" << e << " all_ones=" << all_ones;
+    }
+  }
 }
 
 TEST(ExactAccumulator, CopiesOwnTheirSpill) {

@@ -24,9 +24,9 @@ namespace tally::cpu {
 template <typename V>
 struct Partial {
   std::uint64_t count = 0;
-  double dsum = 0.0;       // float64 sum: floats' OP_SUM, mean, variance
+  double dsum = 0.0;       // float64 sum: integers' mean and variance (floats' come exact)
   std::uint64_t isum = 0;  // integers' OP_SUM, modulo 2^64
-  double sum_squares = 0.0;
+  double sum_squares = 0.0;  // integers' OP_SUM_SQUARES (floats' come exact)
   V min = MinIdentity<V>();
   V max = MaxIdentity<V>();
   rules::Moments moments{};
@@ -142,6 +142,17 @@ inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
       case OpKind::kAll: n.nonzero = true; break;
       case OpKind::kPtp:
       case OpKind::kMinMax: n.min = n.max = true; break;  // a plan holds no kMinMax (ValidatePlan)
+      // Functions with states of their own (functions/state_reduction.cc).
+      case OpKind::kQuantile:
+      case OpKind::kNanQuantile:
+      case OpKind::kMedian:
+      case OpKind::kNanMedian:
+      case OpKind::kTopK:
+      case OpKind::kBottomK:
+      case OpKind::kHll:
+      case OpKind::kDdSketch:
+      case OpKind::kCountDistinct:
+      case OpKind::kMode: break;
     }
   }
   return n;

@@ -34,22 +34,39 @@ static_assert(CpuPolicy::kBlockElements <= kExactBlockElements);
 // the largest one's 2^-40 (AddExactBlock checks).
 // float32: the range from the elements' bits as integers (a finite
 // float's magnitude orders as its bits do), 16 to a 512-bit register where
-// float64 lanes hold 8; only the sum converts to float64.
-template <bool kSkipNan>
+// float64 lanes hold 8; only the sum converts to float64. With kExtremes
+// the same pass also takes the block's min and max into `extremes` as
+// FusedLanes does (the same lanes and tree, so the same bits: a NaN wins,
+// and of equal zeros the one FusedLanes keeps), so a plan with a float sum
+// and min or max reads a block once.
+template <bool kSkipNan, bool kExtremes = false>
 TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double& top, double& bottom,
-                                           bool& not_finite) {
+                                           bool& not_finite, LaneTotals<float>* extremes = nullptr) {
+  static_assert(!(kSkipNan && kExtremes), "NaN-skipping extremes are NanLanes'");
   constexpr int L = CpuPolicy::kLanes;
+  static_assert(L == kLanesOf<float>, "FusedLanes' lanes, for the same extremes");
   constexpr std::uint32_t kInfBits = 0x7f800000u;
   std::uint32_t hi[L] = {};
   std::uint32_t lo[L];
   double sum[L] = {};
-  for (int j = 0; j < L; ++j) lo[j] = 0xffffffffu;
+  float mn[L], mx[L], nan[L];
+  for (int j = 0; j < L; ++j) {
+    lo[j] = 0xffffffffu;
+    mn[j] = MinIdentity<float>();
+    mx[j] = MaxIdentity<float>();
+    nan[j] = 0.0f;
+  }
   auto step = [&](float v, int j) {
+    if constexpr (kExtremes) {
+      mn[j] = v < mn[j] ? v : mn[j];
+      mx[j] = v > mx[j] ? v : mx[j];
+      nan[j] = v != v ? v : nan[j];
+    }
     std::uint32_t a = std::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
     if constexpr (kSkipNan) {
-      const bool nan = a > kInfBits;
-      a = nan ? 0u : a;
-      v = nan ? 0.0f : v;
+      const bool is_nan = a > kInfBits;
+      a = is_nan ? 0u : a;
+      v = is_nan ? 0.0f : v;
     }
     hi[j] = a > hi[j] ? a : hi[j];  // an infinity or a NaN lands above every finite value
     const std::uint32_t nonzero = a != 0u ? a : 0xffffffffu;
@@ -72,30 +89,54 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
   not_finite = h >= kInfBits;
   top = not_finite ? 0.0 : static_cast<double>(std::bit_cast<float>(h));
   bottom = l == 0xffffffffu ? std::numeric_limits<double>::infinity() : static_cast<double>(std::bit_cast<float>(l));
+  if constexpr (kExtremes) {
+    extremes->min = TreeReduce<L>(mn, [](float a, float b) { return b < a ? b : a; });
+    extremes->max = TreeReduce<L>(mx, [](float a, float b) { return b > a ? b : a; });
+    for (int j = 0; j < L; ++j) {
+      if (rules::IsNan(nan[j])) {
+        extremes->min = extremes->max = nan[j];
+        break;
+      }
+    }
+  }
   return s;
 }
 
-template <bool kSkipNan, typename V>
-TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite) {
+// The range pass of the other float dtypes, as Float32RangeAndSum's (with
+// kExtremes, float64 only: min and max as well, as FusedLanes takes them).
+template <bool kSkipNan, bool kExtremes = false, typename V>
+TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite,
+                                         LaneTotals<V>* extremes = nullptr) {
+  static_assert(!kExtremes || (std::is_same_v<V, double> && !kSkipNan));
   constexpr int L = CpuPolicy::kLanes;
+  static_assert(L == kLanesOf<V>, "FusedLanes' lanes, for the same extremes");
   constexpr double kMax = 1.7976931348623157e308;
   constexpr double kInf = std::numeric_limits<double>::infinity();
   double hi[L] = {};
   double lo[L];
   double bad[L] = {};
   double sum[L] = {};
-  for (int j = 0; j < L; ++j) lo[j] = kInf;
+  double mn[L], mx[L], nan[L];
+  for (int j = 0; j < L; ++j) {
+    lo[j] = kInf;
+    mn[j] = kInf;
+    mx[j] = -kInf;
+    nan[j] = 0.0;
+  }
   auto step = [&](double v, int j) {
+    if constexpr (kExtremes) {
+      mn[j] = v < mn[j] ? v : mn[j];
+      mx[j] = v > mx[j] ? v : mx[j];
+      nan[j] = v != v ? v : nan[j];
+    }
     if constexpr (kSkipNan) v = v == v ? v : 0.0;
     const double a = std::fabs(v);
     const double finite = a <= kMax ? a : 0.0;
     bad[j] = a <= kMax ? bad[j] : 1.0;  // inf, or NaN unless skipped
     hi[j] = finite > hi[j] ? finite : hi[j];
-    if constexpr (!std::is_same_v<V, double>) {  // a float64 block always takes the split
-      const double nonzero = finite != 0.0 ? finite : kInf;
-      lo[j] = nonzero < lo[j] ? nonzero : lo[j];
-      sum[j] += v;
-    }
+    const double nonzero = finite != 0.0 ? finite : kInf;
+    lo[j] = nonzero < lo[j] ? nonzero : lo[j];
+    if constexpr (!std::is_same_v<V, double>) sum[j] += v;  // float64 blocks are always split
   };
   std::size_t i = 0;
   for (; i + L <= n; i += L) {
@@ -113,6 +154,16 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
   top = t;
   bottom = b;
   not_finite = any != 0.0;
+  if constexpr (kExtremes) {
+    extremes->min = TreeReduce<L>(mn, [](double a, double c) { return c < a ? c : a; });
+    extremes->max = TreeReduce<L>(mx, [](double a, double c) { return c > a ? c : a; });
+    for (int j = 0; j < L; ++j) {
+      if (rules::IsNan(nan[j])) {
+        extremes->min = extremes->max = nan[j];
+        break;
+      }
+    }
+  }
   return s;
 }
 
@@ -152,8 +203,95 @@ TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& hi
   return r == 0.0;
 }
 
+// One block's range pass (Float32RangeAndSum or BlockRangeAndSum), which
+// the elements' exact sum and their squares' share: `plain` is the lane sum
+// (float64 data: not computed, as its blocks are always split).
+struct BlockRange {
+  double top = 0.0;
+  double bottom = 0.0;
+  double plain = 0.0;
+  bool not_finite = false;
+};
+
+// `extremes` (float32 and float64 without skip_nan only; else null): the
+// block's min and max as well, from the same pass.
+template <typename V>
+BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, LaneTotals<V>* extremes = nullptr) {
+  BlockRange r;
+  if constexpr (std::is_same_v<V, float>) {
+    if (extremes != nullptr) {
+      r.plain = Float32RangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
+    } else {
+      r.plain = skip_nan ? Float32RangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
+                         : Float32RangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
+    }
+  } else if constexpr (std::is_same_v<V, double>) {
+    if (extremes != nullptr) {
+      r.plain = BlockRangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
+    } else {
+      r.plain = skip_nan ? BlockRangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
+                         : BlockRangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
+    }
+  } else {
+    r.plain = skip_nan ? BlockRangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
+                       : BlockRangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
+  }
+  return r;
+}
+
+// sum(high parts) and sum(low parts) of a float64 block whose non-zero
+// magnitudes lie in [2^(e-33), 2^e) (IsNarrowFloat64Block): split once at
+// 2^(e-42), the high parts of 2^11 elements sum exactly in a float64 (below
+// 2^(e+11) on that grid), and so do the low parts (below 2^(e-32), each a
+// multiple of the least element's ulp, at least 2^(e-85)): no check.
+template <bool kSkipNan>
+TALLY_CPU_CLONES void NarrowSplitLanes(const double* x, std::size_t n, int e, double& high, double& low) {
+  constexpr int L = CpuPolicy::kLanes;
+  const double sigma = std::ldexp(1.5, e + 10);  // ulp 2^(e-42)
+  double acc1[L] = {};
+  double acc2[L] = {};
+  auto step = [&](double v, int j) {
+    if constexpr (kSkipNan) v = v == v ? v : 0.0;
+    const double h = (sigma + v) - sigma;
+    acc1[j] += h;
+    acc2[j] += v - h;
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) step(x[i + j], j);
+  }
+  for (int j = 0; i < n; ++i, ++j) step(x[i], j);
+  double a = 0.0, b = 0.0;
+  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
+    a += acc1[j];
+    b += acc2[j];
+  }
+  high = a;
+  low = b;
+}
+
+// Whether a float64 block takes NarrowSplitLanes: finite, every non-zero
+// magnitude within 2^33 of the largest (top < 2^e), and its grid a normal
+// float64.
+inline bool IsNarrowFloat64Block(double bottom, int e) { return e <= 1010 && e >= -1000 && bottom >= std::ldexp(1.0, e - 33); }
+
+// Whether a block of elements of at most 24 significant bits (not float64)
+// is narrow: every non-zero magnitude within 2^17 of the largest, top <
+// 2^e, so every element is a multiple of 2^(e-40). Its plain lane sum is
+// exact, and its squares split against one grid (NarrowSquaresLanes).
+template <typename V>
+bool IsNarrowBlock(const BlockRange& r, int e) {
+  if constexpr (std::is_same_v<V, double>) {
+    return false;
+  } else {
+    return r.bottom >= std::ldexp(1.0, e - 17);
+  }
+}
+
 // Adds x[0, n) (n <= kExactBlockElements) to `into`, NaNs skipped when
-// `skip_nan` (`summed`: the elements that are not skipped).
+// `skip_nan` (`summed`: the elements that are not skipped), given the
+// block's range pass `r`.
 //
 // Elements of at most 24 significant bits (float32, float16, bfloat16)
 // within 2^17 of the block's largest lie on its 2^-40 grid, so their plain
@@ -161,17 +299,8 @@ TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& hi
 // float64) the block is split against two grids, a second pass over it
 // while it is in L1.
 template <typename V>
-void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
-  bool not_finite = false;
-  double top = 0.0, bottom = 0.0;
-  double plain = 0.0;
-  if constexpr (std::is_same_v<V, float>) {
-    plain = skip_nan ? Float32RangeAndSum<true>(x, n, top, bottom, not_finite)
-                     : Float32RangeAndSum<false>(x, n, top, bottom, not_finite);
-  } else {
-    plain = skip_nan ? BlockRangeAndSum<true>(x, n, top, bottom, not_finite)
-                     : BlockRangeAndSum<false>(x, n, top, bottom, not_finite);
-  }
+void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed, const BlockRange& r,
+                   rules::ExactAccumulator& into) {
   auto any_other = [&] {
     for (std::size_t i = 0; i < n; ++i) {
       const double v = static_cast<double>(x[i]);
@@ -179,17 +308,28 @@ void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed,
     }
     return false;
   };
-  if (!not_finite) {
-    if (top == 0.0) {
+  if (!r.not_finite) {
+    if (r.top == 0.0) {
       into.AddBlock(0.0, 0.0, summed, any_other);
       return;
     }
     int e = 0;
-    std::frexp(top, &e);  // top < 2^e
-    constexpr bool kNarrow = !std::is_same_v<V, double>;
-    if (kNarrow && bottom >= std::ldexp(1.0, e - 17)) {
-      into.AddBlock(plain, 0.0, summed, any_other);
+    std::frexp(r.top, &e);  // top < 2^e
+    if (IsNarrowBlock<V>(r, e)) {
+      into.AddBlock(r.plain, 0.0, summed, any_other);
       return;
+    }
+    if constexpr (std::is_same_v<V, double>) {
+      if (IsNarrowFloat64Block(r.bottom, e)) {
+        double high = 0.0, low = 0.0;
+        if (skip_nan) {
+          NarrowSplitLanes<true>(x, n, e, high, low);
+        } else {
+          NarrowSplitLanes<false>(x, n, e, high, low);
+        }
+        into.AddBlock(high, low, summed, any_other);
+        return;
+      }
     }
     // The grids must be normal float64s: 2^(e+13) finite, 2^(e-81) not
     // below the smallest normal's ulp.
@@ -205,6 +345,46 @@ void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed,
     v = static_cast<double>(x[i]);
     return !(skip_nan && v != v);
   });
+}
+
+template <typename V>
+void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
+  AddExactBlock(x, n, skip_nan, summed, RangeOfBlock(x, n, skip_nan), into);
+}
+
+// The squares of a narrow block's elements (IsNarrowBlock: multiples of
+// 2^(e-40) below 2^e), each exact in float64 (at most 48 significant bits),
+// a multiple of 2^(2e-80) below 2^(2e). Split at 2^(2e-42), the high parts
+// of 2^11 squares sum exactly in a float64 (below 2^(2e+11) on that grid)
+// and so do the low parts (below 2^(2e-32) on 2^(2e-80)), in any order:
+// no check, and one extraction a square where the general split makes
+// three.
+template <bool kSkipNan, typename V>
+TALLY_CPU_CLONES void NarrowSquaresLanes(const V* x, std::size_t n, int e, double& high, double& low) {
+  constexpr int L = CpuPolicy::kLanes;
+  const double sigma = std::ldexp(1.5, 2 * e + 10);  // ulp 2^(2e-42)
+  double acc1[L] = {};
+  double acc2[L] = {};
+  auto step = [&](double v, int j) {
+    if constexpr (kSkipNan) v = v == v ? v : 0.0;
+    const double q = v * v;
+    const double h = (sigma + q) - sigma;
+    acc1[j] += h;
+    acc2[j] += q - h;
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
+  }
+  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
+  double a = 0.0, b = 0.0;
+  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
+    a += acc1[j];
+    b += acc2[j];
+  }
+  high = a;
+  low = b;
 }
 
 // The squares of x[0, n) split against three grids of 2^e (x^2 < 2^e for
@@ -264,30 +444,41 @@ TALLY_CPU_CLONES bool SplitSquaresLanes(const V* x, std::size_t n, int e, double
 // skipped when `skip_nan` (`summed`: the elements that are not). A float32,
 // float16 or bfloat16 square is a double; a float64 square is two, x * x
 // and its error by FMA (exact unless the error underflows: |x| below about
-// 2^-485). One range pass and one split pass (SplitSquaresLanes) where the
-// squares lie within about 69 binades of the largest: about 1 ns an
-// element on one core of this 2-vCPU host, where squaring into arrays and
+// 2^-485), given the block's range pass `r` (the one its elements' exact
+// sum takes). A narrow block's squares take one extraction each
+// (NarrowSquaresLanes); other blocks one split pass (SplitSquaresLanes)
+// where the squares lie within about 69 binades of the largest: about 1 ns
+// an element on one core of this 2-vCPU host, where squaring into arrays and
 // summing each through AddExactBlock took 4-6. Otherwise that: the squares
 // and their errors in arrays, each through AddExactBlock. The errors are
 // added as values only, so `into` counts the elements once. A square that
 // overflows is an infinity, its error 0.
 template <typename V>
-void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
+void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summed, const BlockRange& r,
+                     rules::ExactAccumulator& into) {
   constexpr bool kWide = std::is_same_v<V, double>;
-  double top = 0.0, bottom = 0.0;
-  bool not_finite = false;
-  if (skip_nan) {
-    BlockRangeAndSum<true>(x, n, top, bottom, not_finite);
-  } else {
-    BlockRangeAndSum<false>(x, n, top, bottom, not_finite);
-  }
-  const double top_square = top * top;
+  const double top_square = r.top * r.top;
   const auto any_other = [&] { return summed != 0; };  // a square is never -0.0
-  if (!not_finite && top_square == 0.0) {
+  if (!r.not_finite && top_square == 0.0) {
     into.AddBlock(0.0, 0.0, summed, any_other);
     return;
   }
-  if (!not_finite && std::isfinite(top_square)) {
+  if (!r.not_finite && std::isfinite(top_square)) {
+    int e_top = 0;
+    std::frexp(r.top, &e_top);  // top < 2^e_top
+    // Narrow blocks' grids: 2^(2e+11) finite and 2^(2e-80) not below the
+    // least float64 for every e a 24-bit float has (at most 128, at least
+    // -148).
+    if (IsNarrowBlock<V>(r, e_top)) {
+      double high = 0.0, low = 0.0;
+      if (skip_nan) {
+        NarrowSquaresLanes<true>(x, n, e_top, high, low);
+      } else {
+        NarrowSquaresLanes<false>(x, n, e_top, high, low);
+      }
+      into.AddBlock(high, low, summed, any_other);
+      return;
+    }
     int e = 0;
     std::frexp(top_square, &e);  // top^2 < 2^e
     // Every grid a normal float64: 2^(e+13) finite, the last (2^(e-122),
@@ -319,6 +510,11 @@ void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summe
     AddExactBlock(errors_of, n, /*skip_nan=*/false, n, errors);
     into.AddValueOf(errors);
   }
+}
+
+template <typename V>
+void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
+  AddExactSquares(x, n, skip_nan, summed, RangeOfBlock(x, n, skip_nan), into);
 }
 
 }  // namespace tally::cpu

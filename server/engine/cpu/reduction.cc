@@ -95,13 +95,18 @@ class CpuReduction final : public Reduction {
     rows_ = plan_.array.rows();
 
     unsigned mask = 0;
-    // Float sums come exact from their own pass (exact_block.h); the lanes'
-    // float64 sum is for the means and moments.
-    const bool lane_sum = rules::kIsFloatValue<V> ? needs_.dsum : needs_.native_sum || (needs_.dsum && !kWideInteger);
+    // Float sums, means, sums of squares and moments come exact from their
+    // own passes (exact_block.h), so float dtypes take no lane sums.
+    const bool lane_sum = !rules::kIsFloatValue<V> && (needs_.native_sum || (needs_.dsum && !kWideInteger));
     if (lane_sum) mask |= kLaneSum;
-    if (needs_.sum_squares) mask |= kLaneSumSq;
-    if (needs_.min) mask |= kLaneMin;
-    if (needs_.max) mask |= kLaneMax;
+    if (!rules::kIsFloatValue<V> && needs_.sum_squares) mask |= kLaneSumSq;
+    // float32's and float64's exact range pass takes min and max too
+    // (RangeOfBlock), so a block with both is read once.
+    if constexpr (std::is_same_v<V, float> || std::is_same_v<V, double>) {
+      extremes_in_range_ = (needs_.exact_sum || needs_.exact_squares) && (needs_.min || needs_.max);
+    }
+    if (needs_.min && !extremes_in_range_) mask |= kLaneMin;
+    if (needs_.max && !extremes_in_range_) mask |= kLaneMax;
     static constexpr auto kTable = FusedTable<V>(std::make_index_sequence<kLaneMasks>{});
     fused_ = kTable[mask];
     if constexpr (rules::kIsFloatValue<V>) {
@@ -280,9 +285,11 @@ class CpuReduction final : public Reduction {
     Partial<V> p;
     p.count = n;
     if constexpr (rules::kIsFloatValue<V>) {
-      p.dsum = t.sum;
-      if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, p.exact_sum);
-      if (needs_.exact_squares) AddExactSquares(x, n, /*skip_nan=*/false, n, p.exact_squares);
+      if (needs_.exact_sum || needs_.exact_squares) {
+        const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/false, extremes_in_range_ ? &t : nullptr);
+        if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, range, p.exact_sum);
+        if (needs_.exact_squares) AddExactSquares(x, n, /*skip_nan=*/false, n, range, p.exact_squares);
+      }
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
       if (needs_.dsum) {
@@ -336,8 +343,11 @@ class CpuReduction final : public Reduction {
     nan_fused_(x, n, &t);
     p.nan_count = t.count;
     p.nan_dsum = t.sum;
-    if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, p.nan_exact_sum);
-    if (needs_.nan_exact_squares) AddExactSquares(x, n, /*skip_nan=*/true, t.count, p.nan_exact_squares);
+    if (needs_.nan_exact_sum || needs_.nan_exact_squares) {
+      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true);
+      if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_sum);
+      if (needs_.nan_exact_squares) AddExactSquares(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_squares);
+    }
     p.nan_min = t.min;
     p.nan_max = t.max;
     if (t.count == 0) return;
@@ -704,6 +714,17 @@ class CpuReduction final : public Reduction {
         PutMax(s, acc.max);
         break;
       case OpKind::kMinMax: break;  // a plan holds no kMinMax (ValidatePlan)
+      // Functions with states of their own (functions/state_reduction.cc).
+      case OpKind::kQuantile:
+      case OpKind::kNanQuantile:
+      case OpKind::kMedian:
+      case OpKind::kNanMedian:
+      case OpKind::kTopK:
+      case OpKind::kBottomK:
+      case OpKind::kHll:
+      case OpKind::kDdSketch:
+      case OpKind::kCountDistinct:
+      case OpKind::kMode: break;
     }
     return s;
   }
@@ -749,6 +770,7 @@ class CpuReduction final : public Reduction {
   const std::string device_;
   const Needs needs_;
   FusedFn<V> fused_ = nullptr;
+  bool extremes_in_range_ = false;  // min and max from the exact range pass (float32, float64)
   NanFn<V> nan_fused_ = nullptr;  // float dtypes with NaN-skipping ops only
   MoreFn<V> more_fused_ = nullptr;  // plans with prod, count_nonzero, any or all only
 
