@@ -124,7 +124,7 @@ def main():
     finally:
         log = server.stop() or ""
         if args.trace:
-            print("\n".join(line for line in log.splitlines() if "GroupBy" in line))
+            print("\n".join(line for line in log.splitlines() if "GroupBy" in line or "segments:" in line))
 
 
 def run_baseline(name, k, v, reps):

@@ -14,11 +14,23 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/request.h"
+#include "server/engine/huge_pages.h"
 #include "tally/rules/partial.h"
 
 namespace tally {
 
 using rules::AsComputedFor;
+
+// `rows` zeroed values; a buffer of several huge pages is advised before
+// its first touch (a group-by's millions of groups: each 4 KiB page's
+// fault cost more than its zeroing on an H100 host, trace).
+template <typename T>
+std::vector<T> ZeroedValues(std::uint64_t rows) {
+  std::vector<T> v;
+  ReserveHuge(v, rows);
+  v.resize(rows);
+  return v;
+}
 
 // Results of `rows` rows for `op` over `dtype`, zeroed, in the alternative
 // the response carries (histograms with their bins).
@@ -32,9 +44,9 @@ inline OpValues EmptyValues(const OpSpec& op, DType dtype, std::uint64_t rows) {
     return states;
   }
   switch (ResultKindOf(op.kind, dtype)) {
-    case ResultKind::kDouble: return std::vector<double>(rows);
-    case ResultKind::kInt64: return std::vector<std::int64_t>(rows);
-    case ResultKind::kUInt64: return std::vector<std::uint64_t>(rows);
+    case ResultKind::kDouble: return ZeroedValues<double>(rows);
+    case ResultKind::kInt64: return ZeroedValues<std::int64_t>(rows);
+    case ResultKind::kUInt64: return ZeroedValues<std::uint64_t>(rows);
     case ResultKind::kHistogram: break;
   }
   return std::vector<HistogramResult>(rows, HistogramResult{std::vector<std::uint64_t>(op.histogram.bins, 0)});

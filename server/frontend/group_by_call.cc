@@ -137,7 +137,8 @@ absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& reques
     }
     const DatasetInfo& info = (*dataset)->info();
     const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(0, info.length);
-    ColumnBytes column{.dtype = info.dtype};
+    ColumnBytes column;
+    column.dtype = info.dtype;
     if (pieces.size() == 1) {
       // Read where it lies: host bytes in place; GPU bytes by the engine,
       // on that GPU, or copied out there.

@@ -205,7 +205,7 @@ void GroupPageToProto(const v1::GroupByRequest& request, const GroupByPlan& plan
   // Each value column's answers, placed at their aggregations' positions.
   std::vector<v1::AggregationResult> placed(plan.aggregations);
   for (std::size_t v = 0; v < result.plans.size(); ++v) {
-    AggregationResult page{.backend = result.backend, .device = result.device};
+    AggregationResult page{.values = {}, .backend = result.backend, .device = result.device};
     for (const OpValues& values : result.results[v].values) page.values.push_back(Slice(values, first, count));
     v1::AggregateResponse answers;
     ResultToProto(result.plans[v], AggregationsOf(request, plan.values[v]), std::move(page), 0, &answers);

@@ -144,7 +144,8 @@ void AppendRows(OpValues& into, OpValues&& more) {
 // RequestLimits::max_result_values). Device bytes whose ops the device's
 // segment passes do not compute are copied to the host, already in group
 // order, and read there.
-absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const AggregationPlan& p, const Extent& bytes) {
+absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const AggregationPlan& p, const Extent& bytes,
+                                                 const Note& note) {
   const std::vector<std::uint64_t>& start = *p.array.offsets;
   const std::uint64_t groups = start.size() - 1;
   const std::size_t size = rules::SizeOf(p.array.dtype);
@@ -184,10 +185,18 @@ absl::StatusOr<AggregationResult> ReduceByGroups(Backend& backend, const Aggrega
     }
     absl::StatusOr<AggregationResult> result = (*reduction)->Finish();
     if (!result.ok()) return result.status();
+    note("a batch of groups reduced");
     if (g0 == 0) {
       out = *std::move(result);
+      // Room for every group's answers at once: appending batch after batch
+      // to vectors that grow by doubling copied each answer about twice
+      // (0.9 of 2.0 s at 16M groups on an H200, trace).
+      if (g1 < groups) {
+        for (OpValues& values : out.values) std::visit([&](auto& v) { ReserveHuge(v, groups); }, values);
+      }
     } else {
       for (std::size_t i = 0; i < out.values.size(); ++i) AppendRows(out.values[i], std::move(result->values[i]));
+      note("its answers appended");
     }
   }
   return out;
@@ -300,7 +309,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     note(on_device ? "column summed by key on the device" : "column summed by key on the host");
     if (out.keys.empty()) {
       out.groups = k.groups;
-      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(k.keys, rules::SizeOf(key.dtype))});
+      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(k.keys, rules::SizeOf(key.dtype)), .validity = nullptr});
     }
     AggregationPlan p = c.plan;
     std::vector<std::uint64_t> start(k.groups + 1, 0);
@@ -308,7 +317,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     p.array.length = plan.rows;
     p.array.row_length = 0;
     p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
-    AggregationResult result{.backend = backend.name(), .device = backend.device()};
+    AggregationResult result{.values = {}, .backend = backend.name(), .device = backend.device()};
     for (const OpSpec& op : p.ops) {
       OpValues values = EmptyValues(op, column.dtype, k.groups);
       if (auto* d = std::get_if<std::vector<double>>(&values)) {
@@ -388,7 +397,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   out.groups = o.groups;
   out.rows_grouped = plan.rows;
   out.on_device = true;
-  out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(o.keys, rules::SizeOf(key.dtype))});
+  out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(o.keys, rules::SizeOf(key.dtype)), .validity = nullptr});
   out.backend = backend.name();
   out.device = backend.device();
   std::vector<std::uint64_t> rows;  // once an index needs them
@@ -403,7 +412,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
     p.array.row_length = 0;
     p.array.offsets = o.offsets;
     p.array.validity = nullptr;
-    absl::StatusOr<AggregationResult> result = ReduceByGroups(backend, p, bytes);
+    absl::StatusOr<AggregationResult> result = ReduceByGroups(backend, p, bytes, note);
     if (!result.ok()) return result.status();
     note("column reduced");
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
@@ -511,7 +520,7 @@ absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backen
     std::vector<std::byte> laid_out;
     if (!in_place) laid_out = ByGroup(column.data, rules::SizeOf(column.dtype), *groups, *start);
     const std::span<const std::byte> bytes = in_place ? column.data : std::span<const std::byte>(laid_out);
-    absl::StatusOr<AggregationResult> result = ReduceByGroups(backend, p, Extent::PageableHost(bytes));
+    absl::StatusOr<AggregationResult> result = ReduceByGroups(backend, p, Extent::PageableHost(bytes), note);
     if (!result.ok()) return result.status();
     note("column reduced");
     for (std::size_t i = 0; i < p.ops.size(); ++i) {
