@@ -9,7 +9,9 @@ row sent alone. Every path must give the same bits, and the sums must be
 math.fsum's.
 
 usage: exact_paths_test.py TALLY_SERVER_BINARY [--backend=cpu]
-(the package, built with its stubs, on PYTHONPATH)
+(the package, built with its stubs, on PYTHONPATH; TALLY_SERVER_ARGS adds
+server flags, e.g. --small_request_bytes=0 to keep every request of a cuda
+server on the GPU)
 """
 import os
 from fractions import Fraction
@@ -72,7 +74,8 @@ class ExactPathsTest(unittest.TestCase):
         cls.clients = {}
         for shards in SHARD_COUNTS:
             server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}", f"--dataset_shards={shards}",
-                                                            "--dataset_min_shard_bytes=4096"])
+                                                            "--dataset_min_shard_bytes=4096",
+                                                            *os.environ.get("TALLY_SERVER_ARGS", "").split()])
             cls.servers[shards] = server
             cls.clients[shards] = tally.Client(f"127.0.0.1:{server.port}", timeout=120,
                                                stream_threshold=1 << 40)  # unary unless asked
