@@ -39,16 +39,27 @@ static_assert(CpuPolicy::kBlockElements <= kExactBlockElements);
 // FusedLanes does (the same lanes and tree, so the same bits: a NaN wins,
 // and of equal zeros the one FusedLanes keeps), so a plan with a float sum
 // and min or max reads a block once.
-template <bool kSkipNan, bool kExtremes = false>
+//
+// With kSquares the pass also splits each element's square at the grid a
+// narrow block whose largest magnitude lies in [2^(e-1), 2^e) takes
+// (NarrowSquaresLanes) for e = `squares_e`, a guess (the block before's);
+// `squares` gets the two parts' sums, which are the exact sum of the
+// squares only if the block turns out narrow with that e (the caller
+// checks), so the squares cost no second pass when the guess holds.
+template <bool kSkipNan, bool kExtremes = false, bool kSquares = false>
 TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double& top, double& bottom,
-                                           bool& not_finite, LaneTotals<float>* extremes = nullptr) {
+                                           bool& not_finite, LaneTotals<float>* extremes = nullptr,
+                                           int squares_e = 0, double* squares = nullptr) {
   static_assert(!(kSkipNan && kExtremes), "NaN-skipping extremes are NanLanes'");
   constexpr int L = CpuPolicy::kLanes;
   static_assert(L == kLanesOf<float>, "FusedLanes' lanes, for the same extremes");
   constexpr std::uint32_t kInfBits = 0x7f800000u;
+  const double sigma = kSquares ? std::ldexp(1.5, 2 * squares_e + 10) : 0.0;  // NarrowSquaresLanes' grid
   std::uint32_t hi[L] = {};
   std::uint32_t lo[L];
   double sum[L] = {};
+  double sq_high[L] = {};
+  double sq_low[L] = {};
   float mn[L], mx[L], nan[L];
   for (int j = 0; j < L; ++j) {
     lo[j] = 0xffffffffu;
@@ -71,7 +82,14 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
     hi[j] = a > hi[j] ? a : hi[j];  // an infinity or a NaN lands above every finite value
     const std::uint32_t nonzero = a != 0u ? a : 0xffffffffu;
     lo[j] = nonzero < lo[j] ? nonzero : lo[j];
-    sum[j] += static_cast<double>(v);
+    const double d = static_cast<double>(v);
+    sum[j] += d;
+    if constexpr (kSquares) {
+      const double q = d * d;
+      const double h = (sigma + q) - sigma;
+      sq_high[j] += h;
+      sq_low[j] += q - h;
+    }
   };
   std::size_t i = 0;
   for (; i + L <= n; i += L) {
@@ -89,6 +107,15 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
   not_finite = h >= kInfBits;
   top = not_finite ? 0.0 : static_cast<double>(std::bit_cast<float>(h));
   bottom = l == 0xffffffffu ? std::numeric_limits<double>::infinity() : static_cast<double>(std::bit_cast<float>(l));
+  if constexpr (kSquares) {
+    double a = 0.0, b = 0.0;
+    for (int j = 0; j < L; ++j) {  // exact sums when the guess holds: the order does not matter
+      a += sq_high[j];
+      b += sq_low[j];
+    }
+    squares[0] = a;
+    squares[1] = b;
+  }
   if constexpr (kExtremes) {
     extremes->min = TreeReduce<L>(mn, [](float a, float b) { return b < a ? b : a; });
     extremes->max = TreeReduce<L>(mx, [](float a, float b) { return b > a ? b : a; });
@@ -211,15 +238,44 @@ struct BlockRange {
   double bottom = 0.0;
   double plain = 0.0;
   bool not_finite = false;
+  // float32 with squares asked for: the squares split at the grid of
+  // squares_e, taken in the same pass (Float32RangeAndSum's kSquares);
+  // AddExactSquares uses them where the block is narrow with that e.
+  bool has_squares = false;
+  int squares_e = 0;
+  double squares[2] = {0.0, 0.0};
 };
 
 // `extremes` (float32 and float64 without skip_nan only; else null): the
 // block's min and max as well, from the same pass.
+//
+// `squares_e` (float32; else ignored): where it is not kNoSquaresGuess the
+// pass also splits the squares at that e's grid (BlockRange::squares), a
+// guess of the block's e, typically the block before's.
+inline constexpr int kNoSquaresGuess = std::numeric_limits<int>::min();
+
 template <typename V>
-BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, LaneTotals<V>* extremes = nullptr) {
+BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_identity_t<LaneTotals<V>>* extremes = nullptr,
+                        int squares_e = kNoSquaresGuess) {
   BlockRange r;
   if constexpr (std::is_same_v<V, float>) {
-    if (extremes != nullptr) {
+    // The guessed grid must be one NarrowSquaresLanes could take (float32's
+    // binades: e from -148 to 128).
+    const bool squares = squares_e >= -148 && squares_e <= 128;
+    if (squares) {
+      r.has_squares = true;
+      r.squares_e = squares_e;
+      if (extremes != nullptr) {
+        r.plain = Float32RangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, squares_e,
+                                                        r.squares);
+      } else if (skip_nan) {
+        r.plain = Float32RangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, squares_e,
+                                                        r.squares);
+      } else {
+        r.plain = Float32RangeAndSum<false, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, squares_e,
+                                                         r.squares);
+      }
+    } else if (extremes != nullptr) {
       r.plain = Float32RangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
     } else {
       r.plain = skip_nan ? Float32RangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
@@ -470,6 +526,10 @@ void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summe
     // least float64 for every e a 24-bit float has (at most 128, at least
     // -148).
     if (IsNarrowBlock<V>(r, e_top)) {
+      if (r.has_squares && r.squares_e == e_top) {  // split in the range pass, at this grid
+        into.AddBlock(r.squares[0], r.squares[1], summed, any_other);
+        return;
+      }
       double high = 0.0, low = 0.0;
       if (skip_nan) {
         NarrowSquaresLanes<true>(x, n, e_top, high, low);

@@ -286,9 +286,13 @@ class CpuReduction final : public Reduction {
     p.count = n;
     if constexpr (rules::kIsFloatValue<V>) {
       if (needs_.exact_sum || needs_.exact_squares) {
-        const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/false, extremes_in_range_ ? &t : nullptr);
+        const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/false, extremes_in_range_ ? &t : nullptr,
+                                              needs_.exact_squares ? SquaresGuess() : kNoSquaresGuess);
         if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, range, p.exact_sum);
-        if (needs_.exact_squares) AddExactSquares(x, n, /*skip_nan=*/false, n, range, p.exact_squares);
+        if (needs_.exact_squares) {
+          AddExactSquares(x, n, /*skip_nan=*/false, n, range, p.exact_squares);
+          NoteSquaresGuess(range);
+        }
       }
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
@@ -344,9 +348,13 @@ class CpuReduction final : public Reduction {
     p.nan_count = t.count;
     p.nan_dsum = t.sum;
     if (needs_.nan_exact_sum || needs_.nan_exact_squares) {
-      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true);
+      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true, nullptr,
+                                            needs_.nan_exact_squares ? SquaresGuess() : kNoSquaresGuess);
       if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_sum);
-      if (needs_.nan_exact_squares) AddExactSquares(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_squares);
+      if (needs_.nan_exact_squares) {
+        AddExactSquares(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_squares);
+        NoteSquaresGuess(range);
+      }
     }
     p.nan_min = t.min;
     p.nan_max = t.max;
@@ -727,6 +735,21 @@ class CpuReduction final : public Reduction {
       case OpKind::kMode: break;
     }
     return s;
+  }
+
+  // The binade of the last float32 block's largest magnitude on this
+  // thread: blocks of one array mostly share it, so RangeOfBlock splits
+  // their squares at its grid in the range pass. A wrong guess costs the
+  // block a second pass, never a bit (AddExactSquares checks it).
+  static int& SquaresGuess() {
+    thread_local int e = kNoSquaresGuess;
+    return e;
+  }
+  static void NoteSquaresGuess(const BlockRange& range) {
+    if (!std::is_same_v<V, float> || range.not_finite || range.top == 0.0) return;
+    int e = 0;
+    std::frexp(range.top, &e);
+    SquaresGuess() = e;
   }
 
   // Notes that `row` is all NaN, for ops that have no value on one; the
