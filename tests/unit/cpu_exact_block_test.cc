@@ -80,20 +80,18 @@ void CheckEveryCut(Data d, bool skip_nan, bool squares = false) {
       std::size_t summed = 0;
       for (std::size_t i = at; i < at + len; ++i) summed += skip_nan && std::isnan(static_cast<double>(x[i])) ? 0 : 1;
       ExactAccumulator a;
+      // The range pass may split float32's squares and float64's elements
+      // at a guessed grid (RangeOfBlock's guess_e): none, the block's own,
+      // or a wrong one.
+      int e = 0;
+      std::frexp(RangeOfBlock(x.data() + at, len, skip_nan).top, &e);
+      const int pick = static_cast<int>(rng() % 4);
+      const int guess = pick == 0 ? kNoRangeGuess : e + (pick == 1 ? 0 : (pick == 2 ? 1 : -1));
+      const BlockRange range = RangeOfBlock(x.data() + at, len, skip_nan, nullptr, guess);
       if (squares) {
-        // float32's range pass may split the squares at a guessed grid
-        // (RangeOfBlock's squares_e): none, the block's own, or a wrong one.
-        int guess = kNoSquaresGuess;
-        if constexpr (std::is_same_v<V, float>) {
-          int e = 0;
-          std::frexp(RangeOfBlock(x.data() + at, len, skip_nan).top, &e);
-          const int pick = static_cast<int>(rng() % 4);
-          guess = pick == 0 ? kNoSquaresGuess : e + (pick == 1 ? 0 : (pick == 2 ? 1 : -1));
-        }
-        AddExactSquares(x.data() + at, len, skip_nan, summed,
-                        RangeOfBlock(x.data() + at, len, skip_nan, nullptr, guess), a);
+        AddExactSquares(x.data() + at, len, skip_nan, summed, range, a);
       } else {
-        AddExactBlock(x.data() + at, len, skip_nan, summed, a);
+        AddExactBlock(x.data() + at, len, skip_nan, summed, range, a);
       }
       parts.push_back(std::move(a));
       at += len;
@@ -187,9 +185,46 @@ TEST(ExactSquares, NarrowBlocksAreExactAtTheirLimits) {
       AddExactSquares(x.data(), x.size(), false, x.size(), range, got);
       EXPECT_EQ(want.Bytes(), got.ToExactSum().Bytes()) << "e=" << e << " all_ones=" << all_ones;
       const BlockRange guessed = RangeOfBlock(x.data(), x.size(), false, nullptr, top_e);
-      ASSERT_TRUE(guessed.has_squares);
+      ASSERT_TRUE(guessed.has_guess);
       AddExactSquares(x.data(), x.size(), false, x.size(), guessed, split_in_range_pass);
       EXPECT_EQ(want.Bytes(), split_in_range_pass.ToExactSum().Bytes()) << "guessed, e=" << e;
+    }
+  }
+}
+
+// A narrow float64 block splits once, with no check (NarrowSplitLanes, or
+// the range pass at a guessed grid): exact at the limits that proof rests
+// on. Full blocks whose magnitudes lie in [2^(e-33), 2^e), most of them
+// near the top and of one sign (the high parts' sum near 2^(e+11)), the
+// rest spread down to the least magnitude with every significand bit set
+// (the low parts' sum at its grid's limit).
+TEST(ExactBlock, NarrowFloat64BlocksAreExactAtTheirLimits) {
+  TALLY_SEEDED_RNG(rng);
+  for (const int e : {1010, 300, 1, 0, -1, -500, -1000}) {
+    for (const bool one_sign : {true, false}) {
+      std::vector<double> x(kExactBlockElements);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const bool near_top = i % 8 != 0;
+        const int k = i == 1 ? e - 33 : (near_top ? e - 1 : e - 33 + static_cast<int>(rng() % 33));
+        const std::uint64_t frac = (i % 3 == 0 ? ~std::uint64_t{0} : rng()) & ((std::uint64_t{1} << 52) - 1);
+        const double m = 1.0 + std::ldexp(static_cast<double>(frac), -52);
+        const bool negative = !one_sign && (rng() & 1) != 0;
+        x[i] = std::ldexp(negative ? -m : m, k);
+      }
+      const BlockRange range = RangeOfBlock(x.data(), x.size(), false);
+      int top_e = 0;
+      std::frexp(range.top, &top_e);
+      ASSERT_EQ(e, top_e);
+      ASSERT_TRUE(IsNarrowFloat64Block(range.bottom, top_e));
+      ExactSum want;
+      for (const double v : x) want.Add(v);
+      ExactAccumulator plain, guessed;
+      AddExactBlock(x.data(), x.size(), false, x.size(), range, plain);
+      EXPECT_EQ(want.Bytes(), plain.ToExactSum().Bytes()) << "e=" << e << " one_sign=" << one_sign;
+      const BlockRange with_guess = RangeOfBlock(x.data(), x.size(), false, nullptr, top_e);
+      ASSERT_TRUE(with_guess.has_guess);
+      AddExactBlock(x.data(), x.size(), false, x.size(), with_guess, guessed);
+      EXPECT_EQ(want.Bytes(), guessed.ToExactSum().Bytes()) << "guessed, e=" << e << " one_sign=" << one_sign;
     }
   }
 }

@@ -131,10 +131,22 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
 
 // The range pass of the other float dtypes, as Float32RangeAndSum's (with
 // kExtremes, float64 only: min and max as well, as FusedLanes takes them).
-template <bool kSkipNan, bool kExtremes = false, typename V>
+//
+// With kSplit (float64) the pass also splits each element at the grid a
+// narrow float64 block whose largest magnitude lies in [2^(e-1), 2^e)
+// takes (NarrowSplitLanes) for e = `split_e`, a guess (the block
+// before's); `split` gets the two parts' sums, the block's exact sum only
+// if it turns out narrow with that e (the caller checks).
+template <bool kSkipNan, bool kExtremes = false, bool kSplit = false, typename V>
 TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite,
-                                         LaneTotals<V>* extremes = nullptr) {
+                                         LaneTotals<V>* extremes = nullptr, int split_e = 0,
+                                         double* split = nullptr) {
   static_assert(!kExtremes || (std::is_same_v<V, double> && !kSkipNan));
+  static_assert(!kSplit || std::is_same_v<V, double>);
+  const double sigma = kSplit ? std::ldexp(1.5, split_e + 10) : 0.0;  // NarrowSplitLanes' grid
+  constexpr int kSplitLanes = kSplit ? CpuPolicy::kLanes : 1;
+  double split_high[kSplitLanes] = {};
+  double split_low[kSplitLanes] = {};
   constexpr int L = CpuPolicy::kLanes;
   static_assert(L == kLanesOf<V>, "FusedLanes' lanes, for the same extremes");
   constexpr double kMax = 1.7976931348623157e308;
@@ -164,6 +176,11 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
     const double nonzero = finite != 0.0 ? finite : kInf;
     lo[j] = nonzero < lo[j] ? nonzero : lo[j];
     if constexpr (!std::is_same_v<V, double>) sum[j] += v;  // float64 blocks are always split
+    if constexpr (kSplit) {
+      const double h = (sigma + v) - sigma;
+      split_high[j] += h;
+      split_low[j] += v - h;
+    }
   };
   std::size_t i = 0;
   for (; i + L <= n; i += L) {
@@ -181,6 +198,15 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
   top = t;
   bottom = b;
   not_finite = any != 0.0;
+  if constexpr (kSplit) {
+    double sh = 0.0, sl = 0.0;
+    for (int j = 0; j < L; ++j) {  // exact sums when the guess holds: the order does not matter
+      sh += split_high[j];
+      sl += split_low[j];
+    }
+    split[0] = sh;
+    split[1] = sl;
+  }
   if constexpr (kExtremes) {
     extremes->min = TreeReduce<L>(mn, [](double a, double c) { return c < a ? c : a; });
     extremes->max = TreeReduce<L>(mx, [](double a, double c) { return c > a ? c : a; });
@@ -238,42 +264,44 @@ struct BlockRange {
   double bottom = 0.0;
   double plain = 0.0;
   bool not_finite = false;
-  // float32 with squares asked for: the squares split at the grid of
-  // squares_e, taken in the same pass (Float32RangeAndSum's kSquares);
-  // AddExactSquares uses them where the block is narrow with that e.
-  bool has_squares = false;
-  int squares_e = 0;
-  double squares[2] = {0.0, 0.0};
+  // Split in the same pass at the grid of a guessed binade `guess_e`
+  // (RangeOfBlock's guess): float32's squares (Float32RangeAndSum's
+  // kSquares; AddExactSquares takes them), float64's elements
+  // (BlockRangeAndSum's kSplit; AddExactBlock takes them), where the block
+  // turns out narrow with that binade.
+  bool has_guess = false;
+  int guess_e = 0;
+  double guessed[2] = {0.0, 0.0};
 };
 
 // `extremes` (float32 and float64 without skip_nan only; else null): the
 // block's min and max as well, from the same pass.
 //
-// `squares_e` (float32; else ignored): where it is not kNoSquaresGuess the
-// pass also splits the squares at that e's grid (BlockRange::squares), a
-// guess of the block's e, typically the block before's.
-inline constexpr int kNoSquaresGuess = std::numeric_limits<int>::min();
+// `guess_e`: where it is not kNoRangeGuess, the binade the block's largest
+// magnitude is guessed to lie in (typically the block before's): the pass
+// also splits float32's squares or float64's elements at its grid
+// (BlockRange::guessed). Other dtypes ignore it.
+inline constexpr int kNoRangeGuess = std::numeric_limits<int>::min();
 
 template <typename V>
 BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_identity_t<LaneTotals<V>>* extremes = nullptr,
-                        int squares_e = kNoSquaresGuess) {
+                        int guess_e = kNoRangeGuess) {
   BlockRange r;
   if constexpr (std::is_same_v<V, float>) {
     // The guessed grid must be one NarrowSquaresLanes could take (float32's
     // binades: e from -148 to 128).
-    const bool squares = squares_e >= -148 && squares_e <= 128;
-    if (squares) {
-      r.has_squares = true;
-      r.squares_e = squares_e;
+    if (guess_e >= -148 && guess_e <= 128) {
+      r.has_guess = true;
+      r.guess_e = guess_e;
       if (extremes != nullptr) {
-        r.plain = Float32RangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, squares_e,
-                                                        r.squares);
+        r.plain = Float32RangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
+                                                        r.guessed);
       } else if (skip_nan) {
-        r.plain = Float32RangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, squares_e,
-                                                        r.squares);
+        r.plain = Float32RangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, guess_e,
+                                                        r.guessed);
       } else {
-        r.plain = Float32RangeAndSum<false, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, squares_e,
-                                                         r.squares);
+        r.plain = Float32RangeAndSum<false, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, guess_e,
+                                                         r.guessed);
       }
     } else if (extremes != nullptr) {
       r.plain = Float32RangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
@@ -282,7 +310,21 @@ BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_iden
                          : Float32RangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
     }
   } else if constexpr (std::is_same_v<V, double>) {
-    if (extremes != nullptr) {
+    // The guessed grid must be one IsNarrowFloat64Block allows.
+    if (guess_e >= -1000 && guess_e <= 1010) {
+      r.has_guess = true;
+      r.guess_e = guess_e;
+      if (extremes != nullptr) {
+        r.plain = BlockRangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
+                                                      r.guessed);
+      } else if (skip_nan) {
+        r.plain = BlockRangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
+                                                      r.guessed);
+      } else {
+        r.plain = BlockRangeAndSum<false, false, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
+                                                       r.guessed);
+      }
+    } else if (extremes != nullptr) {
       r.plain = BlockRangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
     } else {
       r.plain = skip_nan ? BlockRangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
@@ -377,6 +419,10 @@ void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed,
     }
     if constexpr (std::is_same_v<V, double>) {
       if (IsNarrowFloat64Block(r.bottom, e)) {
+        if (r.has_guess && r.guess_e == e) {  // split in the range pass, at this grid
+          into.AddBlock(r.guessed[0], r.guessed[1], summed, any_other);
+          return;
+        }
         double high = 0.0, low = 0.0;
         if (skip_nan) {
           NarrowSplitLanes<true>(x, n, e, high, low);
@@ -526,8 +572,8 @@ void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summe
     // least float64 for every e a 24-bit float has (at most 128, at least
     // -148).
     if (IsNarrowBlock<V>(r, e_top)) {
-      if (r.has_squares && r.squares_e == e_top) {  // split in the range pass, at this grid
-        into.AddBlock(r.squares[0], r.squares[1], summed, any_other);
+      if (r.has_guess && r.guess_e == e_top) {  // split in the range pass, at this grid
+        into.AddBlock(r.guessed[0], r.guessed[1], summed, any_other);
         return;
       }
       double high = 0.0, low = 0.0;

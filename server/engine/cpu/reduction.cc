@@ -286,13 +286,12 @@ class CpuReduction final : public Reduction {
     p.count = n;
     if constexpr (rules::kIsFloatValue<V>) {
       if (needs_.exact_sum || needs_.exact_squares) {
+        const bool guess = Guesses(needs_.exact_sum, needs_.exact_squares);
         const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/false, extremes_in_range_ ? &t : nullptr,
-                                              needs_.exact_squares ? SquaresGuess() : kNoSquaresGuess);
+                                              guess ? RangeGuess() : kNoRangeGuess);
         if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, range, p.exact_sum);
-        if (needs_.exact_squares) {
-          AddExactSquares(x, n, /*skip_nan=*/false, n, range, p.exact_squares);
-          NoteSquaresGuess(range);
-        }
+        if (needs_.exact_squares) AddExactSquares(x, n, /*skip_nan=*/false, n, range, p.exact_squares);
+        if (guess) NoteRangeGuess(range);
       }
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
@@ -348,13 +347,11 @@ class CpuReduction final : public Reduction {
     p.nan_count = t.count;
     p.nan_dsum = t.sum;
     if (needs_.nan_exact_sum || needs_.nan_exact_squares) {
-      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true, nullptr,
-                                            needs_.nan_exact_squares ? SquaresGuess() : kNoSquaresGuess);
+      const bool guess = Guesses(needs_.nan_exact_sum, needs_.nan_exact_squares);
+      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true, nullptr, guess ? RangeGuess() : kNoRangeGuess);
       if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_sum);
-      if (needs_.nan_exact_squares) {
-        AddExactSquares(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_squares);
-        NoteSquaresGuess(range);
-      }
+      if (needs_.nan_exact_squares) AddExactSquares(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_squares);
+      if (guess) NoteRangeGuess(range);
     }
     p.nan_min = t.min;
     p.nan_max = t.max;
@@ -737,19 +734,26 @@ class CpuReduction final : public Reduction {
     return s;
   }
 
-  // The binade of the last float32 block's largest magnitude on this
-  // thread: blocks of one array mostly share it, so RangeOfBlock splits
-  // their squares at its grid in the range pass. A wrong guess costs the
-  // block a second pass, never a bit (AddExactSquares checks it).
-  static int& SquaresGuess() {
-    thread_local int e = kNoSquaresGuess;
+  // The binade of the last block's largest magnitude on this thread:
+  // blocks of one array mostly share it, so RangeOfBlock splits float32's
+  // squares and float64's elements at its grid in the range pass. A wrong
+  // guess costs the block a second pass, never a bit (AddExactSquares and
+  // AddExactBlock check it). Guesses(): whether this dtype's range pass
+  // has a split to take (float32: squares; float64: elements).
+  static bool Guesses(bool exact_sum, bool exact_squares) {
+    if constexpr (std::is_same_v<V, float>) return exact_squares;
+    if constexpr (std::is_same_v<V, double>) return exact_sum;
+    return false;
+  }
+  static int& RangeGuess() {
+    thread_local int e = kNoRangeGuess;
     return e;
   }
-  static void NoteSquaresGuess(const BlockRange& range) {
-    if (!std::is_same_v<V, float> || range.not_finite || range.top == 0.0) return;
+  static void NoteRangeGuess(const BlockRange& range) {
+    if (range.not_finite || range.top == 0.0) return;
     int e = 0;
     std::frexp(range.top, &e);
-    SquaresGuess() = e;
+    RangeGuess() = e;
   }
 
   // Notes that `row` is all NaN, for ops that have no value on one; the
