@@ -40,8 +40,12 @@ TEST(AggRegistry, FactsAreConsistent) {
     };
     EXPECT_EQ(f.per_q, takes(ParamId::kQ));
     EXPECT_EQ(f.up_to_k, takes(ParamId::kK));
-    if (f.answers_index) EXPECT_TRUE(f.up_to_k || f.result == ResultRule::kIndex);
-    if (f.skips_nan) EXPECT_FALSE(Of(f.plain).skips_nan);
+    if (f.answers_index) {
+      EXPECT_TRUE(f.up_to_k || f.result == ResultRule::kIndex);
+    }
+    if (f.skips_nan) {
+      EXPECT_FALSE(Of(f.plain).skips_nan);
+    }
   }
 }
 

@@ -128,7 +128,9 @@ std::vector<rules::PartialState> PartStates(Backend& backend, std::mt19937_64& r
     EXPECT_TRUE(got.ok()) << got.status();
     if (!got.ok()) return {};
     states.push_back(std::get<std::vector<rules::PartialState>>(got->values[0]).at(0));
-    if (!part.empty()) EXPECT_TRUE(keeps(states.back())) << "a part's state keeps its exact sums";
+    if (!part.empty()) {
+      EXPECT_TRUE(keeps(states.back())) << "a part's state keeps its exact sums";
+    }
   }
   return states;
 }
