@@ -8,9 +8,10 @@
 // second grid must be zero (elements within about 29 binades of the largest
 // for float64 data, 57 for float32), or the block takes the element-by-
 // element path. So the answer is exact, and the same on every clone.
+// Narrow blocks take one grid (IsNarrowBlock, IsNarrowFloat64Block); the
+// vector loops themselves are in exact_lanes.h.
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <type_traits>
 
 #include "server/engine/cpu/block_kernels.h"
+#include "server/engine/cpu/exact_lanes.h"
 #include "server/engine/cpu/tuning.h"
 #include "tally/rules/exact_sum.h"
 
@@ -26,235 +28,6 @@ namespace tally::cpu {
 // Elements per exact block: the grids leave 11 bits for the count.
 inline constexpr std::size_t kExactBlockElements = 2048;
 static_assert(CpuPolicy::kBlockElements <= kExactBlockElements);
-
-// One pass over the block: its largest finite magnitude, its smallest
-// non-zero finite one (infinity when there is none), whether some element
-// is an infinity or a NaN (NaNs count as 0 when kSkipNan: nansum), and the
-// float64 lane sum, which is exact when every element lies on the grid of
-// the largest one's 2^-40 (AddExactBlock checks).
-// float32: the range from the elements' bits as integers (a finite
-// float's magnitude orders as its bits do), 16 to a 512-bit register where
-// float64 lanes hold 8; only the sum converts to float64. With kExtremes
-// the same pass also takes the block's min and max into `extremes` as
-// FusedLanes does (the same lanes and tree, so the same bits: a NaN wins,
-// and of equal zeros the one FusedLanes keeps), so a plan with a float sum
-// and min or max reads a block once.
-//
-// With kSquares the pass also splits each element's square at the grid a
-// narrow block whose largest magnitude lies in [2^(e-1), 2^e) takes
-// (NarrowSquaresLanes) for e = `squares_e`, a guess (the block before's);
-// `squares` gets the two parts' sums, which are the exact sum of the
-// squares only if the block turns out narrow with that e (the caller
-// checks), so the squares cost no second pass when the guess holds.
-template <bool kSkipNan, bool kExtremes = false, bool kSquares = false>
-TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double& top, double& bottom,
-                                           bool& not_finite, LaneTotals<float>* extremes = nullptr,
-                                           int squares_e = 0, double* squares = nullptr) {
-  static_assert(!(kSkipNan && kExtremes), "NaN-skipping extremes are NanLanes'");
-  constexpr int L = CpuPolicy::kLanes;
-  static_assert(L == kLanesOf<float>, "FusedLanes' lanes, for the same extremes");
-  constexpr std::uint32_t kInfBits = 0x7f800000u;
-  const double sigma = kSquares ? std::ldexp(1.5, 2 * squares_e + 10) : 0.0;  // NarrowSquaresLanes' grid
-  std::uint32_t hi[L] = {};
-  std::uint32_t lo[L];
-  double sum[L] = {};
-  double sq_high[L] = {};
-  double sq_low[L] = {};
-  float mn[L], mx[L], nan[L];
-  for (int j = 0; j < L; ++j) {
-    lo[j] = 0xffffffffu;
-    mn[j] = MinIdentity<float>();
-    mx[j] = MaxIdentity<float>();
-    nan[j] = 0.0f;
-  }
-  auto step = [&](float v, int j) {
-    if constexpr (kExtremes) {
-      mn[j] = v < mn[j] ? v : mn[j];
-      mx[j] = v > mx[j] ? v : mx[j];
-      nan[j] = v != v ? v : nan[j];
-    }
-    std::uint32_t a = std::bit_cast<std::uint32_t>(v) & 0x7fffffffu;
-    if constexpr (kSkipNan) {
-      const bool is_nan = a > kInfBits;
-      a = is_nan ? 0u : a;
-      v = is_nan ? 0.0f : v;
-    }
-    hi[j] = a > hi[j] ? a : hi[j];  // an infinity or a NaN lands above every finite value
-    const std::uint32_t nonzero = a != 0u ? a : 0xffffffffu;
-    lo[j] = nonzero < lo[j] ? nonzero : lo[j];
-    const double d = static_cast<double>(v);
-    sum[j] += d;
-    if constexpr (kSquares) {
-      const double q = d * d;
-      const double h = (sigma + q) - sigma;
-      sq_high[j] += h;
-      sq_low[j] += q - h;
-    }
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(x[i + j], j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(x[i], j);
-  std::uint32_t h = 0, l = 0xffffffffu;
-  double s = 0.0;
-  for (int j = 0; j < L; ++j) {
-    h = hi[j] > h ? hi[j] : h;
-    l = lo[j] < l ? lo[j] : l;
-    s += sum[j];
-  }
-  not_finite = h >= kInfBits;
-  top = not_finite ? 0.0 : static_cast<double>(std::bit_cast<float>(h));
-  bottom = l == 0xffffffffu ? std::numeric_limits<double>::infinity() : static_cast<double>(std::bit_cast<float>(l));
-  if constexpr (kSquares) {
-    double a = 0.0, b = 0.0;
-    for (int j = 0; j < L; ++j) {  // exact sums when the guess holds: the order does not matter
-      a += sq_high[j];
-      b += sq_low[j];
-    }
-    squares[0] = a;
-    squares[1] = b;
-  }
-  if constexpr (kExtremes) {
-    extremes->min = TreeReduce<L>(mn, [](float a, float b) { return b < a ? b : a; });
-    extremes->max = TreeReduce<L>(mx, [](float a, float b) { return b > a ? b : a; });
-    for (int j = 0; j < L; ++j) {
-      if (rules::IsNan(nan[j])) {
-        extremes->min = extremes->max = nan[j];
-        break;
-      }
-    }
-  }
-  return s;
-}
-
-// The range pass of the other float dtypes, as Float32RangeAndSum's (with
-// kExtremes, float64 only: min and max as well, as FusedLanes takes them).
-//
-// With kSplit (float64) the pass also splits each element at the grid a
-// narrow float64 block whose largest magnitude lies in [2^(e-1), 2^e)
-// takes (NarrowSplitLanes) for e = `split_e`, a guess (the block
-// before's); `split` gets the two parts' sums, the block's exact sum only
-// if it turns out narrow with that e (the caller checks).
-template <bool kSkipNan, bool kExtremes = false, bool kSplit = false, typename V>
-TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite,
-                                         LaneTotals<V>* extremes = nullptr, int split_e = 0,
-                                         double* split = nullptr) {
-  static_assert(!kExtremes || (std::is_same_v<V, double> && !kSkipNan));
-  static_assert(!kSplit || std::is_same_v<V, double>);
-  const double sigma = kSplit ? std::ldexp(1.5, split_e + 10) : 0.0;  // NarrowSplitLanes' grid
-  constexpr int kSplitLanes = kSplit ? CpuPolicy::kLanes : 1;
-  double split_high[kSplitLanes] = {};
-  double split_low[kSplitLanes] = {};
-  constexpr int L = CpuPolicy::kLanes;
-  static_assert(L == kLanesOf<V>, "FusedLanes' lanes, for the same extremes");
-  constexpr double kMax = 1.7976931348623157e308;
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  double hi[L] = {};
-  double lo[L];
-  double bad[L] = {};
-  double sum[L] = {};
-  double mn[L], mx[L], nan[L];
-  for (int j = 0; j < L; ++j) {
-    lo[j] = kInf;
-    mn[j] = kInf;
-    mx[j] = -kInf;
-    nan[j] = 0.0;
-  }
-  auto step = [&](double v, int j) {
-    if constexpr (kExtremes) {
-      mn[j] = v < mn[j] ? v : mn[j];
-      mx[j] = v > mx[j] ? v : mx[j];
-      nan[j] = v != v ? v : nan[j];
-    }
-    if constexpr (kSkipNan) v = v == v ? v : 0.0;
-    const double a = std::fabs(v);
-    const double finite = a <= kMax ? a : 0.0;
-    bad[j] = a <= kMax ? bad[j] : 1.0;  // inf, or NaN unless skipped
-    hi[j] = finite > hi[j] ? finite : hi[j];
-    const double nonzero = finite != 0.0 ? finite : kInf;
-    lo[j] = nonzero < lo[j] ? nonzero : lo[j];
-    if constexpr (!std::is_same_v<V, double>) sum[j] += v;  // float64 blocks are always split
-    if constexpr (kSplit) {
-      const double h = (sigma + v) - sigma;
-      split_high[j] += h;
-      split_low[j] += v - h;
-    }
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
-  double t = 0.0, b = kInf, any = 0.0, s = 0.0;
-  for (int j = 0; j < L; ++j) {
-    t = hi[j] > t ? hi[j] : t;
-    b = lo[j] < b ? lo[j] : b;
-    any = bad[j] > any ? bad[j] : any;
-    s += sum[j];
-  }
-  top = t;
-  bottom = b;
-  not_finite = any != 0.0;
-  if constexpr (kSplit) {
-    double sh = 0.0, sl = 0.0;
-    for (int j = 0; j < L; ++j) {  // exact sums when the guess holds: the order does not matter
-      sh += split_high[j];
-      sl += split_low[j];
-    }
-    split[0] = sh;
-    split[1] = sl;
-  }
-  if constexpr (kExtremes) {
-    extremes->min = TreeReduce<L>(mn, [](double a, double c) { return c < a ? c : a; });
-    extremes->max = TreeReduce<L>(mx, [](double a, double c) { return c > a ? c : a; });
-    for (int j = 0; j < L; ++j) {
-      if (rules::IsNan(nan[j])) {
-        extremes->min = extremes->max = nan[j];
-        break;
-      }
-    }
-  }
-  return s;
-}
-
-// sum(high parts) and sum(low parts) of x[0, n) against the grids of 2^e,
-// both exact; false if some element has bits below the second grid.
-template <bool kSkipNan, typename V>
-TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& high, double& low) {
-  constexpr int L = CpuPolicy::kLanes;
-  const double sigma1 = std::ldexp(1.5, e + 12);  // ulp 2^(e-40)
-  const double sigma2 = std::ldexp(1.5, e - 29);  // ulp 2^(e-81)
-  double acc1[L] = {};
-  double acc2[L] = {};
-  double rest[L] = {};
-  auto step = [&](double v, int j) {
-    if constexpr (kSkipNan) v = v == v ? v : 0.0;
-    const double h1 = (sigma1 + v) - sigma1;
-    const double l1 = v - h1;
-    const double h2 = (sigma2 + l1) - sigma2;
-    acc1[j] += h1;
-    acc2[j] += h2;
-    rest[j] = l1 - h2 != 0.0 ? 1.0 : rest[j];
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
-  double a = 0.0, b = 0.0, r = 0.0;
-  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
-    a += acc1[j];
-    b += acc2[j];
-    r = rest[j] > r ? rest[j] : r;
-  }
-  high = a;
-  low = b;
-  return r == 0.0;
-}
 
 // One block's range pass (Float32RangeAndSum or BlockRangeAndSum), which
 // the elements' exact sum and their squares' share: `plain` is the lane sum
@@ -335,38 +108,6 @@ BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_iden
                        : BlockRangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
   }
   return r;
-}
-
-// sum(high parts) and sum(low parts) of a float64 block whose non-zero
-// magnitudes lie in [2^(e-33), 2^e) (IsNarrowFloat64Block): split once at
-// 2^(e-42), the high parts of 2^11 elements sum exactly in a float64 (below
-// 2^(e+11) on that grid), and so do the low parts (below 2^(e-32), each a
-// multiple of the least element's ulp, at least 2^(e-85)): no check.
-template <bool kSkipNan>
-TALLY_CPU_CLONES void NarrowSplitLanes(const double* x, std::size_t n, int e, double& high, double& low) {
-  constexpr int L = CpuPolicy::kLanes;
-  const double sigma = std::ldexp(1.5, e + 10);  // ulp 2^(e-42)
-  double acc1[L] = {};
-  double acc2[L] = {};
-  auto step = [&](double v, int j) {
-    if constexpr (kSkipNan) v = v == v ? v : 0.0;
-    const double h = (sigma + v) - sigma;
-    acc1[j] += h;
-    acc2[j] += v - h;
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(x[i + j], j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(x[i], j);
-  double a = 0.0, b = 0.0;
-  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
-    a += acc1[j];
-    b += acc2[j];
-  }
-  high = a;
-  low = b;
 }
 
 // Whether a float64 block takes NarrowSplitLanes: finite, every non-zero
@@ -452,94 +193,6 @@ void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed,
 template <typename V>
 void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed, rules::ExactAccumulator& into) {
   AddExactBlock(x, n, skip_nan, summed, RangeOfBlock(x, n, skip_nan), into);
-}
-
-// The squares of a narrow block's elements (IsNarrowBlock: multiples of
-// 2^(e-40) below 2^e), each exact in float64 (at most 48 significant bits),
-// a multiple of 2^(2e-80) below 2^(2e). Split at 2^(2e-42), the high parts
-// of 2^11 squares sum exactly in a float64 (below 2^(2e+11) on that grid)
-// and so do the low parts (below 2^(2e-32) on 2^(2e-80)), in any order:
-// no check, and one extraction a square where the general split makes
-// three.
-template <bool kSkipNan, typename V>
-TALLY_CPU_CLONES void NarrowSquaresLanes(const V* x, std::size_t n, int e, double& high, double& low) {
-  constexpr int L = CpuPolicy::kLanes;
-  const double sigma = std::ldexp(1.5, 2 * e + 10);  // ulp 2^(2e-42)
-  double acc1[L] = {};
-  double acc2[L] = {};
-  auto step = [&](double v, int j) {
-    if constexpr (kSkipNan) v = v == v ? v : 0.0;
-    const double q = v * v;
-    const double h = (sigma + q) - sigma;
-    acc1[j] += h;
-    acc2[j] += q - h;
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
-  double a = 0.0, b = 0.0;
-  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
-    a += acc1[j];
-    b += acc2[j];
-  }
-  high = a;
-  low = b;
-}
-
-// The squares of x[0, n) split against three grids of 2^e (x^2 < 2^e for
-// every x: parts on 2^(e-40), 2^(e-81) and 2^(e-122)) and their FMA errors
-// (float64 only) against three of 2^(e-53), as SplitSumLanes splits
-// elements: exact float64 sums, one pass; false if some part has bits
-// below its third grid (a square more than about 69 binades below the
-// largest). Three levels, not SplitSumLanes' two: squares spread over
-// twice the binades of their elements, and with two a quarter of the
-// blocks of normal(0, 1) data took the element-by-element path.
-template <bool kSkipNan, typename V>
-TALLY_CPU_CLONES bool SplitSquaresLanes(const V* x, std::size_t n, int e, double (&parts)[6]) {
-  constexpr int L = CpuPolicy::kLanes;
-  constexpr bool kWide = std::is_same_v<V, double>;
-  double sigma[6];
-  for (int k = 0; k < 6; ++k) sigma[k] = std::ldexp(1.5, e + 12 - 41 * (k % 3) - (k < 3 ? 0 : 53));
-  double acc[6][L] = {};
-  double rest[L] = {};
-  auto split = [&](double v, const double* s, double (*a)[L], int j) {
-    const double h1 = (s[0] + v) - s[0];
-    const double l1 = v - h1;
-    const double h2 = (s[1] + l1) - s[1];
-    const double l2 = l1 - h2;
-    const double h3 = (s[2] + l2) - s[2];
-    a[0][j] += h1;
-    a[1][j] += h2;
-    a[2][j] += h3;
-    return l2 - h3;
-  };
-  auto step = [&](double v, int j) {
-    if constexpr (kSkipNan) v = v == v ? v : 0.0;
-    const double q = v * v;
-    double bad = split(q, sigma, acc, j);
-    if constexpr (kWide) {
-      const double err = split(std::fma(v, v, -q), sigma + 3, acc + 3, j);
-      bad = bad != 0.0 ? bad : err;
-    }
-    rest[j] = bad != 0.0 ? 1.0 : rest[j];
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(static_cast<double>(x[i + j]), j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(static_cast<double>(x[i]), j);
-  double r = 0.0;
-  for (int k = 0; k < 6; ++k) {
-    double t = 0.0;
-    for (int j = 0; j < L; ++j) t += acc[k][j];  // exact sums: the order does not matter
-    parts[k] = t;
-  }
-  for (int j = 0; j < L; ++j) r = rest[j] > r ? rest[j] : r;
-  return r == 0.0;
 }
 
 // Adds the squares of x[0, n) (n <= kExactBlockElements) to `into`, NaNs
