@@ -119,7 +119,9 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   ASSERT_TRUE(again.ok()) << again.status();
   absl::StatusOr<grouping::GroupedResult> ref = grouping::RunGroupBy(on_host, *cpu, 1 << 26);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  if (on_gpu) EXPECT_EQ(dev->backend, "cuda");
+  if (on_gpu) {
+    EXPECT_EQ(dev->backend, "cuda");
+  }
   ASSERT_EQ(dev->groups, ref->groups);
   EXPECT_EQ(dev->keys[0].data, ref->keys[0].data);
   ExpectSame(dev->plans[0], dev->results[0], again->results[0], /*exact=*/true, what + " twice");

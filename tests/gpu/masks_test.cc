@@ -188,12 +188,16 @@ void RunPlan(AggregatePlan plan, const void* x, const Mask* mask, std::uint64_t 
   CUDA_OK(cudaStreamCreate(&b.stream));
   CUDA_OK(cudaMalloc(&b.data, bytes + 16));
   unsigned char* base = static_cast<unsigned char*>(b.data) + (misalign ? esize : 0);
-  if (bytes > 0) CUDA_OK(cudaMemcpy(base, x, bytes, cudaMemcpyHostToDevice));
+  if (bytes > 0) {
+    CUDA_OK(cudaMemcpy(base, x, bytes, cudaMemcpyHostToDevice));
+  }
   plan.validity = nullptr;
   if (mask != nullptr) {
     const std::vector<std::uint32_t> words = Pack(*mask);
     CUDA_OK(cudaMalloc(&b.bits, std::max<std::size_t>(words.size(), 1) * 4));
-    if (!words.empty()) CUDA_OK(cudaMemcpy(b.bits, words.data(), words.size() * 4, cudaMemcpyHostToDevice));
+    if (!words.empty()) {
+      CUDA_OK(cudaMemcpy(b.bits, words.data(), words.size() * 4, cudaMemcpyHostToDevice));
+    }
     plan.validity = static_cast<const std::uint32_t*>(b.bits);
   }
   CUDA_OK(kernels::Validate(plan));

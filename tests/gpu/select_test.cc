@@ -463,7 +463,9 @@ TEST(SelectGpu, HintedOrderStatisticsMatchASortedCopy) {
       EXPECT_TRUE(q) << what << ": the quantiles' buckets were not gathered while counting";
     }
     const bool wrong = CheckHintedOrderStatistics<T>(x, shift, {0.1}, {0.9}, what + ", hinted elsewhere");
-    if (large_uniform) EXPECT_FALSE(wrong) << what << ": a rank outside the gathered buckets was read from them";
+    if (large_uniform) {
+      EXPECT_FALSE(wrong) << what << ": a rank outside the gathered buckets was read from them";
+    }
   }));
 }
 

@@ -121,7 +121,7 @@ TEST_F(HostileDatasetTest, UploadsThatNeverLandEvictNothing) {
   ASSERT_TRUE(Put("new", 2 * kMiB, 2 * kMiB).ok());
   EXPECT_EQ(Names(), (std::vector<std::string>{"d0", "d1", "d4", "d5", "new"}));
   EXPECT_EQ(Metric("tally_dataset_evictions_total"), 2);
-  for (const std::string& name : {"d2", "d3"}) {
+  for (const std::string name : {"d2", "d3"}) {
     const std::vector<std::string> lines = log.Lines("dataset '" + name + "' evicted", spdlog::level::warn);
     ASSERT_EQ(lines.size(), 1u) << name;
     EXPECT_NE(lines[0].find("to make room for the upload of 'new'"), std::string::npos) << lines[0];
