@@ -86,6 +86,27 @@ inline T TreeReduce(T (&acc)[L], Combine combine) {
   return acc[0];
 }
 
+// The lanes' min and max by the fixed tree, and a NaN lane's value over
+// both: every loop that takes a block's extremes (FusedLanes, the exact
+// range passes) ends with these, so they give the same bits.
+template <int L, typename V>
+inline V LaneMin(V (&mn)[L]) {
+  return TreeReduce<L>(mn, [](V a, V b) { return b < a ? b : a; });
+}
+template <int L, typename V>
+inline V LaneMax(V (&mx)[L]) {
+  return TreeReduce<L>(mx, [](V a, V b) { return b > a ? b : a; });
+}
+template <int L, typename V, typename Out>
+inline void NanWins(const V (&nan)[L], Out* out) {
+  for (int j = 0; j < L; ++j) {
+    if (rules::IsNan(nan[j])) {
+      out->min = out->max = nan[j];
+      return;
+    }
+  }
+}
+
 // Sum, sum of squares, min and max of x[0..n) in one loop, kMask choosing
 // which. n >= 1. Min and max lanes use plain compare-and-select, which the
 // vectorizer maps to vector min/max; NaNs, which the selects skip, are
@@ -125,16 +146,9 @@ TALLY_CPU_CLONES void FusedLanes(const V* x, std::size_t n, LaneTotals<V>* out) 
   for (int j = 0; i < n; ++i, ++j) update(j, x[i]);  // the tail, into the same lanes
   if constexpr (kSum) out->sum = TreeReduce<L>(sum, [](SumLane<V> a, SumLane<V> b) { return a + b; });
   if constexpr (kSq) out->sum_squares = TreeReduce<L>(sq, [](double a, double b) { return a + b; });
-  if constexpr (kMin) out->min = TreeReduce<L>(mn, [](V a, V b) { return b < a ? b : a; });
-  if constexpr (kMax) out->max = TreeReduce<L>(mx, [](V a, V b) { return b > a ? b : a; });
-  if constexpr (kNan) {
-    for (int j = 0; j < L; ++j) {
-      if (rules::IsNan(nan[j])) {
-        out->min = out->max = nan[j];
-        break;
-      }
-    }
-  }
+  if constexpr (kMin) out->min = LaneMin<L>(mn);
+  if constexpr (kMax) out->max = LaneMax<L>(mx);
+  if constexpr (kNan) NanWins<L>(nan, out);
 }
 
 // Which of the NaN-skipping lane loops a block of a float dtype needs.

@@ -19,6 +19,20 @@
 
 namespace tally::cpu {
 
+// Two parts' lane sums folded into out[0] and out[1]: exact sums of
+// values on one grid, so the order does not matter (when the split's
+// grid held; the callers check).
+template <int L>
+inline void FoldParts(const double (&high)[L], const double (&low)[L], double* out) {
+  double a = 0.0, b = 0.0;
+  for (int j = 0; j < L; ++j) {
+    a += high[j];
+    b += low[j];
+  }
+  out[0] = a;
+  out[1] = b;
+}
+
 // One pass over the block: its largest finite magnitude, its smallest
 // non-zero finite one (infinity when there is none), whether some element
 // is an infinity or a NaN (NaNs count as 0 when kSkipNan: nansum), and the
@@ -99,24 +113,11 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
   not_finite = h >= kInfBits;
   top = not_finite ? 0.0 : static_cast<double>(std::bit_cast<float>(h));
   bottom = l == 0xffffffffu ? std::numeric_limits<double>::infinity() : static_cast<double>(std::bit_cast<float>(l));
-  if constexpr (kSquares) {
-    double a = 0.0, b = 0.0;
-    for (int j = 0; j < L; ++j) {  // exact sums when the guess holds: the order does not matter
-      a += sq_high[j];
-      b += sq_low[j];
-    }
-    squares[0] = a;
-    squares[1] = b;
-  }
+  if constexpr (kSquares) FoldParts<L>(sq_high, sq_low, squares);
   if constexpr (kExtremes) {
-    extremes->min = TreeReduce<L>(mn, [](float a, float b) { return b < a ? b : a; });
-    extremes->max = TreeReduce<L>(mx, [](float a, float b) { return b > a ? b : a; });
-    for (int j = 0; j < L; ++j) {
-      if (rules::IsNan(nan[j])) {
-        extremes->min = extremes->max = nan[j];
-        break;
-      }
-    }
+    extremes->min = LaneMin<L>(mn);
+    extremes->max = LaneMax<L>(mx);
+    NanWins<L>(nan, extremes);
   }
   return s;
 }
@@ -136,11 +137,11 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
   static_assert(!kExtremes || (std::is_same_v<V, double> && !kSkipNan));
   static_assert(!kSplit || std::is_same_v<V, double>);
   const double sigma = kSplit ? std::ldexp(1.5, split_e + 10) : 0.0;  // NarrowSplitLanes' grid
-  constexpr int kSplitLanes = kSplit ? CpuPolicy::kLanes : 1;
-  double split_high[kSplitLanes] = {};
-  double split_low[kSplitLanes] = {};
+
   constexpr int L = CpuPolicy::kLanes;
   static_assert(L == kLanesOf<V>, "FusedLanes' lanes, for the same extremes");
+  double split_high[L] = {};
+  double split_low[L] = {};
   constexpr double kMax = 1.7976931348623157e308;
   constexpr double kInf = std::numeric_limits<double>::infinity();
   double hi[L] = {};
@@ -190,24 +191,11 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
   top = t;
   bottom = b;
   not_finite = any != 0.0;
-  if constexpr (kSplit) {
-    double sh = 0.0, sl = 0.0;
-    for (int j = 0; j < L; ++j) {  // exact sums when the guess holds: the order does not matter
-      sh += split_high[j];
-      sl += split_low[j];
-    }
-    split[0] = sh;
-    split[1] = sl;
-  }
+  if constexpr (kSplit) FoldParts<L>(split_high, split_low, split);
   if constexpr (kExtremes) {
-    extremes->min = TreeReduce<L>(mn, [](double a, double c) { return c < a ? c : a; });
-    extremes->max = TreeReduce<L>(mx, [](double a, double c) { return c > a ? c : a; });
-    for (int j = 0; j < L; ++j) {
-      if (rules::IsNan(nan[j])) {
-        extremes->min = extremes->max = nan[j];
-        break;
-      }
-    }
+    extremes->min = LaneMin<L>(mn);
+    extremes->max = LaneMax<L>(mx);
+    NanWins<L>(nan, extremes);
   }
   return s;
 }
