@@ -179,12 +179,13 @@ ABSL_FLAG(std::uint64_t, pinned_receive_bytes, 0,
           "allocator hands out before asking the system, so gRPC's receive slices lie in pinned memory and "
           "are copied to the GPU where they lie, with no CPU copy into staging (server/receive_arena.h). "
           "Resident (pinned) from the start, never grows; 0: off.");
-ABSL_FLAG(bool, cuda_exact_sums, false,
-          "With --backend=cuda or auto: sum and nansum of float32 and float64 whole arrays (no row_length, "
-          "offsets or validity) exact on the GPU as on the cpu backend (the same bits as math.fsum and as "
-          "the cpu backend, however the array is cut), by an exact pass that reads the data once more beside "
-          "the fused pass: a sum alone runs at about 0.9x, sum with other ops at about half of the fused "
-          "pass (docs/performance.md). Off: the fused pass's float64 sum.");
+ABSL_FLAG(bool, cuda_exact_sums, true,
+          "With --backend=cuda or auto: float sums, means, sums of squares, variances and standard "
+          "deviations (and their NaN-skipping forms), whole or per row, exact on the GPU as on the cpu "
+          "backend: the same bits as math.fsum for a sum, and the same bits on every path (backend, "
+          "chunking, shards, merges), by an exact pass that reads the data beside the fused pass when the "
+          "request has other ops (docs/performance.md). false: the fused pass's float64 sums and "
+          "Welford's moments (faster with other ops, last bits depend on the path).");
 ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
           "With --backend=cuda or auto and --routing=size: arrays smaller than this run on the CPU; 0: "
           "everything on the GPU. With --routing=cost it applies to registered host regions only.");

@@ -89,11 +89,15 @@ int main(int argc, char** argv) {
   const std::uint64_t n = static_cast<std::uint64_t>(gib * (1ull << 30)) / 4;
   tally::BackendOptions o;
   o.kind = "cuda";
+  // TALLY_BENCH_EXACT=0: the fused pass's float64 sums (--cuda_exact_sums=false),
+  // to set the exact passes beside them in one call.
+  if (const char* e = std::getenv("TALLY_BENCH_EXACT")) o.cuda_exact_sums = std::atoi(e) != 0;
   auto made = tally::MakeBackend(o);
   if (!made.ok()) Die(made.status().ToString());
   tally::Backend& cuda = **made;
   auto cpu = tally::MakeCpuBackend({});
-  std::printf("%s | %s | %.2f GiB float32\n", cuda.device().c_str(), cpu->device().c_str(), gib);
+  std::printf("%s | %s | %.2f GiB float32 | exact sums %s\n", cuda.device().c_str(), cpu->device().c_str(), gib,
+              o.cuda_exact_sums ? "on" : "off");
 
   std::vector<float> x(n);
   std::mt19937_64 rng(std::random_device{}());

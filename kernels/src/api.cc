@@ -16,6 +16,15 @@ namespace {
 using rules::Has;
 using rules::OpKind;
 
+// The ops the exact pass's elements' state answers, and its squares'.
+constexpr rules::OpMask kExactSumOps =
+    rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kNanSum) | rules::Bit(OpKind::kMean) |
+    rules::Bit(OpKind::kNanMean) | rules::Bit(OpKind::kVariance) | rules::Bit(OpKind::kStddev) |
+    rules::Bit(OpKind::kNanVariance) | rules::Bit(OpKind::kNanStddev);
+constexpr rules::OpMask kExactSquaresOps =
+    rules::Bit(OpKind::kSumSquares) | rules::Bit(OpKind::kVariance) | rules::Bit(OpKind::kStddev) |
+    rules::Bit(OpKind::kNanVariance) | rules::Bit(OpKind::kNanStddev);
+
 // The ops before kNanSum, the NaN-skipping ones, and the fold pass's.
 constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds) - 1) | kNanOps | kFoldOps;
 
@@ -25,9 +34,11 @@ constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds
 // count only. Its ops are 0 when there is nothing for it to do.
 AggregatePlan FusedPart(const AggregatePlan& plan) {
   AggregatePlan fused = plan;
-  fused.ops = plan.ops & ~kFoldOps;
-  if (ExactSums(plan)) fused.ops &= ~(rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kNanSum));
-  if (fused.ops == 0 && plan.validity != nullptr) fused.ops = rules::Bit(OpKind::kCount);
+  const rules::OpMask exact = ExactOps(plan);
+  fused.ops = plan.ops & ~kFoldOps & ~exact;
+  // The exact pass counts a masked array's valid elements itself.
+  if (exact != 0 && plan.validity != nullptr) fused.ops &= ~rules::Bit(OpKind::kCount);
+  if (fused.ops == 0 && plan.validity != nullptr && exact == 0) fused.ops = rules::Bit(OpKind::kCount);
   if (fused.ops == rules::Bit(OpKind::kCount) && plan.validity == nullptr && fused.ops != plan.ops) fused.ops = 0;
   return fused;
 }
@@ -70,9 +81,9 @@ cudaError_t Validate(const AggregatePlan& plan) {
   return cudaSuccess;
 }
 
-bool ExactSums(const AggregatePlan& plan) {
-  return plan.exact_sums && (plan.dtype == rules::DType::kFloat32 || plan.dtype == rules::DType::kFloat64) &&
-         plan.row_length == 0 && plan.validity == nullptr;
+rules::OpMask ExactOps(const AggregatePlan& plan) {
+  if (!plan.exact_sums || !rules::IsFloat(plan.dtype)) return 0;
+  return plan.ops & (kExactSumOps | kExactSquaresOps);
 }
 
 std::uint64_t RowsOf(const AggregatePlan& plan) {
@@ -90,7 +101,10 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
     at += (r * bytes_per_row + 255) / 256 * 256;  // each array 256-byte aligned
     return off;
   };
-  const rules::OpMask m = plan.ops;
+  // The fields the fused pass writes: its own ops' (the exact pass keeps
+  // its own states below).
+  const AggregatePlan fused = FusedPart(plan);
+  const rules::OpMask m = fused.ops | (plan.ops & kFoldOps);
   l.sum = take(Has(m, OpKind::kSum), 8);
   l.min = take(Has(m, OpKind::kMin), 8);
   l.max = take(Has(m, OpKind::kMax), 8);
@@ -105,7 +119,7 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
     l.histogram_stride = plan.histogram.bins + 3;
     l.histograms = take(true, std::size_t{8} * l.histogram_stride);
   }
-  l.count = take(plan.validity != nullptr, 8);
+  l.count = take(plan.validity != nullptr && fused.ops != 0, 8);
   l.nan_count = take((m & kNanOps) != 0, 8);
   l.nan_sum = take(Has(m, OpKind::kNanSum), 8);
   l.nan_min = take(Has(m, OpKind::kNanMin), 8);
@@ -119,8 +133,9 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
   l.nan_argmax_value = take(Has(m, OpKind::kNanArgmax), 8);
   l.product = take(Has(m, OpKind::kProduct), 8);
   l.nonzero = take(Has(m, OpKind::kCountNonzero), 8);
-  l.exact_sum = take(ExactSums(plan) && Has(m, OpKind::kSum), detail::kExactSumStateBytes);
-  l.nan_exact_sum = take(ExactSums(plan) && Has(m, OpKind::kNanSum), detail::kExactSumStateBytes);
+  const rules::OpMask exact = ExactOps(plan);
+  l.exact_sum = take(exact != 0, detail::kExactStateBytes);
+  l.exact_squares = take((exact & kExactSquaresOps) != 0, detail::kExactStateBytes);
   l.bytes = at;
   return l;
 }
@@ -178,12 +193,11 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
                                          scratch_bytes, dev, stream));
   }
   if (lay.exact_sum != ResultLayout::kAbsent) {
-    TALLY_CUDA_TRY(detail::LaunchExactSum(plan, d_chunk, elements, offset, /*skip_nan=*/false,
-                                          state + lay.exact_sum, dev, stream));
-  }
-  if (lay.nan_exact_sum != ResultLayout::kAbsent) {
-    TALLY_CUDA_TRY(detail::LaunchExactSum(plan, d_chunk, elements, offset, /*skip_nan=*/true,
-                                          state + lay.nan_exact_sum, dev, stream));
+    detail::ExactPass pass;
+    pass.sum_state = state + lay.exact_sum;
+    if (lay.exact_squares != ResultLayout::kAbsent) pass.squares_state = state + lay.exact_squares;
+    pass.validity = plan.validity;
+    TALLY_CUDA_TRY(detail::LaunchExact(plan, pass, d_chunk, elements, offset, dev, stream));
   }
   return cudaSuccess;
 }
@@ -205,7 +219,7 @@ cudaError_t Aggregate(const AggregatePlan& plan, const void* d_data, void* d_sta
   // docs/performance.md.
   // Not for exact sums: their pass adds into its state with atomics, which
   // mapped host memory need not support.
-  const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) && !ExactSums(plan) &&
+  const bool small = plan.row_length == 0 && !Has(plan.ops, OpKind::kHistogram) && ExactOps(plan) == 0 &&
                      plan.length * rules::SizeOf(plan.dtype) <=
                          static_cast<std::uint64_t>(detail::Policy::kMinBytesPerBlock);
   if (small && h_result != nullptr) {

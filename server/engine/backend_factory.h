@@ -26,9 +26,9 @@ struct BackendOptions {
   int streams_per_device = 16;                           // lanes: concurrent requests per GPU
   std::uint64_t small_request_bytes = std::uint64_t{1} << 20;  // below: the CPU backend
   std::uint64_t max_state_bytes = std::uint64_t{16} << 20;     // per lane; above: CPU backend
-  // Float32/float64 whole arrays' sum and nansum exact on the GPU too (a
-  // read of their own beside the fused pass; off: the fused float64 sum).
-  bool cuda_exact_sums = false;
+  // Float sums and moments exact on the GPU too (kernels::ExactOps: a read
+  // of their own beside the fused pass; off: the fused float64 sums).
+  bool cuda_exact_sums = true;
   // What each GPU's stream-ordered pool keeps between requests of the
   // scratch it lends per request (group-by's order, quantile passes).
   std::uint64_t pool_keep_bytes = std::uint64_t{512} << 20;

@@ -1,26 +1,33 @@
-// Exact float sums on the GPU (kernels/src/exact, ResultView::Exact): a
-// float32 or float64 whole array's sum and nansum on the cuda backend are
-// the cpu backend's bits, streamed in any chunks or read where they lie on
-// the GPU, and their partial states carry the same exact bytes.
+// Exact float sums and moments on the GPU (kernels/src/exact,
+// ResultView::ExactState): a float whole array's sum, nansum, mean,
+// nanmean, sum_squares, var, std, nanvar and nanstd on the cuda backend
+// are the cpu backend's bits, with or without a validity mask, streamed in
+// any chunks or read where they lie on the GPU, and their partial states
+// carry the same exact bytes.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "server/engine/reduce_pieces.h"
 #include "tally/rules/exact_sum.h"
+#include "tally/rules/half.h"
 #include "tests/gpu/engine_test_util.h"
 
 namespace tally::engine_test {
 namespace {
 
+// Near-cancelling pairs over a wide spread of binades (`narrow`: within a
+// few) and plain normal values; with `specials` a NaN, a -0.0 and (float64)
+// an element whose square overflows.
 template <typename T>
-std::vector<std::byte> IllConditioned(std::uint64_t n, std::mt19937_64& rng, bool specials) {
+std::vector<std::byte> IllConditioned(std::uint64_t n, std::mt19937_64& rng, bool specials, bool narrow = false) {
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<T> v;
   v.reserve(n);
-  const int spread = sizeof(T) == 4 ? 100 : 600;
+  const int spread = narrow ? 4 : sizeof(T) == 8 ? 600 : sizeof(T) == 4 ? 100 : 16;
   while (v.size() + 3 <= n) {
     const T big = static_cast<T>(std::ldexp(normal(rng), static_cast<int>(rng() % spread) - spread / 2));
     v.push_back(big);
@@ -30,21 +37,51 @@ std::vector<std::byte> IllConditioned(std::uint64_t n, std::mt19937_64& rng, boo
   while (v.size() < n) v.push_back(static_cast<T>(normal(rng)));
   std::shuffle(v.begin(), v.end(), rng);
   if (specials && n > 100) {
-    v[rng() % n] = std::numeric_limits<T>::quiet_NaN();
-    v[rng() % n] = -0.0f;
+    v[rng() % n] = static_cast<T>(std::numeric_limits<double>::quiet_NaN());
+    v[rng() % n] = static_cast<T>(-0.0);
+    if constexpr (sizeof(T) == 8) v[rng() % n] = T{0x1p600};
   }
   std::vector<std::byte> out(n * sizeof(T));
   std::memcpy(out.data(), v.data(), out.size());
   return out;
 }
 
-std::uint64_t Bits(double d) {
-  std::uint64_t u;
-  std::memcpy(&u, &d, sizeof u);
-  return u;
+std::vector<std::byte> DataOf(DType dt, std::uint64_t n, std::mt19937_64& rng, bool specials, bool narrow = false) {
+  switch (dt) {
+    case DType::kFloat64: return IllConditioned<double>(n, rng, specials, narrow);
+    case DType::kFloat16: return IllConditioned<rules::Float16>(n, rng, specials, narrow);
+    case DType::kBFloat16: return IllConditioned<rules::BFloat16>(n, rng, specials, narrow);
+    default: return IllConditioned<float>(n, rng, specials, narrow);
+  }
 }
 
-TEST(EngineExactSum, CudaSumsAreTheCpuBitsStreamedOrResidentAndTheirStatesTheSameBytes) {
+// About three elements in four valid, bits past n cleared.
+Validity RandomMask(std::uint64_t n, std::mt19937_64& rng) {
+  auto words = std::make_shared<std::vector<std::uint32_t>>((n + 31) / 32);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (rng() % 4 != 0) (*words)[i / 32] |= 1u << (i % 32);
+  }
+  return words;
+}
+
+std::vector<OpSpec> ExactOps(bool with_max) {
+  std::vector<OpSpec> ops = {{.kind = OpKind::kSum},         {.kind = OpKind::kNanSum},
+                             {.kind = OpKind::kMean},        {.kind = OpKind::kNanMean},
+                             {.kind = OpKind::kSumSquares},  {.kind = OpKind::kVariance},
+                             {.kind = OpKind::kStddev, .ddof = 1.0}, {.kind = OpKind::kNanVariance},
+                             {.kind = OpKind::kNanStddev, .ddof = 1.0}};
+  // These keep a fused pass beside the exact one.
+  if (with_max) {
+    for (const OpKind k : {OpKind::kNanMax, OpKind::kCount, OpKind::kNanCount, OpKind::kArgmax}) ops.push_back({.kind = k});
+  }
+  return ops;
+}
+
+bool IsExactFamily(OpKind k) {
+  return k != OpKind::kNanMax && k != OpKind::kCount && k != OpKind::kNanCount && k != OpKind::kArgmax;
+}
+
+TEST(EngineExactSum, CudaSumsAndMomentsAreTheCpuBitsStreamedMaskedOrResidentAndTheirStatesTheSameBytes) {
   TALLY_REQUIRE_GPU();
   BackendOptions o = TestOptions();
   o.cuda_exact_sums = true;
@@ -52,38 +89,103 @@ TEST(EngineExactSum, CudaSumsAreTheCpuBitsStreamedOrResidentAndTheirStatesTheSam
   auto cpu = MakeCpu();
   ASSERT_NE(cuda, nullptr);
   std::mt19937_64 rng(std::random_device{}());
-  for (const DType dt : {DType::kFloat32, DType::kFloat64}) {
-    for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000}, std::uint64_t{300007}}) {
-      for (const bool specials : {false, true}) {
-        const std::vector<std::byte> data = dt == DType::kFloat32 ? IllConditioned<float>(n, rng, specials)
-                                                                  : IllConditioned<double>(n, rng, specials);
-        // max (where there is an element) keeps a fused pass beside the exact one.
-        std::vector<OpSpec> ops = {{.kind = OpKind::kSum}, {.kind = OpKind::kNanSum}};
-        if (n > 0) ops.push_back({.kind = OpKind::kMax});
-        const AggregationPlan plan = Plan(dt, n, 0, ops);
-        for (OpSpec& op : ops) op.partial = true;
-        const AggregationPlan partial = Plan(dt, n, 0, ops);
-        const std::string what = std::string(rules::Name(dt)) + " n=" + std::to_string(n) +
-                                 (specials ? " with NaN and -0.0" : "");
-        absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
-        ASSERT_TRUE(want.ok()) << want.status();
-        for (const std::vector<std::uint64_t>& pieces :
-             {std::vector<std::uint64_t>{}, {777, 10000, 1}, {65536}}) {
-          absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, pieces);
-          ASSERT_TRUE(got.ok()) << got.status();
-          EXPECT_EQ(got->backend, "cuda") << what;
-          for (int k = 0; k < 2; ++k) {
-            const double w = std::get<std::vector<double>>(want->values[k]).at(0);
-            const double g = std::get<std::vector<double>>(got->values[k]).at(0);
-            if (std::isnan(w)) {
-              EXPECT_TRUE(std::isnan(g)) << what << " op " << k;
-            } else {
-              EXPECT_EQ(Bits(w), Bits(g)) << what << " op " << k << ": cuda " << g << ", cpu " << w;
+  for (const DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    // Up to arrays whose single launch (resident) runs every loop of the kernel.
+    for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000}, std::uint64_t{300007},
+                                  std::uint64_t{(3 << 20) + 77}}) {
+      // 0: wide, 1: wide with specials, 2: narrow (a float32 vector's
+      // elements within 2^26 of each other: the kernel's grouped path).
+      for (const int variant : {0, 1, 2}) {
+        const bool specials = variant == 1;
+        for (const bool masked : {false, true}) {
+          const std::vector<std::byte> data = DataOf(dt, n, rng, specials, variant == 2);
+          std::vector<OpSpec> ops = ExactOps(n >= 1000);
+          AggregationPlan plan = Plan(dt, n, 0, ops);
+          if (masked) plan.array.validity = RandomMask(n, rng);
+          AggregationPlan partial = plan;
+          for (OpSpec& op : partial.ops) op.partial = true;
+          const std::string what = std::string(rules::Name(dt)) + " n=" + std::to_string(n) +
+                                   (specials ? " with NaN, -0.0 and overflow" : "") + (variant == 2 ? " narrow" : "") +
+                                   (masked ? " masked" : "");
+          absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
+          ASSERT_TRUE(want.ok()) << want.status() << " " << what;
+          for (const std::vector<std::uint64_t>& pieces :
+               {std::vector<std::uint64_t>{}, {777, 10000, 1}, {65536}}) {
+            absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, pieces);
+            ASSERT_TRUE(got.ok()) << got.status() << " " << what;
+            EXPECT_EQ(got->backend, "cuda") << what;
+            ExpectSame(plan, *want, *got, /*exact=*/true, what + " pieces " + std::to_string(pieces.size()));
+          }
+          // Read where they lie on the GPU (a resident dataset's bytes).
+          if (n > 0) {
+            absl::StatusOr<std::unique_ptr<ResidentMemory>> m = cuda->AllocateResident(data.size(), 0);
+            ASSERT_TRUE(m.ok()) << m.status();
+            ASSERT_TRUE((*m)->Append(Extent::PageableHost(data)).ok());
+            ASSERT_TRUE((*m)->Seal().ok());
+            absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan, (*m)->extent().placement);
+            ASSERT_TRUE(r.ok()) << r.status();
+            ASSERT_TRUE((*r)->Consume((*m)->extent()).ok());
+            absl::StatusOr<AggregationResult> got = (*r)->Finish();
+            ASSERT_TRUE(got.ok()) << got.status();
+            ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
+          }
+          // Partial states: the same states, exact bytes and all, from both.
+          absl::StatusOr<AggregationResult> cpu_states = RunRequest(*cpu, partial, data);
+          absl::StatusOr<AggregationResult> cuda_states = RunRequest(*cuda, partial, data, {4096});
+          ASSERT_TRUE(cpu_states.ok() && cuda_states.ok()) << cpu_states.status() << cuda_states.status();
+          for (std::size_t k = 0; k < partial.ops.size(); ++k) {
+            const auto& c = std::get<std::vector<rules::PartialState>>(cpu_states->values[k]).at(0);
+            const auto& g = std::get<std::vector<rules::PartialState>>(cuda_states->values[k]).at(0);
+            const std::string op = what + " op " + rules::Name(partial.ops[k].kind);
+            EXPECT_EQ(c.count, g.count) << op;
+            EXPECT_EQ(c.elements, g.elements) << op;
+            if (c.count != 0 && IsExactFamily(partial.ops[k].kind)) {
+              EXPECT_FALSE(g.exact_sum.empty() && g.exact_sum_squares.empty()) << op;
             }
+            EXPECT_EQ(c.exact_sum, g.exact_sum) << op;
+            EXPECT_EQ(c.exact_sum_squares, g.exact_sum_squares) << op;
+            EXPECT_TRUE(SameDouble(c.float_sum, g.float_sum, true) && SameDouble(c.mean, g.mean, true) &&
+                        SameDouble(c.m2, g.m2, true) && SameDouble(c.sum_squares, g.sum_squares, true))
+                << op << ": the states' rounded fields differ";
           }
         }
-        // Read where they lie on the GPU (a resident dataset's bytes).
-        if (n > 0) {
+      }
+    }
+  }
+}
+
+TEST(EngineExactSum, CudaRowsAreEachRowsCpuBitsStreamedMaskedOrResident) {
+  TALLY_REQUIRE_GPU();
+  BackendOptions o = TestOptions();
+  o.cuda_exact_sums = true;
+  auto cuda = MakeCuda(o);
+  auto cpu = MakeCpu();
+  ASSERT_NE(cuda, nullptr);
+  std::mt19937_64 rng(std::random_device{}());
+  struct Shape {
+    std::uint64_t n, row_length;
+  };
+  for (const DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    // Rows shorter than a warp's tile, of several tiles, and two rows longer
+    // than a chunk.
+    for (const Shape shape : {Shape{3000, 3}, Shape{300000, 1000}, Shape{3 << 20, 3 << 19}}) {
+      for (const bool masked : {false, true}) {
+        const std::vector<std::byte> data = DataOf(dt, shape.n, rng, /*specials=*/true);
+        // nanmax and argmax refuse a row without valid elements, which short
+        // masked rows have.
+        AggregationPlan plan = Plan(dt, shape.n, shape.row_length, ExactOps(!masked || shape.row_length >= 1000));
+        if (masked) plan.array.validity = RandomMask(shape.n, rng);
+        const std::string what = std::string(rules::Name(dt)) + " rows of " + std::to_string(shape.row_length) +
+                                 (masked ? " masked" : "");
+        absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
+        ASSERT_TRUE(want.ok()) << want.status() << " " << what;
+        for (const std::vector<std::uint64_t>& pieces : {std::vector<std::uint64_t>{}, {777, 10000, 1}}) {
+          absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, pieces);
+          ASSERT_TRUE(got.ok()) << got.status() << " " << what;
+          EXPECT_EQ(got->backend, "cuda") << what;
+          ExpectSame(plan, *want, *got, /*exact=*/true, what + " pieces " + std::to_string(pieces.size()));
+        }
+        {
           absl::StatusOr<std::unique_ptr<ResidentMemory>> m = cuda->AllocateResident(data.size(), 0);
           ASSERT_TRUE(m.ok()) << m.status();
           ASSERT_TRUE((*m)->Append(Extent::PageableHost(data)).ok());
@@ -93,24 +195,7 @@ TEST(EngineExactSum, CudaSumsAreTheCpuBitsStreamedOrResidentAndTheirStatesTheSam
           ASSERT_TRUE((*r)->Consume((*m)->extent()).ok());
           absl::StatusOr<AggregationResult> got = (*r)->Finish();
           ASSERT_TRUE(got.ok()) << got.status();
-          for (int k = 0; k < 2; ++k) {
-            const double w = std::get<std::vector<double>>(want->values[k]).at(0);
-            const double g = std::get<std::vector<double>>(got->values[k]).at(0);
-            EXPECT_TRUE(std::isnan(w) ? std::isnan(g) : Bits(w) == Bits(g)) << what << " resident, op " << k;
-          }
-        }
-        // Partial states: the same exact bytes from both backends.
-        absl::StatusOr<AggregationResult> cpu_states = RunRequest(*cpu, partial, data);
-        absl::StatusOr<AggregationResult> cuda_states = RunRequest(*cuda, partial, data, {4096});
-        ASSERT_TRUE(cpu_states.ok() && cuda_states.ok()) << cpu_states.status() << cuda_states.status();
-        for (int k = 0; k < 2; ++k) {
-          const auto& c = std::get<std::vector<rules::PartialState>>(cpu_states->values[k]).at(0);
-          const auto& g = std::get<std::vector<rules::PartialState>>(cuda_states->values[k]).at(0);
-          EXPECT_EQ(c.count, g.count) << what << " op " << k;
-          if (c.count != 0) {
-            EXPECT_FALSE(g.exact_sum.empty()) << what;
-            EXPECT_EQ(c.exact_sum, g.exact_sum) << what << " op " << k;
-          }
+          ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
         }
       }
     }

@@ -1,5 +1,5 @@
-// The exact float sum pass's entry point for the host API (api.cc), defined
-// in exact_sum.cu. Plain C++.
+// The exact pass's entry points for the host API (api.cc): whole arrays
+// in exact_sum.cu, rows in exact_rows.cu. Plain C++.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,13 +12,28 @@
 
 namespace tally::kernels::detail {
 
-// rules::ExactSum's digits, then the NaN, +inf and -inf counts and the
-// "other than -0.0" flag (ResultView::ExactSum reads them).
-inline constexpr std::size_t kExactSumStateBytes = (68 + 4) * 8;
+// One exact state's bytes (one a row): rules::ExactSum's digits, then the
+// words ResultView reads (kExact*).
+inline constexpr std::size_t kExactStateBytes = ResultLayout::kExactStateWords * 8;
 
-// The float32 or float64 chunk's elements (NaNs skipped when `skip_nan`)
-// added exactly into `state`, which the chunk at offset 0 starts.
-cudaError_t LaunchExactSum(const AggregatePlan& plan, const void* chunk, std::uint64_t n, std::uint64_t offset,
-                           bool skip_nan, void* state, const DeviceInfo& dev, cudaStream_t stream);
+// Where a plan's exact pass adds: the elements' state, and the squares'
+// (null: not asked for); the validity mask (null: none).
+struct ExactPass {
+  void* sum_state = nullptr;
+  void* squares_state = nullptr;
+  const std::uint32_t* validity = nullptr;
+};
 
+// The float chunk's elements (NaNs counted, not added), and their squares
+// where asked, added exactly into the states, which the chunk at offset 0
+// starts; rows (plan.row_length > 0) each into their own.
+cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
+                        std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream);
+
+}  // namespace tally::kernels::detail
+
+namespace tally::kernels::detail {
+// LaunchExact's rows, after the states were started.
+cudaError_t LaunchExactRows(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
+                            std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream);
 }  // namespace tally::kernels::detail

@@ -277,6 +277,13 @@ class CudaBackend final : public Backend {
       return cuda::MakeSegmentReduction(plan, std::move(*lease), &engine_);
     }
     cuda::PassPlan passes = cuda::PlanPasses(plan, exact_sums_);
+    if (exact_sums_ && passes.state_bytes > pool_->state_bytes()) {
+      // Exact sums keep kExactStateWords words a row (584 bytes, twice with
+      // squares): rows of GPU bytes whose exact states do not fit take the
+      // fused pass's float64 sums instead (host bytes run on the cpu
+      // backend, exactly: Refuses). docs/architecture.md, "Exact float sums".
+      passes = cuda::PlanPasses(plan, false);
+    }
     if (passes.state_bytes > pool_->state_bytes()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the results of this request need ", passes.state_bytes,

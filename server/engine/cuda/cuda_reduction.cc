@@ -673,17 +673,21 @@ PassPlan PlanPasses(const AggregationPlan& plan, bool exact_sums) {
     }
     first_histogram = false;
   }
+  if (masked) {
+    // The kernel a pass runs, and so its scratch (ScratchNeeded, before a
+    // lane is leased) and its state's layout (a count of valid elements;
+    // the exact pass's), depends on whether it reads a mask: the passes
+    // point at a placeholder until ReadingMaskFrom() gives them the lane's
+    // copy.
+    static constexpr std::uint32_t kMaskPlaceholder = 0;
+    for (Pass& p : out.passes) p.plan.validity = &kMaskPlaceholder;
+  }
   for (Pass& p : out.passes) {
     p.layout = kernels::LayoutOf(p.plan);
     p.state_offset = out.state_bytes;
     out.state_bytes += (p.layout.bytes + 255) / 256 * 256;
   }
   if (masked) {
-    // The kernel a pass runs, and so its scratch (ScratchNeeded, before a
-    // lane is leased), depends on whether it reads a mask: the passes point
-    // at a placeholder until ReadingMaskFrom() gives them the lane's copy.
-    static constexpr std::uint32_t kMaskPlaceholder = 0;
-    for (Pass& p : out.passes) p.plan.validity = &kMaskPlaceholder;
     out.mask_offset = out.state_bytes;
     out.mask_bytes = plan.array.validity->size() * sizeof(std::uint32_t);
     out.state_bytes += (out.mask_bytes + 255) / 256 * 256;

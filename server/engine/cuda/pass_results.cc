@@ -9,6 +9,33 @@
 namespace tally::cuda {
 namespace {
 
+// An exact plan's sums (ResultLayout::exact_sum): the state's exact bytes
+// beside its rounded fields, as the cpu backend puts them (its
+// PutExactSum, PutExactMean, PutExactMoments), so merges stay exact and
+// both backends give the same states.
+void PutExact(const OpSpec& op, const kernels::ResultView& v, std::uint64_t r, bool nan, rules::PartialState& s) {
+  const rules::ExactSum sum = v.ExactState(nan, r);
+  switch (op.kind) {
+    case OpKind::kSum:
+    case OpKind::kNanSum: s.float_sum = sum.ToDouble(); break;
+    case OpKind::kMean:
+    case OpKind::kNanMean: s.mean = sum.ToDouble() / static_cast<double>(s.count); break;
+    case OpKind::kSumSquares: {
+      const rules::ExactSum squares = v.ExactSquaresState(false, r);
+      s.sum_squares = squares.ToDouble();
+      if (op.partial) s.exact_sum_squares = squares.Bytes();
+      return;
+    }
+    default: {  // the variances and standard deviations
+      const rules::ExactSum squares = v.ExactSquaresState(nan, r);
+      rules::PutExactMoments(sum, squares, s);
+      if (op.partial) s.exact_sum_squares = squares.Bytes();
+      break;
+    }
+  }
+  if (op.partial) s.exact_sum = sum.Bytes();
+}
+
 // The op's state of row `r` from a finished pass's result. A
 // NaN-skipping op's state covers the elements that are not NaN.
 rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultView& v, std::uint64_t r) {
@@ -27,12 +54,12 @@ rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultVie
     return s;
   }
   if (s.count == 0) return s;  // the empty state: sums 0, no extreme, index -1
+  if (v.IsExact(op.kind)) {
+    PutExact(op, v, r, nan_op, s);
+    return s;
+  }
   switch (op.kind) {
-    case OpKind::kSum:
-      PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum);
-      // An exact sum's bytes go with the state, so merges stay exact.
-      if (op.partial && v.Exact(false) != nullptr) s.exact_sum = v.ExactState(false).Bytes();
-      break;
+    case OpKind::kSum: PutScalar(dt, v.Sum(r), s.float_sum, s.int_sum, s.uint_sum); break;
     case OpKind::kMin: PutScalar(dt, v.Min(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
     case OpKind::kMax: PutScalar(dt, v.Max(r), s.float_extreme, s.int_extreme, s.uint_extreme); break;
     case OpKind::kMean: s.mean = v.Moments(r).mean; break;
@@ -50,10 +77,7 @@ rules::PartialState StateOf(const OpSpec& op, DType dt, const kernels::ResultVie
       PutScalar(dt, v.ArgmaxValue(r), s.float_extreme, s.int_extreme, s.uint_extreme);
       s.index = v.Argmax(r) + static_cast<std::int64_t>(op.base_index);
       break;
-    case OpKind::kNanSum:
-      s.float_sum = v.NanSum(r);
-      if (op.partial && v.Exact(true) != nullptr) s.exact_sum = v.ExactState(true).Bytes();
-      break;
+    case OpKind::kNanSum: s.float_sum = v.NanSum(r); break;
     case OpKind::kNanMin: s.float_extreme = v.NanMin(r).f64; break;
     case OpKind::kNanMax: s.float_extreme = v.NanMax(r).f64; break;
     case OpKind::kNanMean: s.mean = v.NanMoments(r).mean; break;

@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tally/rules/exact_moments.h"
 #include "tally/rules/exact_sum.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/dtype.h"
@@ -80,8 +81,9 @@ struct AggregatePlan {
   // moments count 0, min/max the identities below, argmin/argmax -1), and
   // argmin/argmax indices still count every element from the row start.
   const std::uint32_t* validity = nullptr;
-  // Sum and nansum of float32 and float64 whole arrays without a mask by
-  // the exact pass (ExactSums), a read of their own beside the fused pass.
+  // Float whole arrays' sums, means, sums of squares, variances and
+  // standard deviations (and their NaN-skipping forms) by the exact pass
+  // (ExactOps): the same bits on every path.
   bool exact_sums = false;
 };
 
@@ -149,20 +151,27 @@ struct ResultLayout {
               nan_moments = kAbsent, nan_argmin = kAbsent, nan_argmin_value = kAbsent,
               nan_argmax = kAbsent, nan_argmax_value = kAbsent;
   std::size_t product = kAbsent, nonzero = kAbsent;
-  // Float32 and float64 whole arrays without a mask (ExactSums): sum and
-  // nansum added exactly (ResultView::Exact), where `sum` and `nan_sum`
-  // are not written.
-  std::size_t exact_sum = kAbsent, nan_exact_sum = kAbsent;
+  // Float dtypes (ExactOps): the elements added exactly, and their squares
+  // where asked (ResultView::ExactState), kExactStateWords a row each;
+  // the exact ops' own fields are then not written. The elements' state
+  // counts NaNs (not added), +inf, -inf, whether a non-NaN element other
+  // than -0.0 was seen, and the valid elements (masked plans); the
+  // squares' counts its +inf.
+  static constexpr int kExactNan = rules::ExactSum::kDigits, kExactPositiveInf = kExactNan + 1,
+                       kExactNegativeInf = kExactNan + 2, kExactOther = kExactNan + 3,
+                       kExactSeen = kExactNan + 4, kExactStateWords = kExactNan + 5;
+  std::size_t exact_sum = kAbsent, exact_squares = kAbsent;
   std::uint32_t histogram_stride = 0;  // bins + 3
   std::size_t bytes = 0;               // state bytes = result bytes
 };
 
 ResultLayout LayoutOf(const AggregatePlan& plan);
 
-// Whether the plan's sum and nansum are exact (an exact pass of their own):
-// plan.exact_sums, over float32 and float64 whole arrays without a
-// validity mask, for now.
-bool ExactSums(const AggregatePlan& plan);
+// The plan's ops that the exact pass answers (a read of its own; the fused
+// pass takes the rest): with plan.exact_sums, over whole arrays of a float
+// dtype, the sums, means, sums of squares, variances and standard
+// deviations, NaN-skipping or not, whole or per row. 0 otherwise.
+rules::OpMask ExactOps(const AggregatePlan& plan);
 
 // Device scratch one Accumulate of up to `max_chunk_elements` needs on the
 // current device (it may be 0; pass any pointer then).
@@ -201,21 +210,31 @@ class ResultView {
   // The row's elements; with a validity mask, its valid elements (stored).
   std::uint64_t Count(std::uint64_t row) const {
     if (layout_.count != ResultLayout::kAbsent) return At<std::uint64_t>(layout_.count, row);
+    if (plan_.validity != nullptr && layout_.exact_sum != ResultLayout::kAbsent) {
+      return Word(row, ResultLayout::kExactSeen);  // counted by the exact pass
+    }
     return plan_.row_length == 0 ? plan_.length : plan_.row_length;
   }
-  // Float32 and float64 whole arrays (ExactSums): the exact sum rounded
-  // once to float64.
+  // Float dtypes (ExactOps): the exact sum rounded once to float64.
   Scalar Sum(std::uint64_t r) const {
-    if (layout_.exact_sum != ResultLayout::kAbsent) return Scalar{.f64 = ExactState(false).ToDouble()};
+    if (layout_.exact_sum != ResultLayout::kAbsent) return Scalar{.f64 = ExactState(false, r).ToDouble()};
     return At<Scalar>(layout_.sum, r);
   }
   Scalar Min(std::uint64_t r) const { return At<Scalar>(layout_.min, r); }
   Scalar Max(std::uint64_t r) const { return At<Scalar>(layout_.max, r); }
-  rules::Moments Moments(std::uint64_t r) const { return At<rules::Moments>(layout_.moments, r); }
+  // Exact plans: the count, the exact sum rounded once over it, and M2 from
+  // the exact sums (rules::PutExactMoments; 0 where no squares were kept).
+  rules::Moments Moments(std::uint64_t r) const {
+    if (layout_.exact_sum != ResultLayout::kAbsent) return ExactMoments(false, r);
+    return At<rules::Moments>(layout_.moments, r);
+  }
   double Mean(std::uint64_t r) const { return rules::MeanOf(Moments(r)); }
   double Variance(std::uint64_t r, double ddof) const { return rules::VarianceOf(Moments(r), ddof); }
   double Stddev(std::uint64_t r, double ddof) const { return rules::StddevOf(Moments(r), ddof); }
-  double SumSquares(std::uint64_t r) const { return At<double>(layout_.sum_squares, r); }
+  double SumSquares(std::uint64_t r) const {
+    if (layout_.exact_squares != ResultLayout::kAbsent) return ExactSquaresState(false, r).ToDouble();
+    return At<double>(layout_.sum_squares, r);
+  }
   std::int64_t Argmin(std::uint64_t r) const { return At<std::int64_t>(layout_.argmin, r); }
   std::int64_t Argmax(std::uint64_t r) const { return At<std::int64_t>(layout_.argmax, r); }
   // The element at Argmin(r) / Argmax(r), in Scalar's dtype member.
@@ -235,21 +254,22 @@ class ResultView {
   // (no value: numpy warns and answers NaN), NanMean and NanVariance are
   // NaN, NanArgmin/NanArgmax are -1 (numpy raises).
   std::uint64_t NanCount(std::uint64_t r) const {
-    // nansum alone among the NaN-skipping ops of an exact plan: no fused
-    // pass counted, the exact pass's NaN count tells.
-    if (layout_.nan_exact_sum != ResultLayout::kAbsent &&
-        (plan_.ops & kNanOps & ~rules::Bit(rules::OpKind::kNanSum)) == 0) {
-      return Count(r) - static_cast<std::uint64_t>(Exact(true)[kExactNan]);
+    // No fused pass counted them: the exact pass's NaN count tells.
+    if (layout_.nan_count == ResultLayout::kAbsent && layout_.exact_sum != ResultLayout::kAbsent) {
+      return Count(r) - Word(r, ResultLayout::kExactNan);
     }
     return At<std::uint64_t>(layout_.nan_count, r);
   }
   double NanSum(std::uint64_t r) const {
-    if (layout_.nan_exact_sum != ResultLayout::kAbsent) return ExactState(true).ToDouble();
+    if (layout_.exact_sum != ResultLayout::kAbsent) return ExactState(true, r).ToDouble();
     return At<double>(layout_.nan_sum, r);
   }
   Scalar NanMin(std::uint64_t r) const { return At<Scalar>(layout_.nan_min, r); }
   Scalar NanMax(std::uint64_t r) const { return At<Scalar>(layout_.nan_max, r); }
-  rules::Moments NanMoments(std::uint64_t r) const { return At<rules::Moments>(layout_.nan_moments, r); }
+  rules::Moments NanMoments(std::uint64_t r) const {
+    if (layout_.exact_sum != ResultLayout::kAbsent) return ExactMoments(true, r);
+    return At<rules::Moments>(layout_.nan_moments, r);
+  }
   double NanMean(std::uint64_t r) const { return rules::MeanOf(NanMoments(r)); }
   // numpy.nanvar / nanstd: NaN where count - ddof <= 0.
   double NanVariance(std::uint64_t r, double ddof) const { return rules::NanVarianceOf(NanMoments(r), ddof); }
@@ -264,30 +284,51 @@ class ResultView {
   Scalar Product(std::uint64_t r) const { return At<Scalar>(layout_.product, r); }
   std::uint64_t Nonzero(std::uint64_t r) const { return At<std::uint64_t>(layout_.nonzero, r); }
 
-  // The exact pass's sum (`nan`: nansum's) of a whole array: 68 digits of
-  // rules::ExactSum (rules/exact_sum.h, AddDigits), then the NaN, +inf and
-  // -inf counts and 1 where an element other than -0.0 was seen. Null where
-  // the plan keeps none (ExactSums).
-  const std::int64_t* Exact(bool nan) const {
-    const std::size_t at = nan ? layout_.nan_exact_sum : layout_.exact_sum;
-    return at == ResultLayout::kAbsent ? nullptr : reinterpret_cast<const std::int64_t*>(base_ + at);
-  }
-  // That as the rules' state (the same bytes the cpu backend's elements
-  // give): sum's over every element, nansum's over those not NaN.
-  rules::ExactSum ExactState(bool nan) const {
-    const std::int64_t* e = Exact(nan);
-    const auto nans = static_cast<std::uint64_t>(e[kExactNan]);
-    const auto pinf = static_cast<std::uint64_t>(e[kExactNan + 1]);
-    const auto ninf = static_cast<std::uint64_t>(e[kExactNan + 2]);
-    const std::uint64_t summed = Count(0) - nans;  // nansum's count; sum counts its NaNs below
+  // The exact pass's states of row r as the rules' (the same bytes the cpu
+  // backend's elements give): the elements' sum over every element (`nan`:
+  // those not NaN), and the sum of their squares likewise. Only where the
+  // layout keeps them (exact_sum, exact_squares).
+  rules::ExactSum ExactState(bool nan, std::uint64_t r) const {
+    const std::int64_t* e = Words(layout_.exact_sum, r);
+    const auto nans = static_cast<std::uint64_t>(e[ResultLayout::kExactNan]);
+    const auto pinf = static_cast<std::uint64_t>(e[ResultLayout::kExactPositiveInf]);
+    const auto ninf = static_cast<std::uint64_t>(e[ResultLayout::kExactNegativeInf]);
+    const std::uint64_t summed = Count(r) - nans;  // the elements not NaN
     rules::ExactSum sum;
-    sum.AddDigits(e, summed - pinf - ninf, e[kExactNan + 3] != 0);
+    sum.AddDigits(e, summed - pinf - ninf, e[ResultLayout::kExactOther] != 0);
     sum.NoteSpecials(nan ? 0 : nans, pinf, ninf);
     return sum;
   }
+  rules::ExactSum ExactSquaresState(bool nan, std::uint64_t r) const {
+    const std::int64_t* q = Words(layout_.exact_squares, r);
+    const auto nans = Word(r, ResultLayout::kExactNan);
+    const auto inf = static_cast<std::uint64_t>(q[ResultLayout::kExactPositiveInf]);
+    const std::uint64_t summed = Count(r) - nans;
+    rules::ExactSum squares;
+    squares.AddDigits(q, summed - inf, summed != 0);  // a square is never -0.0
+    squares.NoteSpecials(nan ? 0 : nans, inf, 0);
+    return squares;
+  }
+  bool HasExactSquares() const { return layout_.exact_squares != ResultLayout::kAbsent; }
+  // Whether the exact pass answers `kind` (ExactOps).
+  bool IsExact(rules::OpKind kind) const { return rules::Has(ExactOps(plan_), kind); }
 
  private:
-  static constexpr int kExactNan = rules::ExactSum::kDigits;  // the counts after the digits
+  rules::Moments ExactMoments(bool nan, std::uint64_t r) const {
+    const std::uint64_t n = nan ? NanCount(r) : Count(r);
+    rules::Moments m{static_cast<double>(n), 0.0, 0.0};
+    if (n == 0) return m;
+    const rules::ExactSum sum = ExactState(nan, r);
+    m.mean = sum.ToDouble() / static_cast<double>(n);
+    if (HasExactSquares()) m.m2 = rules::ExactSecondMoment(sum, ExactSquaresState(nan, r), n);
+    return m;
+  }
+  // Row r's exact state at `at` (exact_sum or exact_squares), and a word of
+  // its elements' state.
+  const std::int64_t* Words(std::size_t at, std::uint64_t r) const {
+    return reinterpret_cast<const std::int64_t*>(base_ + at) + r * ResultLayout::kExactStateWords;
+  }
+  std::uint64_t Word(std::uint64_t r, int k) const { return static_cast<std::uint64_t>(Words(layout_.exact_sum, r)[k]); }
 
   template <typename V>
   V At(std::size_t offset, std::uint64_t r) const {

@@ -1,0 +1,194 @@
+// The exact pass's device pieces, shared by its whole-array kernel
+// (exact_sum.cu) and its rows kernel (exact_rows.cu): a thread's float64
+// levels, each taking the error of the one above by TwoSum, the last one's
+// error added into fixed-point digits (rules::ExactSum's) by integer
+// atomics; what one element adds (AddElement); the carry between launches.
+//
+// One state serves sum and nansum: its digits skip NaNs and count them,
+// and ResultView::ExactState adds them back for sum. A square of a
+// float32, float16 or bfloat16 is a double; a float64's is x * x plus its
+// FMA error, two values (the cpu backend's definition, exact wherever
+// neither underflows: rules/exact_moments.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "tally/kernels/aggregate.h"
+#include "tally/rules/exact_sum.h"
+#include "tally/rules/half.h"
+
+namespace tally::kernels::detail::exact {
+
+using rules::ExactSum;
+
+constexpr int kLevels = 3;
+constexpr int kDigits = ExactSum::kDigits;
+// The words of a state after its digits (ResultLayout::kExact*).
+constexpr int kNan = ResultLayout::kExactNan, kPositiveInf = ResultLayout::kExactPositiveInf,
+              kNegativeInf = ResultLayout::kExactNegativeInf, kOther = ResultLayout::kExactOther,
+              kSeen = ResultLayout::kExactSeen, kStateWords = ResultLayout::kExactStateWords;
+
+__device__ __forceinline__ void AtomicAddValue(unsigned long long* digits, double x) {
+  ExactSum::Placed p;
+  if (!ExactSum::Place(x, p)) return;
+  // Two's complement: adding a negative part modulo 2^64 is signed addition.
+  atomicAdd(&digits[p.first], static_cast<unsigned long long>(p.part[0]));
+  atomicAdd(&digits[p.first + 1], static_cast<unsigned long long>(p.part[1]));
+  atomicAdd(&digits[p.first + 2], static_cast<unsigned long long>(p.part[2]));
+}
+
+// s + x = t + e exactly (Knuth's TwoSum; the _rn intrinsics keep any FMA out).
+__device__ __forceinline__ double TwoSum(double s, double x, double& t) {
+  t = __dadd_rn(s, x);
+  const double bv = __dsub_rn(t, s);
+  const double av = __dsub_rn(t, bv);
+  return __dadd_rn(__dsub_rn(s, av), __dsub_rn(x, bv));
+}
+
+// A thread's levels: x joins the first, each level's rounding error the
+// next, the last one's the digits.
+struct Levels {
+  double level[kLevels] = {0.0, 0.0, 0.0};
+
+  __device__ __forceinline__ void Add(double x, unsigned long long* digits) {
+    double e = x;
+#pragma unroll
+    for (int k = 0; k < kLevels; ++k) {
+      double s;
+      e = TwoSum(level[k], e, s);
+      level[k] = s;
+      if (e == 0.0) return;
+    }
+    AtomicAddValue(digits, e);
+  }
+  // Into the digits, and cleared.
+  __device__ __forceinline__ void Flush(unsigned long long* digits) {
+#pragma unroll
+    for (int k = 0; k < kLevels; ++k) {
+      if (level[k] != 0.0) AtomicAddValue(digits, level[k]);
+      level[k] = 0.0;
+    }
+  }
+};
+
+// What a thread has added since its last flush.
+struct ThreadSums {
+  Levels sum, squares;
+  unsigned long long seen = 0;  // valid elements (masked plans)
+  unsigned long long nan = 0, positive_inf = 0, negative_inf = 0, squares_inf = 0;
+  bool other = false;  // a non-NaN element other than -0.0
+};
+
+template <typename T>
+__device__ __forceinline__ double ToDouble(T v) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return static_cast<double>(v);
+  } else {
+    return static_cast<double>(static_cast<float>(v));  // float16, bfloat16: exact
+  }
+}
+
+struct Digits {
+  unsigned long long* sum;
+  unsigned long long* squares;
+};
+
+template <bool kSquares, typename T>
+__device__ __forceinline__ void AddElement(T v, ThreadSums& t, const Digits& into) {
+  const double x = ToDouble(v);
+  const std::uint64_t bits = static_cast<std::uint64_t>(__double_as_longlong(x));
+  if (((bits >> 52) & 0x7ff) == 0x7ff) {  // an infinity or a NaN: counted, not added
+    if ((bits & ((std::uint64_t{1} << 52) - 1)) != 0) {
+      ++t.nan;
+      return;
+    }
+    if ((bits >> 63) != 0) {
+      ++t.negative_inf;
+    } else {
+      ++t.positive_inf;
+    }
+    if constexpr (kSquares) ++t.squares_inf;
+    t.other = true;
+    return;
+  }
+  t.other = t.other || bits != 0x8000000000000000u;
+  t.sum.Add(x, into.sum);
+  if constexpr (kSquares) {
+    const double p = __dmul_rn(x, x);
+    if constexpr (std::is_same_v<T, double>) {
+      if (isinf(p)) {  // past 2^512: the square is +inf, as numpy's
+        ++t.squares_inf;
+        return;
+      }
+      t.squares.Add(p, into.squares);
+      const double e = __fma_rn(x, x, -p);
+      if (e != 0.0) t.squares.Add(e, into.squares);
+    } else {
+      t.squares.Add(p, into.squares);  // exact: at most 48 significant bits
+    }
+  }
+}
+
+// Four float32 elements (a 16-byte load, no mask). Where none is an
+// infinity or a NaN and their exponent fields (a subnormal's taken as 1,
+// zeros aside) lie within 26 of each other, their float64 sum is exact: each
+// is below 2^(emax-126) and a multiple of 2^(emin-150), so any partial sum
+// needs at most emax - emin + 26 <= 52 bits. One TwoSum then takes four
+// elements (the elements' levels cost most of the pass: docs/performance.md).
+// Otherwise, and for the squares, element by element.
+template <bool kSquares>
+__device__ __forceinline__ void AddFloat32Vector(const uint4& a, ThreadSums& t, const Digits& into) {
+  const unsigned u[4] = {a.x, a.y, a.z, a.w};
+  int emax = 0, emin = 255;
+  bool special = false, other = false;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int field = static_cast<int>((u[j] >> 23) & 0xffu);
+    special = special || field == 0xff;
+    other = other || u[j] != 0x80000000u;
+    if ((u[j] & 0x7fffffffu) != 0) {
+      const int e = field == 0 ? 1 : field;
+      emax = max(emax, e);
+      emin = min(emin, e);
+    }
+  }
+  if (special || emax - emin > 26) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) AddElement<kSquares>(__uint_as_float(u[j]), t, into);
+    return;
+  }
+  t.other = t.other || other;
+  const double s = __dadd_rn(__dadd_rn(static_cast<double>(__uint_as_float(u[0])), static_cast<double>(__uint_as_float(u[1]))),
+                             __dadd_rn(static_cast<double>(__uint_as_float(u[2])), static_cast<double>(__uint_as_float(u[3]))));
+  t.sum.Add(s, into.sum);
+  if constexpr (kSquares) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const double x = static_cast<double>(__uint_as_float(u[j]));
+      t.squares.Add(__dmul_rn(x, x), into.squares);  // exact: at most 48 significant bits
+    }
+  }
+}
+
+template <bool kMasked>
+__device__ __forceinline__ bool Valid(const std::uint32_t* validity, std::uint64_t at) {
+  if constexpr (!kMasked) return true;
+  return ((validity[at >> 5] >> (at & 31)) & 1u) != 0;
+}
+
+// Moves each digit's excess over 32 bits into the next (rules::ExactSum's
+// Carry), so the digits can take further launches without overflowing: a
+// carried digit holds below 2^32, and a launch adds far below 2^62.
+__device__ __forceinline__ void CarryDigits(unsigned long long* state) {
+  auto* digit = reinterpret_cast<long long*>(state);
+  for (int k = 0; k + 1 < kDigits; ++k) {
+    const long long up = digit[k] >> 32;
+    digit[k] = static_cast<long long>(static_cast<unsigned long long>(digit[k]) & 0xffffffffu);
+    digit[k + 1] += up;
+  }
+}
+
+}  // namespace tally::kernels::detail::exact
