@@ -86,13 +86,20 @@ def reduce(client: Any, name: str, x: Any, axis: Axis = None, keepdims: bool = F
         out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(a.shape)))
     elif out.ndim == 0:
         # numpy answers a whole reduction with a scalar (count_nonzero with
-        # a Python int, as len(numpy.unique(x)) for the distinct counts).
+        # the installed numpy's type, the distinct counts with a Python int,
+        # as len(numpy.unique(x))).
+        if axis is None and op.kind == "count_nonzero":
+            return _COUNT_NONZERO_SCALAR(out)
         return int(out) if op.kind in _PYTHON_INT and axis is None else out[()]
     return out
 
 
-# Whole reductions numpy (or len()) answers with a Python int.
-_PYTHON_INT = ("count_nonzero", "count_distinct", "hll")
+# Whole reductions len() answers with a Python int.
+_PYTHON_INT = ("count_distinct", "hll")
+
+# numpy.count_nonzero of a whole array: a Python int in numpy 1, numpy.intp
+# in numpy 2; tally answers as the installed numpy does.
+_COUNT_NONZERO_SCALAR = type(np.count_nonzero(np.zeros(1)))
 
 
 def _probabilities(q: Any, percent: bool) -> np.ndarray:
@@ -298,7 +305,7 @@ class NumpyFunctions:
         return reduce(self, "all", x, axis, keepdims)
 
     def count_nonzero(self, x: Any, axis: Axis = None, *, keepdims: bool = False) -> Any:
-        """numpy.count_nonzero (a Python int for axis None, as numpy's)."""
+        """numpy.count_nonzero (for axis None the installed numpy's scalar type)."""
         return reduce(self, "count_nonzero", x, axis, keepdims)
 
     def nansum(self, x: Any, axis: Axis = None, dtype: Any = None, *, keepdims: bool = False) -> Any:
