@@ -161,14 +161,35 @@ __device__ __forceinline__ void AddFloat32Vector(const uint4& a, ThreadSums& t, 
     return;
   }
   t.other = t.other || other;
-  const double s = __dadd_rn(__dadd_rn(static_cast<double>(__uint_as_float(u[0])), static_cast<double>(__uint_as_float(u[1]))),
-                             __dadd_rn(static_cast<double>(__uint_as_float(u[2])), static_cast<double>(__uint_as_float(u[3]))));
-  t.sum.Add(s, into.sum);
-  if constexpr (kSquares) {
+  double x[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const double x = static_cast<double>(__uint_as_float(u[j]));
-      t.squares.Add(__dmul_rn(x, x), into.squares);  // exact: at most 48 significant bits
+  for (int j = 0; j < 4; ++j) x[j] = static_cast<double>(__uint_as_float(u[j]));
+  t.sum.Add(__dadd_rn(__dadd_rn(x[0], x[1]), __dadd_rn(x[2], x[3])), into.sum);
+  if constexpr (kSquares) {
+    if (emax - emin <= 15) {
+      // The squares (exact, below 2^P with P = 2 (emax - 126)) split at the
+      // grid G = 2^(P-26) by adding and taking away sigma = 1.5 * 2^(P+26)
+      // (whose ulp is G): the high parts are multiples of G below 2^P, four
+      // of them sum exactly in 28 bits; the low parts lie below G/2 on the
+      // squares' grid 2^(2 emin - 300), four of them within 2 (emax - emin)
+      // + 23 <= 53 bits. Two TwoSums take four squares.
+      const int P = 2 * (emax - 126);
+      const double sigma =
+          __longlong_as_double(static_cast<long long>((static_cast<unsigned long long>(1023 + P + 26) << 52) |
+                                                      (1ull << 51)));
+      double high = 0.0, low = 0.0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const double p = __dmul_rn(x[j], x[j]);
+        const double h = __dsub_rn(__dadd_rn(sigma, p), sigma);
+        high = __dadd_rn(high, h);
+        low = __dadd_rn(low, __dsub_rn(p, h));
+      }
+      t.squares.Add(high, into.squares);
+      t.squares.Add(low, into.squares);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) t.squares.Add(__dmul_rn(x[j], x[j]), into.squares);  // exact: 48 bits at most
     }
   }
 }
