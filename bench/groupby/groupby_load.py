@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""GroupBy under load: many clients at once over mixed group counts, sizes
+and sources, every answer checked.
+
+Uploads int32 key and float32 value columns as resident datasets for each
+pair of --groups and --rows, then runs --clients threads for --seconds, each
+picking a case at random and sending GroupBy (sum, count, min, max, mean per
+key) over the datasets or, for cases of at most --inline_rows rows, over the
+columns sent inline. Every answer must equal numpy's (keys, counts, min and
+max exactly; sums and means to float rounding) and, bit for bit, the first
+answer of its case (the same request gives the same bits). A request the
+server sheds (RESOURCE_EXHAUSTED past --max_inflight_bytes) is counted as
+busy and retried after a short backoff. Prints answers, failures, wrong
+answers, busy replies, rows per second and the server's peak RSS, and exits
+1 on any failure or wrong answer.
+
+    python3 bench/groupby/groupby_load.py --server build/server/tally-server \\
+        [--backend cpu|cuda] [--clients 64] [--seconds 30] \\
+        [--groups 16,65536,1000000] [--rows 65536,1048576,4194304]
+
+TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py.
+"""
+import argparse
+import os
+import random
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from groupby_bench import OPS, upload  # noqa: E402
+from tally_test_server import TallyServer, load_messages, rss_bytes  # noqa: E402
+
+
+def reference(k, v):
+    """numpy's answer: keys, then one array per op of OPS."""
+    uniq, inverse, counts = np.unique(k, return_inverse=True, return_counts=True)
+    w = v.astype(np.float64)
+    sums = np.bincount(inverse, weights=w, minlength=len(uniq))
+    scale = np.bincount(inverse, weights=np.abs(w), minlength=len(uniq))
+    mins = np.full(len(uniq), np.inf)
+    np.minimum.at(mins, inverse, w)
+    maxs = np.full(len(uniq), -np.inf)
+    np.maximum.at(maxs, inverse, w)
+    return uniq, sums, counts, mins, maxs, scale
+
+
+def answer_of(pages):
+    keys = np.concatenate([np.frombuffer(p.keys[0].data, np.int32) for p in pages])
+    cols = []
+    for j in range(len(OPS)):
+        parts = []
+        for p in pages:
+            r = p.results[j]
+            parts.append(np.array(r.doubles.values if r.HasField("doubles")
+                                  else r.uint64s.values if r.HasField("uint64s") else r.int64s.values))
+        cols.append(np.concatenate(parts))
+    return keys, cols
+
+
+def wrong(answer, ref):
+    """Why the answer differs from numpy's, or None."""
+    keys, (sums, counts, mins, maxs, means) = answer
+    uniq, want_sums, want_counts, want_mins, want_maxs, scale = ref
+    if not np.array_equal(keys, uniq):
+        return "keys"
+    if not np.array_equal(counts, want_counts):
+        return "counts"
+    if not (np.array_equal(mins, want_mins) and np.array_equal(maxs, want_maxs)):
+        return "min/max"
+    if not np.all(np.abs(sums - want_sums) <= 1e-5 * scale + 1e-30):
+        return "sums"
+    if not np.all(np.abs(means - want_sums / want_counts) <= 1e-5 * scale / want_counts + 1e-30):
+        return "means"
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True)
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--groups", default="16,65536,1000000")
+    p.add_argument("--rows", default="65536,1048576,4194304")
+    p.add_argument("--inline_rows", type=int, default=1 << 20, help="cases this small also go inline")
+    p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
+    p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
+    args = p.parse_args()
+
+    pb = load_messages(args.proto)
+    extra = [f"--backend={args.backend}", "--health_listen=", "--max_groups=67108864"] + args.server_args.split()
+    server = TallyServer(args.server, pb, [a for a in extra if a])
+    group_by = server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
+                                          request_serializer=pb.GroupByRequest.SerializeToString,
+                                          response_deserializer=pb.GroupByResponse.FromString)
+    aggregations = [pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, o))) for o in OPS]
+    rng = np.random.default_rng(7)
+    cases = []  # (label, request, rows, reference)
+    for groups in (int(g) for g in args.groups.split(",")):
+        for rows in (int(r) for r in args.rows.split(",")):
+            k = rng.integers(0, groups, rows, dtype=np.int32)
+            v = rng.standard_normal(rows, dtype=np.float32)
+            ref = reference(k, v)
+            name = f"{groups}_{rows}"
+            upload(server, pb, f"k_{name}", k, pb.DTYPE_INT32)
+            upload(server, pb, f"v_{name}", v, pb.DTYPE_FLOAT32)
+            cases.append((f"dataset {name}", pb.GroupByRequest(
+                columns=[pb.Column(name="k", dataset=f"k_{name}"), pb.Column(name="v", dataset=f"v_{name}")],
+                keys=["k"], aggregations=aggregations), rows, ref))
+            if rows <= args.inline_rows:
+                cases.append((f"inline {name}", pb.GroupByRequest(
+                    columns=[pb.Column(name="k", dtype=pb.DTYPE_INT32, data=k.tobytes()),
+                             pb.Column(name="v", dtype=pb.DTYPE_FLOAT32, data=v.tobytes())],
+                    keys=["k"], aggregations=aggregations), rows, ref))
+
+    first = {}  # case label -> (keys, cols) of its first answer
+    lock = threading.Lock()
+    counts = {"ok": 0, "failed": 0, "wrong": 0, "busy": 0, "rows": 0}
+    errors = []
+    peak = [0]
+    stop = time.monotonic() + args.seconds
+
+    def client(seed):
+        pick = random.Random(seed)
+        while time.monotonic() < stop:
+            label, request, rows, ref = pick.choice(cases)
+            try:
+                answer = answer_of(list(group_by(request, timeout=600)))
+            except grpc.RpcError as e:
+                with lock:
+                    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        # The server sheds load past --max_inflight_bytes and
+                        # asks for a retry with backoff, as a client would.
+                        counts["busy"] += 1
+                    else:
+                        counts["failed"] += 1
+                        errors.append(f"{label}: {e.code().name}: {e.details()[:200]}")
+                time.sleep(pick.uniform(0.05, 0.2))
+                continue
+            why = wrong(answer, ref)
+            with lock:
+                seen = first.setdefault(label, answer)
+                if why is None and seen is not answer:
+                    same = np.array_equal(seen[0], answer[0]) and all(
+                        a.tobytes() == b.tobytes() for a, b in zip(seen[1], answer[1]))
+                    why = None if same else "not the bits of the case's first answer"
+                if why is None:
+                    counts["ok"] += 1
+                    counts["rows"] += rows
+                else:
+                    counts["wrong"] += 1
+                    errors.append(f"{label}: {why}")
+
+    def watch():
+        while time.monotonic() < stop:
+            peak[0] = max(peak[0], rss_bytes(server.process.pid))
+            time.sleep(0.5)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    threads.append(threading.Thread(target=watch))
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.monotonic() - t0
+    server.stop()
+    for e in errors[:10]:
+        print("  " + e)
+    print(f"{args.backend}: {args.clients} clients, {len(cases)} cases, {seconds:.1f} s: {counts['ok']} ok, "
+          f"{counts['failed']} failed, {counts['wrong']} wrong, {counts['busy']} busy (retried), "
+          f"{counts['rows'] / seconds / 1e6:.1f} M rows/s, server peak RSS {peak[0] / 2**30:.2f} GiB")
+    return 1 if counts["failed"] or counts["wrong"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
