@@ -446,6 +446,18 @@ int main(int argc, char** argv) {
         rows.push_back({label, e, f, "fused float64 sums, same run", ">= 0.9x", e >= 0.9 * f});
       }
     }
+    // Rows: the exact rows kernel (a warp per tile of one row) against the
+    // fused pass's rows, float32 sum.
+    for (const std::uint64_t len : {std::uint64_t{1024}, std::uint64_t{65536}}) {
+      Tally fused(DType::kFloat32, Bit(OpKind::kSum), n, len), exact(DType::kFloat32, Bit(OpKind::kSum), n, len, 0,
+                                                                     nullptr, true);
+      const double f = gbs(MedianMs(s, [&] { fused.Run(x, s); }));
+      const double e = gbs(MedianMs(s, [&] { exact.Run(x, s); }));
+      char label[160];
+      std::snprintf(label, sizeof label, "exact sum, float32 rows of %llu: %.3fx the fused pass",
+                    static_cast<unsigned long long>(len), e / f);
+      rows.push_back({label, e, f, "fused float64 sums, same run", ">= 0.9x", e >= 0.9 * f});
+    }
     CHECK(cudaFree(x64));
   }
   // Segmented sums vs the read ceiling.

@@ -33,6 +33,14 @@ cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const 
 }  // namespace tally::kernels::detail
 
 namespace tally::kernels::detail {
+// The row a launch continues (one that earlier launches added to) carried
+// before the launch adds more (rules::ExactSum's Carry: each digit's excess
+// over 32 bits into the next). A launch adds below 2^61.1 to a digit (each
+// kernel's bound), a carried digit holds below 2^32, so every digit stays
+// below 2^62, which ResultView's AddDigits takes; a request read in one
+// launch (resident data) carries nothing.
+cudaError_t LaunchCarryRow(const ExactPass& pass, std::uint64_t row, cudaStream_t stream);
+
 // LaunchExact's rows, after the states were started.
 cudaError_t LaunchExactRows(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
                             std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream);

@@ -10,6 +10,7 @@
 // (exact, so their order does not matter).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -94,9 +95,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Each launch adds below 2^52 to a digit; carried, one holds below 2^32.
-__global__ void CarryKernel(unsigned long long* sum_state, unsigned long long* squares_state) {
-  CarryDigits(blockIdx.x == 0 ? sum_state : squares_state);
+__global__ void CarryRowKernel(unsigned long long* sum_state, unsigned long long* squares_state, std::uint64_t row) {
+  CarryDigits((blockIdx.x == 0 ? sum_state : squares_state) + row * kStateWords);
 }
 
 template <bool kSquares, typename T>
@@ -115,19 +115,36 @@ cudaError_t Launch(const ExactPass& pass, const void* chunk, std::uint64_t n, st
     }
     TALLY_CUDA_TRY(cudaGetLastError());
   }
-  CarryKernel<<<kSquares ? 2 : 1, 1, 0, stream>>>(sum, squares);
-  TALLY_CUDA_TRY(cudaGetLastError());
   return cudaSuccess;
 }
+
+// Elements one launch adds at most: below 2^(28 + 1) values spilled (a
+// float64 square spills two), each part below 2^32, so a digit takes below
+// 2^61 a launch, and LaunchCarryRow carries between launches.
+constexpr std::uint64_t kMaxLaunchElements = std::uint64_t{1} << 28;
 
 template <typename T>
 cudaError_t LaunchWhole(const ExactPass& pass, const void* chunk, std::uint64_t n, std::uint64_t offset,
                         const DeviceInfo& dev, cudaStream_t stream) {
-  return pass.squares_state != nullptr ? Launch<true, T>(pass, chunk, n, offset, dev, stream)
-                                       : Launch<false, T>(pass, chunk, n, offset, dev, stream);
+  const T* x = static_cast<const T*>(chunk);
+  for (std::uint64_t at = 0; at < n; at += kMaxLaunchElements) {
+    const std::uint64_t m = std::min(kMaxLaunchElements, n - at);
+    if (at != 0) TALLY_CUDA_TRY(LaunchCarryRow(pass, 0, stream));
+    const cudaError_t err = pass.squares_state != nullptr ? Launch<true, T>(pass, x + at, m, offset + at, dev, stream)
+                                                          : Launch<false, T>(pass, x + at, m, offset + at, dev, stream);
+    TALLY_CUDA_TRY(err);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
+
+cudaError_t LaunchCarryRow(const ExactPass& pass, std::uint64_t row, cudaStream_t stream) {
+  CarryRowKernel<<<pass.squares_state != nullptr ? 2 : 1, 1, 0, stream>>>(
+      static_cast<unsigned long long*>(pass.sum_state), static_cast<unsigned long long*>(pass.squares_state), row);
+  TALLY_CUDA_TRY(cudaGetLastError());
+  return cudaSuccess;
+}
 
 cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
                         std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream) {
@@ -135,6 +152,8 @@ cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const 
   if (offset == 0) {
     TALLY_CUDA_TRY(cudaMemsetAsync(pass.sum_state, 0, bytes, stream));
     if (pass.squares_state != nullptr) TALLY_CUDA_TRY(cudaMemsetAsync(pass.squares_state, 0, bytes, stream));
+  } else {
+    TALLY_CUDA_TRY(LaunchCarryRow(pass, plan.row_length == 0 ? 0 : offset / plan.row_length, stream));
   }
   if (plan.row_length != 0) return LaunchExactRows(plan, pass, chunk, n, offset, dev, stream);
   switch (plan.dtype) {
