@@ -170,11 +170,14 @@ class AgainstNumpy(Base):
         # What the server did, as a plain object.
         e = r.execution
         self.assertIsInstance(e, tally.Execution)
-        self.assertEqual((e.elements, e.bytes, e.rows, e.backend), (1000, 8000, 1, BACKEND))
+        self.assertEqual((e.elements, e.bytes, e.rows), (1000, 8000, 1))
+        # A cuda server routes an array this small to its cpu backend
+        # (--small_request_bytes) unless told otherwise: either names itself.
+        self.assertIn(e.backend, {BACKEND, "cpu"})
         self.assertTrue(e.device)
         self.assertGreaterEqual(e.seconds, 0.0)
         # Its repr names every field, so printing a result says what ran where.
-        self.assertRegex(repr(e), rf"^Execution\(elements=1000, bytes=8000, rows=1, backend='{BACKEND}', "
+        self.assertRegex(repr(e), rf"^Execution\(elements=1000, bytes=8000, rows=1, backend='{e.backend}', "
                                   r"device='.+', seconds=[0-9.e-]+\)$")
 
 
