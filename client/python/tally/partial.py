@@ -383,6 +383,16 @@ def merge_all(states: list[Partial]) -> Partial:
 
 def finish_raw(p: Partial) -> np.ndarray:
     """The wire values of a state, per row, as the server finishes them:
+    every NaN numpy's default NaN (rules::FinishDouble), whichever NaN the
+    state holds."""
+    out = _finish_raw(p)
+    if out.dtype == np.float64:
+        out = np.where(out != out, np.nan, out)
+    return out
+
+
+def _finish_raw(p: Partial) -> np.ndarray:
+    """finish_raw's values before NaNs are made one:
     float64, int64 or uint64 (the tally.proto result field). Histograms
     are not scalars; see :func:`finish`. prod of no elements is 1, any 0
     and all 1 (numpy's identities); ptp is max - min in the input's dtype.

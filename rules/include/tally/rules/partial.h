@@ -399,7 +399,8 @@ inline PartialState Merge(const OpSpec& op, DType dtype, const PartialState& a, 
 // in the dtype (PtpOf); of none it has no value: callers refuse it first.
 // `dtype` is the elements' (only kPtp's answer depends on more than the
 // state's fields).
-inline double FinishDouble(const OpSpec& op, DType dtype, const PartialState& s) {
+namespace partial_detail {
+inline double FinishedDouble(const OpSpec& op, DType dtype, const PartialState& s) {
   switch (op.kind) {
     case OpKind::kProduct: return s.count == 0 ? 1.0 : s.float_product;
     case OpKind::kPtp: return s.count == 0 ? 0.0 : partial_detail::PtpOf(dtype, s).f;
@@ -418,6 +419,15 @@ inline double FinishDouble(const OpSpec& op, DType dtype, const PartialState& s)
     case OpKind::kStddev: return StddevOf(MomentsOf(s), op.ddof);
     default: return __builtin_nan("");
   }
+}
+}  // namespace partial_detail
+
+// Every NaN answer is numpy's default NaN (quiet, sign clear): which NaN
+// element a min or max keeps, or what payload arithmetic leaves, depends on
+// the path (the backends' orders differ), and the answer must not.
+inline double FinishDouble(const OpSpec& op, DType dtype, const PartialState& s) {
+  const double v = partial_detail::FinishedDouble(op, dtype, s);
+  return v != v ? __builtin_nan("") : v;
 }
 inline std::int64_t FinishInt64(const OpSpec& op, DType dtype, const PartialState& s) {
   switch (PlainOf(op.kind)) {
