@@ -155,8 +155,9 @@ ABSL_FLAG(std::string, routing, "size",
           "hardware and gives the same bits, as the proto promises; 'cost' sends each request to the "
           "CPU or a GPU, whichever is estimated to finish it first under the present load (rates "
           "measured at start-up, see --route_model): faster for plain sums under load, slower for "
-          "fused ops under load, and the same request may then give other last bits of a float sum "
-          "from one call to the next. Every response's execution.backend says which ran.");
+          "fused ops under load; float sums, means and variances are the same bits on either backend "
+          "(--cuda_exact_sums), an integer dtype's mean or variance may differ in its last bit from one "
+          "call to the next. Every response's execution.backend says which ran.");
 ABSL_FLAG(std::string, route_model, "",
           "--routing=cost: rates to use instead of the measured ones, as key=value,... with keys "
           "cpu_fixed_us, cpu_read_ns, cpu_ns.OP (what an op adds per element on one thread, e.g. "
