@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "exact/exact_levels.cuh"
 #include "tally/rules/exact_sum.h"
 
 namespace {
@@ -49,22 +50,12 @@ using tally::rules::ExactSum;
 constexpr int kThreads = 256;
 constexpr int kDigits = ExactSum::kDigits;
 
+// The exact pass's own pieces (kernels/src/exact/exact_levels.cuh): a
+// value's three parts into the digits by integer atomics, and TwoSum.
 __device__ __forceinline__ void AtomicAddDigits(unsigned long long* digits, double x) {
-  ExactSum::Placed p;
-  if (!ExactSum::Place(x, p)) return;
-  // Two's complement: adding a negative part modulo 2^64 is signed addition.
-  atomicAdd(&digits[p.first], static_cast<unsigned long long>(p.part[0]));
-  atomicAdd(&digits[p.first + 1], static_cast<unsigned long long>(p.part[1]));
-  atomicAdd(&digits[p.first + 2], static_cast<unsigned long long>(p.part[2]));
+  tally::kernels::detail::exact::AtomicAddValue(digits, x);
 }
-
-// s + x = t + e exactly (Knuth's TwoSum; no FMA can be contracted into it).
-__device__ __forceinline__ double TwoSum(double s, double x, double& t) {
-  t = __dadd_rn(s, x);
-  const double bv = __dsub_rn(t, s);
-  const double av = __dsub_rn(t, bv);
-  return __dadd_rn(__dsub_rn(s, av), __dsub_rn(x, bv));
-}
+using tally::kernels::detail::exact::TwoSum;
 
 // kLevels float64s per thread (2 or 3): each level takes the error of the
 // one above by TwoSum, and the last level's error goes into the digits.

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "server/engine/reduce_pieces.h"
@@ -77,6 +78,20 @@ std::vector<OpSpec> ExactOps(bool with_max) {
   return ops;
 }
 
+// `data` uploaded to the GPU and reduced where it lies (a resident
+// dataset's bytes: one launch over the whole array).
+absl::StatusOr<AggregationResult> RunResident(Backend& cuda, const AggregationPlan& plan,
+                                              std::span<const std::byte> data) {
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> m = cuda.AllocateResident(data.size(), 0);
+  if (!m.ok()) return m.status();
+  if (absl::Status s = (*m)->Append(Extent::PageableHost(data)); !s.ok()) return s;
+  if (absl::Status s = (*m)->Seal(); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Reduction>> r = cuda.Start(plan, (*m)->extent().placement);
+  if (!r.ok()) return r.status();
+  if (absl::Status s = (*r)->Consume((*m)->extent()); !s.ok()) return s;
+  return (*r)->Finish();
+}
+
 bool IsExactFamily(OpKind k) {
   return k != OpKind::kNanMax && k != OpKind::kCount && k != OpKind::kNanCount && k != OpKind::kArgmax;
 }
@@ -118,15 +133,8 @@ TEST(EngineExactSum, CudaSumsAndMomentsAreTheCpuBitsStreamedMaskedOrResidentAndT
           }
           // Read where they lie on the GPU (a resident dataset's bytes).
           if (n > 0) {
-            absl::StatusOr<std::unique_ptr<ResidentMemory>> m = cuda->AllocateResident(data.size(), 0);
-            ASSERT_TRUE(m.ok()) << m.status();
-            ASSERT_TRUE((*m)->Append(Extent::PageableHost(data)).ok());
-            ASSERT_TRUE((*m)->Seal().ok());
-            absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan, (*m)->extent().placement);
-            ASSERT_TRUE(r.ok()) << r.status();
-            ASSERT_TRUE((*r)->Consume((*m)->extent()).ok());
-            absl::StatusOr<AggregationResult> got = (*r)->Finish();
-            ASSERT_TRUE(got.ok()) << got.status();
+            absl::StatusOr<AggregationResult> got = RunResident(*cuda, plan, data);
+            ASSERT_TRUE(got.ok()) << got.status() << " " << what;
             ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
           }
           // Partial states: the same states, exact bytes and all, from both.
@@ -185,18 +193,9 @@ TEST(EngineExactSum, CudaRowsAreEachRowsCpuBitsStreamedMaskedOrResident) {
           EXPECT_EQ(got->backend, "cuda") << what;
           ExpectSame(plan, *want, *got, /*exact=*/true, what + " pieces " + std::to_string(pieces.size()));
         }
-        {
-          absl::StatusOr<std::unique_ptr<ResidentMemory>> m = cuda->AllocateResident(data.size(), 0);
-          ASSERT_TRUE(m.ok()) << m.status();
-          ASSERT_TRUE((*m)->Append(Extent::PageableHost(data)).ok());
-          ASSERT_TRUE((*m)->Seal().ok());
-          absl::StatusOr<std::unique_ptr<Reduction>> r = cuda->Start(plan, (*m)->extent().placement);
-          ASSERT_TRUE(r.ok()) << r.status();
-          ASSERT_TRUE((*r)->Consume((*m)->extent()).ok());
-          absl::StatusOr<AggregationResult> got = (*r)->Finish();
-          ASSERT_TRUE(got.ok()) << got.status();
-          ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
-        }
+        absl::StatusOr<AggregationResult> got = RunResident(*cuda, plan, data);
+        ASSERT_TRUE(got.ok()) << got.status() << " " << what;
+        ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
       }
     }
   }
