@@ -236,57 +236,21 @@ TALLY_CPU_CLONES bool SplitSumLanes(const V* x, std::size_t n, int e, double& hi
   return r == 0.0;
 }
 
-// sum(high parts) and sum(low parts) of a float64 block whose non-zero
-// magnitudes lie in [2^(e-33), 2^e) (IsNarrowFloat64Block): split once at
-// 2^(e-42), the high parts of 2^11 elements sum exactly in a float64 (below
-// 2^(e+11) on that grid), and so do the low parts (below 2^(e-32), each a
-// multiple of the least element's ulp, at least 2^(e-85)): no check.
-template <bool kSkipNan>
-TALLY_CPU_CLONES void NarrowSplitLanes(const double* x, std::size_t n, int e, double& high, double& low) {
+// One extraction an element at the grid of `sigma` (1.5 times 2^(grid +
+// 52)): the high parts' and the low parts' sums of the elements (kSquare:
+// of their squares), each exact where the caller's block allows it (the
+// two callers below say why).
+template <bool kSkipNan, bool kSquare, typename V>
+TALLY_CPU_CLONES void SplitOnceLanes(const V* x, std::size_t n, double sigma, double& high, double& low) {
   constexpr int L = CpuPolicy::kLanes;
-  const double sigma = std::ldexp(1.5, e + 10);  // ulp 2^(e-42)
   double acc1[L] = {};
   double acc2[L] = {};
   auto step = [&](double v, int j) {
     if constexpr (kSkipNan) v = v == v ? v : 0.0;
+    if constexpr (kSquare) v = v * v;
     const double h = (sigma + v) - sigma;
     acc1[j] += h;
     acc2[j] += v - h;
-  };
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) step(x[i + j], j);
-  }
-  for (int j = 0; i < n; ++i, ++j) step(x[i], j);
-  double a = 0.0, b = 0.0;
-  for (int j = 0; j < L; ++j) {  // exact sums: the order does not matter
-    a += acc1[j];
-    b += acc2[j];
-  }
-  high = a;
-  low = b;
-}
-
-// The squares of a narrow block's elements (IsNarrowBlock: multiples of
-// 2^(e-40) below 2^e), each exact in float64 (at most 48 significant bits),
-// a multiple of 2^(2e-80) below 2^(2e). Split at 2^(2e-42), the high parts
-// of 2^11 squares sum exactly in a float64 (below 2^(2e+11) on that grid)
-// and so do the low parts (below 2^(2e-32) on 2^(2e-80)), in any order:
-// no check, and one extraction a square where the general split makes
-// three.
-template <bool kSkipNan, typename V>
-TALLY_CPU_CLONES void NarrowSquaresLanes(const V* x, std::size_t n, int e, double& high, double& low) {
-  constexpr int L = CpuPolicy::kLanes;
-  const double sigma = std::ldexp(1.5, 2 * e + 10);  // ulp 2^(2e-42)
-  double acc1[L] = {};
-  double acc2[L] = {};
-  auto step = [&](double v, int j) {
-    if constexpr (kSkipNan) v = v == v ? v : 0.0;
-    const double q = v * v;
-    const double h = (sigma + q) - sigma;
-    acc1[j] += h;
-    acc2[j] += q - h;
   };
   std::size_t i = 0;
   for (; i + L <= n; i += L) {
@@ -301,6 +265,28 @@ TALLY_CPU_CLONES void NarrowSquaresLanes(const V* x, std::size_t n, int e, doubl
   }
   high = a;
   low = b;
+}
+
+// sum(high parts) and sum(low parts) of a float64 block whose non-zero
+// magnitudes lie in [2^(e-33), 2^e) (IsNarrowFloat64Block): split once at
+// 2^(e-42), the high parts of 2^11 elements sum exactly in a float64 (below
+// 2^(e+11) on that grid), and so do the low parts (below 2^(e-32), each a
+// multiple of the least element's ulp, at least 2^(e-85)): no check.
+template <bool kSkipNan>
+void NarrowSplitLanes(const double* x, std::size_t n, int e, double& high, double& low) {
+  SplitOnceLanes<kSkipNan, false>(x, n, std::ldexp(1.5, e + 10), high, low);  // ulp 2^(e-42)
+}
+
+// The squares of a narrow block's elements (IsNarrowBlock: multiples of
+// 2^(e-40) below 2^e), each exact in float64 (at most 48 significant bits),
+// a multiple of 2^(2e-80) below 2^(2e). Split at 2^(2e-42), the high parts
+// of 2^11 squares sum exactly in a float64 (below 2^(2e+11) on that grid)
+// and so do the low parts (below 2^(2e-32) on 2^(2e-80)), in any order:
+// no check, and one extraction a square where the general split makes
+// three.
+template <bool kSkipNan, typename V>
+void NarrowSquaresLanes(const V* x, std::size_t n, int e, double& high, double& low) {
+  SplitOnceLanes<kSkipNan, true>(x, n, std::ldexp(1.5, 2 * e + 10), high, low);  // ulp 2^(2e-42)
 }
 
 // The squares of x[0, n) split against three grids of 2^e (x^2 < 2^e for
