@@ -149,15 +149,14 @@ ABSL_FLAG(std::uint64_t, cuda_chunk_bytes, std::uint64_t{8} << 20,
 ABSL_FLAG(int, cuda_streams_per_device, 16,
           "Lanes per GPU: requests one GPU serves at once, each with its own streams, device buffers "
           "and state.");
-ABSL_FLAG(std::string, routing, "size",
-          "With --backend=cuda or auto, where received arrays run: 'size' sends arrays under "
-          "--small_request_bytes to the CPU and the rest to a GPU, so a request always runs on the same "
-          "hardware and gives the same bits, as the proto promises; 'cost' sends each request to the "
-          "CPU or a GPU, whichever is estimated to finish it first under the present load (rates "
-          "measured at start-up, see --route_model): faster for plain sums under load, slower for "
-          "fused ops under load; float sums, means and variances are the same bits on either backend "
-          "(--cuda_exact_sums), an integer dtype's mean or variance may differ in its last bit from one "
-          "call to the next. Every response's execution.backend says which ran.");
+ABSL_FLAG(std::string, routing, "cost",
+          "With --backend=cuda or auto, where received arrays run: 'cost' sends each request to the CPU "
+          "or a GPU, whichever is estimated to finish it first under the present load (rates measured at "
+          "start-up, see --route_model); both give the same bits (exact float sums, means and "
+          "variances, --cuda_exact_sums), and a request they would answer differently (a float prod) is "
+          "routed by size. 'size' sends arrays under --small_request_bytes to the CPU and the rest to a "
+          "GPU. Registered host regions are routed by size either way. Every response's "
+          "execution.backend says which ran.");
 ABSL_FLAG(std::string, route_model, "",
           "--routing=cost: rates to use instead of the measured ones, as key=value,... with keys "
           "cpu_fixed_us, cpu_read_ns, cpu_ns.OP (what an op adds per element on one thread, e.g. "
@@ -181,15 +180,17 @@ ABSL_FLAG(std::uint64_t, pinned_receive_bytes, 0,
           "are copied to the GPU where they lie, with no CPU copy into staging (server/receive_arena.h). "
           "Resident (pinned) from the start, never grows; 0: off.");
 ABSL_FLAG(bool, cuda_exact_sums, true,
-          "With --backend=cuda or auto: float sums, means, sums of squares, variances and standard "
-          "deviations (and their NaN-skipping forms), whole or per row, exact on the GPU as on the cpu "
+          "With --backend=cuda or auto: float sums, and every dtype's means, sums of squares, variances "
+          "and standard deviations (and their NaN-skipping forms), whole or per row, exact on the GPU as on the cpu "
           "backend: the same bits as math.fsum for a sum, and the same bits on every path (backend, "
           "chunking, shards, merges), by an exact pass that reads the data beside the fused pass when the "
           "request has other ops (docs/performance.md). false: the fused pass's float64 sums and "
-          "Welford's moments (faster with other ops, last bits depend on the path).");
+          "Welford's moments (faster with other ops, last bits depend on the path; --routing=cost then "
+          "routes requests with them by size).");
 ABSL_FLAG(std::uint64_t, small_request_bytes, std::uint64_t{1} << 20,
-          "With --backend=cuda or auto and --routing=size: arrays smaller than this run on the CPU; 0: "
-          "everything on the GPU. With --routing=cost it applies to registered host regions only.");
+          "With --backend=cuda or auto: arrays smaller than this run on the CPU where they are routed by "
+          "size (--routing=size; registered host regions and float prods under --routing=cost); 0: "
+          "everything so routed on the GPU.");
 ABSL_FLAG(std::uint64_t, cuda_max_state_bytes, std::uint64_t{16} << 20,
           "Per-lane device memory for results (rows x ops, histograms), a request's validity mask and "
           "its offsets; a request of host bytes needing more runs on the CPU backend, one of GPU bytes "

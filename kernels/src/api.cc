@@ -82,8 +82,11 @@ cudaError_t Validate(const AggregatePlan& plan) {
 }
 
 rules::OpMask ExactOps(const AggregatePlan& plan) {
-  if (!plan.exact_sums || !rules::IsFloat(plan.dtype)) return 0;
-  return plan.ops & (kExactSumOps | kExactSquaresOps);
+  if (!plan.exact_sums) return 0;
+  // An integer sum is the native one, modulo 2^64 (numpy's); its means,
+  // variances and sums of squares come from exact sums, as a float's do.
+  const rules::OpMask sums = rules::IsFloat(plan.dtype) ? kExactSumOps : kExactSumOps & ~rules::Bit(OpKind::kSum);
+  return plan.ops & (sums | kExactSquaresOps);
 }
 
 std::uint64_t RowsOf(const AggregatePlan& plan) {

@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(const BackendOptions& options)
                                                     .route_calibration = options.route_calibration,
                                                     .route_model = options.route_model,
                                                     .cpu_threads = cpu_threads,
-                                                    .gpu_lanes = gpu_lanes});
+                                                    .gpu_lanes = gpu_lanes,
+                                                    .exact_sums = options.cuda_exact_sums});
 #else
   (void)options;
   return absl::FailedPreconditionError(

@@ -37,7 +37,7 @@ struct BackendOptions {
   // Received bytes go to the CPU or a GPU: "cost" (estimated time, from a
   // start-up calibration and --route_model; server/engine/routing) or
   // "size" (under small_request_bytes to the CPU).
-  std::string routing = "size";
+  std::string routing = "cost";
   bool route_calibration = true;  // measure the model's rates at start-up
   std::string route_model;        // "key=value,..." given rates (routing::ApplyOverrides)
   // Host memory to register with CUDA once, at start: the receive arena

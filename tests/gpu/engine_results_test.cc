@@ -273,14 +273,18 @@ TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
   }
 }
 
-// --routing=cost: the model's rates decide, and the answer is the path's.
+// --routing=cost: the model's rates decide, and the answer is the same
+// bits on either path; a plan the paths answer differently (a float prod)
+// is routed by size.
 TEST(EngineRouting, CostRoutingFollowsTheModel) {
   TALLY_REQUIRE_GPU();
   std::unique_ptr<Backend> cpu = MakeCpu();
   const DType t = DType::kFloat32;
   const std::uint64_t n = (std::uint64_t{4} << 20) / 4;
   const std::vector<std::byte> data = RandomArray(t, n, 12);
-  const AggregationPlan plan = Plan(t, n, 0, AllOps(t));
+  std::vector<OpSpec> ops = AllOps(t);
+  std::erase_if(ops, [](const OpSpec& op) { return op.kind == OpKind::kProduct; });
+  const AggregationPlan plan = Plan(t, n, 0, ops);
   for (const auto& [model, want_backend] :
        {std::pair<std::string, std::string>{"gpu_fixed_us=1000000", "cpu"}, {"cpu_fixed_us=1000000", "cuda"}}) {
     BackendOptions o = TestOptions();
@@ -293,7 +297,12 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     EXPECT_EQ(got->backend, want_backend) << model;
     absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
     ASSERT_TRUE(ref.ok());
-    ExpectSame(plan, *ref, *got, /*exact=*/want_backend == "cpu", model);
+    ExpectSame(plan, *ref, *got, /*exact=*/true, model);
+    // With prod, by size (--small_request_bytes=0 here: the GPU), whatever the model.
+    const AggregationPlan with_prod = Plan(t, n, 0, AllOps(t));
+    absl::StatusOr<AggregationResult> by_size = RunRequest(*cuda, with_prod, data);
+    ASSERT_TRUE(by_size.ok()) << by_size.status();
+    EXPECT_EQ(by_size->backend, "cuda") << model;
   }
   // Every lane busy: a request the model sends to the GPU waits for a lane
   // only as long as the GPU's estimated lead (here the model's 1 s), then

@@ -6,15 +6,18 @@ shards, read from a shared-memory region, and split into parts whose
 partial states are merged in several orders by the Python package; then
 each row of a 2-D array and each segment of the same elements against the
 row sent alone. Every path must give the same bits, and the sums must be
-math.fsum's.
+math.fsum's. Integer dtypes' means, sums of squares and variances come
+from exact sums too: the same through every path, and each the stated
+formula over the Python integers' sums.
 
 usage: exact_paths_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH; TALLY_SERVER_ARGS adds
-server flags, e.g. --small_request_bytes=0 to keep every request of a cuda
-server on the GPU)
+server flags, e.g. "--routing=size --small_request_bytes=0" to keep every
+request of a cuda server on the GPU)
 """
 import os
 from fractions import Fraction
+import math
 import sys
 import unittest
 
@@ -28,6 +31,9 @@ SERVER_BINARY = None
 BACKEND = "cpu"
 SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
 OPS = ["sum", "nansum", "mean", "nanmean", "sum_squares", "var", "var:1", "nanvar", "std:1", "nanstd"]
+# On integer dtypes the nan-ops are the plain ones (numpy's): left out.
+INTEGER_OPS = ["sum", "mean", "sum_squares", "var", "var:1", "std:1"]
+INTEGER_DTYPES = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.bool_)
 SHARD_COUNTS = (1, 3, 4)
 # Not a multiple of any element size: chunks cut elements.
 ODD_CHUNK = 65_537
@@ -56,13 +62,42 @@ def correctly_rounded(exact, dtype):
     return min(candidates, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.asarray(v).view(uint)) & 1))
 
 
-def values(results):
-    """A Results' answers in OPS order."""
-    return [results[k] for k in range(len(OPS))]
+def values(results, ops=OPS):
+    """A Results' answers in the ops' order."""
+    return [results[k] for k in range(len(ops))]
+
+
+def wide_integers(rng, dtype, n):
+    """Integers over the dtype's whole range, skewed to its ends, so that
+    int64 sums pass 2^53 (numpy's float64 mean rounds there) and squares
+    pass 2^64 and 2^128."""
+    if dtype == np.bool_:
+        return rng.random(n) < 0.3
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    x[rng.random(n) < 0.2] = info.max
+    if info.min < 0:
+        x[rng.random(n) < 0.1] = info.min
+    return x
+
+
+def integer_answers(x):
+    """tally.proto's stated formulas over exact integer sums S and Q of n
+    elements: mean = float(S) / n, sum_squares = float(Q), M2 = (nQ - S^2)
+    / n rounded once, var = M2 / (n - ddof), std = sqrt(var)."""
+    ints = [int(v) for v in x]
+    n, s, q = len(ints), sum(ints), sum(v * v for v in ints)
+    m2 = float(Fraction(n * q - s * s, n))
+    wraps = (s + 2**63) % 2**64 - 2**63 if np.dtype(x.dtype).kind == "i" else s % 2**64
+    return {"sum": wraps if x.dtype != np.bool_ else s, "mean": float(s) / n, "sum_squares": float(q),
+            "var": m2 / n, "var:1": m2 / (n - 1), "std:1": math.sqrt(m2 / (n - 1))}
 
 
 def bits(value):
-    """The float64 bits of a scalar answer (NaN compared by being NaN)."""
+    """The float64 bits of a scalar answer (NaN compared by being NaN); an
+    integer answer as itself."""
+    if isinstance(value, (int, np.integer)):
+        return int(value)
     v = np.float64(value)
     return "nan" if np.isnan(v) else np.asarray(v).view(np.uint64).item()
 
@@ -92,11 +127,11 @@ class ExactPathsTest(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng([SEED, hash(self.id()) % (2**32)])
 
-    def answers_by_path(self, x):
+    def answers_by_path(self, x, ops=OPS):
         """{path: [bits per op]} for the 1-D array x."""
         unary = self.clients[1]
-        out = {"unary": [bits(v) for v in values(unary.aggregate(x, OPS))],
-               "stream": [bits(v) for v in values(self.streaming.aggregate(x, OPS))]}
+        out = {"unary": [bits(v) for v in values(unary.aggregate(x, ops), ops)],
+               "stream": [bits(v) for v in values(self.streaming.aggregate(x, ops), ops)]}
         for shards in SHARD_COUNTS:
             client = self.clients[shards]
             name = f"exact-paths-{shards}"
@@ -105,18 +140,18 @@ class ExactPathsTest(unittest.TestCase):
                 held = client.describe_dataset(name).shards
                 if x.nbytes >= shards * 4096:
                     self.assertEqual(shards, held, "the dataset's shards")
-                out[f"dataset in {held} shards"] = [bits(v) for v in values(client.aggregate_dataset(name, OPS))]
+                out[f"dataset in {held} shards"] = [bits(v) for v in values(client.aggregate_dataset(name, ops), ops)]
             finally:
                 client.delete_dataset(name)
         with unary.share(x) as shared:
-            out["region"] = [bits(v) for v in values(shared.aggregate(OPS))]
+            out["region"] = [bits(v) for v in values(shared.aggregate(ops), ops)]
         # Parts at random cuts (some empty, some one element), their states
         # merged left to right, right to left and in a shuffled tree.
         cuts = np.sort(np.concatenate([[0, 0, 1, x.size, x.size], self.rng.integers(0, x.size, 7)]))
-        parts = [unary.partial(x[a:b], OPS, base_index=int(a)) for a, b in zip(cuts[:-1], cuts[1:])]
+        parts = [unary.partial(x[a:b], ops, base_index=int(a)) for a, b in zip(cuts[:-1], cuts[1:])]
         for order in ("forward", "backward", "tree"):
             merged = []
-            for k in range(len(OPS)):
+            for k in range(len(ops)):
                 states = [p[k] for p in parts]
                 if order == "forward":
                     m = states[0]
@@ -165,16 +200,36 @@ class ExactPathsTest(unittest.TestCase):
                     # Without NaN the plain ops answer numbers, which must agree too.
                     self.check_one_answer(np.nan_to_num(x, nan=0.0))
 
+    def test_integer_moments_are_exact_on_every_path(self):
+        for dtype in INTEGER_DTYPES:
+            for n in (2, 4099, 100_003):
+                with self.subTest(dtype=np.dtype(dtype).name, n=n):
+                    x = wide_integers(self.rng, dtype, n)
+                    by_path = self.answers_by_path(x, INTEGER_OPS)
+                    first_path, first = next(iter(by_path.items()))
+                    for path, answers in by_path.items():
+                        for op, a, b in zip(INTEGER_OPS, first, answers):
+                            self.assertEqual(a, b, f"{x.dtype} {op}: {path} against {first_path}")
+                    got = values(self.clients[1].aggregate(x, INTEGER_OPS), INTEGER_OPS)
+                    for op, value in zip(INTEGER_OPS, got):
+                        want = integer_answers(x)[op]
+                        if op == "sum":
+                            self.assertEqual(int(value), want, f"{x.dtype} sum")
+                        else:
+                            self.assertEqual(bits(value), bits(want), f"{x.dtype} {op}: {value!r} against {want!r}")
+
     def test_rows_and_segments_give_each_row_alone(self):
         client = self.clients[1]
-        for dtype in (np.float64, np.float32):
-            rows = np.stack([ill_conditioned(self.rng, dtype, 5003) for _ in range(6)])
-            alone = [[bits(v) for v in values(client.aggregate(row, OPS))] for row in rows]
-            as_rows = values(client.aggregate(rows, OPS))
+        for dtype in (np.float64, np.float32, np.int64, np.uint8):
+            ops = OPS if np.dtype(dtype).kind == "f" else INTEGER_OPS
+            make = ill_conditioned if np.dtype(dtype).kind == "f" else wide_integers
+            rows = np.stack([make(self.rng, dtype, 5003) for _ in range(6)])
+            alone = [[bits(v) for v in values(client.aggregate(row, ops), ops)] for row in rows]
+            as_rows = values(client.aggregate(rows, ops), ops)
             offsets = np.arange(0, rows.size + 1, rows.shape[1])
-            as_segments = values(self.streaming.aggregate(rows.ravel(), OPS, offsets=offsets))
+            as_segments = values(self.streaming.aggregate(rows.ravel(), ops, offsets=offsets), ops)
             for r in range(rows.shape[0]):
-                for k, op in enumerate(OPS):
+                for k, op in enumerate(ops):
                     self.assertEqual(alone[r][k], bits(as_rows[k][r]), f"{np.dtype(dtype).name} {op} row {r}")
                     self.assertEqual(alone[r][k], bits(as_segments[k][r]), f"{np.dtype(dtype).name} {op} segment {r}")
 

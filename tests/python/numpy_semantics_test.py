@@ -146,8 +146,8 @@ def histogram_by_edges(x, bins, lo, hi):
 class NumpySemantics(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # TALLY_SERVER_ARGS adds server flags, e.g. --small_request_bytes=0 to
-        # send even the smallest arrays to the GPU.
+        # TALLY_SERVER_ARGS adds server flags, e.g. "--routing=size
+        # --small_request_bytes=0" to send even the smallest arrays to the GPU.
         extra = os.environ.get("TALLY_SERVER_ARGS", "").split()
         cls.server = TallyServer(SERVER_BINARY, pb, [f"--backend={BACKEND}", *extra])
 

@@ -3,13 +3,17 @@
 // bits however the bytes arrive, on any thread count, in any row layout,
 // and partial states that merge, in any order, into the one-request bits.
 // So are sums of squares, and variances come from the exact sums
-// (tally/rules/exact_moments.h) with the same independence of the path.
+// (tally/rules/exact_moments.h) with the same independence of the path;
+// integer dtypes' means, variances and sums of squares too
+// (tally/rules/exact_integers.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -310,6 +314,70 @@ TEST(CpuExactMoments, PartialStatesMergeInAnyOrderIntoTheOneRequestBits) {
           << rules::Name(kind) << ": merged " << rules::FinishDouble(op, rules::DType::kFloat64, merged)
           << ", one request " << want;
     }
+  }
+}
+
+// An integer's exact sums, taken in doubles here (the backend's are
+// integer ones): x = high 2^32 + low, each part exact, and x^2 from the
+// three products of the parts, each a double plus its FMA error.
+template <typename V>
+void AddInteger(V x, Sums& into) {
+  const auto w = static_cast<__int128>(x);
+  const double high = static_cast<double>(static_cast<std::int64_t>(w >> 32)) * 4294967296.0;
+  const double low = static_cast<double>(static_cast<std::uint32_t>(w & 0xffffffffu));
+  into.s.Add(high);
+  into.s.AddValue(low);
+  const double hh = high / 4294967296.0;
+  for (const auto& [a, b, scale] : {std::tuple{hh, hh, 18446744073709551616.0}, std::tuple{hh, low, 2 * 4294967296.0},
+                                   std::tuple{low, low, 1.0}}) {
+    const double p = a * b;
+    into.q.AddValue(p * scale);
+    into.q.AddValue(std::fma(a, b, -p) * scale);
+  }
+  ++into.n;
+}
+
+template <typename V>
+void ExpectExactIntegerMoments(std::mt19937_64& rng, rules::DType dtype, std::size_t n) {
+  std::vector<V> v(n);
+  std::uniform_int_distribution<std::uint64_t> any;
+  for (V& x : v) {
+    const std::uint64_t r = any(rng);
+    // A fifth at each end of the range: sums past 2^53, squares past 2^127.
+    x = r % 5 == 0 ? std::numeric_limits<V>::max() : r % 5 == 1 ? std::numeric_limits<V>::min() : static_cast<V>(r);
+  }
+  Sums sums;
+  for (const V x : v) AddInteger(x, sums);
+  sums.s.ForgetElements();
+  sums.s.NoteElements(n, true);
+  const double mean = sums.s.ToDouble() / static_cast<double>(n);
+  const double m2 = rules::ExactSecondMoment(sums.s, sums.q, n);
+  const Array a = MakeArray<V>(dtype, v);
+  const std::vector<OpSpec> ops = {Op(OpKind::kMean), Op(OpKind::kVariance), Op(OpKind::kStddev, 1.0),
+                                   Op(OpKind::kSumSquares)};
+  for (const int threads : {1, 3}) {
+    const auto backend = MakeCpuBackend({.threads = threads});
+    for (const std::vector<std::uint64_t>& pieces : {std::vector<std::uint64_t>{}, {7, 4096, 3}}) {
+      auto got = RunPieces(*backend, Plan(a, 0, ops), a.bytes, pieces);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const std::string at = std::string(rules::Name(dtype)) + ", " + std::to_string(n) + " elements";
+      EXPECT_EQ(Bits(mean), Bits(OneDouble(got->values[0]))) << at;
+      EXPECT_EQ(Bits(m2 / static_cast<double>(n)), Bits(OneDouble(got->values[1]))) << at;
+      EXPECT_EQ(Bits(std::sqrt(m2 / static_cast<double>(n - 1))), Bits(OneDouble(got->values[2]))) << at;
+      EXPECT_EQ(Bits(sums.q.ToDouble()), Bits(OneDouble(got->values[3]))) << at;
+    }
+  }
+}
+
+TEST(CpuExactMoments, IntegerMeansVariancesAndSumSquaresComeFromExactSums) {
+  TALLY_SEEDED_RNG(rng);
+  for (const std::size_t n : {std::size_t{2}, std::size_t{70001}}) {
+    ExpectExactIntegerMoments<std::int64_t>(rng, rules::DType::kInt64, n);
+    ExpectExactIntegerMoments<std::uint64_t>(rng, rules::DType::kUInt64, n);
+    ExpectExactIntegerMoments<std::int32_t>(rng, rules::DType::kInt32, n);
+    ExpectExactIntegerMoments<std::uint32_t>(rng, rules::DType::kUInt32, n);
+    ExpectExactIntegerMoments<std::int8_t>(rng, rules::DType::kInt8, n);
+    ExpectExactIntegerMoments<std::uint16_t>(rng, rules::DType::kUInt16, n);
   }
 }
 

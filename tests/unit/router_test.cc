@@ -182,6 +182,33 @@ TEST(Router, ByCostTheModelChoosesAndBusyLanesSendWorkToTheCpu) {
   EXPECT_LE(fast->gpu_counts.last_wait, std::chrono::milliseconds(2000)) << "bounded by the GPU's lead";
 }
 
+TEST(Router, ByCostOnlyPlansWithTheSameBitsOnEitherBackendMove) {
+  // A CPU that costs a second: cost routing sends a float sum of 256 KiB to
+  // the GPU where the GPU's sums are exact, and by size (to the CPU, under
+  // --small_request_bytes) where they are not.
+  auto exact = MakeRouted({.routing = "cost", .route_model = "cpu_fixed_us=1000000"});
+  EXPECT_EQ(SumOfOnes(*exact->router, 1 << 16, Placement::PageableHost()), 65536.0);
+  EXPECT_EQ(exact->gpu_counts.starts, 1);
+  auto inexact = MakeRouted({.routing = "cost", .route_model = "cpu_fixed_us=1000000", .exact_sums = false});
+  EXPECT_EQ(SumOfOnes(*inexact->router, 1 << 16, Placement::PageableHost()), 65536.0);
+  EXPECT_EQ(inexact->cpu_counts.starts, 1);
+  EXPECT_EQ(inexact->gpu_counts.starts, 0);
+
+  AggregationPlan plan = PlanOf(1024, OpKind::kSum);
+  EXPECT_TRUE(SameBitsOnEither(plan, true));
+  EXPECT_FALSE(SameBitsOnEither(plan, false));
+  plan.ops.push_back({.kind = OpKind::kProduct});
+  EXPECT_FALSE(SameBitsOnEither(plan, true)) << "a float prod rounds in each backend's order";
+  plan.array.dtype = DType::kInt64;
+  EXPECT_TRUE(SameBitsOnEither(plan, false)) << "integer sums and products wrap exactly";
+  plan.ops.push_back({.kind = OpKind::kVariance});
+  EXPECT_TRUE(SameBitsOnEither(plan, true));
+  EXPECT_FALSE(SameBitsOnEither(plan, false)) << "an integer variance is exact only with exact sums";
+  plan.array.dtype = DType::kFloat64;
+  plan.ops = {{.kind = OpKind::kMax}, {.kind = OpKind::kArgmin}, {.kind = OpKind::kHistogram}};
+  EXPECT_TRUE(SameBitsOnEither(plan, false));
+}
+
 TEST(Router, OtherQuestionsGoToTheBackendThatOwnsTheAnswer) {
   auto r = MakeRouted({});
   EXPECT_EQ(r->router->name(), "gpu");

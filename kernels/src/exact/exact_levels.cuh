@@ -8,7 +8,9 @@
 // and ResultView::ExactState adds them back for sum. A square of a
 // float32, float16 or bfloat16 is a double; a float64's is x * x plus its
 // FMA error, two values (the cpu backend's definition, exact wherever
-// neither underflows: rules/exact_moments.h).
+// neither underflows: rules/exact_moments.h). Integer elements (the means
+// and variances of integer dtypes) are summed in integers instead
+// (rules::IntegerSums) and join the digits as exact doubles at the flush.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +19,7 @@
 #include <type_traits>
 
 #include "tally/kernels/aggregate.h"
+#include "tally/rules/exact_integers.h"
 #include "tally/rules/exact_sum.h"
 #include "tally/rules/half.h"
 
@@ -74,12 +77,31 @@ struct Levels {
   }
 };
 
+struct Digits {
+  unsigned long long* sum;
+  unsigned long long* squares;
+};
+
 // What a thread has added since its last flush.
 struct ThreadSums {
   Levels sum, squares;
+  rules::IntegerSums integers;  // an integer dtype's elements and squares
   unsigned long long seen = 0;  // valid elements (masked plans)
   unsigned long long nan = 0, positive_inf = 0, negative_inf = 0, squares_inf = 0;
   bool other = false;  // a non-NaN element other than -0.0
+
+  // Into the digits, and cleared.
+  template <bool kSquares, typename T>
+  __device__ __forceinline__ void Flush(const Digits& into) {
+    if constexpr (std::is_integral_v<T>) {
+      integers.PutSum([&](double part) { AtomicAddValue(into.sum, part); });
+      if constexpr (kSquares) integers.PutSquares([&](double part) { AtomicAddValue(into.squares, part); });
+      integers = rules::IntegerSums{};
+    } else {
+      sum.Flush(into.sum);
+      if constexpr (kSquares) squares.Flush(into.squares);
+    }
+  }
 };
 
 template <typename T>
@@ -91,13 +113,10 @@ __device__ __forceinline__ double ToDouble(T v) {
   }
 }
 
-struct Digits {
-  unsigned long long* sum;
-  unsigned long long* squares;
-};
-
+// One float element: NaNs and infinities counted, finite values (and
+// their squares) into the levels.
 template <bool kSquares, typename T>
-__device__ __forceinline__ void AddElement(T v, ThreadSums& t, const Digits& into) {
+__device__ __forceinline__ void AddFloatElement(T v, ThreadSums& t, const Digits& into) {
   const double x = ToDouble(v);
   const std::uint64_t bits = static_cast<std::uint64_t>(__double_as_longlong(x));
   if (((bits >> 52) & 0x7ff) == 0x7ff) {  // an infinity or a NaN: counted, not added
@@ -129,6 +148,19 @@ __device__ __forceinline__ void AddElement(T v, ThreadSums& t, const Digits& int
     } else {
       t.squares.Add(p, into.squares);  // exact: at most 48 significant bits
     }
+  }
+}
+
+// One element of any dtype the pass takes: integers into the thread's
+// integer sums (no NaNs, no infinities, and none of them -0.0).
+template <bool kSquares, typename T>
+__device__ __forceinline__ void AddElement(T v, ThreadSums& t, const Digits& into) {
+  if constexpr (std::is_integral_v<T>) {
+    t.integers.AddSum(v);
+    if constexpr (kSquares) t.integers.AddSquare(v);
+    t.other = true;
+  } else {
+    AddFloatElement<kSquares>(v, t, into);
   }
 }
 

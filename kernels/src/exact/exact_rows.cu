@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         AddElement<kSquares>(tile_x[k], t, mine);
       }
     }
-    t.sum.Flush(mine.sum);
-    if constexpr (kSquares) t.squares.Flush(mine.squares);
+    t.Flush<kSquares, T>(mine);
     // A lane counts at most kTileElements / 32 elements: unsigned sums.
     const unsigned nan = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(t.nan));
     const unsigned pinf = __reduce_add_sync(0xffffffffu, static_cast<unsigned>(t.positive_inf));
@@ -172,8 +171,17 @@ cudaError_t LaunchExactRows(const AggregatePlan& plan, const ExactPass& pass, co
     case rules::DType::kFloat64: return LaunchRows<double>(plan, pass, chunk, n, offset, dev, stream);
     case rules::DType::kFloat16: return LaunchRows<rules::Float16>(plan, pass, chunk, n, offset, dev, stream);
     case rules::DType::kBFloat16: return LaunchRows<rules::BFloat16>(plan, pass, chunk, n, offset, dev, stream);
-    default: return cudaErrorInvalidValue;  // ExactOps admits float dtypes only
+    case rules::DType::kInt8: return LaunchRows<std::int8_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kInt16: return LaunchRows<std::int16_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kInt32: return LaunchRows<std::int32_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kInt64: return LaunchRows<std::int64_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kBool:  // 0 or 1, as uint8
+    case rules::DType::kUInt8: return LaunchRows<std::uint8_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kUInt16: return LaunchRows<std::uint16_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kUInt32: return LaunchRows<std::uint32_t>(plan, pass, chunk, n, offset, dev, stream);
+    case rules::DType::kUInt64: return LaunchRows<std::uint64_t>(plan, pass, chunk, n, offset, dev, stream);
   }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace tally::kernels::detail

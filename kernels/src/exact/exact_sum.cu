@@ -1,5 +1,5 @@
 // The exact pass over whole arrays (ResultLayout::exact_sum /
-// exact_squares): a float array's elements, and where asked their squares,
+// exact_squares): an array's elements, and where asked their squares,
 // each added exactly, so sums, means, sums of squares and variances are the
 // same bits whatever the chunking, the GPU or the backend (rules/
 // exact_sum.h, exact_moments.h; the pieces in exact_levels.cuh).
@@ -74,8 +74,7 @@ __global__ void __launch_bounds__(kThreads)
       AddElement<kSquares>(x[k], t, block);
     }
   }
-  t.sum.Flush(sum_digits);
-  if constexpr (kSquares) t.squares.Flush(squares_digits);
+  t.Flush<kSquares, T>(block);
   if (t.nan != 0) atomicAdd(&sum_state[kNan], t.nan);
   if (t.positive_inf != 0) atomicAdd(&sum_state[kPositiveInf], t.positive_inf);
   if (t.negative_inf != 0) atomicAdd(&sum_state[kNegativeInf], t.negative_inf);
@@ -161,8 +160,17 @@ cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const 
     case rules::DType::kFloat64: return LaunchWhole<double>(pass, chunk, n, offset, dev, stream);
     case rules::DType::kFloat16: return LaunchWhole<rules::Float16>(pass, chunk, n, offset, dev, stream);
     case rules::DType::kBFloat16: return LaunchWhole<rules::BFloat16>(pass, chunk, n, offset, dev, stream);
-    default: return cudaErrorInvalidValue;  // ExactOps admits float dtypes only
+    case rules::DType::kInt8: return LaunchWhole<std::int8_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kInt16: return LaunchWhole<std::int16_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kInt32: return LaunchWhole<std::int32_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kInt64: return LaunchWhole<std::int64_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kBool:  // 0 or 1, as uint8
+    case rules::DType::kUInt8: return LaunchWhole<std::uint8_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kUInt16: return LaunchWhole<std::uint16_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kUInt32: return LaunchWhole<std::uint32_t>(pass, chunk, n, offset, dev, stream);
+    case rules::DType::kUInt64: return LaunchWhole<std::uint64_t>(pass, chunk, n, offset, dev, stream);
   }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace tally::kernels::detail

@@ -26,12 +26,11 @@ namespace tally::cpu {
 
 // Which of the fused lane loops a block needs.
 enum : unsigned {
-  kLaneSum = 1,    // the dtype's native sum: float64 for floats, 64-bit wrap for ints
-  kLaneSumSq = 2,  // float64 sum of squares
-  kLaneMin = 4,    // NaN-propagating minimum
-  kLaneMax = 8,    // NaN-propagating maximum
+  kLaneSum = 1,  // the dtype's native sum: float64 for floats, 64-bit wrap for ints
+  kLaneMin = 2,  // NaN-propagating minimum
+  kLaneMax = 4,  // NaN-propagating maximum
 };
-inline constexpr unsigned kLaneMasks = 16;
+inline constexpr unsigned kLaneMasks = 8;
 
 // Accumulator type of the native sum lanes. uint8 sums a block exactly in
 // 32 bits (kBlockElements * 255 < 2^32); int32, uint32 and int64 in 64 bits (two's
@@ -50,7 +49,6 @@ inline constexpr int kLanesOf = std::is_same_v<V, std::uint8_t> ? CpuPolicy::kBy
 template <typename V>
 struct LaneTotals {
   SumLane<V> sum{};
-  double sum_squares = 0.0;
   V min{};
   V max{};
 };
@@ -107,7 +105,7 @@ inline void NanWins(const V (&nan)[L], Out* out) {
   }
 }
 
-// Sum, sum of squares, min and max of x[0..n) in one loop, kMask choosing
+// Sum, min and max of x[0..n) in one loop, kMask choosing
 // which. n >= 1. Min and max lanes use plain compare-and-select, which the
 // vectorizer maps to vector min/max; NaNs, which the selects skip, are
 // tracked in lanes of their own and win at the end (numpy's rule). Folding
@@ -116,22 +114,19 @@ inline void NanWins(const V (&nan)[L], Out* out) {
 template <typename V, unsigned kMask>
 TALLY_CPU_CLONES void FusedLanes(const V* x, std::size_t n, LaneTotals<V>* out) {
   constexpr int L = kLanesOf<V>;
-  constexpr bool kSum = kMask & kLaneSum, kSq = kMask & kLaneSumSq;
+  constexpr bool kSum = kMask & kLaneSum;
   constexpr bool kMin = kMask & kLaneMin, kMax = kMask & kLaneMax;
   constexpr bool kNan = rules::kIsFloatValue<V> && (kMin || kMax);
   SumLane<V> sum[L];
-  double sq[L];
   V mn[L], mx[L], nan[L];
   for (int j = 0; j < L; ++j) {
     sum[j] = SumLane<V>{};
-    sq[j] = 0.0;
     mn[j] = MinIdentity<V>();
     mx[j] = MaxIdentity<V>();
     nan[j] = V{};
   }
   auto update = [&](int j, V v) {
     if constexpr (kSum) sum[j] += WidenForSum(v);
-    if constexpr (kSq) sq[j] += static_cast<double>(v) * static_cast<double>(v);
     if constexpr (kMin) mn[j] = v < mn[j] ? v : mn[j];
     if constexpr (kMax) mx[j] = v > mx[j] ? v : mx[j];
     if constexpr (kNan) nan[j] = v != v ? v : nan[j];
@@ -145,7 +140,6 @@ TALLY_CPU_CLONES void FusedLanes(const V* x, std::size_t n, LaneTotals<V>* out) 
   }
   for (int j = 0; i < n; ++i, ++j) update(j, x[i]);  // the tail, into the same lanes
   if constexpr (kSum) out->sum = TreeReduce<L>(sum, [](SumLane<V> a, SumLane<V> b) { return a + b; });
-  if constexpr (kSq) out->sum_squares = TreeReduce<L>(sq, [](double a, double b) { return a + b; });
   if constexpr (kMin) out->min = LaneMin<L>(mn);
   if constexpr (kMax) out->max = LaneMax<L>(mx);
   if constexpr (kNan) NanWins<L>(nan, out);
@@ -273,7 +267,7 @@ TALLY_CPU_CLONES void MoreLanes(const V* x, std::size_t n, MoreLaneTotals<V>* ou
   }
 }
 
-// float64 sum of x[0..n), for int64 input, whose native sum is an integer.
+// float64 sum of x[0..n) (bench/cpu/exact_block_bench.cc's baseline for the exact sums).
 template <typename V>
 TALLY_CPU_CLONES double DoubleSumLanes(const V* x, std::size_t n) {
   constexpr int L = CpuPolicy::kLanes;
@@ -284,27 +278,6 @@ TALLY_CPU_CLONES double DoubleSumLanes(const V* x, std::size_t n) {
     for (int j = 0; j < L; ++j) acc[j] += static_cast<double>(x[i + j]);
   }
   for (int j = 0; i < n; ++i, ++j) acc[j] += static_cast<double>(x[i]);
-  return TreeReduce<L>(acc, [](double a, double b) { return a + b; });
-}
-
-// sum((x - mean)^2) over x[0..n): the block's M2 about its own mean, the
-// second of two passes over a block that is already in L1.
-template <typename V>
-TALLY_CPU_CLONES double SquaredDeviationLanes(const V* x, std::size_t n, double mean) {
-  constexpr int L = CpuPolicy::kLanes;
-  double acc[L] = {};
-  std::size_t i = 0;
-  for (; i + L <= n; i += L) {
-#pragma GCC unroll 1
-    for (int j = 0; j < L; ++j) {
-      const double d = static_cast<double>(x[i + j]) - mean;
-      acc[j] += d * d;
-    }
-  }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double d = static_cast<double>(x[i]) - mean;
-    acc[j] += d * d;
-  }
   return TreeReduce<L>(acc, [](double a, double b) { return a + b; });
 }
 

@@ -24,17 +24,13 @@ namespace tally::cpu {
 template <typename V>
 struct Partial {
   std::uint64_t count = 0;
-  double dsum = 0.0;       // float64 sum: integers' mean and variance (floats' come exact)
   std::uint64_t isum = 0;  // integers' OP_SUM, modulo 2^64
-  double sum_squares = 0.0;  // integers' OP_SUM_SQUARES (floats' come exact)
   V min = MinIdentity<V>();
   V max = MaxIdentity<V>();
-  rules::Moments moments{};
   rules::ArgCandidate<V> argmin{V{}, -1};
   rules::ArgCandidate<V> argmax{V{}, -1};
   // The same over the non-NaN elements, for the NaN-skipping ops.
   std::uint64_t nan_count = 0;  // non-NaN elements
-  double nan_dsum = 0.0;
   V nan_min = MinIdentity<V>();
   V nan_max = MaxIdentity<V>();
   rules::ArgCandidate<V> nan_argmin{V{}, -1};
@@ -43,12 +39,13 @@ struct Partial {
   // are not zero (count_nonzero, any, all).
   ProductLane<V> product = 1;
   std::uint64_t nonzero = 0;
-  // Float dtypes' OP_SUM and OP_NANSUM, exactly (exact_block.h): the same
-  // value however blocks, chunks and rows were cut.
+  // The exact sums behind float dtypes' OP_SUM and OP_NANSUM and every
+  // dtype's means (exact_block.h, exact_integers.h): the same value however
+  // blocks, chunks and rows were cut.
   rules::ExactAccumulator exact_sum;
   rules::ExactAccumulator nan_exact_sum;
-  // Their sums of squares, exactly (AddExactSquares): float dtypes'
-  // OP_SUM_SQUARES, and with the sums their variances.
+  // Their squares' exact sums (AddExactSquares, IntegerBlockSums): every
+  // dtype's OP_SUM_SQUARES, and with the sums their variances.
   rules::ExactAccumulator exact_squares;
   rules::ExactAccumulator nan_exact_squares;
 };
@@ -64,16 +61,12 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
     return;
   }
   acc.count += b.count;
-  acc.dsum += b.dsum;
   acc.isum += b.isum;
-  acc.sum_squares += b.sum_squares;
   acc.min = rules::MinNan(acc.min, b.min);
   acc.max = rules::MaxNan(acc.max, b.max);
-  acc.moments = rules::MergeMoments(acc.moments, b.moments);
   acc.argmin = rules::PickArg<false>(acc.argmin, b.argmin);
   acc.argmax = rules::PickArg<true>(acc.argmax, b.argmax);
   acc.nan_count += b.nan_count;
-  acc.nan_dsum += b.nan_dsum;
   acc.nan_min = b.nan_min < acc.nan_min ? b.nan_min : acc.nan_min;  // neither is NaN
   acc.nan_max = b.nan_max > acc.nan_max ? b.nan_max : acc.nan_max;
   acc.nan_argmin = rules::PickArg<false>(acc.nan_argmin, b.nan_argmin);
@@ -89,16 +82,12 @@ void Fold(Partial<V>& acc, const Partial<V>& b) {
 // What the plan's ops need computed per block.
 struct Needs {
   bool native_sum = false;
-  bool exact_sum = false;      // float dtypes' OP_SUM, OP_MEAN, OP_VARIANCE and OP_STDDEV
+  bool exact_sum = false;      // float dtypes' OP_SUM; OP_MEAN, OP_VARIANCE and OP_STDDEV
   bool nan_exact_sum = false;  // OP_NANSUM, OP_NANMEAN, OP_NANVAR and OP_NANSTD
-  bool exact_squares = false;  // float dtypes' OP_SUM_SQUARES, OP_VARIANCE and OP_STDDEV
+  bool exact_squares = false;  // OP_SUM_SQUARES, OP_VARIANCE and OP_STDDEV
   bool nan_exact_squares = false;  // OP_NANVAR and OP_NANSTD
-  bool dsum = false;
-  bool sum_squares = false;
   bool min = false;
   bool max = false;
-  bool mean = false;     // the moments' count and mean
-  bool moments = false;  // and their M2
   bool argmin = false;
   bool argmax = false;
   // NaN-skipping (float dtypes only).
@@ -112,18 +101,23 @@ struct Needs {
   bool nonzero = false;
 };
 
-inline Needs NeedsOf(const std::vector<OpSpec>& ops) {
+// `float_dtype`: the ops' dtype is a float one, whose sums are exact too
+// (an integer OP_SUM is the native sum modulo 2^64, as numpy's).
+inline Needs NeedsOf(const std::vector<OpSpec>& ops, bool float_dtype) {
   Needs n;
   for (const OpSpec& op : ops) {
     switch (op.kind) {
-      case OpKind::kSum: n.native_sum = n.exact_sum = true; break;
+      case OpKind::kSum:
+        n.native_sum = true;
+        n.exact_sum = n.exact_sum || float_dtype;
+        break;
       case OpKind::kMin: n.min = true; break;
       case OpKind::kMax: n.max = true; break;
-      case OpKind::kMean: n.dsum = n.mean = n.exact_sum = true; break;
+      case OpKind::kMean: n.exact_sum = true; break;
       case OpKind::kCount: break;
-      case OpKind::kSumSquares: n.sum_squares = n.exact_squares = true; break;
+      case OpKind::kSumSquares: n.exact_squares = true; break;
       case OpKind::kVariance:
-      case OpKind::kStddev: n.dsum = n.moments = n.exact_sum = n.exact_squares = true; break;
+      case OpKind::kStddev: n.exact_sum = n.exact_squares = true; break;
       case OpKind::kArgmin: n.argmin = n.min = true; break;
       case OpKind::kArgmax: n.argmax = n.max = true; break;
       case OpKind::kHistogram: break;

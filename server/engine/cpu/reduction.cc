@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/block_partial.h"
+#include "server/engine/cpu/exact_integers.h"
 #include "server/engine/cpu/masked_block.h"
 #include "server/engine/cpu/tuning.h"
 #include "server/engine/host_runs.h"
@@ -91,15 +92,17 @@ class CpuReduction final : public Reduction {
         ops_(EffectiveOps(plan.ops, kD)),
         pool_(pool),
         device_(std::move(device)),
-        needs_(NeedsOf(ops_)) {
+        needs_(NeedsOf(ops_, rules::kIsFloatValue<V>)) {
     rows_ = plan_.array.rows();
 
     unsigned mask = 0;
     // Float sums, means, sums of squares and moments come exact from their
-    // own passes (exact_block.h), so float dtypes take no lane sums.
-    const bool lane_sum = !rules::kIsFloatValue<V> && (needs_.native_sum || (needs_.dsum && !kWideInteger));
+    // own passes (exact_block.h), so float dtypes take no lane sums; an
+    // integer one's exact sum starts from its native lane sum where that is
+    // exact (IntegerBlockSums).
+    const bool lane_sum =
+        !rules::kIsFloatValue<V> && (needs_.native_sum || (needs_.exact_sum && !kWideInteger));
     if (lane_sum) mask |= kLaneSum;
-    if (!rules::kIsFloatValue<V> && needs_.sum_squares) mask |= kLaneSumSq;
     // float32's and float64's exact range pass takes min and max too
     // (RangeOfBlock), so a block with both is read once.
     if constexpr (std::is_same_v<V, float> || std::is_same_v<V, double>) {
@@ -295,27 +298,14 @@ class CpuReduction final : public Reduction {
       }
     } else {
       p.isum = static_cast<std::uint64_t>(t.sum);
-      if (needs_.dsum) {
-        // Exact block sums for the narrow types (no overflow in a block);
-        // 64-bit integers can overflow one, so they are summed in float64,
-        // as numpy's mean does.
-        if constexpr (kWideInteger) {
-          p.dsum = DoubleSumLanes(x, n);
-        } else if constexpr (std::is_signed_v<V>) {
-          p.dsum = static_cast<double>(static_cast<std::int64_t>(t.sum));
-        } else {
-          p.dsum = static_cast<double>(t.sum);
-        }
+      if (needs_.exact_sum || needs_.exact_squares) {
+        const rules::IntegerSums sums = IntegerBlockSums(x, n, t.sum, needs_.exact_squares);
+        if (needs_.exact_sum) p.exact_sum.AddIntegers(n, [&](const auto& put) { sums.PutSum(put); });
+        if (needs_.exact_squares) p.exact_squares.AddIntegers(n, [&](const auto& put) { sums.PutSquares(put); });
       }
     }
-    p.sum_squares = t.sum_squares;
     p.min = t.min;
     p.max = t.max;
-    // Float dtypes' means and variances come from the exact sums.
-    if (!rules::kIsFloatValue<V> && (needs_.moments || needs_.mean)) {
-      const double mean = p.dsum / static_cast<double>(n);
-      p.moments = {static_cast<double>(n), mean, needs_.moments ? SquaredDeviationLanes(x, n, mean) : 0.0};
-    }
     if (needs_.argmin) {
       const std::size_t i = FirstIndexOf(x, n, t.min);
       p.argmin = {x[i], at(i)};
@@ -345,7 +335,6 @@ class CpuReduction final : public Reduction {
     NanLaneTotals<V> t;
     nan_fused_(x, n, &t);
     p.nan_count = t.count;
-    p.nan_dsum = t.sum;
     if (needs_.nan_exact_sum || needs_.nan_exact_squares) {
       const bool guess = Guesses(needs_.nan_exact_sum, needs_.nan_exact_squares);
       const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true, nullptr, guess ? RangeGuess() : kNoRangeGuess);
@@ -602,14 +591,14 @@ class CpuReduction final : public Reduction {
     if (op.partial) s.exact_sum = sum.ToExactSum().Bytes();
   }
 
-  // A float mean's state: the exact sum rounded once to float64, over the
+  // A mean's state (every dtype's): the exact sum rounded once to float64, over the
   // count (s.count, set), and the exact sum's bytes for merges.
   static void PutExactMean(const OpSpec& op, const rules::ExactAccumulator& sum, rules::PartialState& s) {
     s.mean = sum.Rounded(rules::kFloat64Format) / static_cast<double>(s.count);
     if (op.partial) s.exact_sum = sum.ToExactSum().Bytes();
   }
 
-  // A float variance's state: mean and m2 from the exact sums
+  // A variance's state (every dtype's): mean and m2 from the exact sums
   // (rules::PutExactMoments), and both sums' bytes for merges.
   static void PutExactMoments(const OpSpec& op, const rules::ExactAccumulator& sum,
                               const rules::ExactAccumulator& squares, rules::PartialState& s) {
@@ -653,30 +642,13 @@ class CpuReduction final : public Reduction {
         break;
       case OpKind::kMin: PutExtreme(s, acc.min); break;
       case OpKind::kMax: PutExtreme(s, acc.max); break;
-      case OpKind::kMean:
-        if constexpr (rules::kIsFloatValue<V>) {
-          PutExactMean(op, acc.exact_sum, s);
-        } else {
-          s.mean = acc.moments.mean;
-        }
-        break;
+      case OpKind::kMean: PutExactMean(op, acc.exact_sum, s); break;
       case OpKind::kSumSquares:
-        if constexpr (rules::kIsFloatValue<V>) {
-          s.sum_squares = acc.exact_squares.Rounded(rules::kFloat64Format);
-          if (op.partial) s.exact_sum_squares = acc.exact_squares.ToExactSum().Bytes();
-        } else {
-          s.sum_squares = acc.sum_squares;
-        }
+        s.sum_squares = acc.exact_squares.Rounded(rules::kFloat64Format);
+        if (op.partial) s.exact_sum_squares = acc.exact_squares.ToExactSum().Bytes();
         break;
       case OpKind::kVariance:
-      case OpKind::kStddev:
-        if constexpr (rules::kIsFloatValue<V>) {
-          PutExactMoments(op, acc.exact_sum, acc.exact_squares, s);
-        } else {
-          s.mean = acc.moments.mean;
-          s.m2 = acc.moments.m2;
-        }
-        break;
+      case OpKind::kStddev: PutExactMoments(op, acc.exact_sum, acc.exact_squares, s); break;
       case OpKind::kArgmin:
         PutExtreme(s, acc.argmin.value);
         s.index = acc.argmin.index + static_cast<std::int64_t>(op.base_index);
@@ -787,8 +759,8 @@ class CpuReduction final : public Reduction {
   }
 
   static constexpr std::uint64_t kNoRow = std::numeric_limits<std::uint64_t>::max();
-  // int64 and uint64: a block's native sum can overflow, so the float64
-  // sum behind means and moments is taken in float64 itself.
+  // int64 and uint64: a block's native sum can overflow, so the exact sum
+  // behind means and moments is taken in 128 bits (IntegerBlockSums).
   static constexpr bool kWideInteger = std::is_integral_v<V> && sizeof(V) == 8;
 
   const AggregationPlan plan_;

@@ -15,6 +15,8 @@
 #include "server/engine/routing/calibration.h"
 #include "server/engine/routing/cost_model.h"
 #include "server/metrics/metrics.h"
+#include "tally/rules/agg/registry.h"
+#include "tally/rules/dtype.h"
 #include "spdlog/spdlog.h"
 
 namespace tally::routing {
@@ -32,6 +34,7 @@ class Router final : public ForwardingBackend {
         small_request_bytes_(options.small_request_bytes),
         lane_wait_(options.lane_wait),
         by_cost_(options.routing == "cost"),
+        exact_sums_(options.exact_sums),
         cpu_threads_(options.cpu_threads) {}
 
   // Measures the cost model's rates on both backends, then applies
@@ -87,9 +90,10 @@ class Router final : public ForwardingBackend {
       return cpu_->Start(plan, from);
     }
     // Pinned bytes (a registered region) are routed by size: the GPU reads
-    // them with no staging copy. So is everything under --routing=size: the
-    // same request always runs on the same hardware.
-    if (from.memory != Memory::kPageableHost || !by_cost_) {
+    // them with no staging copy. So is everything under --routing=size, and
+    // a plan the backends answer in different bits: the same request always
+    // runs on the same hardware.
+    if (from.memory != Memory::kPageableHost || !by_cost_ || !SameBitsOnEither(plan, exact_sums_)) {
       if (plan.array.bytes() < small_request_bytes_) return cpu_->Start(plan, from);
       return gpu_->StartWithin(plan, from, wait);
     }
@@ -145,6 +149,7 @@ class Router final : public ForwardingBackend {
   const std::uint64_t small_request_bytes_;
   const std::chrono::milliseconds lane_wait_;
   const bool by_cost_;
+  const bool exact_sums_;
   const int cpu_threads_;
   MeasuredCostModel model_{CostParams{}};
   std::atomic<Metrics*> metrics_{nullptr};
@@ -156,6 +161,21 @@ class Router final : public ForwardingBackend {
 };
 
 }  // namespace
+
+bool SameBitsOnEither(const AggregationPlan& plan, bool exact_sums) {
+  const bool float_dtype = rules::IsFloat(plan.array.dtype);
+  return std::none_of(plan.ops.begin(), plan.ops.end(), [&](const OpSpec& op) {
+    switch (rules::PlainOf(op.kind)) {
+      case OpKind::kProduct: return float_dtype;  // integer products wrap exactly
+      case OpKind::kSum: return float_dtype && !exact_sums;
+      case OpKind::kMean:
+      case OpKind::kSumSquares:
+      case OpKind::kVariance:
+      case OpKind::kStddev: return !exact_sums;
+      default: return false;
+    }
+  });
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeRouter(std::unique_ptr<Backend> cpu, std::unique_ptr<Backend> gpu,
                                                     const RouterOptions& options) {

@@ -81,8 +81,8 @@ struct AggregatePlan {
   // moments count 0, min/max the identities below, argmin/argmax -1), and
   // argmin/argmax indices still count every element from the row start.
   const std::uint32_t* validity = nullptr;
-  // Float whole arrays' sums, means, sums of squares, variances and
-  // standard deviations (and their NaN-skipping forms) by the exact pass
+  // Float sums, and every dtype's means, sums of squares, variances and
+  // standard deviations (and their NaN-skipping forms), by the exact pass
   // (ExactOps): the same bits on every path.
   bool exact_sums = false;
 };
@@ -151,7 +151,7 @@ struct ResultLayout {
               nan_moments = kAbsent, nan_argmin = kAbsent, nan_argmin_value = kAbsent,
               nan_argmax = kAbsent, nan_argmax_value = kAbsent;
   std::size_t product = kAbsent, nonzero = kAbsent;
-  // Float dtypes (ExactOps): the elements added exactly, and their squares
+  // Exact plans (ExactOps): the elements added exactly, and their squares
   // where asked (ResultView::ExactState), kExactStateWords a row each;
   // the exact ops' own fields are then not written. The elements' state
   // counts NaNs (not added), +inf, -inf, whether a non-NaN element other
@@ -168,9 +168,10 @@ struct ResultLayout {
 ResultLayout LayoutOf(const AggregatePlan& plan);
 
 // The plan's ops that the exact pass answers (a read of its own; the fused
-// pass takes the rest): with plan.exact_sums, over whole arrays of a float
-// dtype, the sums, means, sums of squares, variances and standard
-// deviations, NaN-skipping or not, whole or per row. 0 otherwise.
+// pass takes the rest): with plan.exact_sums, a float dtype's sums, and
+// every dtype's means, sums of squares, variances and standard deviations,
+// NaN-skipping or not, whole or per row (an integer sum is the native one,
+// modulo 2^64). 0 otherwise.
 rules::OpMask ExactOps(const AggregatePlan& plan);
 
 // Device scratch one Accumulate of up to `max_chunk_elements` needs on the
@@ -217,7 +218,9 @@ class ResultView {
   }
   // Float dtypes (ExactOps): the exact sum rounded once to float64.
   Scalar Sum(std::uint64_t r) const {
-    if (layout_.exact_sum != ResultLayout::kAbsent) return Scalar{.f64 = ExactState(false, r).ToDouble()};
+    if (layout_.exact_sum != ResultLayout::kAbsent && rules::IsFloat(plan_.dtype)) {
+      return Scalar{.f64 = ExactState(false, r).ToDouble()};
+    }
     return At<Scalar>(layout_.sum, r);
   }
   Scalar Min(std::uint64_t r) const { return At<Scalar>(layout_.min, r); }

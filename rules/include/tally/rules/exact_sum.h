@@ -450,6 +450,17 @@ class ExactAccumulator {
     AddExact(x);
   }
 
+  // `elements` integers whose exact sum is the sum of the exact doubles
+  // that parts(put) puts (rules::IntegerSums' PutSum or PutSquares); no
+  // integer is -0.0, so a zero sum is 0.0.
+  template <typename Parts>
+  void AddIntegers(std::uint64_t elements, const Parts& parts) {
+    if (elements == 0) return;
+    count_ += elements;
+    other_ = true;
+    parts([this](double part) { AddExact(part); });
+  }
+
   // Elements 0 to n - 1 straight into the ExactSum, each where `take(i, v)`
   // sets v and returns true: for blocks the split cannot sum.
   template <typename Take>
