@@ -131,13 +131,13 @@ TEST(EngineExactSum, CudaSumsAndMomentsAreTheCpuBitsStreamedMaskedOrResidentAndT
             absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, pieces);
             ASSERT_TRUE(got.ok()) << got.status() << " " << what;
             EXPECT_EQ(got->backend, "cuda") << what;
-            ExpectSame(plan, *want, *got, /*exact=*/true, what + " pieces " + std::to_string(pieces.size()));
+            ExpectSame(plan, *want, *got, Match::kBits, what + " pieces " + std::to_string(pieces.size()));
           }
           // Read where they lie on the GPU (a resident dataset's bytes).
           if (n > 0) {
             absl::StatusOr<AggregationResult> got = RunResident(*cuda, plan, data);
             ASSERT_TRUE(got.ok()) << got.status() << " " << what;
-            ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
+            ExpectSame(plan, *want, *got, Match::kBits, what + " resident");
           }
           // Partial states: the same states, exact bytes and all, from both.
           absl::StatusOr<AggregationResult> cpu_states = RunRequest(*cpu, partial, data);
@@ -193,11 +193,11 @@ TEST(EngineExactSum, CudaRowsAreEachRowsCpuBitsStreamedMaskedOrResident) {
           absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, pieces);
           ASSERT_TRUE(got.ok()) << got.status() << " " << what;
           EXPECT_EQ(got->backend, "cuda") << what;
-          ExpectSame(plan, *want, *got, /*exact=*/true, what + " pieces " + std::to_string(pieces.size()));
+          ExpectSame(plan, *want, *got, Match::kBits, what + " pieces " + std::to_string(pieces.size()));
         }
         absl::StatusOr<AggregationResult> got = RunResident(*cuda, plan, data);
         ASSERT_TRUE(got.ok()) << got.status() << " " << what;
-        ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
+        ExpectSame(plan, *want, *got, Match::kBits, what + " resident");
       }
     }
   }
@@ -269,11 +269,11 @@ TEST(EngineExactSum, CudaIntegerMomentsAreTheCpuBitsWholeOrRowsStreamedMaskedOrR
           absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, pieces);
           ASSERT_TRUE(got.ok()) << got.status() << " " << what;
           EXPECT_EQ(got->backend, "cuda") << what;
-          ExpectSame(plan, *want, *got, /*exact=*/true, what + " pieces " + std::to_string(pieces.size()));
+          ExpectSame(plan, *want, *got, Match::kBits, what + " pieces " + std::to_string(pieces.size()));
         }
         absl::StatusOr<AggregationResult> got = RunResident(*cuda, plan, data);
         ASSERT_TRUE(got.ok()) << got.status() << " " << what;
-        ExpectSame(plan, *want, *got, /*exact=*/true, what + " resident");
+        ExpectSame(plan, *want, *got, Match::kBits, what + " resident");
         if (shape.row_length == 0) {
           AggregationPlan partial = plan;
           for (OpSpec& op : partial.ops) op.partial = true;

@@ -124,8 +124,8 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   }
   ASSERT_EQ(dev->groups, ref->groups);
   EXPECT_EQ(dev->keys[0].data, ref->keys[0].data);
-  ExpectSame(dev->plans[0], dev->results[0], again->results[0], /*exact=*/true, what + " twice");
-  ExpectSame(dev->plans[0], ref->results[0], dev->results[0], /*exact=*/false, what + " against the host");
+  ExpectSame(dev->plans[0], dev->results[0], again->results[0], Match::kBits, what + " twice");
+  ExpectSame(dev->plans[0], ref->results[0], dev->results[0], Match::kRounded, what + " against the host");
 }
 
 TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {

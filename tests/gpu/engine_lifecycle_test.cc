@@ -55,7 +55,7 @@ TEST(EngineLifecycle, CancelledRequestsGiveTheLaneBack) {
   absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
   absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, {1000});
   ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
-  ExpectSame(plan, *want, *got, /*exact=*/false, "after cancellations");
+  ExpectSame(plan, *want, *got, Match::kExactSums, "after cancellations");
   EXPECT_TRUE(cuda->Health().ok());
 }
 
@@ -233,7 +233,7 @@ TEST(EngineLifecycle, LosingAGpuUnderLoad) {
         absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, {100000});
         if (got.ok()) {
           ++ok;
-          ExpectSame(plan, *want, *got, /*exact=*/false, "under a GPU loss");
+          ExpectSame(plan, *want, *got, Match::kExactSums, "under a GPU loss");
           if (lost_before && got->device.find("(0)") != std::string::npos) ++on_lost_after;
         } else if (absl::IsUnavailable(got.status())) {
           ++unavailable;

@@ -73,9 +73,9 @@ TEST(EngineResident, DeviceBytesGiveTheStreamedAnswerEveryDtypeAndShape) {
       ASSERT_TRUE(ref.ok()) << ref.status();
       const std::string what = std::string(rules::Name(dt)) + " rows " + std::to_string(rows);
       EXPECT_EQ(dev->backend, "cuda");
-      ExpectSame(plan, *dev, *again, /*exact=*/true, what + " (twice)");
-      ExpectSame(plan, *streamed, *dev, /*exact=*/false, what + " (streamed)");
-      ExpectSame(plan, *ref, *dev, /*exact=*/false, what + " (cpu)");
+      ExpectSame(plan, *dev, *again, Match::kBits, what + " (twice)");
+      ExpectSame(plan, *streamed, *dev, Match::kExactSums, what + " (streamed)");
+      ExpectSame(plan, *ref, *dev, Match::kExactSums, what + " (cpu)");
     }
   }
 }
@@ -103,7 +103,7 @@ TEST(EngineResident, PinnedHostBytesGiveBitwiseTheStagedAnswer) {
   }
   absl::StatusOr<AggregationResult> direct = (*r)->Finish();
   ASSERT_TRUE(direct.ok()) << direct.status();
-  ExpectSame(plan, *staged, *direct, /*exact=*/true, "pinned vs staged");
+  ExpectSame(plan, *staged, *direct, Match::kBits, "pinned vs staged");
   ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
 }
 
@@ -166,7 +166,7 @@ TEST(EngineResident, TheStoreKeepsDatasetsInGpuMemory) {
   auto cpu = MakeCpu();
   absl::StatusOr<AggregationResult> want = RunRequest(*cpu, plan, data);
   ASSERT_TRUE(want.ok());
-  ExpectSame(plan, *want, *got, /*exact=*/false, "int32 rows of 1000 from the store");
+  ExpectSame(plan, *want, *got, Match::kExactSums, "int32 rows of 1000 from the store");
 }
 
 
@@ -217,12 +217,12 @@ TEST(EngineResident, ShardedDatasetsGiveTheUnshardedAnswer) {
       absl::StatusOr<AggregationResult> again = ReducePieces(*cuda, plan, four, [] { return false; });
       ASSERT_TRUE(want.ok() && got.ok() && again.ok()) << want.status() << " / " << got.status() << " / " << again.status();
       EXPECT_EQ(got->backend, "cuda");
-      ExpectSame(plan, *want, *got, /*exact=*/false, what + ", sharded against whole");
-      ExpectSame(plan, *got, *again, /*exact=*/true, what + ", sharded twice");
+      ExpectSame(plan, *want, *got, Match::kExactSums, what + ", sharded against whole");
+      ExpectSame(plan, *got, *again, Match::kBits, what + ", sharded twice");
       absl::StatusOr<AggregationResult> ref =
           RunRequest(*cpu, plan, std::span(data).subspan(q.begin * es, (q.end - q.begin) * es));
       ASSERT_TRUE(ref.ok()) << ref.status();
-      ExpectSame(plan, *ref, *got, /*exact=*/false, what + ", sharded against the cpu backend");
+      ExpectSame(plan, *ref, *got, Match::kExactSums, what + ", sharded against the cpu backend");
     }
     // A cancel between rounds stops the query and gives its lanes back.
     const AggregationPlan plan = Plan(dt, n, 0, AllOps(dt));
@@ -311,7 +311,7 @@ TEST(EngineResident, SegmentsOnDeviceBytesGiveTheCpuAnswer) {
         EXPECT_EQ(got->backend, "cuda") << what;
         // Integer sums, counts and extremes exactly; means to rounding (a
         // segment cut by the shards merges its parts' moments).
-        ExpectSame(plan, *ref, *got, /*exact=*/false, what);
+        ExpectSame(plan, *ref, *got, Match::kRounded, what);
       }
       // The host bytes of the same plan run on the cpu backend.
       absl::StatusOr<AggregationResult> host = RunRequest(*cuda, plan, data);
@@ -378,7 +378,7 @@ TEST(EngineResident, MasksAndNanOpsOnTheGpuGiveTheCpuAnswer) {
         absl::StatusOr<AggregationResult> got = ReducePieces(*cuda, plan, (*d)->Pieces(0, n), [] { return false; });
         ASSERT_TRUE(got.ok()) << what << ": " << got.status();
         EXPECT_EQ(got->backend, "cuda") << what;
-        ExpectSame(plan, *ref, *got, /*exact=*/false, what);
+        ExpectSame(plan, *ref, *got, Match::kExactSums, what);
       }
       if (HasFailure()) return;
     }

@@ -31,7 +31,7 @@ class EngineResults : public ::testing::Test {
     ASSERT_TRUE(want.ok()) << what << ": " << want.status();
     ASSERT_TRUE(got.ok()) << what << ": " << got.status();
     EXPECT_EQ(got->backend, "cuda") << what;
-    ExpectSame(plan, *want, *got, /*exact=*/false, what);
+    ExpectSame(plan, *want, *got, Match::kExactSums, what);
   }
 
   std::unique_ptr<Backend> cuda_;
@@ -87,7 +87,7 @@ TEST_F(EngineResults, SameBitsWhateverTheSplit) {
       for (std::size_t s = 0; s < splits.size(); ++s) {
         absl::StatusOr<AggregationResult> got = RunRequest(*cuda_, plan, data, splits[s]);
         ASSERT_TRUE(got.ok()) << got.status();
-        ExpectSame(plan, *whole, *got, /*exact=*/true,
+        ExpectSame(plan, *whole, *got, Match::kBits,
                    std::string(rules::Name(t)) + " split #" + std::to_string(s) +
                        " row=" + std::to_string(row));
       }
@@ -105,7 +105,7 @@ TEST_F(EngineResults, RepeatedRequestsGiveTheSameBits) {
   for (int i = 0; i < 5; ++i) {
     absl::StatusOr<AggregationResult> again = RunRequest(*cuda_, plan, data, {12345});
     ASSERT_TRUE(again.ok()) << again.status();
-    ExpectSame(plan, *first, *again, /*exact=*/true, "repeat " + std::to_string(i));
+    ExpectSame(plan, *first, *again, Match::kBits, "repeat " + std::to_string(i));
   }
 }
 
@@ -164,7 +164,7 @@ TEST(EngineRouting, SmallRequestsRunOnTheCpuWithTheCpuAnswer) {
       absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data);
       ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
       EXPECT_EQ(got->backend, "cpu");
-      ExpectSame(plan, *want, *got, /*exact=*/true, "small " + std::to_string(n));
+      ExpectSame(plan, *want, *got, Match::kBits, "small " + std::to_string(n));
     }
   }
   // At the threshold the GPU takes over.
@@ -194,7 +194,7 @@ TEST(EngineRouting, DefaultOptionsServeALargeArray) {
   absl::StatusOr<AggregationResult> got = RunRequest(*cuda, plan, data, {(4u << 20) / 4});
   ASSERT_TRUE(want.ok() && got.ok()) << want.status() << " / " << got.status();
   EXPECT_EQ(got->backend, "cuda");
-  ExpectSame(plan, *want, *got, /*exact=*/false, "default options");
+  ExpectSame(plan, *want, *got, Match::kExactSums, "default options");
 }
 
 // A message's receive slices, all at once: staging filled by several
@@ -260,7 +260,7 @@ TEST(EngineRouting, RunsGiveTheBitsOfPieces) {
               if (kind != 0) std::memcpy(pinned_copy, data.data(), data.size());
               ASSERT_TRUE(got.ok()) << got.status();
               EXPECT_EQ(got->backend, "cuda");
-              ExpectSame(plan, *want, *got, /*exact=*/true,
+              ExpectSame(plan, *want, *got, Match::kBits,
                          std::string(rules::Name(t)) + " runs of " + std::to_string(run) + " lead " +
                              std::to_string(lead) + " row " + std::to_string(row) + " runs " +
                              (kind == 0 ? "pageable" : kind == 1 ? "pinned" : "mixed") +
@@ -297,7 +297,7 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     EXPECT_EQ(got->backend, want_backend) << model;
     absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
     ASSERT_TRUE(ref.ok());
-    ExpectSame(plan, *ref, *got, /*exact=*/true, model);
+    ExpectSame(plan, *ref, *got, Match::kBits, model);
     // With prod, by size (--small_request_bytes=0 here: the GPU), whatever the model.
     const AggregationPlan with_prod = Plan(t, n, 0, AllOps(t));
     absl::StatusOr<AggregationResult> by_size = RunRequest(*cuda, with_prod, data);
@@ -324,7 +324,7 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     EXPECT_LT(std::chrono::steady_clock::now() - t0, o.lane_wait) << "it waited for the lane";
     absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, plan, data);
     ASSERT_TRUE(ref.ok());
-    ExpectSame(plan, *ref, *got, /*exact=*/true, "lanes busy");
+    ExpectSame(plan, *ref, *got, Match::kBits, "lanes busy");
     holder->reset();  // the lane back: the GPU again
     got = RunRequest(*cuda, plan, data);
     ASSERT_TRUE(got.ok()) << got.status();
@@ -341,7 +341,7 @@ TEST(EngineRouting, CostRoutingFollowsTheModel) {
     absl::StatusOr<AggregationResult> got = RunRequest(*cuda, p, std::span(data).first(len * 4));
     absl::StatusOr<AggregationResult> ref = RunRequest(*cpu, p, std::span(data).first(len * 4));
     ASSERT_TRUE(got.ok() && ref.ok()) << got.status() << " / " << ref.status();
-    ExpectSame(p, *ref, *got, /*exact=*/false, "calibrated, " + std::to_string(len));
+    ExpectSame(p, *ref, *got, Match::kExactSums, "calibrated, " + std::to_string(len));
   }
   // Refused options.
   for (const auto& [routing, model] : {std::pair<std::string, std::string>{"fastest", ""}, {"cost", "gpu_fixed_us=x"}}) {
