@@ -1,7 +1,8 @@
-// tally-cpu-bench: throughput of the CPU backend on a large float32 or
-// float64 array (1 GiB by default) for sum, min, max and the three fused,
-// and the moments (mean, var, sum_squares, sum+mean+var), whole or in rows
-// (--row_length), driving the Backend interface directly (no network).
+// tally-cpu-bench: throughput of the CPU backend on a large float32,
+// float64, int32 or int64 array (1 GiB by default) for sum, min, max and
+// the three fused, and the moments (mean, var, sum_squares, sum+mean+var),
+// whole or in rows (--row_length), driving the Backend interface directly
+// (no network).
 // compare_numpy.py runs it next to numpy on an array of the same size and
 // prints both.
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <sys/mman.h>
@@ -27,7 +29,7 @@ struct Flags {
   std::uint64_t piece_mib = 0;  // 0: the whole array in one Consume()
   std::uint64_t row_length = 0;  // 0: not segmented
   bool tsv = false;
-  bool float64 = false;
+  std::string dtype = "float32";
   std::string only;  // a case's name: that case alone
 };
 
@@ -52,18 +54,18 @@ Flags Parse(int argc, char** argv) {
     } else if (a == "--tsv") {
       f.tsv = true;
     } else if (const char* v = value("--dtype")) {
-      if (std::strcmp(v, "float32") != 0 && std::strcmp(v, "float64") != 0) {
-        std::fprintf(stderr, "--dtype must be float32 or float64, not %s\n", v);
+      f.dtype = v;
+      if (f.dtype != "float32" && f.dtype != "float64" && f.dtype != "int32" && f.dtype != "int64") {
+        std::fprintf(stderr, "--dtype must be float32, float64, int32 or int64, not %s\n", v);
         std::exit(2);
       }
-      f.float64 = std::strcmp(v, "float64") == 0;
     } else if (const char* v = value("--case")) {
       f.only = v;
     } else {
       std::fprintf(stderr,
                    "usage: tally-cpu-bench [--gib=1] [--reps=5] [--threads=0 (all)]\n"
                    "                       [--piece_mib=0 (one piece)] [--row_length=0] [--tsv]\n"
-                   "                       [--dtype=float32|float64] [--case=NAME (one case: sum, var, ...)]\n");
+                   "                       [--dtype=float32|float64|int32|int64] [--case=NAME (one case: sum, var, ...)]\n");
       std::exit(a == "--help" ? 0 : 2);
     }
   }
@@ -99,7 +101,7 @@ struct Case {
 };
 
 // The array's values: xorshift64*, uniform [0, 1) like numpy's random() of
-// the dtype.
+// the dtype for floats, over the whole range for integers.
 template <typename T>
 void Fill(std::span<T> values) {
   std::uint64_t s = 0x9e3779b97f4a7c15ull;
@@ -108,7 +110,9 @@ void Fill(std::span<T> values) {
     s ^= s << 25;
     s ^= s >> 27;
     const std::uint64_t r = s * 0x2545f4914f6cdd1dull;
-    if constexpr (sizeof(T) == 4) {
+    if constexpr (std::is_integral_v<T>) {
+      v = static_cast<T>(r);
+    } else if constexpr (sizeof(T) == 4) {
       v = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
     } else {
       v = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);
@@ -116,8 +120,16 @@ void Fill(std::span<T> values) {
   }
 }
 
+// The first value of an op's answer as a double, whatever its type.
+double FirstValue(const tally::OpValues& v) {
+  if (const auto* d = std::get_if<std::vector<double>>(&v)) return d->at(0);
+  if (const auto* i = std::get_if<std::vector<std::int64_t>>(&v)) return static_cast<double>(i->at(0));
+  if (const auto* u = std::get_if<std::vector<std::uint64_t>>(&v)) return static_cast<double>(u->at(0));
+  return 0.0;
+}
+
 template <typename T>
-int Run(const Flags& flags) {
+int Run(const Flags& flags, tally::DType dtype) {
   std::uint64_t n = static_cast<std::uint64_t>(flags.gib * (1ull << 30)) / sizeof(T);
   if (flags.row_length > 0) n -= n % flags.row_length;
   HugeArray<T> array(n);
@@ -125,7 +137,7 @@ int Run(const Flags& flags) {
   const auto backend = tally::MakeCpuBackend({.threads = flags.threads});
   const std::span<const std::byte> bytes = std::as_bytes(std::span<const T>(array.span()));
   const std::size_t piece = flags.piece_mib == 0 ? bytes.size() : flags.piece_mib << 20;
-  const char* dtype_name = sizeof(T) == 4 ? "float32" : "float64";
+  const char* dtype_name = flags.dtype.c_str();
 
   const Case cases[] = {
       {"sum", {tally::OpKind::kSum}},
@@ -150,7 +162,7 @@ int Run(const Flags& flags) {
   for (const Case& c : cases) {
     if (!flags.only.empty() && flags.only != c.name) continue;
     tally::AggregationPlan plan;
-    plan.array = {.dtype = sizeof(T) == 4 ? tally::DType::kFloat32 : tally::DType::kFloat64,
+    plan.array = {.dtype = dtype,
                   .length = n,
                   .row_length = flags.row_length};
     for (tally::OpKind k : c.ops) plan.ops.push_back({.kind = k});
@@ -168,7 +180,7 @@ int Run(const Flags& flags) {
       const auto t1 = std::chrono::steady_clock::now();
       if (!out.ok()) return 1;
       best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
-      result = std::get<std::vector<double>>(out->values[0])[0];
+      result = FirstValue(out->values[0]);
     }
     const double gbps = static_cast<double>(bytes.size()) / best / 1e9;
     if (flags.tsv) {
@@ -184,5 +196,8 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   const Flags flags = Parse(argc, argv);
-  return flags.float64 ? Run<double>(flags) : Run<float>(flags);
+  if (flags.dtype == "float64") return Run<double>(flags, tally::DType::kFloat64);
+  if (flags.dtype == "int32") return Run<std::int32_t>(flags, tally::DType::kInt32);
+  if (flags.dtype == "int64") return Run<std::int64_t>(flags, tally::DType::kInt64);
+  return Run<float>(flags, tally::DType::kFloat32);
 }

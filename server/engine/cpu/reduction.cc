@@ -100,8 +100,8 @@ class CpuReduction final : public Reduction {
     // own passes (exact_block.h), so float dtypes take no lane sums; an
     // integer one's exact sum starts from its native lane sum where that is
     // exact (IntegerBlockSums).
-    const bool lane_sum =
-        !rules::kIsFloatValue<V> && (needs_.native_sum || (needs_.exact_sum && !kWideInteger));
+    const bool lane_sum = !rules::kIsFloatValue<V> &&
+                          (needs_.native_sum || (needs_.exact_sum && !needs_.exact_squares && !kWideInteger));
     if (lane_sum) mask |= kLaneSum;
     // float32's and float64's exact range pass takes min and max too
     // (RangeOfBlock), so a block with both is read once.
