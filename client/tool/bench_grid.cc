@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -88,9 +89,31 @@ Measured RunCell(const BenchConfig& base, const std::string& target, const Cell&
           sum.ok, sum.failed, Paths(answered_by)};
 }
 
+// Each target's aggregation service, asked once before any cell: a server
+// that is down or still starting would otherwise fail every cell for the
+// whole grid's duration.
+bool TargetsServe(const BenchConfig& config) {
+  bool all = true;
+  for (const auto& [name, target] : config.grid_targets) {
+    BenchConfig c = config;
+    c.connection.target = target;
+    c.clients = 1;
+    std::vector<std::unique_ptr<Client>> one = MakeClients(c);
+    const absl::StatusOr<ServingStatus> health = one.front()->CheckHealth("tally.v1.Aggregator", absl::Seconds(10));
+    if (!health.ok() || *health != ServingStatus::kServing) {
+      absl::FPrintF(stderr, "tally bench: --targets: %s=%s does not serve: %s\n", name, target,
+                    health.ok() ? absl::StrCat("its health check answers ", ServingStatusName(*health))
+                                : std::string(health.status().message()));
+      all = false;
+    }
+  }
+  return all;
+}
+
 }  // namespace
 
 int RunGridBench(const BenchConfig& config) {
+  if (!TargetsServe(config)) return kExitFailure;
   std::vector<std::string> names;
   for (const auto& [name, target] : config.grid_targets) names.push_back(name);
   absl::PrintF("tally bench --mode=grid: %s, %s per cell, %s; GB/s (p50 ms), ratio to %s, and the backend that answered\n\n",

@@ -409,6 +409,14 @@ class Cli(ServerCase):
             bad = run("bench", "--mode=grid", "--grid-sizes=1M")
             self.assertEqual(bad.returncode, 2)
             self.assertIn("--targets", bad.stderr)
+            # A target that does not serve is named before any cell runs.
+            started = time.time()
+            down = run("bench", "--mode=grid", f"--targets=null=127.0.0.1:{null.port},gone=127.0.0.1:1",
+                       "--grid-sizes=4K", "--grid-clients=1", "--duration=5")
+            self.assertEqual(down.returncode, 1, down.stdout)
+            self.assertIn("--targets: gone=127.0.0.1:1 does not serve", down.stderr)
+            self.assertNotIn("| 4K", down.stdout)
+            self.assertLess(time.time() - started, 5)
         finally:
             null.stop()
 
