@@ -67,11 +67,6 @@ struct IntegerSums {
     squares_high += high + (squares_low < low ? 1u : 0u);
   }
 
-  TALLY_HD void Merge(const IntegerSums& o) {
-    sum += o.sum;
-    AddSquares(o.squares_low, o.squares_high);
-  }
-
   // The sum as exact doubles, calling put(part) for each non-zero one:
   // bits 0-51, 52-103, and 104 up with the sign (v = top * 2^104 + the low
   // bits, top = v >> 104 arithmetic, below 2^24 in size).
