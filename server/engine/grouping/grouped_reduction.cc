@@ -13,6 +13,7 @@
 #include "server/core/validate.h"
 #include "server/engine/finish.h"
 #include "server/engine/huge_pages.h"
+#include "server/engine/grouping/direct_answers.h"
 #include "server/engine/grouping/keyed_sums.h"
 #include "tally/rules/agg/registry.h"
 
@@ -241,85 +242,6 @@ std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::si
   return out;
 }
 
-// The ops the direct path answers from KeyedSums.
-bool Direct(const OpSpec& op) {
-  if (op.partial) return false;
-  switch (op.kind) {
-    case OpKind::kSum: case OpKind::kNanSum: case OpKind::kCount: case OpKind::kNanCount:
-    case OpKind::kMin: case OpKind::kMax: case OpKind::kNanMin: case OpKind::kNanMax:
-    case OpKind::kMean: case OpKind::kNanMean:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Group g's value of a direct op, by numpy's rules: NaN propagates through
-// the plain ops and is skipped by the NaN-skipping ones; +inf and -inf
-// together sum to NaN; a NaN-skipping extreme or mean of only NaN is NaN.
-double DirectValue(OpKind kind, const KeyedSums& k, std::uint64_t g) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::uint64_t present = k.count[g] - k.nan[g];
-  const bool skips = kind == OpKind::kNanSum || kind == OpKind::kNanMin || kind == OpKind::kNanMax ||
-                     kind == OpKind::kNanMean || kind == OpKind::kNanCount;
-  if (kind == OpKind::kCount) return static_cast<double>(k.count[g]);
-  if (kind == OpKind::kNanCount) return static_cast<double>(present);
-  if (!skips && k.nan[g] != 0) return nan;
-  if (skips && present == 0 && kind != OpKind::kNanSum) return nan;
-  const auto sum = [&] {
-    const std::uint8_t inf = k.infinities[g];
-    if (inf == 3) return nan;
-    if (inf != 0) return inf == 1 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
-    return k.sum[g];
-  };
-  switch (kind) {
-    case OpKind::kSum: case OpKind::kNanSum: return sum();
-    case OpKind::kMin: case OpKind::kNanMin: return k.min[g];
-    case OpKind::kMax: case OpKind::kNanMax: return k.max[g];
-    default: return sum() / static_cast<double>(skips ? present : k.count[g]);  // kMean, kNanMean
-  }
-}
-
-// Whether no group of `k` holds a NaN or an infinity.
-bool NoNanNorInfinity(const KeyedSums& k) {
-  return std::all_of(k.nan.begin(), k.nan.end(), [](std::uint64_t n) { return n == 0; }) &&
-         std::all_of(k.infinities.begin(), k.infinities.end(), [](std::uint8_t i) { return i == 0; });
-}
-
-// A copy of `from` in a buffer advised for huge pages.
-template <typename T>
-std::vector<T> HugeCopy(const std::vector<T>& from) {
-  std::vector<T> to;
-  ReserveHuge(to, from.size());
-  to.assign(from.begin(), from.end());
-  return to;
-}
-
-// Op `kind`'s values for every group as DirectValue gives them, where they
-// are one of `k`'s vectors or its sums over its counts: every group's,
-// when no group holds a NaN or an infinity (`clean`); nullopt otherwise
-// (the caller asks DirectValue group by group). Building each answer
-// group by group through DirectValue took a tenth of the host's time at
-// 1M groups (perf).
-std::optional<OpValues> DirectVector(OpKind kind, DType dtype, const KeyedSums& k, bool clean) {
-  const bool counts = kind == OpKind::kCount || kind == OpKind::kNanCount;
-  if (!clean || ResultKindOf(kind, dtype) != (counts ? ResultKind::kUInt64 : ResultKind::kDouble)) return std::nullopt;
-  switch (kind) {
-    case OpKind::kSum: case OpKind::kNanSum: return HugeCopy(k.sum);
-    case OpKind::kMin: case OpKind::kNanMin: return HugeCopy(k.min);
-    case OpKind::kMax: case OpKind::kNanMax: return HugeCopy(k.max);
-    case OpKind::kCount: case OpKind::kNanCount: return HugeCopy(k.count);
-    case OpKind::kMean: case OpKind::kNanMean: {
-      std::vector<double> mean;
-      ReserveHuge(mean, k.groups);
-      mean.resize(k.groups);
-      for (std::uint64_t g = 0; g < k.groups; ++g) mean[g] = k.sum[g] / static_cast<double>(k.count[g]);
-      return mean;
-    }
-    default: return std::nullopt;
-  }
-}
-
 // A value column's sums by key (the direct pass's), nullopt when the pass
 // does not take it.
 using SumByKey = std::function<absl::StatusOr<std::optional<KeyedSums>>(const GroupColumn& key,
@@ -335,7 +257,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
   for (const ColumnAggregations& c : plan.values) {
     const DType dt = plan.columns[c.column].dtype;
     if (dt != DType::kFloat32 && dt != DType::kFloat64) return std::nullopt;
-    if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), Direct)) return std::nullopt;
+    if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), IsDirect)) return std::nullopt;
   }
   GroupedResult out;
   out.on_device = on_device;
@@ -361,23 +283,9 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     p.array.length = plan.rows;
     p.array.row_length = 0;
     p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
-    AggregationResult result{.values = {}, .backend = backend.name(), .device = backend.device()};
-    const bool clean = NoNanNorInfinity(k);
-    for (const OpSpec& op : p.ops) {
-      if (std::optional<OpValues> same = DirectVector(op.kind, column.dtype, k, clean)) {
-        result.values.push_back(*std::move(same));
-        continue;
-      }
-      OpValues values = EmptyValues(op, column.dtype, k.groups);
-      if (auto* d = std::get_if<std::vector<double>>(&values)) {
-        for (std::uint64_t g = 0; g < k.groups; ++g) (*d)[g] = DirectValue(op.kind, k, g);
-      } else if (auto* u = std::get_if<std::vector<std::uint64_t>>(&values)) {
-        for (std::uint64_t g = 0; g < k.groups; ++g) (*u)[g] = static_cast<std::uint64_t>(DirectValue(op.kind, k, g));
-      } else {
-        return std::nullopt;  // a result type this path does not give
-      }
-      result.values.push_back(std::move(values));
-    }
+    std::optional<std::vector<OpValues>> answers = DirectAnswers(p.ops, column.dtype, *std::move(*sums));
+    if (!answers.has_value()) return std::nullopt;  // a result type this path does not give
+    AggregationResult result{.values = *std::move(answers), .backend = backend.name(), .device = backend.device()};
     out.plans.push_back(std::move(p));
     out.results.push_back(std::move(result));
   }

@@ -95,15 +95,16 @@ std::uint64_t Ordered(K k) {
 }
 
 // Rows [begin, end): the smallest and largest ordered key, the bits of the
-// largest finite |value|, and whether any value is infinite or zero.
+// largest finite |value|, and whether any value is NaN, infinite or zero.
 struct Extremes {
   std::uint64_t lo = ~std::uint64_t{0}, hi = 0, magnitude = 0;
-  bool infinity = false, zero = false;
+  bool nan = false, infinity = false, zero = false;
 
   void Add(const Extremes& e) {
     lo = std::min(lo, e.lo);
     hi = std::max(hi, e.hi);
     magnitude = std::max(magnitude, e.magnitude);
+    nan = nan || e.nan;
     infinity = infinity || e.infinity;
     zero = zero || e.zero;
   }
@@ -123,6 +124,8 @@ Extremes RangeAndMagnitude(const K* keys, const V* values, std::uint64_t begin, 
       e.zero = e.zero || b == 0;
     } else if (v == v) {
       e.infinity = true;
+    } else {
+      e.nan = true;
     }
   }
   return e;
@@ -174,14 +177,16 @@ struct KeyedValue {
 };
 
 // `table`'s keys that hold an element (key offset j is the ordered key
-// base + j), appended to `out` in ascending key order. kGeneral: with the
+// base + j), appended to `out` in ascending key order, but for NaN counts
+// and infinities where the column holds none (`column`'s flags: left
+// empty, as KeyedSums allows). kGeneral: with the
 // general path's zeros (its extremes keep a zero's sign as they meet it,
 // and a sum of only -0.0 is -0.0), from the marks: false where a key's
 // extreme is a zero and the key holds zeros of both signs, whose sign
 // depends on the order the general path meets them in.
 template <bool kGeneral, typename V>
 bool AppendGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, bool signed_key, int scale,
-                  KeyedSums& out) {
+                  const Extremes& column, KeyedSums& out) {
   for (std::uint64_t j = 0; j < n; ++j) {
     const Slot<V>& s = table.slots[j];
     if (s.count == 0) continue;
@@ -190,8 +195,8 @@ bool AppendGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, bo
     const std::uint8_t marks = table.marks != nullptr ? table.marks[j] : 0;
     out.keys.push_back(key);
     out.count.push_back(s.count);
-    out.nan.push_back(s.nan);
-    out.infinities.push_back(marks & (kPlusInfinity | kMinusInfinity));
+    if (column.nan) out.nan.push_back(s.nan);
+    if (column.infinity) out.infinities.push_back(marks & (kPlusInfinity | kMinusInfinity));
     // The finite elements' sum, as FixedSum gives it from the GPU's words.
     double sum = keyed::FixedSumOf(keyed::FixedTotal(s.high, s.low), scale);
     // A key of only NaN: the GPU's untouched extremes.

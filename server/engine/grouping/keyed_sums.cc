@@ -81,7 +81,7 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
     if (!other->empty()) total.Add(other->table(), range);
   }
   KeyedSums out;
-  (void)AppendGroups<false>(total, range, all.lo, signed_key, scale, out);
+  (void)AppendGroups<false>(total, range, all.lo, signed_key, scale, all, out);
   out.groups = out.keys.size();
   return out;
 }
