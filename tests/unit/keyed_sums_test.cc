@@ -482,12 +482,12 @@ TEST(RunGroupBy, WideKeysTakeThePartitionedPassWithTheGeneralPathsBits) {
   const std::vector<OpKind> kinds = {OpKind::kSum,    OpKind::kCount,  OpKind::kMin,    OpKind::kMax,
                                      OpKind::kMean,   OpKind::kNanSum, OpKind::kNanMin, OpKind::kNanMax,
                                      OpKind::kNanMean, OpKind::kNanCount};
-  // 700,001 rows over keys from -150,000 to 149,999 (past the direct
+  // 700,001 rows over keys from -100,000 to 99,999 (past the direct
   // pass's 65,536), half of them in the first hundred keys: their bucket
   // is split between tasks (PartitionPolicy::kRowsPerTask).
   const std::size_t rows = 700'001;
   std::vector<std::int32_t> keys(rows);
-  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 2 == 0 ? rng() % 100 : rng() % 300'000) - 150'000;
+  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 2 == 0 ? rng() % 100 : rng() % 200'000) - 100'000;
   // Values exact on the fixed-point grid: multiples of 2^-10 below 2^14,
   // with NaN, infinities and zeros of both signs, in groups where a zero
   // is no extreme, and in keys of their own where it is: -0.0 alone, -0.0
@@ -498,11 +498,11 @@ TEST(RunGroupBy, WideKeysTakeThePartitionedPassWithTheGeneralPathsBits) {
   for (std::size_t i = 5; i < rows; i += 30011) values[i] = std::numeric_limits<float>::infinity();
   for (std::size_t i = 7; i < rows; i += 49999) values[i] = -std::numeric_limits<float>::infinity();
   for (std::size_t i = 11; i < rows; i += 101) {
-    if (keys[i] < -149'900) values[i] = (i / 101) % 2 == 0 ? 0.0f : -0.0f;  // the crowded keys'
+    if (keys[i] < -99'900) values[i] = (i / 101) % 2 == 0 ? 0.0f : -0.0f;  // the crowded keys'
   }
   const std::vector<std::pair<std::int32_t, std::vector<float>>> own = {
-      {149'990, {-0.0f}}, {149'991, {-0.0f, -0.0f}}, {149'992, {-0.0f, std::numeric_limits<float>::quiet_NaN()}},
-      {149'993, {-0.0f, 2.0f, 1.0f}}, {149'994, {-3.0f, 0.0f}}, {149'995, {-0.0f, -0.0f, 5.0f}}};
+      {99'990, {-0.0f}}, {99'991, {-0.0f, -0.0f}}, {99'992, {-0.0f, std::numeric_limits<float>::quiet_NaN()}},
+      {99'993, {-0.0f, 2.0f, 1.0f}}, {99'994, {-3.0f, 0.0f}}, {99'995, {-0.0f, -0.0f, 5.0f}}};
   for (const auto& [key, vs] : own) {
     std::replace(keys.begin(), keys.end(), key, key - 10);
     for (const float v : vs) {
@@ -553,15 +553,36 @@ TEST(RunGroupBy, WideKeysTakeThePartitionedPassWithTheGeneralPathsBits) {
   // exact).
   std::vector<std::int32_t> both = keys;
   std::vector<float> both_values = values;
-  std::replace(both.begin(), both.end(), 149'999, 149'989);
+  std::replace(both.begin(), both.end(), 99'999, 99'989);
   for (const float v : {0.0f, -0.0f, 1.0f}) {
-    both.push_back(149'999);
+    both.push_back(99'999);
     both_values.push_back(v);
   }
   check(both, both_values, false);
   std::vector<float> fine = values;
   fine[3] = std::ldexp(1.0f, -100);
   check(keys, fine, false);
+  // Nor where its rows and slots would pass what admission counts a row
+  // (PartitionPolicy::kMostBytesPerRow): float64 values over these keys.
+  const std::vector<double> wide(values.begin(), values.end());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(wide), DType::kFloat64, keys.size(), 65536, &Two(),
+                              1 << 24)
+                   .has_value());
+  // float64 values over fewer keys (70,000 over 1.2M rows: under 1/16)
+  // take it, with the general path's bits.
+  std::vector<std::int32_t> fewer(1'200'000);
+  for (auto& k : fewer) k = static_cast<std::int32_t>(rng() % 70'000);
+  std::vector<double> f64(fewer.size());
+  for (auto& v : f64) v = std::ldexp(static_cast<double>(rng() % (1 << 30)) - (1 << 29), -20);
+  for (std::size_t i = 0; i < f64.size(); i += 1009) f64[i] = std::numeric_limits<double>::quiet_NaN();
+  const auto [fast, took_fast] = RunWide(fewer, nullptr, Bytes(f64), DType::kFloat64, kinds);
+  const auto [general, took_general] = RunWide(fewer, AllValid(fewer.size()), Bytes(f64), DType::kFloat64, kinds);
+  EXPECT_TRUE(took_fast);
+  EXPECT_FALSE(took_general);
+  ASSERT_EQ(fast.groups, general.groups);
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    EXPECT_TRUE(SameBits(fast.results[0].values[i], general.results[0].values[i])) << rules::Name(kinds[i]);
+  }
 }
 
 }  // namespace

@@ -45,6 +45,12 @@ struct PartitionPolicy {
   // 1M) is split between tasks whose slots are added up after. 4M rows
   // make at least 16 tasks, so two threads share even a skewed column.
   static constexpr std::uint64_t kRowsPerTask = std::uint64_t{1} << 18;
+  // Most bytes a row the pass holds (the rows moved, and the slots of the
+  // key range): what admission counts for a one-key group-by
+  // (GroupByWorkingBytes, server/frontend/group_by_call.cc), which the
+  // general path stays within. float32 values: key ranges up to 3/8 of the
+  // rows; float64: 1/16.
+  static constexpr std::uint64_t kMostBytesPerRow = 20;
 };
 
 // A row in its bucket: its key's offset within the bucket, and its value.
@@ -81,6 +87,15 @@ class Room {
   std::size_t align_, bytes_;
   void* p_;
 };
+
+// Whether the pass over `rows` rows of V's keyed over `range` keys holds
+// at most PartitionPolicy::kMostBytesPerRow a row.
+template <typename V>
+bool PartitionsFit(std::uint64_t range, std::uint64_t rows) {
+  constexpr std::uint64_t kBucketKeys = std::uint64_t{1} << PartitionPolicy::kBucketBits;
+  const std::uint64_t slots = (range + kBucketKeys - 1) / kBucketKeys * kBucketKeys;
+  return rows * sizeof(BucketRow<V>) + slots * sizeof(Slot<V>) <= rows * PartitionPolicy::kMostBytesPerRow;
+}
 
 template <typename K, typename V>
 std::optional<KeyedSums> SumByPartitions(const K* keys, const V* values, std::uint64_t rows, const Extremes& all,

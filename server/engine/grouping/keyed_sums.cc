@@ -58,7 +58,7 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
   if (range == 0) return std::nullopt;
   const int scale = keyed::FixedScale(all.magnitude, rows);
   if (range > max_range) {
-    if (range > std::min(max_exact_range, kMaxHostExactRange) || range > rows + (std::uint64_t{1} << 16)) {
+    if (range > std::min(max_exact_range, kMaxHostExactRange) || !keyed_host::PartitionsFit<V>(range, rows)) {
       return std::nullopt;
     }
     return keyed_host::SumByPartitions(keys, values, rows, all, scale, signed_key, workers);

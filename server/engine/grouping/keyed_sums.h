@@ -26,8 +26,9 @@ namespace tally::grouping {
 inline constexpr std::uint64_t kMaxHostDirectRange = 65536;
 
 // The widest key range the partitioned pass takes (keyed_partitions.h):
-// 2^24 slots, 512 MiB for float32 values, and no more than the rows
-// plus 2^16 (a direct table's bound in group_keys.cc).
+// 2^24 slots, 512 MiB for float32 values, and no more than fit the
+// memory admission counts for the rows (PartitionPolicy::kMostBytesPerRow:
+// 3/8 of the rows for float32 values, 1/16 for float64).
 inline constexpr std::uint64_t kMaxHostExactRange = std::uint64_t{1} << 24;
 
 // Sums, counts, NaN counts, infinities and extremes per key of `values`
