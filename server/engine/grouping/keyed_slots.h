@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "server/engine/device_grouping.h"
+#include "server/engine/huge_pages.h"
 #include "tally/rules/keyed_sums.h"
 
 namespace tally::grouping::keyed_host {
@@ -49,7 +50,7 @@ struct alignas(sizeof(V) == 4 ? 32 : 64) Slot {
 
 // What a key's elements held besides finite values: KeyedSums'
 // infinities (the low two bits), and the zeros' signs, which the
-// partitioned pass keeps (AppendGroups).
+// partitioned pass keeps (WriteGroups).
 enum : std::uint8_t {
   kPlusInfinity = 1,
   kMinusInfinity = 2,
@@ -176,27 +177,54 @@ struct KeyedValue {
   V value;
 };
 
-// `table`'s keys that hold an element (key offset j is the ordered key
-// base + j), appended to `out` in ascending key order, but for NaN counts
-// and infinities where the column holds none (`column`'s flags: left
-// empty, as KeyedSums allows). kGeneral: with the
-// general path's zeros (its extremes keep a zero's sign as they meet it,
-// and a sum of only -0.0 is -0.0), from the marks: false where a key's
-// extreme is a zero and the key holds zeros of both signs, whose sign
-// depends on the order the general path meets them in.
+// How many of `table`'s first n keys hold an element.
+template <typename V>
+std::uint64_t GroupsIn(const Table<V>& table, std::uint64_t n) {
+  std::uint64_t groups = 0;
+  for (std::uint64_t j = 0; j < n; ++j) groups += table.slots[j].count != 0 ? 1 : 0;
+  return groups;
+}
+
+// `out`'s vectors sized for `groups` groups, with room for `room` (buffers
+// of several huge pages advised first), but for NaN counts and infinities
+// where the column holds none (`column`'s flags: left empty, as KeyedSums
+// allows).
+inline void SizeGroups(std::uint64_t groups, std::uint64_t room, const Extremes& column, KeyedSums& out) {
+  const auto size = [&](auto& v) {
+    ReserveHuge(v, std::max(groups, room));
+    v.resize(groups);
+  };
+  size(out.keys);
+  size(out.count);
+  if (column.nan) size(out.nan);
+  if (column.infinity) size(out.infinities);
+  size(out.sum);
+  size(out.min);
+  size(out.max);
+  out.groups = groups;
+}
+
+// `table`'s first n keys that hold an element (key offset j is the
+// ordered key base + j), written to `out` (sized by SizeGroups) from group
+// `at` on, in ascending key order. kGeneral: with the general path's zeros
+// (its extremes keep a zero's sign as they meet it, and a sum of only -0.0
+// is -0.0), from the marks: false where a key's extreme is a zero and the
+// key holds zeros of both signs, whose sign depends on the order the
+// general path meets them in.
 template <bool kGeneral, typename V>
-bool AppendGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, bool signed_key, int scale,
-                  const Extremes& column, KeyedSums& out) {
+bool WriteGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, bool signed_key, int scale,
+                 std::uint64_t at, KeyedSums& out) {
+  const bool nan = !out.nan.empty(), infinity = !out.infinities.empty();
   for (std::uint64_t j = 0; j < n; ++j) {
     const Slot<V>& s = table.slots[j];
     if (s.count == 0) continue;
     std::uint64_t key = base + j;
     if (signed_key) key ^= std::uint64_t{1} << 63;  // back from the ordered form
     const std::uint8_t marks = table.marks != nullptr ? table.marks[j] : 0;
-    out.keys.push_back(key);
-    out.count.push_back(s.count);
-    if (column.nan) out.nan.push_back(s.nan);
-    if (column.infinity) out.infinities.push_back(marks & (kPlusInfinity | kMinusInfinity));
+    out.keys[at] = key;
+    out.count[at] = s.count;
+    if (nan) out.nan[at] = s.nan;
+    if (infinity) out.infinities[at] = marks & (kPlusInfinity | kMinusInfinity);
     // The finite elements' sum, as FixedSum gives it from the GPU's words.
     double sum = keyed::FixedSumOf(keyed::FixedTotal(s.high, s.low), scale);
     // A key of only NaN: the GPU's untouched extremes.
@@ -213,9 +241,10 @@ bool AppendGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, bo
         if (min == 0 && max == 0) sum = -0.0;
       }
     }
-    out.sum.push_back(sum);
-    out.min.push_back(min);
-    out.max.push_back(max);
+    out.sum[at] = sum;
+    out.min[at] = min;
+    out.max[at] = max;
+    ++at;
   }
   return true;
 }

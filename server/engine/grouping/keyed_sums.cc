@@ -15,7 +15,6 @@ namespace {
 
 namespace keyed = rules::keyed;
 using keyed_host::Accumulate;
-using keyed_host::AppendGroups;
 using keyed_host::BoolByte;
 using keyed_host::Extremes;
 using keyed_host::KeyedValue;
@@ -81,8 +80,9 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
     if (!other->empty()) total.Add(other->table(), range);
   }
   KeyedSums out;
-  (void)AppendGroups<false>(total, range, all.lo, signed_key, scale, all, out);
-  out.groups = out.keys.size();
+  const std::uint64_t groups = keyed_host::GroupsIn(total, range);
+  keyed_host::SizeGroups(groups, groups, all, out);
+  (void)keyed_host::WriteGroups<false>(total, range, all.lo, signed_key, scale, 0, out);
   return out;
 }
 
