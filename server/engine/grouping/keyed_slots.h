@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -74,13 +75,6 @@ struct Table {
   }
 };
 
-// Whether a pass rounded an element's fixed-point value (the general path's
-// sums are exact, so the partitioned pass then does not answer).
-struct Seen {
-  bool inexact = false;
-  void Add(const Seen& o) { inexact = inexact || o.inexact; }
-};
-
 // A bool key's byte: any nonzero byte is True (as the GPU reads it).
 struct BoolByte {
   std::uint8_t byte;
@@ -132,15 +126,39 @@ Extremes RangeAndMagnitude(const K* keys, const V* values, std::uint64_t begin, 
   return e;
 }
 
+// Values [begin, end): the exponent of the lowest bit set in any finite
+// one (v = m x 2^e with m odd: the smallest e; INT_MAX for none).
+template <typename V>
+int LowestBit(const V* values, std::uint64_t begin, std::uint64_t end) {
+  int lowest = std::numeric_limits<int>::max();
+  for (std::uint64_t i = begin; i < end; ++i) {
+    const double v = static_cast<double>(values[i]);
+    std::uint64_t b;
+    std::memcpy(&b, &v, 8);
+    b &= ~(std::uint64_t{1} << 63);
+    const int exponent = static_cast<int>(b >> 52);
+    if (b == 0 || exponent == 0x7ff) continue;
+    const std::uint64_t m = (b & ((std::uint64_t{1} << 52) - 1)) | (exponent != 0 ? std::uint64_t{1} << 52 : 0);
+    lowest = std::min(lowest, (exponent != 0 ? exponent : 1) - 1075 + std::countr_zero(m));
+  }
+  return lowest;
+}
+
+// Whether every finite value whose lowest bit set is at least 2^lowest_bit
+// is exact on the fixed-point grid of `scale` (a multiple of 2^-scale).
+inline bool ExactOnGrid(int lowest_bit, int scale) {
+  return lowest_bit == std::numeric_limits<int>::max() || lowest_bit + scale >= 0;
+}
+
 // Rows [begin, end) into `table`, as the GPU's AddTo adds them: row i is
 // the value row_at(i).value at slot row_at(i).key. `unit` is the scale's
 // (SplitFixed). kGeneral: for the general path's answers,
-// note in `seen` a rounded element, and mark zeros' signs.
+// mark zeros' signs (the pass takes only columns exact on the grid:
+// ExactOnGrid).
 template <bool kGeneral, typename V, typename RowAt>
 void Accumulate(RowAt row_at, std::uint64_t begin, std::uint64_t end, const keyed::FixedUnit& unit,
-                const Table<V>& table, Seen& seen) {
+                const Table<V>& table) {
   Slot<V>* const s = table.slots;
-  bool inexact = false;
   for (std::uint64_t i = begin; i < end; ++i) {
     const auto [j, v] = row_at(i);
     Slot<V>& slot = s[j];
@@ -155,7 +173,7 @@ void Accumulate(RowAt row_at, std::uint64_t begin, std::uint64_t end, const keye
       slot.max = std::max(slot.max, v);
       continue;
     }
-    bool rounded = false;
+    bool rounded = false;  // no pass needs it: see ExactOnGrid
     const keyed::FixedParts f = keyed::SplitFixed(static_cast<double>(v), unit, rounded);
     slot.high += f.high;
     slot.low += f.low;
@@ -163,11 +181,9 @@ void Accumulate(RowAt row_at, std::uint64_t begin, std::uint64_t end, const keye
     slot.min = x < slot.min ? x : slot.min;
     slot.max = x > slot.max ? x : slot.max;
     if constexpr (kGeneral) {
-      inexact |= rounded;
       if (v == 0) [[unlikely]] table.marks[j] |= std::signbit(v) ? kMinusZero : kPlusZero;
     }
   }
-  if constexpr (kGeneral) seen.Add(Seen{.inexact = inexact});
 }
 
 // A row as Accumulate reads it: its slot and its value.

@@ -19,7 +19,6 @@ using keyed_host::BoolByte;
 using keyed_host::Extremes;
 using keyed_host::KeyedValue;
 using keyed_host::Ordered;
-using keyed_host::Seen;
 using keyed_host::Slot;
 using keyed_host::Table;
 
@@ -69,9 +68,8 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
   cpu::ForRowParts(workers, rows, parts, [&](std::size_t, int slot, std::uint64_t b, std::uint64_t e) {
     OwnSlots<V>& mine = slots[static_cast<std::size_t>(slot)];
     if (mine.empty()) mine.Make(range, all.infinity);
-    Seen unused;
     const auto row_at = [&](std::uint64_t i) { return KeyedValue<V>{Ordered(keys[i]) - all.lo, values[i]}; };
-    Accumulate<false>(row_at, b, e, unit, mine.table(), unused);
+    Accumulate<false>(row_at, b, e, unit, mine.table());
   });
   // Into the first participant's slots that took a part.
   const auto first = std::find_if(slots.begin(), slots.end(), [](const OwnSlots<V>& p) { return !p.empty(); });
