@@ -1,7 +1,11 @@
 // Group-by's direct pass on the host (server/engine/grouping/keyed_sums.h)
-// against loops over each key's rows, bitwise the same on any number of
+// against loops over each key's rows, its sums bitwise each key's total of
+// ToFixed128 (the GPU's arithmetic), bitwise the same on any number of
 // threads, for every key dtype; and RunGroupBy's answers through it equal
-// to the general path's (a key column with an all-valid mask takes that).
+// to the general path's (a key column with an all-valid mask takes that),
+// bit for bit where the partitioned pass answers for wide keys. And the
+// host's faster forms of the fixed-point rules (SplitFixed, FixedSumOf)
+// against ToFixed128 and FixedSum.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -23,6 +27,7 @@
 #include "server/engine/functions/function_router.h"
 #include "server/engine/grouping/grouped_reduction.h"
 #include "server/engine/grouping/keyed_sums.h"
+#include "tally/rules/keyed_sums.h"
 #include "tests/unit/test_seed.h"
 
 namespace tally::grouping {
@@ -96,8 +101,9 @@ void CheckAgainstLoops(const std::vector<K>& keys, const std::vector<V>& values,
     std::memcpy(&got_key, &got.keys[g], sizeof(K));  // the key's bytes, low bytes first
     EXPECT_EQ(got_key, key);
     EXPECT_EQ(got.count[g], r.count) << "key " << +key;
-    EXPECT_EQ(got.nan[g], r.nan) << "key " << +key;
-    EXPECT_EQ(got.infinities[g], r.infinities) << "key " << +key;
+    // Empty where no group holds one (KeyedSums).
+    EXPECT_EQ(got.nan.empty() ? 0 : got.nan[g], r.nan) << "key " << +key;
+    EXPECT_EQ(got.infinities.empty() ? 0 : got.infinities[g], r.infinities) << "key " << +key;
     EXPECT_NEAR(got.sum[g], static_cast<double>(r.sum),
                 1e-15 * static_cast<double>(r.magnitude) + static_cast<double>(r.count) * rounding)
         << "key " << +key;
@@ -222,6 +228,139 @@ TEST(SumByKeyOnHost, WideRangesFloatKeysAndOtherValuesTakeAnotherPath) {
   EXPECT_FALSE(SumByKeyOnHost(Bytes(ints), DType::kInt32, Bytes(v), DType::kFloat64, 0, 4096, &Two()).has_value());
 }
 
+namespace keyed = rules::keyed;
+
+// A double of random sign, significand and binade in [lo, hi).
+double AnyDouble(std::mt19937_64& rng, int lo, int hi) {
+  const double m = std::ldexp(static_cast<double>(rng() >> 11), -53);  // [0, 1)
+  const int e = lo + static_cast<int>(rng() % static_cast<std::uint64_t>(hi - lo));
+  return (rng() & 1 ? -1 : 1) * std::ldexp(1.0 + m, e);
+}
+
+// Whether v x 2^scale is an integer.
+bool FixedIsExact(double v, int scale) {
+  const double x = std::ldexp(v, scale);
+  return v == 0 || (x != 0 && std::trunc(x) == x);
+}
+
+TEST(KeyedRules, SplitFixedIsToFixed128) {
+  TALLY_SEEDED_RNG(rng);
+  int rounded = 0, exact = 0;
+  const auto check = [&](double v, int scale) {
+    bool inexact = false;
+    const keyed::FixedParts f = keyed::SplitFixed(v, keyed::FixedUnit::Of(scale), inexact);
+    const __int128 want = keyed::ToFixed128(v, scale);
+    ASSERT_TRUE(keyed::FixedTotal(f.high, f.low) == want) << v << " at scale " << scale;
+    ASSERT_EQ(inexact, !FixedIsExact(v, scale)) << v << " at scale " << scale;
+    (inexact ? rounded : exact) += 1;
+  };
+  for (int i = 0; i < 2'000'000; ++i) {
+    // The largest magnitude and the rows set the scale (FixedScale); the
+    // value is at most that magnitude, down to far below its grid.
+    const double largest = std::fabs(AnyDouble(rng, -1000, 1000));
+    const std::uint64_t rows = std::uint64_t{1} << (rng() % 31);
+    std::uint64_t bits;
+    std::memcpy(&bits, &largest, 8);
+    const int scale = keyed::FixedScale(bits, rows);
+    double v = (rng() & 1 ? -1 : 1) * largest * std::ldexp(1.0, -static_cast<int>(rng() % 80));
+    if (i % 4 == 0 && std::fabs(v) < 1e38) v = static_cast<float>(v);  // float32 values
+    if (i % 16 == 0) {
+      // A tie: an odd or even integer and a half, on the scale's grid.
+      const double whole = static_cast<double>(rng() % (std::uint64_t{1} << 40));
+      v = (rng() & 1 ? -1 : 1) * std::ldexp(whole + 0.5, -scale);
+    }
+    check(v, scale);
+  }
+  check(0.0, 60);
+  check(-0.0, 60);
+  check(std::numeric_limits<double>::denorm_min(), 1000);
+  check(std::numeric_limits<double>::denorm_min(), 1100);
+  check(-std::numeric_limits<double>::max(), keyed::FixedScale(0x7fefffffffffffffull, 2));
+  EXPECT_GT(rounded, 100'000);
+  EXPECT_GT(exact, 100'000);
+}
+
+TEST(KeyedRules, FixedSumOfIsFixedSum) {
+  TALLY_SEEDED_RNG(rng);
+  const auto check = [&](__int128 total, int scale) {
+    const auto hi = static_cast<std::uint64_t>(static_cast<std::int64_t>(total >> 32));
+    const auto lo = static_cast<std::uint64_t>(total) & 0xffffffffull;
+    const double want = keyed::FixedSum(hi, lo, scale), got = keyed::FixedSumOf(total, scale);
+    ASSERT_EQ(std::memcmp(&want, &got, 8), 0) << want << " against " << got << " at scale " << scale;
+  };
+  for (int i = 0; i < 2'000'000; ++i) {
+    // FixedSum's high word holds totals below 2^95.
+    const int bits = static_cast<int>(rng() % 95);
+    unsigned __int128 m = (static_cast<unsigned __int128>(rng()) << 64) | rng();
+    m = bits == 0 ? 0 : m >> (128 - bits);
+    if (i % 8 == 0) m |= 1;                                      // a sticky bit far below
+    if (i % 8 == 1 && bits > 60) m &= ~((static_cast<unsigned __int128>(1) << (bits - 54)) - 1);  // exact
+    const __int128 total = rng() & 1 ? -static_cast<__int128>(m) : static_cast<__int128>(m);
+    const int scale = static_cast<int>(rng() % 2300) - 1100;  // subnormal, normal and infinite answers
+    check(total, scale);
+  }
+  check(0, 5);
+  check(static_cast<__int128>(1) << 94, -1000);
+  check(-(static_cast<__int128>(1) << 94), 1100);
+}
+
+// Each key's sum as the GPU's words give it: the total of ToFixed128 of
+// its finite elements at the column's scale, through FixedSum.
+template <typename K, typename V>
+std::map<K, double> FixedSums(const std::vector<K>& keys, const std::vector<V>& values) {
+  std::uint64_t largest = 0;
+  for (const V v : values) {
+    const double a = std::fabs(static_cast<double>(v));
+    std::uint64_t b;
+    std::memcpy(&b, &a, 8);
+    if (std::isfinite(a)) largest = std::max(largest, b);
+  }
+  const int scale = keyed::FixedScale(largest, values.size());
+  std::map<K, __int128> totals;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const double v = static_cast<double>(values[i]);
+    totals[keys[i]] += std::isfinite(v) ? keyed::ToFixed128(v, scale) : 0;
+  }
+  std::map<K, double> sums;
+  for (const auto& [k, t] : totals) {
+    sums[k] = keyed::FixedSum(static_cast<std::uint64_t>(static_cast<std::int64_t>(t >> 32)),
+                              static_cast<std::uint64_t>(t) & 0xffffffffull, scale);
+  }
+  return sums;
+}
+
+TEST(SumByKeyOnHost, SumsAreEachKeysTotalOfTheGpusFixedPointValues) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 1'000'003;
+  std::vector<std::int32_t> keys(rows);
+  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 3 == 0 ? rng() % 3 : rng() % 5000);
+  // Magnitudes over many binades, so that elements round to the grid.
+  std::vector<double> f64(rows);
+  for (auto& v : f64) v = AnyDouble(rng, -60, 20);
+  for (std::size_t i = 0; i < rows; i += 997) f64[i] = std::numeric_limits<double>::quiet_NaN();
+  for (std::size_t i = 5; i < rows; i += 30011) f64[i] = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 11; i < rows; i += 101) f64[i] = -0.0;
+  std::vector<float> f32(f64.begin(), f64.end());
+  const auto check = [&](const auto& values, DType dtype) {
+    std::optional<KeyedSums> got =
+        SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(values), dtype, rows, 65536, &Two());
+    ASSERT_TRUE(got.has_value());
+    CheckAgainstLoops(keys, values, *got);
+    const auto want = FixedSums(keys, values);
+    ASSERT_EQ(got->groups, want.size());
+    std::size_t g = 0;
+    for (const auto& [key, sum] : want) {
+      EXPECT_EQ(std::memcmp(&got->sum[g], &sum, 8), 0) << "key " << key << ": " << got->sum[g] << " against " << sum;
+      ++g;
+    }
+  };
+  check(f64, DType::kFloat64);
+  check(f32, DType::kFloat32);
+  // Values so small that the scale passes float64's range (FixedUnit).
+  for (auto& v : f64) v = std::ldexp(v, -1000);
+  check(f64, DType::kFloat64);
+}
+
 Validity AllValid(std::size_t rows) {
   return std::make_shared<const std::vector<std::uint32_t>>((rows + 31) / 32, ~std::uint32_t{0});
 }
@@ -283,6 +422,166 @@ TEST(RunGroupBy, TheHostDirectPassAnswersAsTheGeneralPath) {
     } else {
       EXPECT_TRUE(a == b);
     }
+  }
+}
+
+
+// A plan of the ten direct ops over one float value column, keyed by one
+// int32 column (with `key_validity`, or none).
+GroupByPlan DirectPlan(const std::vector<std::int32_t>& keys, Validity key_validity, std::span<const std::byte> values,
+                       DType dtype, const std::vector<OpKind>& kinds) {
+  GroupByPlan plan;
+  plan.rows = keys.size();
+  plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = Bytes(keys), .validity = key_validity},
+                  GroupColumn{.name = "v", .dtype = dtype, .data = values}};
+  plan.keys = {0};
+  ColumnAggregations c{.column = 1};
+  c.plan.array = ArraySpec{.dtype = dtype, .length = keys.size()};
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    c.positions.push_back(i);
+    c.plan.ops.push_back(OpSpec{.kind = kinds[i]});
+  }
+  plan.values = {c};
+  plan.aggregations = kinds.size();
+  return plan;
+}
+
+bool SameBits(const OpValues& a, const OpValues& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* d = std::get_if<std::vector<double>>(&a)) {
+    const auto& e = std::get<std::vector<double>>(b);
+    if (d->size() != e.size()) return false;
+    for (std::size_t g = 0; g < d->size(); ++g) {
+      // Every NaN answer is numpy's default NaN: the same bits.
+      if (std::memcmp(&(*d)[g], &e[g], 8) != 0) {
+        ADD_FAILURE() << "group " << g << ": " << (*d)[g] << " against " << e[g];
+        return false;
+      }
+    }
+    return true;
+  }
+  return a == b;
+}
+
+// The wide keys' answers through RunGroupBy on a 2-thread cpu backend, and
+// whether the host's pass by key (direct or partitioned) gave them.
+std::pair<GroupedResult, bool> RunWide(const std::vector<std::int32_t>& keys, Validity key_validity,
+                                       std::span<const std::byte> values, DType dtype,
+                                       const std::vector<OpKind>& kinds) {
+  const GroupByPlan plan = DirectPlan(keys, std::move(key_validity), values, dtype, kinds);
+  std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+  std::vector<std::string> phases;
+  absl::StatusOr<GroupedResult> r = RunGroupBy(plan, *backend, 1 << 24, [&](const char* p) { phases.push_back(p); });
+  EXPECT_TRUE(r.ok()) << r.status();
+  const bool by_key = std::find(phases.begin(), phases.end(), "column summed by key on the host") != phases.end();
+  return {*std::move(r), by_key};
+}
+
+TEST(RunGroupBy, WideKeysTakeThePartitionedPassWithTheGeneralPathsBits) {
+  TALLY_SEEDED_RNG(rng);
+  const std::vector<OpKind> kinds = {OpKind::kSum,    OpKind::kCount,  OpKind::kMin,    OpKind::kMax,
+                                     OpKind::kMean,   OpKind::kNanSum, OpKind::kNanMin, OpKind::kNanMax,
+                                     OpKind::kNanMean, OpKind::kNanCount};
+  // 700,001 rows over keys from -100,000 to 99,999 (past the direct
+  // pass's 65,536), half of them in the first hundred keys: their bucket
+  // is split between tasks (PartitionPolicy::kRowsPerTask).
+  const std::size_t rows = 700'001;
+  std::vector<std::int32_t> keys(rows);
+  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 2 == 0 ? rng() % 100 : rng() % 200'000) - 100'000;
+  // Values exact on the fixed-point grid: multiples of 2^-10 below 2^14,
+  // with NaN, infinities and zeros of both signs, in groups where a zero
+  // is no extreme, and in keys of their own where it is: -0.0 alone, -0.0
+  // with NaN, -0.0 with positive values, +0.0 with negative ones.
+  std::vector<float> values(rows);
+  for (auto& v : values) v = static_cast<float>(std::ldexp(static_cast<double>(rng() % (1 << 24)) - (1 << 23), -10));
+  for (std::size_t i = 0; i < rows; i += 997) values[i] = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t i = 5; i < rows; i += 30011) values[i] = std::numeric_limits<float>::infinity();
+  for (std::size_t i = 7; i < rows; i += 49999) values[i] = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 11; i < rows; i += 101) {
+    if (keys[i] < -99'900) values[i] = (i / 101) % 2 == 0 ? 0.0f : -0.0f;  // the crowded keys'
+  }
+  const std::vector<std::pair<std::int32_t, std::vector<float>>> own = {
+      {99'990, {-0.0f}}, {99'991, {-0.0f, -0.0f}}, {99'992, {-0.0f, std::numeric_limits<float>::quiet_NaN()}},
+      {99'993, {-0.0f, 2.0f, 1.0f}}, {99'994, {-3.0f, 0.0f}}, {99'995, {-0.0f, -0.0f, 5.0f}}};
+  for (const auto& [key, vs] : own) {
+    std::replace(keys.begin(), keys.end(), key, key - 10);
+    for (const float v : vs) {
+      keys.push_back(key);
+      values.push_back(v);
+    }
+  }
+  const auto check = [&](const std::vector<std::int32_t>& k, const std::vector<float>& v, bool partitioned) {
+    const auto [fast, took_fast] = RunWide(k, nullptr, Bytes(v), DType::kFloat32, kinds);
+    const auto [general, took_general] = RunWide(k, AllValid(k.size()), Bytes(v), DType::kFloat32, kinds);
+    EXPECT_EQ(took_fast, partitioned);
+    EXPECT_FALSE(took_general);
+    ASSERT_EQ(fast.groups, general.groups);
+    EXPECT_EQ(fast.keys[0].data, general.keys[0].data);
+    EXPECT_EQ(*fast.plans[0].array.offsets, *general.plans[0].array.offsets);
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+      EXPECT_TRUE(SameBits(fast.results[0].values[i], general.results[0].values[i])) << rules::Name(kinds[i]);
+    }
+  };
+  check(keys, values, true);
+  // Without NaN, without infinities, and without either (KeyedSums then
+  // leaves their vectors empty, and the answers are its vectors whole).
+  const auto without = [&](bool nan, bool infinity) {
+    std::vector<float> v = values;
+    for (float& x : v) {
+      if ((nan && std::isnan(x)) || (infinity && std::isinf(x))) x = 1.5f;
+    }
+    return v;
+  };
+  check(keys, without(true, false), true);
+  check(keys, without(false, true), true);
+  check(keys, without(true, true), true);
+  // The same keys on every number of threads: the same bits.
+  std::optional<KeyedSums> one = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(values), DType::kFloat32,
+                                                keys.size(), 65536, nullptr, 1 << 24);
+  ASSERT_TRUE(one.has_value());
+  for (const int threads : {2, 3, 5}) {
+    cpu::ThreadPool pool(threads);
+    std::optional<KeyedSums> more = SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(values), DType::kFloat32,
+                                                   keys.size(), 65536, &pool, 1 << 24);
+    ASSERT_TRUE(more.has_value());
+    EXPECT_TRUE(SameBits(*one, *more)) << threads << " threads";
+  }
+  // Where the pass cannot give the general path's bits it does not answer:
+  // a key whose min is a zero and which holds zeros of both signs (the
+  // general path keeps the sign it meets first in its lanes' order), and
+  // an element below the fixed-point grid (the general path's sums are
+  // exact).
+  std::vector<std::int32_t> both = keys;
+  std::vector<float> both_values = values;
+  std::replace(both.begin(), both.end(), 99'999, 99'989);
+  for (const float v : {0.0f, -0.0f, 1.0f}) {
+    both.push_back(99'999);
+    both_values.push_back(v);
+  }
+  check(both, both_values, false);
+  std::vector<float> fine = values;
+  fine[3] = std::ldexp(1.0f, -100);
+  check(keys, fine, false);
+  // Nor where its rows and slots would pass what admission counts a row
+  // (PartitionPolicy::kMostBytesPerRow): float64 values over these keys.
+  const std::vector<double> wide(values.begin(), values.end());
+  EXPECT_FALSE(SumByKeyOnHost(Bytes(keys), DType::kInt32, Bytes(wide), DType::kFloat64, keys.size(), 65536, &Two(),
+                              1 << 24)
+                   .has_value());
+  // float64 values over fewer keys (70,000 over 1.2M rows: under 1/16)
+  // take it, with the general path's bits.
+  std::vector<std::int32_t> fewer(1'200'000);
+  for (auto& k : fewer) k = static_cast<std::int32_t>(rng() % 70'000);
+  std::vector<double> f64(fewer.size());
+  for (auto& v : f64) v = std::ldexp(static_cast<double>(rng() % (1 << 30)) - (1 << 29), -20);
+  for (std::size_t i = 0; i < f64.size(); i += 1009) f64[i] = std::numeric_limits<double>::quiet_NaN();
+  const auto [fast, took_fast] = RunWide(fewer, nullptr, Bytes(f64), DType::kFloat64, kinds);
+  const auto [general, took_general] = RunWide(fewer, AllValid(fewer.size()), Bytes(f64), DType::kFloat64, kinds);
+  EXPECT_TRUE(took_fast);
+  EXPECT_FALSE(took_general);
+  ASSERT_EQ(fast.groups, general.groups);
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    EXPECT_TRUE(SameBits(fast.results[0].values[i], general.results[0].values[i])) << rules::Name(kinds[i]);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "server/core/validate.h"
 #include "server/engine/finish.h"
 #include "server/engine/huge_pages.h"
+#include "server/engine/grouping/direct_answers.h"
 #include "server/engine/grouping/keyed_sums.h"
 #include "tally/rules/agg/registry.h"
 
@@ -234,48 +235,11 @@ AggregationResult CountsOfGroups(const AggregationPlan& p, const std::vector<std
 
 // The key bytes of each group from the device's 64-bit words.
 std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::size_t size) {
-  std::vector<std::byte> out(words.size() * size);
+  std::vector<std::byte> out;
+  ReserveHuge(out, words.size() * size);
+  out.resize(words.size() * size);
   for (std::size_t g = 0; g < words.size(); ++g) std::memcpy(out.data() + g * size, &words[g], size);
   return out;
-}
-
-// The ops the direct path answers from KeyedSums.
-bool Direct(const OpSpec& op) {
-  if (op.partial) return false;
-  switch (op.kind) {
-    case OpKind::kSum: case OpKind::kNanSum: case OpKind::kCount: case OpKind::kNanCount:
-    case OpKind::kMin: case OpKind::kMax: case OpKind::kNanMin: case OpKind::kNanMax:
-    case OpKind::kMean: case OpKind::kNanMean:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Group g's value of a direct op, by numpy's rules: NaN propagates through
-// the plain ops and is skipped by the NaN-skipping ones; +inf and -inf
-// together sum to NaN; a NaN-skipping extreme or mean of only NaN is NaN.
-double DirectValue(OpKind kind, const KeyedSums& k, std::uint64_t g) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::uint64_t present = k.count[g] - k.nan[g];
-  const bool skips = kind == OpKind::kNanSum || kind == OpKind::kNanMin || kind == OpKind::kNanMax ||
-                     kind == OpKind::kNanMean || kind == OpKind::kNanCount;
-  if (kind == OpKind::kCount) return static_cast<double>(k.count[g]);
-  if (kind == OpKind::kNanCount) return static_cast<double>(present);
-  if (!skips && k.nan[g] != 0) return nan;
-  if (skips && present == 0 && kind != OpKind::kNanSum) return nan;
-  const auto sum = [&] {
-    const std::uint8_t inf = k.infinities[g];
-    if (inf == 3) return nan;
-    if (inf != 0) return inf == 1 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
-    return k.sum[g];
-  };
-  switch (kind) {
-    case OpKind::kSum: case OpKind::kNanSum: return sum();
-    case OpKind::kMin: case OpKind::kNanMin: return k.min[g];
-    case OpKind::kMax: case OpKind::kNanMax: return k.max[g];
-    default: return sum() / static_cast<double>(skips ? present : k.count[g]);  // kMean, kNanMean
-  }
 }
 
 // A value column's sums by key (the direct pass's), nullopt when the pass
@@ -293,7 +257,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
   for (const ColumnAggregations& c : plan.values) {
     const DType dt = plan.columns[c.column].dtype;
     if (dt != DType::kFloat32 && dt != DType::kFloat64) return std::nullopt;
-    if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), Direct)) return std::nullopt;
+    if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), IsDirect)) return std::nullopt;
   }
   GroupedResult out;
   out.on_device = on_device;
@@ -312,23 +276,16 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
       out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(k.keys, rules::SizeOf(key.dtype)), .validity = nullptr});
     }
     AggregationPlan p = c.plan;
-    std::vector<std::uint64_t> start(k.groups + 1, 0);
+    std::vector<std::uint64_t> start;
+    ReserveHuge(start, k.groups + 1);
+    start.resize(k.groups + 1);
     for (std::uint64_t g = 0; g < k.groups; ++g) start[g + 1] = start[g] + k.count[g];
     p.array.length = plan.rows;
     p.array.row_length = 0;
     p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
-    AggregationResult result{.values = {}, .backend = backend.name(), .device = backend.device()};
-    for (const OpSpec& op : p.ops) {
-      OpValues values = EmptyValues(op, column.dtype, k.groups);
-      if (auto* d = std::get_if<std::vector<double>>(&values)) {
-        for (std::uint64_t g = 0; g < k.groups; ++g) (*d)[g] = DirectValue(op.kind, k, g);
-      } else if (auto* u = std::get_if<std::vector<std::uint64_t>>(&values)) {
-        for (std::uint64_t g = 0; g < k.groups; ++g) (*u)[g] = static_cast<std::uint64_t>(DirectValue(op.kind, k, g));
-      } else {
-        return std::nullopt;  // a result type this path does not give
-      }
-      result.values.push_back(std::move(values));
-    }
+    std::optional<std::vector<OpValues>> answers = DirectAnswers(p.ops, column.dtype, *std::move(*sums));
+    if (!answers.has_value()) return std::nullopt;  // a result type this path does not give
+    AggregationResult result{.values = *std::move(answers), .backend = backend.name(), .device = backend.device()};
     out.plans.push_back(std::move(p));
     out.results.push_back(std::move(result));
   }
@@ -364,10 +321,12 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& 
     if (plan.columns[c.column].validity != nullptr) return std::nullopt;
   }
   const std::uint64_t max_range = std::min(kMaxHostDirectRange, max_groups);
+  const std::uint64_t max_exact_range = std::min(kMaxHostExactRange, max_groups);
   cpu::ThreadPool* const workers = backend.HostWorkers();
   return RunDirect(plan, backend, /*on_device=*/false,
                    [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
-                     return SumByKeyOnHost(k.data, k.dtype, column.data, column.dtype, plan.rows, max_range, workers);
+                     return SumByKeyOnHost(k.data, k.dtype, column.data, column.dtype, plan.rows, max_range, workers,
+                                           max_exact_range);
                    },
                    note);
 }
