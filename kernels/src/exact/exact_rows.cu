@@ -21,6 +21,7 @@
 #include "exact/exact_dispatch.h"
 #include "exact/exact_levels.cuh"
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/dtype.h"
 
 namespace tally::kernels::detail {
 namespace {
@@ -166,22 +167,10 @@ cudaError_t LaunchRows(const AggregatePlan& plan, const ExactPass& pass, const v
 
 cudaError_t LaunchExactRows(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
                             std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream) {
-  switch (plan.dtype) {
-    case rules::DType::kFloat32: return LaunchRows<float>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kFloat64: return LaunchRows<double>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kFloat16: return LaunchRows<rules::Float16>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kBFloat16: return LaunchRows<rules::BFloat16>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt8: return LaunchRows<std::int8_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt16: return LaunchRows<std::int16_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt32: return LaunchRows<std::int32_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt64: return LaunchRows<std::int64_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kBool:  // 0 or 1, as uint8
-    case rules::DType::kUInt8: return LaunchRows<std::uint8_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kUInt16: return LaunchRows<std::uint16_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kUInt32: return LaunchRows<std::uint32_t>(plan, pass, chunk, n, offset, dev, stream);
-    case rules::DType::kUInt64: return LaunchRows<std::uint64_t>(plan, pass, chunk, n, offset, dev, stream);
-  }
-  return cudaErrorInvalidValue;
+  // Each dtype's elements as they are stored (rules::Traits: bool as uint8).
+  return rules::VisitDType(plan.dtype, [&](auto d) {
+    return LaunchRows<typename rules::Traits<decltype(d)::value>::value>(plan, pass, chunk, n, offset, dev, stream);
+  });
 }
 
 }  // namespace tally::kernels::detail

@@ -17,6 +17,7 @@
 #include "exact/exact_dispatch.h"
 #include "exact/exact_levels.cuh"
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/dtype.h"
 
 namespace tally::kernels::detail {
 namespace {
@@ -155,22 +156,10 @@ cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const 
     TALLY_CUDA_TRY(LaunchCarryRow(pass, plan.row_length == 0 ? 0 : offset / plan.row_length, stream));
   }
   if (plan.row_length != 0) return LaunchExactRows(plan, pass, chunk, n, offset, dev, stream);
-  switch (plan.dtype) {
-    case rules::DType::kFloat32: return LaunchWhole<float>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kFloat64: return LaunchWhole<double>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kFloat16: return LaunchWhole<rules::Float16>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kBFloat16: return LaunchWhole<rules::BFloat16>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt8: return LaunchWhole<std::int8_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt16: return LaunchWhole<std::int16_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt32: return LaunchWhole<std::int32_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kInt64: return LaunchWhole<std::int64_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kBool:  // 0 or 1, as uint8
-    case rules::DType::kUInt8: return LaunchWhole<std::uint8_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kUInt16: return LaunchWhole<std::uint16_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kUInt32: return LaunchWhole<std::uint32_t>(pass, chunk, n, offset, dev, stream);
-    case rules::DType::kUInt64: return LaunchWhole<std::uint64_t>(pass, chunk, n, offset, dev, stream);
-  }
-  return cudaErrorInvalidValue;
+  // Each dtype's elements as they are stored (rules::Traits: bool as uint8).
+  return rules::VisitDType(plan.dtype, [&](auto d) {
+    return LaunchWhole<typename rules::Traits<decltype(d)::value>::value>(pass, chunk, n, offset, dev, stream);
+  });
 }
 
 }  // namespace tally::kernels::detail

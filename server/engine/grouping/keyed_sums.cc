@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "server/engine/cpu/thread_pool.h"
@@ -87,27 +88,15 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
 template <typename V>
 std::optional<KeyedSums> WithKeys(const void* keys, DType key_dtype, const V* values, std::uint64_t rows,
                                   std::uint64_t max_range, std::uint64_t max_exact_range, cpu::ThreadPool* workers) {
-  switch (key_dtype) {
-    case DType::kBool:
-      return Sum(static_cast<const BoolByte*>(keys), values, rows, max_range, max_exact_range, workers, false);
-    case DType::kInt8:
-      return Sum(static_cast<const std::int8_t*>(keys), values, rows, max_range, max_exact_range, workers, true);
-    case DType::kInt16:
-      return Sum(static_cast<const std::int16_t*>(keys), values, rows, max_range, max_exact_range, workers, true);
-    case DType::kInt32:
-      return Sum(static_cast<const std::int32_t*>(keys), values, rows, max_range, max_exact_range, workers, true);
-    case DType::kInt64:
-      return Sum(static_cast<const std::int64_t*>(keys), values, rows, max_range, max_exact_range, workers, true);
-    case DType::kUInt8:
-      return Sum(static_cast<const std::uint8_t*>(keys), values, rows, max_range, max_exact_range, workers, false);
-    case DType::kUInt16:
-      return Sum(static_cast<const std::uint16_t*>(keys), values, rows, max_range, max_exact_range, workers, false);
-    case DType::kUInt32:
-      return Sum(static_cast<const std::uint32_t*>(keys), values, rows, max_range, max_exact_range, workers, false);
-    case DType::kUInt64:
-      return Sum(static_cast<const std::uint64_t*>(keys), values, rows, max_range, max_exact_range, workers, false);
-    default: return std::nullopt;  // float keys: NaN, -0.0 and 0.0 take the general path
-  }
+  return rules::VisitDType(key_dtype, [&](auto d) -> std::optional<KeyedSums> {
+    constexpr DType kD = decltype(d)::value;
+    if constexpr (rules::IsFloat(kD)) {
+      return std::nullopt;  // float keys: NaN, -0.0 and 0.0 take the general path
+    } else {
+      using K = std::conditional_t<kD == DType::kBool, BoolByte, typename rules::Traits<kD>::value>;
+      return Sum(static_cast<const K*>(keys), values, rows, max_range, max_exact_range, workers, std::is_signed_v<K>);
+    }
+  });
 }
 
 }  // namespace
