@@ -1,7 +1,8 @@
-// Group-by on the device (Backend::OrderByKeyOnDevice, tally/kernels/group.h)
-// against the host's steps on the same table: the same groups and keys,
-// the same counts, extremes and rows of argmin, sums and moments to
-// rounding, every key dtype, skewed and wide keys, and run twice for the
+// Group-by on the device (Backend::SumByKeyOnDevice and OrderByKeyOnDevice,
+// tally/kernels/group.h) against the host's steps on the same table: the
+// same groups and keys, the same counts, extremes and rows of argmin, sums
+// and moments to rounding (and every bit where the host takes its direct
+// pass too), every key dtype, skewed and wide keys, and run twice for the
 // same bits.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 
 #include "server/engine/functions/function_router.h"
 #include "server/engine/grouping/grouped_reduction.h"
+#include "server/engine/grouping/keyed_sums.h"
 #include "tally/kernels/group.h"
 #include "tests/gpu/engine_test_util.h"
 
@@ -44,37 +46,64 @@ std::vector<std::byte> Keys(std::uint64_t rows, std::uint64_t spread, bool skew,
   return out;
 }
 
-void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu);
+// 90% of the rows on a few keys near `base` (geometric, p 0.05), the rest
+// uniform over `spread` keys: hot buckets of the partitioned pass.
+template <typename K>
+std::vector<std::byte> HotKeys(std::uint64_t rows, std::uint64_t spread, std::int64_t base, std::mt19937_64& rng) {
+  std::vector<std::byte> out(rows * sizeof(K));
+  std::geometric_distribution<std::uint64_t> geo(0.05);
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    const std::uint64_t r = rng() % 10 != 0 ? geo(rng) % spread : rng() % spread;
+    const K k = static_cast<K>(base + static_cast<std::int64_t>(r));
+    std::memcpy(out.data() + i * sizeof(K), &k, sizeof(K));
+  }
+  return out;
+}
 
-// Where the device's steps take a plan: the direct pass (keys within
-// kernels::kMaxDenseRange), the order by key (wider keys), or neither
-// (keys spread past 2^32: the host's steps over copies).
-enum class Keyed { kDirect, kOrdered, kOnHost };
+// Whether the values hold NaN and infinities (in some groups only).
+enum class Specials { kSome, kNone };
+
+void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
+                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu, bool direct, Match match,
+                Specials specials);
+
+// Where the device's steps take a plan: the direct pass with a copy of
+// each slot per lane (keys within kernels::kMaxLaneCopiesRange), the
+// direct pass over buckets of 2,048 keys (wider keys, up to
+// kMaxPartitionedRange and twice the rows and 65,536 more), the order by key (wider keys), or neither (keys spread past 2^32:
+// the host's steps over copies). The host's direct pass (keys within
+// grouping::kMaxHostDirectRange) gives the device's direct pass's bits.
+enum class Keyed { kLaneCopies, kBuckets, kOrdered, kOnHost };
 
 void Compare(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-             const std::string& what, Keyed keyed) {
+             const std::string& what, Keyed keyed, bool host_direct = false, Specials specials = Specials::kSome) {
+  const bool direct = keyed == Keyed::kLaneCopies || keyed == Keyed::kBuckets;
+  const Match match = direct && host_direct ? Match::kBits : Match::kRounded;
   struct Case {
     std::vector<OpSpec> ops;
     bool on_gpu;
+    bool direct;  // summed by key on the device
+    Match match;
   };
   const std::vector<Case> cases = {
       // The direct pass, or the segmented kernels over the ordered column.
       {{Op(OpKind::kSum), Op(OpKind::kCount), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kMean)},
-       keyed != Keyed::kOnHost},
+       keyed != Keyed::kOnHost, direct, match},
       // The direct pass; the segmented kernels compute no NaN-skipping op,
       // so ordered keys take the gathered column to the host.
       {{Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
-       keyed == Keyed::kDirect},
+       direct, direct, match},
       // Ops of neither: the host over the gathered column.
-      {{Op(OpKind::kArgmin), Op(OpKind::kVariance, 1.0), Op(OpKind::kSum)}, false}};
+      {{Op(OpKind::kArgmin), Op(OpKind::kVariance, 1.0), Op(OpKind::kSum)}, false, false, Match::kRounded}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    CompareOps(key_dtype, keys, rows, rng, what + " ops " + std::to_string(i), cases[i].ops, cases[i].on_gpu);
+    CompareOps(key_dtype, keys, rows, rng, what + " ops " + std::to_string(i), cases[i].ops, cases[i].on_gpu,
+               cases[i].direct, cases[i].match, specials);
   }
 }
 
 void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu) {
+                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu, bool direct, Match match,
+                Specials specials) {
   SCOPED_TRACE(what);
   BackendOptions o = TestOptions();
   std::unique_ptr<Backend> cuda = MakeFunctionRouter(MakeCuda(o), 1 << 30);
@@ -86,8 +115,8 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   for (std::uint64_t i = 0; i < rows; ++i) {
     float v = normal(rng);
     const std::uint64_t r = rng() % 100000;
-    if (r < 30) v = std::nanf("");
-    if (r == 77) v = std::numeric_limits<float>::infinity();
+    if (specials == Specials::kSome && r < 30) v = std::nanf("");
+    if (specials == Specials::kSome && r == 77) v = std::numeric_limits<float>::infinity();
     if (v == 0.0f) v = 1.0f;
     std::memcpy(values.data() + i * sizeof(float), &v, sizeof(float));
   }
@@ -113,41 +142,78 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   on_host.columns[1].data = values;
   on_host.columns[1].placement = Placement::PageableHost();
 
-  absl::StatusOr<grouping::GroupedResult> dev = grouping::RunGroupBy(plan, *cuda, 1 << 26);
+  std::string steps;  // the path taken, as the phases it noted
+  absl::StatusOr<grouping::GroupedResult> dev =
+      grouping::RunGroupBy(plan, *cuda, 1 << 26, [&](const char* step) { steps += std::string(step) + "; "; });
   ASSERT_TRUE(dev.ok()) << dev.status();
   absl::StatusOr<grouping::GroupedResult> again = grouping::RunGroupBy(plan, *cuda, 1 << 26);
   ASSERT_TRUE(again.ok()) << again.status();
   absl::StatusOr<grouping::GroupedResult> ref = grouping::RunGroupBy(on_host, *cpu, 1 << 26);
   ASSERT_TRUE(ref.ok()) << ref.status();
   if (on_gpu) {
-    EXPECT_EQ(dev->backend, "cuda");
+    EXPECT_EQ(dev->backend, "cuda") << steps;
   }
+  EXPECT_EQ(steps.find("summed by key on the device") != std::string::npos, direct) << steps;
   ASSERT_EQ(dev->groups, ref->groups);
   EXPECT_EQ(dev->keys[0].data, ref->keys[0].data);
   ExpectSame(dev->plans[0], dev->results[0], again->results[0], Match::kBits, what + " twice");
-  ExpectSame(dev->plans[0], ref->results[0], dev->results[0], Match::kRounded, what + " against the host");
+  ExpectSame(dev->plans[0], ref->results[0], dev->results[0], match, what + " against the host");
 }
 
 TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
   TALLY_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const std::uint64_t rows = 300001;
-  static_assert(kernels::kMaxDenseRange == 4096, "the spreads below pick the direct pass or the order by it");
+  static_assert(kernels::kMaxLaneCopiesRange == 32 && kernels::kMaxPartitionedRange == (1 << 25) &&
+                    grouping::kMaxHostDirectRange == 65536,
+                "the spreads below pick the device's and the host's paths");
   // A geometric skew with p 0.05 over 300,001 rows stays within a few hundred.
-  Compare(DType::kInt32, Keys<std::int32_t>(rows, 16, false, -7, rng), rows, rng, "int32, 16 keys", Keyed::kDirect);
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 16, false, -7, rng), rows, rng, "int32, 16 keys", Keyed::kLaneCopies,
+          true);
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, true, 0, rng), rows, rng, "int32, skewed", Keyed::kBuckets,
+          true);
+  Compare(DType::kUInt64, Keys<std::uint64_t>(rows, 1000, false, 0, rng), rows, rng, "uint64", Keyed::kBuckets, true);
+  Compare(DType::kInt8, Keys<std::int8_t>(rows, 200, false, -100, rng), rows, rng, "int8", Keyed::kBuckets, true);
+  Compare(DType::kBool, Keys<bool>(rows, 2, false, 0, rng), rows, rng, "bool", Keyed::kLaneCopies, true);
+  Compare(DType::kInt64, Keys<std::int64_t>(1000, 3, false, 0, rng), 1000, rng, "int64, tiny", Keyed::kLaneCopies, true);
+  // (Keys within one bucket, above, are read where they lie.) Buckets of
+  // one item (stored outright), of several (added by atomics), hot ones,
+  // and values with no NaN or infinity (none copied back).
   Compare(DType::kInt32, Keys<std::int32_t>(rows, 65536, false, 1000, rng), rows, rng, "int32, 65536 keys",
-          Keyed::kOrdered);
-  Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, true, 0, rng), rows, rng, "int32, skewed", Keyed::kDirect);
+          Keyed::kBuckets, true);
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, false, -2500, rng), rows, rng, "int32, 5000 keys",
+          Keyed::kBuckets, true);
+  Compare(DType::kInt16, HotKeys<std::int16_t>(rows, 30000, -15000, rng), rows, rng, "int16, hot keys",
+          Keyed::kBuckets, true);
+  Compare(DType::kInt32, HotKeys<std::int32_t>(rows, 60000, 7, rng), rows, rng, "int32, hot keys, no NaN",
+          Keyed::kBuckets, true, Specials::kNone);
+  Compare(DType::kUInt16, Keys<std::uint16_t>(rows, 60000, false, 0, rng), rows, rng, "uint16", Keyed::kBuckets,
+          true);
   Compare(DType::kInt64, Keys<std::int64_t>(rows, 200000, false, -(std::int64_t{1} << 40), rng), rows, rng,
-          "int64, far from 0", Keyed::kOrdered);
-  Compare(DType::kUInt64, Keys<std::uint64_t>(rows, 1000, false, 0, rng), rows, rng, "uint64", Keyed::kDirect);
-  Compare(DType::kInt8, Keys<std::int8_t>(rows, 200, false, -100, rng), rows, rng, "int8", Keyed::kDirect);
-  Compare(DType::kUInt16, Keys<std::uint16_t>(rows, 60000, false, 0, rng), rows, rng, "uint16", Keyed::kOrdered);
-  Compare(DType::kBool, Keys<bool>(rows, 2, false, 0, rng), rows, rng, "bool", Keyed::kDirect);
-  Compare(DType::kInt64, Keys<std::int64_t>(1000, 3, false, 0, rng), 1000, rng, "int64, tiny", Keyed::kDirect);
+          "int64, far from 0", Keyed::kBuckets);
+  // Keys spread past twice the rows: the order by key.
+  Compare(DType::kInt64, Keys<std::int64_t>(rows, 4000000, false, 3, rng), rows, rng, "int64, sparse",
+          Keyed::kOrdered);
   // Keys spread past 2^32: the host's steps over copies, the same answer.
   Compare(DType::kInt64, Keys<std::int64_t>(rows, std::uint64_t{1} << 41, false, 5, rng), rows, rng,
           "int64, spread past 2^32", Keyed::kOnHost);
+}
+
+// Many rows per key: every bucket of the partitioned pass cut into several
+// items, a million keys, and a table moved in parts, against the host.
+TEST(EngineGroupBy, PartitionedPassOverAMillionKeys) {
+  TALLY_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const std::uint64_t rows = std::uint64_t{1} << 23;
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 1000000, false, 0, rng), rows, rng, "int32, 1M keys",
+          Keyed::kBuckets);
+  Compare(DType::kUInt32, Keys<std::uint32_t>(rows, 20000, false, 0, rng), rows, rng, "uint32, 20000 keys",
+          Keyed::kBuckets, true, Specials::kNone);
+  // Past 2^25 float32 rows the table is moved in two parts (256 MiB of
+  // moved rows at a time), every item's slots added by atomics.
+  const std::uint64_t more = (std::uint64_t{1} << 25) + 4097;
+  Compare(DType::kInt32, Keys<std::int32_t>(more, 3000, false, -1500, rng), more, rng, "int32, two parts",
+          Keyed::kBuckets, true);
 }
 
 }  // namespace

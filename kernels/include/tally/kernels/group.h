@@ -73,43 +73,82 @@ struct KeyOrder {
 
 // The direct path for the commonest questions: sums, counts, extremes and
 // means of a float32 or float64 column per key (and their NaN-skipping
-// forms), for keys whose range is at most `max_range` (kMaxDenseRange at
-// most), in a pass for the range and one read of keys and values. What it
-// gives per group is what those need: the elements, the NaN elements, which
-// infinities appear, the sum of the finite elements, and the smallest and
-// largest non-NaN element (-0.0 and 0.0 as 0.0; meaningless where every
-// element is NaN). Integer accumulation throughout, so the answer is the
-// same every time: the sum in fixed point at a scale from the largest
-// finite magnitude and the row count (each element exact to about
+// forms), in a pass for the keys' spread (SpreadOfKeys) and one read of
+// keys and values (SumByKey). What it gives per group is what those need:
+// the elements, the NaN elements, which infinities appear, the sum of the
+// finite elements, and the smallest and largest non-NaN element (-0.0 and
+// 0.0 as 0.0; meaningless where every element is NaN). Integer
+// accumulation throughout, so the answer is the same every time, whatever
+// order the threads add in: the sum in fixed point at a scale from the
+// largest finite magnitude and the row count (each element exact to about
 // 2^-(92 - log2 rows) of the largest, rounded once at the end: closer to
-// the exact sum than float64 adding in any order). cudaErrorInvalidValue
-// (nothing done but the range pass) for keys spread wider: the caller
-// orders the rows instead (OrderByKey).
-// The widest key range the direct path takes: what a block's accumulators
-// fit in shared memory (dense_groups.cu, kSharedSlots). Wider ranges added
-// straight to global memory were measured slower than the order under skew
-// and at 1M groups (H200, 2^28 rows: 65,536 Zipf(1.1) keys 89.6 ms against
-// the order's 17.7 with the pool kept; 1M keys 173 ms against 92;
-// docs/performance.md), so they take the order.
-inline constexpr std::uint64_t kMaxDenseRange = 4096;
+// the exact sum than float64 adding in any order).
+//
+// Keys within kMaxLaneCopiesRange accumulate in each block's shared memory,
+// a copy of each key's slot per lane of a warp (no two lanes add to one
+// address, however few the keys). Wider ones, up to kMaxPartitionedRange,
+// are accumulated in buckets of 2,048 keys, each in a block's shared
+// memory: rows read where they lie for keys within one bucket, else first
+// moved into their buckets (the rows' order within a bucket is whatever
+// the threads' is, which integer sums do not see); the groups are written
+// out on the device. Wider ranges added straight to global memory were
+// measured slower than the order by key under skew and at 1M groups
+// (H200, 2^28 rows: 65,536 Zipf(1.1) keys 89.6 ms against the order's 17.7
+// with the pool kept; 1M keys 173 ms against 92; docs/performance.md),
+// which is why they are bucketed first.
+inline constexpr std::uint64_t kMaxLaneCopiesRange = 32;
+// The widest range the partitioned path takes: 2^25 keys, 1.4 GiB of
+// slots (44 bytes a key), and no more than the rows make worth it
+// (DenseGroupScratchBytes).
+inline constexpr std::uint64_t kMaxPartitionedRange = std::uint64_t{1} << 25;
 
 struct DenseValues {
   rules::DType dtype = rules::DType::kFloat32;
   const void* data = nullptr;  // device memory, one element per key
 };
 
+// What the first read finds: the keys' range and the values' largest
+// finite magnitude.
+struct KeySpread {
+  std::uint64_t lowest = 0;   // the smallest key as an order-preserving unsigned number
+  std::uint64_t range = 0;    // largest - smallest + 1 (0 for 2^64)
+  std::uint64_t largest = 0;  // the largest finite |value|'s bits (0 for none)
+};
+// Device scratch SpreadOfKeys needs.
+inline constexpr std::size_t kKeySpreadScratchBytes = 256;
+
+// Reads keys and values once and synchronizes `stream`.
+// cudaErrorInvalidValue for keys or values the direct path does not take
+// (key dtypes as OrderByKey's, float32 or float64 values, 1 to 2^31 - 1
+// rows).
+[[nodiscard]] cudaError_t SpreadOfKeys(const GroupKeys& keys, const DenseValues& values, void* scratch,
+                                       cudaStream_t stream, KeySpread* out);
+
+// SumByKey's groups, in ascending key order: arrays of `groups` entries in
+// device memory, inside the scratch SumByKey was given (valid while it is).
 struct DenseGroups {
   std::uint64_t groups = 0;
   std::uint64_t range = 0;
   int scale = 0;
-  std::vector<std::uint64_t> keys;  // as KeyOrder::keys
-  std::vector<std::uint64_t> count, nan;
-  std::vector<std::uint8_t> infinities;  // bit 0: +inf among the elements, bit 1: -inf
-  std::vector<double> sum, min, max;     // of the finite elements; of the non-NaN ones
+  bool any_nan = false;       // whether some group holds a NaN (else `nan` is all 0)
+  bool any_infinity = false;  // whether some group holds an infinity (else `infinities` is all 0)
+  const std::uint64_t* keys = nullptr;  // as KeyOrder::keys
+  const std::uint64_t* count = nullptr;  // elements
+  const std::uint64_t* nan = nullptr;    // NaN elements
+  const std::uint8_t* infinities = nullptr;  // bit 0: +inf among the elements, bit 1: -inf
+  const double* sum = nullptr;  // of the finite elements
+  const double* min = nullptr;  // of the non-NaN elements
+  const double* max = nullptr;
 };
 
-[[nodiscard]] cudaError_t DenseGroupScratchBytes(std::uint64_t max_range, std::size_t* bytes);
-[[nodiscard]] cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, std::uint64_t max_range,
+// The device scratch SumByKey needs for `spread`; cudaErrorInvalidValue
+// (nothing recorded) where the direct path does not take it: a range past
+// kMaxPartitionedRange, or past twice the rows and 65,536 more (slots
+// that most rows would leave empty cost more than the order by key).
+[[nodiscard]] cudaError_t DenseGroupScratchBytes(const GroupKeys& keys, rules::DType value_dtype,
+                                                 const KeySpread& spread, std::size_t* bytes);
+// Synchronizes `stream` before returning.
+[[nodiscard]] cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const KeySpread& spread,
                                    void* scratch, std::size_t scratch_bytes, cudaStream_t stream, DenseGroups* out);
 
 }  // namespace tally::kernels

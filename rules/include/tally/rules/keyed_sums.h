@@ -149,13 +149,28 @@ inline double FixedSum(unsigned long long hi, unsigned long long lo, int scale) 
   return std::ldexp(static_cast<double>(total), -scale);
 }
 
-// FixedSum of a total kept as one integer, for the host, with the same
-// bits: the total rounded once to a double (nearest, ties to even), then
-// scaled by 2^-scale, by a multiplication where that power is a normal
-// double (the product's one rounding is ldexp's). Without the library's
-// __int128 conversion and ldexp, a tenth of the partitioned pass's time at
-// 1M keys (perf, docs/performance.md "Group-by").
-inline double RoundedToDouble(__int128 t) {
+// FixedSum of a total kept as one integer, for the host and the GPU's
+// wider direct pass, with the same bits: the total rounded once to a
+// double (nearest, ties to even), then scaled by 2^-scale, by a
+// multiplication where that power is a normal double (the product's one
+// rounding is ldexp's). Without the library's __int128 conversion and
+// ldexp, a tenth of the partitioned pass's time at 1M keys (perf,
+// docs/performance.md "Group-by").
+TALLY_HD double DoubleOfBits(std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<long long>(b));
+#else
+  return std::bit_cast<double>(b);
+#endif
+}
+TALLY_HD int LeadingZeros(std::uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __clzll(static_cast<long long>(x));
+#else
+  return std::countl_zero(x);
+#endif
+}
+TALLY_HD double RoundedToDouble(__int128 t) {
   const auto small = static_cast<std::int64_t>(t);
   if (small == t) return static_cast<double>(small);
   // |t| >= 2^63: its top 62 bits, and a 1 in the lowest of them where any
@@ -163,20 +178,29 @@ inline double RoundedToDouble(__int128 t) {
   const bool negative = t < 0;
   const unsigned __int128 m = negative ? -static_cast<unsigned __int128>(t) : static_cast<unsigned __int128>(t);
   const auto top = static_cast<std::uint64_t>(m >> 64);
-  const int bits = top != 0 ? 128 - std::countl_zero(top) : 64;
+  const int bits = top != 0 ? 128 - LeadingZeros(top) : 64;
   const int drop = bits - 62;
   std::uint64_t q = static_cast<std::uint64_t>(m >> drop);
   if ((m & ((static_cast<unsigned __int128>(1) << drop) - 1)) != 0) q |= 1;
-  const double d = static_cast<double>(static_cast<std::int64_t>(q)) *
-                   std::bit_cast<double>(static_cast<std::uint64_t>(1023 + drop) << 52);
+  const double d =
+      static_cast<double>(static_cast<std::int64_t>(q)) * DoubleOfBits(static_cast<std::uint64_t>(1023 + drop) << 52);
   return negative ? -d : d;
 }
-inline double FixedSumOf(__int128 total, int scale) {
+TALLY_HD double FixedSumOf(__int128 total, int scale) {
   const double rounded = RoundedToDouble(total);
   if (scale >= -1023 && scale <= 1022) {
-    return rounded * std::bit_cast<double>(static_cast<std::uint64_t>(1023 - scale) << 52);
+    return rounded * DoubleOfBits(static_cast<std::uint64_t>(1023 - scale) << 52);
   }
+#if defined(__CUDA_ARCH__)
+  return ::ldexp(rounded, -scale);
+#else
   return std::ldexp(rounded, -scale);
+#endif
+}
+// A slot's words (ToFixed's high and low, each summed) as FixedSumOf's
+// total.
+TALLY_HD __int128 FixedWords(unsigned long long hi, unsigned long long lo) {
+  return (static_cast<__int128>(static_cast<long long>(hi)) << 32) + static_cast<__int128>(lo);
 }
 
 }  // namespace tally::rules::keyed

@@ -1,0 +1,192 @@
+// The slots group-by's direct passes accumulate in (dense_groups.cu for
+// keys in a small range, partitioned_groups.cu for wider ones), in shared
+// or global memory alike. Every accumulation is an integer one, so the
+// answer does not depend on the order the threads add in: counts and NaN
+// counts; the extremes as order-preserving integers; the sums in fixed
+// point (tally/rules/keyed_sums.h: a signed high word and an unsigned low
+// word that each sum within 64 bits for up to 2^31 rows).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "tally/rules/dtype.h"
+#include "tally/rules/keyed_sums.h"
+
+namespace tally::kernels::dense {
+
+// Struct of arrays, one entry per key: 44 bytes a key.
+struct Slots {
+  unsigned long long* hi;     // signed high words of the fixed-point sums
+  unsigned long long* lo;     // low 32-bit words, summed
+  unsigned long long* count;  // elements
+  unsigned long long* low;    // ordered-integer minima (all ones: none yet)
+  unsigned long long* high;   // ordered-integer maxima
+  unsigned int* special;      // NaN count in the high 30 bits; bit 0 +inf seen, bit 1 -inf seen
+};
+inline constexpr std::size_t kSlotBytes = 5 * sizeof(unsigned long long) + sizeof(unsigned int);
+
+// Slots carved from `words` (shared or global memory) for `n` keys.
+__host__ __device__ inline Slots SlotsAt(unsigned long long* words, std::uint64_t n) {
+  Slots s;
+  s.hi = words;
+  s.lo = words + n;
+  s.count = words + 2 * n;
+  s.low = words + 3 * n;
+  s.high = words + 4 * n;
+  s.special = reinterpret_cast<unsigned int*>(words + 5 * n);
+  return s;
+}
+
+// One key's accumulation, read out of slots or folded from several.
+struct Slot {
+  unsigned long long hi = 0, lo = 0, count = 0, low = rules::keyed::kNoLow, high = rules::keyed::kNoHigh;
+  unsigned int special = 0;
+
+  __device__ static Slot Load(const Slots& s, std::uint64_t j) {
+    return Slot{s.hi[j], s.lo[j], s.count[j], s.low[j], s.high[j], s.special[j]};
+  }
+  // The sums wrap as the global ones do; NaN counts add, infinities or.
+  __device__ void Fold(const Slot& o) {
+    hi += o.hi;
+    lo += o.lo;
+    count += o.count;
+    low = o.low < low ? o.low : low;
+    high = o.high > high ? o.high : high;
+    special = ((special & ~3u) + (o.special & ~3u)) | ((special | o.special) & 3u);
+  }
+  __device__ void Store(const Slots& s, std::uint64_t j) const {
+    s.hi[j] = hi;
+    s.lo[j] = lo;
+    s.count[j] = count;
+    s.low[j] = low;
+    s.high[j] = high;
+    s.special[j] = special;
+  }
+  // Added into slot j of `s` by atomics (other blocks add to it too).
+  __device__ void AtomicAdd(const Slots& s, std::uint64_t j) const {
+    atomicAdd(&s.hi[j], hi);
+    atomicAdd(&s.lo[j], lo);
+    atomicAdd(&s.count[j], count);
+    atomicMin(&s.low[j], low);
+    atomicMax(&s.high[j], high);
+    if ((special & ~3u) != 0) atomicAdd(&s.special[j], special & ~3u);
+    if ((special & 3u) != 0) atomicOr(&s.special[j], special & 3u);
+  }
+};
+
+// How a key dtype's elements become OrderedKey's unsigned numbers: a test
+// for bool, a sign extension for the signed integers, nothing for the
+// unsigned ones. The same for every element, so a kernel branches on it
+// after its loads, not around them.
+enum class KeyKind : int { kBool, kSigned, kUnsigned };
+
+// A key column read as raw little-endian words of kBytes (1, 2, 4 or 8)
+// bytes: the kernels are instantiated per width, not per key dtype.
+template <int kBytes>
+struct KeyReader {
+  const void* keys;
+  KeyKind kind;
+
+  __device__ std::uint64_t Raw(std::uint64_t i) const {
+    if constexpr (kBytes == 1) return static_cast<const std::uint8_t*>(keys)[i];
+    if constexpr (kBytes == 2) return static_cast<const std::uint16_t*>(keys)[i];
+    if constexpr (kBytes == 4) return static_cast<const std::uint32_t*>(keys)[i];
+    if constexpr (kBytes == 8) return static_cast<const std::uint64_t*>(keys)[i];
+  }
+  __device__ std::uint64_t Ordered(std::uint64_t raw) const {
+    if (kind == KeyKind::kBool) return raw != 0;
+    if (kind == KeyKind::kSigned) {
+      constexpr int kShift = 64 - 8 * kBytes;
+      const auto extended = static_cast<std::int64_t>(raw << kShift) >> kShift;
+      return static_cast<std::uint64_t>(extended) ^ (std::uint64_t{1} << 63);
+    }
+    return raw;
+  }
+  // Element i's key as an unsigned number that orders as the key does.
+  __device__ std::uint64_t At(std::uint64_t i) const { return Ordered(Raw(i)); }
+};
+
+// The key dtypes the direct passes take: their width and kind; false for
+// the others.
+inline bool KeyLayout(rules::DType dtype, int* bytes, KeyKind* kind) {
+  switch (dtype) {
+    case rules::DType::kBool: *bytes = 1, *kind = KeyKind::kBool; return true;
+    case rules::DType::kInt8: *bytes = 1, *kind = KeyKind::kSigned; return true;
+    case rules::DType::kInt16: *bytes = 2, *kind = KeyKind::kSigned; return true;
+    case rules::DType::kInt32: *bytes = 4, *kind = KeyKind::kSigned; return true;
+    case rules::DType::kInt64: *bytes = 8, *kind = KeyKind::kSigned; return true;
+    case rules::DType::kUInt8: *bytes = 1, *kind = KeyKind::kUnsigned; return true;
+    case rules::DType::kUInt16: *bytes = 2, *kind = KeyKind::kUnsigned; return true;
+    case rules::DType::kUInt32: *bytes = 4, *kind = KeyKind::kUnsigned; return true;
+    case rules::DType::kUInt64: *bytes = 8, *kind = KeyKind::kUnsigned; return true;
+    default: return false;
+  }
+}
+// f(std::integral_constant<int, bytes>{}) for a key width of 1, 2, 4 or 8.
+template <typename F>
+cudaError_t VisitKeyWidth(int bytes, F&& f) {
+  switch (bytes) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+// A group's key as KeyOrder::keys has it (the element's bytes in the low
+// bytes; a signed key sign-extended), from its ordered form.
+__device__ inline std::uint64_t KeyBits(std::uint64_t ordered, KeyKind kind) {
+  return kind == KeyKind::kSigned ? ordered ^ (std::uint64_t{1} << 63) : ordered;
+}
+
+// A word other threads update by atomics, read as it is now.
+__device__ inline unsigned long long Peek(const unsigned long long* word) {
+  return *static_cast<const volatile unsigned long long*>(word);
+}
+
+// One element into slot `slot`.
+__device__ inline void AddTo(const Slots& s, std::uint64_t slot, double v, int scale) {
+  atomicAdd(&s.count[slot], 1ull);
+  if (isnan(v)) {
+    atomicAdd(&s.special[slot], 4u);
+    return;
+  }
+  if (isinf(v)) {
+    atomicOr(&s.special[slot], v > 0 ? 1u : 2u);
+  } else {
+    long long hi;
+    unsigned long long lo;
+    rules::keyed::ToFixed(v, scale, &hi, &lo);
+    atomicAdd(&s.hi[slot], static_cast<unsigned long long>(hi));
+    atomicAdd(&s.lo[slot], lo);
+  }
+  const unsigned long long o = rules::keyed::OrderedDouble(v);
+  // An extreme changes for few of a slot's elements: a plain read first
+  // spares the atomic for the rest (a stale read only costs the atomic).
+  if (o < Peek(&s.low[slot])) atomicMin(&s.low[slot], o);
+  if (o > Peek(&s.high[slot])) atomicMax(&s.high[slot], o);
+}
+
+// Every slot of `s` as no element (a template, so that each file that
+// launches it has its own).
+template <typename = void>
+__global__ void InitSlotsKernel(Slots s, std::uint64_t range) {
+  for (std::uint64_t j = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; j < range;
+       j += std::uint64_t{gridDim.x} * blockDim.x) {
+    Slot{}.Store(s, j);
+  }
+}
+
+// The current device's SMs (132 where it cannot be asked).
+inline int SmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 132;
+  }
+  return sms;
+}
+
+}  // namespace tally::kernels::dense

@@ -1,0 +1,548 @@
+// The direct path's buckets (partitioned_groups.cuh). A key range too wide
+// for one block's shared memory is cut into buckets of kBucketKeys keys,
+// which does fit:
+//   1. count each block's rows of each bucket (the blocks take the table
+//      in `parts` contiguous parts), bucket by bucket then block by block,
+//      so that one exclusive sum over the counts gives each block where
+//      its rows of each bucket go;
+//   2. how many items of at most kItemRows rows each bucket is cut into
+//      (one block accumulates an item);
+//   3. move each row's key within its bucket and its value there: a
+//      block's rows of a bucket go to its own part of the bucket, in
+//      whatever order its threads take them, which the integer
+//      accumulation does not see; no atomics outside the block;
+//   4. accumulate each item in shared memory, then add its slots to the
+//      global ones (stored outright where the item is its bucket's only
+//      one);
+//   5. (WriteGroups) number the groups, the slots with rows, bucket by
+//      bucket, and write each group's key and values in key order.
+// Keys within one bucket skip 1 and 3: the items are read where they lie.
+// Every row is read twice from the table (the count and the move) and once
+// from the buckets, beside SpreadOfKeys's read; nothing comes back to the
+// host but the groups.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <cstring>
+
+#include "group/partitioned_groups.cuh"
+#include "select/scratch.h"
+#include "tally/kernels/cuda_error.h"
+
+namespace tally::kernels::partitioned {
+namespace {
+
+using dense::KeyKind;
+using dense::KeyReader;
+using dense::Slot;
+using dense::Slots;
+
+constexpr std::uint64_t kMaxBuckets = kMaxPartitionedRange / kBucketKeys;
+// Rows one block accumulates before it adds its slots to the global ones:
+// enough that the 2,048 slots' flush is a small part (uniform keys fill
+// every slot of a bucket), few enough that a hot bucket spreads over many
+// blocks, and below 2^16, so that a slot's count fits the top 16 bits of
+// its low word (Packed).
+constexpr std::uint64_t kItemRows = 32768;
+constexpr int kThreads = 512;
+// The rows moved at a time: a part of the table whose moved rows fill 256
+// MiB (2^25 float32 rows, 2^24 float64), then accumulated before the next
+// part moves. The scratch stays within the device pool's default keep of
+// 512 MiB, so a request does not map its scratch afresh (at 2^28 rows all
+// at once, 2 GiB mapped for each request cost as much as the kernels at
+// 65,536 keys), and bounded whatever the rows.
+constexpr std::size_t kMovedBytes = std::size_t{256} << 20;
+std::uint64_t ChunkRows(std::size_t moved_row_bytes) { return kMovedBytes / moved_row_bytes; }
+// Rows a thread of the count and the move loads before it places them.
+constexpr int kRowsPerThread = 4;
+
+// A row in its bucket: the value and the key's place in the bucket.
+template <typename T>
+struct Moved {
+  T value;
+  std::uint32_t key;
+};
+
+__device__ inline std::uint64_t PartBegin(std::uint64_t n, unsigned part, unsigned parts) {
+  return n / parts * part + (part < n % parts ? part : n % parts);
+}
+
+// A hot key's rows all add to one shared counter, which the hardware
+// serialises within a warp: at most 32 steps, measured cheaper than
+// grouping a warp's rows by bucket first (__match_any_sync) for every row.
+template <int kBytes>
+__global__ void __launch_bounds__(kThreads) CountKernel(KeyReader<kBytes> keys, std::uint64_t n,
+                                                        std::uint64_t lowest, unsigned buckets, unsigned* counts) {
+  extern __shared__ unsigned histogram[];
+  for (unsigned j = threadIdx.x; j < buckets; j += blockDim.x) histogram[j] = 0;
+  __syncthreads();
+  const std::uint64_t begin = PartBegin(n, blockIdx.x, gridDim.x), end = PartBegin(n, blockIdx.x + 1, gridDim.x);
+  for (std::uint64_t i = begin + threadIdx.x; i < end; i += kRowsPerThread * blockDim.x) {
+    std::uint64_t k[kRowsPerThread];
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      const std::uint64_t at = i + u * blockDim.x;
+      k[u] = at < end ? keys.Raw(at) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      if (i + u * blockDim.x < end) {
+        atomicAdd(&histogram[static_cast<unsigned>((keys.Ordered(k[u]) - lowest) >> kBucketBits)], 1u);
+      }
+    }
+  }
+  __syncthreads();
+  // Bucket by bucket, then block by block.
+  for (unsigned j = threadIdx.x; j < buckets; j += blockDim.x) counts[j * gridDim.x + blockIdx.x] = histogram[j];
+}
+
+// Each bucket's rows and first row, from the summed counts (`parts` per
+// bucket, one more entry at the end: the rows).
+__global__ void BucketsKernel(const unsigned* places, unsigned buckets, unsigned parts, unsigned* rows,
+                              unsigned* starts) {
+  for (unsigned b = blockIdx.x * blockDim.x + threadIdx.x; b <= buckets; b += gridDim.x * blockDim.x) {
+    starts[b] = places[std::uint64_t{b} * parts];
+    if (b < buckets) rows[b] = places[std::uint64_t{b + 1} * parts] - places[std::uint64_t{b} * parts];
+  }
+}
+
+// out[0..n] = the exclusive sums of in[i] (divided by `per`, rounded up,
+// where `per` is not 1), in one block of kScanThreads.
+constexpr int kScanThreads = 1024;
+__global__ void __launch_bounds__(kScanThreads) ScanKernel(const unsigned* in, unsigned n, unsigned per,
+                                                           unsigned* out) {
+  using Scan = cub::BlockScan<unsigned, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const unsigned strip = (n + kScanThreads - 1) / kScanThreads;
+  const unsigned first = threadIdx.x * strip;
+  const auto value = [&](unsigned i) { return per == 1 ? in[i] : (in[i] + per - 1) / per; };
+  unsigned mine = 0;
+  for (unsigned i = first; i < first + strip && i < n; ++i) mine += value(i);
+  unsigned before = 0, total = 0;
+  Scan(temp).ExclusiveSum(mine, before, total);
+  for (unsigned i = first; i < first + strip && i < n; ++i) {
+    out[i] = before;
+    before += value(i);
+  }
+  if (threadIdx.x == 0) out[n] = total;
+}
+
+template <typename T, int kBytes>
+__global__ void __launch_bounds__(kThreads) MoveKernel(KeyReader<kBytes> keys, const T* __restrict__ values,
+                                                       std::uint64_t n, std::uint64_t lowest, unsigned buckets,
+                                                       const unsigned* places, Moved<T>* moved) {
+  extern __shared__ unsigned next[];  // where this block's next row of each bucket goes
+  for (unsigned j = threadIdx.x; j < buckets; j += blockDim.x) next[j] = places[j * gridDim.x + blockIdx.x];
+  __syncthreads();
+  const std::uint64_t begin = PartBegin(n, blockIdx.x, gridDim.x), end = PartBegin(n, blockIdx.x + 1, gridDim.x);
+  for (std::uint64_t i = begin + threadIdx.x; i < end; i += kRowsPerThread * blockDim.x) {
+    std::uint64_t k[kRowsPerThread];
+    T v[kRowsPerThread];
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      const std::uint64_t at = i + u * blockDim.x;
+      k[u] = at < end ? keys.Raw(at) : 0;
+      v[u] = at < end ? values[at] : T{};
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+      if (i + u * blockDim.x >= end) continue;
+      const std::uint64_t key = keys.Ordered(k[u]) - lowest;
+      const unsigned at = atomicAdd(&next[static_cast<unsigned>(key >> kBucketBits)], 1u);
+      moved[at] = Moved<T>{v[u], static_cast<std::uint32_t>(key & (kBucketKeys - 1))};
+    }
+  }
+}
+
+// The move for up to kSortedMoveBuckets buckets: each tile of kTileRows
+// rows is first ordered by bucket in shared memory, then written out, so
+// that a warp's writes are runs of rows of one bucket (whole sectors at 1M
+// keys' 489 buckets: 8 rows of a bucket a tile on average) rather than 32
+// rows to 32 places.
+constexpr unsigned kSortedMoveBuckets = 1024;
+constexpr int kTileRowsPerThread = 8;
+constexpr unsigned kTileRows = kThreads * kTileRowsPerThread;
+
+template <typename T>
+std::size_t SortedMoveShared() {
+  return 3 * kSortedMoveBuckets * sizeof(unsigned) + kTileRows * (sizeof(Moved<T>) + sizeof(std::uint16_t));
+}
+
+template <typename T, int kBytes>
+__global__ void __launch_bounds__(kThreads) SortedMoveKernel(KeyReader<kBytes> keys, const T* __restrict__ values,
+                                                             std::uint64_t n, std::uint64_t lowest,
+                                                             unsigned buckets, const unsigned* places,
+                                                             Moved<T>* moved) {
+  extern __shared__ unsigned long long shared_words[];
+  auto* staged = reinterpret_cast<Moved<T>*>(shared_words);           // the tile's rows by bucket
+  auto* next = reinterpret_cast<unsigned*>(staged + kTileRows);       // where this block's next row of a bucket goes
+  unsigned* count = next + kSortedMoveBuckets;                        // the tile's rows of a bucket
+  unsigned* first = count + kSortedMoveBuckets;                       // where they start in the tile
+  auto* staged_bucket = reinterpret_cast<std::uint16_t*>(first + kSortedMoveBuckets);
+  using Scan = cub::BlockScan<unsigned, kThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  constexpr int kPerThread = kSortedMoveBuckets / kThreads;
+  for (unsigned j = threadIdx.x; j < kSortedMoveBuckets; j += blockDim.x) {
+    next[j] = j < buckets ? places[j * gridDim.x + blockIdx.x] : 0;
+    count[j] = 0;
+  }
+  __syncthreads();
+  const std::uint64_t begin = PartBegin(n, blockIdx.x, gridDim.x), end = PartBegin(n, blockIdx.x + 1, gridDim.x);
+  for (std::uint64_t tile = begin; tile < end; tile += kTileRows) {
+    const unsigned rows = end - tile < kTileRows ? static_cast<unsigned>(end - tile) : kTileRows;
+    unsigned bucket[kTileRowsPerThread], rank[kTileRowsPerThread];
+    Moved<T> row[kTileRowsPerThread];
+#pragma unroll
+    for (int u = 0; u < kTileRowsPerThread; ++u) {
+      const unsigned at = u * kThreads + threadIdx.x;
+      if (at < rows) {
+        const std::uint64_t key = keys.At(tile + at) - lowest;
+        bucket[u] = static_cast<unsigned>(key >> kBucketBits);
+        row[u] = Moved<T>{values[tile + at], static_cast<std::uint32_t>(key & (kBucketKeys - 1))};
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kTileRowsPerThread; ++u) {
+      if (u * kThreads + threadIdx.x < rows) rank[u] = atomicAdd(&count[bucket[u]], 1u);
+    }
+    __syncthreads();
+    unsigned mine[kPerThread], starts[kPerThread];
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) mine[e] = count[threadIdx.x * kPerThread + e];
+    Scan(temp).ExclusiveSum(mine, starts);
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) first[threadIdx.x * kPerThread + e] = starts[e];
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kTileRowsPerThread; ++u) {
+      if (u * kThreads + threadIdx.x >= rows) continue;
+      const unsigned at = first[bucket[u]] + rank[u];
+      staged[at] = row[u];
+      staged_bucket[at] = static_cast<std::uint16_t>(bucket[u]);
+    }
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < rows; i += kThreads) {
+      const unsigned b = staged_bucket[i];
+      moved[next[b] + (i - first[b])] = staged[i];
+    }
+    __syncthreads();
+    for (unsigned j = threadIdx.x; j < kSortedMoveBuckets; j += blockDim.x) {
+      next[j] += count[j];
+      count[j] = 0;
+    }
+    __syncthreads();
+  }
+}
+
+// A bucket's slots in shared memory: Slots but the count, which rides in
+// the top 16 bits of the low word (an item's rows are fewer than 2^16, and
+// its low words, each below 2^32, sum below 2^47), so that an element
+// takes two atomics and, for most, two plain reads of its extremes.
+struct Packed {
+  unsigned long long* hi;
+  unsigned long long* lo;  // the count x 2^48 + the low words' sum
+  unsigned long long* low;
+  unsigned long long* high;
+  unsigned int* special;
+  static constexpr std::size_t kBytes = 4 * sizeof(unsigned long long) + sizeof(unsigned int);
+  static constexpr int kCountShift = 48;
+
+  __device__ static Packed At(unsigned long long* words, std::uint64_t n) {
+    return Packed{words, words + n, words + 2 * n, words + 3 * n, reinterpret_cast<unsigned int*>(words + 4 * n)};
+  }
+  __device__ void Clear(std::uint64_t j) const {
+    hi[j] = 0;
+    lo[j] = 0;
+    low[j] = rules::keyed::kNoLow;
+    high[j] = rules::keyed::kNoHigh;
+    special[j] = 0;
+  }
+  __device__ void Add(std::uint64_t j, double v, int scale) const {
+    constexpr unsigned long long kOne = 1ull << kCountShift;
+    if (isnan(v)) {
+      atomicAdd(&lo[j], kOne);
+      atomicAdd(&special[j], 4u);
+      return;
+    }
+    if (isinf(v)) {
+      atomicAdd(&lo[j], kOne);
+      atomicOr(&special[j], v > 0 ? 1u : 2u);
+    } else {
+      long long h;
+      unsigned long long l;
+      rules::keyed::ToFixed(v, scale, &h, &l);
+      atomicAdd(&hi[j], static_cast<unsigned long long>(h));
+      atomicAdd(&lo[j], l + kOne);
+    }
+    const unsigned long long o = rules::keyed::OrderedDouble(v);
+    if (o < dense::Peek(&low[j])) atomicMin(&low[j], o);
+    if (o > dense::Peek(&high[j])) atomicMax(&high[j], o);
+  }
+  __device__ Slot Load(std::uint64_t j) const {
+    const unsigned long long l = lo[j];
+    return Slot{hi[j], l & ((1ull << kCountShift) - 1), l >> kCountShift, low[j], high[j], special[j]};
+  }
+};
+
+// Elements a thread loads before it adds them (as dense_groups.cu's).
+constexpr int kLoadsPerThread = 4;
+
+// kInPlace: one bucket, its items read from the table where they lie
+// (`keys`, `values`); else from `moved`. `only`: the rows are the whole
+// table's (not one part's of several).
+template <typename T, bool kInPlace, int kBytes>
+__global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __restrict__ moved,
+                                                             KeyReader<kBytes> keys, const T* __restrict__ values,
+                                                             std::uint64_t lowest, const unsigned* starts,
+                                                             const unsigned* item_starts, unsigned buckets,
+                                                             int scale, bool only, Slots global) {
+  extern __shared__ unsigned long long shared[];
+  const Packed s = Packed::At(shared, kBucketKeys);
+  const unsigned items = item_starts[buckets];
+  for (unsigned item = blockIdx.x; item < items; item += gridDim.x) {
+    // The bucket: the last whose first item is at most this one.
+    unsigned lo = 0, hi = buckets - 1;
+    while (lo < hi) {
+      const unsigned mid = (lo + hi + 1) / 2;
+      if (item_starts[mid] <= item) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const unsigned b = lo;
+    // The only item of its bucket in the only part of the table: its slots
+    // are stored, not added.
+    const bool alone = only && item_starts[b + 1] - item_starts[b] == 1;
+    const std::uint64_t begin = starts[b] + std::uint64_t{item - item_starts[b]} * kItemRows;
+    const std::uint64_t end = begin + kItemRows < starts[b + 1] ? begin + kItemRows : starts[b + 1];
+    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.Clear(j);
+    __syncthreads();
+    for (std::uint64_t r = begin + threadIdx.x; r < end; r += kLoadsPerThread * blockDim.x) {
+      std::uint64_t k[kLoadsPerThread];
+      double v[kLoadsPerThread];
+#pragma unroll
+      for (int u = 0; u < kLoadsPerThread; ++u) {
+        const std::uint64_t at = r + u * blockDim.x;
+        if (at < end) {
+          if constexpr (kInPlace) {
+            k[u] = keys.Raw(at);
+            v[u] = static_cast<double>(values[at]);
+          } else {
+            const Moved<T> m = moved[at];
+            k[u] = m.key;
+            v[u] = static_cast<double>(m.value);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsPerThread; ++u) {
+        if (r + u * blockDim.x >= end) continue;
+        const std::uint64_t slot = kInPlace ? keys.Ordered(k[u]) - lowest : k[u];
+        s.Add(slot, v[u], scale);
+      }
+    }
+    __syncthreads();
+    const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
+    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
+      const Slot slot = s.Load(j);
+      if (slot.count == 0) continue;
+      if (alone) {
+        slot.Store(global, first + j);
+      } else {
+        slot.AtomicAdd(global, first + j);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Each bucket's groups (its slots with rows); one block a bucket.
+constexpr int kNumberThreads = kBucketKeys / 2;
+__global__ void __launch_bounds__(kNumberThreads) GroupsPerBucketKernel(const unsigned long long* count,
+                                                                        unsigned* groups) {
+  using Reduce = cub::BlockReduce<unsigned, kNumberThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  const std::uint64_t first = std::uint64_t{blockIdx.x} * kBucketKeys + 2 * threadIdx.x;
+  const unsigned mine = (count[first] != 0 ? 1u : 0u) + (count[first + 1] != 0 ? 1u : 0u);
+  const unsigned total = Reduce(temp).Sum(mine);
+  if (threadIdx.x == 0) groups[blockIdx.x] = total;
+}
+
+// Each bucket's groups written in key order from group_starts[bucket] on.
+__global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots, const unsigned* group_starts,
+                                                                    std::uint64_t lowest, KeyKind kind, int scale,
+                                                                    Groups out) {
+  using Scan = cub::BlockScan<unsigned, kNumberThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const std::uint64_t first = std::uint64_t{blockIdx.x} * kBucketKeys + 2 * threadIdx.x;
+  const unsigned flags[2] = {slots.count[first] != 0 ? 1u : 0u, slots.count[first + 1] != 0 ? 1u : 0u};
+  unsigned before = 0;
+  Scan(temp).ExclusiveSum(flags[0] + flags[1], before);
+  unsigned g = group_starts[blockIdx.x] + before;
+  unsigned seen = 0;
+  for (int e = 0; e < 2; ++e) {
+    if (flags[e] == 0) continue;
+    const std::uint64_t j = first + e;
+    const Slot slot = Slot::Load(slots, j);
+    out.keys[g] = dense::KeyBits(lowest + j, kind);
+    out.count[g] = slot.count;
+    out.nan[g] = slot.special >> 2;
+    out.infinities[g] = static_cast<std::uint8_t>(slot.special & 3u);
+    out.sum[g] = rules::keyed::FixedSumOf(rules::keyed::FixedWords(slot.hi, slot.lo), scale);  // the finite elements
+    out.min[g] = rules::keyed::FromOrdered(slot.low);
+    out.max[g] = rules::keyed::FromOrdered(slot.high);
+    seen |= (slot.special >> 2 != 0 ? 1u : 0u) | ((slot.special & 3u) != 0 ? 2u : 0u);
+    ++g;
+  }
+  if (seen != 0) atomicOr(out.seen, seen);
+}
+
+template <typename Kernel>
+cudaError_t AllowShared(Kernel kernel, std::size_t bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+}  // namespace
+
+Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, void* base, std::size_t* used) {
+  const std::uint64_t buckets = (range + kBucketKeys - 1) / kBucketKeys;
+  const std::uint64_t slots = buckets * kBucketKeys;
+  const std::uint64_t most_groups = range < rows ? range : rows;
+  select::Carver c(base);
+  Layout at;
+  at.buckets = static_cast<unsigned>(buckets);
+  // The count and the move: two blocks an SM.
+  at.parts = dense::SmCount() * 2;
+  const std::uint64_t places = buckets * at.parts + 1;
+  at.slots.hi = c.Take<unsigned long long>(slots);
+  at.slots.lo = c.Take<unsigned long long>(slots);
+  at.slots.count = c.Take<unsigned long long>(slots);
+  at.slots.low = c.Take<unsigned long long>(slots);
+  at.slots.high = c.Take<unsigned long long>(slots);
+  at.slots.special = c.Take<unsigned int>(slots);
+  at.counts = c.Take<unsigned>(places);
+  at.rows = c.Take<unsigned>(buckets);
+  at.starts = c.Take<unsigned>(buckets + 1);
+  at.item_starts = c.Take<unsigned>(buckets + 1);
+  at.groups = c.Take<unsigned>(buckets);
+  at.group_starts = c.Take<unsigned>(buckets + 1);
+  (void)cub::DeviceScan::ExclusiveSum(nullptr, at.scan_bytes, static_cast<unsigned*>(nullptr),
+                                      static_cast<unsigned*>(nullptr), static_cast<int>(places));
+  at.scan = c.Take<std::byte>(at.scan_bytes);
+  // A row moved: the value and its key's place, padded as Moved<T> is.
+  if (buckets > 1) {
+    const std::size_t moved_row = value_size == 4 ? 8 : 16;
+    at.moved = c.Take<std::byte>((rows < ChunkRows(moved_row) ? rows : ChunkRows(moved_row)) * moved_row);
+  }
+  at.out.keys = c.Take<unsigned long long>(most_groups);
+  at.out.count = c.Take<unsigned long long>(most_groups);
+  at.out.nan = c.Take<unsigned long long>(most_groups);
+  at.out.sum = c.Take<double>(most_groups);
+  at.out.min = c.Take<double>(most_groups);
+  at.out.max = c.Take<double>(most_groups);
+  at.out.infinities = c.Take<std::uint8_t>(most_groups);
+  at.out.seen = c.Take<unsigned>(1);
+  *used = c.used();
+  return at;
+}
+
+template <typename T>
+cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& spread, int scale, const Layout& at,
+                       cudaStream_t stream) {
+  static_assert(sizeof(Moved<T>) == (sizeof(T) == 4 ? 8 : 16), "LayOut's size of a moved row");
+  int key_bytes = 0;
+  KeyKind kind{};
+  if (!dense::KeyLayout(keys.dtype, &key_bytes, &kind) || at.buckets > kMaxBuckets) {
+    return cuda::Record(cudaErrorInvalidValue, "Accumulate: keys not taken", __FILE__, __LINE__);
+  }
+  const unsigned buckets = at.buckets;
+  const std::uint64_t rows = keys.rows;
+  auto* moved = reinterpret_cast<Moved<T>*>(at.moved);
+  return dense::VisitKeyWidth(key_bytes, [&](auto width) -> cudaError_t {
+    constexpr int kBytes = decltype(width)::value;
+    const KeyReader<kBytes> reader{keys.data, kind};
+    const std::size_t slot_shared = kBucketKeys * Packed::kBytes;
+    const auto accumulate = buckets > 1 ? AccumulateKernel<T, false, kBytes> : AccumulateKernel<T, true, kBytes>;
+    TALLY_CUDA_TRY(AllowShared(accumulate, slot_shared));
+    const auto accumulate_items = [&](const T* part_values, bool only) -> cudaError_t {
+      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows), at.item_starts);
+      TALLY_CUDA_CHECK_LAUNCH();
+      accumulate<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
+          moved, reader, part_values, spread.lowest, at.starts, at.item_starts, buckets, scale, only, at.slots);
+      TALLY_CUDA_CHECK_LAUNCH();
+      return cudaSuccess;
+    };
+    if (buckets == 1) {
+      const unsigned both[2] = {0, static_cast<unsigned>(rows)};
+      TALLY_CUDA_TRY(cudaMemcpyAsync(at.starts, both, sizeof both, cudaMemcpyHostToDevice, stream));
+      TALLY_CUDA_TRY(cudaMemcpyAsync(at.rows, &both[1], sizeof(unsigned), cudaMemcpyHostToDevice, stream));
+      return accumulate_items(values, true);
+    }
+    const std::size_t bucket_shared = buckets * sizeof(unsigned);
+    TALLY_CUDA_TRY(AllowShared(CountKernel<kBytes>, bucket_shared));
+    const bool sorted_move = buckets <= kSortedMoveBuckets;
+    TALLY_CUDA_TRY(sorted_move ? AllowShared(SortedMoveKernel<T, kBytes>, SortedMoveShared<T>())
+                               : AllowShared(MoveKernel<T, kBytes>, bucket_shared));
+    const std::uint64_t places = std::uint64_t{buckets} * at.parts + 1;
+    const std::uint64_t chunk = ChunkRows(sizeof(Moved<T>));
+    for (std::uint64_t first = 0; first < rows; first += chunk) {
+      const std::uint64_t n = rows - first < chunk ? rows - first : chunk;
+      const KeyReader<kBytes> part{static_cast<const std::byte*>(keys.data) + first * kBytes, kind};
+      CountKernel<kBytes><<<at.parts, kThreads, bucket_shared, stream>>>(part, n, spread.lowest, buckets, at.counts);
+      TALLY_CUDA_CHECK_LAUNCH();
+      TALLY_CUDA_TRY(cudaMemsetAsync(at.counts + places - 1, 0, sizeof(unsigned), stream));
+      std::size_t scan_bytes = at.scan_bytes;
+      TALLY_CUDA_TRY(cub::DeviceScan::ExclusiveSum(at.scan, scan_bytes, at.counts, at.counts,
+                                                   static_cast<int>(places), stream));
+      BucketsKernel<<<(buckets + 256) / 256, 256, 0, stream>>>(at.counts, buckets, at.parts, at.rows, at.starts);
+      TALLY_CUDA_CHECK_LAUNCH();
+      if (sorted_move) {
+        SortedMoveKernel<T, kBytes><<<at.parts, kThreads, SortedMoveShared<T>(), stream>>>(
+            part, values + first, n, spread.lowest, buckets, at.counts, moved);
+      } else {
+        MoveKernel<T, kBytes><<<at.parts, kThreads, bucket_shared, stream>>>(part, values + first, n, spread.lowest,
+                                                                             buckets, at.counts, moved);
+      }
+      TALLY_CUDA_CHECK_LAUNCH();
+      TALLY_CUDA_TRY(accumulate_items(nullptr, n == rows));
+    }
+    return cudaSuccess;
+  });
+}
+
+template cudaError_t Accumulate<float>(const GroupKeys&, const float*, const KeySpread&, int, const Layout&,
+                                       cudaStream_t);
+template cudaError_t Accumulate<double>(const GroupKeys&, const double*, const KeySpread&, int, const Layout&,
+                                        cudaStream_t);
+
+cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, int scale, cudaStream_t stream,
+                        DenseGroups* out) {
+  const unsigned buckets = at.buckets;
+  TALLY_CUDA_TRY(cudaMemsetAsync(at.out.seen, 0, sizeof(unsigned), stream));
+  GroupsPerBucketKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots.count, at.groups);
+  TALLY_CUDA_CHECK_LAUNCH();
+  ScanKernel<<<1, kScanThreads, 0, stream>>>(at.groups, buckets, 1, at.group_starts);
+  TALLY_CUDA_CHECK_LAUNCH();
+  WriteGroupsKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots, at.group_starts, lowest, kind, scale, at.out);
+  TALLY_CUDA_CHECK_LAUNCH();
+  unsigned found[2] = {0, 0};  // groups, what they hold
+  TALLY_CUDA_TRY(cudaMemcpyAsync(&found[0], at.group_starts + buckets, sizeof(unsigned), cudaMemcpyDeviceToHost,
+                                 stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(&found[1], at.out.seen, sizeof(unsigned), cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
+  out->groups = found[0];
+  out->any_nan = (found[1] & 1u) != 0;
+  out->any_infinity = (found[1] & 2u) != 0;
+  out->keys = reinterpret_cast<const std::uint64_t*>(at.out.keys);
+  out->count = reinterpret_cast<const std::uint64_t*>(at.out.count);
+  out->nan = reinterpret_cast<const std::uint64_t*>(at.out.nan);
+  out->infinities = at.out.infinities;
+  out->sum = at.out.sum;
+  out->min = at.out.min;
+  out->max = at.out.max;
+  return cudaSuccess;
+}
+
+}  // namespace tally::kernels::partitioned
