@@ -218,7 +218,7 @@ absl::Status DevicePool::DeviceHealth(int device) const {
   return d->lost_why.empty() ? absl::OkStatus() : absl::UnavailableError(d->lost_why);
 }
 
-PinnedPool& DevicePool::pinned(int device) { return *Find(device)->pinned; }
+PinnedPool& DevicePool::pinned(int device) const { return *Find(device)->pinned; }
 
 std::uint64_t DevicePool::pinned_total() const {
   std::uint64_t t = 0;

@@ -51,7 +51,9 @@ class DevicePool {
   // UNAVAILABLE when `device` is lost, saying why.
   absl::Status DeviceHealth(int device) const;
 
-  PinnedPool& pinned(int device);
+  // The staging blocks of `device` (the pool is thread-safe, so a const
+  // pool lends them too).
+  PinnedPool& pinned(int device) const;
   // The staging pool over all devices.
   std::uint64_t pinned_total() const;
   std::uint64_t pinned_used() const;
