@@ -1,5 +1,6 @@
 // The host API of tally/kernels/aggregate.h: plan checks, the state layout,
 // and the one dispatch over dtype to the per-dtype launchers.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -9,6 +10,7 @@
 #include "policy.cuh"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/agg/registry.h"
 
 namespace tally::kernels {
 namespace {
@@ -16,14 +18,20 @@ namespace {
 using rules::Has;
 using rules::OpKind;
 
-// The ops the exact pass's elements' state answers, and its squares'.
-constexpr rules::OpMask kExactSumOps =
-    rules::Bit(OpKind::kSum) | rules::Bit(OpKind::kNanSum) | rules::Bit(OpKind::kMean) |
-    rules::Bit(OpKind::kNanMean) | rules::Bit(OpKind::kVariance) | rules::Bit(OpKind::kStddev) |
-    rules::Bit(OpKind::kNanVariance) | rules::Bit(OpKind::kNanStddev);
-constexpr rules::OpMask kExactSquaresOps =
-    rules::Bit(OpKind::kSumSquares) | rules::Bit(OpKind::kVariance) | rules::Bit(OpKind::kStddev) |
-    rules::Bit(OpKind::kNanVariance) | rules::Bit(OpKind::kNanStddev);
+// The ops of `mask` the registry computes from exact sums for `dtype`
+// (rules::agg::ExactFor), and those of them that need the squares' too.
+rules::OpMask ExactOfRegistry(rules::OpMask mask, rules::DType dtype, bool squares) {
+  rules::OpMask out = 0;
+  // A mask holds the kinds below its width (the fused and fold passes' ops).
+  constexpr int kKinds = std::min<int>(rules::kNumOpKinds, sizeof(rules::OpMask) * 8);
+  for (int k = 0; k < kKinds; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    if (!Has(mask, kind)) continue;
+    const rules::agg::Function& f = rules::agg::Of(kind);
+    if (rules::agg::ExactFor(f, dtype) && (!squares || f.exact_squares)) out |= rules::Bit(kind);
+  }
+  return out;
+}
 
 // The ops before kNanSum, the NaN-skipping ones, and the fold pass's.
 constexpr rules::OpMask kAllOps = ((rules::OpMask{1} << rules::kNumKernelOpKinds) - 1) | kNanOps | kFoldOps;
@@ -85,8 +93,7 @@ rules::OpMask ExactOps(const AggregatePlan& plan) {
   if (!plan.exact_sums) return 0;
   // An integer sum is the native one, modulo 2^64 (numpy's); its means,
   // variances and sums of squares come from exact sums, as a float's do.
-  const rules::OpMask sums = rules::IsFloat(plan.dtype) ? kExactSumOps : kExactSumOps & ~rules::Bit(OpKind::kSum);
-  return plan.ops & (sums | kExactSquaresOps);
+  return ExactOfRegistry(plan.ops, plan.dtype, false);
 }
 
 std::uint64_t RowsOf(const AggregatePlan& plan) {
@@ -138,7 +145,7 @@ ResultLayout LayoutOf(const AggregatePlan& plan) {
   l.nonzero = take(Has(m, OpKind::kCountNonzero), 8);
   const rules::OpMask exact = ExactOps(plan);
   l.exact_sum = take(exact != 0, detail::kExactStateBytes);
-  l.exact_squares = take((exact & kExactSquaresOps) != 0, detail::kExactStateBytes);
+  l.exact_squares = take(ExactOfRegistry(exact, plan.dtype, true) != 0, detail::kExactStateBytes);
   l.bytes = at;
   return l;
 }

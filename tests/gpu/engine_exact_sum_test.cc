@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/engine/reduce_pieces.h"
+#include "tally/rules/agg/registry.h"
 #include "tally/rules/exact_sum.h"
 #include "tally/rules/half.h"
 #include "tests/gpu/engine_test_util.h"
@@ -95,20 +96,7 @@ absl::StatusOr<AggregationResult> RunResident(Backend& cuda, const AggregationPl
 }
 
 // Whether op `k` of dtype `dt` keeps its exact sums in its partial state.
-bool KeepsExactSums(OpKind k, DType dt) {
-  switch (k) {
-    case OpKind::kSum:
-    case OpKind::kNanSum: return rules::IsFloat(dt);  // an integer sum is the native one
-    case OpKind::kMean:
-    case OpKind::kNanMean:
-    case OpKind::kSumSquares:
-    case OpKind::kVariance:
-    case OpKind::kStddev:
-    case OpKind::kNanVariance:
-    case OpKind::kNanStddev: return true;
-    default: return false;
-  }
-}
+bool KeepsExactSums(OpKind k, DType dt) { return rules::agg::ExactFor(rules::agg::Of(k), dt); }
 
 // `plan` over `data` on the cuda backend, sent in one piece and in each of
 // `pieces`, and read where it lies on the GPU (a resident dataset's bytes:

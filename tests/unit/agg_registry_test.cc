@@ -45,7 +45,26 @@ TEST(AggRegistry, FactsAreConsistent) {
     }
     if (f.skips_nan) {
       EXPECT_FALSE(Of(f.plain).skips_nan);
+      EXPECT_EQ(f.exact, Of(f.plain).exact) << "a NaN-skipping form is exact where its plain one is";
     }
+    if (f.exact_squares) EXPECT_EQ(f.exact, Exact::kEveryDtype);
+    if (f.exact != Exact::kNone) EXPECT_TRUE(f.on_kernels && f.partial_state);
+  }
+}
+
+// The functions computed from exact sums (the same bits on every path):
+// sums for float dtypes, means and moments for every dtype; a float prod
+// rounds in the order it is taken.
+TEST(AggRegistry, ExactSumsAreTheSumsAndMoments) {
+  for (const Function& f : kFunctions) {
+    SCOPED_TRACE(f.name);
+    const std::string_view plain = Of(f.plain).name;
+    const bool sum = plain == "sum", moment = plain == "mean" || plain == "sum_squares" || plain == "variance" ||
+                                              plain == "stddev";
+    EXPECT_EQ(ExactFor(f, DType::kFloat32), sum || moment);
+    EXPECT_EQ(ExactFor(f, DType::kInt64), moment);
+    EXPECT_EQ(f.exact_squares, plain == "sum_squares" || plain == "variance" || plain == "stddev");
+    EXPECT_EQ(f.rounds_in_order, plain == "prod");
   }
 }
 

@@ -464,13 +464,21 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
     constexpr int kBytes = decltype(width)::value;
     const KeyReader<kBytes> reader{keys.data, kind};
     const std::size_t slot_shared = kBucketKeys * Packed::kBytes;
-    const auto accumulate = buckets > 1 ? AccumulateKernel<T, false, kBytes> : AccumulateKernel<T, true, kBytes>;
-    TALLY_CUDA_TRY(AllowShared(accumulate, slot_shared));
+    // Moved rows carry their keys' places: one kernel for every key width.
+    const auto in_place = AccumulateKernel<T, true, kBytes>;
+    const auto from_moved = AccumulateKernel<T, false, 8>;
+    TALLY_CUDA_TRY(buckets > 1 ? AllowShared(from_moved, slot_shared) : AllowShared(in_place, slot_shared));
     const auto accumulate_items = [&](const T* part_values, bool only) -> cudaError_t {
       ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows), at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
-      accumulate<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-          moved, reader, part_values, spread.lowest, at.starts, at.item_starts, buckets, scale, only, at.slots);
+      if (buckets > 1) {
+        from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
+            moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, scale,
+            only, at.slots);
+      } else {
+        in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
+            nullptr, reader, part_values, spread.lowest, at.starts, at.item_starts, buckets, scale, only, at.slots);
+      }
       TALLY_CUDA_CHECK_LAUNCH();
       return cudaSuccess;
     };

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/forwarding_backend.h"
 #include "server/engine/routing/accounted_reduction.h"
+#include "tally/rules/agg/registry.h"
 #include "server/engine/routing/calibration.h"
 #include "server/engine/routing/cost_model.h"
 #include "server/metrics/metrics.h"
@@ -163,17 +164,11 @@ class Router final : public ForwardingBackend {
 }  // namespace
 
 bool SameBitsOnEither(const AggregationPlan& plan, bool exact_sums) {
-  const bool float_dtype = rules::IsFloat(plan.array.dtype);
+  const DType dtype = plan.array.dtype;
   return std::none_of(plan.ops.begin(), plan.ops.end(), [&](const OpSpec& op) {
-    switch (rules::PlainOf(op.kind)) {
-      case OpKind::kProduct: return float_dtype;  // integer products wrap exactly
-      case OpKind::kSum: return float_dtype && !exact_sums;
-      case OpKind::kMean:
-      case OpKind::kSumSquares:
-      case OpKind::kVariance:
-      case OpKind::kStddev: return !exact_sums;
-      default: return false;
-    }
+    const rules::agg::Function& f = rules::agg::Of(op.kind);
+    if (f.rounds_in_order) return rules::IsFloat(dtype);  // integer products wrap exactly
+    return rules::agg::ExactFor(f, dtype) && !exact_sums;
   });
 }
 

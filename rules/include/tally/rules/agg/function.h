@@ -122,6 +122,12 @@ class StateFunction;  // state.h
 
 // An aggregate function. A NaN-skipping function is its plain function
 // with skips_nan set (NanForm): same parameters, result and state.
+// Which dtypes a function takes from exact sums: none; float dtypes only
+// (an integer sum is numpy's native one, modulo 2^64); every dtype (means
+// and moments: an integer's elements summed in 128 bits, their squares in
+// 192, rules/exact_integers.h).
+enum class Exact : std::uint8_t { kNone, kFloats, kEveryDtype };
+
 struct Function {
   OpKind kind = OpKind::kSum;
   std::string_view name;                         // canonical: metrics labels, messages, tally.proto's OP_<NAME>
@@ -148,7 +154,19 @@ struct Function {
   bool holistic = false;         // the state is the elements themselves (bounded by the server's budget)
   bool per_q = false;            // answers one value per q (quantile, ddsketch; median: one)
   bool up_to_k = false;          // answers up to k values and their indices per row (topk, bottomk)
+  // Whether it is computed from exact sums (rules/exact_sum.h), the same
+  // bits on every path, and whether from its elements' squares' too.
+  Exact exact = Exact::kNone;
+  bool exact_squares = false;
+  // Its float answer is rounded in the order the elements are taken (a
+  // product), which the cpu and cuda backends do not share.
+  bool rounds_in_order = false;
 };
+
+// Whether `f` of `dtype` is computed from exact sums.
+constexpr bool ExactFor(const Function& f, DType dtype) {
+  return f.exact == Exact::kEveryDtype || (f.exact == Exact::kFloats && IsFloat(dtype));
+}
 
 // The NaN-skipping twin of `plain`: numpy's nan-function of it.
 constexpr Function NanForm(const Function& plain, OpKind kind, std::string_view name, int wire,

@@ -17,13 +17,16 @@ inline constexpr ParamSet kDdof{kDdofParams, [](const OpSpec& op) -> std::option
                                 }};
 
 inline constexpr Function kMean{.kind = OpKind::kMean, .name = "mean", .wire = 4, .result = ResultRule::kDouble,
-                                .plain = OpKind::kMean, .partial_state = true, .on_kernels = true};
+                                .plain = OpKind::kMean, .partial_state = true, .on_kernels = true,
+                                .exact = Exact::kEveryDtype};
 inline constexpr Function kVariance{.kind = OpKind::kVariance, .name = "variance", .spellings = {"var"}, .wire = 7,
                                     .params = &kDdof, .result = ResultRule::kDouble, .plain = OpKind::kVariance,
-                                    .partial_state = true, .on_kernels = true};
+                                    .partial_state = true, .on_kernels = true, .exact = Exact::kEveryDtype,
+                                    .exact_squares = true};
 inline constexpr Function kStddev{.kind = OpKind::kStddev, .name = "stddev", .spellings = {"std"}, .wire = 8,
                                   .params = &kDdof, .result = ResultRule::kDouble, .plain = OpKind::kStddev,
-                                  .partial_state = true, .on_kernels = true};
+                                  .partial_state = true, .on_kernels = true, .exact = Exact::kEveryDtype,
+                                  .exact_squares = true};
 inline constexpr Function kNanMean = NanForm(kMean, OpKind::kNanMean, "nanmean", 13);
 inline constexpr Function kNanVariance = NanForm(kVariance, OpKind::kNanVariance, "nanvar", 18);
 inline constexpr Function kNanStddev = NanForm(kStddev, OpKind::kNanStddev, "nanstd", 19);

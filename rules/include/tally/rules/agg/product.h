@@ -11,7 +11,7 @@ namespace tally::rules::agg {
 
 inline constexpr Function kProduct{.kind = OpKind::kProduct, .name = "prod", .spellings = {"product"}, .wire = 21,
                                    .result = ResultRule::kLikeInput, .plain = OpKind::kProduct,
-                                   .partial_state = true, .on_kernels = true};
+                                   .partial_state = true, .on_kernels = true, .rounds_in_order = true};
 inline constexpr Function kCountNonzero{.kind = OpKind::kCountNonzero, .name = "count_nonzero",
                                         .spellings = {"nnz"}, .wire = 22, .result = ResultRule::kCount,
                                         .plain = OpKind::kCountNonzero, .partial_state = true, .on_kernels = true};
