@@ -185,7 +185,7 @@ TEST(ExactSquares, NarrowBlocksAreExactAtTheirLimits) {
       AddExactSquares(x.data(), x.size(), false, x.size(), range, got);
       EXPECT_EQ(want.Bytes(), got.ToExactSum().Bytes()) << "e=" << e << " all_ones=" << all_ones;
       const BlockRange guessed = RangeOfBlock(x.data(), x.size(), false, nullptr, top_e);
-      ASSERT_TRUE(guessed.has_guess);
+      ASSERT_TRUE(guessed.has_split_squares);
       AddExactSquares(x.data(), x.size(), false, x.size(), guessed, split_in_range_pass);
       EXPECT_EQ(want.Bytes(), split_in_range_pass.ToExactSum().Bytes()) << "guessed, e=" << e;
     }
@@ -222,7 +222,7 @@ TEST(ExactBlock, NarrowFloat64BlocksAreExactAtTheirLimits) {
       AddExactBlock(x.data(), x.size(), false, x.size(), range, plain);
       EXPECT_EQ(want.Bytes(), plain.ToExactSum().Bytes()) << "e=" << e << " one_sign=" << one_sign;
       const BlockRange with_guess = RangeOfBlock(x.data(), x.size(), false, nullptr, top_e);
-      ASSERT_TRUE(with_guess.has_guess);
+      ASSERT_TRUE(with_guess.has_split);
       AddExactBlock(x.data(), x.size(), false, x.size(), with_guess, guessed);
       EXPECT_EQ(want.Bytes(), guessed.ToExactSum().Bytes()) << "guessed, e=" << e << " one_sign=" << one_sign;
     }
