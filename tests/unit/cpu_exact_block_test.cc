@@ -229,6 +229,61 @@ TEST(ExactBlock, NarrowFloat64BlocksAreExactAtTheirLimits) {
   }
 }
 
+// Blocks whose exact sums lie near float64's largest, merged in a random
+// order: elements whose running sum passes 2^1024 and stays there or comes
+// back, squares that pass it or stay just below. The answer is the
+// ExactSum's: an infinity only where the exact sum rounds to one.
+TEST(ExactAccumulator, SumsNearFloat64OverflowStayExact) {
+  TALLY_SEEDED_RNG(rng);
+  for (const bool squares : {false, true}) {
+    for (const bool overflows : {false, true}) {
+      const int e = squares ? 506 : 1010;  // the largest binade each one-grid path takes
+      // Elements: 24 blocks, alternating in sign unless they overflow;
+      // squares: 24 blocks, or 3 (below 2^1023).
+      const int blocks_of = squares && !overflows ? 3 : 24;
+      std::vector<std::vector<double>> blocks;
+      for (int b = 0; b < blocks_of; ++b) {
+        std::vector<double> x(kExactBlockElements);
+        const bool negative = !squares && !overflows && b % 2 == 1;
+        for (double& v : x) {
+          const std::uint64_t frac = rng() & ((std::uint64_t{1} << 52) - 1);
+          const double m = 1.0 + std::ldexp(static_cast<double>(frac), -52);
+          v = std::ldexp(negative ? -m : m, e - 1 - static_cast<int>(rng() % 3));
+        }
+        blocks.push_back(std::move(x));
+      }
+      ExactSum want;
+      for (const auto& x : blocks) {
+        for (const double v : x) {
+          if (!squares) {
+            want.Add(v);
+            continue;
+          }
+          want.Add(v * v);
+          want.AddValue(std::fma(v, v, -(v * v)));
+        }
+      }
+      std::shuffle(blocks.begin(), blocks.end(), rng);
+      ExactAccumulator got;
+      for (const auto& x : blocks) {
+        ExactAccumulator a;
+        const BlockRange range = RangeOfBlock(x.data(), x.size(), false, nullptr, e);
+        if (squares) {
+          AddExactSquares(x.data(), x.size(), false, x.size(), range, a);
+        } else {
+          AddExactBlock(x.data(), x.size(), false, x.size(), range, a);
+        }
+        got.Merge(a);
+      }
+      const std::string what = std::string(squares ? "squares" : "elements") + (overflows ? ", overflows" : "");
+      EXPECT_EQ(want.Bytes(), got.ToExactSum().Bytes()) << what;
+      const double a = want.Rounded(rules::kFloat64Format), b = got.Rounded(rules::kFloat64Format);
+      EXPECT_EQ(0, std::memcmp(&a, &b, sizeof a)) << what << ": " << a << " " << b;
+      EXPECT_EQ(overflows, std::isinf(b)) << what << ": " << b;
+    }
+  }
+}
+
 TEST(ExactAccumulator, CopiesOwnTheirSpill) {
   ExactAccumulator a;
   a.AddElement(std::numeric_limits<double>::infinity());

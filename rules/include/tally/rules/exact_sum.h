@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -522,6 +523,13 @@ class ExactAccumulator {
   void AddExact(double x) {
     double t = 0.0;
     const double e = TwoSum(s_, x, t);
+    if (!(std::fabs(t) <= std::numeric_limits<double>::max())) {
+      // s + x past float64's range: x goes to the ExactSum, whose digits
+      // reach 2^1102, so sums near overflow stay exact (and round to the
+      // infinity only where the exact sum does).
+      Spill().AddValue(x);
+      return;
+    }
     s_ = t;
     if (e == 0.0) return;
     const double e2 = TwoSum(c_, e, t);
