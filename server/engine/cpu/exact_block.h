@@ -147,7 +147,7 @@ inline bool IsNarrowFloat64Block(double bottom, int e) { return e <= 1010 && e >
 // the block's own top binade (a guess that was too high).
 inline bool IsNarrowFloat64Squares(const BlockRange& r, int e) {
   if (r.not_finite || e < -469 || e > 506) return false;
-  return r.top < std::ldexp(1.0, e) && r.bottom >= std::ldexp(1.0, e - 16);
+  return r.top < PowerOfTwo(e) && r.bottom >= PowerOfTwo(e - 16);
 }
 
 // Whether a block of elements of at most 24 significant bits (not float64)
