@@ -185,8 +185,8 @@ TALLY_CPU_CLONES void Float64RangeAndSplits(const double* x, std::size_t n, doub
                                             bool& not_finite, LaneTotals<double>* extremes = nullptr,
                                             int guess_e = 0, double* split = nullptr, double* squares = nullptr) {
   static_assert(!(kSkipNan && kExtremes), "NaN-skipping extremes are NanLanes'");
-  constexpr int L = CpuPolicy::kLanes;
-  static_assert(L == kLanesOf<double>, "FusedLanes' lanes, for the same extremes");
+  constexpr int L = kExtremes ? CpuPolicy::kLanes : CpuPolicy::kFloat64RangeLanes;
+  static_assert(!kExtremes || L == kLanesOf<double>, "FusedLanes' lanes, for the same extremes");
   constexpr std::uint64_t kInfBits = 0x7ff0000000000000u;
   constexpr std::uint64_t kMagnitude = 0x7fffffffffffffffu;
   const double sigma = kSplit ? OneAndAHalfTimesPowerOfTwo(guess_e + 10) : 0.0;  // NarrowSplitLanes' grid
