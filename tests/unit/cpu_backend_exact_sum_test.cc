@@ -267,6 +267,88 @@ TEST(CpuExactMoments, VarianceStdAndSumSquaresComeFromTheExactSumsHoweverTheByte
   }
 }
 
+// Float64 data at the edges of the squares' fast paths: blocks within
+// 2^16 of their largest (uniform, and at that limit), offsets whose
+// variance cancels, subnormals, squares whose FMA errors underflow, sums of
+// squares past 2^1024 with no square overflowing, squares that overflow,
+// blocks whose binade jumps from one to the next (the range pass's guess
+// wrong both ways), wide and ill-conditioned values, zeros, -0.0,
+// infinities and NaNs. Every op, alone and together (so the range pass
+// splits the elements, the squares or both, with and without min and max),
+// on one and two threads, in pieces: the exact sums' answers (SumsOf).
+TEST(CpuExactMoments, Float64EdgeDataAreTheExactSumsOnEveryPath) {
+  TALLY_SEEDED_RNG(rng);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::lognormal_distribution<double> wide(0.0, 12.0);
+  const std::size_t n = 6 * 2048 + 777;
+  auto make = [&](int kind) {
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double z = normal(rng);
+      double& x = v[i];
+      switch (kind) {
+        case 0: x = uniform(rng); break;
+        case 1: x = i % 97 == 0 ? std::ldexp(1.0, -16 - static_cast<int>(i % 2)) : std::ldexp(1.0, -16) + uniform(rng); break;
+        case 2: x = 1e8 + 1e-3 * z; break;
+        case 3: x = rng() % 10 == 0 ? std::ldexp(z, -1060) : z; break;
+        case 4: x = std::ldexp(z, -470 - static_cast<int>(rng() % 30)); break;
+        case 5: x = std::ldexp(1.0 + uniform(rng), 500 + static_cast<int>(rng() % 10)); break;
+        case 6: x = std::ldexp(z, rng() % 1000 == 0 ? 515 : 500); break;
+        case 7: x = std::ldexp(z, 20 * (static_cast<int>((i / 2048) % 3) - 1)); break;
+        case 8: x = wide(rng) * ((rng() & 1) != 0 ? 1 : -1); break;
+        case 9: x = (i / 2048) % 2 == 1 ? -0.0 : (i % 3 == 0 ? 0.0 : z); break;
+        case 10: x = i == 5000 ? std::numeric_limits<double>::infinity() : (i == 9000 ? -1e300 : z); break;
+        case 11: x = i % 1001 == 0 ? std::numeric_limits<double>::quiet_NaN() : 3.0 + z; break;
+      }
+    }
+    if (kind == 12) v = IllConditioned(rng, n);
+    return v;
+  };
+  auto same = [](double want, double got) { return std::isnan(want) ? std::isnan(got) : Bits(want) == Bits(got); };
+  const std::vector<OpSpec> all_ops = {Op(OpKind::kSum),        Op(OpKind::kMean),          Op(OpKind::kSumSquares),
+                                       Op(OpKind::kVariance),   Op(OpKind::kNanVariance, 1.0), Op(OpKind::kStddev),
+                                       Op(OpKind::kNanStddev, 1.0)};
+  const std::vector<std::vector<OpSpec>> plans = {
+      all_ops, {Op(OpKind::kSumSquares)}, {Op(OpKind::kNanVariance, 1.0)},
+      {Op(OpKind::kVariance), Op(OpKind::kMin), Op(OpKind::kMax)}};
+  for (int kind = 0; kind <= 12; ++kind) {
+    const std::vector<double> v = make(kind);
+    const Array a = MakeArray<double>(rules::DType::kFloat64, v);
+    const Sums all = SumsOf(v, false), valid = SumsOf(v, true);
+    const double var = rules::ExactSecondMoment(all.s, all.q, all.n) / static_cast<double>(all.n);
+    const double nanvar = rules::ExactSecondMoment(valid.s, valid.q, valid.n) / (static_cast<double>(valid.n) - 1.0);
+    auto want_of = [&](const OpSpec& op) {
+      switch (op.kind) {
+        case OpKind::kSum: return all.s.ToDouble();
+        case OpKind::kMean: return all.s.ToDouble() / static_cast<double>(all.n);
+        case OpKind::kSumSquares: return all.q.ToDouble();
+        case OpKind::kVariance: return var;
+        case OpKind::kNanVariance: return nanvar;
+        case OpKind::kStddev: return std::sqrt(var);
+        case OpKind::kNanStddev: return std::sqrt(nanvar);
+        default: return std::numeric_limits<double>::quiet_NaN();  // min and max: not checked here
+      }
+    };
+    for (const int threads : {1, 2}) {
+      const auto backend = MakeCpuBackend({.threads = threads});
+      for (const std::vector<std::uint64_t>& pieces : {std::vector<std::uint64_t>{}, {7, 4096, 3}, {65537}}) {
+        for (const std::vector<OpSpec>& ops : plans) {
+          auto got = RunPieces(*backend, Plan(a, 0, ops), a.bytes, pieces);
+          ASSERT_TRUE(got.ok()) << got.status();
+          for (std::size_t k = 0; k < ops.size(); ++k) {
+            if (ops[k].kind == OpKind::kMin || ops[k].kind == OpKind::kMax) continue;
+            const double want = want_of(ops[k]), value = OneDouble(got->values[k]);
+            EXPECT_TRUE(same(want, value)) << "data " << kind << ", " << rules::Name(ops[k].kind) << " of "
+                                            << ops.size() << " ops, " << threads << " threads: " << value
+                                            << ", want " << want;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuExactMoments, Float32RowsVariancesAreExactOnEveryThreadCount) {
   TALLY_SEEDED_RNG(rng);
   const std::uint64_t rows = 23, row = 4099;

@@ -12,6 +12,7 @@
 // vector loops themselves are in exact_lanes.h.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,22 +30,26 @@ namespace tally::cpu {
 inline constexpr std::size_t kExactBlockElements = 2048;
 static_assert(CpuPolicy::kBlockElements <= kExactBlockElements);
 
-// One block's range pass (Float32RangeAndSum or BlockRangeAndSum), which
-// the elements' exact sum and their squares' share: `plain` is the lane sum
-// (float64 data: not computed, as its blocks are always split).
+// One block's range pass (Float32RangeAndSum, Float64RangeAndSplits or
+// BlockRangeAndSum), which the elements' exact sum and their squares'
+// share: `plain` is the lane sum (float64 data: not computed, as its
+// blocks are always split).
 struct BlockRange {
   double top = 0.0;
   double bottom = 0.0;
   double plain = 0.0;
   bool not_finite = false;
-  // Split in the same pass at the grid of a guessed binade `guess_e`
-  // (RangeOfBlock's guess): float32's squares (Float32RangeAndSum's
-  // kSquares; AddExactSquares takes them), float64's elements
-  // (BlockRangeAndSum's kSplit; AddExactBlock takes them), where the block
-  // turns out narrow with that binade.
-  bool has_guess = false;
+  // Split in the same pass at the grids of a guessed binade `guess_e`
+  // (RangeOfBlock's guess), where the block turns out narrow with that
+  // binade: float64's elements (`split`: the high and low parts' sums;
+  // AddExactBlock takes them), and float32's or float64's squares
+  // (`split_squares`: float32's high and low parts; float64's x * x's high
+  // and low parts, then its FMA errors'; AddExactSquares takes them).
   int guess_e = 0;
-  double guessed[2] = {0.0, 0.0};
+  bool has_split = false;
+  bool has_split_squares = false;
+  double split[2] = {0.0, 0.0};
+  double split_squares[4] = {0.0, 0.0, 0.0, 0.0};
 };
 
 // `extremes` (float32 and float64 without skip_nan only; else null): the
@@ -52,29 +57,56 @@ struct BlockRange {
 //
 // `guess_e`: where it is not kNoRangeGuess, the binade the block's largest
 // magnitude is guessed to lie in (typically the block before's): the pass
-// also splits float32's squares or float64's elements at its grid
-// (BlockRange::guessed). Other dtypes ignore it.
+// also splits what `splits` asks for at its grids (BlockRange::split,
+// split_squares): float64's elements (kSplitElements), float32's and
+// float64's squares (kSplitSquares). Other dtypes ignore it.
 inline constexpr int kNoRangeGuess = std::numeric_limits<int>::min();
+inline constexpr unsigned kSplitElements = 1;
+inline constexpr unsigned kSplitSquares = 2;
+
+namespace detail {
+
+// Float64RangeAndSplits for the splits chosen at run time.
+template <bool kSkipNan, bool kExtremes>
+void Float64Range(const double* x, std::size_t n, LaneTotals<double>* extremes, bool elements, bool squares,
+                  BlockRange& r) {
+  if (elements && squares) {
+    Float64RangeAndSplits<kSkipNan, kExtremes, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, r.guess_e,
+                                                           r.split, r.split_squares);
+  } else if (elements) {
+    Float64RangeAndSplits<kSkipNan, kExtremes, true, false>(x, n, r.top, r.bottom, r.not_finite, extremes,
+                                                            r.guess_e, r.split);
+  } else if (squares) {
+    Float64RangeAndSplits<kSkipNan, kExtremes, false, true>(x, n, r.top, r.bottom, r.not_finite, extremes,
+                                                            r.guess_e, nullptr, r.split_squares);
+  } else {
+    Float64RangeAndSplits<kSkipNan, kExtremes>(x, n, r.top, r.bottom, r.not_finite, extremes);
+  }
+  r.has_split = elements;
+  r.has_split_squares = squares;
+}
+
+}  // namespace detail
 
 template <typename V>
 BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_identity_t<LaneTotals<V>>* extremes = nullptr,
-                        int guess_e = kNoRangeGuess) {
+                        int guess_e = kNoRangeGuess, unsigned splits = kSplitElements | kSplitSquares) {
   BlockRange r;
   if constexpr (std::is_same_v<V, float>) {
     // The guessed grid must be one NarrowSquaresLanes could take (float32's
     // binades: e from -148 to 128).
-    if (guess_e >= -148 && guess_e <= 128) {
-      r.has_guess = true;
+    if (guess_e >= -148 && guess_e <= 128 && (splits & kSplitSquares) != 0) {
+      r.has_split_squares = true;
       r.guess_e = guess_e;
       if (extremes != nullptr) {
         r.plain = Float32RangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
-                                                        r.guessed);
+                                                        r.split_squares);
       } else if (skip_nan) {
         r.plain = Float32RangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, guess_e,
-                                                        r.guessed);
+                                                        r.split_squares);
       } else {
         r.plain = Float32RangeAndSum<false, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, guess_e,
-                                                         r.guessed);
+                                                         r.split_squares);
       }
     } else if (extremes != nullptr) {
       r.plain = Float32RangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
@@ -83,25 +115,18 @@ BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_iden
                          : Float32RangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
     }
   } else if constexpr (std::is_same_v<V, double>) {
-    // The guessed grid must be one IsNarrowFloat64Block allows.
-    if (guess_e >= -1000 && guess_e <= 1010) {
-      r.has_guess = true;
-      r.guess_e = guess_e;
-      if (extremes != nullptr) {
-        r.plain = BlockRangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
-                                                      r.guessed);
-      } else if (skip_nan) {
-        r.plain = BlockRangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
-                                                      r.guessed);
-      } else {
-        r.plain = BlockRangeAndSum<false, false, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
-                                                       r.guessed);
-      }
-    } else if (extremes != nullptr) {
-      r.plain = BlockRangeAndSum<false, true>(x, n, r.top, r.bottom, r.not_finite, extremes);
+    // The guessed grids must be ones NarrowSplitLanes (IsNarrowFloat64Block)
+    // and NarrowSquares64Lanes (IsNarrowFloat64Squares) allow.
+    const bool guessed = guess_e != kNoRangeGuess;
+    const bool elements = guessed && guess_e >= -1000 && guess_e <= 1010 && (splits & kSplitElements) != 0;
+    const bool squares = guessed && guess_e >= -469 && guess_e <= 506 && (splits & kSplitSquares) != 0;
+    r.guess_e = guess_e;
+    if (extremes != nullptr) {
+      detail::Float64Range<false, true>(x, n, extremes, elements, squares, r);
+    } else if (skip_nan) {
+      detail::Float64Range<true, false>(x, n, nullptr, elements, squares, r);
     } else {
-      r.plain = skip_nan ? BlockRangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
-                         : BlockRangeAndSum<false>(x, n, r.top, r.bottom, r.not_finite);
+      detail::Float64Range<false, false>(x, n, nullptr, elements, squares, r);
     }
   } else {
     r.plain = skip_nan ? BlockRangeAndSum<true>(x, n, r.top, r.bottom, r.not_finite)
@@ -114,6 +139,16 @@ BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_iden
 // magnitude within 2^33 of the largest (top < 2^e), and its grid a normal
 // float64.
 inline bool IsNarrowFloat64Block(double bottom, int e) { return e <= 1010 && e >= -1000 && bottom >= std::ldexp(1.0, e - 33); }
+
+// Whether a float64 block's squares take NarrowSquares64Lanes' grids for
+// binade `e`: finite, top < 2^e, every non-zero magnitude at least
+// 2^(e-16), and e in [-469, 506], so that 2^(2e+11) is finite and every
+// square's FMA error exact (its element at least 2^-485). `e` may lie above
+// the block's own top binade (a guess that was too high).
+inline bool IsNarrowFloat64Squares(const BlockRange& r, int e) {
+  if (r.not_finite || e < -469 || e > 506) return false;
+  return r.top < PowerOfTwo(e) && r.bottom >= PowerOfTwo(e - 16);
+}
 
 // Whether a block of elements of at most 24 significant bits (not float64)
 // is narrow: every non-zero magnitude within 2^17 of the largest, top <
@@ -160,8 +195,8 @@ void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed,
     }
     if constexpr (std::is_same_v<V, double>) {
       if (IsNarrowFloat64Block(r.bottom, e)) {
-        if (r.has_guess && r.guess_e == e) {  // split in the range pass, at this grid
-          into.AddBlock(r.guessed[0], r.guessed[1], summed, any_other);
+        if (r.has_split && r.guess_e == e) {  // split in the range pass, at this grid
+          into.AddBlock(r.split[0], r.split[1], summed, any_other);
           return;
         }
         double high = 0.0, low = 0.0;
@@ -201,7 +236,9 @@ void AddExactBlock(const V* x, std::size_t n, bool skip_nan, std::size_t summed,
 // and its error by FMA (exact unless the error underflows: |x| below about
 // 2^-485), given the block's range pass `r` (the one its elements' exact
 // sum takes). A narrow block's squares take one extraction each
-// (NarrowSquaresLanes); other blocks one split pass (SplitSquaresLanes)
+// (NarrowSquaresLanes), and a float64 block within 2^16 of its largest
+// one each for x * x and its error (NarrowSquares64Lanes, or the range pass
+// where its guess holds); other blocks one split pass (SplitSquaresLanes)
 // where the squares lie within about 69 binades of the largest: about 1 ns
 // an element on one core of this 2-vCPU host, where squaring into arrays and
 // summing each through AddExactBlock took 4-6. Otherwise that: the squares
@@ -225,8 +262,8 @@ void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summe
     // least float64 for every e a 24-bit float has (at most 128, at least
     // -148).
     if (IsNarrowBlock<V>(r, e_top)) {
-      if (r.has_guess && r.guess_e == e_top) {  // split in the range pass, at this grid
-        into.AddBlock(r.guessed[0], r.guessed[1], summed, any_other);
+      if (r.has_split_squares && r.guess_e == e_top) {  // split in the range pass, at this grid
+        into.AddBlock(r.split_squares[0], r.split_squares[1], summed, any_other);
         return;
       }
       double high = 0.0, low = 0.0;
@@ -237,6 +274,24 @@ void AddExactSquares(const V* x, std::size_t n, bool skip_nan, std::size_t summe
       }
       into.AddBlock(high, low, summed, any_other);
       return;
+    }
+    if constexpr (kWide) {
+      // One split a square: in the range pass at the guessed grids, else a
+      // second pass at the block's own (NarrowSquares64Lanes).
+      double parts[4] = {};
+      const bool guessed = r.has_split_squares && IsNarrowFloat64Squares(r, r.guess_e);
+      if (guessed || IsNarrowFloat64Squares(r, e_top)) {
+        if (guessed) {
+          std::copy_n(r.split_squares, 4, parts);
+        } else if (skip_nan) {
+          NarrowSquares64Lanes<true>(x, n, e_top, parts);
+        } else {
+          NarrowSquares64Lanes<false>(x, n, e_top, parts);
+        }
+        into.AddBlock(parts[0], parts[1], summed, any_other);
+        into.AddBlock(parts[2], parts[3], 0, any_other);  // the errors, as values
+        return;
+      }
     }
     int e = 0;
     std::frexp(top_square, &e);  // top^2 < 2^e

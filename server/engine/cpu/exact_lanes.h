@@ -122,37 +122,85 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
   return s;
 }
 
-// The range pass of the other float dtypes, as Float32RangeAndSum's (with
-// kExtremes, float64 only: min and max as well, as FusedLanes takes them).
-//
-// With kSplit (float64) the pass also splits each element at the grid a
-// narrow float64 block whose largest magnitude lies in [2^(e-1), 2^e)
-// takes (NarrowSplitLanes) for e = `split_e`, a guess (the block
-// before's); `split` gets the two parts' sums, the block's exact sum only
-// if it turns out narrow with that e (the caller checks).
-template <bool kSkipNan, bool kExtremes = false, bool kSplit = false, typename V>
-TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite,
-                                         LaneTotals<V>* extremes = nullptr, int split_e = 0,
-                                         double* split = nullptr) {
-  static_assert(!kExtremes || (std::is_same_v<V, double> && !kSkipNan));
-  static_assert(!kSplit || std::is_same_v<V, double>);
-  const double sigma = kSplit ? std::ldexp(1.5, split_e + 10) : 0.0;  // NarrowSplitLanes' grid
+// 2^e and 1.5 * 2^e for e in float64's normal range, [-1022, 1023], from
+// their bits: a block's grids without a libm call (ldexp showed in
+// profiles of the squares' pass).
+inline double PowerOfTwo(int e) { return std::bit_cast<double>(static_cast<std::uint64_t>(e + 1023) << 52); }
+inline double OneAndAHalfTimesPowerOfTwo(int e) {
+  return std::bit_cast<double>((static_cast<std::uint64_t>(e + 1023) << 52) | (std::uint64_t{1} << 51));
+}
 
-  constexpr int L = CpuPolicy::kLanes;
-  static_assert(L == kLanesOf<V>, "FusedLanes' lanes, for the same extremes");
+// The grids at which a float64 block whose non-zero magnitudes lie in
+// [2^(e-16), 2^e) splits its squares once each (NarrowSquares64Lanes):
+// x * x at 2^(2e-42), its FMA error at 2^(2e-96), as the sigmas (1.5 times
+// 2^(grid + 52)) that extract them.
+struct Float64SquaresGrids {
+  double square;
+  double error;
+};
+inline Float64SquaresGrids SquaresGridsOf(int e) {
+  return {OneAndAHalfTimesPowerOfTwo(2 * e + 10), OneAndAHalfTimesPowerOfTwo(2 * e - 44)};
+}
+
+// One float64 element's square into four lane sums at `g`'s grids: x * x's
+// high and low parts and its FMA error's (NarrowSquares64Lanes says why
+// they stay exact). The high part is x^2 rounded once to its grid, an FMA
+// with the sigma rather than an add to x * x: the same guarantees, and one
+// add fewer on the two pipes of Zen's four that add (the loop's bound).
+inline void SplitSquare64(double v, const Float64SquaresGrids& g, double& square_high, double& square_low,
+                          double& error_high, double& error_low) {
+  const double q = v * v;
+  const double err = std::fma(v, v, -q);
+  const double h = std::fma(v, v, g.square) - g.square;
+  const double eh = (g.error + err) - g.error;
+  square_high += h;
+  square_low += q - h;
+  error_high += eh;
+  error_low += err - eh;
+}
+
+// float64's range pass, as Float32RangeAndSum's: the range from the
+// elements' bits as integers (a finite double's magnitude orders as its
+// bits do, an infinity or a NaN lands above every finite one, and a zero's
+// bits less one wrap to the largest, out of the least non-zero one's way):
+// four integer operations an element where comparing doubles took eight.
+// No lane sum: float64 blocks are always split. top and bottom mean
+// something only where not_finite is false (else 0 and infinity). With
+// kExtremes, min and max as FusedLanes takes them.
+//
+// kSplit: the pass also splits each element at the grid a narrow float64
+// block whose largest magnitude lies in [2^(e-1), 2^e) takes
+// (NarrowSplitLanes) for e = `guess_e`, a guess (the block before's);
+// `split` gets the two parts' sums, the block's exact sum only if it turns
+// out narrow with that e (the caller checks).
+//
+// kSquares: the pass also splits each element's square and its FMA error
+// at the grids NarrowSquares64Lanes takes for e = `guess_e`; `squares`
+// gets the four parts' sums, the exact sum of the squares only where every
+// non-zero magnitude lies in [2^(guess_e-16), 2^guess_e) (the caller
+// checks: IsNarrowFloat64Squares). So a float64 block's sum and squares
+// cost one pass where the guess holds.
+template <bool kSkipNan, bool kExtremes = false, bool kSplit = false, bool kSquares = false>
+TALLY_CPU_CLONES void Float64RangeAndSplits(const double* x, std::size_t n, double& top, double& bottom,
+                                            bool& not_finite, LaneTotals<double>* extremes = nullptr,
+                                            int guess_e = 0, double* split = nullptr, double* squares = nullptr) {
+  static_assert(!(kSkipNan && kExtremes), "NaN-skipping extremes are NanLanes'");
+  constexpr int L = kExtremes ? CpuPolicy::kLanes : CpuPolicy::kFloat64RangeLanes;
+  static_assert(!kExtremes || L == kLanesOf<double>, "FusedLanes' lanes, for the same extremes");
+  constexpr std::uint64_t kInfBits = 0x7ff0000000000000u;
+  constexpr std::uint64_t kMagnitude = 0x7fffffffffffffffu;
+  const double sigma = kSplit ? OneAndAHalfTimesPowerOfTwo(guess_e + 10) : 0.0;  // NarrowSplitLanes' grid
+  const Float64SquaresGrids grids = kSquares ? SquaresGridsOf(guess_e) : Float64SquaresGrids{0.0, 0.0};
+  std::uint64_t hi[L] = {};
+  std::uint64_t lo[L];
   double split_high[L] = {};
   double split_low[L] = {};
-  constexpr double kMax = 1.7976931348623157e308;
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  double hi[L] = {};
-  double lo[L];
-  double bad[L] = {};
-  double sum[L] = {};
+  double sq[4][L] = {};
   double mn[L], mx[L], nan[L];
   for (int j = 0; j < L; ++j) {
-    lo[j] = kInf;
-    mn[j] = kInf;
-    mx[j] = -kInf;
+    lo[j] = ~std::uint64_t{0};
+    mn[j] = MinIdentity<double>();
+    mx[j] = MaxIdentity<double>();
     nan[j] = 0.0;
   }
   auto step = [&](double v, int j) {
@@ -161,6 +209,64 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
       mx[j] = v > mx[j] ? v : mx[j];
       nan[j] = v != v ? v : nan[j];
     }
+    std::uint64_t bits = std::bit_cast<std::uint64_t>(v);
+    if constexpr (kSkipNan) {  // a NaN's bits cleared: +0.0 (a mask, not selects, which became a branch)
+      bits &= std::uint64_t{0} - static_cast<std::uint64_t>((bits & kMagnitude) <= kInfBits);
+      v = std::bit_cast<double>(bits);
+    }
+    const std::uint64_t a = bits & kMagnitude;
+    hi[j] = a > hi[j] ? a : hi[j];
+    const std::uint64_t below = a - 1;  // a zero's wraps to the largest
+    lo[j] = below < lo[j] ? below : lo[j];
+    if constexpr (kSplit) {
+      const double h = (sigma + v) - sigma;
+      split_high[j] += h;
+      split_low[j] += v - h;
+    }
+    if constexpr (kSquares) SplitSquare64(v, grids, sq[0][j], sq[1][j], sq[2][j], sq[3][j]);
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) step(x[i + j], j);
+  }
+  for (int j = 0; i < n; ++i, ++j) step(x[i], j);
+  std::uint64_t h = 0, l = ~std::uint64_t{0};
+  for (int j = 0; j < L; ++j) {
+    h = hi[j] > h ? hi[j] : h;
+    l = lo[j] < l ? lo[j] : l;
+  }
+  not_finite = h >= kInfBits;
+  top = not_finite ? 0.0 : std::bit_cast<double>(h);
+  bottom = not_finite || l == ~std::uint64_t{0} ? std::numeric_limits<double>::infinity()
+                                                : std::bit_cast<double>(l + 1);
+  if constexpr (kSplit) FoldParts<L>(split_high, split_low, split);
+  if constexpr (kSquares) {
+    FoldParts<L>(sq[0], sq[1], squares);
+    FoldParts<L>(sq[2], sq[3], squares + 2);
+  }
+  if constexpr (kExtremes) {
+    extremes->min = LaneMin<L>(mn);
+    extremes->max = LaneMax<L>(mx);
+    NanWins<L>(nan, extremes);
+  }
+}
+
+// The range pass of float16 and bfloat16 blocks, as Float32RangeAndSum's
+// without extremes or splits: every such element converts to a float
+// exactly, so the range compares doubles, and the lane sum is the narrow
+// block's exact sum (IsNarrowBlock).
+template <bool kSkipNan, typename V>
+TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top, double& bottom, bool& not_finite) {
+  constexpr int L = CpuPolicy::kLanes;
+  constexpr double kMax = 1.7976931348623157e308;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double hi[L] = {};
+  double lo[L];
+  double bad[L] = {};
+  double sum[L] = {};
+  for (int j = 0; j < L; ++j) lo[j] = kInf;
+  auto step = [&](double v, int j) {
     if constexpr (kSkipNan) v = v == v ? v : 0.0;
     const double a = std::fabs(v);
     const double finite = a <= kMax ? a : 0.0;
@@ -168,12 +274,7 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
     hi[j] = finite > hi[j] ? finite : hi[j];
     const double nonzero = finite != 0.0 ? finite : kInf;
     lo[j] = nonzero < lo[j] ? nonzero : lo[j];
-    if constexpr (!std::is_same_v<V, double>) sum[j] += v;  // float64 blocks are always split
-    if constexpr (kSplit) {
-      const double h = (sigma + v) - sigma;
-      split_high[j] += h;
-      split_low[j] += v - h;
-    }
+    sum[j] += v;
   };
   std::size_t i = 0;
   for (; i + L <= n; i += L) {
@@ -191,12 +292,6 @@ TALLY_CPU_CLONES double BlockRangeAndSum(const V* x, std::size_t n, double& top,
   top = t;
   bottom = b;
   not_finite = any != 0.0;
-  if constexpr (kSplit) FoldParts<L>(split_high, split_low, split);
-  if constexpr (kExtremes) {
-    extremes->min = LaneMin<L>(mn);
-    extremes->max = LaneMax<L>(mx);
-    NanWins<L>(nan, extremes);
-  }
   return s;
 }
 
@@ -287,6 +382,40 @@ void NarrowSplitLanes(const double* x, std::size_t n, int e, double& high, doubl
 template <bool kSkipNan, typename V>
 void NarrowSquaresLanes(const V* x, std::size_t n, int e, double& high, double& low) {
   SplitOnceLanes<kSkipNan, true>(x, n, std::ldexp(1.5, 2 * e + 10), high, low);  // ulp 2^(2e-42)
+}
+
+// The squares of a float64 block whose non-zero magnitudes lie in
+// [2^(e-16), 2^e), e in [-469, 506] (IsNarrowFloat64Squares), one split
+// each at SquaresGridsOf(e), as the range pass splits them with a guess:
+// four float64 sums, each exact in any order, no check. For such x, q = x *
+// x lies in [2^(2e-32), 2^(2e)] and its FMA error err = x^2 - q is exact
+// (x at least 2^-485), below 2^(2e-54) in size and a multiple of ulp(x)^2,
+// at least 2^(2e-136). The high part h is x^2 rounded to a multiple of
+// 2^(2e-42), at most 2^(2e); the low part q - h is exact, a multiple of
+// ulp(q) (at least 2^(2e-84)) of at most 2^(2e-43) + ulp(q)/2. Of 2^11
+// elements: the high parts' sums stay below 2^(2e+11) on their grid (53
+// bits), the low parts' below 2^(2e-32) + 2^(2e-43) on theirs (under 53);
+// err's high parts are multiples of 2^(2e-96) of at most 2^(2e-54) (53
+// bits with the count), its low parts multiples of 2^(2e-136) of at most
+// 2^(2e-97) (50 bits). Twelve operations a square where the general split
+// (SplitSquaresLanes) takes about 29.
+template <bool kSkipNan>
+TALLY_CPU_CLONES void NarrowSquares64Lanes(const double* x, std::size_t n, int e, double (&parts)[4]) {
+  constexpr int L = CpuPolicy::kLanes;
+  const Float64SquaresGrids grids = SquaresGridsOf(e);
+  double sq[4][L] = {};
+  auto step = [&](double v, int j) {
+    if constexpr (kSkipNan) v = v == v ? v : 0.0;
+    SplitSquare64(v, grids, sq[0][j], sq[1][j], sq[2][j], sq[3][j]);
+  };
+  std::size_t i = 0;
+  for (; i + L <= n; i += L) {
+#pragma GCC unroll 1
+    for (int j = 0; j < L; ++j) step(x[i + j], j);
+  }
+  for (int j = 0; i < n; ++i, ++j) step(x[i], j);
+  FoldParts<L>(sq[0], sq[1], parts);
+  FoldParts<L>(sq[2], sq[3], parts + 2);
 }
 
 // The squares of x[0, n) split against three grids of 2^e (x^2 < 2^e for

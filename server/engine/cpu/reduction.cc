@@ -290,8 +290,9 @@ class CpuReduction final : public Reduction {
     if constexpr (rules::kIsFloatValue<V>) {
       if (needs_.exact_sum || needs_.exact_squares) {
         const bool guess = Guesses(needs_.exact_sum, needs_.exact_squares);
-        const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/false, extremes_in_range_ ? &t : nullptr,
-                                              guess ? RangeGuess() : kNoRangeGuess);
+        const BlockRange range =
+            RangeOfBlock(x, n, /*skip_nan=*/false, extremes_in_range_ ? &t : nullptr,
+                         guess ? RangeGuess() : kNoRangeGuess, SplitsFor(needs_.exact_sum, needs_.exact_squares));
         if (needs_.exact_sum) AddExactBlock(x, n, /*skip_nan=*/false, n, range, p.exact_sum);
         if (needs_.exact_squares) AddExactSquares(x, n, /*skip_nan=*/false, n, range, p.exact_squares);
         if (guess) NoteRangeGuess(range);
@@ -337,7 +338,8 @@ class CpuReduction final : public Reduction {
     p.nan_count = t.count;
     if (needs_.nan_exact_sum || needs_.nan_exact_squares) {
       const bool guess = Guesses(needs_.nan_exact_sum, needs_.nan_exact_squares);
-      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true, nullptr, guess ? RangeGuess() : kNoRangeGuess);
+      const BlockRange range = RangeOfBlock(x, n, /*skip_nan=*/true, nullptr, guess ? RangeGuess() : kNoRangeGuess,
+                                            SplitsFor(needs_.nan_exact_sum, needs_.nan_exact_squares));
       if (needs_.nan_exact_sum) AddExactBlock(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_sum);
       if (needs_.nan_exact_squares) AddExactSquares(x, n, /*skip_nan=*/true, t.count, range, p.nan_exact_squares);
       if (guess) NoteRangeGuess(range);
@@ -708,14 +710,18 @@ class CpuReduction final : public Reduction {
 
   // The binade of the last block's largest magnitude on this thread:
   // blocks of one array mostly share it, so RangeOfBlock splits float32's
-  // squares and float64's elements at its grid in the range pass. A wrong
-  // guess costs the block a second pass, never a bit (AddExactSquares and
-  // AddExactBlock check it). Guesses(): whether this dtype's range pass
-  // has a split to take (float32: squares; float64: elements).
+  // squares and float64's elements and squares at its grids in the range
+  // pass. A wrong guess costs the block a second pass, never a bit
+  // (AddExactSquares and AddExactBlock check it). Guesses(): whether this
+  // dtype's range pass has a split to take (float32: squares; float64:
+  // elements and squares); SplitsFor(): which.
   static bool Guesses(bool exact_sum, bool exact_squares) {
     if constexpr (std::is_same_v<V, float>) return exact_squares;
-    if constexpr (std::is_same_v<V, double>) return exact_sum;
+    if constexpr (std::is_same_v<V, double>) return exact_sum || exact_squares;
     return false;
+  }
+  static unsigned SplitsFor(bool exact_sum, bool exact_squares) {
+    return (exact_sum ? kSplitElements : 0u) | (exact_squares ? kSplitSquares : 0u);
   }
   static int& RangeGuess() {
     thread_local int e = kNoRangeGuess;
