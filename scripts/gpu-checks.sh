@@ -36,7 +36,8 @@ for step in "${steps[@]}"; do
     bench)
       "$build/kernels/src/tally-kernel-bench" 2>&1 | tee "$logs/kernel-bench.log" || rc=1
       "$build/bench/engine/tally-engine-bench" 2>&1 | tee "$logs/engine-bench.log" || rc=1
-      "$build/bench/engine/tally-staging-copy-bench" 2>&1 | tee "$logs/staging-copy-bench.log" || rc=1 ;;
+      "$build/bench/engine/tally-staging-copy-bench" 2>&1 | tee "$logs/staging-copy-bench.log" || rc=1
+      "$build/bench/engine/tally-groupby-kernel-bench" 2>&1 | tee "$logs/groupby-kernel-bench.log" || rc=1 ;;
     *) echo "unknown step '$step' (tests, sanitize, bench)" >&2; exit 2 ;;
   esac
 done
