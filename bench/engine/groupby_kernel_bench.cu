@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/engine/device_bench.cuh"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/group.h"
 
@@ -35,26 +36,9 @@ using Clock = std::chrono::steady_clock;
 using tally::rules::DType;
 namespace k = tally::kernels;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "tally-groupby-kernel-bench: %s\n", what.c_str());
-  std::exit(1);
-}
-void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorName(e) + " " + tally::cuda::LastErrorWhere());
-}
-#define CHECK(expr) Check((expr), #expr)
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-__device__ unsigned long long Spread(unsigned long long x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using tally::bench::Die;
+using tally::bench::Median;
+using tally::bench::Spread;
 
 __global__ void FillKeys(int* keys, unsigned long long n, unsigned long long groups, unsigned long long seed) {
   for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {

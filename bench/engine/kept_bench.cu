@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/engine/device_bench.cuh"
 #include "server/engine/backend_factory.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/select.h"
@@ -37,28 +38,9 @@ using Clock = std::chrono::steady_clock;
 using tally::rules::DType;
 using tally::rules::OpKind;
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "tally-kept-bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) Die(std::string(what) + ": " + cudaGetErrorName(e) + " " + tally::cuda::LastErrorWhere());
-}
-#define CHECK(expr) Check((expr), #expr)
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// splitmix64: distinct, well spread values from the index and the seed.
-__device__ unsigned long long Spread(unsigned long long x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using tally::bench::Die;
+using tally::bench::Median;
+using tally::bench::Spread;
 
 // Floats uniform in [-1000, 1000), integers over their whole range.
 template <typename T>

@@ -143,10 +143,15 @@ inline int FixedScale(std::uint64_t largest, std::uint64_t rows) {
   return 92 - std::bit_width(rows) - exponent;
 }
 
+// A slot's words (ToFixed's high and low, each summed) as FixedSumOf's
+// total.
+TALLY_HD __int128 FixedWords(unsigned long long hi, unsigned long long lo) {
+  return (static_cast<__int128>(static_cast<long long>(hi)) << 32) + static_cast<__int128>(lo);
+}
+
 // The sum of a slot's words: one rounding, then exact scaling.
 inline double FixedSum(unsigned long long hi, unsigned long long lo, int scale) {
-  const __int128 total = (static_cast<__int128>(static_cast<long long>(hi)) << 32) + static_cast<__int128>(lo);
-  return std::ldexp(static_cast<double>(total), -scale);
+  return std::ldexp(static_cast<double>(FixedWords(hi, lo)), -scale);
 }
 
 // FixedSum of a total kept as one integer, for the host and the GPU's
@@ -196,11 +201,6 @@ TALLY_HD double FixedSumOf(__int128 total, int scale) {
 #else
   return std::ldexp(rounded, -scale);
 #endif
-}
-// A slot's words (ToFixed's high and low, each summed) as FixedSumOf's
-// total.
-TALLY_HD __int128 FixedWords(unsigned long long hi, unsigned long long lo) {
-  return (static_cast<__int128>(static_cast<long long>(hi)) << 32) + static_cast<__int128>(lo);
 }
 
 }  // namespace tally::rules::keyed
