@@ -50,6 +50,31 @@ std::vector<std::byte> IllConditioned(std::uint64_t n, std::mt19937_64& rng, boo
   return out;
 }
 
+// Runs of narrow groups at their limits (kernels/src/exact/exact_levels.cuh,
+// NarrowRun): each element's binade drawn from the `window` + 1 below a
+// top that moves every 65,536 elements (so a thread's groups end runs and
+// start new ones), a quarter of them with every significand bit set, of
+// either sign; the tops reach the ends of the grids' ranges, float32's
+// subnormals and float64's squares past 2^1024.
+template <typename T>
+std::vector<std::byte> AtTheWindowsEdges(std::uint64_t n, std::mt19937_64& rng, int window) {
+  constexpr bool kDouble = sizeof(T) == 8;
+  const std::vector<int> tops = kDouble ? std::vector<int>{0, 200, -300, 505, -468, 1000, -1000}
+                                        : std::vector<int>{0, 100, -100, 126, -120};
+  const double largest = kDouble ? 2.0 - 0x1p-52 : 2.0 - 0x1p-23;
+  std::vector<T> v(n);
+  int top = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (i % 65536 == 0) top = tops[rng() % tops.size()];
+    const int k = top - static_cast<int>(rng() % static_cast<std::uint64_t>(window + 1));
+    const double m = rng() % 4 == 0 ? largest : 1.0 + static_cast<double>(rng() >> 11) * 0x1p-53;
+    v[i] = static_cast<T>(std::ldexp((rng() & 1) != 0 ? -m : m, k));
+  }
+  std::vector<std::byte> out(n * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
 std::vector<std::byte> DataOf(DType dt, std::uint64_t n, std::mt19937_64& rng, bool specials, bool narrow = false) {
   switch (dt) {
     case DType::kFloat64: return IllConditioned<double>(n, rng, specials, narrow);
@@ -192,19 +217,37 @@ class EngineExactSum : public ::testing::Test {
 TEST_F(EngineExactSum, CudaSumsAndMomentsAreTheCpuBitsStreamedMaskedOrResidentAndTheirStatesTheSameBytes) {
   for (const DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
     // Up to arrays whose single launch (resident) runs every loop of the kernel.
+    // 2^24 + 5: several groups a thread, so runs go on and end (the runs'
+    // variants only, unmasked).
     for (const std::uint64_t n : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{1000}, std::uint64_t{300007},
-                                  std::uint64_t{(3 << 20) + 77}}) {
+                                  std::uint64_t{(3 << 20) + 77}, std::uint64_t{(1 << 24) + 5}}) {
       // 0: wide, 1: wide with specials, 2: narrow (a float32 vector's
-      // elements within 2^26 of each other: the kernel's grouped path).
-      for (const int variant : {0, 1, 2}) {
+      // elements within 2^26 of each other: the kernel's grouped path);
+      // float32 and float64: 3 and 4 at the runs' windows' edges, the
+      // squares' window (with every op) and the elements' (sums alone).
+      const bool runs = dt == DType::kFloat32 || dt == DType::kFloat64;
+      for (const int variant : {0, 1, 2, 3, 4}) {
+        if (variant >= 3 && !runs) continue;
         const bool specials = variant == 1;
+        const bool sums_alone = variant == 4;
         for (const bool masked : {false, true}) {
-          const std::vector<std::byte> data = DataOf(dt, n, rng_, specials, variant == 2);
-          AggregationPlan plan = Plan(dt, n, 0, ExactOps(n >= 1000));
+          if (n > (1 << 22) && (variant < 3 || masked)) continue;
+          std::vector<std::byte> data;
+          if (variant >= 3) {
+            const int window = dt == DType::kFloat32 ? 18 : sums_alone ? 32 : 15;
+            data = dt == DType::kFloat32 ? AtTheWindowsEdges<float>(n, rng_, window)
+                                         : AtTheWindowsEdges<double>(n, rng_, window);
+          } else {
+            data = DataOf(dt, n, rng_, specials, variant == 2);
+          }
+          AggregationPlan plan = Plan(dt, n, 0,
+                                      sums_alone ? std::vector<OpSpec>{{.kind = OpKind::kSum}, {.kind = OpKind::kMean}}
+                                                 : ExactOps(n >= 1000));
           if (masked) plan.array.validity = RandomMask(n, rng_);
           const std::string what = std::string(rules::Name(dt)) + " n=" + std::to_string(n) +
                                    (specials ? " with NaN, -0.0 and overflow" : "") + (variant == 2 ? " narrow" : "") +
-                                   (masked ? " masked" : "");
+                                   (variant == 3 ? " at the squares' window" : "") +
+                                   (sums_alone ? " at the sums' window, sums alone" : "") + (masked ? " masked" : "");
           ExpectTheCpuBits(*cuda_, *cpu_, plan, data, {{}, {777, 10000, 1}, {65536}}, what);
           ExpectTheCpuStates(*cuda_, *cpu_, plan, data, what);
         }

@@ -732,5 +732,26 @@ TEST(Kernels, RejectsBadPlans) {
   EXPECT_EQ(kernels::Validate(p), cudaSuccess);
 }
 
+// Where a failure is reported (no device needed): the innermost failing
+// call, then each check that passed it on, and a later failure starts anew.
+cudaError_t FailsInside() {
+  TALLY_CUDA_TRY(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+cudaError_t PassesItOn() {
+  TALLY_CUDA_TRY(FailsInside());
+  return cudaSuccess;
+}
+TEST(CudaError, AnInnerFailureKeepsItsPlaceAndTheChecksThatPassedItOn) {
+  ASSERT_EQ(PassesItOn(), cudaErrorInvalidValue);
+  const std::string where = cuda::LastErrorWhere();
+  EXPECT_EQ(where.rfind("cudaErrorInvalidValue at ", 0), 0u) << where;
+  EXPECT_NE(where.find("kernels_test.cc"), std::string::npos) << where;
+  EXPECT_NE(where.find(": cudaErrorInvalidValue; from "), std::string::npos) << where;
+  EXPECT_EQ(where.find("FailsInside()"), std::string::npos) << "the outer check took the inner's place: " << where;
+  ASSERT_EQ(FailsInside(), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LastErrorWhere().find("; from "), std::string::npos) << cuda::LastErrorWhere();
+}
+
 }  // namespace
 }  // namespace tally::testing

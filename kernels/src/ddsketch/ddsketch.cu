@@ -7,6 +7,7 @@
 #include "ddsketch/ddsketch_dispatch.h"
 #include "ddsketch/ddsketch_kernels.cuh"
 #include "select/scratch.h"
+#include "shared_memory.cuh"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::ddsketch {
@@ -29,7 +30,7 @@ cudaError_t DdSketchPasses<T>::Count(const T* data, std::uint64_t n, double mult
   const auto wanted = static_cast<std::int32_t>(std::min(1e9, std::ceil(D::kBinades * multiplier)));
   const std::int32_t w = std::min(fits, std::max(D::kWindow, wanted));
   const std::size_t shared = (2 * static_cast<std::size_t>(w) + 3) * sizeof(std::uint32_t);
-  TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
   TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, D::kThreads, shared));
   const int blocks = sms * (per_sm > 0 ? per_sm : 1);
   const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;

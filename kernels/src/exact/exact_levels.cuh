@@ -226,6 +226,198 @@ __device__ __forceinline__ void AddFloat32Vector(const uint4& a, ThreadSums& t, 
   }
 }
 
+// 1.5 * 2^(field - 1023), for a float64 exponent field in [1, 2046]: the
+// sigma whose ulp is 2^(field - 1075), which rounds what is added to it (far
+// below it) to that grid.
+__device__ __forceinline__ double OneAndAHalfTimes(int field) {
+  return __longlong_as_double(static_cast<long long>((static_cast<unsigned long long>(field) << 52) | (1ull << 51)));
+}
+
+// A thread's run of narrow groups (the four 16-byte vectors it loads at a
+// time, unmasked float32 or float64): groups whose magnitudes all lie in
+// one window below 2^top share grids at which every element (and square)
+// splits into parts that sum exactly in float64 in any order, for up to
+// kMaxElements elements. The run's parts join the levels only when it ends,
+// so an element costs a few float64 operations where the levels' TwoSums
+// cost 6 a level (the grids and their proofs are the cpu backend's:
+// server/engine/cpu/exact_lanes.h, IsNarrowBlock, NarrowSquaresLanes,
+// NarrowSplitLanes, NarrowSquares64Lanes). A group that does not fit the run
+// ends it and starts the next; one too wide for any run (or holding an
+// infinity or a NaN) is left to the caller, element by element.
+//
+// float32 (an element's exponent field f, a subnormal's taken as 1; top is
+// a field: magnitudes below 2^(top - 126), every non-zero f >= top - 18):
+// elements are multiples of 2^(top - 168), 2^11 of them sum below
+// 2^(top - 115): exact. Squares (exact in float64) are multiples of
+// 2^(2 top - 336) below 2^(2 top - 252), split at G = 2^(2 top - 294): the
+// high parts of 2^11 sum within 2^53 G, the low parts (at most G/2) within
+// 2^53 of their grid. float64 (top a field: magnitudes below 2^e, e = top -
+// 1022): the elements split once at 2^(e - 42) when every non-zero f >= top
+// - 32 and e in [-1000, 1010]; the squares, x * x and its FMA error, at
+// 2^(2e - 42) and 2^(2e - 96) when every f >= top - 15 and e in [-469, 506].
+template <bool kSquares, typename T>
+struct NarrowRun {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  static constexpr bool kDouble = std::is_same_v<T, double>;
+  static constexpr int kGroup = 64 / static_cast<int>(sizeof(T));  // elements of four vectors
+  static constexpr int kMaxGroups = 2048 / kGroup;                   // 2^11 elements a run
+  // How far below top a non-zero element's field may lie.
+  static constexpr int kWindow = kDouble ? (kSquares ? 15 : 32) : 18;
+  // The fields top may take (float64: the grids' ranges above).
+  static constexpr int kLowestTop = kDouble ? (kSquares ? 553 : 22) : 1;
+  static constexpr int kHighestTop = kDouble ? (kSquares ? 1528 : 2032) : 255;
+  // A new run's top lies this far above its first group's largest field
+  // (within the window), so that later groups a little larger still fit.
+  static constexpr int kHeadroom = 2;
+
+  static __device__ __forceinline__ bool AllNegativeZeros(const uint4 (&a)[4]) {
+    bool all = true;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      if constexpr (kDouble) {
+        all = all && a[v].y == 0x80000000u && a[v].w == 0x80000000u;  // the low words are zero here
+      } else {
+        all = all && a[v].x == 0x80000000u && a[v].y == 0x80000000u && a[v].z == 0x80000000u &&
+              a[v].w == 0x80000000u;
+      }
+    }
+    return all;
+  }
+
+  int top = 0;     // 0: no run
+  int groups = 0;  // groups taken
+  double sum_sigma = 0.0, square_sigma = 0.0, error_sigma = 0.0;
+  double sum_high = 0.0, sum_low = 0.0;  // float32: the elements' sum in sum_high
+  double square_high = 0.0, square_low = 0.0, error_high = 0.0, error_low = 0.0;
+
+  // Takes one group's elements (false: not narrow, left to the caller).
+  // The group's range from its magnitudes' bits as integers (a finite
+  // magnitude orders as its bits do; an infinity or a NaN lies above every
+  // finite one; a zero's bits less one wrap to the largest): four integer
+  // operations an element, the bound of the pass where a field was taken
+  // from each (the integer pipe's 64 operations a clock an SM).
+  __device__ __forceinline__ bool Take(const uint4 (&a)[4], ThreadSums& t, const Digits& into) {
+    unsigned largest = 0, least = 0xffffffffu;  // least: the least non-zero magnitude, less one
+    if constexpr (kDouble) {
+      // The high word's magnitude, its lowest bit set where the low word
+      // is not zero, so a subnormal below 2^-1042 is not taken for a zero.
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const unsigned key[2] = {(a[v].y & 0x7fffffffu) | min(a[v].x, 1u), (a[v].w & 0x7fffffffu) | min(a[v].z, 1u)};
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          largest = max(largest, key[j]);
+          least = min(least, key[j] - 1u);
+        }
+      }
+      if (largest >= 0x7ff00000u) return false;  // an infinity or a NaN
+    } else {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const unsigned mag[4] = {a[v].x & 0x7fffffffu, a[v].y & 0x7fffffffu, a[v].z & 0x7fffffffu,
+                                 a[v].w & 0x7fffffffu};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          largest = max(largest, mag[j]);
+          least = min(least, mag[j] - 1u);
+        }
+      }
+      if (largest >= 0x7f800000u) return false;
+    }
+    if (largest == 0) {  // zeros only: nothing to add; any +0.0 is an element other than -0.0
+      t.other = t.other || !AllNegativeZeros(a);
+      return true;
+    }
+    t.other = true;
+    int high, low;
+    if constexpr (kDouble) {
+      high = static_cast<int>(largest >> 20);
+      low = static_cast<int>((least + 1u) >> 20);
+      if (low == 0) low = -1;  // a subnormal fits no window
+    } else {
+      high = max(static_cast<int>(largest >> 23), 1);  // a subnormal is a multiple of 2^(1 - 150)
+      low = max(static_cast<int>((least + 1u) >> 23), 1);
+    }
+    if (top == 0 || high > top || low < top - kWindow || groups == kMaxGroups) {
+      const int next = min(min(high + kHeadroom, low + kWindow), kHighestTop);
+      if (next < high || next < kLowestTop || low < next - kWindow) return false;
+      End(t, into);
+      Start(next);
+    }
+    ++groups;
+    if constexpr (kDouble) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const double x[2] = {__hiloint2double(static_cast<int>(a[v].y), static_cast<int>(a[v].x)),
+                             __hiloint2double(static_cast<int>(a[v].w), static_cast<int>(a[v].z))};
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const double h = __dsub_rn(__dadd_rn(sum_sigma, x[j]), sum_sigma);
+          sum_high = __dadd_rn(sum_high, h);
+          sum_low = __dadd_rn(sum_low, __dsub_rn(x[j], h));
+          if constexpr (kSquares) {
+            const double q = __dmul_rn(x[j], x[j]);
+            const double err = __fma_rn(x[j], x[j], -q);
+            const double sh = __dsub_rn(__fma_rn(x[j], x[j], square_sigma), square_sigma);
+            const double eh = __dsub_rn(__dadd_rn(error_sigma, err), error_sigma);
+            square_high = __dadd_rn(square_high, sh);
+            square_low = __dadd_rn(square_low, __dsub_rn(q, sh));
+            error_high = __dadd_rn(error_high, eh);
+            error_low = __dadd_rn(error_low, __dsub_rn(err, eh));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const unsigned u[4] = {a[v].x, a[v].y, a[v].z, a[v].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const double x = static_cast<double>(__uint_as_float(u[j]));
+          sum_high = __dadd_rn(sum_high, x);
+          if constexpr (kSquares) {
+            const double p = __dmul_rn(x, x);  // exact: 48 bits at most
+            const double h = __dsub_rn(__dadd_rn(square_sigma, p), square_sigma);
+            square_high = __dadd_rn(square_high, h);
+            square_low = __dadd_rn(square_low, __dsub_rn(p, h));
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  // The run's parts into the levels; no run after.
+  __device__ __forceinline__ void End(ThreadSums& t, const Digits& into) {
+    if (top == 0) return;
+    t.sum.Add(sum_high, into.sum);
+    if constexpr (kDouble) t.sum.Add(sum_low, into.sum);
+    if constexpr (kSquares) {
+      t.squares.Add(square_high, into.squares);
+      t.squares.Add(square_low, into.squares);
+      if constexpr (kDouble) {
+        t.squares.Add(error_high, into.squares);
+        t.squares.Add(error_low, into.squares);
+      }
+    }
+    top = 0;
+  }
+
+ private:
+  __device__ __forceinline__ void Start(int field) {
+    top = field;
+    groups = 0;
+    sum_high = sum_low = square_high = square_low = error_high = error_low = 0.0;
+    if constexpr (kDouble) {
+      sum_sigma = OneAndAHalfTimes(top + 11);           // ulp 2^(e - 42)
+      square_sigma = OneAndAHalfTimes(2 * top - 1011);  // ulp 2^(2e - 42)
+      error_sigma = OneAndAHalfTimes(2 * top - 1065);   // ulp 2^(2e - 96)
+    } else {
+      square_sigma = OneAndAHalfTimes(2 * top + 781);  // ulp 2^(2 top - 294)
+    }
+  }
+};
+
 template <bool kMasked>
 __device__ __forceinline__ bool Valid(const std::uint32_t* validity, std::uint64_t at) {
   if constexpr (!kMasked) return true;

@@ -4,10 +4,12 @@
 // same bits whatever the chunking, the GPU or the backend (rules/
 // exact_sum.h, exact_moments.h; the pieces in exact_levels.cuh).
 // Measured in tally-exact-sum-bench (docs/performance.md, "Exact float sums
-// on the GPU"): three float64 levels per thread, the last level's error
-// into the block's fixed-point digits in shared memory; the levels join the
-// digits at the end, the block's digits the state's, all by integer atomics
-// (exact, so their order does not matter).
+// on the GPU"): unmasked float32 and float64 in runs of narrow groups
+// (NarrowRun), the rest element by element into three float64 levels per
+// thread, the last level's error into the block's fixed-point digits in
+// shared memory; the levels join the digits at the end, the block's digits
+// the state's, all by integer atomics (exact, so their order does not
+// matter).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -59,14 +61,21 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
+  // Unmasked float32 and float64 groups go through a run (exact_levels.cuh).
+  constexpr bool kRuns = !kMasked && (std::is_same_v<T, float> || std::is_same_v<T, double>);
+  NarrowRun<kSquares, std::conditional_t<kRuns, T, float>> run;
   std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (; i + 3 * stride < vectors; i += 4 * stride) {
     uint4 a[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) a[u] = __ldcs(xv + i + u * stride);
+    if constexpr (kRuns) {
+      if (run.Take(a, t, block)) continue;
+    }
 #pragma unroll
     for (int u = 0; u < 4; ++u) take(a[u], (i + u * stride) * kPer);
   }
+  if constexpr (kRuns) run.End(t, block);
   for (; i < vectors; i += stride) take(__ldcs(xv + i), i * kPer);
   for (std::uint64_t k = vectors * kPer + static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
        k += stride) {

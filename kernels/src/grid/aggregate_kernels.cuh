@@ -33,6 +33,7 @@
 
 #include "../agent/agent_aggregate.cuh"
 #include "../block/block_reduce.cuh"
+#include "../shared_memory.cuh"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
 #include "dispatch.h"
@@ -599,8 +600,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
     // (bins + 1) / 2 words of 16-bit pairs, then below, above, nan.
     sh.per_rank = static_cast<std::uint32_t>((plan.histogram.bins + 1) / 2 + 3);
     sh.smem = (sh.per_rank * 4 + 15) / 16 * 16;
-    TALLY_CUDA_TRY(cudaFuncSetAttribute(slice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(sh.smem)));
+    TALLY_CUDA_TRY(AllowMostSharedMemory(slice_kernel));
   } else if (w.hist) {
     const std::int64_t stride = plan.histogram.bins + 3;
     while (CeilDiv(stride, sh.cluster) * 4 > Policy::kHistCountBytesPerBlock &&
@@ -611,8 +611,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
     sh.smem = (sh.per_rank * 4 + 15) / 16 * 16 +
               (sh.edge_table ? (plan.histogram.bins + 1) * sizeof(B) : 0);
     if (sh.smem > 48 * 1024) {  // before the occupancy query and the launch
-      TALLY_CUDA_TRY(cudaFuncSetAttribute(
-          slice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sh.smem)));
+      TALLY_CUDA_TRY(AllowMostSharedMemory(slice_kernel));
     }
   }
   // Slices per segment: enough blocks to fill the GPU once, none smaller

@@ -11,6 +11,7 @@
 
 #include "group/dense_slots.cuh"
 #include "group/partitioned_groups.cuh"
+#include "shared_memory.cuh"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/group.h"
 #include "tally/rules/keyed_sums.h"
@@ -201,8 +202,7 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
     return dense::VisitKeyWidth(key_bytes, [&](auto width) -> cudaError_t {
       constexpr int kBytes = decltype(width)::value;
       const std::size_t shared = spread.range * 32 * dense::kSlotBytes;
-      TALLY_CUDA_TRY(cudaFuncSetAttribute(LaneCopiesKernel<T, kBytes>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(shared)));
+      TALLY_CUDA_TRY(detail::AllowMostSharedMemory(LaneCopiesKernel<T, kBytes>));
       LaneCopiesKernel<T, kBytes><<<Blocks(), kThreads, shared, stream>>>(KeyReader<kBytes>{keys.data, kind}, typed,
                                                                          keys.rows, spread.lowest, spread.range,
                                                                          out->scale, at.slots);

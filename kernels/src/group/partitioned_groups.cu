@@ -28,6 +28,7 @@
 
 #include "group/partitioned_groups.cuh"
 #include "select/scratch.h"
+#include "shared_memory.cuh"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::partitioned {
@@ -399,10 +400,6 @@ __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots,
   if (seen != 0) atomicOr(out.seen, seen);
 }
 
-template <typename Kernel>
-cudaError_t AllowShared(Kernel kernel, std::size_t bytes) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-}
 
 }  // namespace
 
@@ -467,7 +464,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
     // Moved rows carry their keys' places: one kernel for every key width.
     const auto in_place = AccumulateKernel<T, true, kBytes>;
     const auto from_moved = AccumulateKernel<T, false, 8>;
-    TALLY_CUDA_TRY(buckets > 1 ? AllowShared(from_moved, slot_shared) : AllowShared(in_place, slot_shared));
+    TALLY_CUDA_TRY(buckets > 1 ? detail::AllowMostSharedMemory(from_moved) : detail::AllowMostSharedMemory(in_place));
     const auto accumulate_items = [&](const T* part_values, bool only) -> cudaError_t {
       ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows), at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
@@ -489,10 +486,10 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       return accumulate_items(values, true);
     }
     const std::size_t bucket_shared = buckets * sizeof(unsigned);
-    TALLY_CUDA_TRY(AllowShared(CountKernel<kBytes>, bucket_shared));
+    TALLY_CUDA_TRY(detail::AllowMostSharedMemory(CountKernel<kBytes>));
     const bool sorted_move = buckets <= kSortedMoveBuckets;
-    TALLY_CUDA_TRY(sorted_move ? AllowShared(SortedMoveKernel<T, kBytes>, SortedMoveShared<T>())
-                               : AllowShared(MoveKernel<T, kBytes>, bucket_shared));
+    TALLY_CUDA_TRY(sorted_move ? detail::AllowMostSharedMemory(SortedMoveKernel<T, kBytes>)
+                               : detail::AllowMostSharedMemory(MoveKernel<T, kBytes>));
     const std::uint64_t places = std::uint64_t{buckets} * at.parts + 1;
     const std::uint64_t chunk = ChunkRows(sizeof(Moved<T>));
     for (std::uint64_t first = 0; first < rows; first += chunk) {

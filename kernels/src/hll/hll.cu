@@ -4,6 +4,7 @@
 #include "hll/hll_dispatch.h"
 #include "hll/hll_kernels.cuh"
 #include "select/scratch.h"
+#include "shared_memory.cuh"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::hll {
@@ -30,7 +31,7 @@ cudaError_t HllPasses<T>::Registers(const T* data, std::uint64_t n, std::uint32_
   const auto launch = [&](auto kind, std::size_t shared) -> cudaError_t {
     auto* kernel = HllRegistersKernel<T, decltype(kind)::value>;
     int blocks = 0;
-    TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+    TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
     TALLY_CUDA_TRY(Resident(kernel, shared, &blocks));
     kernel<<<blocks, H::kThreads, shared, stream>>>(data, n, Aligned16(data), precision, registers);
     TALLY_CUDA_CHECK_LAUNCH();

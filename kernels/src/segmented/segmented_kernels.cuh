@@ -42,6 +42,7 @@
 
 #include "../device_traits.cuh"
 #include "../opfam/extreme.cuh"
+#include "../shared_memory.cuh"
 #include "../opfam/sum.cuh"
 #include "../policy.cuh"
 #include "segmented_dispatch.h"
@@ -772,7 +773,7 @@ cudaError_t LaunchVariant(const SegmentedPlan& plan, const SegmentedLayout& lay,
 
   constexpr int kSmem = SegPolicy::kStages * SegGeometry<typename A::T>::kStageBytes;
   const auto kernel = SegmentKernel<D, kFull>;
-  TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  TALLY_CUDA_TRY(AllowMostSharedMemory(kernel));
   int per_sm = 0;
   TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSegThreads, kSmem));
   if (per_sm < 1) per_sm = 1;

@@ -6,6 +6,7 @@
 
 #include "select/select_dispatch.h"
 #include "select/select_kernels.cuh"
+#include "shared_memory.cuh"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::select {
@@ -50,7 +51,7 @@ cudaError_t ElementPasses<T>::Count(const T* data, std::uint64_t n, KeyMode mode
   return VisitMode(mode, [&](auto m) -> cudaError_t {
     constexpr std::size_t shared = CountSharedBytes<K>();
     auto* kernel = CountKernel<T, decltype(m)::value>;
-    TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+    TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
     // Shared memory over L1: three blocks of ~74 KB per SM (32-bit keys).
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
@@ -75,7 +76,7 @@ cudaError_t ElementPasses<T>::Refine(const T* data, std::uint64_t n, KeyMode mod
   return VisitMode(mode, [&](auto m) -> cudaError_t {
     constexpr std::size_t shared = RefineSharedBytes<K>();
     auto* kernel = RefineKernel<T, decltype(m)::value>;
-    TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+    TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
     kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, map, segments, block_counts);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
@@ -90,8 +91,7 @@ cudaError_t ElementPasses<T>::Gather(const T* data, std::uint64_t n, KeyMode mod
   return VisitMode(mode, [&](auto m) -> cudaError_t {
     const std::size_t shared = GatherSharedBytes<K>(places != nullptr ? count : 0);
     auto* kernel = GatherKernel<T, decltype(m)::value>;
-    TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(GatherSharedBytes<K>(kMaxSegments))));
+    TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
     // Shared memory over L1: three blocks of ~72 KB per SM (32-bit keys).
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));

@@ -201,12 +201,15 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
     to.resize(dense.groups);
     return CopyToHostStaged(staging, stream.get(), from, dense.groups * sizeof(*from), to.data());
   };
-  for (absl::Status s : {back(out.keys, dense.keys), back(out.count, dense.count), back(out.sum, dense.sum),
-                         back(out.min, dense.min), back(out.max, dense.max),
-                         dense.any_nan ? back(out.nan, dense.nan) : absl::OkStatus(),
-                         dense.any_infinity ? back(out.infinities, dense.infinities) : absl::OkStatus()}) {
-    if (!s.ok()) return s;
-  }
+  // One array after another, stopping at the first that fails.
+  absl::Status copied = back(out.keys, dense.keys);
+  if (copied.ok()) copied = back(out.count, dense.count);
+  if (copied.ok()) copied = back(out.sum, dense.sum);
+  if (copied.ok()) copied = back(out.min, dense.min);
+  if (copied.ok()) copied = back(out.max, dense.max);
+  if (copied.ok() && dense.any_nan) copied = back(out.nan, dense.nan);
+  if (copied.ok() && dense.any_infinity) copied = back(out.infinities, dense.infinities);
+  if (!copied.ok()) return copied;
   return out;
 }
 
