@@ -114,15 +114,24 @@ cudaError_t Launch(const ExactPass& pass, const void* chunk, std::uint64_t n, st
   auto* sum = static_cast<unsigned long long*>(pass.sum_state);
   auto* squares = static_cast<unsigned long long*>(pass.squares_state);
   if (n > 0) {
-    // 4 blocks per SM measured fastest (8 gave 0.77-0.87x of it).
-    const unsigned blocks = static_cast<unsigned>(4 * dev.sms);
     const T* x = static_cast<const T*>(chunk);
+    const auto launch = [&](auto kernel, const std::uint32_t* validity) -> cudaError_t {
+      // 4 blocks per SM measured fastest (8 gave 0.77-0.87x of it), and no
+      // more than stay resident at once: the squares' kernels hold 80
+      // registers a thread, 3 blocks an SM, and a fourth block an SM ran
+      // as a second wave, one block an SM (ncu, H100).
+      int resident = 0;
+      TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0));
+      const unsigned blocks = static_cast<unsigned>(std::clamp(resident, 1, 4) * dev.sms);
+      kernel<<<blocks, kThreads, 0, stream>>>(x, n, offset, validity, sum, squares);
+      TALLY_CUDA_TRY(cudaGetLastError());
+      return cudaSuccess;
+    };
     if (pass.validity != nullptr) {
-      ExactKernel<kSquares, true, T><<<blocks, kThreads, 0, stream>>>(x, n, offset, pass.validity, sum, squares);
+      TALLY_CUDA_TRY(launch(ExactKernel<kSquares, true, T>, pass.validity));
     } else {
-      ExactKernel<kSquares, false, T><<<blocks, kThreads, 0, stream>>>(x, n, offset, nullptr, sum, squares);
+      TALLY_CUDA_TRY(launch(ExactKernel<kSquares, false, T>, nullptr));
     }
-    TALLY_CUDA_TRY(cudaGetLastError());
   }
   return cudaSuccess;
 }
