@@ -773,22 +773,21 @@ def assemble_result(p: GroupByPlan, decoded: list, answers: Mapping[Any, Callabl
     if not observed and any(k.category is not None for k in p.keys):
         result = _unobserved(result, p.keys, p.outputs, sort)
     if any(k.category is not None for k in p.keys) and groupby_keeps_category_dtype():
-        result = _category_dtypes(result, p.keys, observed)
+        result = _category_dtypes(result, p.keys)
     return result
 
 
-def _category_dtypes(result: Any, keys: list[_Key], observed: bool) -> Any:
+def _category_dtypes(result: Any, keys: list[_Key]) -> Any:
     """pandas 3's dtypes of category keys' groups (groupby_keeps_category_dtype):
-    with observed, only the categories observed, in the order they have
-    here (the groups' order); without, the column's own categories."""
+    the column's own categories, in its order, observed or not (pandas
+    3.0.6 keeps an unused category in the index's dtype with observed=True)."""
     import pandas as pd
 
     multi = isinstance(result.index, pd.MultiIndex)
     levels = list(result.index.levels) if multi else [result.index]
     for i, k in enumerate(keys):
         if k.category is not None:
-            levels[i] = (levels[i].remove_unused_categories() if observed
-                         else levels[i].reorder_categories(k.category.categories))
+            levels[i] = levels[i].set_categories(k.category.categories)
     return result.set_axis(result.index.set_levels(levels, verify_integrity=False) if multi else levels[0])
 
 

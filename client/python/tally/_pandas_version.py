@@ -50,11 +50,10 @@ def groupby_idx_refuses_groups_without_values() -> bool:
 
 def groupby_keeps_category_dtype() -> bool:
     """Whether a category key's groups keep its CategoricalDtype as pandas
-    3.0 makes them (groupby.grouper.Grouping._codes_and_uniques): with
-    observed=False every category in the column's own order
-    (reorder_categories to the original ones), with observed=True only the
-    observed categories, in the groups' order (recode_for_groupby). pandas
-    1.5 kept every category, reordered as the groups come for sort=False."""
+    3.0 makes them: every category of the column in its own order,
+    observed or not (pandas 3.0.6 keeps an unused category in the index's
+    dtype with observed=True). pandas 1.5 kept every category, reordered as
+    the groups come for sort=False."""
     return pandas_at_least(3)
 
 
