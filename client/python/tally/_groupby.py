@@ -26,7 +26,9 @@ from . import _values
 from . import partial as tp
 from ._arrays import FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, wire_dtype
 from ._ops import Op
-from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan
+from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan, time_unit
+from ._pandas_version import (groupby_idx_refuses_groups_without_values, groupby_keeps_category_dtype,
+                              groupby_observed_default, groupby_refuses_bool_quantile)
 from ._shared import SharedArray, PackedColumns
 from .v1 import tally_pb2 as pb
 
@@ -209,10 +211,21 @@ def _refuse(col: Column, func: str) -> None:
                         f"{', '.join(_TIME_FUNCS)} for it, not {func!r}")
 
 
+def _refuse_as_pandas(col: Column, funcs: list[str]) -> None:
+    """TypeError where the installed pandas' groupby refuses a function for
+    a DataFrame's column that tally could answer: pandas 3 refuses the
+    quantile (and so agg('quantile')) of numpy bools."""
+    if "quantile" in funcs and col.kind == "number" and col.values.dtype == np.bool_ \
+            and groupby_refuses_bool_quantile():
+        raise TypeError(f"column {col.name!r} of dtype bool: pandas' groupby refuses 'quantile' of bools (\"Cannot "
+                        f"use quantile with bool dtype\"), and so does tally; convert it (.astype(int)) or leave it "
+                        f"out")
+
+
 def _as_sent(col: Column, funcs: list[str], partial: bool) -> Column:
-    """The column as it is sent for ``funcs``: bools as uint8 (pandas'
-    groupby takes the quantile of bools, which numpy, and so tally, refuse;
-    every other answer is the same), and a float column needing a mask with
+    """The column as it is sent for ``funcs``: bools as uint8 (pandas
+    before 3 takes the quantile of bools in groupby, which numpy, and so
+    tally, refuse; every other answer is the same), and a float column needing a mask with
     one (_pandas.plan, with groupby's functions)."""
     for f in funcs:
         _refuse(col, f)
@@ -433,7 +446,7 @@ def _times(ticks: np.ndarray, missing: Optional[np.ndarray], dtype: Any, kind: s
     i8 = ticks.astype(np.int64)
     if missing is not None:
         i8 = np.where(missing, np.iinfo(np.int64).min, i8)  # NaT
-    unit = getattr(dtype, "unit", "ns")
+    unit = time_unit(dtype)
     if kind == "timedelta":
         return pd.array(i8.view(f"m8[{unit}]"))
     out = pd.array(i8.view(f"M8[{unit}]"))
@@ -445,10 +458,15 @@ def _labels(index: Any, rows: np.ndarray, missing: Optional[np.ndarray]) -> Any:
     """The index labels of table rows; NaN where there is no row, as pandas'
     idxmin (a numeric index becomes float64 then); no groups answer an
     empty float64 column, as pandas' does."""
+    import pandas as pd
+
     if not len(rows):
-        return np.empty(0, dtype=np.float64)
+        # pandas 3 answers no groups in the index's dtype, pandas 1.5 in float64.
+        return index.array[:0] if groupby_idx_refuses_groups_without_values() else np.empty(0, dtype=np.float64)
+    if isinstance(index, pd.MultiIndex):
+        index = index.to_flat_index()  # tuples, as pandas labels them
     if missing is None:
-        return index.take(rows).to_numpy()
+        return index.array.take(rows)  # the index's dtype (pandas 3's str labels stay str)
     taken = index.take(np.where(missing, 0, rows))
     out = taken.to_numpy(dtype=np.float64 if taken.dtype.kind in "iuf" else object)
     out[missing] = np.nan
@@ -460,8 +478,10 @@ def _pandas_values(v: _Values, func: str, values: np.ndarray, missing: Optional[
 
     col = v.original
     if func in _COUNTS:
-        return values.astype(np.int64)
+        return _with_missing(values, None, _count_dtype(col, func))
     if func in _INDEX_FUNCS:
+        if missing is not None and groupby_idx_refuses_groups_without_values():
+            raise _no_value_for_index(v.label, func)
         return _labels(index, values, missing)
     if col.kind == "category":
         codes = values.astype(np.int64) if missing is None else np.where(missing, -1, values.astype(np.int64))
@@ -469,6 +489,21 @@ def _pandas_values(v: _Values, func: str, values: np.ndarray, missing: Optional[
     if col.kind in ("datetime", "timedelta"):
         return _times(values, missing, col.dtype, col.kind)
     return _with_missing(values, missing, _widened(_result_dtype(col.dtype, func), values, missing))
+
+
+def _count_dtype(col: Column, func: str) -> Any:
+    """The dtype of pandas' count, size and nunique per group: int64, but a
+    nullable column's count and size are Int64 where pandas makes them so
+    (from pandas 2: GroupBy.count answers an IntegerArray for a
+    BaseMaskedArray, SeriesGroupBy.size converts to numpy_nullable dtypes;
+    nunique stays int64), which the probe of pandas says."""
+    return _result_dtype(col.dtype, func) if col.kind == "masked" else np.dtype(np.int64)
+
+
+def _no_value_for_index(label: Any, func: str) -> ValueError:
+    return ValueError(f"column {label!r}: {func} with skipna=True of a group with no value (all NaN or NA, or "
+                      f"an unobserved category): pandas raises ValueError for it from 3.0, and so does tally; "
+                      f"drop those rows first (dropna), or pass observed=True")
 
 
 def _multi_index(levels: list, names: list) -> Any:
@@ -579,6 +614,8 @@ def _unobserved(result: Any, keys: list[_Key], outputs: list[_Output], sort: boo
     at = result.index.get_indexer(full)
 
     def grown(column: Any, func: str) -> Any:
+        if func in _INDEX_FUNCS and (at == -1).any() and groupby_idx_refuses_groups_without_values():
+            raise _no_value_for_index(column.name, func)
         fill = _EMPTY_GROUP.get(func)
         values = column.to_numpy() if isinstance(column.dtype, np.dtype) else column.array
         if fill is None and isinstance(values, np.ndarray) and values.dtype.kind in "biu":
@@ -672,6 +709,9 @@ def plan_groupby(data: Any, by: Any, agg: Any, named: dict, sort: bool, dropna: 
             funcs.setdefault(out.column, [])
             if out.func not in funcs[out.column]:
                 funcs[out.column].append(out.func)
+    if frame:
+        for label, fs in funcs.items():
+            _refuse_as_pandas(columns[label], fs)
     values = [_values_column(label, columns[label], fs, partial, shared.get(label)) for label, fs in funcs.items()]
     return GroupByPlan(frame, by, outputs, shape, keys, values, any(o.func == "size" for o in outputs), rows)
 
@@ -732,7 +772,23 @@ def assemble_result(p: GroupByPlan, decoded: list, answers: Mapping[Any, Callabl
                           else pd.Index([o.label for o in p.outputs]))
     if not observed and any(k.category is not None for k in p.keys):
         result = _unobserved(result, p.keys, p.outputs, sort)
+    if any(k.category is not None for k in p.keys) and groupby_keeps_category_dtype():
+        result = _category_dtypes(result, p.keys)
     return result
+
+
+def _category_dtypes(result: Any, keys: list[_Key]) -> Any:
+    """pandas 3's dtypes of category keys' groups (groupby_keeps_category_dtype):
+    the column's own categories, in its order, observed or not (pandas
+    3.0.6 keeps an unused category in the index's dtype with observed=True)."""
+    import pandas as pd
+
+    multi = isinstance(result.index, pd.MultiIndex)
+    levels = list(result.index.levels) if multi else [result.index]
+    for i, k in enumerate(keys):
+        if k.category is not None:
+            levels[i] = levels[i].set_categories(k.category.categories)
+    return result.set_axis(result.index.set_levels(levels, verify_integrity=False) if multi else levels[0])
 
 
 class GroupByFunctions:
@@ -740,7 +796,7 @@ class GroupByFunctions:
     :class:`tally.Client`."""
 
     def groupby(self, data: Any, by: Any, agg: Any = None, *, sort: bool = True, dropna: bool = True,
-                observed: bool = False, timeout: Optional[float] = None, **named: Any) -> Any:
+                observed: Optional[bool] = None, timeout: Optional[float] = None, **named: Any) -> Any:
         """What ``data.groupby(by, sort=sort, dropna=dropna,
         observed=observed).agg(agg)`` answers, each group aggregated by the
         server (GroupBy).
@@ -754,13 +810,17 @@ class GroupByFunctions:
         with their defaults (NaN and NA skipped, ddof=1 for std and var):
         sum, prod, mean, min, max, count, size, std, var, median, quantile
         (q=0.5, linear), any, all, nunique (NaN not counted), idxmin and
-        idxmax (index labels; NaN for a group with no value). first, last
-        and others are a ValueError naming them.
+        idxmax (index labels; NaN for a group with no value, where pandas
+        3 raises ValueError, and so does tally there). first, last and
+        others are a ValueError naming them. What pandas refuses, tally
+        refuses with the same exception (pandas 3: quantile of bools,
+        TypeError).
 
         Keys: integer, bool and float columns are sent as they are (NaN is
         NA; -0.0 and 0.0 one key); nullable Int/UInt/Float/boolean as values
         and a mask; category as its codes (in the categories' order, with
-        pandas' ``observed``); strings, objects and datetimes are factorised
+        pandas' ``observed``, whose default, None, is pandas': False, True
+        from pandas 3); strings, objects and datetimes are factorised
         here (pandas.factorize, sort=True) and sent as codes. NA keys are
         dropped, or with ``dropna=False`` one more group, last when sorted.
         ``sort=False``: groups in the order their keys are first seen.
@@ -794,6 +854,8 @@ class GroupByFunctions:
         columns of different lengths; TypeError for a dtype tally cannot
         take, naming the column; :class:`tally.Error` for what the server
         refuses (INVALID_ARGUMENT naming the field)."""
+        if observed is None:
+            observed = _default_observed(data)
         p = plan_groupby(data, by, agg, named, sort, dropna, observed)
         grouped, answers, sizes = self._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, timeout)
         decoded = [k.decode(kv, kvalid) for k, (kv, kvalid) in zip(p.keys, grouped.keys)]
@@ -897,6 +959,12 @@ class GroupByFunctions:
                 break
             pages.append(page)
         return pages
+
+
+def _default_observed(data: Any) -> bool:
+    """pandas' default ``observed`` for a DataFrame (False, True from pandas
+    3.0); a mapping has no category keys."""
+    return type(data).__module__.startswith("pandas") and groupby_observed_default()
 
 
 def _groups_read(pages: list) -> int:

@@ -214,7 +214,7 @@ def histogram(client: Any, x: Any, bins: Any = 10, range: Optional[tuple[float, 
     check_dtype(a.dtype)
     lo, hi = _outer_edges(client, a, range)
     h = client.aggregate(a, [Op("histogram", bins=bins, lo=float(lo), hi=float(hi))])[0]
-    counts, edges = h.counts, h.edges
+    counts, edges = h.counts, _numpy_edges(lo, hi, bins, a, h.edges)
     if density:
         widths = np.diff(edges)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -222,9 +222,25 @@ def histogram(client: Any, x: Any, bins: Any = 10, range: Optional[tuple[float, 
     return counts, edges
 
 
+def _numpy_edges(lo: Any, hi: Any, bins: int, a: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """numpy.histogram's edges (numpy's _get_bin_edges): a linspace in the
+    type numpy promotes the outer edges and the data to, from the outer
+    edges as numpy holds them, so that its rounding is numpy's: numpy 2
+    (NEP 50) computes a float32 array's edges in float32, numpy 1 in
+    float64. ``edges`` (the histogram's own) where numpy has no such type."""
+    try:
+        bin_type = np.result_type(lo, hi, a)
+    except TypeError:
+        return edges
+    if np.issubdtype(bin_type, np.integer):
+        bin_type = np.result_type(bin_type, float)
+    return np.linspace(lo, hi, bins + 1, endpoint=True, dtype=bin_type)
+
+
 def _outer_edges(client: Any, a: np.ndarray, range: Optional[tuple[float, float]]) -> tuple[Any, Any]:
     """numpy.histogram's outer edges (numpy.lib.histograms._get_outer_edges),
-    the data's minimum and maximum asked of the server."""
+    the data's minimum and maximum asked of the server, as numpy holds them
+    (scalars of the data's numpy dtype)."""
     if range is not None:
         lo, hi = range
         if lo > hi:
@@ -235,6 +251,8 @@ def _outer_edges(client: Any, a: np.ndarray, range: Optional[tuple[float, float]
         lo, hi = 0, 1
     else:
         lo, hi = client.aggregate(a, [Op("minmax")])[0]
+        if a.dtype.kind in "iuf" and isinstance(a.dtype.type(0), np.number):
+            lo, hi = a.dtype.type(lo), a.dtype.type(hi)  # numpy's a.min(), a.max()
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"autodetected range of [{lo}, {hi}] is not finite")
     if lo == hi:

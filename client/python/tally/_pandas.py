@@ -17,6 +17,7 @@ import numpy as np
 
 from ._arrays import SUPPORTED, SUPPORTED_NAMES
 from ._ops import Op
+from ._pandas_version import frame_reductions_keep_extension_dtypes
 
 # pandas' reductions: the op answering each over the elements present, and
 # its NaN-skipping form for a float column sent without a mask (None: no
@@ -107,7 +108,14 @@ def _takes(dtype: np.dtype) -> bool:
 
 
 def _unsupported(name: Any, dtype: Any) -> TypeError:
-    what = "Python objects (strings, mixed values)" if str(dtype) == "object" else f"dtype {dtype}"
+    import pandas as pd
+
+    if str(dtype) == "object":
+        what = "Python objects (strings, mixed values)"
+    elif isinstance(dtype, pd.StringDtype):  # pandas 3's default for strings: dtype str
+        what = f"strings (dtype {dtype})"
+    else:
+        what = f"dtype {dtype}"
     return TypeError(f"column {name!r} holds {what}, which tally cannot aggregate: tally takes numbers "
                      f"({SUPPORTED_NAMES}), pandas' nullable Int/UInt/Float/boolean, category (its codes), "
                      f"datetime64 and timedelta64. Convert it (pd.to_numeric, .astype) or leave it out "
@@ -227,19 +235,29 @@ def _pandas_answer(dtype: Any, func: str, present: int, missing: int) -> Any:
     return pd.Series([0, 1][:present] + [None] * missing, dtype=object).astype(dtype).agg(func)
 
 
+def time_unit(dtype: Any) -> str:
+    """The unit of a datetime64 or timedelta64 column's ticks: numpy's
+    (datetime64[us], ...) or a DatetimeTZDtype's. pandas 1 has only "ns";
+    pandas 2 keeps other units and pandas 3 infers them (datetime64[us]
+    from Python datetimes and most strings)."""
+    return np.datetime_data(dtype)[0] if isinstance(dtype, np.dtype) else getattr(dtype, "unit", "ns")
+
+
 def _time(col: Column, func: str, value: Any) -> Any:
     """A datetime or timedelta answer from its int64 (or float64 mean and
-    std) nanoseconds, as pandas gives it: Timestamp (with the column's time
-    zone), Timedelta; a mean truncated to whole units, as pandas does."""
+    std) ticks in the column's unit, as pandas gives it: Timestamp (with
+    the column's time zone), Timedelta, of that unit; a mean truncated to
+    whole units, as pandas does."""
     import pandas as pd
 
-    unit = getattr(col.dtype, "unit", "ns")
+    unit = time_unit(col.dtype)
     if func == "std":
         return pd.Timedelta(float(value), unit=unit)
     ticks = int(value)  # truncates a mean toward zero
+    # From numpy scalars, which keep the unit where pandas has it (2 on).
     if col.kind == "timedelta":
-        return pd.Timedelta(ticks, unit=unit)
-    t = pd.Timestamp(ticks, unit=unit)
+        return pd.Timedelta(np.timedelta64(ticks, unit))
+    t = pd.Timestamp(np.datetime64(ticks, unit))
     tz = getattr(col.dtype, "tz", None)
     return t.tz_localize("UTC").tz_convert(tz) if tz is not None else t
 
@@ -288,12 +306,46 @@ def assemble(obj: Any, func: Any, answers: list[list[Any]]) -> Any:
     if all(isinstance(f, str) for f in per_label.values()):
         # As pandas builds a DataFrame's reduction: a row of the columns'
         # answers, each column keeping its own dtype, taken as a Series.
-        row = pd.DataFrame({k: [a[0]] for k, a in enumerate(answers)})
+        dtypes = [obj[label].dtype for label in per_label] if isinstance(func, dict) else list(obj.dtypes)
+        row = pd.DataFrame({k: _reduced(dtype, f, a[0])
+                            for k, (dtype, f, a) in enumerate(zip(dtypes, per_label.values(), answers))})
         row.columns = list(per_label)
         return row.iloc[0].rename(None)
     return pd.concat([pd.Series(a, index=funcs_of(f), name=label)
                       for (label, f), a in zip(per_label.items(), answers)], axis=1, sort=False)
 
+
+
+def _reduced(dtype: Any, func: str, value: Any) -> Any:
+    """A column's answer as the cell of the row that DataFrame.agg(func)
+    takes its Series from: the scalar, or where pandas keeps nullable
+    dtypes in reductions (frame_reductions_keep_extension_dtypes) a
+    one-element array of the dtype pandas reduces that column to (Int64
+    sums, Float64 means, boolean any), whose row then takes pandas' common
+    dtype (Float64 beside float64 columns)."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and frame_reductions_keep_extension_dtypes():
+        reduced = _frame_result_dtype(dtype, func)
+        if isinstance(reduced, pd.api.extensions.ExtensionDtype):
+            return pd.array([value], dtype=reduced)
+    return [value]
+
+
+@functools.lru_cache(maxsize=None)
+def _frame_result_dtype(dtype: Any, func: str) -> Any:
+    """The dtype of ``DataFrame.agg(func)`` over one column of ``dtype``,
+    asked of pandas, so that it follows its version."""
+    import pandas as pd
+
+    try:
+        values = pd.Series([0, 1, 1, None], dtype=object).astype(dtype)
+    except (TypeError, ValueError):  # categories, datetimes: answered as scalars
+        return None
+    try:
+        return pd.DataFrame({"v": values}).agg(func).dtype
+    except (TypeError, AttributeError):  # refused for the dtype (refuse() names it), or size: a number
+        return None
 
 
 class PandasFunctions:
