@@ -91,13 +91,17 @@ class GroupByWriter final : public grpc::ServerWriteReactor<v1::GroupByResponse>
 // The columns that name resident datasets or regions: the datasets and
 // regions held (a delete, replace or unregister waits for this request),
 // each read where it lies when it is one piece, and a sharded dataset's
-// pieces copied together into host memory.
+// pieces copied together into host memory, once the request is admitted
+// with those copies counted (CopyShardedColumns).
 struct StoredColumns {
   std::vector<std::shared_ptr<const Dataset>> held;
   std::vector<std::shared_ptr<const Region>> regions;
   std::vector<std::vector<std::byte>> copies;
   std::vector<std::optional<ColumnBytes>> bytes;  // by column index
-  std::uint64_t copied = 0;
+  std::vector<std::uint64_t> rows;                // by column index, for stored columns
+  // Sharded datasets still to be copied, by column index, and their bytes.
+  std::vector<std::pair<int, std::shared_ptr<const Dataset>>> sharded;
+  std::uint64_t to_copy = 0;
 
   // Whether every region read is still whole (a host region's object
   // truncated while it was read makes what was read worthless).
@@ -109,12 +113,14 @@ struct StoredColumns {
   }
 };
 
-absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& request, DatasetStore& datasets,
-                                                RegionRegistry& regions, Backend& backend) {
+absl::StatusOr<StoredColumns> HoldStoredColumns(const v1::GroupByRequest& request, DatasetStore& datasets,
+                                                RegionRegistry& regions) {
   StoredColumns out;
   out.bytes.resize(static_cast<std::size_t>(request.columns_size()));
+  out.rows.resize(static_cast<std::size_t>(request.columns_size()));
   for (int i = 0; i < request.columns_size(); ++i) {
     const v1::Column& c = request.columns(i);
+    const auto at = static_cast<std::size_t>(i);
     if (c.has_region()) {
       absl::StatusOr<DType> dtype = DTypeFromProto(c.dtype());
       if (!dtype.ok()) {
@@ -124,8 +130,8 @@ absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& reques
       absl::StatusOr<RegionSpan> span = LocateInRegion(regions, c.region().name(), c.region().offset(), *dtype,
                                                        c.region().length(), field + ".offset", field + ".length");
       if (!span.ok()) return absl::Status(span.status().code(), absl::StrCat(field, ": ", span.status().message()));
-      out.bytes[static_cast<std::size_t>(i)] =
-          ColumnBytes{.dtype = *dtype, .data = span->bytes.bytes, .placement = span->bytes.placement};
+      out.bytes[at] = ColumnBytes{.dtype = *dtype, .data = span->bytes.bytes, .placement = span->bytes.placement};
+      out.rows[at] = span->bytes.bytes.size() / rules::SizeOf(*dtype);
       out.regions.push_back(std::move(span->region));
       continue;
     }
@@ -136,33 +142,51 @@ absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& reques
       return absl::Status(dataset.status().code(), absl::StrCat("columns[", i, "].dataset: ", dataset.status().message()));
     }
     const DatasetInfo& info = (*dataset)->info();
+    out.rows[at] = info.length;
     const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(0, info.length);
-    ColumnBytes column;
-    column.dtype = info.dtype;
     if (pieces.size() == 1) {
       // Read where it lies: host bytes in place; GPU bytes by the engine,
       // on that GPU, or copied out there.
-      column.data = pieces[0].extent.bytes;
-      column.placement = pieces[0].extent.placement;
+      out.bytes[at] =
+          ColumnBytes{.dtype = info.dtype, .data = pieces[0].extent.bytes, .placement = pieces[0].extent.placement};
     } else {
-      std::vector<std::byte>& copy = out.copies.emplace_back(info.length * rules::SizeOf(info.dtype));
-      std::uint64_t at = 0;
-      for (const PlacedPiece& piece : pieces) {
-        const std::span<std::byte> to(copy.data() + at, piece.extent.size());
-        if (piece.extent.placement.host()) {
-          std::memcpy(to.data(), piece.extent.bytes.data(), to.size());
-        } else if (absl::Status s = backend.CopyToHost(piece.extent, to); !s.ok()) {
-          return s;
-        }
-        at += piece.extent.size();
-      }
-      out.copied += copy.size();
-      column.data = copy;
+      out.sharded.emplace_back(i, *dataset);
+      out.to_copy += info.length * rules::SizeOf(info.dtype);
     }
-    out.bytes[static_cast<std::size_t>(i)] = column;
     out.held.push_back(*std::move(dataset));
   }
   return out;
+}
+
+// The sharded datasets' pieces copied together into host memory.
+absl::Status CopyShardedColumns(StoredColumns& stored, Backend& backend) {
+  for (const auto& [i, dataset] : stored.sharded) {
+    const DatasetInfo& info = dataset->info();
+    std::vector<std::byte>& copy = stored.copies.emplace_back(info.length * rules::SizeOf(info.dtype));
+    std::uint64_t at = 0;
+    for (const PlacedPiece& piece : dataset->Pieces(0, info.length)) {
+      const std::span<std::byte> to(copy.data() + at, piece.extent.size());
+      if (piece.extent.placement.host()) {
+        std::memcpy(to.data(), piece.extent.bytes.data(), to.size());
+      } else if (absl::Status s = backend.CopyToHost(piece.extent, to); !s.ok()) {
+        return s;
+      }
+      at += piece.extent.size();
+    }
+    stored.bytes[static_cast<std::size_t>(i)] = ColumnBytes{.dtype = info.dtype, .data = copy};
+  }
+  return absl::OkStatus();
+}
+
+// The rows a group-by holds working memory for, known before its plan
+// (which reads the copies its admission pays for): columns[0]'s, counted as
+// GroupByPlanFromProto counts them; 0 where the plan will refuse it anyway.
+std::uint64_t RowsBeforePlanning(const v1::GroupByRequest& request, const StoredColumns& stored) {
+  if (request.columns_size() == 0) return 0;
+  const v1::Column& c = request.columns(0);
+  if (!c.dataset().empty() || c.has_region()) return stored.rows[0];
+  absl::StatusOr<DType> dtype = DTypeFromProto(c.dtype());
+  return dtype.ok() ? c.data().size() / rules::SizeOf(*dtype) : 0;
 }
 
 // What a group-by holds while it runs besides its request: per row a group
@@ -171,9 +195,7 @@ absl::StatusOr<StoredColumns> ReadStoredColumns(const v1::GroupByRequest& reques
 // the groups are found, each row's mixed-radix number (8 bytes) and the
 // next column's codes (4). The tables that code the keys grow with the
 // distinct keys, not the rows, and are not counted.
-std::uint64_t GroupByWorkingBytes(const GroupByPlan& plan) {
-  return plan.rows * (plan.keys.size() > 1 ? 32 : 20);
-}
+std::uint64_t GroupByWorkingBytes(std::uint64_t rows, int keys) { return rows * (keys > 1 ? 32 : 20); }
 
 }  // namespace
 
@@ -188,8 +210,22 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
   }
   request_workers_.Post([this, context, request, record, writer, identity = *std::move(identity)] {
     record->Phase("on worker");
-    absl::StatusOr<StoredColumns> stored = ReadStoredColumns(*request, datasets_, regions_, backend_);
+    absl::StatusOr<StoredColumns> stored = HoldStoredColumns(*request, datasets_, regions_);
     if (!stored.ok()) return writer->Answer(stored.status(), absl::CancelledError(), {});
+    // Admitted before the sharded columns are copied, so that the copies
+    // too stay within --max_inflight_bytes (64 clients over a 2-GPU host's
+    // sharded datasets peaked at 13 GiB of host memory when they came first).
+    absl::StatusOr<AdmissionController::Ticket> ticket = admission_.Admit(
+        request->ByteSizeLong() + stored->to_copy +
+            GroupByWorkingBytes(RowsBeforePlanning(*request, *stored), request->keys_size()),
+        identity);
+    if (!ticket.ok()) return writer->Answer(ticket.status(), absl::CancelledError(), {});
+    if (context->IsCancelled()) {
+      return writer->Answer(absl::CancelledError("the client cancelled the request."), absl::CancelledError(), {});
+    }
+    if (absl::Status s = CopyShardedColumns(*stored, backend_); !s.ok()) {
+      return writer->Answer(s, absl::CancelledError(), {});
+    }
     absl::StatusOr<GroupByPlan> plan = GroupByPlanFromProto(*request, stored->bytes, options_.limits);
     if (!plan.ok()) return writer->Answer(plan.status(), absl::CancelledError(), {});
     std::vector<OpKind> ops;
@@ -197,12 +233,6 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
       for (const OpSpec& op : c.plan.ops) ops.push_back(op.kind);
     }
     record->SetOps(std::move(ops));
-    absl::StatusOr<AdmissionController::Ticket> ticket =
-        admission_.Admit(request->ByteSizeLong() + stored->copied + GroupByWorkingBytes(*plan), identity);
-    if (!ticket.ok()) return writer->Answer(ticket.status(), absl::CancelledError(), {});
-    if (context->IsCancelled()) {
-      return writer->Answer(absl::CancelledError("the client cancelled the request."), absl::CancelledError(), {});
-    }
     record->Phase("planned");
     absl::StatusOr<grouping::GroupedResult> result = grouping::RunGroupBy(*plan, backend_, options_.max_groups, PhaseNoter(record.get()));
     record->Phase("grouped");

@@ -14,6 +14,9 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
+import unittest
 import warnings
 import zlib
 
@@ -23,7 +26,7 @@ import pandas as pd
 
 import tally
 from tally.v1 import tally_pb2  # noqa: F401 (the harness starts the server with it)
-from tally_test_server import ClientTestCase, client_test_main, readme_python_block
+from tally_test_server import ClientTestCase, TallyServer, client_test_main, readme_python_block, rss_bytes
 
 SERVER_BINARY = None
 BACKEND = "cpu"
@@ -684,6 +687,84 @@ class PackedFrames(Base):
         busy.groupby(arrays, "k", "sum")
         busy.groupby(arrays, "k", "sum")
         self.assertEqual(len(busy_tries), 2)
+
+
+class ShardedDatasetsUnderLoad(unittest.TestCase):
+    """Many group-bys at once over resident datasets cut into shards, whose
+    pieces the server copies together into one column: the copies are
+    admitted before they are made, so the server's memory stays within
+    --max_inflight_bytes however many requests wait, and every answer is
+    numpy's."""
+
+    BUDGET = 256 << 20  # two requests at a time
+    ROWS = 1 << 22      # 16 MiB of keys and 32 MiB of values, copied, and 80 MiB of working memory a request
+
+    def test_the_copies_of_sharded_columns_wait_for_admission(self):
+        pb = tally_pb2
+        server = TallyServer(SERVER_BINARY, pb, [f"--backend={BACKEND}", "--health_listen=", "--dataset_shards=4",
+                                                 "--dataset_min_shard_bytes=1048576",
+                                                 f"--max_inflight_bytes={self.BUDGET}", "--admission_wait_ms=60000"])
+        try:
+            rng = np.random.default_rng(SEED)
+            k = rng.integers(0, 1000, self.ROWS, dtype=np.int32)
+            v = rng.standard_normal(self.ROWS)
+            for name, x, dtype in (("k", k, pb.DTYPE_INT32), ("v", v, pb.DTYPE_FLOAT64)):
+                data = x.tobytes()
+                header = pb.PutDatasetRequest(header=pb.PutDatasetRequest.Header(
+                    name=name, spec=pb.ArraySpec(dtype=dtype, length=len(x))))
+                server.put_dataset(iter([header] + [pb.PutDatasetRequest(chunk=data[at:at + (8 << 20)])
+                                                    for at in range(0, len(data), 8 << 20)]), timeout=120)
+            group_by = server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
+                                                  request_serializer=pb.GroupByRequest.SerializeToString,
+                                                  response_deserializer=pb.GroupByResponse.FromString)
+            request = pb.GroupByRequest(
+                columns=[pb.Column(name="k", dataset="k"), pb.Column(name="v", dataset="v")], keys=["k"],
+                aggregations=[pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=pb.OP_SUM)),
+                              pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=pb.OP_COUNT))])
+            keys, inverse = np.unique(k, return_inverse=True)
+            want_sum = np.bincount(inverse, weights=v)
+            want_count = np.bincount(inverse)
+            baseline = rss_bytes(server.process.pid)
+            peak, done, errors = [baseline], threading.Event(), []
+
+            def watch():
+                while not done.is_set():
+                    peak[0] = max(peak[0], rss_bytes(server.process.pid))
+                    time.sleep(0.005)
+
+            def client():
+                try:
+                    for _ in range(2):
+                        pages = list(group_by(request, timeout=300))
+                        got_keys = np.concatenate([np.frombuffer(p.keys[0].data, np.int32) for p in pages])
+                        got_sum = np.concatenate([np.array(p.results[0].doubles.values) for p in pages])
+                        got_count = np.concatenate([np.array(p.results[1].uint64s.values if p.results[1].HasField("uint64s")
+                                                       else p.results[1].int64s.values) for p in pages])
+                        np.testing.assert_array_equal(got_keys, keys)
+                        np.testing.assert_array_equal(got_count, want_count)
+                        np.testing.assert_allclose(got_sum, want_sum, rtol=1e-12, atol=1e-9)
+                except Exception as e:  # noqa: BLE001 (reported below, on the test's thread)
+                    errors.append(repr(e))
+
+            watcher = threading.Thread(target=watch)
+            watcher.start()
+            clients = [threading.Thread(target=client) for _ in range(16)]
+            for c in clients:
+                c.start()
+            for c in clients:
+                c.join()
+            done.set()
+            watcher.join()
+            self.assertEqual(errors, [])
+            # 16 requests copying 48 MiB each before admission held 768 MiB
+            # and more; admitted first, the copies and working memory of
+            # the admitted ones (the budget) and allocator slack.
+            grown = peak[0] - baseline
+            print(f"16 group-bys over sharded datasets: the server grew by {grown >> 20} MiB", flush=True)
+            self.assertLess(grown, self.BUDGET + (128 << 20),
+                            f"the server grew by {grown >> 20} MiB over a {self.BUDGET >> 20} MiB budget")
+        finally:
+            server.stop()
 
 
 class ReadmeExample(Base):
