@@ -64,6 +64,7 @@ TEST(AggRegistry, ExactSumsAreTheSumsAndMoments) {
     EXPECT_EQ(ExactFor(f, DType::kFloat32), sum || moment);
     EXPECT_EQ(ExactFor(f, DType::kInt64), moment);
     EXPECT_EQ(f.exact_squares, plain == "sum_squares" || plain == "variance" || plain == "stddev");
+    EXPECT_EQ(f.exact_squares_only, plain == "sum_squares");
     EXPECT_EQ(f.rounds_in_order, plain == "prod");
   }
 }

@@ -15,6 +15,7 @@
 #include "server/engine/cpu/block_kernels.h"
 #include "server/engine/cpu/exact_block.h"
 #include "server/engine/finish.h"
+#include "tally/rules/agg/registry.h"
 #include "tally/rules/combine.h"
 #include "tally/rules/op.h"
 
@@ -101,33 +102,37 @@ struct Needs {
   bool nonzero = false;
 };
 
-// `float_dtype`: the ops' dtype is a float one, whose sums are exact too
-// (an integer OP_SUM is the native sum modulo 2^64, as numpy's).
-inline Needs NeedsOf(const std::vector<OpSpec>& ops, bool float_dtype) {
+// `ops` as `dtype` computes them (EffectiveOps: no NaN-skipping op on an
+// integer dtype). Which exact sums each op needs is the registry's word
+// (rules::agg::ExactFor, exact_squares): a float dtype's sum, every dtype's
+// means and moments.
+inline Needs NeedsOf(const std::vector<OpSpec>& ops, DType dtype) {
   Needs n;
   for (const OpSpec& op : ops) {
+    const rules::agg::Function& f = rules::agg::Of(op.kind);
+    if (rules::agg::ExactFor(f, dtype)) {
+      if (!f.exact_squares_only) (f.skips_nan ? n.nan_exact_sum : n.exact_sum) = true;
+      if (f.exact_squares) (f.skips_nan ? n.nan_exact_squares : n.exact_squares) = true;
+    }
     switch (op.kind) {
-      case OpKind::kSum:
-        n.native_sum = true;
-        n.exact_sum = n.exact_sum || float_dtype;
-        break;
+      case OpKind::kSum: n.native_sum = true; break;
       case OpKind::kMin: n.min = true; break;
       case OpKind::kMax: n.max = true; break;
-      case OpKind::kMean: n.exact_sum = true; break;
-      case OpKind::kCount: break;
-      case OpKind::kSumSquares: n.exact_squares = true; break;
+      case OpKind::kMean:
+      case OpKind::kCount:
+      case OpKind::kSumSquares:
       case OpKind::kVariance:
-      case OpKind::kStddev: n.exact_sum = n.exact_squares = true; break;
+      case OpKind::kStddev: break;
       case OpKind::kArgmin: n.argmin = n.min = true; break;
       case OpKind::kArgmax: n.argmax = n.max = true; break;
       case OpKind::kHistogram: break;
-      case OpKind::kNanSum: n.nan_sum = n.nan_exact_sum = true; break;
-      case OpKind::kNanCount: n.nan_sum = true; break;
+      case OpKind::kNanSum:
+      case OpKind::kNanCount:
+      case OpKind::kNanMean:
+      case OpKind::kNanVariance:
+      case OpKind::kNanStddev: n.nan_sum = true; break;
       case OpKind::kNanMin: n.nan_sum = n.nan_min = true; break;
       case OpKind::kNanMax: n.nan_sum = n.nan_max = true; break;
-      case OpKind::kNanMean: n.nan_sum = n.nan_exact_sum = true; break;
-      case OpKind::kNanVariance:
-      case OpKind::kNanStddev: n.nan_sum = n.nan_exact_sum = n.nan_exact_squares = true; break;
       case OpKind::kNanArgmin: n.nan_sum = n.nan_argmin = n.nan_min = true; break;
       case OpKind::kNanArgmax: n.nan_sum = n.nan_argmax = n.nan_max = true; break;
       case OpKind::kProduct: n.product = true; break;

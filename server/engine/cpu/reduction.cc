@@ -92,7 +92,7 @@ class CpuReduction final : public Reduction {
         ops_(EffectiveOps(plan.ops, kD)),
         pool_(pool),
         device_(std::move(device)),
-        needs_(NeedsOf(ops_, rules::kIsFloatValue<V>)) {
+        needs_(NeedsOf(ops_, kD)) {
     rows_ = plan_.array.rows();
 
     unsigned mask = 0;

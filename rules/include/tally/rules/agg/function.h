@@ -158,6 +158,7 @@ struct Function {
   // bits on every path, and whether from its elements' squares' too.
   Exact exact = Exact::kNone;
   bool exact_squares = false;
+  bool exact_squares_only = false;  // from its squares' exact sum alone, not its elements' (sum_squares)
   // Its float answer is rounded in the order the elements are taken (a
   // product), which the cpu and cuda backends do not share.
   bool rounds_in_order = false;

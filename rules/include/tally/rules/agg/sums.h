@@ -15,7 +15,7 @@ inline constexpr Function kCount{.kind = OpKind::kCount, .name = "count", .wire 
 inline constexpr Function kSumSquares{.kind = OpKind::kSumSquares, .name = "sum_squares", .spellings = {"sumsq"},
                                       .wire = 6, .result = ResultRule::kDouble, .plain = OpKind::kSumSquares,
                                       .partial_state = true, .on_kernels = true, .exact = Exact::kEveryDtype,
-                                      .exact_squares = true};
+                                      .exact_squares = true, .exact_squares_only = true};
 inline constexpr Function kNanSum = NanForm(kSum, OpKind::kNanSum, "nansum", 12);
 // The number of non-NaN elements.
 inline constexpr Function kNanCount = NanForm(kCount, OpKind::kNanCount, "nancount", 20);
