@@ -98,7 +98,7 @@ struct StoredColumns {
   std::vector<std::shared_ptr<const Region>> regions;
   std::vector<std::vector<std::byte>> copies;
   std::vector<std::optional<ColumnBytes>> bytes;  // by column index
-  std::vector<std::uint64_t> rows;                // by column index, for stored columns
+  std::uint64_t first_rows = 0;                   // columns[0]'s rows, when it is stored
   // Sharded datasets still to be copied, by column index, and their bytes.
   std::vector<std::pair<int, std::shared_ptr<const Dataset>>> sharded;
   std::uint64_t to_copy = 0;
@@ -117,7 +117,6 @@ absl::StatusOr<StoredColumns> HoldStoredColumns(const v1::GroupByRequest& reques
                                                 RegionRegistry& regions) {
   StoredColumns out;
   out.bytes.resize(static_cast<std::size_t>(request.columns_size()));
-  out.rows.resize(static_cast<std::size_t>(request.columns_size()));
   for (int i = 0; i < request.columns_size(); ++i) {
     const v1::Column& c = request.columns(i);
     const auto at = static_cast<std::size_t>(i);
@@ -131,7 +130,7 @@ absl::StatusOr<StoredColumns> HoldStoredColumns(const v1::GroupByRequest& reques
                                                        c.region().length(), field + ".offset", field + ".length");
       if (!span.ok()) return absl::Status(span.status().code(), absl::StrCat(field, ": ", span.status().message()));
       out.bytes[at] = ColumnBytes{.dtype = *dtype, .data = span->bytes.bytes, .placement = span->bytes.placement};
-      out.rows[at] = span->bytes.bytes.size() / rules::SizeOf(*dtype);
+      if (i == 0) out.first_rows = span->bytes.bytes.size() / rules::SizeOf(*dtype);
       out.regions.push_back(std::move(span->region));
       continue;
     }
@@ -142,7 +141,7 @@ absl::StatusOr<StoredColumns> HoldStoredColumns(const v1::GroupByRequest& reques
       return absl::Status(dataset.status().code(), absl::StrCat("columns[", i, "].dataset: ", dataset.status().message()));
     }
     const DatasetInfo& info = (*dataset)->info();
-    out.rows[at] = info.length;
+    if (i == 0) out.first_rows = info.length;
     const std::vector<PlacedPiece> pieces = (*dataset)->Pieces(0, info.length);
     if (pieces.size() == 1) {
       // Read where it lies: host bytes in place; GPU bytes by the engine,
@@ -184,7 +183,7 @@ absl::Status CopyShardedColumns(StoredColumns& stored, Backend& backend) {
 std::uint64_t RowsBeforePlanning(const v1::GroupByRequest& request, const StoredColumns& stored) {
   if (request.columns_size() == 0) return 0;
   const v1::Column& c = request.columns(0);
-  if (!c.dataset().empty() || c.has_region()) return stored.rows[0];
+  if (!c.dataset().empty() || c.has_region()) return stored.first_rows;
   absl::StatusOr<DType> dtype = DTypeFromProto(c.dtype());
   return dtype.ok() ? c.data().size() / rules::SizeOf(*dtype) : 0;
 }
