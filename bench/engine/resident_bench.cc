@@ -170,11 +170,21 @@ int main(int argc, char** argv) {
     lengths.push_back(len);
   }
   lengths.push_back(n);
-  const std::vector<std::vector<tally::OpSpec>> mixes = {
+  std::vector<std::vector<tally::OpSpec>> mixes = {
       {{.kind = OpKind::kSum}},
       {{.kind = OpKind::kMin}, {.kind = OpKind::kMax}, {.kind = OpKind::kArgmax}},
       {{.kind = OpKind::kMean}, {.kind = OpKind::kStddev, .ddof = 1}},
       plan.ops};
+  // TALLY_BENCH_MIX=0,2: only those of the mixes above, to see what each costs.
+  if (const char* only = std::getenv("TALLY_BENCH_MIX")) {
+    std::vector<std::vector<tally::OpSpec>> kept;
+    for (const char* c = only; *c != '\0'; ++c) {
+      if (*c >= '0' && *c < '0' + static_cast<int>(mixes.size())) kept.push_back(mixes[*c - '0']);
+    }
+    if (kept.empty()) Die("TALLY_BENCH_MIX names none of the mixes 0-3");
+    mixes = std::move(kept);
+    std::printf("mixes: %s\n", only);
+  }
   std::atomic<std::uint64_t> bytes_read{0}, queries{0}, failures{0};
   const auto t0 = Clock::now();
   const auto stop = t0 + std::chrono::seconds(5);

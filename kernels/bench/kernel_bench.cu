@@ -432,12 +432,20 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(s));
     const tally::rules::OpMask smv = Bit(OpKind::kSum) | Bit(OpKind::kMean) | Bit(OpKind::kVariance);
     const tally::rules::OpMask smmm = Bit(OpKind::kSum) | Bit(OpKind::kMin) | Bit(OpKind::kMax) | Bit(OpKind::kMean);
-    struct Case { const char* name; tally::rules::OpMask ops; };
-    for (const Case& c : {Case{"sum", Bit(OpKind::kSum)}, Case{"sum+mean+var", smv}, Case{"sum+min+max+mean", smmm}}) {
+    // The last four take the exact pass inside the fused kernels (kSimple,
+    // kHist, kHistOnly and kLean with squares).
+    const tally::rules::OpMask smh = Bit(OpKind::kSum) | Bit(OpKind::kMax) | Bit(OpKind::kHistogram);
+    const tally::rules::OpMask vmma =
+        Bit(OpKind::kVariance) | Bit(OpKind::kMin) | Bit(OpKind::kMax) | Bit(OpKind::kArgmax);
+    struct Case { const char* name; tally::rules::OpMask ops; std::uint32_t bins; };
+    for (const Case& c : {Case{"sum", Bit(OpKind::kSum), 0}, Case{"sum+mean+var", smv, 0},
+                          Case{"sum+min+max+mean", smmm, 0}, Case{"sum+max+hist:256", smh, 256},
+                          Case{"sum+hist:256", Bit(OpKind::kSum) | Bit(OpKind::kHistogram), 256},
+                          Case{"var+min+max+argmax", vmma, 0}}) {
       for (const DType dt : {DType::kFloat32, DType::kFloat64}) {
         const std::uint64_t elems = dt == DType::kFloat32 ? n : n / 2;
         const void* d = dt == DType::kFloat32 ? static_cast<const void*>(x) : static_cast<const void*>(x64);
-        Tally fused(dt, c.ops, elems, 0), exact(dt, c.ops, elems, 0, 0, nullptr, true);
+        Tally fused(dt, c.ops, elems, 0, c.bins), exact(dt, c.ops, elems, 0, c.bins, nullptr, true);
         const double f = gbs(MedianMs(s, [&] { fused.Run(d, s); }));
         const double e = gbs(MedianMs(s, [&] { exact.Run(d, s); }));
         char label[160];

@@ -8,5 +8,5 @@ template cudaError_t ScratchBytesFor<rules::DType::kBool>(const AggregatePlan&, 
 template cudaError_t LaunchAccumulate<rules::DType::kBool>(const AggregatePlan&, const ResultLayout&,
                                                        const void*, std::uint64_t, std::uint64_t,
                                                        void*, void*, std::size_t,
-                                                       const DeviceInfo&, cudaStream_t);
+                                                       const DeviceInfo&, cudaStream_t, ExactPass*);
 }  // namespace tally::kernels::detail

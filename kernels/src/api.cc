@@ -183,15 +183,29 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
   detail::DeviceInfo dev{};
   TALLY_CUDA_TRY(CurrentDevice(&dev));
   const ResultLayout lay = LayoutOf(plan);
-  // The fused kernels write their fields at the whole plan's offsets (lay).
+  auto* state = static_cast<unsigned char*>(d_state);
+  const bool exact = lay.exact_sum != ResultLayout::kAbsent;
+  detail::ExactPass pass;
+  if (exact) {
+    pass.sum_state = state + lay.exact_sum;
+    if (lay.exact_squares != ResultLayout::kAbsent) pass.squares_state = state + lay.exact_squares;
+    pass.validity = plan.validity;
+    TALLY_CUDA_TRY(detail::StartExact(plan, pass, offset, stream));
+  }
+  // The fused kernels write their fields at the whole plan's offsets (lay),
+  // and take the exact pass inside where they can: a plan of exact sums
+  // and other ops (sum, max and a histogram) then reads its data once.
   const AggregatePlan fused = FusedPart(plan);
   if (fused.ops != 0) {
+    detail::ExactPass* inside =
+        exact && plan.row_length == 0 && plan.validity == nullptr && elements <= detail::kMaxExactLaunchElements
+            ? &pass
+            : nullptr;
     TALLY_CUDA_TRY(rules::VisitDType(plan.dtype, [&](auto d) {
       return detail::LaunchAccumulate<decltype(d)::value>(fused, lay, d_chunk, elements, offset, d_state,
-                                                          d_scratch, scratch_bytes, dev, stream);
+                                                          d_scratch, scratch_bytes, dev, stream, inside);
     }));
   }
-  auto* state = static_cast<unsigned char*>(d_state);
   if (Has(plan.ops, OpKind::kProduct)) {
     TALLY_CUDA_TRY(rules::VisitDType(plan.dtype, [&](auto d) {
       return detail::LaunchProduct<decltype(d)::value>(plan, d_chunk, elements, offset, state + lay.product,
@@ -202,13 +216,7 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
     TALLY_CUDA_TRY(detail::LaunchNonzero(plan, d_chunk, elements, offset, state + lay.nonzero, d_scratch,
                                          scratch_bytes, dev, stream));
   }
-  if (lay.exact_sum != ResultLayout::kAbsent) {
-    detail::ExactPass pass;
-    pass.sum_state = state + lay.exact_sum;
-    if (lay.exact_squares != ResultLayout::kAbsent) pass.squares_state = state + lay.exact_squares;
-    pass.validity = plan.validity;
-    TALLY_CUDA_TRY(detail::LaunchExact(plan, pass, d_chunk, elements, offset, dev, stream));
-  }
+  if (exact && !pass.fused) TALLY_CUDA_TRY(detail::RunExact(plan, pass, d_chunk, elements, offset, dev, stream));
   return cudaSuccess;
 }
 

@@ -256,6 +256,51 @@ TEST_F(EngineExactSum, CudaSumsAndMomentsAreTheCpuBitsStreamedMaskedOrResidentAn
   }
 }
 
+// Exact sums beside other ops of an unmasked float32 or float64 array: the
+// fused slice kernel takes the exact pass inside it (kernels/src/exact/
+// exact_in_fused.cuh), one read for both; each plan below reaches another
+// of its variants (kHist, kLean, kSimple, kHistOnly), with sums alone or
+// with squares. Streamed pieces shorter than a group and resident arrays
+// longer than a run.
+TEST_F(EngineExactSum, CudaExactSumsInsideTheFusedPassAreTheCpuBits) {
+  const rules::HistogramSpec hist{256, -4.0, 4.0};
+  const std::vector<std::vector<OpSpec>> plans = {
+      {{.kind = OpKind::kSum}, {.kind = OpKind::kMax}, {.kind = OpKind::kHistogram, .histogram = hist}},
+      {{.kind = OpKind::kVariance}, {.kind = OpKind::kMin}, {.kind = OpKind::kMax}, {.kind = OpKind::kArgmax}},
+      {{.kind = OpKind::kMean}, {.kind = OpKind::kMin}},
+      {{.kind = OpKind::kSum}, {.kind = OpKind::kHistogram, .histogram = hist}},
+      {{.kind = OpKind::kSumSquares}, {.kind = OpKind::kArgmin}, {.kind = OpKind::kSum}},
+      {{.kind = OpKind::kStddev, .ddof = 1.0}, {.kind = OpKind::kHistogram, .histogram = hist}, {.kind = OpKind::kMin}},
+  };
+  for (const DType dt : {DType::kFloat32, DType::kFloat64}) {
+    for (const std::uint64_t n : {std::uint64_t{1000}, std::uint64_t{300007}, std::uint64_t{(1 << 24) + 5}}) {
+      // 0: wide, 1: wide with specials, 2: narrow, 3: at the squares'
+      // window (float32's one window), 4: at float64's sums' window.
+      for (const int variant : {0, 1, 2, 3, 4}) {
+        if (variant == 4 && dt != DType::kFloat64) continue;
+        if (n > (1 << 22) && variant < 3) continue;
+        std::vector<std::byte> data;
+        if (variant >= 3) {
+          const int window = dt == DType::kFloat32 ? 18 : variant == 4 ? 32 : 15;
+          data = dt == DType::kFloat32 ? AtTheWindowsEdges<float>(n, rng_, window)
+                                       : AtTheWindowsEdges<double>(n, rng_, window);
+        } else {
+          data = DataOf(dt, n, rng_, variant == 1, variant == 2);
+        }
+        for (std::size_t k = 0; k < plans.size(); ++k) {
+          // Past float64's squares' window only the plans of sums alone.
+          if (variant == 4 && (k == 1 || k == 4 || k == 5)) continue;
+          const AggregationPlan plan = Plan(dt, n, 0, plans[k]);
+          const std::string what = std::string(rules::Name(dt)) + " n=" + std::to_string(n) + " data " +
+                                   std::to_string(variant) + " plan " + std::to_string(k);
+          ExpectTheCpuBits(*cuda_, *cpu_, plan, data, {{777, 10000, 1}}, what);
+        }
+        ExpectTheCpuStates(*cuda_, *cpu_, Plan(dt, n, 0, plans[2]), data, std::string(rules::Name(dt)) + " states");
+      }
+    }
+  }
+}
+
 TEST_F(EngineExactSum, CudaRowsAreEachRowsCpuBitsStreamedMaskedOrResident) {
   struct Shape {
     std::uint64_t n, row_length;

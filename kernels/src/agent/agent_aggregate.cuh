@@ -355,12 +355,13 @@ struct ThreadAgg {
 // keeps twice the bytes in flight for twice the registers. With kWarpShare
 // the lanes of each warp pool their argmin/argmax candidates after every
 // full tile (ThreadAgg::ShareWarp): only where every lane of a warp runs
-// the same full tiles, as the threads of a slice kernel's block do.
+// the same full tiles, as the threads of a slice kernel's block do. `agg`
+// is a ThreadAgg<D, false>, or what takes the same calls (AggWithExact).
 template <rules::DType D, int U = Policy::VecsPerThread(static_cast<int>(sizeof(typename DevTraits<D>::T))),
-          int kSyncTiles = 0, bool kPipe = false, bool kWarpShare = false>
+          int kSyncTiles = 0, bool kPipe = false, bool kWarpShare = false, typename Agg>
 TALLY_DEV void AccumulateRange(const typename DevTraits<D>::T* __restrict__ p, std::int64_t begin,
                                std::int64_t end, int lane, int lanes, std::int64_t shift,
-                               ThreadAgg<D, false>& agg, std::int64_t part = 0,
+                               Agg& agg, std::int64_t part = 0,
                                std::int64_t parts = 1) {
   using T = typename DevTraits<D>::T;
   constexpr int K = DevTraits<D>::kVec;

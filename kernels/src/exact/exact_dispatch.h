@@ -1,5 +1,6 @@
 // The exact pass's entry points for the host API (api.cc): whole arrays
-// in exact_sum.cu, rows in exact_rows.cu. Plain C++.
+// in exact_sum.cu, rows in exact_rows.cu (ExactPass, which the fused
+// kernels also take, is in grid/dispatch.h). Plain C++.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,19 +17,23 @@ namespace tally::kernels::detail {
 // words ResultView reads (kExact*).
 inline constexpr std::size_t kExactStateBytes = ResultLayout::kExactStateWords * 8;
 
-// Where a plan's exact pass adds: the elements' state, and the squares'
-// (null: not asked for); the validity mask (null: none).
-struct ExactPass {
-  void* sum_state = nullptr;
-  void* squares_state = nullptr;
-  const std::uint32_t* validity = nullptr;
-};
+// Elements one launch of the exact pass adds at most over a whole array:
+// below 2^(28 + 1) values spilled (a float64 square spills two), each part
+// below 2^32, so a digit takes below 2^61 a launch, and LaunchCarryRow
+// carries between launches. The fused kernels take the pass inside them
+// (ExactPass, grid/dispatch.h) for chunks of at most this many elements.
+inline constexpr std::uint64_t kMaxExactLaunchElements = std::uint64_t{1} << 28;
+
+// The states of a chunk's exact pass readied: started (zeroed) by the
+// chunk at offset 0, carried (LaunchCarryRow) before any later one adds.
+// Before the chunk's exact pass, in the fused kernels or RunExact.
+cudaError_t StartExact(const AggregatePlan& plan, const ExactPass& pass, std::uint64_t offset, cudaStream_t stream);
 
 // The float chunk's elements (NaNs counted, not added), and their squares
-// where asked, added exactly into the states, which the chunk at offset 0
-// starts; rows (plan.row_length > 0) each into their own.
-cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
-                        std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream);
+// where asked, added exactly into the states StartExact readied; rows
+// (plan.row_length > 0) each into their own.
+cudaError_t RunExact(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
+                     std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream);
 
 }  // namespace tally::kernels::detail
 
@@ -41,7 +46,7 @@ namespace tally::kernels::detail {
 // launch (resident data) carries nothing.
 cudaError_t LaunchCarryRow(const ExactPass& pass, std::uint64_t row, cudaStream_t stream);
 
-// LaunchExact's rows, after the states were started.
+// RunExact's rows.
 cudaError_t LaunchExactRows(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
                             std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream);
 }  // namespace tally::kernels::detail

@@ -43,6 +43,45 @@ __device__ __forceinline__ void AtomicAddValue(unsigned long long* digits, doubl
   atomicAdd(&digits[p.first + 2], static_cast<unsigned long long>(p.part[2]));
 }
 
+// AtomicAddValue for every lane of a warp at once (each lane its own x, 0
+// adding nothing): where the lanes' values place at one first digit, as
+// the levels of a warp's threads at their end mostly do, their parts are
+// summed by shuffles (each below 2^32, so 32 of them below 2^37: exact)
+// and one lane adds the three sums, where the lanes' 96 atomics on the same
+// three words serialised in shared memory (at the end of every block of
+// every launch: the pass's tail, most of a small array's time). Otherwise
+// each lane adds its own. Every lane of the warp calls it.
+__device__ __forceinline__ void WarpAtomicAddValue(unsigned long long* digits, double x) {
+  constexpr unsigned kAll = 0xffffffffu;
+  ExactSum::Placed p;
+  const bool placed = ExactSum::Place(x, p);
+  const unsigned lanes = __ballot_sync(kAll, placed);
+  if (lanes == 0) return;
+  const int first = __shfl_sync(kAll, placed ? p.first : 0, __ffs(static_cast<int>(lanes)) - 1);
+  if (!__all_sync(kAll, !placed || p.first == first)) {
+    if (placed) {
+      atomicAdd(&digits[p.first], static_cast<unsigned long long>(p.part[0]));
+      atomicAdd(&digits[p.first + 1], static_cast<unsigned long long>(p.part[1]));
+      atomicAdd(&digits[p.first + 2], static_cast<unsigned long long>(p.part[2]));
+    }
+    return;
+  }
+  long long part[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) part[i] = placed ? p.part[i] : 0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) part[i] += __shfl_xor_sync(kAll, part[i], o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      if (part[i] != 0) atomicAdd(&digits[first + i], static_cast<unsigned long long>(part[i]));
+    }
+  }
+}
+
 // s + x = t + e exactly (Knuth's TwoSum; the _rn intrinsics keep any FMA out).
 __device__ __forceinline__ double TwoSum(double s, double x, double& t) {
   t = __dadd_rn(s, x);
@@ -75,6 +114,14 @@ struct Levels {
       level[k] = 0.0;
     }
   }
+  // Flush with every lane of the warp at once (WarpAtomicAddValue).
+  __device__ __forceinline__ void FlushWarp(unsigned long long* digits) {
+#pragma unroll
+    for (int k = 0; k < kLevels; ++k) {
+      WarpAtomicAddValue(digits, level[k]);
+      level[k] = 0.0;
+    }
+  }
 };
 
 struct Digits {
@@ -90,13 +137,17 @@ struct ThreadSums {
   unsigned long long nan = 0, positive_inf = 0, negative_inf = 0, squares_inf = 0;
   bool other = false;  // a non-NaN element other than -0.0
 
-  // Into the digits, and cleared.
-  template <bool kSquares, typename T>
+  // Into the digits, and cleared. kWarp: every lane of the warp flushes
+  // at once (Levels::FlushWarp; integer sums lane by lane).
+  template <bool kSquares, typename T, bool kWarp = false>
   __device__ __forceinline__ void Flush(const Digits& into) {
     if constexpr (std::is_integral_v<T>) {
       integers.PutSum([&](double part) { AtomicAddValue(into.sum, part); });
       if constexpr (kSquares) integers.PutSquares([&](double part) { AtomicAddValue(into.squares, part); });
       integers = rules::IntegerSums{};
+    } else if constexpr (kWarp) {
+      sum.FlushWarp(into.sum);
+      if constexpr (kSquares) squares.FlushWarp(into.squares);
     } else {
       sum.Flush(into.sum);
       if constexpr (kSquares) squares.Flush(into.squares);
@@ -233,8 +284,8 @@ __device__ __forceinline__ double OneAndAHalfTimes(int field) {
   return __longlong_as_double(static_cast<long long>((static_cast<unsigned long long>(field) << 52) | (1ull << 51)));
 }
 
-// A thread's run of narrow groups (the four 16-byte vectors it loads at a
-// time, unmasked float32 or float64): groups whose magnitudes all lie in
+// A thread's run of narrow groups (the 16-byte vectors it loads at a time,
+// unmasked float32 or float64): groups whose magnitudes all lie in
 // one window below 2^top share grids at which every element (and square)
 // splits into parts that sum exactly in float64 in any order, for up to
 // kMaxElements elements. The run's parts join the levels only when it ends,
@@ -259,8 +310,8 @@ template <bool kSquares, typename T>
 struct NarrowRun {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   static constexpr bool kDouble = std::is_same_v<T, double>;
-  static constexpr int kGroup = 64 / static_cast<int>(sizeof(T));  // elements of four vectors
-  static constexpr int kMaxGroups = 2048 / kGroup;                   // 2^11 elements a run
+  static constexpr int kPerVector = 16 / static_cast<int>(sizeof(T));
+  static constexpr int kMaxElements = 2048;  // 2^11 elements a run
   // How far below top a non-zero element's field may lie.
   static constexpr int kWindow = kDouble ? (kSquares ? 15 : 32) : 18;
   // The fields top may take (float64: the grids' ranges above).
@@ -270,10 +321,11 @@ struct NarrowRun {
   // (within the window), so that later groups a little larger still fit.
   static constexpr int kHeadroom = 2;
 
-  static __device__ __forceinline__ bool AllNegativeZeros(const uint4 (&a)[4]) {
+  template <int N>
+  static __device__ __forceinline__ bool AllNegativeZeros(const uint4 (&a)[N]) {
     bool all = true;
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < N; ++v) {
       if constexpr (kDouble) {
         all = all && a[v].y == 0x80000000u && a[v].w == 0x80000000u;  // the low words are zero here
       } else {
@@ -284,25 +336,28 @@ struct NarrowRun {
     return all;
   }
 
-  int top = 0;     // 0: no run
-  int groups = 0;  // groups taken
+  int top = 0;       // 0: no run
+  int elements = 0;  // elements taken
   double sum_sigma = 0.0, square_sigma = 0.0, error_sigma = 0.0;
   double sum_high = 0.0, sum_low = 0.0;  // float32: the elements' sum in sum_high
   double square_high = 0.0, square_low = 0.0, error_high = 0.0, error_low = 0.0;
 
-  // Takes one group's elements (false: not narrow, left to the caller).
+  // Takes one group's elements, N vectors (false: not narrow, left to the
+  // caller).
   // The group's range from its magnitudes' bits as integers (a finite
   // magnitude orders as its bits do; an infinity or a NaN lies above every
   // finite one; a zero's bits less one wrap to the largest): four integer
   // operations an element, the bound of the pass where a field was taken
   // from each (the integer pipe's 64 operations a clock an SM).
-  __device__ __forceinline__ bool Take(const uint4 (&a)[4], ThreadSums& t, const Digits& into) {
+  template <int N>
+  __device__ __forceinline__ bool Take(const uint4 (&a)[N], ThreadSums& t, const Digits& into) {
+    static_assert(N * kPerVector <= kMaxElements);
     unsigned largest = 0, least = 0xffffffffu;  // least: the least non-zero magnitude, less one
     if constexpr (kDouble) {
       // The high word's magnitude, its lowest bit set where the low word
       // is not zero, so a subnormal below 2^-1042 is not taken for a zero.
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < N; ++v) {
         const unsigned key[2] = {(a[v].y & 0x7fffffffu) | min(a[v].x, 1u), (a[v].w & 0x7fffffffu) | min(a[v].z, 1u)};
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -313,7 +368,7 @@ struct NarrowRun {
       if (largest >= 0x7ff00000u) return false;  // an infinity or a NaN
     } else {
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < N; ++v) {
         const unsigned mag[4] = {a[v].x & 0x7fffffffu, a[v].y & 0x7fffffffu, a[v].z & 0x7fffffffu,
                                  a[v].w & 0x7fffffffu};
 #pragma unroll
@@ -338,16 +393,16 @@ struct NarrowRun {
       high = max(static_cast<int>(largest >> 23), 1);  // a subnormal is a multiple of 2^(1 - 150)
       low = max(static_cast<int>((least + 1u) >> 23), 1);
     }
-    if (top == 0 || high > top || low < top - kWindow || groups == kMaxGroups) {
+    if (top == 0 || high > top || low < top - kWindow || elements + N * kPerVector > kMaxElements) {
       const int next = min(min(high + kHeadroom, low + kWindow), kHighestTop);
       if (next < high || next < kLowestTop || low < next - kWindow) return false;
       End(t, into);
       Start(next);
     }
-    ++groups;
+    elements += N * kPerVector;
     if constexpr (kDouble) {
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < N; ++v) {
         const double x[2] = {__hiloint2double(static_cast<int>(a[v].y), static_cast<int>(a[v].x)),
                              __hiloint2double(static_cast<int>(a[v].w), static_cast<int>(a[v].z))};
 #pragma unroll
@@ -369,7 +424,7 @@ struct NarrowRun {
       }
     } else {
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < N; ++v) {
         const unsigned u[4] = {a[v].x, a[v].y, a[v].z, a[v].w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -406,7 +461,7 @@ struct NarrowRun {
  private:
   __device__ __forceinline__ void Start(int field) {
     top = field;
-    groups = 0;
+    elements = 0;
     sum_high = sum_low = square_high = square_low = error_high = error_low = 0.0;
     if constexpr (kDouble) {
       sum_sigma = OneAndAHalfTimes(top + 11);           // ulp 2^(e - 42)
@@ -417,6 +472,42 @@ struct NarrowRun {
     }
   }
 };
+
+// The block's digits cleared; the caller's barrier then orders it before
+// any thread adds to them.
+__device__ __forceinline__ void ClearBlockDigits(const Digits& block, bool squares) {
+  for (int k = threadIdx.x; k < kDigits; k += blockDim.x) {
+    block.sum[k] = 0;
+    if (squares) block.squares[k] = 0;
+  }
+}
+
+// The end of a block's share: each thread's levels into the block's
+// digits and its counts into the states, then the block's digits into the
+// states (integer atomics: exact in any order). Every thread of the block
+// calls it, in whole warps.
+template <bool kSquares, bool kMasked, typename T>
+__device__ __forceinline__ void EndBlock(ThreadSums& t, const Digits& block, unsigned long long* sum_state,
+                                         unsigned long long* squares_state) {
+  t.Flush<kSquares, T, /*kWarp=*/true>(block);
+  if (t.nan != 0) atomicAdd(&sum_state[kNan], t.nan);
+  if (t.positive_inf != 0) atomicAdd(&sum_state[kPositiveInf], t.positive_inf);
+  if (t.negative_inf != 0) atomicAdd(&sum_state[kNegativeInf], t.negative_inf);
+  if constexpr (kMasked) {
+    if (t.seen != 0) atomicAdd(&sum_state[kSeen], t.seen);
+  }
+  if constexpr (kSquares) {
+    if (t.squares_inf != 0) atomicAdd(&squares_state[kPositiveInf], t.squares_inf);
+  }
+  const int other = __syncthreads_or(t.other ? 1 : 0);  // also orders the shared atomics before the reads
+  if (threadIdx.x == 0 && other != 0) atomicOr(&sum_state[kOther], 1ull);
+  for (int k = threadIdx.x; k < kDigits; k += blockDim.x) {
+    if (block.sum[k] != 0) atomicAdd(&sum_state[k], block.sum[k]);
+    if constexpr (kSquares) {
+      if (block.squares[k] != 0) atomicAdd(&squares_state[k], block.squares[k]);
+    }
+  }
+}
 
 template <bool kMasked>
 __device__ __forceinline__ bool Valid(const std::uint32_t* validity, std::uint64_t at) {

@@ -34,12 +34,9 @@ __global__ void __launch_bounds__(kThreads)
                 unsigned long long* sum_state, unsigned long long* squares_state) {
   __shared__ unsigned long long sum_digits[kDigits];
   __shared__ unsigned long long squares_digits[kSquares ? kDigits : 1];
-  for (int k = threadIdx.x; k < kDigits; k += blockDim.x) {
-    sum_digits[k] = 0;
-    if constexpr (kSquares) squares_digits[k] = 0;
-  }
-  __syncthreads();
   const Digits block{sum_digits, squares_digits};
+  ClearBlockDigits(block, kSquares);
+  __syncthreads();
   ThreadSums t;
   static_assert(16 % sizeof(T) == 0);
   constexpr int kPer = 16 / sizeof(T);
@@ -84,24 +81,7 @@ __global__ void __launch_bounds__(kThreads)
       AddElement<kSquares>(x[k], t, block);
     }
   }
-  t.Flush<kSquares, T>(block);
-  if (t.nan != 0) atomicAdd(&sum_state[kNan], t.nan);
-  if (t.positive_inf != 0) atomicAdd(&sum_state[kPositiveInf], t.positive_inf);
-  if (t.negative_inf != 0) atomicAdd(&sum_state[kNegativeInf], t.negative_inf);
-  if constexpr (kMasked) {
-    if (t.seen != 0) atomicAdd(&sum_state[kSeen], t.seen);
-  }
-  if constexpr (kSquares) {
-    if (t.squares_inf != 0) atomicAdd(&squares_state[kPositiveInf], t.squares_inf);
-  }
-  const int other = __syncthreads_or(t.other ? 1 : 0);  // also orders the shared atomics before the reads
-  if (threadIdx.x == 0 && other != 0) atomicOr(&sum_state[kOther], 1ull);
-  for (int k = threadIdx.x; k < kDigits; k += blockDim.x) {
-    if (sum_digits[k] != 0) atomicAdd(&sum_state[k], sum_digits[k]);
-    if constexpr (kSquares) {
-      if (squares_digits[k] != 0) atomicAdd(&squares_state[k], squares_digits[k]);
-    }
-  }
+  EndBlock<kSquares, kMasked, T>(t, block, sum_state, squares_state);
 }
 
 __global__ void CarryRowKernel(unsigned long long* sum_state, unsigned long long* squares_state, std::uint64_t row) {
@@ -136,17 +116,12 @@ cudaError_t Launch(const ExactPass& pass, const void* chunk, std::uint64_t n, st
   return cudaSuccess;
 }
 
-// Elements one launch adds at most: below 2^(28 + 1) values spilled (a
-// float64 square spills two), each part below 2^32, so a digit takes below
-// 2^61 a launch, and LaunchCarryRow carries between launches.
-constexpr std::uint64_t kMaxLaunchElements = std::uint64_t{1} << 28;
-
 template <typename T>
 cudaError_t LaunchWhole(const ExactPass& pass, const void* chunk, std::uint64_t n, std::uint64_t offset,
                         const DeviceInfo& dev, cudaStream_t stream) {
   const T* x = static_cast<const T*>(chunk);
-  for (std::uint64_t at = 0; at < n; at += kMaxLaunchElements) {
-    const std::uint64_t m = std::min(kMaxLaunchElements, n - at);
+  for (std::uint64_t at = 0; at < n; at += kMaxExactLaunchElements) {
+    const std::uint64_t m = std::min(kMaxExactLaunchElements, n - at);
     if (at != 0) TALLY_CUDA_TRY(LaunchCarryRow(pass, 0, stream));
     const cudaError_t err = pass.squares_state != nullptr ? Launch<true, T>(pass, x + at, m, offset + at, dev, stream)
                                                           : Launch<false, T>(pass, x + at, m, offset + at, dev, stream);
@@ -164,15 +139,27 @@ cudaError_t LaunchCarryRow(const ExactPass& pass, std::uint64_t row, cudaStream_
   return cudaSuccess;
 }
 
-cudaError_t LaunchExact(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
-                        std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream) {
-  const std::size_t bytes = kExactStateBytes * RowsOf(plan);
+cudaError_t StartExact(const AggregatePlan& plan, const ExactPass& pass, std::uint64_t offset, cudaStream_t stream) {
   if (offset == 0) {
-    TALLY_CUDA_TRY(cudaMemsetAsync(pass.sum_state, 0, bytes, stream));
-    if (pass.squares_state != nullptr) TALLY_CUDA_TRY(cudaMemsetAsync(pass.squares_state, 0, bytes, stream));
-  } else {
-    TALLY_CUDA_TRY(LaunchCarryRow(pass, plan.row_length == 0 ? 0 : offset / plan.row_length, stream));
+    const std::size_t bytes = kExactStateBytes * RowsOf(plan);
+    // The squares' state follows the elements' (LayoutOf: 256-byte aligned
+    // arrays): one memset for both, a launch fewer per request.
+    auto* sum = static_cast<unsigned char*>(pass.sum_state);
+    auto* squares = static_cast<unsigned char*>(pass.squares_state);
+    const std::size_t aligned = (bytes + 255) / 256 * 256;
+    if (squares == sum + aligned) {
+      TALLY_CUDA_TRY(cudaMemsetAsync(sum, 0, aligned + bytes, stream));
+      return cudaSuccess;
+    }
+    TALLY_CUDA_TRY(cudaMemsetAsync(sum, 0, bytes, stream));
+    if (squares != nullptr) TALLY_CUDA_TRY(cudaMemsetAsync(squares, 0, bytes, stream));
+    return cudaSuccess;
   }
+  return LaunchCarryRow(pass, plan.row_length == 0 ? 0 : offset / plan.row_length, stream);
+}
+
+cudaError_t RunExact(const AggregatePlan& plan, const ExactPass& pass, const void* chunk, std::uint64_t n,
+                     std::uint64_t offset, const DeviceInfo& dev, cudaStream_t stream) {
   if (plan.row_length != 0) return LaunchExactRows(plan, pass, chunk, n, offset, dev, stream);
   // Each dtype's elements as they are stored (rules::Traits: bool as uint8).
   return rules::VisitDType(plan.dtype, [&](auto d) {

@@ -33,6 +33,8 @@
 
 #include "../agent/agent_aggregate.cuh"
 #include "../block/block_reduce.cuh"
+#include "../exact/exact_dispatch.h"
+#include "../exact/exact_in_fused.cuh"
 #include "../shared_memory.cuh"
 #include "tally/kernels/aggregate.h"
 #include "tally/kernels/cuda_error.h"
@@ -71,6 +73,9 @@ struct AggArgs {
   unsigned long long* flags;   // [segments * slices]
   unsigned long long* claims;  // [segments]
   unsigned long long nonce;    // unique per call in this process (64-bit)
+  // SliceKernel's kExact: the exact pass's states (exact/exact_dispatch.h).
+  unsigned long long* exact_sum;
+  unsigned long long* exact_squares;
 };
 
 struct Segment {
@@ -127,8 +132,10 @@ TALLY_DEV Want VariantWant(Want w, int variant) {
   return w;
 }
 
-constexpr int SliceBlocksPerSm(int variant) {
-  return variant == kLean   ? Policy::kLeanBlocksPerSm
+// exact: SliceKernel's kExact, for elements of elem_bytes.
+constexpr int SliceBlocksPerSm(int variant, int exact = 0, int elem_bytes = 4) {
+  return exact != 0         ? Policy::ExactFusedBlocksPerSm(elem_bytes, variant == kLean, exact == 2)
+         : variant == kLean ? Policy::kLeanBlocksPerSm
          : variant == kHist ? Policy::kHistBlocksPerSm
          : variant == kFull ? Policy::kFullBlocksPerSm
          : variant == kSimple ? Policy::kSimpleBlocksPerSm
@@ -173,8 +180,12 @@ constexpr int WideSyncTiles() {
   return 0x8000 / kTile - 1;
 }
 
-template <rules::DType D, int kVariant>
-__global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVariant))
+// kExact (float32 and float64, the plain variants but kFull and
+// kHistWide): 1, the exact pass rides along (exact/exact_in_fused.cuh); 2,
+// with the squares'.
+template <rules::DType D, int kVariant, int kExact = 0>
+__global__ void __launch_bounds__(SliceThreads(kVariant),
+                                  SliceBlocksPerSm(kVariant, kExact, sizeof(typename DevTraits<D>::T)))
     SliceKernel(const AggArgs<D> a) {
   constexpr int kU = SliceVecs<D>(kVariant);
   constexpr int kSync = kVariant == kHistWide ? WideSyncTiles<D>() : 0;
@@ -186,6 +197,13 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
   extern __shared__ __align__(16) unsigned char dyn_smem[];
   __shared__ BlockReduceStorage<D> red;
   __shared__ bool is_last;
+  __shared__ unsigned long long exact_digits[kExact != 0 ? exact::kDigits : 1];
+  __shared__ unsigned long long exact_square_digits[kExact == 2 ? exact::kDigits : 1];
+  const exact::Digits exact_block{exact_digits, exact_square_digits};
+  if constexpr (kExact != 0) {
+    exact::ClearBlockDigits(exact_block, kExact == 2);
+    __syncthreads();
+  }
 
   const Want w = VariantWant<D>(a.want, kVariant);
   const std::int64_t j = blockIdx.x / a.slices, s = blockIdx.x % a.slices;
@@ -216,7 +234,15 @@ __global__ void __launch_bounds__(SliceThreads(kVariant), SliceBlocksPerSm(kVari
                 "a deferred group must fit ArgOp::Resolve's loads");
   constexpr bool kMasking = MaskingVariant(kVariant);
   ThreadAgg<D, kMasking> agg(w, &hist, kDefer);
-  if constexpr (kMasking) {
+  if constexpr (kExact != 0) {
+    static_assert(!kMasking && (D == rules::DType::kFloat32 || D == rules::DType::kFloat64));
+    exact::ExactInFused<kExact == 2, typename DevTraits<D>::T> sums{};
+    sums.block = exact_block;
+    AggWithExact<D, kExact == 2> both{agg, sums};
+    AccumulateRange<D, kU, kSync, SlicePipelined(kVariant), SliceWarpShare(kVariant)>(
+        a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x, seg.shift, both, s, a.slices);
+    sums.End(a.exact_sum, a.exact_squares);
+  } else if constexpr (kMasking) {
     AccumulateRangeOk<D, kU, kVariant == kNanSimple>(a.chunk, seg.begin, seg.end, threadIdx.x, blockDim.x,
                                                      seg.shift, agg, s, a.slices, a.validity, a.offset);
   } else {
@@ -518,14 +544,33 @@ KernelFn<D> TeamKernelFor(const Want& w) {
   return NeedsFull(w) ? TeamKernel<D, kFull> : TeamKernel<D, kLean>;
 }
 
-template <rules::DType D>
+// With kExact (float32 and float64), the variant that takes the exact pass
+// inside, or null where none does (masks and NaN-skipping ops, moments,
+// wide histograms: the exact pass then runs on its own).
+template <rules::DType D, int kExact = 0>
 KernelFn<D> SliceKernelFor(const Want& w, bool wide) {
-  if (w.Masking()) return w.OnlySimpleMasking() ? SliceKernel<D, kNanSimple> : SliceKernel<D, kEvery>;
-  if (w.moments) return SliceKernel<D, kFull>;
-  if (w.OnlyHistogram() && !wide) return SliceKernel<D, kHistOnly>;
-  if (w.hist) return wide ? SliceKernel<D, kHistWide> : SliceKernel<D, kHist>;
-  if (w.OnlySumMinMax()) return SliceKernel<D, kSimple>;
-  return SliceKernel<D, kLean>;
+  if constexpr (kExact == 0) {
+    if (w.Masking()) return w.OnlySimpleMasking() ? SliceKernel<D, kNanSimple> : SliceKernel<D, kEvery>;
+    if (w.moments) return SliceKernel<D, kFull>;
+    if (wide && w.hist) return SliceKernel<D, kHistWide>;
+  } else {
+    if (w.Masking() || w.moments || (wide && w.hist)) return nullptr;
+  }
+  if (w.OnlyHistogram()) return SliceKernel<D, kHistOnly, kExact>;
+  if (w.hist) return SliceKernel<D, kHist, kExact>;
+  if (w.OnlySumMinMax()) return SliceKernel<D, kSimple, kExact>;
+  return SliceKernel<D, kLean, kExact>;
+}
+
+// SliceKernelFor by the exact pass's mode (0: none, 1: sums, 2: and
+// squares); only float32 and float64 have the exact variants.
+template <rules::DType D>
+KernelFn<D> SliceKernelOf(const Want& w, bool wide, int exact_mode) {
+  if constexpr (D == rules::DType::kFloat32 || D == rules::DType::kFloat64) {
+    if (exact_mode == 1) return SliceKernelFor<D, 1>(w, wide);
+    if (exact_mode == 2) return SliceKernelFor<D, 2>(w, wide);
+  }
+  return exact_mode == 0 ? SliceKernelFor<D>(w, wide) : nullptr;
 }
 
 // The whole array in one call, small, and sum, min and max only: SmallKernel.
@@ -547,9 +592,10 @@ inline bool WideHistogram(const AggregatePlan& plan, const Want& w) {
 
 // whole_rows: the chunk is 16-byte aligned and holds whole rows only (the
 // RowVecKernel's preconditions besides the plan's).
+// exact_mode: the slice kernel's (SliceKernelOf), which must exist.
 template <rules::DType D>
 cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t segments,
-                     const DeviceInfo& dev, bool whole_rows, LaunchShape* out) {
+                     const DeviceInfo& dev, bool whole_rows, LaunchShape* out, int exact_mode = 0) {
   using T = typename DevTraits<D>::T;
   using B = typename DevTraits<D>::B;
   constexpr int K = DevTraits<D>::kVec;
@@ -560,7 +606,7 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
   const auto team_kernel = TeamKernelFor<D>(w);
   sh.wide = WideHistogram(plan, w);
   sh.threads = sh.wide ? Policy::kHistWideThreads : Policy::kThreads;
-  const auto slice_kernel = SliceKernelFor<D>(w, sh.wide);
+  const auto slice_kernel = SliceKernelOf<D>(w, sh.wide, exact_mode);
   const std::int64_t row_bytes = static_cast<std::int64_t>(plan.row_length * sizeof(T));
   sh.team = plan.row_length != 0 && row_bytes <= Policy::kTeamMaxRowBytes;
   sh.cluster = 1;
@@ -687,7 +733,7 @@ template <rules::DType D>
 cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay, const void* chunk,
                              std::uint64_t n, std::uint64_t offset, void* state, void* scratch,
                              std::size_t scratch_bytes, const DeviceInfo& dev,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, ExactPass* exact) {
   using T = typename DevTraits<D>::T;
   using B = typename DevTraits<D>::B;
   AggArgs<D> a{};
@@ -753,15 +799,27 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   const bool whole_rows = plan.row_length != 0 && offset % plan.row_length == 0 &&
                           n % plan.row_length == 0 &&
                           reinterpret_cast<std::uintptr_t>(chunk) % 16 == 0;
+  // The exact pass inside (the caller checked the chunk's length and that
+  // the plan is an unmasked whole array): the mode whose slice kernel exists.
+  int exact_mode = 0;
+  if (exact != nullptr && plan.row_length == 0 && plan.validity == nullptr && n <= kMaxExactLaunchElements) {
+    const int mode = exact->squares_state != nullptr ? 2 : 1;
+    if (SliceKernelOf<D>(a.want, WideHistogram(plan, a.want), mode) != nullptr) exact_mode = mode;
+  }
   LaunchShape sh{};
-  TALLY_CUDA_TRY(ShapeFor<D>(plan, a.n, a.segments, dev, whole_rows, &sh));
+  TALLY_CUDA_TRY(ShapeFor<D>(plan, a.n, a.segments, dev, whole_rows, &sh, exact_mode));
+  if (exact_mode != 0) {
+    a.exact_sum = static_cast<unsigned long long*>(exact->sum_state);
+    a.exact_squares = static_cast<unsigned long long*>(exact->squares_state);
+    exact->fused = true;
+  }
   a.slices = sh.slices;
   a.team_lanes = sh.team_lanes;
   a.cluster = sh.cluster;
   a.per_rank = sh.per_rank;
   a.edge_table = sh.edge_table;
   const auto team_kernel = TeamKernelFor<D>(a.want);
-  const auto slice_kernel = SliceKernelFor<D>(a.want, sh.wide);
+  const auto slice_kernel = SliceKernelOf<D>(a.want, sh.wide, exact_mode);
   if (sh.rowvec) {
     RowVecKernel<D><<<static_cast<unsigned>(sh.blocks), Policy::kThreads, 0, stream>>>(a);
     TALLY_CUDA_CHECK_LAUNCH();
