@@ -18,6 +18,7 @@
 
 #include "exact/exact_dispatch.h"
 #include "exact/exact_levels.cuh"
+#include "policy.cuh"
 #include "tally/kernels/cuda_error.h"
 #include "tally/rules/dtype.h"
 
@@ -99,10 +100,17 @@ cudaError_t Launch(const ExactPass& pass, const void* chunk, std::uint64_t n, st
       // 4 blocks per SM measured fastest (8 gave 0.77-0.87x of it), and no
       // more than stay resident at once: the squares' kernels hold 80
       // registers a thread, 3 blocks an SM, and a fourth block an SM ran
-      // as a second wave, one block an SM (ncu, H100).
+      // as a second wave, one block an SM (ncu, H100). None smaller than
+      // the fused pass's smallest slice (Policy::kMinBytesPerBlock): a
+      // block's start and end cost the same whatever it reads, and 64
+      // clients' small arrays each taking the whole GPU's blocks lost 10%
+      // of the resident bench's sums to the fused pass.
       int resident = 0;
       TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0));
-      const unsigned blocks = static_cast<unsigned>(std::clamp(resident, 1, 4) * dev.sms);
+      const std::uint64_t by_size =
+          (n * sizeof(T) + Policy::kMinBytesPerBlock - 1) / static_cast<std::uint64_t>(Policy::kMinBytesPerBlock);
+      const unsigned blocks = static_cast<unsigned>(
+          std::min<std::uint64_t>(static_cast<std::uint64_t>(std::clamp(resident, 1, 4) * dev.sms), by_size));
       kernel<<<blocks, kThreads, 0, stream>>>(x, n, offset, validity, sum, squares);
       TALLY_CUDA_TRY(cudaGetLastError());
       return cudaSuccess;
