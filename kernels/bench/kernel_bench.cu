@@ -451,7 +451,11 @@ int main(int argc, char** argv) {
         char label[160];
         std::snprintf(label, sizeof label, "exact %s, %s: %.3fx the fused pass", c.name,
                       dt == DType::kFloat32 ? "float32" : "float64", e / f);
-        rows.push_back({label, e, f, "fused float64 sums, same run", ">= 0.9x", e >= 0.9 * f});
+        // The 0.9x target is the sums' and sum+mean+var's; the mixed plans'
+        // rows say where they stand.
+        const bool targeted = c.ops == Bit(OpKind::kSum) || c.ops == smv;
+        rows.push_back({label, e, f, "fused float64 sums, same run", targeted ? ">= 0.9x" : "",
+                        !targeted || e >= 0.9 * f});
       }
     }
     // Rows: the exact rows kernel (a warp per tile of one row) against the
