@@ -2,7 +2,8 @@
 tally servers: every function with partial states per group over numeric
 and nullable columns, keys of every kind (integers, floats with NaN and
 -0.0, strings with None, bool, nullable Int64, datetimes, known
-categories), NA keys with dropna True and False, sort True and False, 1 to
+categories, observed True, False and pandas' default), NA keys with
+dropna True and False, sort True and False, 1 to
 20 partitions with keys spread across them or each in one, composite and
 skewed keys, empty partitions, idxmin's ties across partitions, products
 that wrap and any/all of groups with no values, bad input refused and
@@ -32,6 +33,7 @@ from tally_test_server import TallyServer, free_port
 import groupby_test  # its frames of every value kind and its comparison with pandas
 
 SERVER_BINARY = None
+PANDAS_3 = groupby_test.PANDAS_3  # observed=True by default
 SEED = int(os.environ.get("TALLY_TEST_SEED", np.random.SeedSequence().entropy % (2**32)))
 # Client.groupby's functions, every one with partial states per group.
 FUNCS = ["sum", "prod", "mean", "min", "max", "count", "size", "std", "var", "any", "all", "median", "quantile",
@@ -251,6 +253,42 @@ class Keys(Servers):
                             continue  # pandas 1.5 drops a category's NA with dropna=False; tally keeps it (README)
                         cases.append((frame[[key, "v", "w"]], 4, key, funcs, sort, dropna, 2))
         self.check_all(cases)
+
+    def test_observed_follows_pandas(self):
+        """A category key's categories without rows: left out with
+        observed=True, groups of their own with observed=False, and by
+        default as the installed pandas' default (the frame's own
+        groupby without the keyword)."""
+        n = 900
+        rng = self.rng
+        grade = pd.Categorical(rng.choice(["c", "b", "a"], n), categories=["c", "b", "a", "unseen", "gone"])
+        other = pd.Categorical(rng.choice(["x", "y"], n), categories=["x", "y", "never"])
+        df = pd.DataFrame({"grade": grade, "other": other, "v": rng.uniform(0.5, 1.5, n),
+                           "w": rng.integers(0, 100, n)})
+        funcs = {"v": ["sum", "min", "count", "size"], "w": "max"}
+        lazy, wants, msgs = [], [], []
+        for by in ("grade", ["grade", "other"]):
+            for sort in (True, False):
+                for observed in (True, False, None):
+                    ddf = dd.from_pandas(df, npartitions=3, sort=False)
+                    whole = ddf.compute()
+                    kw = {} if observed is None else {"observed": observed}
+                    wants.append(whole.groupby(by, sort=sort, **kw).agg(funcs))
+                    lazy.append(td.groupby(ddf, by, funcs, sort=sort, **kw))
+                    msgs.append(f"groupby({by!r}, sort={sort}, observed={observed})")
+        for got, want, msg in zip(dask.compute(*lazy), wants, msgs):
+            if "sort=True" in msg and ("observed=True" in msg or ("observed=None" in msg and PANDAS_3)):
+                # pandas 1.5 leaves observed groups in the order they come;
+                # tally sorts them, in the categories' order, as pandas 2 does.
+                self.assertTrue(got.index.is_monotonic_increasing, msg)
+                want = want.reindex(got.index)
+            self.assertSameResult(got, want, msg)
+            if "observed=True" in msg:
+                self.assertNotIn("unseen", list(got.index.get_level_values(0)), msg)
+            if "observed=False" in msg:
+                self.assertIn("unseen", list(got.index.get_level_values(0)), msg)
+        with self.assertRaises(TypeError):
+            td.groupby(dd.from_pandas(df, npartitions=2), "grade", "sum", observed="yes")
 
     def test_composite_keys(self):
         n = 1500

@@ -306,13 +306,15 @@ def _finished_all(s: tp.Partial) -> np.ndarray:
     return np.asarray(tp.finish(s)) if s.op.kind in STATE_OPS else tp.finish_raw(s)
 
 
-def finish_groups(merged: GroupStates, meta: Any, by: Any, agg: Any, sort: bool, dropna: bool) -> Any:
+def finish_groups(merged: GroupStates, meta: Any, by: Any, agg: Any, sort: bool, dropna: bool,
+                  observed: bool) -> Any:
     """The last step: the merged states finished (tally.finish), the groups
     sorted by key (sort=True; NA last) or left in the order first seen, and
-    pandas' result assembled as :meth:`tally.Client.groupby` assembles it."""
+    pandas' result assembled as :meth:`tally.Client.groupby` assembles it
+    (a category key's categories without rows added unless ``observed``)."""
     import pandas as pd
 
-    p = gb.plan_groupby(meta, by, agg, {}, sort, dropna, False, partial=True)
+    p = gb.plan_groupby(meta, by, agg, {}, sort, dropna, observed, partial=True)
     n = merged.groups
     order = np.arange(n)
     if sort and n:
@@ -347,4 +349,4 @@ def finish_groups(merged: GroupStates, meta: Any, by: Any, agg: Any, sort: bool,
         sizes = np.empty(0, np.int64) if merged.sizes is None else \
             take_states(merged.sizes, order).count.astype(np.int64)
     index = index_labels[0].append(index_labels[1:]) if len(index_labels) > 1 else index_labels[0]
-    return gb.assemble_result(p, decoded, answers, sizes, index, sort, False)
+    return gb.assemble_result(p, decoded, answers, sizes, index, sort, observed)

@@ -38,6 +38,7 @@ import dask.array as da
 from . import _dask_steps as steps
 from . import _groupby
 from . import _pandas
+from ._pandas_version import groupby_observed_default
 from . import _values
 from . import partial as tp
 from ._arrays import check_dtype
@@ -347,17 +348,19 @@ _NATIVE_GROUP_STATES = ("median", "quantile", "nunique")
 
 
 def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *, sort: bool = True,
-            dropna: bool = True, split_every: int = 8, timeout: Optional[float] = 60.0,
-            client_options: Optional[Mapping[str, Any]] = None) -> "dask.delayed":
-    """What pandas' ``frame.groupby(by, sort=sort, dropna=dropna).agg(agg)``
-    answers for the whole of a Dask DataFrame (``ddf.groupby(...).agg(...)
-    .compute()``), as a Delayed of that pandas DataFrame (a Series for
-    ``agg="size"``), as :func:`agg` answers a Delayed. Nothing is sent
-    before ``.compute()``.
+            dropna: bool = True, observed: Optional[bool] = None, split_every: int = 8,
+            timeout: Optional[float] = 60.0, client_options: Optional[Mapping[str, Any]] = None) -> "dask.delayed":
+    """What pandas' ``frame.groupby(by, sort=sort, dropna=dropna,
+    observed=observed).agg(agg)`` answers for the whole of a Dask DataFrame
+    (``ddf.groupby(...).agg(...).compute()``), as a Delayed of that pandas
+    DataFrame (a Series for ``agg="size"``), as :func:`agg` answers a
+    Delayed. Nothing is sent before ``.compute()``.
 
     ``by`` and ``agg`` as :meth:`tally.Client.groupby` takes them (a label or
     a list of 1 to 8; a name, a list or a dict {column: names}), with its
-    rules for keys, values, NA and pandas' dtypes (``observed=False``), and
+    rules for keys, values, NA and pandas' dtypes (``observed``: whether a
+    category key's categories without rows are left out; None, the default,
+    is the installed pandas' default, False before pandas 3, True from it), and
     its functions, every one with partial states per group: sum, prod,
     mean, min, max, count, size, std, var, any, all, idxmin and idxmax
     (index labels, from the nanargmin and nanargmax states; the first row
@@ -384,7 +387,9 @@ def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *,
         raise TypeError(f"tally.dask.groupby takes a Dask DataFrame, not {type(frame).__name__}")
     if not isinstance(split_every, int) or split_every < 2:
         raise ValueError(f"split_every must be an integer >= 2, got {split_every!r}")
-    plan = _groupby.plan_groupby(meta, by, agg, {}, sort, dropna, False, partial=True)  # refuses bad input now
+    if observed is None:
+        observed = groupby_observed_default()
+    plan = _groupby.plan_groupby(meta, by, agg, {}, sort, dropna, observed, partial=True)  # refuses bad input now
     funcs = {f for v in plan.values for f in v.funcs}
     native = [f for f in _NATIVE_GROUP_STATES if f in funcs]
     if native:
@@ -407,4 +412,4 @@ def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *,
     while len(level) > 1:
         level = [dask.delayed(steps.merge_groups)(*level[k:k + split_every])
                  for k in range(0, len(level), split_every)]
-    return dask.delayed(steps.finish_groups)(level[0], meta, by, agg, sort, dropna)
+    return dask.delayed(steps.finish_groups)(level[0], meta, by, agg, sort, dropna, observed)
