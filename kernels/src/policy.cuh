@@ -72,6 +72,7 @@ struct PolicySm90 {
   // 8 x 4 spills (2982). More blocks than fit at once (2x, 4x, 8x the
   // resident count, each then merging more partials) lost: 3025, 2996, 2928.
   static constexpr int kSimpleBlocksPerSm = 3;
+  static constexpr int SimpleVecs(int elem_bytes) { return elem_bytes == 1 ? 4 : 8; }
   // A slice variant with the exact pass inside (SliceKernel's kExact, float32
   // and float64). At its variant's own bound the exact state spilled 36-848
   // bytes (ptxas, sm_90: kLean with squares 848, kHist 272 and 512 with
@@ -79,17 +80,17 @@ struct PolicySm90 {
   // (128 registers; float64 kLean with squares spills 104 bytes) against 3
   // (spilling), exact / fused pass on one H200, `tally-kernel-bench
   // 1073741824 exact`, two calls (docs/performance.md, "The exact pass
-  // inside the fused kernels"): float32 sum+max+hist:256 0.766 / 0.462-0.473,
-  // sum+hist:256 (kHistOnly) 0.848 / 0.830, var+min+max+argmax (kLean)
-  // 1.034-1.046 / 0.730-0.786, sum+min+max+mean (kSimple) 1.305-1.330 /
-  // 1.315-1.316; float64 0.734-0.735 / 0.809-0.810, 0.756 / 0.879,
-  // 0.763-0.768 / 0.757-0.759, 1.190-1.198 / 1.320 (all but kLean with
-  // sums alone). So 3 for float64's sums alone but in kLean, 2 for the rest:
-  // with squares at 3 float64 spilled 176-948 bytes (kSimple 948).
+  // inside the fused kernels"), 2 / 3 blocks: float32 sum+max+hist:256
+  // (kHist) 0.766 / 0.462-0.473, sum+hist:256 (kHistOnly) 0.848 / 0.830,
+  // var+min+max+argmax (kLean, squares) 1.034-1.046 / 0.730-0.786,
+  // sum+min+max+mean (kSimple) 1.305-1.330 / 1.315-1.316; float64, the same
+  // plans, 0.734-0.735 / 0.809-0.810, 0.756 / 0.879, 0.763-0.768 /
+  // 0.757-0.774, 1.190-1.198 / 1.320. So 3 for float64's sums alone outside
+  // kLean, 2 for the rest: float64 with squares at 3 spilled 176-948 bytes
+  // (kSimple 948), not timed.
   static constexpr int ExactFusedBlocksPerSm(int elem_bytes, bool lean, bool squares) {
     return elem_bytes == 8 && !lean && !squares ? 3 : 2;
   }
-  static constexpr int SimpleVecs(int elem_bytes) { return elem_bytes == 1 ? 4 : 8; }
   // The slice kernel's tail: flags each thread loads before it checks any,
   // and partials the merging block loads at a time in kSimple and the lean
   // kernel (2: no spills in either; 4 spilled 48 bytes in kSimple at 6
