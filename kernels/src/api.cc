@@ -197,10 +197,7 @@ cudaError_t Accumulate(const AggregatePlan& plan, const void* d_chunk, std::uint
   // and other ops (sum, max and a histogram) then reads its data once.
   const AggregatePlan fused = FusedPart(plan);
   if (fused.ops != 0) {
-    detail::ExactPass* inside =
-        exact && plan.row_length == 0 && plan.validity == nullptr && elements <= detail::kMaxExactLaunchElements
-            ? &pass
-            : nullptr;
+    detail::ExactPass* inside = exact ? &pass : nullptr;  // LaunchAccumulate says where it takes it
     TALLY_CUDA_TRY(rules::VisitDType(plan.dtype, [&](auto d) {
       return detail::LaunchAccumulate<decltype(d)::value>(fused, lay, d_chunk, elements, offset, d_state,
                                                           d_scratch, scratch_bytes, dev, stream, inside);

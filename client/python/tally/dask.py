@@ -38,7 +38,6 @@ import dask.array as da
 from . import _dask_steps as steps
 from . import _groupby
 from . import _pandas
-from ._pandas_version import groupby_observed_default
 from . import _values
 from . import partial as tp
 from ._arrays import check_dtype
@@ -388,7 +387,7 @@ def groupby(frame: Any, by: Any, agg: Any, targets: Optional[Targets] = None, *,
     if not isinstance(split_every, int) or split_every < 2:
         raise ValueError(f"split_every must be an integer >= 2, got {split_every!r}")
     if observed is None:
-        observed = groupby_observed_default()
+        observed = _groupby._default_observed(meta)  # Client.groupby's default: pandas'
     plan = _groupby.plan_groupby(meta, by, agg, {}, sort, dropna, observed, partial=True)  # refuses bad input now
     funcs = {f for v in plan.values for f in v.funcs}
     native = [f for f in _NATIVE_GROUP_STATES if f in funcs]

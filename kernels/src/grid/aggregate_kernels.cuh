@@ -799,8 +799,8 @@ cudaError_t LaunchAccumulate(const AggregatePlan& plan, const ResultLayout& lay,
   const bool whole_rows = plan.row_length != 0 && offset % plan.row_length == 0 &&
                           n % plan.row_length == 0 &&
                           reinterpret_cast<std::uintptr_t>(chunk) % 16 == 0;
-  // The exact pass inside (the caller checked the chunk's length and that
-  // the plan is an unmasked whole array): the mode whose slice kernel exists.
+  // The exact pass inside: unmasked whole arrays, chunks one exact launch
+  // takes, and a plan whose slice kernel has an exact variant.
   int exact_mode = 0;
   if (exact != nullptr && plan.row_length == 0 && plan.validity == nullptr && n <= kMaxExactLaunchElements) {
     const int mode = exact->squares_state != nullptr ? 2 : 1;
