@@ -26,10 +26,10 @@ cudaError_t DdSketchPasses<T>::Count(const T* data, std::uint64_t n, double mult
   TALLY_CUDA_TRY(cudaDeviceGetAttribute(&shared_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   // (Less 1 KB: the kernel's static shared memory comes out of the same.)
   const auto fits =
-      static_cast<std::int32_t>(((static_cast<std::size_t>(shared_max) - 1024) / sizeof(std::uint32_t) - 3) / 2);
+      static_cast<std::int32_t>(((static_cast<std::size_t>(shared_max) - 1024) / sizeof(std::uint32_t) - 4) / 2);
   const auto wanted = static_cast<std::int32_t>(std::min(1e9, std::ceil(D::kBinades * multiplier)));
   const std::int32_t w = std::min(fits, std::max(D::kWindow, wanted));
-  const std::size_t shared = (2 * static_cast<std::size_t>(w) + 3) * sizeof(std::uint32_t);
+  const std::size_t shared = (2 * static_cast<std::size_t>(w) + 4) * sizeof(std::uint32_t);  // and the trash slot
   TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
   TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, D::kThreads, shared));
   const int blocks = sms * (per_sm > 0 ? per_sm : 1);
@@ -40,5 +40,16 @@ cudaError_t DdSketchPasses<T>::Count(const T* data, std::uint64_t n, double mult
 }
 
 TALLY_INSTANTIATE_FOR_SELECTABLE(DdSketchPasses);
+
+cudaError_t CountEdges(std::int32_t span, unsigned long long* counts, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  // A counter of 8 bytes a thread, several a thread: a few dozen blocks
+  // read the 2 x 100,000 counters of 1% in microseconds.
+  const auto total = 2 * static_cast<std::uint64_t>(span);
+  const int blocks = static_cast<int>(std::min<std::uint64_t>(64, (total + kThreads * 16 - 1) / (kThreads * 16)));
+  DdSketchEdgesKernel<kThreads><<<std::max(blocks, 1), kThreads, 0, stream>>>(span, counts);
+  TALLY_CUDA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
 
 }  // namespace tally::kernels::ddsketch
