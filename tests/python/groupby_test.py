@@ -11,6 +11,7 @@ usage: groupby_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH)
 """
 import contextlib
+import math
 import os
 import subprocess
 import sys
@@ -581,6 +582,97 @@ class SharedColumns(Base):
             view[0] = 1
         with self.assertRaises(ValueError):
             shared.values
+
+
+class DatasetColumns(Base):
+    """A mapping's resident datasets (the DatasetInfo put_dataset gives) go
+    by name (Column.dataset), read where they lie, and answer what the same
+    numpy arrays sent inline answer, bit for bit."""
+
+    def setUp(self):
+        super().setUp()
+        self.requests = []
+        read = self.client._group_by_pages
+
+        def recording(request, timeout, metadata):
+            self.requests.append(request)
+            return read(request, timeout, metadata)
+
+        self.client._group_by_pages = recording
+        self.addCleanup(delattr, self.client, "_group_by_pages")
+
+    def put(self, arrays, names):
+        """The arrays named in ``names`` as datasets (DatasetInfo), the rest as they are."""
+        out = {}
+        for label, a in arrays.items():
+            if label in names:
+                name = f"{self.id().rsplit('.', 1)[-1]}-{label}"
+                out[label] = self.client.put_dataset(name, a, replace=True)
+                self.addCleanup(self.delete, name)
+            else:
+                out[label] = a
+        return out
+
+    def delete(self, name):
+        try:
+            self.client.delete_dataset(name)
+        except tally.Error as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:
+                raise
+
+    def test_dataset_columns_answer_as_the_arrays(self):
+        n = 30_000
+        f64 = self.rng.uniform(0.5, 1.5, n)
+        f64[self.rng.random(n) < 0.1] = np.nan
+        arrays = {"k": self.rng.integers(-40, 57, n).astype(np.int32), "f64": f64,
+                  "f32": self.rng.uniform(0.5, 1.5, n).astype(np.float32),
+                  "i16": self.rng.integers(-9, 9, n).astype(np.int16),
+                  "u64": self.rng.integers(0, 2**62, n, dtype=np.uint64), "b": self.rng.random(n) < 0.3,
+                  "s": self.rng.choice(["x", "y"], n)}
+        unmasked = [f for f in FUNCS if f not in ("prod", "any", "all")]  # a float column's need a mask
+        agg = {"f64": unmasked, "f32": FEW + ["std", "median"], "i16": FUNCS + INDEX_FUNCS, "u64": ["sum", "max"],
+               "b": ["sum", "mean", "any"]}
+        for names, by in ((list(arrays), "k"), (["k", "i16"], ["k", "s"]), (["f64", "u64"], ["s", "b"])):
+            for sort in (True, False):
+                msg = f"datasets {names}, by {by!r}, sort={sort}"
+                columns = self.put(arrays, [x for x in names if x != "s"])
+                self.requests.clear()
+                got = self.client.groupby(columns, by, agg, sort=sort)
+                requests = list(self.requests)
+                want = self.client.groupby(arrays, by, agg, sort=sort)
+                self.assertEqual(list(got), list(want), msg)
+                for label in want:
+                    self.assertEqual(got[label].dtype, want[label].dtype, f"{msg}: {label!r}")
+                    np.testing.assert_array_equal(got[label], want[label], err_msg=f"{msg}: {label!r}")
+                for r in requests:
+                    for c in r.columns:
+                        label = next((x for x in arrays if str(x) == c.name), None)
+                        if isinstance(columns.get(label), tally.DatasetInfo):
+                            self.assertEqual((c.dataset, c.data, c.HasField("region")),
+                                             (columns[label].name, b"", False), f"{msg}: column {c.name}")
+                        else:
+                            self.assertEqual(c.dataset, "", f"{msg}: column {c.name}")
+
+    def test_what_needs_the_values_on_the_client_is_refused_by_name(self):
+        n = 1000
+        f = self.rng.uniform(0, 1, n)
+        columns = self.put({"k": self.rng.integers(0, 5, n), "f": f, "rows": np.ones((10, 100)),
+                            "short": np.arange(n - 1)}, ["k", "f", "rows", "short"])
+        with self.assertRaisesRegex(ValueError, "column 'f' is the dataset .*'prod'.*Client.share"):
+            self.client.groupby(columns, "k", {"f": ["sum", "prod"]})
+        with self.assertRaisesRegex(ValueError, "column 'f' is the dataset .*'idxmax'"):
+            self.client.groupby(columns, "k", {"f": "idxmax"})
+        with self.assertRaisesRegex(ValueError, "column 'rows': the dataset .* holds rows"):
+            self.client.groupby(columns, "k", {"rows": "sum"})
+        with self.assertRaisesRegex(ValueError, "column 'short' has 999 rows"):
+            self.client.groupby(columns, "k", {"short": "sum"})
+        self.client.delete_dataset(columns["k"].name)
+        with self.assertRaises(tally.Error) as e:  # the server names what is gone
+            self.client.groupby(columns, "k", {"f": "sum"})
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn(columns["k"].name, e.exception.message)
+        got = self.client.groupby({"k": np.arange(n) % 5, "f": columns["f"]}, "k", {"f": "sum"})  # the rest answers
+        np.testing.assert_array_equal(got["f"], [math.fsum(f[i::5]) for i in range(5)])  # correctly rounded
 
 
 class PackedFrames(Base):

@@ -139,7 +139,21 @@ class _Key:
     valid: Optional[np.ndarray]
     decode: Callable[[np.ndarray, np.ndarray], Any]
     category: Any = None  # a CategoricalDtype: its unobserved categories join the result (observed=False)
-    shared: Optional[SharedArray] = None  # the column's SharedArray: values sent as a region where they lie in it
+    # The column's SharedArray (values sent as a region where they lie in
+    # it) or resident dataset (sent by name).
+    shared: Optional[SharedArray | _Resident] = None
+
+
+@dataclass(frozen=True)
+class _Resident:
+    """A mapping's column that is a resident dataset (the DatasetInfo
+    :meth:`Client.put_dataset` and :meth:`Client.describe_dataset` give):
+    sent by name (Column.dataset), its values never on the client.
+    ``stand_in`` has the dataset's dtype and length for the plan, and
+    holds zeros: whatever would read the values on the client (a key to
+    factorise, a mask of a float column's NaNs) is refused instead."""
+    name: str
+    stand_in: np.ndarray
 
 
 def _mask(valid: np.ndarray) -> Optional[np.ndarray]:
@@ -191,9 +205,12 @@ def _pandas_key(series: Any, sort: bool) -> _Key:
     return _Key(name, _codes(codes, len(uniques)), _mask(codes != -1), labels)
 
 
-def _numpy_key(label: Any, a: np.ndarray, shared: Optional[SharedArray] = None) -> _Key:
+def _numpy_key(label: Any, a: np.ndarray, shared: Optional[SharedArray | _Resident] = None) -> _Key:
     if _sent_as_is(a.dtype):
         return _Key(label, a, None, lambda keys, valid: keys, shared=shared)
+    if isinstance(shared, _Resident):
+        raise TypeError(f"key column {label!r} is the dataset {shared.name!r} of dtype {a.dtype}, which tally groups "
+                        f"only after factorising it on the client; send the array itself")
     try:  # strings and other objects numpy orders: codes in label order
         uniques, codes = np.unique(a, return_inverse=True)
     except TypeError as e:
@@ -255,18 +272,28 @@ def _count_name(col: Column) -> str:
 class _Values:
     """A value column as sent, the functions asked of it, and its ops
     (``partial``: asked for their partial states; ``shared``: the column's
-    SharedArray, whose region is sent where ``col.values`` lie in it)."""
+    SharedArray, whose region is sent where ``col.values`` lie in it, or
+    resident dataset, sent by name)."""
     label: Any
     original: Column
     col: Column
     funcs: list[str]
     ops: list[Op]
     partial: bool = False
-    shared: Optional[SharedArray] = None
+    shared: Optional[SharedArray | _Resident] = None
 
 
 def _values_column(label: Any, col: Column, funcs: list[str], partial: bool = False,
-                   shared: Optional[SharedArray] = None) -> _Values:
+                   shared: Optional[SharedArray | _Resident] = None) -> _Values:
+    if isinstance(shared, _Resident):
+        # Whether the plan would mask its NaNs, asked of no rows: the mask
+        # is made from the values, which stay on the server.
+        none = Column(col.name, col.values[:0], None, col.kind, col.dtype, 0)
+        if _as_sent(none, funcs, partial).valid is not None:
+            raise ValueError(f"column {label!r} is the dataset {shared.name!r} of dtype {col.values.dtype}: of "
+                             f"{', '.join(map(repr, funcs))}, those with no NaN-skipping op (prod, any, all, idxmin, "
+                             f"idxmax) need a mask of its NaNs, made from the values on the client; send the array "
+                             f"itself or share it (Client.share)")
     sent = _as_sent(col, funcs, partial)
     names = [_count_name(sent)] + [_op_name(sent, f, partial) for f in funcs if f not in ("count", "size")]
     if "nunique" in funcs and sent.nan_ops:
@@ -556,11 +583,13 @@ class _Names:
 
 
 def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray],
-                 shared: Optional[SharedArray] = None, packed: Optional[PackedColumns] = None) -> Any:
-    """The column as GroupBy takes it: where its values as sent are a
-    contiguous view of ``shared``'s memory (its own values, or bools seen
-    as uint8), the place in its region that holds them; else where
-    ``packed`` holds their copy; else the bytes."""
+                 shared: Optional[SharedArray | _Resident] = None, packed: Optional[PackedColumns] = None) -> Any:
+    """The column as GroupBy takes it: a resident dataset by its name;
+    where its values as sent are a contiguous view of ``shared``'s memory
+    (its own values, or bools seen as uint8), the place in its region that
+    holds them; else where ``packed`` holds their copy; else the bytes."""
+    if isinstance(shared, _Resident):  # the dataset's own dtype, read where it lies
+        return pb.Column(name=name, dataset=shared.name)
     a, _ = prepare(values)
     c = pb.Column(name=name, dtype=wire_dtype(a.dtype))
     region = None if shared is None else shared.region_column(a)
@@ -717,9 +746,22 @@ def plan_groupby(data: Any, by: Any, agg: Any, named: dict, sort: bool, dropna: 
 
 
 def _shared_column(label: Any, x: Any, shared: dict) -> Any:
-    """A mapping's column as numpy reads it: a SharedArray's read-only view
-    (noted in ``shared`` by label), anything else as it is. ValueError,
-    naming the column, for a SharedArray of rows or a closed one."""
+    """A mapping's column as numpy reads it: a SharedArray's read-only view,
+    a resident dataset's (DatasetInfo) stand-in (either noted in ``shared``
+    by label), anything else as it is. ValueError, naming the column, for a
+    SharedArray or dataset of rows, or a closed SharedArray."""
+    from .client import DatasetInfo  # (client.py imports this module)
+
+    if isinstance(x, DatasetInfo):
+        if x.row_length:
+            raise ValueError(f"column {label!r}: the dataset {x.name!r} holds rows ({x.length // x.row_length} x "
+                             f"{x.row_length}), not a column")
+        if not _takes(x.dtype):
+            raise TypeError(f"column {label!r}: the dataset {x.name!r} holds dtype {x.dtype}, which this client "
+                            f"cannot read")
+        resident = _Resident(x.name, np.broadcast_to(np.zeros((), dtype=x.dtype), (x.length,)))
+        shared[label] = resident
+        return resident.stand_in
     if not isinstance(x, SharedArray):
         return x
     if x.row_length:
@@ -839,6 +881,15 @@ class GroupByFunctions:
         The client reads the values it needs for these (masks, codes,
         lengths) through the read-only :attr:`SharedArray.values`; the
         answers are those of the same numpy arrays.
+
+        A mapping's column may also be a resident dataset: the
+        :class:`DatasetInfo` that :meth:`put_dataset` or
+        :meth:`describe_dataset` gives. It goes by name and the server
+        reads it where it lies (a cuda server groups a key and values
+        resident on one GPU there); its values never come to the client, so
+        what needs them there is a ValueError naming the column: a float
+        column's prod, any, all, idxmin and idxmax (its NaNs masked on the
+        client), a key to factorise, a dataset of rows.
 
         Returns pandas' answer for a DataFrame: a DataFrame indexed by the
         keys (a MultiIndex for several), columns as pandas names them
