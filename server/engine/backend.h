@@ -215,6 +215,19 @@ class Backend {
     return absl::UnimplementedError(absl::StrCat(name(), " backend does not sum by key on a device."));
   }
 
+  // The host columns of a `rows`-row group-by table copied into the memory
+  // of one device this backend groups on, each owned by its DeviceColumn,
+  // so that a table that arrived in host memory takes the device's steps
+  // (OrderByKeyOnDevice, SumByKeyOnDevice). UNIMPLEMENTED where the backend
+  // has no device or the table is too small to gain; any failure leaves
+  // the table to the host's steps.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> CopyToDevice(
+      std::span<const std::span<const std::byte>> columns, std::uint64_t rows) {
+    (void)columns;
+    (void)rows;
+    return absl::UnimplementedError(absl::StrCat(name(), " backend does not group on a device."));
+  }
+
   // Copies device bytes (`from`, in a place this backend reads) into host
   // memory of the same size, for the functions that run on the host
   // (server/engine/functions). Backends without device memory refuse.

@@ -216,5 +216,65 @@ TEST(EngineGroupBy, PartitionedPassOverAMillionKeys) {
           Keyed::kBuckets, true);
 }
 
+// A table that arrives in host memory (inline, a shared-memory region) is
+// copied to the GPU and grouped there from cuda::EnginePolicy::
+// kMinRowsToGroupOnDevice rows, with the answers the host's steps give;
+// a smaller one stays on the host.
+TEST(EngineGroupBy, HostTablesOfManyRowsAreGroupedOnTheDevice) {
+  TALLY_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  BackendOptions o = TestOptions();
+  std::unique_ptr<Backend> cuda = MakeFunctionRouter(MakeCuda(o), 1 << 30);
+  std::unique_ptr<Backend> cpu = MakeFunctionRouter(MakeCpu(), 1 << 30);
+  for (const std::uint64_t rows : {std::uint64_t{1} << 20, (std::uint64_t{1} << 20) + 4099, std::uint64_t{200003}}) {
+    const bool copied = rows >= (std::uint64_t{1} << 20);
+    SCOPED_TRACE(rows);
+    const std::vector<std::byte> keys = Keys<std::int32_t>(rows, 3000, true, -50, rng);
+    std::vector<std::byte> values(rows * sizeof(float)), wide(rows * sizeof(std::int64_t));
+    std::normal_distribution<float> normal(0.0f, 100.0f);
+    for (std::uint64_t i = 0; i < rows; ++i) {
+      float v = normal(rng);
+      if (rng() % 1000 == 0) v = std::nanf("");
+      const auto w = static_cast<std::int64_t>(rng() % 2001) - 1000;
+      std::memcpy(values.data() + i * sizeof(float), &v, sizeof(float));
+      std::memcpy(wide.data() + i * sizeof(w), &w, sizeof(w));
+    }
+    GroupByPlan plan;
+    plan.rows = rows;
+    plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = keys},
+                    GroupColumn{.name = "f", .dtype = DType::kFloat32, .data = values},
+                    GroupColumn{.name = "i", .dtype = DType::kInt64, .data = wide}};
+    plan.keys = {0};
+    // Float values the direct pass takes; int64 values the order by key and
+    // the segmented kernels do (and an argmin mapped back to table rows).
+    const std::vector<std::vector<OpSpec>> ops = {
+        {Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
+        {Op(OpKind::kSum), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kArgmin)}};
+    for (std::size_t v = 0; v < ops.size(); ++v) {
+      ColumnAggregations c{.column = v + 1};
+      for (std::size_t i = 0; i < ops[v].size(); ++i) c.positions.push_back(plan.aggregations + i);
+      c.plan.array = ArraySpec{.dtype = plan.columns[v + 1].dtype, .length = rows};
+      c.plan.ops = ops[v];
+      plan.aggregations += ops[v].size();
+      plan.values.push_back(c);
+    }
+    std::string steps;
+    absl::StatusOr<grouping::GroupedResult> dev =
+        grouping::RunGroupBy(plan, *cuda, 1 << 26, [&](const char* step) { steps += std::string(step) + "; "; });
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    absl::StatusOr<grouping::GroupedResult> ref = grouping::RunGroupBy(plan, *cpu, 1 << 26);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_EQ(steps.find("columns copied to the device") != std::string::npos, copied) << steps;
+    EXPECT_EQ(dev->on_device, copied) << steps;
+    ASSERT_EQ(dev->groups, ref->groups);
+    EXPECT_EQ(dev->keys[0].data, ref->keys[0].data);
+    ASSERT_EQ(dev->results.size(), 2u);
+    // Keys within 65,536: the host's direct pass gives the device's bits;
+    // int64 sums, extremes and argmin are exact either way.
+    ExpectSame(dev->plans[0], ref->results[0], dev->results[0], Match::kBits, "float values");
+    ExpectSame(dev->plans[1], ref->results[1], dev->results[1], Match::kBits, "int64 values");
+  }
+}
+
 }  // namespace
 }  // namespace tally::engine_test

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/staged_copy.h"
 #include "server/engine/cuda/stream_buffer.h"
+#include "server/engine/cuda/tuning.h"
 #include "server/engine/huge_pages.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/group.h"
@@ -32,6 +34,22 @@ class GatheredColumn final : public DeviceColumn {
   }
 
  private:
+  StreamBuffer bytes_;
+  int device_;
+};
+
+// A host column's copy in device memory, with the stream it was made on
+// (declared first, so that it outlives the buffer given back on it).
+class CopiedColumn final : public DeviceColumn {
+ public:
+  CopiedColumn(Stream stream, StreamBuffer bytes, int device)
+      : stream_(std::move(stream)), bytes_(std::move(bytes)), device_(device) {}
+  Extent extent() const override {
+    return Extent{std::span<const std::byte>(bytes_.data(), bytes_.size()), Placement::Device(device_)};
+  }
+
+ private:
+  Stream stream_;
   StreamBuffer bytes_;
   int device_;
 };
@@ -210,6 +228,43 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   if (copied.ok() && dense.any_nan) copied = back(out.nan, dense.nan);
   if (copied.ok() && dense.any_infinity) copied = back(out.infinities, dense.infinities);
   if (!copied.ok()) return copied;
+  return out;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> CopyColumnsToDevice(
+    std::span<const std::span<const std::byte>> columns, std::uint64_t rows, const DevicePool& pool) {
+  if (rows < EnginePolicy::kMinRowsToGroupOnDevice) {
+    return absl::UnimplementedError(absl::StrCat(rows, " rows: grouped on the host."));
+  }
+  // The GPUs in turn, so that concurrent tables spread over them.
+  static std::atomic<std::uint64_t> next{0};
+  const std::vector<int>& ordinals = pool.ordinals();
+  if (ordinals.empty()) return absl::UnimplementedError("no GPU in use.");
+  int device = -1;
+  for (std::size_t tried = 0; tried < ordinals.size() && device < 0; ++tried) {
+    const int d = ordinals[next.fetch_add(1, std::memory_order_relaxed) % ordinals.size()];
+    if (pool.DeviceHealth(d).ok()) device = d;
+  }
+  if (device < 0) return absl::UnavailableError("no healthy GPU to group on.");
+  ScopedDevice on(device);
+  if (KeepPoolMemory(device) != cudaSuccess) return Failure(device, "keeping its memory pool");
+  std::vector<std::unique_ptr<DeviceColumn>> out;
+  for (const std::span<const std::byte> bytes : columns) {
+    Stream stream;
+    StreamBuffer copy;
+    if (Stream::Create(&stream) != cudaSuccess) return Failure(device, "creating a stream");
+    if (StreamBuffer::Create(bytes.size(), stream.view(), &copy) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat("GPU ", device, " has no room for a ", bytes.size(),
+                                                       "-byte group-by column."));
+    }
+    if (cudaMemcpyAsync(copy.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream.get()) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(stream.get()) != cudaSuccess) {
+      return Failure(device, "copying a group-by column to the device");
+    }
+    out.push_back(std::make_unique<CopiedColumn>(std::move(stream), std::move(copy), device));
+  }
   return out;
 }
 

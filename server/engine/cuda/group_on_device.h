@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/engine/cuda/device_pool.h"
@@ -20,5 +22,12 @@ namespace tally::cuda {
 [[nodiscard]] absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values,
                                                         DType dtype, std::uint64_t rows, std::uint64_t max_groups,
                                                         const DevicePool& pool);
+
+// Backend::CopyToDevice for the cuda backend: the columns copied onto one
+// healthy GPU in use (the GPUs taken in turn), each in that device's
+// stream-ordered memory. UNIMPLEMENTED under
+// EnginePolicy::kMinRowsToGroupOnDevice rows.
+[[nodiscard]] absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> CopyColumnsToDevice(
+    std::span<const std::span<const std::byte>> columns, std::uint64_t rows, const DevicePool& pool);
 
 }  // namespace tally::cuda

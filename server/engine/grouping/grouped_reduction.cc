@@ -391,6 +391,38 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   return out;
 }
 
+// A table in host memory whose plan RunOnDevice takes (one key column,
+// ascending keys, no masks), copied to a device where the backend groups
+// there (Backend::CopyToDevice) and grouped as if it were resident there;
+// nullopt where it is not copied or the device's steps do not take it.
+absl::StatusOr<std::optional<GroupedResult>> RunCopiedToDevice(const GroupByPlan& plan, Backend& backend,
+                                                               std::uint64_t max_groups, const Note& note) {
+  if (plan.keys.size() != 1 || !plan.sort) return std::nullopt;
+  std::vector<std::size_t> used{plan.keys[0]};
+  for (const ColumnAggregations& c : plan.values) used.push_back(c.column);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  std::vector<std::span<const std::byte>> bytes;
+  for (const std::size_t i : used) {
+    if (plan.columns[i].validity != nullptr) return std::nullopt;
+    bytes.push_back(plan.columns[i].data);
+  }
+  absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> copies = backend.CopyToDevice(bytes, plan.rows);
+  if (!copies.ok()) return std::nullopt;  // the host groups it (no device, too small, no room)
+  note("columns copied to the device");
+  GroupByPlan device = plan;
+  for (std::size_t j = 0; j < used.size(); ++j) {
+    const Extent e = (*copies)[j]->extent();
+    device.columns[used[j]].data = e.bytes;
+    device.columns[used[j]].placement = e.placement;
+  }
+  absl::StatusOr<std::optional<GroupedResult>> result = RunOnDevice(device, backend, max_groups, note);
+  // A failure there (the device's scratch, say) leaves the table to the
+  // host, which answers it or names its own limit.
+  if (!result.ok()) return std::nullopt;
+  return result;
+}
+
 absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups,
                                         const Note& note);
 
@@ -403,7 +435,12 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
   };
   const bool on_device = std::any_of(plan.columns.begin(), plan.columns.end(),
                                      [](const GroupColumn& c) { return !c.placement.host(); });
-  if (!on_device) return RunOnHost(plan, backend, max_groups, note);
+  if (!on_device) {
+    absl::StatusOr<std::optional<GroupedResult>> copied = RunCopiedToDevice(plan, backend, max_groups, note);
+    if (!copied.ok()) return copied.status();
+    if (copied->has_value()) return **std::move(copied);
+    return RunOnHost(plan, backend, max_groups, note);
+  }
   absl::StatusOr<std::optional<GroupedResult>> device = RunOnDevice(plan, backend, max_groups, note);
   if (!device.ok()) return device.status();
   if (device->has_value()) return **std::move(device);
