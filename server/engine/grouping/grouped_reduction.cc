@@ -247,6 +247,32 @@ std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::si
 using SumByKey = std::function<absl::StatusOr<std::optional<KeyedSums>>(const GroupColumn& key,
                                                                           const GroupColumn& column)>;
 
+// Whether the direct pass takes a value column: float values asking only
+// the ops it answers.
+bool TakesDirect(const GroupByPlan& plan, const ColumnAggregations& c) {
+  const DType dt = plan.columns[c.column].dtype;
+  return (dt == DType::kFloat32 || dt == DType::kFloat64) && std::all_of(c.plan.ops.begin(), c.plan.ops.end(), IsDirect);
+}
+
+// A value column's plan over its groups and its answers, from the direct
+// pass's sums by key; nullopt for a result type this path does not give.
+std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const GroupByPlan& plan,
+                                                                          const ColumnAggregations& c,
+                                                                          KeyedSums sums, Backend& backend) {
+  AggregationPlan p = c.plan;
+  std::vector<std::uint64_t> start;
+  ReserveHuge(start, sums.groups + 1);
+  start.resize(sums.groups + 1);
+  for (std::uint64_t g = 0; g < sums.groups; ++g) start[g + 1] = start[g] + sums.count[g];
+  p.array.length = plan.rows;
+  p.array.row_length = 0;
+  p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
+  std::optional<std::vector<OpValues>> answers = DirectAnswers(p.ops, plan.columns[c.column].dtype, std::move(sums));
+  if (!answers.has_value()) return std::nullopt;
+  return std::make_pair(std::move(p), AggregationResult{.values = *std::move(answers), .backend = backend.name(),
+                                                        .device = backend.device()});
+}
+
 // The plan answered by a direct pass (one read of keys and values per
 // column, `sum_by_key`), when every value column is float and asks only
 // direct ops; nullopt otherwise, or for keys spread too wide.
@@ -255,9 +281,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
   if (plan.values.empty()) return std::nullopt;
   const GroupColumn& key = plan.columns[plan.keys[0]];
   for (const ColumnAggregations& c : plan.values) {
-    const DType dt = plan.columns[c.column].dtype;
-    if (dt != DType::kFloat32 && dt != DType::kFloat64) return std::nullopt;
-    if (!std::all_of(c.plan.ops.begin(), c.plan.ops.end(), IsDirect)) return std::nullopt;
+    if (!TakesDirect(plan, c)) return std::nullopt;
   }
   GroupedResult out;
   out.on_device = on_device;
@@ -269,25 +293,16 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, column);
     if (!sums.ok()) return sums.status();
     if (!sums->has_value()) return std::nullopt;
-    const KeyedSums& k = **sums;
     note(on_device ? "column summed by key on the device" : "column summed by key on the host");
     if (out.keys.empty()) {
-      out.groups = k.groups;
-      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(k.keys, rules::SizeOf(key.dtype)), .validity = nullptr});
+      out.groups = (*sums)->groups;
+      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes((*sums)->keys, rules::SizeOf(key.dtype)), .validity = nullptr});
     }
-    AggregationPlan p = c.plan;
-    std::vector<std::uint64_t> start;
-    ReserveHuge(start, k.groups + 1);
-    start.resize(k.groups + 1);
-    for (std::uint64_t g = 0; g < k.groups; ++g) start[g + 1] = start[g] + k.count[g];
-    p.array.length = plan.rows;
-    p.array.row_length = 0;
-    p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
-    std::optional<std::vector<OpValues>> answers = DirectAnswers(p.ops, column.dtype, *std::move(*sums));
-    if (!answers.has_value()) return std::nullopt;  // a result type this path does not give
-    AggregationResult result{.values = *std::move(answers), .backend = backend.name(), .device = backend.device()};
-    out.plans.push_back(std::move(p));
-    out.results.push_back(std::move(result));
+    std::optional<std::pair<AggregationPlan, AggregationResult>> answered =
+        DirectColumn(plan, c, *std::move(*sums), backend);
+    if (!answered.has_value()) return std::nullopt;
+    out.plans.push_back(std::move(answered->first));
+    out.results.push_back(std::move(answered->second));
   }
   return out;
 }
@@ -308,25 +323,38 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan
                    note);
 }
 
-// The direct pass on the host, for host columns the pass takes: one
-// integer key column without missing keys, ascending order, value columns
-// without masks (the rest is RunDirect's to check). Its answers are the
+// Whether the host's direct pass may take a plan's value columns: one
+// integer key column without missing keys, ascending order (each column
+// must also be without a mask, and TakesDirect).
+bool HostDirectKeys(const GroupByPlan& plan) {
+  if (plan.keys.size() != 1 || !plan.sort) return false;
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  return key.validity == nullptr && !rules::IsFloat(key.dtype);
+}
+
+// The host's direct pass over one value column (keys within
+// kMaxHostDirectRange): nullopt where it does not take them.
+absl::StatusOr<std::optional<KeyedSums>> HostSumsByKey(const GroupByPlan& plan, const GroupColumn& key,
+                                                       const GroupColumn& column, Backend& backend,
+                                                       std::uint64_t max_groups) {
+  if (column.validity != nullptr) return std::nullopt;
+  return SumByKeyOnHost(key.data, key.dtype, column.data, column.dtype, plan.rows,
+                        std::min(kMaxHostDirectRange, max_groups), backend.HostWorkers(),
+                        std::min(kMaxHostExactRange, max_groups));
+}
+
+// The direct pass on the host, for host columns the pass takes
+// (HostDirectKeys; the rest is RunDirect's to check). Its answers are the
 // GPU direct pass's, bit for bit.
 absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& plan, Backend& backend,
                                                              std::uint64_t max_groups, const Note& note) {
-  if (plan.keys.size() != 1 || !plan.sort) return std::nullopt;
-  const GroupColumn& key = plan.columns[plan.keys[0]];
-  if (key.validity != nullptr || rules::IsFloat(key.dtype)) return std::nullopt;
+  if (!HostDirectKeys(plan)) return std::nullopt;
   for (const ColumnAggregations& c : plan.values) {
     if (plan.columns[c.column].validity != nullptr) return std::nullopt;
   }
-  const std::uint64_t max_range = std::min(kMaxHostDirectRange, max_groups);
-  const std::uint64_t max_exact_range = std::min(kMaxHostExactRange, max_groups);
-  cpu::ThreadPool* const workers = backend.HostWorkers();
   return RunDirect(plan, backend, /*on_device=*/false,
                    [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
-                     return SumByKeyOnHost(k.data, k.dtype, column.data, column.dtype, plan.rows, max_range, workers,
-                                           max_exact_range);
+                     return HostSumsByKey(plan, k, column, backend, max_groups);
                    },
                    note);
 }
@@ -362,6 +390,26 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   std::vector<std::uint64_t> rows;  // once an index needs them
   for (const ColumnAggregations& c : plan.values) {
     const GroupColumn& column = plan.columns[c.column];
+    // A float column asking only the direct pass's ops takes it beside the
+    // order (one read, no gather): the segmented kernels have no
+    // NaN-skipping ops, pandas' sum and mean of floats, which would take
+    // the gathered column to the host.
+    if (TakesDirect(plan, c)) {
+      absl::StatusOr<KeyedSums> sums = backend.SumByKeyOnDevice(
+          Extent{key.data, key.placement}, key.dtype, Extent{column.data, column.placement}, column.dtype, plan.rows,
+          max_groups);
+      if (!sums.ok() && !absl::IsUnimplemented(sums.status())) return sums.status();
+      if (sums.ok() && sums->groups == o.groups) {
+        std::optional<std::pair<AggregationPlan, AggregationResult>> answered =
+            DirectColumn(plan, c, *std::move(sums), backend);
+        if (answered.has_value()) {
+          note("column summed by key on the device");
+          out.plans.push_back(std::move(answered->first));
+          out.results.push_back(std::move(answered->second));
+          continue;
+        }
+      }
+    }
     absl::StatusOr<std::unique_ptr<DeviceColumn>> laid_out = o.Gather(Extent{column.data, column.placement}, column.dtype);
     if (!laid_out.ok()) return laid_out.status();
     note("column gathered on the device");
@@ -504,6 +552,24 @@ absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backen
     p.array.row_length = 0;
     p.array.offsets = start;
     p.array.validity = in_place ? column.validity : ValidityByGroup(column.validity, *groups, *start);
+    // A float column asking only the direct pass's ops takes it beside the
+    // general path's other columns, as on the device (RunOnDevice), so that
+    // both backends answer such a column with the same bits.
+    if (HostDirectKeys(plan) && TakesDirect(plan, c)) {
+      absl::StatusOr<std::optional<KeyedSums>> sums =
+          HostSumsByKey(plan, plan.columns[plan.keys[0]], column, backend, max_groups);
+      if (!sums.ok()) return sums.status();
+      if (sums->has_value() && (*sums)->groups == groups->count) {
+        std::optional<std::pair<AggregationPlan, AggregationResult>> answered =
+            DirectColumn(plan, c, *std::move(*sums), backend);
+        if (answered.has_value()) {
+          note("column summed by key on the host");
+          out.plans.push_back(std::move(answered->first));
+          out.results.push_back(std::move(answered->second));
+          continue;
+        }
+      }
+    }
     if (OnlyCounts(p)) {
       AggregationResult counted = CountsOfGroups(p, *start);
       counted.backend = backend.name();
