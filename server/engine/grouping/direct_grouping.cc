@@ -1,0 +1,146 @@
+// Group-by's direct pass over value columns (direct_grouping.h): per key,
+// what sums, counts, extremes and means need, in one read of keys and
+// values, on the GPU holding them or on the host.
+#include "server/engine/grouping/direct_grouping.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "server/engine/grouping/direct_answers.h"
+#include "server/engine/grouping/keyed_sums.h"
+#include "server/engine/huge_pages.h"
+
+namespace tally::grouping {
+namespace {
+
+// A value column's sums by key (the direct pass's), nullopt when the pass
+// does not take it.
+using SumByKey = std::function<absl::StatusOr<std::optional<KeyedSums>>(const GroupColumn& key,
+                                                                          const GroupColumn& column)>;
+
+// The plan answered by a direct pass (one read of keys and values per
+// column, `sum_by_key`), when every value column is float and asks only
+// direct ops; nullopt otherwise, or for keys spread too wide.
+absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, Backend& backend, bool on_device,
+                                                       const SumByKey& sum_by_key, const Note& note) {
+  if (plan.values.empty()) return std::nullopt;
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  for (const ColumnAggregations& c : plan.values) {
+    if (!TakesDirect(plan, c)) return std::nullopt;
+  }
+  GroupedResult out;
+  out.on_device = on_device;
+  out.rows_grouped = plan.rows;
+  out.backend = backend.name();
+  out.device = backend.device();
+  for (const ColumnAggregations& c : plan.values) {
+    const GroupColumn& column = plan.columns[c.column];
+    absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, column);
+    if (!sums.ok()) return sums.status();
+    if (!sums->has_value()) return std::nullopt;
+    note(on_device ? "column summed by key on the device" : "column summed by key on the host");
+    if (out.keys.empty()) {
+      out.groups = (*sums)->groups;
+      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes((*sums)->keys, rules::SizeOf(key.dtype)), .validity = nullptr});
+    }
+    std::optional<std::pair<AggregationPlan, AggregationResult>> answered =
+        DirectColumn(plan, c, *std::move(*sums), backend);
+    if (!answered.has_value()) return std::nullopt;
+    out.plans.push_back(std::move(answered->first));
+    out.results.push_back(std::move(answered->second));
+  }
+  return out;
+}
+
+}  // namespace
+
+// The key bytes of each group from the device's 64-bit words.
+std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::size_t size) {
+  std::vector<std::byte> out;
+  ReserveHuge(out, words.size() * size);
+  out.resize(words.size() * size);
+  for (std::size_t g = 0; g < words.size(); ++g) std::memcpy(out.data() + g * size, &words[g], size);
+  return out;
+}
+
+// Whether the direct pass takes a value column: float values asking only
+// the ops it answers.
+bool TakesDirect(const GroupByPlan& plan, const ColumnAggregations& c) {
+  const DType dt = plan.columns[c.column].dtype;
+  return (dt == DType::kFloat32 || dt == DType::kFloat64) && std::all_of(c.plan.ops.begin(), c.plan.ops.end(), IsDirect);
+}
+
+// A value column's plan over its groups and its answers, from the direct
+// pass's sums by key; nullopt for a result type this path does not give.
+std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const GroupByPlan& plan,
+                                                                          const ColumnAggregations& c,
+                                                                          KeyedSums sums, Backend& backend) {
+  AggregationPlan p = c.plan;
+  std::vector<std::uint64_t> start;
+  ReserveHuge(start, sums.groups + 1);
+  start.resize(sums.groups + 1);
+  for (std::uint64_t g = 0; g < sums.groups; ++g) start[g + 1] = start[g] + sums.count[g];
+  p.array.length = plan.rows;
+  p.array.row_length = 0;
+  p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));
+  std::optional<std::vector<OpValues>> answers = DirectAnswers(p.ops, plan.columns[c.column].dtype, std::move(sums));
+  if (!answers.has_value()) return std::nullopt;
+  return std::make_pair(std::move(p), AggregationResult{.values = *std::move(answers), .backend = backend.name(),
+                                                        .device = backend.device()});
+}
+
+// The direct pass on the GPU that holds the columns.
+absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                               std::uint64_t max_groups, const Note& note) {
+  return RunDirect(plan, backend, /*on_device=*/true,
+                   [&](const GroupColumn& key, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
+                     absl::StatusOr<KeyedSums> sums =
+                         backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype,
+                                                  Extent{column.data, column.placement}, column.dtype, plan.rows,
+                                                  max_groups);
+                     if (absl::IsUnimplemented(sums.status())) return std::nullopt;
+                     if (!sums.ok()) return sums.status();
+                     return std::optional<KeyedSums>(*std::move(sums));
+                   },
+                   note);
+}
+
+// Whether the host's direct pass may take a plan's value columns: one
+// integer key column without missing keys, ascending order (each column
+// must also be without a mask, and TakesDirect).
+bool HostDirectKeys(const GroupByPlan& plan) {
+  if (plan.keys.size() != 1 || !plan.sort) return false;
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  return key.validity == nullptr && !rules::IsFloat(key.dtype);
+}
+
+// The host's direct pass over one value column (keys within
+// kMaxHostDirectRange): nullopt where it does not take them.
+absl::StatusOr<std::optional<KeyedSums>> HostSumsByKey(const GroupByPlan& plan, const GroupColumn& key,
+                                                       const GroupColumn& column, Backend& backend,
+                                                       std::uint64_t max_groups) {
+  if (column.validity != nullptr) return std::nullopt;
+  return SumByKeyOnHost(key.data, key.dtype, column.data, column.dtype, plan.rows,
+                        std::min(kMaxHostDirectRange, max_groups), backend.HostWorkers(),
+                        std::min(kMaxHostExactRange, max_groups));
+}
+
+// The direct pass on the host, for host columns the pass takes
+// (HostDirectKeys; the rest is RunDirect's to check). Its answers are the
+// GPU direct pass's, bit for bit.
+absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& plan, Backend& backend,
+                                                             std::uint64_t max_groups, const Note& note) {
+  if (!HostDirectKeys(plan)) return std::nullopt;
+  for (const ColumnAggregations& c : plan.values) {
+    if (plan.columns[c.column].validity != nullptr) return std::nullopt;
+  }
+  return RunDirect(plan, backend, /*on_device=*/false,
+                   [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
+                     return HostSumsByKey(plan, k, column, backend, max_groups);
+                   },
+                   note);
+}
+
+}  // namespace tally::grouping
