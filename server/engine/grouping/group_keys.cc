@@ -183,18 +183,45 @@ absl::StatusOr<Codes> CodeKeyColumn(const KeyColumn& column, std::uint64_t rows,
     if constexpr (!rules::agg::kFloatElement<T>) {
       // Integers and bools in a small range: their offset from the
       // smallest key indexes a table (no NaN: only the mask makes NA).
-      bool any = false;
-      T lo{}, hi{};
-      for (std::uint64_t r = 0; r < rows; ++r) {
-        if ((dropped != nullptr && (*dropped)[r] == kNoGroup) || !mask.Valid(r)) continue;
+      // Every row present and kept (no mask, no earlier column's drops):
+      // loops without a test per row, which the compiler vectorises (a
+      // quarter of the coding's time for 10M int8 keys).
+      const bool every_row = column.validity == nullptr && dropped == nullptr;
+      const auto at = [&](std::uint64_t r) {
         T v;
         std::memcpy(&v, data + r * sizeof(T), sizeof(T));
-        if (!any || v < lo) lo = v;
-        if (!any || v > hi) hi = v;
-        any = true;
+        return v;
+      };
+      bool any = false;
+      T lo{}, hi{};
+      if (every_row) {
+        any = rows != 0;
+        if (any) lo = hi = at(0);
+        for (std::uint64_t r = 1; r < rows; ++r) {
+          const T v = at(r);
+          lo = v < lo ? v : lo;
+          hi = v > hi ? v : hi;
+        }
+      } else {
+        for (std::uint64_t r = 0; r < rows; ++r) {
+          if ((dropped != nullptr && (*dropped)[r] == kNoGroup) || !mask.Valid(r)) continue;
+          const T v = at(r);
+          if (!any || v < lo) lo = v;
+          if (!any || v > hi) hi = v;
+          any = true;
+        }
       }
       const std::uint64_t range =
           any ? static_cast<std::uint64_t>(static_cast<std::uint64_t>(hi) - static_cast<std::uint64_t>(lo)) + 1 : 1;
+      if (range != 0 && FitsDense(range, rows) && every_row) {
+        return CodeDense(
+            rows, range,
+            [&](std::uint64_t r, bool& na) -> std::uint64_t {
+              na = false;
+              return static_cast<std::uint64_t>(at(r)) - static_cast<std::uint64_t>(lo);
+            },
+            options, nullptr);
+      }
       if (range != 0 && FitsDense(range, rows)) {
         return CodeDense(
             rows, range,
