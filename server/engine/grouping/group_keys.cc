@@ -292,6 +292,12 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
     ReserveHuge(numbers, rows);
     numbers.assign(codes.begin(), codes.end());
     std::uint64_t radix = distinct;
+    // The rows' codes where some row was dropped (kNoGroup), for the steps
+    // that skip such rows; null where none was, so that they take their
+    // loops without a test per row.
+    const auto drops = [](const std::vector<std::uint32_t>& c) -> const std::vector<std::uint32_t>* {
+      return std::find(c.begin(), c.end(), kNoGroup) != c.end() ? &c : nullptr;
+    };
     const auto code_numbers = [&](const std::vector<std::uint32_t>& alive) -> absl::Status {
       const auto number = [&](std::uint64_t r, bool& na) {
         na = false;
@@ -299,9 +305,9 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
       };
       absl::StatusOr<Codes> coded;
       if (FitsDense(radix, rows)) {
-        coded = CodeDense(rows, radix, number, options, &alive);
+        coded = CodeDense(rows, radix, number, options, drops(alive));
       } else {
-        coded = CodeColumn(rows, number, options, &alive);
+        coded = CodeColumn(rows, number, options, drops(alive));
         if (coded.ok() && options.sort) SortCodes(*coded, [](std::uint64_t a, std::uint64_t b) { return a < b; });
       }
       if (!coded.ok()) return coded.status();
@@ -314,7 +320,7 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
     for (std::size_t k = 1; k < keys.size(); ++k) {
       // kNoGroup in next->code: the row was dropped by this column or an
       // earlier one.
-      absl::StatusOr<Codes> next = CodeKeyColumn(keys[k], rows, options, &codes);
+      absl::StatusOr<Codes> next = CodeKeyColumn(keys[k], rows, options, drops(codes));
       if (!next.ok()) return next.status();
       const std::uint64_t width = std::max<std::uint64_t>(1, next->values.size());
       if (radix > std::numeric_limits<std::uint64_t>::max() / width) {
