@@ -24,7 +24,8 @@ import numpy as np
 
 from . import _values
 from . import partial as tp
-from ._arrays import FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, wire_dtype
+from ._arrays import (FROM_WIRE, SUPPORTED_NAMES, byte_view, from_repeated, prepare, prepare_validity, result_values,
+                      wire_dtype)
 from ._ops import Op
 from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan, time_unit
 from ._pandas_version import (groupby_idx_refuses_groups_without_values, groupby_keeps_category_dtype,
@@ -314,19 +315,17 @@ class Answer:
     rows: Optional[np.ndarray] = None
 
 
-_WIRE_TYPES = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}
 
 
 def _page_answer(r: Any, n: int) -> Answer:
-    kind = r.WhichOneof("values")
-    raw = np.array(getattr(r, kind).values, dtype=_WIRE_TYPES[kind]) if kind else np.empty(0)
+    raw = result_values(r)
     if r.aggregation.op not in (pb.OP_TOPK, pb.OP_BOTTOMK):
         return Answer(raw)
-    found = np.array(r.lengths.values, dtype=np.int64) > 0
+    found = from_repeated(r.lengths.values, np.int64) > 0
     values = np.zeros(n, dtype=raw.dtype)
     values[found] = raw
     rows = np.full(n, -1, dtype=np.int64)
-    rows[found] = np.array(r.indices.values, dtype=np.int64)
+    rows[found] = from_repeated(r.indices.values, np.int64)
     return Answer(values, found, rows)
 
 

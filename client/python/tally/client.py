@@ -10,8 +10,8 @@ import grpc
 import numpy as np
 
 from . import _values
-from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
-                      refuse_pandas, split_masked, wire_dtype)
+from ._arrays import (FROM_WIRE, byte_view, check_dtype, from_repeated, prepare, prepare_offsets, prepare_validity,
+                      refuse_pandas, result_values, split_masked, wire_dtype)
 from ._groupby import GroupByFunctions
 from ._numpy import NumpyFunctions
 from ._pandas import PandasFunctions
@@ -587,12 +587,8 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
                     np.array([h.above for h in hs], dtype=np.uint64),
                     np.array([h.nan for h in hs], dtype=np.uint64), segmented))
             elif op.kind in TOPK_OPS:
-                wire_type = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}.get(kind, np.float64)
-                raw = np.array(getattr(r, kind).values if kind else [], dtype=wire_type)
-                values.append(_values.present_topk(op, dtype, raw, np.array(r.indices.values, dtype=np.int64),
-                                                   np.array(r.lengths.values, dtype=np.uint64), segmented))
+                values.append(_values.present_topk(op, dtype, result_values(r), from_repeated(r.indices.values, np.int64),
+                                                   from_repeated(r.lengths.values, np.uint64), segmented))
             else:
-                wire_type = {"doubles": np.float64, "int64s": np.int64, "uint64s": np.uint64}[kind]
-                raw = np.array(getattr(r, kind).values, dtype=wire_type)
-                values.append(_values.present(op, dtype, raw, segmented))
+                values.append(_values.present(op, dtype, result_values(r), segmented))
         return Results([op for _, op in spelled], values, response.execution, [key for key, _ in spelled])
