@@ -79,6 +79,18 @@ class Base(ClientTestCase):
         self.rng = np.random.default_rng([SEED, zlib.crc32(self.id().encode())])
         warnings.simplefilter("ignore")  # pandas' FutureWarnings, numpy's empty-slice warnings
 
+    def record_requests(self):
+        """Each GroupBy request the client sends, into self.requests."""
+        self.requests = []
+        read = self.client._group_by_pages
+
+        def recording(request, timeout, metadata):
+            self.requests.append(request)
+            return read(request, timeout, metadata)
+
+        self.client._group_by_pages = recording
+        self.addCleanup(delattr, self.client, "_group_by_pages")
+
     def assertSameResult(self, got, want, msg):
         """Index, columns and dtypes as pandas'; integers, counts, extremes
         and labels exactly; floats to rtol=1e-12 (1e-5 where pandas computes
@@ -417,15 +429,7 @@ class SharedColumns(Base):
 
     def setUp(self):
         super().setUp()
-        self.requests = []
-        read = self.client._group_by_pages
-
-        def recording(request, timeout, metadata):
-            self.requests.append(request)
-            return read(request, timeout, metadata)
-
-        self.client._group_by_pages = recording
-        self.addCleanup(delattr, self.client, "_group_by_pages")
+        self.record_requests()
 
     def queries(self):
         """Each region's reads so far, as ListRegions counts them."""
@@ -591,15 +595,7 @@ class DatasetColumns(Base):
 
     def setUp(self):
         super().setUp()
-        self.requests = []
-        read = self.client._group_by_pages
-
-        def recording(request, timeout, metadata):
-            self.requests.append(request)
-            return read(request, timeout, metadata)
-
-        self.client._group_by_pages = recording
-        self.addCleanup(delattr, self.client, "_group_by_pages")
+        self.record_requests()
 
     def put(self, arrays, names):
         """The arrays named in ``names`` as datasets (DatasetInfo), the rest as they are."""

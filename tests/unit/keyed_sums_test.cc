@@ -39,6 +39,13 @@ std::span<const std::byte> Bytes(const std::vector<T>& v) {
 }
 
 // Values over [-100, 100] with NaN, +inf, -inf and -0.0 at some rows.
+// int32 keys uniform over [base, base + spread).
+std::vector<std::int32_t> UniformKeys(std::size_t rows, std::uint64_t spread, std::int32_t base, std::mt19937_64& rng) {
+  std::vector<std::int32_t> keys(rows);
+  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % spread) + base;
+  return keys;
+}
+
 template <typename V>
 std::vector<V> Values(std::size_t rows, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> u(-100, 100);
@@ -371,8 +378,7 @@ Validity AllValid(std::size_t rows) {
 TEST(RunGroupBy, AColumnsAnswersDoNotDependOnItsNeighbours) {
   TALLY_SEEDED_RNG(rng);
   const std::size_t rows = 100'003;
-  std::vector<std::int32_t> keys(rows);
-  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 2000) - 700;
+  const std::vector<std::int32_t> keys = UniformKeys(rows, 2000, -700, rng);
   const auto floats = Values<double>(rows, rng);
   std::vector<std::int64_t> ints(rows);
   for (auto& v : ints) v = static_cast<std::int64_t>(rng() % 100001) - 50000;
@@ -433,8 +439,7 @@ TEST(RunGroupBy, AColumnsAnswersDoNotDependOnItsNeighbours) {
 TEST(RunGroupBy, TheHostDirectPassAnswersAsTheGeneralPath) {
   TALLY_SEEDED_RNG(rng);
   const std::size_t rows = 200'003;
-  std::vector<std::int32_t> keys(rows);
-  for (auto& k : keys) k = static_cast<std::int32_t>(rng() % 300) - 150;
+  const std::vector<std::int32_t> keys = UniformKeys(rows, 300, -150, rng);
   const auto values = Values<double>(rows, rng);
   const std::vector<OpKind> kinds = {OpKind::kSum,    OpKind::kCount,  OpKind::kMin,    OpKind::kMax,
                                      OpKind::kMean,   OpKind::kNanSum, OpKind::kNanMin, OpKind::kNanMax,

@@ -107,13 +107,17 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan
                    note);
 }
 
-// Whether the host's direct pass may take a plan's value columns: one
-// integer key column without missing keys, ascending order (each column
-// must also be without a mask, and TakesDirect).
+bool OneUnmaskedKey(const GroupByPlan& plan) {
+  return plan.keys.size() == 1 && plan.sort && plan.columns[plan.keys[0]].validity == nullptr;
+}
+
+bool ValuesUnmasked(const GroupByPlan& plan) {
+  return std::all_of(plan.values.begin(), plan.values.end(),
+                     [&](const ColumnAggregations& c) { return plan.columns[c.column].validity == nullptr; });
+}
+
 bool HostDirectKeys(const GroupByPlan& plan) {
-  if (plan.keys.size() != 1 || !plan.sort) return false;
-  const GroupColumn& key = plan.columns[plan.keys[0]];
-  return key.validity == nullptr && !rules::IsFloat(key.dtype);
+  return OneUnmaskedKey(plan) && !rules::IsFloat(plan.columns[plan.keys[0]].dtype);
 }
 
 // The host's direct pass over one value column (keys within
@@ -132,10 +136,7 @@ absl::StatusOr<std::optional<KeyedSums>> HostSumsByKey(const GroupByPlan& plan, 
 // GPU direct pass's, bit for bit.
 absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& plan, Backend& backend,
                                                              std::uint64_t max_groups, const Note& note) {
-  if (!HostDirectKeys(plan)) return std::nullopt;
-  for (const ColumnAggregations& c : plan.values) {
-    if (plan.columns[c.column].validity != nullptr) return std::nullopt;
-  }
+  if (!HostDirectKeys(plan) || !ValuesUnmasked(plan)) return std::nullopt;
   return RunDirect(plan, backend, /*on_device=*/false,
                    [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
                      return HostSumsByKey(plan, k, column, backend, max_groups);

@@ -41,13 +41,20 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
 absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
                                                                std::uint64_t max_groups, const Note& note);
 
-// Whether the host's direct pass may take a plan's value columns: one
-// integer key column without missing keys, ascending order (each column
-// must also be without a mask, and TakesDirect).
+// What the one-key passes take (the direct passes, the device's order, a
+// host table copied to a device): one key column without a mask, ascending
+// keys; and, for the passes over a whole plan, value columns without masks.
+bool OneUnmaskedKey(const GroupByPlan& plan);
+bool ValuesUnmasked(const GroupByPlan& plan);
+
+// Whether the host's direct pass may take a plan's value columns
+// (OneUnmaskedKey, an integer key; each column must also be unmasked and
+// TakesDirect).
 bool HostDirectKeys(const GroupByPlan& plan);
 
 // The host's direct pass over one value column (keys within
-// kMaxHostDirectRange): nullopt where it does not take them.
+// kMaxHostDirectRange, a column without a mask): nullopt where it does not
+// take them.
 absl::StatusOr<std::optional<KeyedSums>> HostSumsByKey(const GroupByPlan& plan, const GroupColumn& key,
                                                        const GroupColumn& column, Backend& backend,
                                                        std::uint64_t max_groups);

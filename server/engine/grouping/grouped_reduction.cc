@@ -235,12 +235,11 @@ AggregationResult CountsOfGroups(const AggregationPlan& p, const std::vector<std
 // keys, no masks, every column on one GPU); nullopt otherwise.
 absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan, Backend& backend,
                                                          std::uint64_t max_groups, const Note& note) {
-  if (plan.keys.size() != 1 || !plan.sort) return std::nullopt;
+  if (!OneUnmaskedKey(plan) || !ValuesUnmasked(plan)) return std::nullopt;
   const GroupColumn& key = plan.columns[plan.keys[0]];
-  if (key.placement.host() || key.validity != nullptr) return std::nullopt;
+  if (key.placement.host()) return std::nullopt;
   for (const ColumnAggregations& c : plan.values) {
-    const GroupColumn& column = plan.columns[c.column];
-    if (column.placement != key.placement || column.validity != nullptr) return std::nullopt;
+    if (plan.columns[c.column].placement != key.placement) return std::nullopt;
   }
   absl::StatusOr<std::optional<GroupedResult>> direct = RunDirectOnDevice(plan, backend, max_groups, note);
   if (!direct.ok()) return direct.status();
@@ -316,16 +315,13 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
 // nullopt where it is not copied or the device's steps do not take it.
 absl::StatusOr<std::optional<GroupedResult>> RunCopiedToDevice(const GroupByPlan& plan, Backend& backend,
                                                                std::uint64_t max_groups, const Note& note) {
-  if (plan.keys.size() != 1 || !plan.sort) return std::nullopt;
+  if (!OneUnmaskedKey(plan) || !ValuesUnmasked(plan)) return std::nullopt;
   std::vector<std::size_t> used{plan.keys[0]};
   for (const ColumnAggregations& c : plan.values) used.push_back(c.column);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   std::vector<std::span<const std::byte>> bytes;
-  for (const std::size_t i : used) {
-    if (plan.columns[i].validity != nullptr) return std::nullopt;
-    bytes.push_back(plan.columns[i].data);
-  }
+  for (const std::size_t i : used) bytes.push_back(plan.columns[i].data);
   absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> copies = backend.CopyToDevice(bytes, plan.rows);
   if (!copies.ok()) return std::nullopt;  // the host groups it (no device, too small, no room)
   note("columns copied to the device");
