@@ -55,9 +55,8 @@ struct SelectionLayout {
   std::size_t sort_bytes = 0;
   std::uint32_t* pos = nullptr;
   K* picked = nullptr;
-  std::uint32_t* sample_counts = nullptr;  // [kBuckets]: the sample's, for the hints
-  BucketRanges* ranges = nullptr;          // [1]: the buckets gathered while counting
-  std::uint32_t* gathered = nullptr;       // [1]: how many keys they hold
+  Windows<K>* windows = nullptr;        // [1]: the hints' windows
+  WindowCounts* window_counts = nullptr;  // [1]: the window pass's counts
   std::uint64_t room = 0;  // candidates
   int grid = 0;
 };
@@ -86,9 +85,8 @@ cudaError_t LayOut(std::size_t max_ranks, std::uint64_t room, Carver& c, Selecti
   at->sort_temp = c.Take<std::byte>(at->sort_bytes);
   at->pos = c.Take<std::uint32_t>(max_ranks);
   at->picked = c.Take<K>(max_ranks);
-  at->sample_counts = c.Take<std::uint32_t>(P::kBuckets);
-  at->ranges = c.Take<BucketRanges>(1);
-  at->gathered = c.Take<std::uint32_t>(1);
+  at->windows = c.Take<Windows<K>>(1);
+  at->window_counts = c.Take<WindowCounts>(1);
   return cudaSuccess;
 }
 
@@ -134,40 +132,11 @@ class SelectionOf final : public Selection {
     for (const double f : hints) {
       if (!(f >= 0 && f <= 1)) return TALLY_SELECT_INVALID("hints must be fractions in [0, 1]");
     }
-    const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n_, P::kSelectionSample));
-    const bool skip_high = mode_ == KeyMode::kNumbers && std::is_floating_point_v<T>;
-    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, stream_));
-    TALLY_CUDA_TRY(KeyPasses<K>::BuildTable(at_.sample, s, skip_high, at_.hits, at_.lows, at_.highs, at_.table,
-                                            stream_));
-    GatherWhileCounting<K> gather;
-    hinted_ = !hints.empty() && hints.size() <= static_cast<std::size_t>(P::kMaxHints);
-    if (hinted_) {
-      GatherHints h;
-      h.count = static_cast<int>(hints.size());
-      std::copy(hints.begin(), hints.end(), h.fraction);
-      TALLY_CUDA_TRY(KeyPasses<K>::HintBuckets(at_.sample, s, skip_high, at_.table, h, n_, at_.room,
-                                               at_.sample_counts, at_.ranges, stream_));
-      TALLY_CUDA_TRY(cudaMemsetAsync(at_.gathered, 0, sizeof(std::uint32_t), stream_));
-      gather = {at_.ranges, at_.candidates, at_.gathered, static_cast<std::uint32_t>(at_.room)};
+    if (!hints.empty() && hints.size() <= static_cast<std::size_t>(P::kMaxHints)) {
+      TALLY_CUDA_TRY(CountInWindows(hints));
     }
-    TALLY_CUDA_TRY(ElementPasses<T>::Count(data_, n_, mode_, at_.table, at_.block_counts, gather, at_.grid, stream_));
-    TALLY_CUDA_TRY(ReduceCounts(at_.block_counts, at_.grid, at_.counts, stream_));
-    table_.resize(kLevelBins);
-    counts_.resize(kCountSlots);
-    TALLY_CUDA_TRY(cudaMemcpyAsync(table_.data(), at_.table, sizeof(Bin<K>) * kLevelBins, cudaMemcpyDeviceToHost,
-                                   stream_));
-    TALLY_CUDA_TRY(cudaMemcpyAsync(counts_.data(), at_.counts, sizeof(std::uint32_t) * kCountSlots,
-                                   cudaMemcpyDeviceToHost, stream_));
-    if (hinted_) {
-      TALLY_CUDA_TRY(cudaMemcpyAsync(&ranges_, at_.ranges, sizeof ranges_, cudaMemcpyDeviceToHost, stream_));
-      TALLY_CUDA_TRY(cudaMemcpyAsync(&gathered_, at_.gathered, sizeof(std::uint32_t), cudaMemcpyDeviceToHost,
-                                     stream_));
-    }
-    TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
-    const std::uint32_t nans = counts_[kNanSlot];
-    ++stats.full_passes;
-    numbers_ = n_ - nans;
-    *nan = nans;
+    if (!windowed_) TALLY_CUDA_TRY(CountBuckets());
+    *nan = n_ - numbers_;
     counted_ = true;
     return cudaSuccess;
   }
@@ -179,6 +148,15 @@ class SelectionOf final : public Selection {
       if (ranks[i] >= numbers_ || (i > 0 && ranks[i] <= ranks[i - 1])) {
         return TALLY_SELECT_INVALID("ranks must be ascending, distinct and below the non-NaN count");
       }
+    }
+    if (windowed_) {
+      bool answered = false;
+      TALLY_CUDA_TRY(PickInWindows(ranks, keys, &answered));
+      if (answered) return cudaSuccess;
+      // A rank outside the windows, or too many keys in them: count the
+      // buckets after all (a full read) and go on from there.
+      windowed_ = false;
+      TALLY_CUDA_TRY(CountBuckets());
     }
     // Each rank's bucket of the counting pass; a bucket of one key answers.
     std::vector<std::uint64_t> below(P::kBuckets + 1, 0);
@@ -196,7 +174,6 @@ class SelectionOf final : public Selection {
       if (targets.empty() || targets.back().bucket != b) targets.push_back({r.lo, r.hi, below[b], counts_[b], b});
       of[i] = static_cast<int>(targets.size() - 1);
     }
-    if (!targets.empty() && GatheredHolds(targets)) return PickGathered(ranks, keys, targets, of);
     for (int round = 0; !targets.empty() && Held(targets) > at_.room; ++round) {
       if (round == kMaxRefines) return TALLY_SELECT_INVALID("the refining passes did not converge");
       TALLY_CUDA_TRY(Refine(ranks, keys, targets, of));
@@ -220,27 +197,97 @@ class SelectionOf final : public Selection {
     return cudaSuccess;
   }
 
-  bool Flagged(std::uint32_t bucket) const {
-    for (int i = 0; i < ranges_.count; ++i) {
-      if (bucket >= ranges_.first[i] && bucket <= ranges_.last[i]) return true;
-    }
-    return false;
+  // The sample, its windows around `hints`, and the window pass
+  // (window_kernels.cuh); windowed_ when the windows were there to count.
+  cudaError_t CountInWindows(std::span<const double> hints) {
+    const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n_, P::kSelectionSample));
+    GatherHints h;
+    h.count = static_cast<int>(hints.size());
+    std::copy(hints.begin(), hints.end(), h.fraction);
+    std::sort(h.fraction, h.fraction + h.count);
+    int width = 1;
+    while (width < h.count) width *= 2;
+    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, stream_));
+    K* sorted = nullptr;
+    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.sample, at_.candidates_alt, s, &sorted,
+                                          stream_));
+    TALLY_CUDA_TRY(KeyPasses<K>::MakeWindows(sorted, s, SkipHigh(), h, n_, at_.room, at_.windows, stream_));
+    TALLY_CUDA_TRY(cudaMemsetAsync(at_.window_counts, 0, sizeof(WindowCounts), stream_));
+    TALLY_CUDA_TRY(ElementPasses<T>::Windowed(data_, n_, at_.windows, width, at_.candidates,
+                                              static_cast<std::uint32_t>(at_.room), at_.window_counts, at_.grid,
+                                              stream_));
+    TALLY_CUDA_TRY(cudaMemcpyAsync(&windows_, at_.windows, sizeof windows_, cudaMemcpyDeviceToHost, stream_));
+    TALLY_CUDA_TRY(cudaMemcpyAsync(&window_counts_, at_.window_counts, sizeof window_counts_,
+                                   cudaMemcpyDeviceToHost, stream_));
+    TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
+    if (windows_.count == 0) return cudaSuccess;  // the pass did not run
+    ++stats.full_passes;
+    windowed_ = true;
+    numbers_ = n_ - window_counts_.nan;
+    return cudaSuccess;
   }
 
-  // Whether the counting pass gathered every target's bucket: hints were
-  // given, the flagged buckets' elements all fit the room, and the count
-  // gathered is theirs (a check of the pass, which holds by construction).
-  template <typename Targets>
-  bool GatheredHolds(const Targets& targets) const {
-    if (!hinted_ || gathered_ == 0 || gathered_ > at_.room) return false;
-    for (const auto& t : targets) {
-      if (!Flagged(t.bucket)) return false;
+  // The counting pass over the sample's bucket table; the counts Select
+  // narrows with.
+  cudaError_t CountBuckets() {
+    const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n_, P::kSelectionSample));
+    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, stream_));
+    TALLY_CUDA_TRY(KeyPasses<K>::BuildTable(at_.sample, s, SkipHigh(), at_.hits, at_.lows, at_.highs, at_.table,
+                                            stream_));
+    TALLY_CUDA_TRY(ElementPasses<T>::Count(data_, n_, mode_, at_.table, at_.block_counts, at_.grid, stream_));
+    TALLY_CUDA_TRY(ReduceCounts(at_.block_counts, at_.grid, at_.counts, stream_));
+    table_.resize(kLevelBins);
+    counts_.resize(kCountSlots);
+    TALLY_CUDA_TRY(cudaMemcpyAsync(table_.data(), at_.table, sizeof(Bin<K>) * kLevelBins, cudaMemcpyDeviceToHost,
+                                   stream_));
+    TALLY_CUDA_TRY(cudaMemcpyAsync(counts_.data(), at_.counts, sizeof(std::uint32_t) * kCountSlots,
+                                   cudaMemcpyDeviceToHost, stream_));
+    TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
+    ++stats.full_passes;
+    numbers_ = n_ - counts_[kNanSlot];
+    return cudaSuccess;
+  }
+
+  // Float keys of NaN are all-ones in the sample; the table and the
+  // windows leave them out.
+  bool SkipHigh() const { return mode_ == KeyMode::kNumbers && std::is_floating_point_v<T>; }
+
+  // The ranks read from the window pass's keys when each lies in a window
+  // (below[r] <= rank < upto[r]): a window of one key is the answer; the
+  // others' places among the gathered keys, sorted, are the rank less the
+  // numbers below its window plus the keys of the windows before it.
+  // *answered false (nothing written) when some rank lies outside the
+  // windows or the windows held more keys than the room kept.
+  cudaError_t PickInWindows(std::span<const std::uint64_t> ranks, std::span<std::uint64_t> keys, bool* answered) {
+    *answered = false;
+    const WindowCounts& c = window_counts_;
+    std::vector<std::uint64_t> before(windows_.count + 1, 0);  // gathered keys of the windows before
+    for (std::uint32_t r = 0; r < windows_.count; ++r) before[r + 1] = before[r] + (c.upto[r] - c.below[r]);
+    if (before.back() != c.gathered) return TALLY_SELECT_INVALID("the window pass's counts disagree");
+    std::vector<int> of(ranks.size(), -1);
+    std::vector<std::uint32_t> place(ranks.size(), 0);
+    std::vector<K> direct(ranks.size(), 0);
+    bool gather = false;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      std::uint32_t r = 0;
+      while (r < windows_.count && !(ranks[i] >= c.below[r] && ranks[i] < c.upto[r])) ++r;
+      if (r == windows_.count) return cudaSuccess;
+      if (windows_.lo[r] == windows_.hi[r]) {
+        direct[i] = windows_.lo[r];
+        continue;
+      }
+      of[i] = static_cast<int>(r);
+      place[i] = static_cast<std::uint32_t>(before[r] + ranks[i] - c.below[r]);
+      gather = true;
     }
-    std::uint64_t flagged = 0;
-    for (std::uint32_t b = 0; b < static_cast<std::uint32_t>(P::kBuckets); ++b) {
-      if (Flagged(b)) flagged += counts_[b];
+    if (gather && c.gathered > at_.room) return cudaSuccess;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      if (of[i] < 0) keys[i] = direct[i];
     }
-    return flagged == gathered_;
+    if (gather) TALLY_CUDA_TRY(SortAndPick(c.gathered, ranks, keys, of, [&](std::size_t i) { return place[i]; }));
+    stats.gathered_while_counting = true;
+    *answered = true;
+    return cudaSuccess;
   }
 
   // Keys [lo, hi] that hold some ranks: `below` elements lie under lo and
@@ -402,23 +449,6 @@ class SelectionOf final : public Selection {
     return cudaSuccess;
   }
 
-  // The targets' ranks read from the keys the counting pass gathered: all
-  // of the flagged buckets' elements, sorted; a rank's place among them is
-  // its rank less the elements of the unflagged buckets below its own.
-  template <typename Targets>
-  cudaError_t PickGathered(std::span<const std::uint64_t> ranks, std::span<std::uint64_t> keys,
-                           const Targets& targets, const std::vector<int>& of) {
-    std::vector<std::uint64_t> unflagged_below(P::kBuckets + 1, 0);
-    for (std::uint32_t b = 0; b < static_cast<std::uint32_t>(P::kBuckets); ++b) {
-      unflagged_below[b + 1] = unflagged_below[b] + (Flagged(b) ? 0 : counts_[b]);
-    }
-    TALLY_CUDA_TRY(SortAndPick(gathered_, ranks, keys, of, [&](std::size_t i) {
-      return static_cast<std::uint32_t>(ranks[i] - unflagged_below[targets[of[i]].bucket]);
-    }));
-    stats.gathered_while_counting = true;
-    return cudaSuccess;
-  }
-
   const T* data_;
   std::uint64_t n_;
   KeyMode mode_;
@@ -431,9 +461,9 @@ class SelectionOf final : public Selection {
   std::uint64_t numbers_ = 0;  // non-NaN elements
   std::vector<Bin<K>> table_;
   std::vector<std::uint32_t> counts_;
-  bool hinted_ = false;          // Count() was given hints and gathered their buckets
-  BucketRanges ranges_;          // which
-  std::uint32_t gathered_ = 0;   // the flagged buckets' elements (past the room: not all kept)
+  bool windowed_ = false;        // the window pass counted (and no counting pass since)
+  Windows<K> windows_;           // its windows
+  WindowCounts window_counts_;   // and its counts
 };
 
 }  // namespace
@@ -481,6 +511,7 @@ struct TopLayout {
   void* sort_temp = nullptr;
   std::size_t sort_bytes = 0;
   std::uint64_t* bits = nullptr;
+  std::uint64_t* index = nullptr;  // the answer's indices, widened
   void* selection = nullptr;
   std::uint64_t tiles = 0;
   std::uint64_t tile = 0;
@@ -514,6 +545,7 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
   at->index_alt = c.Take<std::uint32_t>(2 * std::size_t{room});
   at->sort_temp = c.Take<std::byte>(at->sort_bytes);
   at->bits = c.Take<std::uint64_t>(k);
+  at->index = c.Take<std::uint64_t>(k);
   std::size_t selection = 0;
   TALLY_CUDA_TRY(SelectionScratchBytes(a, 1, P::OneRankCandidates(a.length), &selection));
   at->selection = c.Take<std::byte>(selection);
@@ -625,12 +657,10 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
                                        at.lists.above_index, at.index_alt, static_cast<std::uint32_t>(held), &keys,
                                        &index, stream));
   const auto out = static_cast<std::uint32_t>(want);
-  TALLY_CUDA_TRY(ElementPasses<T>::ElementBits(data, index, out, at.bits, stream));
-  std::vector<std::uint32_t> index32(out);
+  TALLY_CUDA_TRY(ElementPasses<T>::ElementBits(data, index, out, at.bits, at.index, stream));
   TALLY_CUDA_TRY(cudaMemcpyAsync(bits_out, at.bits, sizeof(std::uint64_t) * out, cudaMemcpyDeviceToHost, stream));
-  TALLY_CUDA_TRY(cudaMemcpyAsync(index32.data(), index, sizeof(std::uint32_t) * out, cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(index_out, at.index, sizeof(std::uint64_t) * out, cudaMemcpyDeviceToHost, stream));
   TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
-  for (std::uint32_t i = 0; i < out; ++i) index_out[i] = index32[i];
   *count_out = out;
   return cudaSuccess;
 }

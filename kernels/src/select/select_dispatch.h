@@ -21,18 +21,18 @@ inline constexpr int kCountSlots = SelectPolicy::kBuckets + 2;
 // least two of its buckets.
 inline constexpr std::uint32_t kMaxSegments = SelectPolicy::kBuckets / 4;
 
+// Keys each warp of the window pass buffers before appending them to the
+// gathered list (SelectPolicy::kWarpBuffer).
+inline constexpr int kWarpBuffer = SelectPolicy::kWarpBuffer;
+
 // The passes' shared memory: the bin table, then the counters (counting),
 // the map and the segments' cursors (gathering: `segments` of them when
 // each block writes its own places, else none), or the map and the
 // counters (refining).
-// Keys each warp of the counting pass buffers before appending them to the
-// gathered list (SelectPolicy::kWarpBuffer).
-inline constexpr int kWarpBuffer = SelectPolicy::kWarpBuffer;
 
 template <typename K>
 constexpr std::size_t CountSharedBytes() {
-  return sizeof(Bin<K>) * kLevelBins + sizeof(K) * kWarpBuffer * (SelectPolicy::kThreads / 32) +
-         sizeof(std::uint32_t) * kCountSlots;
+  return sizeof(Bin<K>) * kLevelBins + sizeof(std::uint32_t) * kCountSlots;
 }
 template <typename K>
 constexpr std::size_t GatherSharedBytes(std::uint32_t segments) {
@@ -44,29 +44,30 @@ constexpr std::size_t RefineSharedBytes() {
 }
 
 // The fractions of the non-NaN elements' ranks a selection will be asked
-// for (Count's hints), by value to HintBucketsKernel.
+// for (Count's hints), ascending, by value to MakeWindowsKernel.
 struct GatherHints {
   int count = 0;
   double fraction[SelectPolicy::kMaxHints] = {};
 };
 
-// The buckets the counting pass gathers: `count` ranges [first, last],
-// ascending and apart (HintBucketsKernel's).
-struct BucketRanges {
-  int count = 0;
-  std::uint32_t first[SelectPolicy::kMaxHints] = {};
-  std::uint32_t last[SelectPolicy::kMaxHints] = {};
+// The windows of keys a window pass counts around and gathers (the hints'
+// windows, MakeWindowsKernel's): `count` of them, ascending and apart; none
+// when the pass should not run.
+template <typename K>
+struct Windows {
+  std::uint32_t count = 0;
+  K lo[SelectPolicy::kMaxHints] = {};
+  K hi[SelectPolicy::kMaxHints] = {};
 };
 
-// The counting pass's gathering (ranges null: none): the keys of elements
-// in the ranges' buckets appended to keys[0, room), *count counting every
-// one of them (zeroed by the caller).
-template <typename K>
-struct GatherWhileCounting {
-  const BucketRanges* ranges = nullptr;
-  K* keys = nullptr;
-  std::uint32_t* count = nullptr;
-  std::uint32_t room = 0;
+// What the window pass counts (zeroed by the caller): per window the
+// numbers below its lowest key and those up to its highest, the NaN
+// elements, and the keys inside the windows (all of them, kept or not).
+struct WindowCounts {
+  unsigned long long below[SelectPolicy::kMaxHints] = {};
+  unsigned long long upto[SelectPolicy::kMaxHints] = {};
+  unsigned long long nan = 0;
+  std::uint32_t gathered = 0;
 };
 
 template <typename K>
@@ -90,11 +91,14 @@ struct ElementPasses {
   [[nodiscard]] static cudaError_t FullGrid(int* blocks);
   [[nodiscard]] static cudaError_t Sample(const T* data, std::uint64_t n, KeyMode mode, K* out, std::uint32_t count,
                                           cudaStream_t stream);
-  // Each block's counts into its row of block_counts (kCountSlots each),
-  // and the ranges' keys gathered (GatherWhileCounting).
+  // Each block's counts into its row of block_counts (kCountSlots each).
   [[nodiscard]] static cudaError_t Count(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
-                                         std::uint32_t* block_counts, const GatherWhileCounting<K>& gather,
-                                         int grid, cudaStream_t stream);
+                                         std::uint32_t* block_counts, int grid, cudaStream_t stream);
+  // The window pass (kNumbers) over *windows, `width` of them at most
+  // (1, 2, 4 or 8): counts and gathered keys (WindowPassKernel).
+  [[nodiscard]] static cudaError_t Windowed(const T* data, std::uint64_t n, const Windows<K>* windows, int width,
+                                            K* keys, std::uint32_t room, WindowCounts* counts, int grid,
+                                            cudaStream_t stream);
   // Blocks of the refining pass (one per SM).
   [[nodiscard]] static cudaError_t RefineGrid(int* blocks);
   [[nodiscard]] static cudaError_t Refine(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
@@ -111,8 +115,9 @@ struct ElementPasses {
                                              const TopListsView<K>& lists, int grid, cudaStream_t stream);
   [[nodiscard]] static cudaError_t TopTies(const T* data, std::uint64_t n, KeyMode mode, const K* threshold,
                                            const TopListsView<K>& lists, int grid, cudaStream_t stream);
+  // bits[i] = data[index[i]]'s bytes zero-extended, wide[i] = index[i].
   [[nodiscard]] static cudaError_t ElementBits(const T* data, const std::uint32_t* index, std::uint32_t count,
-                                               std::uint64_t* bits, cudaStream_t stream);
+                                               std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream);
 };
 
 // The small passes over keys (std::uint32_t or std::uint64_t).
@@ -123,13 +128,11 @@ struct KeyPasses {
   [[nodiscard]] static cudaError_t BuildTable(const K* sample, std::uint32_t count, bool skip_high,
                                               std::uint32_t* hits, K* lows, K* highs, Bin<K>* table,
                                               cudaStream_t stream);
-  // The ranges of buckets the counting pass gathers for `hints`, from
-  // `count` sample keys and the table built from them (HintBucketsKernel);
-  // sample_counts is kBuckets of scratch.
-  [[nodiscard]] static cudaError_t HintBuckets(const K* sample, std::uint32_t count, bool skip_high,
-                                               const Bin<K>* table, const GatherHints& hints, std::uint64_t n,
-                                               std::uint64_t room, std::uint32_t* sample_counts,
-                                               BucketRanges* ranges, cudaStream_t stream);
+  // The windows of `hints` (ascending) from `count` sorted sample keys
+  // (MakeWindowsKernel).
+  [[nodiscard]] static cudaError_t MakeWindows(const K* sorted, std::uint32_t count, bool skip_high,
+                                               const GatherHints& hints, std::uint64_t n, std::uint64_t room,
+                                               Windows<K>* out, cudaStream_t stream);
   // places[block][s] for the gathering pass (BlockPlacesKernel), with
   // segments[s].base holding the segment's bucket.
   [[nodiscard]] static cudaError_t BlockPlaces(const std::uint32_t* block_counts, int blocks,

@@ -1,9 +1,9 @@
 // The selection's kernels: the sample, the bucket table built from it, the
-// counting pass, the gathering of the ranks' buckets, and top-k's passes.
+// counting pass, the gathering of the ranks' buckets, and top-k's passes
+// (the window pass is window_kernels.cuh).
 // Each full pass reads the array once; the others touch a few MB.
 #pragma once
 
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <cstdint>
@@ -106,47 +106,18 @@ __global__ void __launch_bounds__(kLevelBins)
 // The counting pass: every element's bucket counted in shared memory (NaN,
 // in kNumbers, in kNanSlot), each block's counts written to its own row. A
 // thread adds runs of equal buckets at once, which keeps sorted or constant
-// arrays from piling atomics on one counter. With `gather` (hints given to
-// Count), the keys of elements in the buckets of gather.ranges are also
-// appended to gather.keys, in no order, up to its room (gather.count counts
-// them all). Each warp collects them in a shared-memory buffer of its own
-// and appends a full buffer with one global atomic, so no barrier stalls
-// the block's loads (measured against lanes appending to the global list
-// directly, about 1M same-address atomics for a median of 2^28, and a
-// block buffer flushed at barriers after each tile: both made the pass
-// slower than a second read).
+// arrays from piling atomics on one counter.
 template <typename T, KeyMode M>
 __global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
     CountKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, const Bin<KeyOf<T>>* __restrict__ table,
-                std::uint32_t* __restrict__ block_counts, GatherWhileCounting<KeyOf<T>> gather) {
+                std::uint32_t* __restrict__ block_counts) {
   using K = KeyOf<T>;
   extern __shared__ uint4 shared_raw[];
   Bin<K>* bins = reinterpret_cast<Bin<K>*>(shared_raw);
-  K* buffers = reinterpret_cast<K*>(bins + kLevelBins);  // kWarpBuffer keys per warp
-  std::uint32_t* counts = reinterpret_cast<std::uint32_t*>(buffers + kWarpBuffer * (P::kThreads / 32));
-  __shared__ BucketRanges ranges;
+  std::uint32_t* counts = reinterpret_cast<std::uint32_t*>(bins + kLevelBins);
   for (int i = threadIdx.x; i < kLevelBins; i += P::kThreads) bins[i] = table[i];
   for (int i = threadIdx.x; i < kCountSlots; i += P::kThreads) counts[i] = 0;
-  if (threadIdx.x == 0) ranges = gather.ranges != nullptr ? *gather.ranges : BucketRanges{};
   __syncthreads();
-  const int nranges = ranges.count;  // the same for the whole grid
-  // The first range in registers (a median has one), the rest read from
-  // shared memory.
-  const std::uint32_t first0 = ranges.first[0], span0 = ranges.last[0] - ranges.first[0];
-  K* const buffer = buffers + kWarpBuffer * (threadIdx.x / 32);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  std::uint32_t used = 0;  // keys in the warp's buffer, the same in every lane
-  const auto flush = [&] {
-    __syncwarp();
-    std::uint32_t place = 0;
-    if (lane == 0) place = atomicAdd(gather.count, used);
-    place = __shfl_sync(0xffffffffu, place, 0);
-    for (std::uint32_t i = lane; i < used; i += 32) {
-      if (std::uint64_t{place} + i < gather.room) gather.keys[place + i] = buffer[i];
-    }
-    __syncwarp();
-    used = 0;
-  };
   std::uint32_t run_bucket = kCountSlots - 1, run = 0;
   ForEach<T, P::kThreads, P::kVecs>(data, n, aligned, [&](T x, std::uint64_t, bool valid) {
     const K key = KeyIn<M>(x);
@@ -159,145 +130,11 @@ __global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
       run = 0;
     }
     ++run;
-    if (nranges > 0) {
-      // NaN's slot and the invalid one lie past every range.
-      bool take = bucket - first0 <= span0;
-      for (int r = 1; r < nranges; ++r) take |= bucket - ranges.first[r] <= ranges.last[r] - ranges.first[r];
-      const unsigned takers = __ballot_sync(0xffffffffu, take);
-      if (takers != 0) {
-        const std::uint32_t many = __popc(takers);
-        if (used + many > kWarpBuffer) flush();
-        if (take) buffer[used + __popc(takers & LanesBelow())] = key;
-        used += many;
-      }
-    }
   });
-  if (nranges > 0 && used > 0) flush();
   atomicAdd(&counts[run_bucket], run);
   __syncthreads();
   std::uint32_t* row = block_counts + std::uint64_t{blockIdx.x} * kCountSlots;
   for (int i = threadIdx.x; i < kCountSlots; i += P::kThreads) row[i] = counts[i];
-}
-
-// The sample's keys counted per bucket of the table (all-ones keys left out
-// with skip_high), by global atomics: 2^20 keys over 16,384 counters.
-template <typename K>
-__global__ void SampleBucketsKernel(const K* __restrict__ sample, std::uint32_t count, bool skip_high,
-                                    const Bin<K>* __restrict__ table, std::uint32_t* __restrict__ counts) {
-  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  const K key = sample[i];
-  if (skip_high && key == static_cast<K>(~K{0})) return;
-  atomicAdd(&counts[BucketIn(table[LevelOf(key)], key)], 1u);
-}
-
-// Which buckets the counting pass gathers, from the sample's counts per
-// bucket: for each hinted fraction f of the sample's s keys, the buckets
-// from the one holding sample rank f (s - 1) - w to the one holding
-// f (s - 1) + w, w = kHintSigmas sqrt(s f (1 - f)) + kHintExtra, the empty
-// buckets between them included (and every bucket below the first sample
-// key, or above the last, when the window reaches it): one range per hint,
-// overlapping ones joined. If those buckets are predicted to hold more than
-// kHintRoomShare of the room, there is no range. One block of kHintThreads
-// threads, kBuckets / kHintThreads buckets each.
-inline constexpr int kHintThreads = 512;
-template <typename K>
-__global__ void __launch_bounds__(kHintThreads)
-    HintBucketsKernel(const std::uint32_t* __restrict__ sample_counts, GatherHints hints, std::uint64_t n,
-                      std::uint64_t room, BucketRanges* __restrict__ out) {
-  constexpr int kPer = P::kBuckets / kHintThreads;
-  using Scan = cub::BlockScan<std::uint32_t, kHintThreads>;
-  using Sum = cub::BlockReduce<std::uint64_t, kHintThreads>;
-  __shared__ typename Scan::TempStorage scan;
-  __shared__ typename Sum::TempStorage sum;
-  __shared__ std::uint32_t first[P::kMaxHints], last[P::kMaxHints];
-  __shared__ std::uint32_t total_keys;
-  __shared__ int ranges_count;
-  const int t = threadIdx.x;
-  // This thread's buckets' counts, read again where needed (an array of
-  // them held across the hints' loop spilled).
-  const std::uint32_t* const c = sample_counts + t * kPer;
-  std::uint32_t mine = 0;
-  for (int j = 0; j < kPer; ++j) mine += c[j];
-  __shared__ double fraction[P::kMaxHints];
-  if (t < P::kMaxHints) {
-    first[t] = ~0u;
-    last[t] = 0;
-    fraction[t] = hints.fraction[t];
-  }
-  std::uint32_t before = 0, total = 0;
-  Scan(scan).ExclusiveSum(mine, before, total);
-  if (t == 0) total_keys = total;
-  __syncthreads();
-  if (total > 0) {
-    for (int h = 0; h < hints.count; ++h) {
-      const double f = fraction[h];
-      const double w = P::kHintSigmas * sqrt(static_cast<double>(total) * f * (1 - f)) + P::kHintExtra;
-      const double p = f * (total - 1);
-      // Sample ranks [lo, hi]; past either end, every bucket on that side.
-      const double lo = p - w <= 0 ? -1.0 : floor(p - w);
-      const double hi = p + w >= total - 1 ? static_cast<double>(P::kBuckets) * n : ceil(p + w);
-      std::uint32_t at = before;
-      for (int j = 0; j < kPer; ++j) {
-        // Bucket t kPer + j holds sample ranks [at, at + c[j]); an empty one
-        // lies between ranks at - 1 and at.
-        const bool in = c[j] > 0 ? (at <= hi && at + c[j] - 1 >= lo) : (at > lo && at <= hi);
-        if (in) {
-          atomicMin(&first[h], static_cast<std::uint32_t>(t * kPer + j));
-          atomicMax(&last[h], static_cast<std::uint32_t>(t * kPer + j));
-        }
-        at += c[j];
-      }
-    }
-  }
-  __syncthreads();
-  if (t == 0) {
-    // The hints' ranges in bucket order (an insertion sort of at most
-    // kMaxHints), overlapping or adjacent ones joined, in shared memory.
-    int count = 0;
-    for (int h = 0; h < hints.count; ++h) {
-      if (first[h] > last[h]) continue;  // the sample had no key for it
-      const std::uint32_t f = first[h], l = last[h];
-      int i = count;
-      while (i > 0 && first[i - 1] > f) {
-        first[i] = first[i - 1];
-        last[i] = last[i - 1];
-        --i;
-      }
-      first[i] = f;
-      last[i] = l;
-      ++count;
-    }
-    int joined = 0;
-    for (int i = 0; i < count; ++i) {
-      if (joined > 0 && first[i] <= last[joined - 1] + 1) {
-        last[joined - 1] = max(last[joined - 1], last[i]);
-      } else {
-        first[joined] = first[i];
-        last[joined] = last[i];
-        ++joined;
-      }
-    }
-    ranges_count = joined;
-  }
-  __syncthreads();
-  // The sample's keys in the ranges, for the prediction.
-  std::uint64_t flagged = 0;
-  for (int j = 0; j < kPer; ++j) {
-    const std::uint32_t b = t * kPer + j;
-    for (int i = 0; i < ranges_count; ++i) flagged += (b >= first[i] && b <= last[i]) ? c[j] : 0;
-  }
-  const std::uint64_t predicted = Sum(sum).Sum(flagged);
-  if (t == 0) {
-    // Too many to gather: no range, and Select reads the array again.
-    const bool too_many = total_keys > 0 && static_cast<double>(predicted) * static_cast<double>(n) / total_keys >
-                                                P::kHintRoomShare * static_cast<double>(room);
-    out->count = too_many ? 0 : ranges_count;
-  }
-  if (t < P::kMaxHints) {
-    out->first[t] = t < ranges_count ? first[t] : 0;
-    out->last[t] = t < ranges_count ? last[t] : 0;
-  }
 }
 
 // The segment of `key` among the map entry's (sorted by lo), or -1.
@@ -496,12 +333,17 @@ __global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
   });
 }
 
-// The bytes of data[index[i]], zero-extended.
+// The bytes of data[index[i]], zero-extended, and the index widened: the
+// answer's two arrays as top-k's caller takes them.
 template <typename T>
 __global__ void ElementBitsKernel(const T* __restrict__ data, const std::uint32_t* __restrict__ index,
-                                  std::uint32_t count, std::uint64_t* __restrict__ bits) {
+                                  std::uint32_t count, std::uint64_t* __restrict__ bits,
+                                  std::uint64_t* __restrict__ wide) {
   const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < count) bits[i] = static_cast<std::uint64_t>(BitsOf(data[index[i]]));
+  if (i < count) {
+    bits[i] = static_cast<std::uint64_t>(BitsOf(data[index[i]]));
+    wide[i] = index[i];
+  }
 }
 
 }  // namespace tally::kernels::select

@@ -1,9 +1,11 @@
 // The selection's small passes over keys: the table from the sample, the
-// counts' column sums, CUB's sorts of the gathered keys, and the picks.
+// hints' windows, the counts' column sums, CUB's sorts of the gathered keys,
+// and the picks.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "select/select_dispatch.h"
 #include "select/select_kernels.cuh"
+#include "select/window_kernels.cuh"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::kernels::select {
@@ -39,15 +41,9 @@ cudaError_t KeyPasses<K>::BuildTable(const K* sample, std::uint32_t count, bool 
 }
 
 template <typename K>
-cudaError_t KeyPasses<K>::HintBuckets(const K* sample, std::uint32_t count, bool skip_high, const Bin<K>* table,
-                                      const GatherHints& hints, std::uint64_t n, std::uint64_t room,
-                                      std::uint32_t* sample_counts, BucketRanges* ranges, cudaStream_t stream) {
-  TALLY_CUDA_TRY(cudaMemsetAsync(sample_counts, 0, sizeof(std::uint32_t) * P::kBuckets, stream));
-  if (count > 0) {
-    SampleBucketsKernel<K><<<(count + 255) / 256, 256, 0, stream>>>(sample, count, skip_high, table, sample_counts);
-    TALLY_CUDA_CHECK_LAUNCH();
-  }
-  HintBucketsKernel<K><<<1, kHintThreads, 0, stream>>>(sample_counts, hints, n, room, ranges);
+cudaError_t KeyPasses<K>::MakeWindows(const K* sorted, std::uint32_t count, bool skip_high, const GatherHints& hints,
+                                      std::uint64_t n, std::uint64_t room, Windows<K>* out, cudaStream_t stream) {
+  MakeWindowsKernel<K><<<1, 1, 0, stream>>>(sorted, count, skip_high, hints, n, room, out);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;
 }

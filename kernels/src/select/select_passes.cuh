@@ -6,6 +6,7 @@
 
 #include "select/select_dispatch.h"
 #include "select/select_kernels.cuh"
+#include "select/window_kernels.cuh"
 #include "shared_memory.cuh"
 #include "tally/kernels/cuda_error.h"
 
@@ -46,19 +47,35 @@ cudaError_t ElementPasses<T>::Sample(const T* data, std::uint64_t n, KeyMode mod
 
 template <typename T>
 cudaError_t ElementPasses<T>::Count(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
-                                    std::uint32_t* block_counts, const GatherWhileCounting<K>& gather, int grid,
-                                    cudaStream_t stream) {
+                                    std::uint32_t* block_counts, int grid, cudaStream_t stream) {
   return VisitMode(mode, [&](auto m) -> cudaError_t {
     constexpr std::size_t shared = CountSharedBytes<K>();
     auto* kernel = CountKernel<T, decltype(m)::value>;
     TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
-    // Shared memory over L1: three blocks of ~74 KB per SM (32-bit keys).
+    // Shared memory over L1: the bin table and 16K counters, ~70 KB a block.
     TALLY_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
-    kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, block_counts, gather);
+    kernel<<<grid, P::kThreads, shared, stream>>>(data, n, Aligned16(data), table, block_counts);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   });
+}
+
+template <typename T>
+cudaError_t ElementPasses<T>::Windowed(const T* data, std::uint64_t n, const Windows<K>* windows, int width, K* keys,
+                                       std::uint32_t room, WindowCounts* counts, int grid, cudaStream_t stream) {
+  const auto launch = [&](auto* kernel) -> cudaError_t {
+    kernel<<<grid, P::kThreads, 0, stream>>>(data, n, Aligned16(data), windows, keys, room, counts);
+    TALLY_CUDA_CHECK_LAUNCH();
+    return cudaSuccess;
+  };
+  switch (width) {
+    case 1: return launch(WindowPassKernel<T, 1>);
+    case 2: return launch(WindowPassKernel<T, 2>);
+    case 4: return launch(WindowPassKernel<T, 4>);
+    case 8: return launch(WindowPassKernel<T, 8>);
+  }
+  return cuda::Record(cudaErrorInvalidValue, "window width must be 1, 2, 4 or 8", __FILE__, __LINE__);
 }
 
 template <typename T>
@@ -126,9 +143,9 @@ cudaError_t ElementPasses<T>::TopTies(const T* data, std::uint64_t n, KeyMode mo
 
 template <typename T>
 cudaError_t ElementPasses<T>::ElementBits(const T* data, const std::uint32_t* index, std::uint32_t count,
-                                          std::uint64_t* bits, cudaStream_t stream) {
+                                          std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  ElementBitsKernel<T><<<(count + 255) / 256, 256, 0, stream>>>(data, index, count, bits);
+  ElementBitsKernel<T><<<(count + 255) / 256, 256, 0, stream>>>(data, index, count, bits, wide);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;
 }

@@ -45,10 +45,10 @@ struct SelectPolicy {
   // An order-statistics selection's sample: 2^20 keys (65,536 runs of 16,
   // 4 MB of 32-bit keys, a few microseconds to read), so that the ranks the
   // caller says it will ask for (Count's hints) can be placed closely
-  // enough to gather their buckets while counting: a rank at fraction f of
+  // enough for the window pass to gather them: a rank at fraction f of
   // the elements lies within kHintSigmas binomial standard deviations,
   // sqrt(s f (1 - f)), of the sample's rank f s but with a probability of
-  // about 1e-4 (then a second read gathers it, as without hints). For the
+  // about 1e-4 (then the counting pass follows, as without hints). For the
   // median of 2^28 elements the window is 2 x (4 x 512 + 8) of 2^20 sample
   // keys: about 1.05M elements gathered (4 MB of keys) and sorted.
   static constexpr std::uint32_t kSelectionSample = 65536 * kRun;
@@ -56,10 +56,11 @@ struct SelectPolicy {
   static constexpr double kHintExtra = 8.0;
   // Hints one Count takes (more, as 64 quantiles' windows would cover most
   // of the array, go without), and the share of the gathering room their
-  // predicted buckets may fill before the counting pass gathers nothing.
+  // windows' sample keys may predict before the counting pass is taken
+  // instead of the window pass.
   static constexpr int kMaxHints = 8;
   static constexpr double kHintRoomShare = 0.75;
-  // Keys each warp of the counting pass buffers in shared memory before it
+  // Keys each warp of the window pass buffers in shared memory before it
   // appends them to the gathered list with one atomic: 64 (4 KB a block of
   // 32-bit keys) makes a median's 1M keys of 2^28 about 16K atomics.
   static constexpr int kWarpBuffer = 64;

@@ -2,18 +2,21 @@
 // keys of one mode (select/keys.h). Plain C++: it plans the passes on the
 // host between them.
 //
-// Count(): the sample, the bucket table built from it (on the device), one
-// counting pass over the array; with hints (the fractions of the ranks to
-// come, as a median's 0.5), the buckets the sample places them in are
-// flagged and the counting pass also gathers their elements, so that
-// Select() sorts those and reads no more of the array when every rank's
-// bucket was among them. Otherwise Select(): each rank's bucket from the
-// counts; a bucket of one key is the answer already; the others' elements
-// are gathered in one more pass (a few MB: the table spreads the buckets
-// evenly), sorted by CUB, and read at the ranks' places. When the ranks'
-// buckets hold more than the gathering room (heavy duplicates, or a sample
-// that missed a dense range) the counting pass runs again with the table
-// narrowed to those buckets' ranges, until they fit.
+// Count() with hints (the fractions of the ranks to come, as a median's
+// 0.5; up to SelectPolicy::kMaxHints): the sample, sorted, places a window
+// of keys around each hint, and one pass (window_kernels.cuh) counts the
+// numbers below each window and up to its top and gathers the keys inside;
+// SelectKeys() sorts those and reads each rank at its place when every rank
+// fell in a window. Otherwise (no hints, windows that would gather too
+// much, or a rank outside them) the counting pass: the sample's bucket
+// table (on the device), every element counted in its bucket; then each
+// rank's bucket from the counts; a bucket of one key is the answer
+// already; the others' elements are gathered in one more pass (a few MB:
+// the table spreads the buckets evenly), sorted by CUB, and read at the
+// ranks' places. When the ranks' buckets hold more than the gathering room
+// (heavy duplicates, or a sample that missed a dense range) the counting
+// pass runs again with the table narrowed to those buckets' ranges, until
+// they fit.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,9 +40,9 @@ class Selection {
   virtual ~Selection() = default;
   // `hints`: fractions of the non-NaN elements (0 the smallest, 1 the
   // largest) near which SelectKeys' ranks will lie, if known; up to
-  // SelectPolicy::kMaxHints of them let the counting pass gather the
-  // buckets those ranks are predicted in, so that SelectKeys reads the
-  // array no more (selection.h's top).
+  // SelectPolicy::kMaxHints of them take the window pass instead of the
+  // counting pass, so that SelectKeys reads the array no more when the
+  // ranks lie where the sample placed them (this file's top).
   [[nodiscard]] virtual cudaError_t Count(std::uint64_t* nan, std::span<const double> hints) = 0;
   // keys[i] = the key of rank ranks[i] (ascending key order, NaN left out
   // in kNumbers), widened to 64 bits.

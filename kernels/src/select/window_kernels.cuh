@@ -1,0 +1,146 @@
+// The selection's window pass: when the caller says where its ranks will
+// lie (Count's hints), the sorted sample places a window of keys around
+// each, and one pass counts the elements below each window and up to its
+// top and gathers the keys inside the windows. No bucket table, no shared
+// counters: a few comparisons an element, so the pass runs at the read's
+// speed where the counting pass is bound by its instructions.
+#pragma once
+
+#include <cstdint>
+
+#include "select/for_each.cuh"
+#include "select/keys.h"
+#include "select/select_dispatch.h"
+#include "select/select_policy.h"
+
+namespace tally::kernels::select {
+
+// The windows of `hints` from the sorted sample (`count` keys, all-ones
+// ones last and left out with skip_high): for the hint at fraction f of
+// the t numbers sampled, the keys at sample ranks f (t - 1) -+ w, w =
+// kHintSigmas sqrt(t f (1 - f)) + kHintExtra (past either end, every key on
+// that side); hints ascending, so windows are too; overlapping ones
+// joined. No window (count 0) when the sample holds no number or the
+// windows' sample keys predict more elements than kHintRoomShare of the
+// room. One thread.
+template <typename K>
+__global__ void MakeWindowsKernel(const K* __restrict__ sorted, std::uint32_t count, bool skip_high,
+                                  GatherHints hints, std::uint64_t n, std::uint64_t room, Windows<K>* out) {
+  constexpr K kHigh = static_cast<K>(~K{0});
+  std::uint32_t t = count;
+  if (skip_high) {
+    std::uint32_t lo = 0, hi = count;
+    while (lo < hi) {
+      const std::uint32_t mid = lo + (hi - lo) / 2;
+      if (sorted[mid] == kHigh) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    t = lo;
+  }
+  Windows<K> w;
+  double predicted = 0;
+  if (t > 0) {
+    for (int h = 0; h < hints.count; ++h) {
+      const double f = hints.fraction[h];
+      const double width = P::kHintSigmas * sqrt(static_cast<double>(t) * f * (1 - f)) + P::kHintExtra;
+      const double p = f * (t - 1);
+      const bool to_bottom = p - width <= 0, to_top = p + width >= t - 1;
+      const auto a = to_bottom ? 0u : static_cast<std::uint32_t>(floor(p - width));
+      const auto b = to_top ? t - 1 : static_cast<std::uint32_t>(ceil(p + width));
+      const K lo = to_bottom ? K{0} : sorted[a];
+      const K hi = to_top ? kHigh : sorted[b];
+      predicted += b - a + 1;
+      if (w.count > 0 && lo <= w.hi[w.count - 1]) {
+        w.hi[w.count - 1] = max(w.hi[w.count - 1], hi);
+      } else {
+        w.lo[w.count] = lo;
+        w.hi[w.count] = hi;
+        ++w.count;
+      }
+    }
+  }
+  const bool too_many = t == 0 || predicted * static_cast<double>(n) / t > P::kHintRoomShare * static_cast<double>(room);
+  if (too_many) w.count = 0;
+  *out = w;
+}
+
+// The window pass over the first `W` windows (a caller with fewer repeats
+// the last, whose counts are then written once): counts->below[r] the
+// numbers with key < lo[r], counts->upto[r] those with key <= hi[r],
+// counts->nan the NaN elements; the keys inside any window appended to
+// keys[0, room) in no order (counts->gathered counts all of them). Each
+// warp buffers its keys in shared memory and appends a full buffer with one
+// atomic (CountKernel's measurements: lanes appending one by one, or a
+// block buffer flushed at barriers, made such a pass slower). Nothing runs
+// when there is no window.
+template <typename T, int W>
+__global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
+    WindowPassKernel(const T* __restrict__ data, std::uint64_t n, bool aligned,
+                     const Windows<KeyOf<T>>* __restrict__ windows, KeyOf<T>* __restrict__ keys, std::uint32_t room,
+                     WindowCounts* __restrict__ counts) {
+  using K = KeyOf<T>;
+  __shared__ K buffers[kWarpBuffer * (P::kThreads / 32)];
+  const std::uint32_t nwindows = windows->count;
+  if (nwindows == 0) return;
+  K lo[W], span[W];
+#pragma unroll
+  for (int r = 0; r < W; ++r) {
+    const std::uint32_t at = min(static_cast<std::uint32_t>(r), nwindows - 1);
+    lo[r] = windows->lo[at];
+    span[r] = windows->hi[at] - lo[r];
+  }
+  std::uint32_t below[W] = {}, inside[W] = {}, nan = 0;
+  K* const buffer = buffers + kWarpBuffer * (threadIdx.x / 32);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  std::uint32_t used = 0;  // keys in the warp's buffer, the same in every lane
+  const auto flush = [&] {
+    __syncwarp();
+    std::uint32_t place = 0;
+    if (lane == 0) place = atomicAdd(&counts->gathered, used);
+    place = __shfl_sync(0xffffffffu, place, 0);
+    for (std::uint32_t i = lane; i < used; i += 32) {
+      if (std::uint64_t{place} + i < room) keys[place + i] = buffer[i];
+    }
+    __syncwarp();
+    used = 0;
+  };
+  ForEach<T, P::kThreads, P::kVecs>(data, n, aligned, [&](T x, std::uint64_t, bool valid) {
+    const K key = KeyIn<KeyMode::kNumbers>(x);
+    const bool is_nan = IsNan(x);
+    const bool number = valid && !is_nan;
+    nan += valid && is_nan ? 1 : 0;
+    bool take = false;
+#pragma unroll
+    for (int r = 0; r < W; ++r) {
+      const bool in = number && key - lo[r] <= span[r];
+      below[r] += number && key < lo[r] ? 1 : 0;
+      inside[r] += in ? 1 : 0;
+      take |= in;
+    }
+    const unsigned takers = __ballot_sync(0xffffffffu, take);
+    if (takers != 0) {
+      const std::uint32_t many = __popc(takers);
+      if (used + many > kWarpBuffer) flush();
+      if (take) buffer[used + __popc(takers & LanesBelow())] = key;
+      used += many;
+    }
+  });
+  if (used > 0) flush();
+  const auto add = [&](std::uint32_t v, unsigned long long* to) {
+    v = __reduce_add_sync(0xffffffffu, v);
+    if (lane == 0 && v != 0) atomicAdd(to, static_cast<unsigned long long>(v));
+  };
+#pragma unroll
+  for (int r = 0; r < W; ++r) {
+    if (static_cast<std::uint32_t>(r) < nwindows) {
+      add(below[r], &counts->below[r]);
+      add(below[r] + inside[r], &counts->upto[r]);
+    }
+  }
+  add(nan, &counts->nan);
+}
+
+}  // namespace tally::kernels::select
