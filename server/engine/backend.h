@@ -215,6 +215,21 @@ class Backend {
     return absl::UnimplementedError(absl::StrCat(name(), " backend does not sum by key on a device."));
   }
 
+  // Several key columns of `rows` keys each (device bytes on one device,
+  // integer or bool dtypes) combined into one key column there
+  // (device_grouping.h), which OrderByKeyOnDevice and SumByKeyOnDevice
+  // then group. UNIMPLEMENTED where the backend has no such pass, or for
+  // these keys (a dtype, the columns on several devices, ranges whose
+  // product passes 2^32): the engine groups on the host.
+  [[nodiscard]] virtual absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys,
+                                                                              std::span<const DType> dtypes,
+                                                                              std::uint64_t rows) {
+    (void)keys;
+    (void)dtypes;
+    (void)rows;
+    return absl::UnimplementedError(absl::StrCat(name(), " backend does not combine keys on a device."));
+  }
+
   // The host columns of a `rows`-row group-by table copied into the memory
   // of one device this backend groups on, each owned by its DeviceColumn,
   // so that a table that arrived in host memory takes the device's steps

@@ -36,6 +36,18 @@ class DeviceGroupOrder {
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::uint64_t>> Rows() = 0;
 };
 
+// A composite key's columns combined into one on the device
+// (Backend::CombineKeysOnDevice; tally/kernels/group.h's CombineKeys): one
+// uint64 key per row, whose value is the sum over key columns c of (key -
+// lowest[c]) x the product of range[c'] for the columns c' after c, so
+// that the combined keys order as the key tuples do (SplitCombinedKeys,
+// server/engine/grouping/combined_keys.h, reads each tuple back).
+struct CombinedKeyColumn {
+  std::unique_ptr<DeviceColumn> column;  // uint64, one element per row
+  std::vector<std::uint64_t> lowest;     // per key column, as a 64-bit integer (sign-extended if signed)
+  std::vector<std::uint64_t> range;      // per key column, largest - lowest + 1
+};
+
 // What Backend::SumByKeyOnDevice gives per group (tally/kernels/group.h's
 // DenseGroups): enough for sum, count, min, max, mean and their
 // NaN-skipping forms, in ascending key order.

@@ -59,6 +59,10 @@ class ForwardingBackend : public Backend {
                                              std::uint64_t rows, std::uint64_t max_groups) override {
     return to_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups);
   }
+  absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
+                                                        std::uint64_t rows) override {
+    return to_->CombineKeysOnDevice(keys, dtypes, rows);
+  }
   absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> CopyToDevice(
       std::span<const std::span<const std::byte>> columns, std::uint64_t rows) override {
     return to_->CopyToDevice(columns, rows);

@@ -233,6 +233,10 @@ class CudaBackend final : public Backend {
                                              std::uint64_t rows, std::uint64_t max_groups) override {
     return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, *pool_);
   }
+  absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
+                                                        std::uint64_t rows) override {
+    return cuda::CombineKeysOnDevice(keys, dtypes, rows, *pool_);
+  }
   absl::StatusOr<std::vector<std::unique_ptr<DeviceColumn>>> CopyToDevice(
       std::span<const std::span<const std::byte>> columns, std::uint64_t rows) override {
     return cuda::CopyColumnsToDevice(columns, rows, *pool_);

@@ -38,8 +38,9 @@ class GatheredColumn final : public DeviceColumn {
   int device_;
 };
 
-// A host column's copy in device memory, with the stream it was made on
-// (declared first, so that it outlives the buffer given back on it).
+// A column this backend made in device memory (a host column's copy, the
+// combined keys), with the stream it was made on (declared first, so that
+// it outlives the buffer given back on it).
 class CopiedColumn final : public DeviceColumn {
  public:
   CopiedColumn(Stream stream, StreamBuffer bytes, int device)
@@ -228,6 +229,59 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   if (copied.ok() && dense.any_nan) copied = back(out.nan, dense.nan);
   if (copied.ok() && dense.any_infinity) copied = back(out.infinities, dense.infinities);
   if (!copied.ok()) return copied;
+  return out;
+}
+
+absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
+                                                      std::uint64_t rows, const DevicePool& pool) {
+  if (keys.empty() || keys.size() != dtypes.size() || keys.size() > kernels::kMaxCombinedColumns) {
+    return absl::UnimplementedError("no combined keys: 1 to 8 key columns.");
+  }
+  for (const Extent& k : keys) {
+    if (k.placement != keys[0].placement) return absl::UnimplementedError("no combined keys: keys on several devices.");
+  }
+  for (const DType d : dtypes) {
+    if (!kernels::GroupKeysSupported(d)) {
+      return absl::UnimplementedError(absl::StrCat("no combined keys: ", rules::Name(d), " keys."));
+    }
+  }
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys[0], dtypes[0], rows, pool);
+  if (!pass.ok()) return pass.status();
+  const int device = pass->device;
+  Stream& stream = pass->stream;
+  ScopedDevice on(device);
+  std::vector<kernels::GroupKeys> columns;
+  for (std::size_t c = 0; c < keys.size(); ++c) columns.push_back({dtypes[c], keys[c].bytes.data(), rows});
+  kernels::KeyColumnsSpread spread;
+  {
+    StreamBuffer small;
+    if (StreamBuffer::Create(kernels::kKeyColumnsScratchBytes, stream.view(), &small) != cudaSuccess) {
+      return Failure(device, "allocating the key columns' range scratch");
+    }
+    if (kernels::SpreadOfKeyColumns(columns, small.data(), stream.get(), &spread) != cudaSuccess) {
+      return Failure(device, "reading the key columns' ranges");
+    }
+  }
+  // The order by key takes ranges up to 2^32; wider combinations are the
+  // host's.
+  if (!spread.fits || spread.combined_range > (std::uint64_t{1} << 32)) {
+    return absl::UnimplementedError("no combined keys: the key columns' ranges multiply past 2^32.");
+  }
+  StreamBuffer combined;
+  if (StreamBuffer::Create(rows * sizeof(std::uint64_t), stream.view(), &combined) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnimplementedError(absl::StrCat("no room on GPU ", device, " for ", rows * 8,
+                                                 " bytes of combined keys."));
+  }
+  if (kernels::CombineKeys(columns, spread, reinterpret_cast<std::uint64_t*>(combined.data()), stream.get()) !=
+          cudaSuccess ||
+      cudaStreamSynchronize(stream.get()) != cudaSuccess) {
+    return Failure(device, "combining the key columns");
+  }
+  CombinedKeyColumn out;
+  out.lowest.assign(spread.lowest, spread.lowest + keys.size());
+  out.range.assign(spread.range, spread.range + keys.size());
+  out.column = std::make_unique<CopiedColumn>(std::move(stream), std::move(combined), device);
   return out;
 }
 

@@ -23,6 +23,14 @@ namespace tally::cuda {
                                                         DType dtype, std::uint64_t rows, std::uint64_t max_groups,
                                                         const DevicePool& pool);
 
+// Backend::CombineKeysOnDevice for the cuda backend: the key columns' ranges
+// (one read each), then the combined column in the keys' device's
+// stream-ordered memory. UNIMPLEMENTED where the ranges' product passes
+// 2^32 (the device's order takes no wider keys).
+[[nodiscard]] absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys,
+                                                                   std::span<const DType> dtypes, std::uint64_t rows,
+                                                                   const DevicePool& pool);
+
 // Backend::CopyToDevice for the cuda backend: the columns copied onto one
 // healthy GPU in use (the GPUs taken in turn), each in that device's
 // stream-ordered memory. UNIMPLEMENTED under

@@ -13,6 +13,7 @@
 #include "server/core/validate.h"
 #include "server/engine/finish.h"
 #include "server/engine/huge_pages.h"
+#include "server/engine/grouping/combined_keys.h"
 #include "server/engine/grouping/direct_grouping.h"
 #include "tally/rules/agg/registry.h"
 
@@ -309,14 +310,45 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   return out;
 }
 
-// A table in host memory whose plan RunOnDevice takes (one key column,
-// ascending keys, no masks), copied to a device where the backend groups
-// there (Backend::CopyToDevice) and grouped as if it were resident there;
-// nullopt where it is not copied or the device's steps do not take it.
+// A plan of several key columns (CombinableKeys) on one device: the keys
+// combined into one column there (Backend::CombineKeysOnDevice), the plan
+// run on it as one key, and each group's tuple read back from its
+// combined key; nullopt where the backend does not combine these keys.
+absl::StatusOr<std::optional<GroupedResult>> RunCombinedOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                                 std::uint64_t max_groups, const Note& note) {
+  if (!CombinableKeys(plan) || !ValuesUnmasked(plan)) return std::nullopt;
+  std::vector<Extent> keys;
+  std::vector<DType> dtypes;
+  for (const std::size_t k : plan.keys) {
+    const GroupColumn& c = plan.columns[k];
+    if (c.placement.host()) return std::nullopt;
+    keys.push_back(Extent{c.data, c.placement});
+    dtypes.push_back(c.dtype);
+  }
+  absl::StatusOr<CombinedKeyColumn> combined = backend.CombineKeysOnDevice(keys, dtypes, plan.rows);
+  if (absl::IsUnimplemented(combined.status())) return std::nullopt;
+  if (!combined.ok()) return combined.status();
+  note("key columns combined on the device");
+  GroupByPlan one = plan;
+  const Extent column = combined->column->extent();
+  one.columns.push_back(
+      GroupColumn{.name = "combined key", .dtype = DType::kUInt64, .data = column.bytes, .placement = column.placement});
+  one.keys = {one.columns.size() - 1};
+  absl::StatusOr<std::optional<GroupedResult>> result = RunOnDevice(one, backend, max_groups, note);
+  if (!result.ok() || !result->has_value()) return result;
+  (*result)->keys = SplitCombinedKeys((*result)->keys[0], *combined, dtypes);
+  return result;
+}
+
+// A table in host memory whose plan RunOnDevice takes (one key column or
+// several combinable ones, ascending keys, no masks), copied to a device
+// where the backend groups there (Backend::CopyToDevice) and grouped as if
+// it were resident there; nullopt where it is not copied or the device's
+// steps do not take it.
 absl::StatusOr<std::optional<GroupedResult>> RunCopiedToDevice(const GroupByPlan& plan, Backend& backend,
                                                                std::uint64_t max_groups, const Note& note) {
-  if (!OneUnmaskedKey(plan) || !ValuesUnmasked(plan)) return std::nullopt;
-  std::vector<std::size_t> used{plan.keys[0]};
+  if (!(OneUnmaskedKey(plan) || CombinableKeys(plan)) || !ValuesUnmasked(plan)) return std::nullopt;
+  std::vector<std::size_t> used(plan.keys.begin(), plan.keys.end());
   for (const ColumnAggregations& c : plan.values) used.push_back(c.column);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
@@ -331,7 +363,9 @@ absl::StatusOr<std::optional<GroupedResult>> RunCopiedToDevice(const GroupByPlan
     device.columns[used[j]].data = e.bytes;
     device.columns[used[j]].placement = e.placement;
   }
-  absl::StatusOr<std::optional<GroupedResult>> result = RunOnDevice(device, backend, max_groups, note);
+  absl::StatusOr<std::optional<GroupedResult>> result = plan.keys.size() > 1
+                                                              ? RunCombinedOnDevice(device, backend, max_groups, note)
+                                                              : RunOnDevice(device, backend, max_groups, note);
   // A failure there (the device's scratch, say) leaves the table to the
   // host, which answers it or names its own limit.
   if (!result.ok()) return std::nullopt;
@@ -356,7 +390,9 @@ absl::StatusOr<GroupedResult> RunGroupBy(const GroupByPlan& plan, Backend& backe
     if (copied->has_value()) return **std::move(copied);
     return RunOnHost(plan, backend, max_groups, note);
   }
-  absl::StatusOr<std::optional<GroupedResult>> device = RunOnDevice(plan, backend, max_groups, note);
+  absl::StatusOr<std::optional<GroupedResult>> device = plan.keys.size() > 1
+                                                              ? RunCombinedOnDevice(plan, backend, max_groups, note)
+                                                              : RunOnDevice(plan, backend, max_groups, note);
   if (!device.ok()) return device.status();
   if (device->has_value()) return **std::move(device);
   // The host's steps over copies of the device's columns.

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "tally/rules/dtype.h"
@@ -150,5 +151,33 @@ struct DenseGroups {
 // Synchronizes `stream` before returning.
 [[nodiscard]] cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const KeySpread& spread,
                                    void* scratch, std::size_t scratch_bytes, cudaStream_t stream, DenseGroups* out);
+
+// Composite keys (GROUP BY a, b, ...): the key columns combined into one
+// 64-bit key per row, which the one-key steps above then group. Row r's key
+// is the sum over columns c of (k_c[r] - lowest[c]) x stride[c], where k_c
+// is the key as a 64-bit integer (sign-extended for signed dtypes, 0 or 1
+// for bool) and stride[c] the product of the ranges of the columns after
+// c: so the combined keys order as the key tuples do, the first column
+// most significant, and each group's tuple is read back from its combined
+// key by division (the engine's, host side).
+inline constexpr std::size_t kMaxCombinedColumns = 8;
+// Device scratch SpreadOfKeyColumns needs.
+inline constexpr std::size_t kKeyColumnsScratchBytes = 2 * sizeof(std::uint64_t) * kMaxCombinedColumns;
+struct KeyColumnsSpread {
+  std::uint32_t columns = 0;
+  std::uint64_t lowest[kMaxCombinedColumns] = {};  // the least key, as a 64-bit integer
+  std::uint64_t range[kMaxCombinedColumns] = {};   // largest - least + 1 (0 for 2^64)
+  bool fits = false;                 // whether the product of the ranges is below 2^64
+  std::uint64_t combined_range = 0;  // that product, where it fits
+};
+// Reads each key column once and synchronizes `stream`. Key dtypes as
+// OrderByKey's, 1 to kMaxCombinedColumns columns of one row count;
+// cudaErrorInvalidValue otherwise.
+[[nodiscard]] cudaError_t SpreadOfKeyColumns(std::span<const GroupKeys> columns, void* scratch, cudaStream_t stream,
+                                             KeyColumnsSpread* out);
+// out[r] (device, rows entries) = row r's combined key, for a spread that
+// fits. Does not synchronize.
+[[nodiscard]] cudaError_t CombineKeys(std::span<const GroupKeys> columns, const KeyColumnsSpread& spread,
+                                      std::uint64_t* out, cudaStream_t stream);
 
 }  // namespace tally::kernels
