@@ -34,8 +34,10 @@
 namespace tally::kernels::partitioned {
 namespace {
 
+using dense::FixedStep;
 using dense::KeyKind;
 using dense::KeyReader;
+using dense::Packed;
 using dense::Slot;
 using dense::Slots;
 
@@ -236,56 +238,6 @@ __global__ void __launch_bounds__(kThreads) SortedMoveKernel(KeyReader<kBytes> k
   }
 }
 
-// A bucket's slots in shared memory: Slots but the count, which rides in
-// the top 16 bits of the low word (an item's rows are fewer than 2^16, and
-// its low words, each below 2^32, sum below 2^47), so that an element
-// takes two atomics and, for most, two plain reads of its extremes.
-struct Packed {
-  unsigned long long* hi;
-  unsigned long long* lo;  // the count x 2^48 + the low words' sum
-  unsigned long long* low;
-  unsigned long long* high;
-  unsigned int* special;
-  static constexpr std::size_t kBytes = 4 * sizeof(unsigned long long) + sizeof(unsigned int);
-  static constexpr int kCountShift = 48;
-
-  __device__ static Packed At(unsigned long long* words, std::uint64_t n) {
-    return Packed{words, words + n, words + 2 * n, words + 3 * n, reinterpret_cast<unsigned int*>(words + 4 * n)};
-  }
-  __device__ void Clear(std::uint64_t j) const {
-    hi[j] = 0;
-    lo[j] = 0;
-    low[j] = rules::keyed::kNoLow;
-    high[j] = rules::keyed::kNoHigh;
-    special[j] = 0;
-  }
-  __device__ void Add(std::uint64_t j, double v, int scale) const {
-    constexpr unsigned long long kOne = 1ull << kCountShift;
-    if (isnan(v)) {
-      atomicAdd(&lo[j], kOne);
-      atomicAdd(&special[j], 4u);
-      return;
-    }
-    if (isinf(v)) {
-      atomicAdd(&lo[j], kOne);
-      atomicOr(&special[j], v > 0 ? 1u : 2u);
-    } else {
-      long long h;
-      unsigned long long l;
-      rules::keyed::ToFixed(v, scale, &h, &l);
-      atomicAdd(&hi[j], static_cast<unsigned long long>(h));
-      atomicAdd(&lo[j], l + kOne);
-    }
-    const unsigned long long o = rules::keyed::OrderedDouble(v);
-    if (o < dense::Peek(&low[j])) atomicMin(&low[j], o);
-    if (o > dense::Peek(&high[j])) atomicMax(&high[j], o);
-  }
-  __device__ Slot Load(std::uint64_t j) const {
-    const unsigned long long l = lo[j];
-    return Slot{hi[j], l & ((1ull << kCountShift) - 1), l >> kCountShift, low[j], high[j], special[j]};
-  }
-};
-
 // Elements a thread loads before it adds them (as dense_groups.cu's).
 constexpr int kLoadsPerThread = 4;
 
@@ -297,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
                                                              KeyReader<kBytes> keys, const T* __restrict__ values,
                                                              std::uint64_t lowest, const unsigned* starts,
                                                              const unsigned* item_starts, unsigned buckets,
-                                                             int scale, bool only, Slots global) {
+                                                             FixedStep step, bool only, Slots global) {
   extern __shared__ unsigned long long shared[];
   const Packed s = Packed::At(shared, kBucketKeys);
   const unsigned items = item_starts[buckets];
@@ -341,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
       for (int u = 0; u < kLoadsPerThread; ++u) {
         if (r + u * blockDim.x >= end) continue;
         const std::uint64_t slot = kInPlace ? keys.Ordered(k[u]) - lowest : k[u];
-        s.Add(slot, v[u], scale);
+        s.Add(slot, v[u], step);
       }
     }
     __syncthreads();
@@ -461,6 +413,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
     constexpr int kBytes = decltype(width)::value;
     const KeyReader<kBytes> reader{keys.data, kind};
     const std::size_t slot_shared = kBucketKeys * Packed::kBytes;
+    const FixedStep step = FixedStep::Of(scale);
     // Moved rows carry their keys' places: one kernel for every key width.
     const auto in_place = AccumulateKernel<T, true, kBytes>;
     const auto from_moved = AccumulateKernel<T, false, 8>;
@@ -470,11 +423,11 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       TALLY_CUDA_CHECK_LAUNCH();
       if (buckets > 1) {
         from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-            moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, scale,
+            moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, step,
             only, at.slots);
       } else {
         in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-            nullptr, reader, part_values, spread.lowest, at.starts, at.item_starts, buckets, scale, only, at.slots);
+            nullptr, reader, part_values, spread.lowest, at.starts, at.item_starts, buckets, step, only, at.slots);
       }
       TALLY_CUDA_CHECK_LAUNCH();
       return cudaSuccess;
