@@ -169,6 +169,8 @@ def main():
                         "(the client's shared_memory=False)")
     p.add_argument("--datasets", action="store_true",
                    help="upload the columns once as resident datasets and ask every question of them")
+    p.add_argument("--trace", action="store_true",
+                   help="run the server with --log_level=trace and print each GroupBy's phases at the end")
     args = p.parse_args()
 
     import tally
@@ -177,7 +179,8 @@ def main():
         from tally_test_server import TallyServer
         from tally.v1 import tally_pb2
         server = TallyServer(args.server, tally_pb2, [f"--backend={args.backend}", "--health_listen=",
-                                                      "--max_groups=67108864"])
+                                                      "--max_groups=67108864"] +
+                             (["--log_level=trace"] if args.trace else []))
         target = f"127.0.0.1:{server.port}"
     elif args.target:
         target = args.target
@@ -226,7 +229,9 @@ def main():
                     print(f"{q}\tpyarrow\tn/a\t\t{type(e).__name__}: {str(e)[:80]}", flush=True)
     finally:
         if server is not None:
-            server.stop()
+            log = server.stop() or ""
+            if args.trace:
+                print("\n".join(line for line in log.splitlines() if "GroupBy" in line))
     return 1 if wrong else 0
 
 

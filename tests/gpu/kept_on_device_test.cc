@@ -310,7 +310,9 @@ TEST_F(KeptOnDeviceTest, WhatThePassesDoNotCoverRunsOnTheHost) {
   std::vector<Case> cases = {
       {"mode", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kMode}})},
       {"count_distinct", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kCountDistinct}})},
-      {"rows", Plan(DType::kFloat32, n, 1000, {{.kind = OpKind::kMedian}})},
+      {"top-k per row", Plan(DType::kFloat32, n, 1000, {{.kind = OpKind::kTopK, .k = 3}})},
+      {"a median per row beside hll", Plan(DType::kFloat32, n, 1000, {{.kind = OpKind::kMedian},
+                                                                          {.kind = OpKind::kHll, .precision = 8}})},
       {"partial", Plan(DType::kFloat32, n, 0, {{.kind = OpKind::kMedian, .partial = true}})},
       {"float16", Plan(DType::kFloat16, n, 0, {{.kind = OpKind::kMedian}})},
   };
@@ -331,6 +333,70 @@ TEST_F(KeptOnDeviceTest, WhatThePassesDoNotCoverRunsOnTheHost) {
       ExpectSame(routed->values[i], host->values[i], c.plan.ops[i], c.what);
     }
   }
+}
+
+// Quantile ops per row and per segment: every segment sorted on the device
+// (kernels::SortedSegments), each answered as the host's states answer it.
+TEST_F(KeptOnDeviceTest, QuantilesPerRowAndSegmentMatchTheHostSteps) {
+  std::mt19937_64 rng(Seed());
+  const std::uint64_t n = Small() ? 100003 : 3000017;
+  std::vector<OpSpec> ops = {{.kind = OpKind::kMedian}, {.kind = OpKind::kNanMedian}};
+  OpSpec q{.q = {0.0, 0.01, 0.25, 0.5, 0.9, 0.999, 1.0}};
+  for (int m = 0; m < rules::kNumQuantileMethods; ++m) {
+    q.method = static_cast<rules::QuantileMethod>(m);
+    q.kind = m % 2 == 0 ? OpKind::kQuantile : OpKind::kNanQuantile;
+    ops.push_back(q);
+  }
+  // Segments of 1 to about 2,000 elements and a few long ones, and rows of
+  // 1,000 (the last row short of none: n is cut to whole rows).
+  std::vector<std::uint64_t> offsets = {0};
+  while (offsets.back() < n) {
+    const std::uint64_t len = rng() % 50 == 0 ? 1 + rng() % 200000 : 1 + rng() % 2000;
+    offsets.push_back(std::min(n, offsets.back() + len));
+  }
+  for (const DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64, DType::kUInt32,
+                            DType::kUInt64}) {
+    for (const Shape shape : {Shape::kSpread, Shape::kFewDistinct, Shape::kAllNan}) {
+      const std::vector<std::byte> bytes = MakeArray(dtype, n, shape, rng);
+      DeviceCopy on_gpu(bytes);
+      AggregationPlan segments = Plan(dtype, n, 0, ops);
+      segments.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(offsets);
+      const std::uint64_t whole_rows = n / 1000 * 1000;
+      AggregationPlan rows = Plan(dtype, whole_rows, 1000, ops);
+      for (const AggregationPlan* plan : {&segments, &rows}) {
+        const std::string what = std::string(rules::Name(dtype)) + " shape " + std::to_string(static_cast<int>(shape)) +
+                                 (plan == &rows ? ", rows" : ", segments");
+        const Extent whole = on_gpu.extent(0, plan->array.bytes());
+        absl::StatusOr<AggregationResult> device = RunPlan(*device_, *plan, {&whole, 1}, /*kept_on_device=*/true);
+        ASSERT_TRUE(device.ok()) << what << ": " << device.status();
+        EXPECT_EQ(device->backend, "cuda") << what;
+        const Extent host_bytes = Extent::PageableHost(std::span(bytes).first(plan->array.bytes()));
+        absl::StatusOr<AggregationResult> host = RunPlan(*host_, *plan, {&host_bytes, 1});
+        ASSERT_TRUE(host.ok()) << what << ": " << host.status();
+        for (std::size_t i = 0; i < plan->ops.size(); ++i) {
+          ExpectSame(device->values[i], host->values[i], plan->ops[i], what + " " + plan->NameOf(i));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  // An empty segment's median is NaN (numpy's median of an empty array,
+  // with a warning), on the device as on the host.
+  AggregationPlan empty = Plan(DType::kFloat64, 10, 0, {{.kind = OpKind::kMedian}});
+  empty.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::vector<std::uint64_t>{0, 4, 4, 10});
+  const std::vector<std::byte> bytes = MakeArray(DType::kFloat64, 10, Shape::kSpread, rng);
+  DeviceCopy on_gpu(bytes);
+  const Extent whole = on_gpu.extent();
+  absl::StatusOr<AggregationResult> device = RunPlan(*device_, empty, {&whole, 1}, /*kept_on_device=*/true);
+  ASSERT_TRUE(device.ok()) << device.status();
+  const Extent host_bytes = Extent::PageableHost(bytes);
+  absl::StatusOr<AggregationResult> host = RunPlan(*host_, empty, {&host_bytes, 1});
+  ASSERT_TRUE(host.ok()) << host.status();
+  ExpectSame(device->values[0], host->values[0], empty.ops[0], "an empty segment");
+  const auto& rows = std::get<std::vector<RowAnswer>>(device->values[0]);
+  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows[1].doubles.size(), 1u);
+  EXPECT_TRUE(std::isnan(rows[1].doubles[0]));
 }
 
 }  // namespace

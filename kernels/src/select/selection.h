@@ -53,6 +53,15 @@ class Selection {
   PassStats stats;
 };
 
+// What SortedSegments runs, per element type (segment_sort.cu).
+class SortedSegmentsImpl {
+ public:
+  virtual ~SortedSegmentsImpl() = default;
+  [[nodiscard]] virtual cudaError_t Sort(std::span<const std::uint64_t> offsets, std::span<std::uint64_t> nan) = 0;
+  [[nodiscard]] virtual cudaError_t Elements(std::span<const std::uint64_t> places,
+                                             std::span<std::uint64_t> bits) = 0;
+};
+
 // Scratch for a Selection of up to max_ranks ranks gathering up to `room`
 // elements for its final sort (SelectPolicy::Candidates).
 [[nodiscard]] cudaError_t SelectionScratchBytes(const DeviceArray& array, std::size_t max_ranks, std::uint64_t room,

@@ -37,6 +37,9 @@ using rules::agg::RowAnswer;
 // Ranks one selection takes at once (kernels::OrderStatistics' most): a
 // plan's quantile ops share one counting pass and ask in batches of these.
 constexpr std::size_t kRanksPerSelect = 4096;
+// Places a segmented plan reads back at once (kernels::SortedSegments):
+// 64 MB of places and bits, whatever the rows and q.
+constexpr std::uint64_t kPlacesPerRead = std::uint64_t{1} << 22;
 
 bool Covered(OpKind k) {
   switch (k) {
@@ -66,8 +69,9 @@ absl::Status CudaFailure(const std::string& device, const char* what) {
 
 // The scratch the plan's passes need, the largest of them (they run one
 // after another on one stream).
-cudaError_t ScratchFor(const AggregationPlan& plan, std::size_t* bytes) {
+cudaError_t ScratchFor(const AggregationPlan& plan, std::uint64_t places, std::size_t* bytes) {
   const kernels::DeviceArray shape{plan.array.dtype, nullptr, plan.array.length};
+  if (plan.array.segmented()) return kernels::SortedSegments::ScratchBytes(shape, plan.array.rows(), places, bytes);
   std::size_t ranks = 0, most = 0;
   for (const OpSpec& op : plan.ops) {
     std::size_t need = 0;
@@ -200,6 +204,7 @@ class KeptOnDevice final : public Reduction {
 
   template <typename T>
   absl::Status Run(const kernels::DeviceArray& array, AggregationResult& result) {
+    if (plan_.array.segmented()) return SegmentQuantiles<T>(array, result);
     if (absl::Status s = Quantiles<T>(array, result); !s.ok()) return s;
     for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
       const OpSpec& op = plan_.ops[i];
@@ -270,6 +275,60 @@ class KeptOnDevice final : public Reduction {
         return absl::InvalidArgumentError(absl::StrCat(plan_.NameOf(i), ": ", *none));
       }
       result.values[i] = std::vector<RowAnswer>{std::move(answer)};
+    }
+    return absl::OkStatus();
+  }
+
+  // Every row's or segment's quantile ops (a segmented plan holds no other,
+  // StartKeptOnDevice): each segment sorted once on the device, then per op
+  // the ranks its QuantilePicks need, read back in batches of at most
+  // max_ranks_ places, and each row answered by QuantilePicks::Answer, as
+  // the host's states answer it.
+  template <typename T>
+  absl::Status SegmentQuantiles(const kernels::DeviceArray& array, AggregationResult& result) {
+    const ArraySpec& a = plan_.array;
+    const std::uint64_t rows = a.rows();
+    std::vector<std::uint64_t> offsets(rows + 1), nan(rows);
+    for (std::uint64_t r = 0; r < rows; ++r) offsets[r] = a.RowStart(r);
+    offsets[rows] = a.length;
+    kernels::SortedSegments sorted(array, rows, max_ranks_, scratch_.data(), scratch_.size(), stream_.get());
+    if (sorted.Sort(offsets, nan) != cudaSuccess) return CudaFailure(device_name_, "sorting the segments");
+    std::vector<std::uint64_t> places, bits;
+    for (std::size_t i = 0; i < plan_.ops.size(); ++i) {
+      const OpSpec& op = plan_.ops[i];
+      std::vector<RowAnswer> answers(rows);
+      for (std::uint64_t first = 0; first < rows;) {
+        // Rows whose places fit one read.
+        std::vector<rules::agg::quantile_detail::QuantilePicks> picks;
+        places.clear();
+        std::uint64_t r = first;
+        for (; r < rows; ++r) {
+          const std::uint64_t numbers = offsets[r + 1] - offsets[r] - nan[r];
+          rules::agg::quantile_detail::QuantilePicks p(op, numbers, nan[r], SkipsNan(op.kind));
+          if (!places.empty() && places.size() + p.ranks().size() > max_ranks_) break;
+          for (const std::uint64_t rank : p.ranks()) places.push_back(offsets[r] + rank);
+          picks.push_back(std::move(p));
+        }
+        bits.resize(places.size());
+        if (sorted.Elements(places, bits) != cudaSuccess) {
+          return CudaFailure(device_name_, "reading a segment's quantile elements");
+        }
+        std::size_t base = 0;
+        for (std::uint64_t row = first; row < r; ++row) {
+          const auto& p = picks[row - first];
+          const auto at = [&](std::uint64_t rank) {
+            const auto& ranks = p.ranks();
+            return FromBits<T>(bits[base + (std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin())]);
+          };
+          if (std::optional<std::string> none = p.template Answer<T>(at, answers[row])) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(plan_.NameOf(i), ": ", a.RowWord(), " ", row, ": ", *none));
+          }
+          base += p.ranks().size();
+        }
+        first = r;
+      }
+      result.values[i] = std::move(answers);
     }
     return absl::OkStatus();
   }
@@ -376,7 +435,7 @@ class KeptOnDevice final : public Reduction {
   Stream stream_;          // first: the buffers below are given back on it
   StreamBuffer scratch_;
   StreamBuffer joined_;    // the pieces end to end, when there are several
-  const std::size_t max_ranks_;
+  const std::size_t max_ranks_;  // ranks one selection takes; places one read of a segmented plan takes
   std::vector<Extent> extents_;
   std::uint64_t received_ = 0;
 };
@@ -395,22 +454,33 @@ absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPl
   }
   if (absl::Status health = pool.DeviceHealth(from.device); !health.ok()) return health;
   const ArraySpec& a = plan.array;
-  if (a.segmented() || a.masked()) return unimplemented("rows, segments and validity masks run on the host.");
-  if (a.length == 0 || a.length >= (std::uint64_t{1} << 32)) {
-    return unimplemented("the device passes take 1 to 2^32 - 1 elements.");
+  if (a.masked()) return unimplemented("validity masks run on the host.");
+  // Rows and segments: the quantile functions, each segment sorted.
+  const std::uint64_t most = a.segmented() ? (std::uint64_t{1} << 31) : (std::uint64_t{1} << 32);
+  if (a.length == 0 || a.length >= most) {
+    return unimplemented(absl::StrCat("the device passes take 1 to ", most - 1, " elements", a.segmented() ? " in rows or segments." : "."));
   }
   if (!kernels::SelectSupports(a.dtype)) return unimplemented(absl::StrCat(rules::Name(a.dtype), " runs on the host."));
   std::size_t ranks = 0;
   for (const OpSpec& op : plan.ops) {
-    if (!Covered(op.kind) || op.partial) {
-      return unimplemented(absl::StrCat(rules::Name(op.kind), op.partial ? "'s partial state" : "", " runs on the host."));
+    if (!Covered(op.kind) || op.partial || (a.segmented() && !IsQuantile(op.kind))) {
+      return unimplemented(absl::StrCat(rules::Name(op.kind), op.partial ? "'s partial state" : "",
+                                        a.segmented() ? " per row or segment" : "", " runs on the host."));
     }
     if (IsQuantile(op.kind)) ranks += RanksAtMost(op);
+  }
+  // Places a read takes: a whole plan's ranks, or for rows and segments
+  // every row's of the widest op, up to kPlacesPerRead.
+  std::uint64_t places = std::min(std::max<std::size_t>(ranks, 1), kRanksPerSelect);
+  if (a.segmented()) {
+    std::uint64_t widest = 1;
+    for (const OpSpec& op : plan.ops) widest = std::max<std::uint64_t>(widest, RanksAtMost(op));
+    places = std::min(kPlacesPerRead, std::max(widest, a.rows() * widest));
   }
   ScopedDevice on(from.device);
   const std::string& name = pool.DeviceName(from.device);
   std::size_t bytes = 0;
-  if (ScratchFor(plan, &bytes) != cudaSuccess) return CudaFailure(name, "sizing the device pass's scratch");
+  if (ScratchFor(plan, places, &bytes) != cudaSuccess) return CudaFailure(name, "sizing the device pass's scratch");
   if (KeepPoolMemory(from.device) != cudaSuccess) {
     // A device without stream-ordered allocation: the host steps instead.
     const std::string where = LastErrorWhere();
@@ -426,8 +496,8 @@ absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPl
     (void)cudaGetLastError();
     return unimplemented(absl::StrCat("GPU ", from.device, " has no ", bytes, " bytes of scratch free (", where, ")."));
   }
-  return std::unique_ptr<Reduction>(std::make_unique<KeptOnDevice>(
-      plan, from.device, name, std::move(stream), std::move(scratch), std::min(std::max<std::size_t>(ranks, 1), kRanksPerSelect)));
+  return std::unique_ptr<Reduction>(
+      std::make_unique<KeptOnDevice>(plan, from.device, name, std::move(stream), std::move(scratch), places));
 }
 
 }  // namespace tally::cuda

@@ -77,6 +77,7 @@ struct PassStats {
 
 namespace select {
 class Selection;
+class SortedSegmentsImpl;
 }
 
 // Order statistics of the non-NaN elements: Count() once, then Select() once.
@@ -108,6 +109,38 @@ class OrderStatistics {
 
  private:
   std::unique_ptr<select::Selection> selection_;
+};
+
+// Order statistics of every segment at once (the rows or segments of a
+// plan, the groups of a group-by): each segment's elements as keys, NaN
+// above every number, sorted segment by segment (CUB's segmented sort),
+// then any of them read back by its place in that order. Arrays below 2^31
+// elements (CUB's counts are int).
+class SortedSegments {
+ public:
+  // Scratch for `segments` segments of `array` and up to `max_places`
+  // places read at once: about twice the array's keys.
+  [[nodiscard]] static cudaError_t ScratchBytes(const DeviceArray& array, std::uint64_t segments,
+                                                std::uint64_t max_places, std::size_t* bytes);
+
+  SortedSegments(const DeviceArray& array, std::uint64_t segments, std::uint64_t max_places, void* scratch,
+                 std::size_t scratch_bytes, cudaStream_t stream);
+  ~SortedSegments();
+  SortedSegments(const SortedSegments&) = delete;
+  SortedSegments& operator=(const SortedSegments&) = delete;
+
+  // Sorts segment s, elements [offsets[s], offsets[s + 1]) (host memory,
+  // segments + 1 ascending entries from 0 to the length); nan[s] gets its
+  // NaN elements, which sort last. Synchronizes.
+  [[nodiscard]] cudaError_t Sort(std::span<const std::uint64_t> offsets, std::span<std::uint64_t> nan);
+  // bits[i] = the element at place places[i] of the sorted order (a
+  // segment's number of rank r is at offsets[s] + r), its bytes
+  // zero-extended; a zero as +0.0 (keys order -0.0 equal to 0.0). At most
+  // max_places places. Synchronizes.
+  [[nodiscard]] cudaError_t Elements(std::span<const std::uint64_t> places, std::span<std::uint64_t> bits);
+
+ private:
+  std::unique_ptr<select::SortedSegmentsImpl> impl_;
 };
 
 // Top-k: the min(k, length) largest (largest) or smallest elements in
