@@ -216,6 +216,45 @@ TEST(EngineGroupBy, PartitionedPassOverAMillionKeys) {
           Keyed::kBuckets, true);
 }
 
+// Two value columns of `rows` rows: float32 (normal, about one NaN in a
+// thousand) and int64 (-1,000 to 1,000).
+struct ValueColumns {
+  std::vector<std::byte> floats, wide;
+};
+ValueColumns MakeValueColumns(std::uint64_t rows, std::mt19937_64& rng) {
+  ValueColumns out{std::vector<std::byte>(rows * sizeof(float)), std::vector<std::byte>(rows * sizeof(std::int64_t))};
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    float v = normal(rng);
+    if (rng() % 1000 == 0) v = std::nanf("");
+    const auto w = static_cast<std::int64_t>(rng() % 2001) - 1000;
+    std::memcpy(out.floats.data() + i * sizeof(float), &v, sizeof(float));
+    std::memcpy(out.wide.data() + i * sizeof(w), &w, sizeof(w));
+  }
+  return out;
+}
+
+// `values`' columns appended to `plan` (after its keys) with their
+// aggregations: the float column's those the direct pass takes, the int64
+// column's those the order by key and the segmented kernels take (an
+// argmin mapped back to table rows among them).
+void AddValueColumns(GroupByPlan& plan, const ValueColumns& values) {
+  const std::size_t first = plan.columns.size();
+  plan.columns.push_back(GroupColumn{.name = "f", .dtype = DType::kFloat32, .data = values.floats});
+  plan.columns.push_back(GroupColumn{.name = "i", .dtype = DType::kInt64, .data = values.wide});
+  const std::vector<std::vector<OpSpec>> ops = {
+      {Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
+      {Op(OpKind::kSum), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kArgmin)}};
+  for (std::size_t v = 0; v < ops.size(); ++v) {
+    ColumnAggregations c{.column = first + v};
+    for (std::size_t i = 0; i < ops[v].size(); ++i) c.positions.push_back(plan.aggregations + i);
+    c.plan.array = ArraySpec{.dtype = plan.columns[c.column].dtype, .length = plan.rows};
+    c.plan.ops = ops[v];
+    plan.aggregations += ops[v].size();
+    plan.values.push_back(c);
+  }
+}
+
 // A table that arrives in host memory (inline, a shared-memory region) is
 // copied to the GPU and grouped there from cuda::EnginePolicy::
 // kMinRowsToGroupOnDevice rows, with the answers the host's steps give;
@@ -230,34 +269,12 @@ TEST(EngineGroupBy, HostTablesOfManyRowsAreGroupedOnTheDevice) {
     const bool copied = rows >= (std::uint64_t{1} << 20);
     SCOPED_TRACE(rows);
     const std::vector<std::byte> keys = Keys<std::int32_t>(rows, 3000, true, -50, rng);
-    std::vector<std::byte> values(rows * sizeof(float)), wide(rows * sizeof(std::int64_t));
-    std::normal_distribution<float> normal(0.0f, 100.0f);
-    for (std::uint64_t i = 0; i < rows; ++i) {
-      float v = normal(rng);
-      if (rng() % 1000 == 0) v = std::nanf("");
-      const auto w = static_cast<std::int64_t>(rng() % 2001) - 1000;
-      std::memcpy(values.data() + i * sizeof(float), &v, sizeof(float));
-      std::memcpy(wide.data() + i * sizeof(w), &w, sizeof(w));
-    }
+    const ValueColumns values = MakeValueColumns(rows, rng);
     GroupByPlan plan;
     plan.rows = rows;
-    plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = keys},
-                    GroupColumn{.name = "f", .dtype = DType::kFloat32, .data = values},
-                    GroupColumn{.name = "i", .dtype = DType::kInt64, .data = wide}};
+    plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt32, .data = keys}};
     plan.keys = {0};
-    // Float values the direct pass takes; int64 values the order by key and
-    // the segmented kernels do (and an argmin mapped back to table rows).
-    const std::vector<std::vector<OpSpec>> ops = {
-        {Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
-        {Op(OpKind::kSum), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kArgmin)}};
-    for (std::size_t v = 0; v < ops.size(); ++v) {
-      ColumnAggregations c{.column = v + 1};
-      for (std::size_t i = 0; i < ops[v].size(); ++i) c.positions.push_back(plan.aggregations + i);
-      c.plan.array = ArraySpec{.dtype = plan.columns[v + 1].dtype, .length = rows};
-      c.plan.ops = ops[v];
-      plan.aggregations += ops[v].size();
-      plan.values.push_back(c);
-    }
+    AddValueColumns(plan, values);
     std::string steps;
     absl::StatusOr<grouping::GroupedResult> dev =
         grouping::RunGroupBy(plan, *cuda, 1 << 26, [&](const char* step) { steps += std::string(step) + "; "; });
@@ -294,15 +311,7 @@ void CompareComposite(const std::vector<KeyColumnOf>& key_columns, std::uint64_t
   BackendOptions o = TestOptions();
   std::unique_ptr<Backend> cuda = MakeFunctionRouter(MakeCuda(o), 1 << 30);
   std::unique_ptr<Backend> cpu = MakeFunctionRouter(MakeCpu(), 1 << 30);
-  std::vector<std::byte> values(rows * sizeof(float)), wide(rows * sizeof(std::int64_t));
-  std::normal_distribution<float> normal(0.0f, 100.0f);
-  for (std::uint64_t i = 0; i < rows; ++i) {
-    float v = normal(rng);
-    if (rng() % 1000 == 0) v = std::nanf("");
-    const auto w = static_cast<std::int64_t>(rng() % 2001) - 1000;
-    std::memcpy(values.data() + i * sizeof(float), &v, sizeof(float));
-    std::memcpy(wide.data() + i * sizeof(w), &w, sizeof(w));
-  }
+  const ValueColumns values = MakeValueColumns(rows, rng);
   GroupByPlan plan;
   plan.rows = rows;
   for (std::size_t k = 0; k < key_columns.size(); ++k) {
@@ -310,22 +319,8 @@ void CompareComposite(const std::vector<KeyColumnOf>& key_columns, std::uint64_t
                                        .data = key_columns[k].keys});
     plan.keys.push_back(k);
   }
-  plan.columns.push_back(GroupColumn{.name = "f", .dtype = DType::kFloat32, .data = values});
-  plan.columns.push_back(GroupColumn{.name = "i", .dtype = DType::kInt64, .data = wide});
-  // Float values the direct pass takes (where the combined range lets it);
-  // int64 values the order by key and the segmented kernels do, with an
-  // argmin mapped back to table rows.
-  const std::vector<std::vector<OpSpec>> ops = {
-      {Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
-      {Op(OpKind::kSum), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kArgmin)}};
-  for (std::size_t v = 0; v < ops.size(); ++v) {
-    ColumnAggregations c{.column = key_columns.size() + v};
-    for (std::size_t i = 0; i < ops[v].size(); ++i) c.positions.push_back(plan.aggregations + i);
-    c.plan.array = ArraySpec{.dtype = plan.columns[c.column].dtype, .length = rows};
-    c.plan.ops = ops[v];
-    plan.aggregations += ops[v].size();
-    plan.values.push_back(c);
-  }
+  // The direct pass takes the float column where the combined range lets it.
+  AddValueColumns(plan, values);
   GroupByPlan on_gpu = plan;
   std::vector<std::unique_ptr<ResidentMemory>> held;
   if (resident) {
