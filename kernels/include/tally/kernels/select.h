@@ -95,10 +95,11 @@ class OrderStatistics {
   // Reads the array once: *nan gets its NaN elements (0 for integers), and
   // the pass leaves the counts Select() narrows with. `hints`: the
   // fractions of the non-NaN elements where Select()'s ranks will lie (a
-  // median's 0.5; up to 8): the pass then also gathers the elements the
-  // sample places near them, and Select() reads the array no more when
-  // each rank is among them (a second read otherwise: hints change the
-  // time, never the answer).
+  // median's 0.5; up to 8): the pass is then the window pass, which counts
+  // around and gathers the elements the sorted sample places near them,
+  // and Select() reads the array no more when each rank is among them (the
+  // counting pass and a gathering read otherwise: hints change the time,
+  // never the answer).
   [[nodiscard]] cudaError_t Count(std::uint64_t* nan, std::span<const double> hints = {});
   // bits[i] = the element of rank ranks[i] among the non-NaN elements
   // (0 = the smallest), its bytes zero-extended to 64 bits. `ranks` sorted,
