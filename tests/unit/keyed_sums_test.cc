@@ -5,7 +5,8 @@
 // to the general path's (a key column with an all-valid mask takes that),
 // bit for bit where the partitioned pass answers for wide keys. And the
 // host's faster forms of the fixed-point rules (SplitFixed, FixedSumOf)
-// against ToFixed128 and FixedSum.
+// against ToFixed128 and FixedSum; composite keys grouped as their
+// combined key.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -652,6 +653,106 @@ TEST(RunGroupBy, WideKeysTakeThePartitionedPassWithTheGeneralPathsBits) {
   ASSERT_EQ(fast.groups, general.groups);
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     EXPECT_TRUE(SameBits(fast.results[0].values[i], general.results[0].values[i])) << rules::Name(kinds[i]);
+  }
+}
+
+// Composite integer keys are combined into one key on the host, as the
+// device combines them: the same groups, tuples and bits as one key column
+// holding the combined keys, the direct pass included; ranges multiplying
+// past kMaxCombinedRange keep the composite path, with the same groups.
+TEST(RunGroupBy, CompositeKeysAreGroupedAsTheirCombinedKey) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 200'003;
+  std::vector<std::int8_t> a(rows);
+  std::vector<std::uint16_t> b(rows);
+  std::vector<std::uint8_t> c(rows);  // bool
+  std::vector<std::uint64_t> combined(rows);
+  for (std::size_t i = 0; i < rows; ++i) {
+    a[i] = static_cast<std::int8_t>(static_cast<int>(rng() % 8) - 3);
+    b[i] = static_cast<std::uint16_t>(65000 + rng() % 100);
+    c[i] = static_cast<std::uint8_t>(rng() % 2);
+    combined[i] = (static_cast<std::uint64_t>(a[i] + 3) * 100 + (b[i] - 65000)) * 2 + c[i];
+  }
+  const auto floats = Values<double>(rows, rng);
+  std::vector<std::int64_t> ints(rows);
+  for (auto& v : ints) v = static_cast<std::int64_t>(rng() % 100001) - 50000;
+  const std::vector<OpKind> direct = {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanCount, OpKind::kNanMax};
+  const std::vector<OpKind> general = {OpKind::kSum, OpKind::kMean, OpKind::kArgmin};
+  std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
+  const auto run = [&](std::vector<GroupColumn> keys, std::vector<std::string>* phases) {
+    GroupByPlan plan;
+    plan.rows = rows;
+    plan.columns = std::move(keys);
+    for (std::size_t k = 0; k < plan.columns.size(); ++k) plan.keys.push_back(k);
+    plan.columns.push_back(GroupColumn{.name = "f", .dtype = DType::kFloat64, .data = Bytes(floats)});
+    plan.columns.push_back(GroupColumn{.name = "i", .dtype = DType::kInt64, .data = Bytes(ints)});
+    for (const std::size_t w : {plan.columns.size() - 2, plan.columns.size() - 1}) {
+      ColumnAggregations col{.column = w};
+      col.plan.array = ArraySpec{.dtype = plan.columns[w].dtype, .length = rows};
+      for (const OpKind kind : w == plan.columns.size() - 2 ? direct : general) {
+        col.positions.push_back(plan.aggregations++);
+        col.plan.ops.push_back(OpSpec{.kind = kind});
+      }
+      plan.values.push_back(col);
+    }
+    absl::StatusOr<GroupedResult> r =
+        RunGroupBy(plan, *backend, 1 << 20, [&](const char* p) { if (phases) phases->push_back(p); });
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *std::move(r);
+  };
+  std::vector<std::string> phases;
+  const GroupedResult tuples = run({GroupColumn{.name = "a", .dtype = DType::kInt8, .data = Bytes(a)},
+                                    GroupColumn{.name = "b", .dtype = DType::kUInt16, .data = Bytes(b)},
+                                    GroupColumn{.name = "c", .dtype = DType::kBool, .data = Bytes(c)}},
+                                   &phases);
+  const GroupedResult one = run({GroupColumn{.name = "k", .dtype = DType::kUInt64, .data = Bytes(combined)}}, nullptr);
+  EXPECT_NE(std::find(phases.begin(), phases.end(), "key columns combined on the host"), phases.end());
+  EXPECT_NE(std::find(phases.begin(), phases.end(), "column summed by key on the host"), phases.end());
+  ASSERT_EQ(tuples.groups, one.groups);
+  ASSERT_EQ(tuples.groups, 8u * 100 * 2);
+  ASSERT_EQ(tuples.keys.size(), 3u);
+  for (std::uint64_t g = 0; g < tuples.groups; ++g) {
+    std::uint64_t k = 0;
+    std::memcpy(&k, one.keys[0].data.data() + 8 * g, 8);
+    ASSERT_EQ(static_cast<int>(static_cast<std::int8_t>(tuples.keys[0].data[g])), static_cast<int>(k / 200) - 3);
+    std::uint16_t bk = 0;
+    std::memcpy(&bk, tuples.keys[1].data.data() + 2 * g, 2);
+    ASSERT_EQ(bk, 65000 + (k / 2) % 100);
+    ASSERT_EQ(static_cast<std::uint64_t>(tuples.keys[2].data[g]), k % 2);
+  }
+  for (std::size_t r = 0; r < 2; ++r) {
+    for (std::size_t k = 0; k < tuples.results[r].values.size(); ++k) {
+      EXPECT_TRUE(SameBits(tuples.results[r].values[k], one.results[r].values[k])) << "column " << r << " op " << k;
+    }
+  }
+  // Past kMaxCombinedRange (2^40 x 2^13 keys): the composite path, each
+  // tuple one group, in ascending order.
+  std::vector<std::int64_t> wide(rows);
+  std::vector<std::int32_t> narrow(rows);
+  std::map<std::pair<std::int64_t, std::int32_t>, std::uint64_t> count;
+  for (std::size_t i = 0; i < rows; ++i) {
+    wide[i] = static_cast<std::int64_t>(rng() % 1000) * (std::int64_t{1} << 30) - (std::int64_t{1} << 39);
+    narrow[i] = static_cast<std::int32_t>(rng() % 8192);
+    ++count[{wide[i], narrow[i]}];
+  }
+  phases.clear();
+  const GroupedResult apart = run({GroupColumn{.name = "w", .dtype = DType::kInt64, .data = Bytes(wide)},
+                                   GroupColumn{.name = "n", .dtype = DType::kInt32, .data = Bytes(narrow)}},
+                                  &phases);
+  EXPECT_EQ(std::find(phases.begin(), phases.end(), "key columns combined on the host"), phases.end());
+  ASSERT_EQ(apart.groups, count.size());
+  const auto& counts = std::get<std::vector<std::uint64_t>>(apart.results[0].values[2]);  // nancount
+  std::uint64_t g = 0;
+  for (const auto& [tuple, n] : count) {
+    std::int64_t w = 0;
+    std::int32_t m = 0;
+    std::memcpy(&w, apart.keys[0].data.data() + 8 * g, 8);
+    std::memcpy(&m, apart.keys[1].data.data() + 4 * g, 4);
+    ASSERT_EQ(w, tuple.first);
+    ASSERT_EQ(m, tuple.second);
+    // NaN elements are not counted.
+    EXPECT_LE(counts[g], n);
+    ++g;
   }
 }
 

@@ -1,6 +1,9 @@
-// Composite keys grouped on a device as one (Backend::CombineKeysOnDevice):
-// which plans take that path, and each group's key tuple read back from
-// its combined key.
+// Composite keys grouped as one: integer key columns combined into one
+// uint64 key per row in mixed radix (on a device, Backend::
+// CombineKeysOnDevice; in host memory, CombineKeysOnHost), so that the
+// one-key steps group them, and each group's key tuple read back from its
+// combined key. Both backends combine alike, so a composite key takes the
+// paths (and gives the bits) one key of that range would.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +22,22 @@ namespace tally::grouping {
 // is missing, so dropna has nothing to drop).
 [[nodiscard]] bool CombinableKeys(const GroupByPlan& plan);
 
+// The ranges' product past which keys are not combined: the one-key
+// steps' widest (the device's order by key takes ranges up to 2^32).
+inline constexpr std::uint64_t kMaxCombinedRange = std::uint64_t{1} << 32;
+
+// The plan's key columns (CombinableKeys, in host memory) combined as
+// CombinedKeyColumn describes, the combined keys in `combined`; false
+// (nothing written) where the ranges multiply past kMaxCombinedRange.
+[[nodiscard]] bool CombineKeysOnHost(const GroupByPlan& plan, std::vector<std::uint64_t>& combined,
+                                     std::vector<std::uint64_t>& lowest, std::vector<std::uint64_t>& range);
+
 // The key columns of the groups whose combined keys are `combined`
-// (uint64 elements, as the one-key steps answer them): each group's tuple
-// by division, in the columns' dtypes.
-[[nodiscard]] std::vector<KeyValues> SplitCombinedKeys(const KeyValues& combined, const CombinedKeyColumn& how,
+// (uint64 elements, as the one-key steps answer them), from each column's
+// least key (as a 64-bit integer, sign-extended if signed) and range: each
+// group's tuple by division, in the columns' dtypes.
+[[nodiscard]] std::vector<KeyValues> SplitCombinedKeys(const KeyValues& combined, std::span<const std::uint64_t> lowest,
+                                                       std::span<const std::uint64_t> range,
                                                        std::span<const DType> dtypes);
 
 }  // namespace tally::grouping

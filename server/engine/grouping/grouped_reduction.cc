@@ -336,7 +336,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunCombinedOnDevice(const GroupByPl
   one.keys = {one.columns.size() - 1};
   absl::StatusOr<std::optional<GroupedResult>> result = RunOnDevice(one, backend, max_groups, note);
   if (!result.ok() || !result->has_value()) return result;
-  (*result)->keys = SplitCombinedKeys((*result)->keys[0], *combined, dtypes);
+  (*result)->keys = SplitCombinedKeys((*result)->keys[0], combined->lowest, combined->range, dtypes);
   return result;
 }
 
@@ -413,6 +413,31 @@ namespace {
 
 absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backend, std::uint64_t max_groups,
                                         const Note& note) {
+  // Composite integer keys as one combined key, as the device combines
+  // them, where a column takes the direct pass by key: the bits one key of
+  // that range gets, on either backend. (Otherwise FindGroups codes the
+  // tuples itself, in one pass fewer: h2o's q2, sum of an int64 column by
+  // two keys, 1e7 rows, took 0.14 s combined against 0.11.)
+  const bool direct_column = std::any_of(plan.values.begin(), plan.values.end(), [&](const ColumnAggregations& c) {
+    return plan.columns[c.column].validity == nullptr && TakesDirect(plan, c);
+  });
+  if (CombinableKeys(plan) && direct_column) {
+    std::vector<std::uint64_t> combined, lowest, range;
+    if (CombineKeysOnHost(plan, combined, lowest, range)) {
+      note("key columns combined on the host");
+      GroupByPlan one = plan;
+      one.columns.push_back(GroupColumn{.name = "combined key",
+                                        .dtype = DType::kUInt64,
+                                        .data = std::as_bytes(std::span<const std::uint64_t>(combined))});
+      one.keys = {one.columns.size() - 1};
+      absl::StatusOr<GroupedResult> result = RunOnHost(one, backend, max_groups, note);
+      if (!result.ok()) return result.status();
+      std::vector<DType> dtypes;
+      for (const std::size_t k : plan.keys) dtypes.push_back(plan.columns[k].dtype);
+      result->keys = SplitCombinedKeys(result->keys[0], lowest, range, dtypes);
+      return result;
+    }
+  }
   absl::StatusOr<std::optional<GroupedResult>> direct = RunDirectOnHost(plan, backend, max_groups, note);
   if (!direct.ok()) return direct.status();
   if (direct->has_value()) return **std::move(direct);
