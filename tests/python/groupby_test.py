@@ -66,6 +66,16 @@ def values_frame(rng, n, keys):
                          "Int64": int_na, "Float64": float_na, "boolean": bool_na})
 
 
+def mixed_columns(rng, n):
+    """An int32 key column and value columns of five dtypes, float64 with NaN."""
+    f64 = rng.uniform(0.5, 1.5, n)
+    f64[rng.random(n) < 0.1] = np.nan
+    return {"k": rng.integers(-40, 57, n).astype(np.int32), "f64": f64,
+            "f32": rng.uniform(0.5, 1.5, n).astype(np.float32),
+            "i16": rng.integers(-9, 9, n).astype(np.int16),
+            "u64": rng.integers(0, 2**62, n, dtype=np.uint64), "b": rng.random(n) < 0.3}
+
+
 def func_of(label):
     """The function of a result column's label: ("v", "std") -> "std"."""
     return label[-1] if isinstance(label, tuple) else label
@@ -478,12 +488,7 @@ class SharedColumns(Base):
 
     def test_region_columns_alone(self):
         n = 30_000
-        f64 = self.rng.uniform(0.5, 1.5, n)
-        f64[self.rng.random(n) < 0.1] = np.nan
-        arrays = {"k": self.rng.integers(-40, 57, n).astype(np.int32), "f64": f64,
-                  "f32": self.rng.uniform(0.5, 1.5, n).astype(np.float32),
-                  "i16": self.rng.integers(-9, 9, n).astype(np.int16),
-                  "u64": self.rng.integers(0, 2**62, n, dtype=np.uint64), "b": self.rng.random(n) < 0.3}
+        arrays = mixed_columns(self.rng, n)
         for sort in (True, False):
             for agg in (FEW, FUNCS + INDEX_FUNCS):  # the second in two requests (over 64 aggregations)
                 _, requests = self.groupby_both_ways(arrays, list(arrays), "k", agg, f"sort={sort}, agg={agg}",
@@ -618,13 +623,8 @@ class DatasetColumns(Base):
 
     def test_dataset_columns_answer_as_the_arrays(self):
         n = 30_000
-        f64 = self.rng.uniform(0.5, 1.5, n)
-        f64[self.rng.random(n) < 0.1] = np.nan
-        arrays = {"k": self.rng.integers(-40, 57, n).astype(np.int32), "f64": f64,
-                  "f32": self.rng.uniform(0.5, 1.5, n).astype(np.float32),
-                  "i16": self.rng.integers(-9, 9, n).astype(np.int16),
-                  "u64": self.rng.integers(0, 2**62, n, dtype=np.uint64), "b": self.rng.random(n) < 0.3,
-                  "s": self.rng.choice(["x", "y"], n)}
+        arrays = mixed_columns(self.rng, n)
+        arrays["s"] = self.rng.choice(["x", "y"], n)
         unmasked = [f for f in FUNCS if f not in ("prod", "any", "all")]  # a float column's need a mask
         agg = {"f64": unmasked, "f32": FEW + ["std", "median"], "i16": FUNCS + INDEX_FUNCS, "u64": ["sum", "max"],
                "b": ["sum", "mean", "any"]}

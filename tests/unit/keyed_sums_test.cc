@@ -373,6 +373,28 @@ Validity AllValid(std::size_t rows) {
   return std::make_shared<const std::vector<std::uint32_t>>((rows + 31) / 32, ~std::uint32_t{0});
 }
 
+// int64 values from -50,000 to 50,000.
+std::vector<std::int64_t> Ints(std::size_t rows, std::mt19937_64& rng) {
+  std::vector<std::int64_t> ints(rows);
+  for (auto& v : ints) v = static_cast<std::int64_t>(rng() % 100001) - 50000;
+  return ints;
+}
+
+// Ops the direct pass answers, and ops of the general path.
+const std::vector<OpKind> kDirectOps = {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanCount, OpKind::kNanMax};
+const std::vector<OpKind> kGeneralOps = {OpKind::kSum, OpKind::kMean, OpKind::kArgmin};
+
+// `kinds` asked of column `column` of the plan.
+void Ask(GroupByPlan& plan, std::size_t column, const std::vector<OpKind>& kinds) {
+  ColumnAggregations c{.column = column};
+  c.plan.array = ArraySpec{.dtype = plan.columns[column].dtype, .length = plan.rows};
+  for (const OpKind kind : kinds) {
+    c.positions.push_back(plan.aggregations++);
+    c.plan.ops.push_back(OpSpec{.kind = kind});
+  }
+  plan.values.push_back(c);
+}
+
 // A float column asking only the direct pass's ops takes it beside columns
 // that take the general path (int64 values, argmin): its answers are those
 // it has alone, bit for bit, and so are its neighbours'.
@@ -381,10 +403,9 @@ TEST(RunGroupBy, AColumnsAnswersDoNotDependOnItsNeighbours) {
   const std::size_t rows = 100'003;
   const std::vector<std::int32_t> keys = UniformKeys(rows, 2000, -700, rng);
   const auto floats = Values<double>(rows, rng);
-  std::vector<std::int64_t> ints(rows);
-  for (auto& v : ints) v = static_cast<std::int64_t>(rng() % 100001) - 50000;
-  const std::vector<OpKind> direct = {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanCount, OpKind::kNanMax};
-  const std::vector<OpKind> general = {OpKind::kSum, OpKind::kMean, OpKind::kArgmin};
+  const std::vector<std::int64_t> ints = Ints(rows, rng);
+  const std::vector<OpKind>& direct = kDirectOps;
+  const std::vector<OpKind>& general = kGeneralOps;
   std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
   // The plan of the value columns in `which` (1: the floats, 2: the ints).
   auto run = [&](const std::vector<std::size_t>& which, std::vector<const char*>* phases) {
@@ -394,15 +415,7 @@ TEST(RunGroupBy, AColumnsAnswersDoNotDependOnItsNeighbours) {
                     GroupColumn{.name = "f", .dtype = DType::kFloat64, .data = Bytes(floats)},
                     GroupColumn{.name = "i", .dtype = DType::kInt64, .data = Bytes(ints)}};
     plan.keys = {0};
-    for (const std::size_t w : which) {
-      ColumnAggregations c{.column = w};
-      c.plan.array = ArraySpec{.dtype = plan.columns[w].dtype, .length = rows};
-      for (const OpKind kind : w == 1 ? direct : general) {
-        c.positions.push_back(plan.aggregations++);
-        c.plan.ops.push_back(OpSpec{.kind = kind});
-      }
-      plan.values.push_back(c);
-    }
+    for (const std::size_t w : which) Ask(plan, w, w == 1 ? direct : general);
     absl::StatusOr<GroupedResult> r = RunGroupBy(plan, *backend, 1 << 20, [&](const char* p) {
       if (phases != nullptr) phases->push_back(p);
     });
@@ -674,10 +687,9 @@ TEST(RunGroupBy, CompositeKeysAreGroupedAsTheirCombinedKey) {
     combined[i] = (static_cast<std::uint64_t>(a[i] + 3) * 100 + (b[i] - 65000)) * 2 + c[i];
   }
   const auto floats = Values<double>(rows, rng);
-  std::vector<std::int64_t> ints(rows);
-  for (auto& v : ints) v = static_cast<std::int64_t>(rng() % 100001) - 50000;
-  const std::vector<OpKind> direct = {OpKind::kNanSum, OpKind::kNanMean, OpKind::kNanCount, OpKind::kNanMax};
-  const std::vector<OpKind> general = {OpKind::kSum, OpKind::kMean, OpKind::kArgmin};
+  const std::vector<std::int64_t> ints = Ints(rows, rng);
+  const std::vector<OpKind>& direct = kDirectOps;
+  const std::vector<OpKind>& general = kGeneralOps;
   std::unique_ptr<Backend> backend = MakeFunctionRouter(MakeCpuBackend(CpuBackendOptions{.threads = 2}), 1 << 30);
   const auto run = [&](std::vector<GroupColumn> keys, std::vector<std::string>* phases) {
     GroupByPlan plan;
@@ -686,15 +698,8 @@ TEST(RunGroupBy, CompositeKeysAreGroupedAsTheirCombinedKey) {
     for (std::size_t k = 0; k < plan.columns.size(); ++k) plan.keys.push_back(k);
     plan.columns.push_back(GroupColumn{.name = "f", .dtype = DType::kFloat64, .data = Bytes(floats)});
     plan.columns.push_back(GroupColumn{.name = "i", .dtype = DType::kInt64, .data = Bytes(ints)});
-    for (const std::size_t w : {plan.columns.size() - 2, plan.columns.size() - 1}) {
-      ColumnAggregations col{.column = w};
-      col.plan.array = ArraySpec{.dtype = plan.columns[w].dtype, .length = rows};
-      for (const OpKind kind : w == plan.columns.size() - 2 ? direct : general) {
-        col.positions.push_back(plan.aggregations++);
-        col.plan.ops.push_back(OpSpec{.kind = kind});
-      }
-      plan.values.push_back(col);
-    }
+    Ask(plan, plan.columns.size() - 2, direct);
+    Ask(plan, plan.columns.size() - 1, general);
     absl::StatusOr<GroupedResult> r =
         RunGroupBy(plan, *backend, 1 << 20, [&](const char* p) { if (phases) phases->push_back(p); });
     EXPECT_TRUE(r.ok()) << r.status();

@@ -22,6 +22,7 @@ namespace {
 // dtype is signed (how its keys compare).
 template <typename F>
 void ForEachKey(const GroupColumn& c, std::uint64_t rows, F&& f) {
+  const bool boolean = c.dtype == DType::kBool;  // stored as a byte; any nonzero byte is true, as on the device
   rules::VisitDType(c.dtype, [&](auto d) {
     using T = typename rules::Traits<decltype(d)::value>::value;
     if constexpr (std::is_integral_v<T>) {
@@ -30,7 +31,7 @@ void ForEachKey(const GroupColumn& c, std::uint64_t rows, F&& f) {
         if constexpr (std::is_signed_v<T>) {
           f(i, static_cast<std::uint64_t>(static_cast<std::int64_t>(keys[i])));
         } else {
-          f(i, static_cast<std::uint64_t>(keys[i] != 0 && std::is_same_v<T, bool> ? 1 : keys[i]));
+          f(i, boolean ? std::uint64_t{keys[i] != 0} : static_cast<std::uint64_t>(keys[i]));
         }
       }
     }
@@ -74,18 +75,27 @@ bool CombineKeysOnHost(const GroupByPlan& plan, std::vector<std::uint64_t>& comb
   return true;
 }
 
-std::vector<KeyValues> SplitCombinedKeys(const KeyValues& combined, std::span<const std::uint64_t> lowest,
-                                         std::span<const std::uint64_t> range, std::span<const DType> dtypes) {
-  const std::size_t columns = dtypes.size();
-  const std::uint64_t groups = combined.data.size() / sizeof(std::uint64_t);
+GroupByPlan WithCombinedKey(const GroupByPlan& plan, const Extent& combined) {
+  GroupByPlan one = plan;
+  one.columns.push_back(GroupColumn{
+      .name = "combined key", .dtype = DType::kUInt64, .data = combined.bytes, .placement = combined.placement});
+  one.keys = {one.columns.size() - 1};
+  return one;
+}
+
+void SplitCombinedKeys(const GroupByPlan& plan, std::span<const std::uint64_t> lowest,
+                       std::span<const std::uint64_t> range, GroupedResult& result) {
+  const std::size_t columns = plan.keys.size();
+  const std::vector<std::byte>& combined = result.keys[0].data;
+  const std::uint64_t groups = combined.size() / sizeof(std::uint64_t);
   std::vector<KeyValues> out(columns);
   for (std::size_t c = 0; c < columns; ++c) {
-    out[c].dtype = dtypes[c];
-    out[c].data.resize(groups * rules::SizeOf(dtypes[c]));
+    out[c].dtype = plan.columns[plan.keys[c]].dtype;
+    out[c].data.resize(groups * rules::SizeOf(out[c].dtype));
   }
   for (std::uint64_t g = 0; g < groups; ++g) {
     std::uint64_t rest = 0;
-    std::memcpy(&rest, combined.data.data() + g * sizeof rest, sizeof rest);
+    std::memcpy(&rest, combined.data() + g * sizeof rest, sizeof rest);
     // The last column is the least significant digit.
     for (std::size_t c = columns; c-- > 0;) {
       const std::uint64_t r = range[c];  // never 0 here: the product fits 2^32
@@ -93,11 +103,11 @@ std::vector<KeyValues> SplitCombinedKeys(const KeyValues& combined, std::span<co
       rest /= r;
       // Little-endian: the key's element bytes are its low bytes (a bool's
       // 0 or 1, a signed key's two's complement truncated).
-      const std::size_t size = rules::SizeOf(dtypes[c]);
+      const std::size_t size = rules::SizeOf(out[c].dtype);
       std::memcpy(out[c].data.data() + g * size, &key, size);
     }
   }
-  return out;
+  result.keys = std::move(out);
 }
 
 }  // namespace tally::grouping

@@ -32,12 +32,15 @@ inline constexpr std::uint64_t kMaxCombinedRange = std::uint64_t{1} << 32;
 [[nodiscard]] bool CombineKeysOnHost(const GroupByPlan& plan, std::vector<std::uint64_t>& combined,
                                      std::vector<std::uint64_t>& lowest, std::vector<std::uint64_t>& range);
 
-// The key columns of the groups whose combined keys are `combined`
-// (uint64 elements, as the one-key steps answer them), from each column's
-// least key (as a 64-bit integer, sign-extended if signed) and range: each
-// group's tuple by division, in the columns' dtypes.
-[[nodiscard]] std::vector<KeyValues> SplitCombinedKeys(const KeyValues& combined, std::span<const std::uint64_t> lowest,
-                                                       std::span<const std::uint64_t> range,
-                                                       std::span<const DType> dtypes);
+// `plan` grouped by one key instead of its key columns: the combined keys
+// at `combined` (uint64, one a row), the value columns as they were.
+[[nodiscard]] GroupByPlan WithCombinedKey(const GroupByPlan& plan, const Extent& combined);
+
+// `result`, the answer of WithCombinedKey(plan, ...), with plan's key
+// columns in place of the combined key: each group's tuple by division,
+// from each column's least key (as a 64-bit integer, sign-extended if
+// signed) and range, in the columns' dtypes.
+void SplitCombinedKeys(const GroupByPlan& plan, std::span<const std::uint64_t> lowest,
+                       std::span<const std::uint64_t> range, GroupedResult& result);
 
 }  // namespace tally::grouping

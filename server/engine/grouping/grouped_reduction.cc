@@ -329,14 +329,10 @@ absl::StatusOr<std::optional<GroupedResult>> RunCombinedOnDevice(const GroupByPl
   if (absl::IsUnimplemented(combined.status())) return std::nullopt;
   if (!combined.ok()) return combined.status();
   note("key columns combined on the device");
-  GroupByPlan one = plan;
-  const Extent column = combined->column->extent();
-  one.columns.push_back(
-      GroupColumn{.name = "combined key", .dtype = DType::kUInt64, .data = column.bytes, .placement = column.placement});
-  one.keys = {one.columns.size() - 1};
-  absl::StatusOr<std::optional<GroupedResult>> result = RunOnDevice(one, backend, max_groups, note);
+  absl::StatusOr<std::optional<GroupedResult>> result =
+      RunOnDevice(WithCombinedKey(plan, combined->column->extent()), backend, max_groups, note);
   if (!result.ok() || !result->has_value()) return result;
-  (*result)->keys = SplitCombinedKeys((*result)->keys[0], combined->lowest, combined->range, dtypes);
+  SplitCombinedKeys(plan, combined->lowest, combined->range, **result);
   return result;
 }
 
@@ -425,16 +421,11 @@ absl::StatusOr<GroupedResult> RunOnHost(const GroupByPlan& plan, Backend& backen
     std::vector<std::uint64_t> combined, lowest, range;
     if (CombineKeysOnHost(plan, combined, lowest, range)) {
       note("key columns combined on the host");
-      GroupByPlan one = plan;
-      one.columns.push_back(GroupColumn{.name = "combined key",
-                                        .dtype = DType::kUInt64,
-                                        .data = std::as_bytes(std::span<const std::uint64_t>(combined))});
-      one.keys = {one.columns.size() - 1};
-      absl::StatusOr<GroupedResult> result = RunOnHost(one, backend, max_groups, note);
+      absl::StatusOr<GroupedResult> result = RunOnHost(
+          WithCombinedKey(plan, Extent::PageableHost(std::as_bytes(std::span<const std::uint64_t>(combined)))),
+          backend, max_groups, note);
       if (!result.ok()) return result.status();
-      std::vector<DType> dtypes;
-      for (const std::size_t k : plan.keys) dtypes.push_back(plan.columns[k].dtype);
-      result->keys = SplitCombinedKeys(result->keys[0], lowest, range, dtypes);
+      SplitCombinedKeys(plan, lowest, range, *result);
       return result;
     }
   }
