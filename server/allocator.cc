@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 // Read by jemalloc before its first allocation. retain:false: jemalloc asks
 // for extents of the sizes it needs and releases each once its pages have
 // been free for dirty_decay_ms, instead of growing each of its arenas in
@@ -48,19 +50,62 @@ bool Read(const char* name, T* value) {
   return mallctl(name, value, &size, nullptr, 0) == 0;
 }
 
+// The arena that takes allocations of opt.oversize_threshold (8 MiB) and
+// more, found by asking where one lies; created by that allocation if it
+// was not yet.
+bool HugeArena(unsigned* index) {
+  void* probe = malloc(std::size_t{16} << 20);
+  if (probe == nullptr) return false;
+  std::size_t size = sizeof(*index);
+  const bool found = mallctl("arenas.lookup", index, &size, &probe, sizeof(probe)) == 0;
+  free(probe);
+  return found;
+}
+
 }  // namespace
+
+// jemalloc gives buffers of 8 MiB and more an arena of their own and, on
+// free, purges their pages at once whatever dirty_decay_ms says (an
+// extent's oversize_threshold: "purge eagerly"), so every request's large
+// vectors were mapped and faulted in afresh: a 32 MiB buffer filled in
+// 12 ms where a reused one takes 1 (128 MiB: 48 ms against 3; 2-core VM,
+// docs/performance.md). The arena keeps them like the others: freed
+// pages stay for dirty_decay_ms, for the next request to reuse, and the
+// background thread returns them after that (one arena for all large
+// buffers, so a request on any thread reuses another's).
+absl::Status KeepLargeBuffersForReuse() {
+  unsigned arena = 0;
+  if (!HugeArena(&arena)) return absl::InternalError("jemalloc's arena for large buffers cannot be found (mallctl).");
+  ssize_t decay_ms = 0;
+  std::size_t size = sizeof(decay_ms);
+  if (mallctl("opt.dirty_decay_ms", &decay_ms, &size, nullptr, 0) != 0) {
+    return absl::InternalError("jemalloc's opt.dirty_decay_ms cannot be read (mallctl).");
+  }
+  std::size_t never = ~std::size_t{0} >> 1;  // no extent is oversize
+  const std::string threshold = absl::StrCat("arena.", arena, ".oversize_threshold");
+  const std::string decay = absl::StrCat("arena.", arena, ".dirty_decay_ms");
+  if (mallctl(threshold.c_str(), nullptr, nullptr, &never, sizeof(never)) != 0 ||
+      mallctl(decay.c_str(), nullptr, nullptr, &decay_ms, sizeof(decay_ms)) != 0) {
+    return absl::InternalError(absl::StrCat("jemalloc refused the settings of arena ", arena, " (mallctl)."));
+  }
+  return absl::OkStatus();
+}
 
 std::string AllocatorDescription() {
   const char* version = nullptr;
   bool background = false;
   ssize_t decay_ms = 0;
+  ssize_t large_decay_ms = 0;
   unsigned arenas = 0;
+  unsigned large = 0;
   if (!Read("version", &version) || !Read("opt.background_thread", &background) ||
-      !Read("opt.dirty_decay_ms", &decay_ms) || !Read("opt.narenas", &arenas)) {
+      !Read("opt.dirty_decay_ms", &decay_ms) || !Read("opt.narenas", &arenas) || !HugeArena(&large) ||
+      !Read(absl::StrCat("arena.", large, ".dirty_decay_ms").c_str(), &large_decay_ms)) {
     return "jemalloc (its settings could not be read)";
   }
-  return std::string("jemalloc ") + version + ", " + std::to_string(arenas) + " arenas" +
-         (background ? ", background purge" : ", no background purge") + " after " + std::to_string(decay_ms) + " ms";
+  return absl::StrCat("jemalloc ", version, ", ", arenas, " arenas",
+                      background ? ", background purge" : ", no background purge", " after ", decay_ms,
+                      " ms, large buffers after ", large_decay_ms, " ms");
 }
 
 }  // namespace tally

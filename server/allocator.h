@@ -4,7 +4,13 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace tally {
+
+// Freed buffers of 8 MiB and more kept for reuse as smaller ones are (for
+// dirty_decay_ms), not purged at once. Called once at start.
+absl::Status KeepLargeBuffersForReuse();
 
 // The allocator and its settings as jemalloc reports them, for the startup
 // line: shows that the settings took effect.

@@ -422,6 +422,9 @@ int main(int argc, char** argv) {
   config.transport.min_client_ping_interval =
       std::chrono::seconds(absl::GetFlag(FLAGS_min_client_ping_interval_seconds));
   const double grace = absl::GetFlag(FLAGS_drain_grace_seconds);
+  if (absl::Status kept = tally::KeepLargeBuffersForReuse(); !kept.ok()) {
+    spdlog::warn("allocator: {} Large buffers are mapped afresh for each request.", kept.ToString());
+  }
   tally::ReceiveArena* receive_arena = nullptr;
   if (const std::uint64_t arena_bytes = absl::GetFlag(FLAGS_pinned_receive_bytes); arena_bytes > 0) {
     if (config.backend.kind == "cpu" || config.backend.kind == "null") {
