@@ -368,6 +368,17 @@ TEST(CountDistinctState, EqualsASetOfTheValidValues) {
   std::unique_ptr<State> w = Whole(CountDistinct(), DType::kUInt64, wide);
   EXPECT_EQ(Answer(*w).uint64s, std::vector<std::uint64_t>{wide_seen.size()});
   EXPECT_EQ(MergedBytes(CountDistinct(), DType::kUInt64, wide, {}, rng), Bytes(*w));
+  // Tails long enough for the radix sort (2^16 and more), values differing
+  // in every 16-bit digit, repeats within the tail and across merges.
+  std::vector<std::uint64_t> long_tail(700000);
+  for (auto& x : long_tail) x = (rng() % 300000) * 0x9e3779b97f4a7c15ull;
+  const std::set<std::uint64_t> long_seen(long_tail.begin(), long_tail.end());
+  std::unique_ptr<State> l = Whole(CountDistinct(), DType::kUInt64, long_tail);
+  EXPECT_EQ(Answer(*l).uint64s, std::vector<std::uint64_t>{long_seen.size()});
+  EXPECT_EQ(MergedBytes(CountDistinct(), DType::kUInt64, long_tail, {}, rng), Bytes(*l));
+  std::string sorted;  // the serialized set is the reference set, in order
+  for (const std::uint64_t x : long_seen) sorted.append(reinterpret_cast<const char*>(&x), sizeof(x));
+  EXPECT_NE(Bytes(*l).find(sorted), std::string::npos);
 }
 
 // pandas' Series.mode()[0]: the smallest of the most frequent valid values,
