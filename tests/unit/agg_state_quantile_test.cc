@@ -2,6 +2,7 @@
 // topk_state.h) against answers worked out from numpy's definitions, and
 // their merge: any split of a row gives the state, and the bytes, of the
 // whole row.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tally/rules/agg/quantile_state.h"
 #include "tally/rules/agg/registry.h"
 #include "tally/rules/agg/state.h"
 #include "test_seed.h"
@@ -128,6 +130,70 @@ TEST(QuantileState, AnySplitGivesTheSameStateBytesAndAnswer) {
     a->Serialize(merged);
     EXPECT_EQ(merged, whole_bytes) << "cut at " << cut;
   }
+}
+
+// ValuesAtRanks against the row sorted by NumberKey (zeros as 0.0): rows
+// long enough for the radix selection and short ones, ranks at the ends,
+// sharing buckets and spread, ties and both zeros, and rows whose ranks'
+// buckets hold most of the row (selected in place).
+template <typename S>
+void ExpectValuesAtRanks(std::vector<S> v, std::mt19937_64& rng, const char* what) {
+  std::vector<S> sorted = v;
+  std::sort(sorted.begin(), sorted.end(), [](S a, S b) { return NumberKey(a) < NumberKey(b); });
+  std::vector<std::uint64_t> ranks{0, v.size() - 1, v.size() / 2, v.size() / 2 + 1};
+  for (int i = 0; i < 60; ++i) ranks.push_back(std::uniform_int_distribution<std::uint64_t>(0, v.size() - 1)(rng));
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  const std::vector<S> got = quantile_detail::ValuesAtRanks(v, ranks);
+  ASSERT_EQ(got.size(), ranks.size()) << what;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    S want = sorted[ranks[i]];
+    if constexpr (std::is_floating_point_v<S>) {
+      if (want == 0) want = S{0};
+      EXPECT_FALSE(std::signbit(got[i]) && got[i] == 0) << what << ": a zero answers 0.0";
+    }
+    EXPECT_EQ(BitsOf(got[i]), BitsOf(want)) << what << ", rank " << ranks[i] << " of " << v.size();
+  }
+}
+
+TEST(QuantileState, ValuesAtRanksAreThoseOfTheSortedRow) {
+  TALLY_SEEDED_RNG(rng);
+  std::normal_distribution<double> normal;
+  for (const std::size_t n : {std::size_t{1000}, quantile_detail::kRadixSelectMinElements,
+                              std::size_t{300007}}) {
+    std::vector<float> f(n);
+    for (float& x : f) x = static_cast<float>(normal(rng));
+    ExpectValuesAtRanks(f, rng, "float32 normal");
+    std::vector<double> d(n);  // ties, both zeros, infinities
+    const double pool[] = {-0.0, 0.0, 1.5, -2.25, std::numeric_limits<double>::infinity(), 1e-310};
+    for (double& x : d) x = rng() % 2 ? pool[rng() % 6] : normal(rng) * 1e3;
+    ExpectValuesAtRanks(d, rng, "float64 with ties");
+    std::vector<double> zeros(n);  // only zeros: every rank in one bucket, selected in place
+    for (double& x : zeros) x = rng() % 2 ? -0.0 : 0.0;
+    ExpectValuesAtRanks(zeros, rng, "float64 zeros");
+    std::vector<std::int32_t> i32(n);
+    for (auto& x : i32) x = static_cast<std::int32_t>(rng());
+    ExpectValuesAtRanks(i32, rng, "int32");
+    std::vector<std::int64_t> i64(n);
+    for (auto& x : i64) x = static_cast<std::int64_t>(rng() >> (rng() % 60));
+    ExpectValuesAtRanks(i64, rng, "int64 of many widths");
+    std::vector<std::uint32_t> small(n);
+    for (auto& x : small) x = static_cast<std::uint32_t>(rng() % 1000);
+    ExpectValuesAtRanks(small, rng, "uint32 below 1000");
+  }
+}
+
+TEST(QuantileState, LongRowsAnswerAsNumpy) {
+  TALLY_SEEDED_RNG(rng);
+  std::normal_distribution<double> normal;
+  std::vector<float> v(200001);
+  for (float& x : v) x = static_cast<float>(normal(rng));
+  std::vector<float> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(Answer(Quantile({}, QuantileMethod::kLinear, OpKind::kMedian), DType::kFloat32, v).doubles,
+            std::vector<double>{sorted[100000]});
+  const RowAnswer q = Answer(Quantile({0.0, 0.25, 1.0}, QuantileMethod::kLower), DType::kFloat32, v);
+  EXPECT_EQ(q.doubles, (std::vector<double>{sorted[0], sorted[50000], sorted[200000]}));
 }
 
 TEST(QuantileState, StatesOfOtherParametersAreRefused) {

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "tally/rules/order_key.h"
+
 #if defined(__CUDACC__)
 #define TALLY_SELECT_HD __host__ __device__ __forceinline__
 #else
@@ -27,11 +29,11 @@ enum class KeyMode : std::uint8_t {
   kFlipped,  // kNanHigh's keys complemented: bottomk takes the largest of these
 };
 
-template <typename T>
-using KeyOf = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
-
-template <typename K>
-inline constexpr int kKeyBits = static_cast<int>(sizeof(K) * 8);
+using rules::BitsOf;
+using rules::KeyOf;
+using rules::kKeyBits;
+using rules::NumberBits;
+using rules::NumberKey;
 
 template <typename T>
 TALLY_SELECT_HD bool IsNan(T v) {
@@ -43,31 +45,6 @@ TALLY_SELECT_HD bool IsNan(T v) {
   }
 }
 
-template <typename T>
-TALLY_SELECT_HD KeyOf<T> BitsOf(T v) {
-  KeyOf<T> b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-
-// The key of a number (never NaN): floats sign-folded so that unsigned order
-// is numeric order, with -0.0 taken as 0.0; signed integers with the sign bit
-// flipped; unsigned ones as they are.
-template <typename T>
-TALLY_SELECT_HD KeyOf<T> NumberKey(T v) {
-  using K = KeyOf<T>;
-  constexpr K kSign = K{1} << (kKeyBits<K> - 1);
-  if constexpr (std::is_floating_point_v<T>) {
-    K b = BitsOf(v);
-    if ((b << 1) == 0) b = 0;
-    return (b & kSign) ? static_cast<K>(~b) : static_cast<K>(b | kSign);
-  } else if constexpr (std::is_signed_v<T>) {
-    return static_cast<K>(static_cast<K>(v) ^ kSign);
-  } else {
-    return static_cast<K>(v);
-  }
-}
-
 // The key of any element in mode M (kNumbers: the caller has left NaN out).
 template <KeyMode M, typename T>
 TALLY_SELECT_HD KeyOf<T> KeyIn(T v) {
@@ -75,21 +52,6 @@ TALLY_SELECT_HD KeyOf<T> KeyIn(T v) {
   const K high = IsNan(v) ? static_cast<K>(~K{0}) : NumberKey(v);
   if constexpr (M == KeyMode::kFlipped) return static_cast<K>(~high);
   return high;
-}
-
-// The element bits of the number whose NumberKey is `key` (0.0 for the
-// key of zero): the inverse of NumberKey.
-template <typename T>
-TALLY_SELECT_HD KeyOf<T> NumberBits(KeyOf<T> key) {
-  using K = KeyOf<T>;
-  constexpr K kSign = K{1} << (kKeyBits<K> - 1);
-  if constexpr (std::is_floating_point_v<T>) {
-    return (key & kSign) ? static_cast<K>(key & ~kSign) : static_cast<K>(~key);
-  } else if constexpr (std::is_signed_v<T>) {
-    return static_cast<K>(key ^ kSign);
-  } else {
-    return key;
-  }
 }
 
 // The bucket table. The top kLevelBits of a key pick a bin; a bin splits

@@ -30,6 +30,7 @@
 #include "tally/rules/dtype.h"
 #include "tally/rules/half.h"
 #include "tally/rules/op.h"
+#include "tally/rules/order_key.h"
 
 namespace tally::rules::agg {
 
@@ -52,6 +53,85 @@ void SelectRanks(std::vector<S>& v, std::span<const std::uint64_t> ranks, std::u
                    v.begin() + static_cast<std::ptrdiff_t>(hi));
   SelectRanks(v, ranks.first(mid), lo, r);
   SelectRanks(v, ranks.subspan(mid + 1), r + 1, hi);
+}
+
+// Rows from this length take the radix selection (ValuesAtRanks); shorter
+// ones SelectRanks in place.
+inline constexpr std::size_t kRadixSelectMinElements = std::size_t{1} << 16;
+// The keys' top bits that pick a bucket: 16. With 12 (counts in the
+// first-level cache) the ranks of 64 quantiles of normal data fell in
+// buckets holding over a quarter of the row, which is then selected in
+// place: 64 quantiles of 2^24 float32 took 550-575 ms against 144 with 16
+// bits (one at 126 ms either way; 2-core EPYC VM).
+inline constexpr int kRadixSelectBits = 16;
+
+// The values at `ranks` (sorted, distinct, each < v.size()) as a sort of v
+// by NumberKey places them, a zero answering 0.0 as the GPU's selection
+// does (numpy compares -0.0 and 0.0 equal, so either is its element; this
+// way the bits do not depend on the elements' order). Long rows of 4- and
+// 8-byte numbers by a radix selection: one read counting the keys' top 16
+// bits, one gathering the keys of the buckets that hold a rank, and
+// SelectRanks within each (numpy's partition, as SelectRanks, reads the
+// row several times: docs/performance.md); elsewhere SelectRanks in place.
+template <typename S>
+std::vector<S> ValuesAtRanks(std::vector<S>& v, std::span<const std::uint64_t> ranks) {
+  std::vector<S> out;
+  out.reserve(ranks.size());
+  const auto canonical = [](S x) {
+    if constexpr (std::is_floating_point_v<S>) {
+      if (x == 0) return S{0};
+    }
+    return x;
+  };
+  if constexpr (std::is_arithmetic_v<S> && !std::is_same_v<S, bool> && (sizeof(S) == 4 || sizeof(S) == 8)) {
+    if (v.size() >= kRadixSelectMinElements && !ranks.empty()) {
+      using K = KeyOf<S>;
+      constexpr int kShift = kKeyBits<K> - kRadixSelectBits;
+      constexpr std::size_t kBuckets = std::size_t{1} << kRadixSelectBits;
+      std::vector<std::uint64_t> below(kBuckets + 1, 0);  // below[b]: elements in buckets before b
+      for (const S x : v) ++below[(NumberKey(x) >> kShift) + 1];
+      for (std::size_t b = 0; b < kBuckets; ++b) below[b + 1] += below[b];
+      std::vector<std::uint32_t> bucket(ranks.size());  // each rank's bucket
+      std::vector<std::int32_t> list_of(kBuckets, -1);  // the gather list of a bucket holding a rank
+      std::vector<std::vector<K>> lists;
+      std::uint64_t gathered = 0;
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const auto b = static_cast<std::uint32_t>(std::upper_bound(below.begin(), below.end(), ranks[i]) -
+                                                  below.begin() - 1);
+        bucket[i] = b;
+        if (list_of[b] < 0) {
+          list_of[b] = static_cast<std::int32_t>(lists.size());
+          lists.emplace_back();
+          gathered += below[b + 1] - below[b];
+        }
+      }
+      // Buckets holding most of the row (few distinct top bits: small
+      // integers, a narrow spread) would copy it: selected in place then.
+      if (gathered <= v.size() / 4) {
+        for (std::size_t b = 0; b < kBuckets; ++b) {
+          if (list_of[b] >= 0) lists[static_cast<std::size_t>(list_of[b])].reserve(below[b + 1] - below[b]);
+        }
+        for (const S x : v) {
+          const K k = NumberKey(x);
+          const std::int32_t l = list_of[k >> kShift];
+          if (l >= 0) lists[static_cast<std::size_t>(l)].push_back(k);
+        }
+        for (std::size_t i = 0; i < ranks.size();) {
+          std::size_t j = i;  // ranks i..j-1 share a bucket
+          std::vector<std::uint64_t> local;
+          while (j < ranks.size() && bucket[j] == bucket[i]) local.push_back(ranks[j++] - below[bucket[i]]);
+          std::vector<K>& keys = lists[static_cast<std::size_t>(list_of[bucket[i]])];
+          SelectRanks(keys, local, 0, keys.size());
+          for (const std::uint64_t r : local) out.push_back(NumberOfKey<S>(keys[r]));
+          i = j;
+        }
+        return out;
+      }
+    }
+  }
+  SelectRanks(v, ranks, 0, v.size());
+  for (const std::uint64_t r : ranks) out.push_back(canonical(v[r]));
+  return out;
 }
 
 // numpy's virtual index of q among n sorted elements: an integer index
@@ -280,8 +360,11 @@ class QuantileState final : public State {
 
   std::optional<std::string> Finalize(RowAnswer& out) override {
     const QuantilePicks picks(op_, values_.size(), nan_, skips_nan_);
-    SelectRanks(values_, picks.ranks(), 0, values_.size());
-    return picks.Answer<T>([&](std::uint64_t rank) { return values_[rank]; }, out);
+    const std::vector<std::uint64_t>& ranks = picks.ranks();
+    const std::vector<S> at = ValuesAtRanks(values_, ranks);
+    return picks.Answer<T>(
+        [&](std::uint64_t rank) { return at[std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin()]; },
+        out);
   }
 
   void Serialize(std::string& out) override {
