@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -494,6 +495,40 @@ TEST(SketchStates, DeserializeRefusesOtherParamsDtypesFunctionsAndTruncatedBytes
   std::swap_ranges(counts.begin() + kHeaderBytes + 16, counts.begin() + kHeaderBytes + 32,
                    counts.begin() + kHeaderBytes + 32);
   ExpectRefused(*Init(Mode(), DType::kFloat64), counts);
+}
+
+// 4-byte dtypes keep 32-bit identities and write CanonicalBits: the
+// serialized set is the sorted CanonicalBits of the distinct values, as the
+// 8-byte dtypes write theirs; a set holding bits no float32 has is refused.
+TEST(CountDistinctState, NarrowDtypesWriteTheWideIdentities) {
+  TALLY_SEEDED_RNG(rng);
+  std::vector<float> f(200000);
+  const float pool[] = {-0.0f, 0.0f, std::nanf(""), -std::nanf("3"), 1e-40f, -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()};
+  for (float& x : f) x = rng() % 4 == 0 ? pool[rng() % 7] : static_cast<float>(static_cast<int>(rng() % 150000) - 75000) / 8;
+  std::vector<std::int32_t> i(200000);
+  for (auto& x : i) x = static_cast<std::int32_t>(rng() % 300000) - 150000;
+  const auto check = [&](auto& v, DType dtype, const char* what) {
+    std::set<std::uint64_t> ids;
+    for (const auto x : v) ids.insert(CanonicalBits(x));
+    std::unique_ptr<State> whole = Whole(CountDistinct(), dtype, v);
+    EXPECT_EQ(Answer(*whole).uint64s, std::vector<std::uint64_t>{ids.size()}) << what;
+    const std::string bytes = Bytes(*whole);
+    std::string sorted;
+    for (const std::uint64_t b : ids) sorted.append(reinterpret_cast<const char*>(&b), sizeof(b));
+    ASSERT_GE(bytes.size(), sorted.size()) << what;
+    EXPECT_EQ(bytes.substr(bytes.size() - sorted.size()), sorted) << what;
+    EXPECT_EQ(MergedBytes(CountDistinct(), dtype, v, {}, rng), bytes) << what;
+    std::unique_ptr<State> read = Init(CountDistinct(), dtype);
+    ASSERT_EQ(read->Deserialize(bytes), std::nullopt) << what;
+    EXPECT_EQ(Bytes(*read), bytes) << what;
+  };
+  check(f, DType::kFloat32, "float32");
+  check(i, DType::kInt32, "int32");
+  // The largest identity replaced by a larger float64 that is no float32.
+  std::string bad = Bytes(*Whole(CountDistinct(), DType::kFloat32, std::vector<float>{1.0f, 2.0f}));
+  const std::uint64_t wide = std::bit_cast<std::uint64_t>(2.1);
+  std::memcpy(bad.data() + bad.size() - sizeof(wide), &wide, sizeof(wide));
+  ExpectRefused(*Init(CountDistinct(), DType::kFloat32), bad);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // The state of count_distinct: the set of the row's distinct values, by
 // their identity (CanonicalBits: -0.0 is 0.0, every NaN one value, as
 // numpy.unique counts them). Holistic: it grows with the distinct values,
-// within the server's budget for such states.
+// within the server's budget for such states. Dtypes of 4 bytes and less
+// keep 32-bit identities (half the memory and the passes' bytes) and write
+// the 64-bit ones, so the serialized state is the same for every width.
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -23,6 +26,61 @@ namespace tally::rules::agg {
 
 namespace distinct_detail {
 
+// A value's identity as the state keeps it: CanonicalBits for 8-byte
+// dtypes; for the narrower ones the same identity in 32 bits (float dtypes
+// as float32 with -0.0 as 0.0 and every NaN as one, integers as int32 or
+// uint32), whose unsigned order is CanonicalBits' order, so a sorted set
+// widens to a sorted set (Wide) and narrows back (Narrow).
+template <typename T>
+using Id = std::conditional_t<sizeof(T) <= 4, std::uint32_t, std::uint64_t>;
+
+template <typename T>
+Id<T> IdOf(T v) {
+  if constexpr (sizeof(T) > 4) {
+    return CanonicalBits(v);
+  } else if constexpr (kFloatElement<T>) {
+    float f = static_cast<float>(Widen(v));  // exact: every such dtype is a float32
+    if (f != f) return 0x7fc00000u;
+    if (f == 0) f = 0.0f;
+    return std::bit_cast<std::uint32_t>(f);
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<std::uint32_t>(static_cast<std::int32_t>(v));
+  } else {
+    return static_cast<std::uint32_t>(v);
+  }
+}
+
+// CanonicalBits of the value whose identity is `id`.
+template <typename T>
+std::uint64_t Wide(Id<T> id) {
+  if constexpr (sizeof(T) > 4) {
+    return id;
+  } else if constexpr (kFloatElement<T>) {
+    return std::bit_cast<std::uint64_t>(static_cast<double>(std::bit_cast<float>(id)));
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<std::uint64_t>(static_cast<std::int64_t>(static_cast<std::int32_t>(id)));
+  } else {
+    return id;
+  }
+}
+
+// The identity whose CanonicalBits are `bits`; nullopt when no value of T
+// has them (a state not written for this dtype).
+template <typename T>
+std::optional<Id<T>> Narrow(std::uint64_t bits) {
+  Id<T> id;
+  if constexpr (sizeof(T) > 4) {
+    id = bits;
+  } else if constexpr (kFloatElement<T>) {
+    const double d = std::bit_cast<double>(bits);
+    id = d != d ? 0x7fc00000u : std::bit_cast<std::uint32_t>(static_cast<float>(d));
+  } else {
+    id = static_cast<Id<T>>(bits);
+  }
+  if (Wide<T>(id) != bits) return std::nullopt;
+  return id;
+}
+
 template <typename T>
 class DistinctState final : public State {
  public:
@@ -31,12 +89,12 @@ class DistinctState final : public State {
 
   // What the vector holds, duplicates waiting to be removed included: the
   // budget sees the memory, not the count.
-  std::uint64_t bytes() const override { return sizeof(*this) + bits_.capacity() * sizeof(std::uint64_t); }
+  std::uint64_t bytes() const override { return sizeof(*this) + bits_.capacity() * sizeof(Id<T>); }
 
   void Update(const Elements& e) override {
     for (std::uint64_t i = 0; i < e.count; ++i) {
       if (!e.Valid(i)) continue;
-      bits_.push_back(CanonicalBits(e.At<T>(i)));
+      bits_.push_back(IdOf(e.At<T>(i)));
       if (bits_.size() >= Pending()) Unique();
     }
   }
@@ -58,7 +116,11 @@ class DistinctState final : public State {
     Writer w(out);
     PutHeader(w, wire_, dtype_, op_);
     w.Put(static_cast<std::uint64_t>(bits_.size()));
-    w.PutBytes(bits_.data(), bits_.size() * sizeof(std::uint64_t));
+    if constexpr (sizeof(Id<T>) == sizeof(std::uint64_t)) {
+      w.PutBytes(bits_.data(), bits_.size() * sizeof(std::uint64_t));
+    } else {
+      for (const Id<T> id : bits_) w.Put(Wide<T>(id));
+    }
   }
 
   std::optional<std::string> Deserialize(std::string_view bytes) override {
@@ -69,7 +131,19 @@ class DistinctState final : public State {
       return Truncated(name_);
     }
     bits_.resize(count);
-    r.GetBytes(bits_.data(), count * sizeof(std::uint64_t));
+    if constexpr (sizeof(Id<T>) == sizeof(std::uint64_t)) {
+      r.GetBytes(bits_.data(), count * sizeof(std::uint64_t));
+    } else {
+      for (Id<T>& id : bits_) {
+        std::uint64_t bits = 0;
+        std::optional<Id<T>> narrow = r.Get(bits) ? Narrow<T>(bits) : std::nullopt;
+        if (!narrow.has_value()) {
+          bits_.clear();
+          return Truncated(name_);
+        }
+        id = *narrow;
+      }
+    }
     // Serialize writes the set sorted and distinct; anything else was not
     // written by it.
     if (std::adjacent_find(bits_.begin(), bits_.end(), std::greater_equal<>()) != bits_.end()) {
@@ -93,24 +167,24 @@ class DistinctState final : public State {
   // was half the merge's time (perf annotate; docs/performance.md).
   void Unique() {
     if (bits_.size() == unique_) return;
-    std::vector<std::uint64_t> merged(bits_.size());
+    std::vector<Id<T>> merged(bits_.size());
     SortTail(merged.data());
-    const std::uint64_t* a = bits_.data();
-    const std::uint64_t* const a_end = a + unique_;
-    const std::uint64_t* b = a_end;
-    const std::uint64_t* const b_end = bits_.data() + bits_.size();
-    std::uint64_t* out = merged.data();
+    const Id<T>* a = bits_.data();
+    const Id<T>* const a_end = a + unique_;
+    const Id<T>* b = a_end;
+    const Id<T>* const b_end = bits_.data() + bits_.size();
+    Id<T>* out = merged.data();
     // The first value, then each one kept when it differs from the last.
-    std::uint64_t last = a != a_end && *a <= *b ? *a++ : *b++;
+    Id<T> last = a != a_end && *a <= *b ? *a++ : *b++;
     *out++ = last;
-    const auto put = [&](std::uint64_t v) {
+    const auto put = [&](Id<T> v) {
       *out = v;
       out += v != last;
       last = v;
     };
     while (a != a_end && b != b_end) {
-      const std::uint64_t va = *a;
-      const std::uint64_t vb = *b;
+      const Id<T> va = *a;
+      const Id<T> vb = *b;
       const bool from_b = vb < va;
       a += !from_b;
       b += from_b;
@@ -127,21 +201,21 @@ class DistinctState final : public State {
   // significant-digit radix sort in 16-bit digits for a long tail, every
   // digit's counts taken in one read, a digit every key shares skipped
   // (float32's widened bits end in 29 zeros); std::sort for a short one.
-  void SortTail(std::uint64_t* spare) {
+  void SortTail(Id<T>* spare) {
     const std::size_t n = bits_.size() - unique_;
-    std::uint64_t* a = bits_.data() + unique_;
+    Id<T>* a = bits_.data() + unique_;
     if (n < (std::size_t{1} << 16)) {
       std::sort(a, a + n);
       return;
     }
-    constexpr int kDigits = 4;
+    constexpr int kDigits = sizeof(Id<T>) / 2;
     constexpr std::size_t kBuckets = std::size_t{1} << 16;
     std::vector<std::size_t> at(kDigits * kBuckets, 0);
     for (std::size_t i = 0; i < n; ++i) {
-      const std::uint64_t v = a[i];
+      const Id<T> v = a[i];
       for (int d = 0; d < kDigits; ++d) ++at[d * kBuckets + ((v >> (16 * d)) & 0xffff)];
     }
-    std::uint64_t* b = spare;
+    Id<T>* b = spare;
     for (int d = 0; d < kDigits; ++d) {
       std::size_t* count = at.data() + d * kBuckets;
       if (std::find(count, count + kBuckets, n) != count + kBuckets) continue;
@@ -162,7 +236,7 @@ class DistinctState final : public State {
   DType dtype_;
   int wire_;
   std::string_view name_;
-  std::vector<std::uint64_t> bits_;  // the values' identities: sorted and distinct up to unique_, then appended
+  std::vector<Id<T>> bits_;  // the values' identities (IdOf): sorted and distinct up to unique_, then appended
   std::size_t unique_ = 0;
 };
 
