@@ -140,19 +140,24 @@ template <typename S>
 void ExpectValuesAtRanks(std::vector<S> v, std::mt19937_64& rng, const char* what) {
   std::vector<S> sorted = v;
   std::sort(sorted.begin(), sorted.end(), [](S a, S b) { return NumberKey(a) < NumberKey(b); });
-  std::vector<std::uint64_t> ranks{0, v.size() - 1, v.size() / 2, v.size() / 2 + 1};
-  for (int i = 0; i < 60; ++i) ranks.push_back(std::uniform_int_distribution<std::uint64_t>(0, v.size() - 1)(rng));
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  const std::vector<S> got = quantile_detail::ValuesAtRanks(v, ranks);
-  ASSERT_EQ(got.size(), ranks.size()) << what;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    S want = sorted[ranks[i]];
-    if constexpr (std::is_floating_point_v<S>) {
-      if (want == 0) want = S{0};
-      EXPECT_FALSE(std::signbit(got[i]) && got[i] == 0) << what << ": a zero answers 0.0";
+  // A few ranks (the median's, the ends: fewer bucket bits) and many.
+  std::vector<std::uint64_t> few{0, v.size() / 2, v.size() - 1};
+  std::vector<std::uint64_t> many{0, v.size() - 1, v.size() / 2, v.size() / 2 + 1};
+  for (int i = 0; i < 60; ++i) many.push_back(std::uniform_int_distribution<std::uint64_t>(0, v.size() - 1)(rng));
+  for (std::vector<std::uint64_t> ranks : {few, many}) {
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    std::vector<S> row = v;  // ValuesAtRanks may reorder it
+    const std::vector<S> got = quantile_detail::ValuesAtRanks(row, ranks);
+    ASSERT_EQ(got.size(), ranks.size()) << what;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      S want = sorted[ranks[i]];
+      if constexpr (std::is_floating_point_v<S>) {
+        if (want == 0) want = S{0};
+        EXPECT_FALSE(std::signbit(got[i]) && got[i] == 0) << what << ": a zero answers 0.0";
+      }
+      EXPECT_EQ(BitsOf(got[i]), BitsOf(want)) << what << ", rank " << ranks[i] << " of " << v.size();
     }
-    EXPECT_EQ(BitsOf(got[i]), BitsOf(want)) << what << ", rank " << ranks[i] << " of " << v.size();
   }
 }
 

@@ -58,21 +58,22 @@ void SelectRanks(std::vector<S>& v, std::span<const std::uint64_t> ranks, std::u
 // Rows from this length take the radix selection (ValuesAtRanks); shorter
 // ones SelectRanks in place.
 inline constexpr std::size_t kRadixSelectMinElements = std::size_t{1} << 16;
-// The keys' top bits that pick a bucket: 16. With 12 (counts in the
-// first-level cache) the ranks of 64 quantiles of normal data fell in
-// buckets holding over a quarter of the row, which is then selected in
-// place: 64 quantiles of 2^24 float32 took 550-575 ms against 144 with 16
-// bits (one at 126 ms either way; 2-core EPYC VM).
-inline constexpr int kRadixSelectBits = 16;
+// The keys' top bits that pick a bucket: 12 for a few ranks, so that the
+// counts stay in the first-level cache, else 16. With 12 bits the 64
+// ranks of 64 quantiles of normal data fell in buckets holding over a
+// quarter of the row, which is then selected in place: 550-575 ms for
+// 2^24 float32 against 144 with 16 bits (2-core EPYC VM).
+inline int RadixSelectBits(std::size_t ranks) { return ranks <= 4 ? 12 : 16; }
 
 // The values at `ranks` (sorted, distinct, each < v.size()) as a sort of v
 // by NumberKey places them, a zero answering 0.0 as the GPU's selection
 // does (numpy compares -0.0 and 0.0 equal, so either is its element; this
 // way the bits do not depend on the elements' order). Long rows of 4- and
-// 8-byte numbers by a radix selection: one read counting the keys' top 16
-// bits, one gathering the keys of the buckets that hold a rank, and
-// SelectRanks within each (numpy's partition, as SelectRanks, reads the
-// row several times: docs/performance.md); elsewhere SelectRanks in place.
+// 8-byte numbers by a radix selection: one read counting the keys' top
+// bits (RadixSelectBits), one gathering the keys of the buckets that hold
+// a rank, and SelectRanks within each (numpy's partition, as SelectRanks,
+// reads the row several times: docs/performance.md); elsewhere
+// SelectRanks in place.
 template <typename S>
 std::vector<S> ValuesAtRanks(std::vector<S>& v, std::span<const std::uint64_t> ranks) {
   std::vector<S> out;
@@ -86,13 +87,14 @@ std::vector<S> ValuesAtRanks(std::vector<S>& v, std::span<const std::uint64_t> r
   if constexpr (std::is_arithmetic_v<S> && !std::is_same_v<S, bool> && (sizeof(S) == 4 || sizeof(S) == 8)) {
     if (v.size() >= kRadixSelectMinElements && !ranks.empty()) {
       using K = KeyOf<S>;
-      constexpr int kShift = kKeyBits<K> - kRadixSelectBits;
-      constexpr std::size_t kBuckets = std::size_t{1} << kRadixSelectBits;
-      std::vector<std::uint64_t> below(kBuckets + 1, 0);  // below[b]: elements in buckets before b
-      for (const S x : v) ++below[(NumberKey(x) >> kShift) + 1];
-      for (std::size_t b = 0; b < kBuckets; ++b) below[b + 1] += below[b];
+      const int bits = RadixSelectBits(ranks.size());
+      const int shift = kKeyBits<K> - bits;
+      const std::size_t buckets = std::size_t{1} << bits;
+      std::vector<std::uint64_t> below(buckets + 1, 0);  // below[b]: elements in buckets before b
+      for (const S x : v) ++below[(NumberKey(x) >> shift) + 1];
+      for (std::size_t b = 0; b < buckets; ++b) below[b + 1] += below[b];
       std::vector<std::uint32_t> bucket(ranks.size());  // each rank's bucket
-      std::vector<std::int32_t> list_of(kBuckets, -1);  // the gather list of a bucket holding a rank
+      std::vector<std::int32_t> list_of(buckets, -1);  // the gather list of a bucket holding a rank
       std::vector<std::vector<K>> lists;
       std::uint64_t gathered = 0;
       for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -108,12 +110,12 @@ std::vector<S> ValuesAtRanks(std::vector<S>& v, std::span<const std::uint64_t> r
       // Buckets holding most of the row (few distinct top bits: small
       // integers, a narrow spread) would copy it: selected in place then.
       if (gathered <= v.size() / 4) {
-        for (std::size_t b = 0; b < kBuckets; ++b) {
+        for (std::size_t b = 0; b < buckets; ++b) {
           if (list_of[b] >= 0) lists[static_cast<std::size_t>(list_of[b])].reserve(below[b + 1] - below[b]);
         }
         for (const S x : v) {
           const K k = NumberKey(x);
-          const std::int32_t l = list_of[k >> kShift];
+          const std::int32_t l = list_of[k >> shift];
           if (l >= 0) lists[static_cast<std::size_t>(l)].push_back(k);
         }
         for (std::size_t i = 0; i < ranks.size();) {
