@@ -368,6 +368,7 @@ int main(int argc, char** argv) {
                uni64k = ours_of("histogram 65536");
   compare("histogram 256, 1/6 outside", Bit(OpKind::kHistogram), 256, wide, [&] { cub_hist(wide, 256); }, "CUB", 1.0, 0);
   compare("histogram 4096, 1/6 outside", Bit(OpKind::kHistogram), 4096, wide, [&] { cub_hist(wide, 4096); }, "CUB", 0, 0);
+  compare("histogram 65536, 1/6 outside", Bit(OpKind::kHistogram), 65536, wide, [&] { cub_hist(wide, 65536); }, "CUB", 0, 0);
   compare("histogram 256 skewed", Bit(OpKind::kHistogram), 256, skew, [&] { cub_hist(skew, 256); }, "CUB", 0, 0.8 * uni256);
   compare("histogram 4096 skewed", Bit(OpKind::kHistogram), 4096, skew, [&] { cub_hist(skew, 4096); }, "CUB", 0, 0.8 * uni4k);
   compare("histogram 65536 skewed", Bit(OpKind::kHistogram), 65536, skew, [&] { cub_hist(skew, 65536); }, "CUB", 0, 0.8 * uni64k);

@@ -627,6 +627,12 @@ void EdgeNeighbours(std::uint32_t bins) {
     for (double f : {1e-7, 1e-5, 1e-3, 0.01, 0.5, 0.99, 0.999, 0.99999, 0.9999999})
       push(h.lo + (i + f) * step);
   }
+  // Within a bin's width below lo (above hi is i = bins above) and a
+  // little further out: the quick guess answers the first below and above
+  // itself, the others ask the exact binning.
+  for (double f : {1e-7, 1e-3, 0.5, 0.999, 0.9999999, 1.5, 3.0})
+    push(h.lo - f * step);
+  push(h.hi + 1.5 * step);
   CheckCase<D>(x, 0, rules::Bit(OpKind::kHistogram), bins, 0, "edge neighbours");
 }
 
@@ -703,6 +709,19 @@ TEST(Kernels, WideHistogramCarries) {
     CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram), 65536, 0, "wide carries");
     CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram) | rules::Bit(OpKind::kArgmax), 40000,
                                0, "wide carries, 40000 bins");
+  }
+  {
+    // Below and above count in 16-bit fields too (slots 0 and bins + 1):
+    // values half a bin outside each end, and NaN's own counter.
+    const rules::HistogramSpec h = RangeFor<DType::kFloat32>(65536);
+    const double step = (h.hi - h.lo) / h.bins;
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = i % 3 == 0 ? static_cast<float>(h.lo - 0.5 * step)
+           : i % 3 == 1 ? static_cast<float>(h.hi + 0.5 * step)
+                        : (i % 1000 == 2 ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(h.lo));
+    }
+    CheckCase<DType::kFloat32>(x, 0, rules::Bit(OpKind::kHistogram), 65536, 0, "wide carries outside");
   }
   {
     std::vector<std::uint8_t> x(n);

@@ -256,24 +256,26 @@ __global__ void __launch_bounds__(SliceThreads(kVariant),
     else __syncthreads();
     const std::uint32_t rank = a.cluster > 1 ? cg::this_cluster().block_rank() : 0;
     unsigned long long* row_hist = a.state.hist + seg.row * a.hist_stride;
+    const std::int32_t bins = a.binner.bins;
     if (kVariant == kHistWide) {
-      // per_rank words: (bins + 1) / 2 packed pairs, then below/above/nan.
-      const std::uint32_t pairs = (static_cast<std::uint32_t>(a.binner.bins) + 1) / 2;
+      // per_rank words: Wide16Words packed pairs of slots, then NaN's.
+      const std::uint32_t pairs = Wide16Words(bins);
       for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) {
         const unsigned c = hist.counts[i];
         if (c == 0) continue;
         if (i < pairs) {
-          if (c & 0xFFFFu) atomicAdd(row_hist + 2 * i, static_cast<unsigned long long>(c & 0xFFFFu));
-          if (c >> 16) atomicAdd(row_hist + 2 * i + 1, static_cast<unsigned long long>(c >> 16));
+          if (c & 0xFFFFu) atomicAdd(row_hist + StateSlot(2 * i, bins), static_cast<unsigned long long>(c & 0xFFFFu));
+          if (c >> 16) atomicAdd(row_hist + StateSlot(2 * i + 1, bins), static_cast<unsigned long long>(c >> 16));
         } else {
-          atomicAdd(row_hist + a.binner.bins + (i - pairs), static_cast<unsigned long long>(c));
+          atomicAdd(row_hist + bins + 2, static_cast<unsigned long long>(c));
         }
       }
     } else {
       for (std::uint32_t i = threadIdx.x; i < a.per_rank; i += blockDim.x) {
         const std::uint32_t slot = rank * a.per_rank + i;
         const unsigned c = hist.counts[i];
-        if (c != 0 && slot < a.hist_stride) atomicAdd(row_hist + slot, static_cast<unsigned long long>(c));
+        if (c != 0 && slot < a.hist_stride)
+          atomicAdd(row_hist + StateSlot(slot, bins), static_cast<unsigned long long>(c));
       }
     }
   }
@@ -643,8 +645,8 @@ cudaError_t ShapeFor(const AggregatePlan& plan, std::int64_t n, std::int64_t seg
     return cudaSuccess;
   }
   if (sh.wide) {
-    // (bins + 1) / 2 words of 16-bit pairs, then below, above, nan.
-    sh.per_rank = static_cast<std::uint32_t>((plan.histogram.bins + 1) / 2 + 3);
+    // Wide16Words of 16-bit pairs (below, the bins, above), then NaN's.
+    sh.per_rank = Wide16Words(plan.histogram.bins) + 1;
     sh.smem = (sh.per_rank * 4 + 15) / 16 * 16;
     TALLY_CUDA_TRY(AllowMostSharedMemory(slice_kernel));
   } else if (w.hist) {
