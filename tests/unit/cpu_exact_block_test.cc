@@ -82,12 +82,14 @@ void CheckEveryCut(Data d, bool skip_nan, bool squares = false) {
       ExactAccumulator a;
       // The range pass may split float32's squares and float64's elements
       // at a guessed grid (RangeOfBlock's guess_e): none, the block's own,
-      // or a wrong one.
+      // or a wrong one; for the squares, with the elements' split or
+      // without it (sum_squares alone takes no element sum).
       int e = 0;
       std::frexp(RangeOfBlock(x.data() + at, len, skip_nan).top, &e);
       const int pick = static_cast<int>(rng() % 4);
       const int guess = pick == 0 ? kNoRangeGuess : e + (pick == 1 ? 0 : (pick == 2 ? 1 : -1));
-      const BlockRange range = RangeOfBlock(x.data() + at, len, skip_nan, nullptr, guess);
+      const unsigned splits = squares && rng() % 2 == 0 ? kSplitSquares : kSplitElements | kSplitSquares;
+      const BlockRange range = RangeOfBlock(x.data() + at, len, skip_nan, nullptr, guess, splits);
       if (squares) {
         AddExactSquares(x.data() + at, len, skip_nan, summed, range, a);
       } else {

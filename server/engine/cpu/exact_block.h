@@ -101,6 +101,11 @@ BlockRange RangeOfBlock(const V* x, std::size_t n, bool skip_nan, std::type_iden
       if (extremes != nullptr) {
         r.plain = Float32RangeAndSum<false, true, true>(x, n, r.top, r.bottom, r.not_finite, extremes, guess_e,
                                                         r.split_squares);
+      } else if ((splits & kSplitElements) == 0) {  // squares alone: no element sum (`plain` stays 0)
+        r.plain = skip_nan ? Float32RangeAndSum<true, false, true, false>(x, n, r.top, r.bottom, r.not_finite,
+                                                                          nullptr, guess_e, r.split_squares)
+                           : Float32RangeAndSum<false, false, true, false>(x, n, r.top, r.bottom, r.not_finite,
+                                                                           nullptr, guess_e, r.split_squares);
       } else if (skip_nan) {
         r.plain = Float32RangeAndSum<true, false, true>(x, n, r.top, r.bottom, r.not_finite, nullptr, guess_e,
                                                         r.split_squares);

@@ -52,11 +52,14 @@ inline void FoldParts(const double (&high)[L], const double (&low)[L], double* o
 // `squares` gets the two parts' sums, which are the exact sum of the
 // squares only if the block turns out narrow with that e (the caller
 // checks), so the squares cost no second pass when the guess holds.
-template <bool kSkipNan, bool kExtremes = false, bool kSquares = false>
+// Without kSum (squares alone: sum_squares, whose plan wants no element
+// sum) the lane sum is left out and 0 returned.
+template <bool kSkipNan, bool kExtremes = false, bool kSquares = false, bool kSum = true>
 TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double& top, double& bottom,
                                            bool& not_finite, LaneTotals<float>* extremes = nullptr,
                                            int squares_e = 0, double* squares = nullptr) {
   static_assert(!(kSkipNan && kExtremes), "NaN-skipping extremes are NanLanes'");
+  static_assert(kSum || kSquares, "a pass for the range alone is not needed");
   constexpr int L = CpuPolicy::kLanes;
   static_assert(L == kLanesOf<float>, "FusedLanes' lanes, for the same extremes");
   constexpr std::uint32_t kInfBits = 0x7f800000u;
@@ -89,12 +92,14 @@ TALLY_CPU_CLONES double Float32RangeAndSum(const float* x, std::size_t n, double
     const std::uint32_t nonzero = a != 0u ? a : 0xffffffffu;
     lo[j] = nonzero < lo[j] ? nonzero : lo[j];
     const double d = static_cast<double>(v);
-    sum[j] += d;
+    if constexpr (kSum) sum[j] += d;
     if constexpr (kSquares) {
-      const double q = d * d;
-      const double h = (sigma + q) - sigma;
+      // d * d is exact (48 bits at most), so one rounding of sigma + d^2
+      // and the exact d^2 - h by FMAs are (sigma + q) - sigma and q - h
+      // for q = d * d, one multiply fewer.
+      const double h = std::fma(d, d, sigma) - sigma;
       sq_high[j] += h;
-      sq_low[j] += q - h;
+      sq_low[j] += std::fma(d, d, -h);
     }
   };
   std::size_t i = 0;
