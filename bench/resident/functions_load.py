@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""The functions with states of their own under load: many clients at once
+asking quantiles, medians, top-k and exact distinct counts of mixed sizes,
+dtypes and sources, every answer checked against numpy.
+
+Uploads arrays of each --sizes and dtype (float32, float64, int32; ties,
+signed zeros and a few NaN in the floats) as resident datasets, then runs
+--clients threads for --seconds through the Python package, each picking a
+case and a function at random: quantile (a batch of 1 to 64 q, a random
+numpy method), nanquantile, median, nanmedian, topk / bottomk (k from 1 to
+65,536) and count_distinct, over the dataset or, for arrays of at most
+--inline elements, over the array sent inline. Every answer must equal
+numpy's (quantile and median: bitwise where the method picks an element, to
+1e-12 relative where it interpolates; topk: the values bitwise and the
+indices those of a stable sort; count_distinct: len(numpy.unique), NaN one
+value) and, bit for bit, the first answer of its case. A request the server
+sheds (RESOURCE_EXHAUSTED) is counted as busy and retried after a backoff.
+Prints answers, failures, wrong answers, busy replies, elements per second
+and the server's peak RSS; exits 1 on any failure or wrong answer.
+
+    PYTHONPATH=build/client/python:tests/python python3 bench/resident/functions_load.py \\
+        --server build/server/tally-server [--backend cpu|cuda] [--clients 64] [--seconds 30] \\
+        [--sizes 1000,65536,1048576,16777216] [--inline 1048576]
+
+TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py.
+"""
+import argparse
+import os
+import random
+import sys
+import threading
+import time
+
+import numpy as np
+
+import tally
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from tally_test_server import TallyServer, load_messages, rss_bytes  # noqa: E402
+
+DTYPES = [np.float32, np.float64, np.int32]
+# numpy's methods that pick an element (answers bitwise) and the rest
+# (interpolated: to float64 rounding).
+PICKING = ["inverted_cdf", "averaged_inverted_cdf", "closest_observation", "lower", "higher", "nearest"]
+INTERPOLATING = ["interpolated_inverted_cdf", "hazen", "weibull", "linear", "median_unbiased",
+                 "normal_unbiased", "midpoint"]
+FUNCTIONS = ["quantile", "nanquantile", "median", "nanmedian", "topk", "bottomk", "count_distinct"]
+
+
+def make_array(rng, dtype, n):
+    if np.dtype(dtype).kind == "f":
+        x = rng.normal(0, 100, n)
+        ties = rng.random(n) < 0.2
+        x[ties] = np.round(x[ties] / 50)
+        x[rng.random(n) < 0.02] = -0.0
+        x = x.astype(dtype)
+        x[rng.random(n) < 0.001] = np.nan
+        return x
+    return rng.integers(-(1 << 20), 1 << 20, n).astype(dtype)
+
+
+def spelling(function, params):
+    """The op as the CLI and the package spell it."""
+    if function in ("quantile", "nanquantile"):
+        return f"{function}:{','.join(repr(q) for q in params['q'])}:{params['method']}"
+    if function in ("topk", "bottomk"):
+        return f"{function}:{params['k']}"
+    return function
+
+
+def reference(x, function, params):
+    if function in ("quantile", "nanquantile"):
+        return getattr(np, function)(x, params["q"], method=params["method"])
+    if function in ("median", "nanmedian"):
+        return getattr(np, function)(x)
+    if function in ("topk", "bottomk"):
+        # numpy's order (NaN after every number, -0.0 equal to 0.0), the
+        # largest or smallest first, ties by the smaller index.
+        rank = np.unique(x, return_inverse=True)[1].ravel()
+        order = np.lexsort((np.arange(len(x)), -rank if function == "topk" else rank))
+        idx = order[:min(params["k"], len(x))]
+        return x[idx], idx
+    return len(np.unique(x))
+
+
+def wrong(x, function, params, got):
+    """Why the answer differs from numpy's, or None."""
+    want = reference(x, function, params)
+    if function in ("topk", "bottomk"):
+        values, indices = got
+        if not np.array_equal(np.asarray(indices), want[1]):
+            return "indices"
+        same = np.array_equal(np.asarray(values, dtype=np.float64), want[0].astype(np.float64), equal_nan=True)
+        return None if same else "values"
+    if function == "count_distinct":
+        return None if int(got) == want else f"{got} != {want}"
+    g = np.atleast_1d(np.asarray(got, dtype=np.float64))
+    w = np.atleast_1d(np.asarray(want, dtype=np.float64))
+    if g.shape != w.shape:
+        return f"shape {g.shape} != {w.shape}"
+    nan = np.isnan(w)
+    if not np.array_equal(nan, np.isnan(g)):
+        return "NaN placement"
+    if params.get("method") in PICKING:
+        return None if np.array_equal(g[~nan], w[~nan]) else f"{params['method']}: not numpy's element"
+    tolerance = 1e-6 if x.dtype == np.float32 else 1e-12  # float32 medians interpolate in float32, as numpy's
+    ok = np.abs(g[~nan] - w[~nan]) <= tolerance * np.maximum(1.0, np.abs(w[~nan]))
+    return None if np.all(ok) else f"{params.get('method', '')} off by more than rounding"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True)
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--sizes", default="1000,65536,1048576,16777216")
+    p.add_argument("--inline", type=int, default=1 << 20, help="arrays this small also go inline")
+    p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
+    p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
+    args = p.parse_args()
+
+    pb = load_messages(args.proto)
+    extra = [f"--backend={args.backend}", "--health_listen="] + args.server_args.split()
+    server = TallyServer(args.server, pb, [a for a in extra if a])
+    target = f"127.0.0.1:{server.port}"
+    rng = np.random.default_rng(11)
+    cases = []  # (label, source: dataset name or array, the array)
+    with tally.Client(target) as setup:
+        for n in (int(s) for s in args.sizes.split(",")):
+            for dtype in DTYPES:
+                x = make_array(rng, dtype, n)
+                name = f"f_{np.dtype(dtype).name}_{n}"
+                setup.put_dataset(name, x)
+                cases.append((f"dataset {name}", name, x))
+                if n <= args.inline:
+                    cases.append((f"inline {name}", None, x))
+
+    lock = threading.Lock()
+    counts = {"ok": 0, "failed": 0, "wrong": 0, "busy": 0, "elements": 0}
+    errors = []
+    first = {}
+    peak = [0]
+    stop = time.monotonic() + args.seconds
+
+    def params_for(pick, function, n):
+        if function in ("quantile", "nanquantile"):
+            q = [round(pick.random(), 6) for _ in range(pick.choice([1, 1, 3, 64]))]
+            return {"q": q, "method": pick.choice(PICKING + INTERPOLATING)}
+        if function in ("topk", "bottomk"):
+            return {"k": pick.choice([1, 8, 1024, 65536])}
+        return {}
+
+    def client(seed):
+        pick = random.Random(seed)
+        with tally.Client(target) as c:
+            while time.monotonic() < stop:
+                label, name, x = pick.choice(cases)
+                function = pick.choice(FUNCTIONS)
+                params = params_for(pick, function, len(x))
+                op = spelling(function, params)
+                try:
+                    answer = c.aggregate_dataset(name, op) if name is not None else c.aggregate(x, op)
+                    got = answer[0]
+                except tally.Error as e:
+                    with lock:
+                        if "RESOURCE_EXHAUSTED" in str(e):
+                            # shed past --max_inflight_bytes: retried after a backoff, as a client would
+                            counts["busy"] += 1
+                        else:
+                            counts["failed"] += 1
+                            errors.append(f"{label} {op}: {str(e)[:200]}")
+                    time.sleep(pick.uniform(0.05, 0.2))
+                    continue
+                why = wrong(x, function, params, got)
+                key = (label, function, repr(params))
+                bits = b"".join(np.asarray(a).tobytes() for a in (got if isinstance(got, tuple) else (got,)))
+                with lock:
+                    seen = first.setdefault(key, bits)
+                    if why is None and seen != bits:
+                        why = "not the bits of the case's first answer"
+                    if why is None:
+                        counts["ok"] += 1
+                        counts["elements"] += len(x)
+                    else:
+                        counts["wrong"] += 1
+                        errors.append(f"{label} {op[:80]}: {why}")
+
+    def watch():
+        while time.monotonic() < stop:
+            peak[0] = max(peak[0], rss_bytes(server.process.pid))
+            time.sleep(0.5)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    threads.append(threading.Thread(target=watch))
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.monotonic() - t0
+    server.stop()
+    for e in errors[:10]:
+        print("  " + e)
+    print(f"{args.backend}: {args.clients} clients, {len(cases)} cases, {seconds:.1f} s: {counts['ok']} ok, "
+          f"{counts['failed']} failed, {counts['wrong']} wrong, {counts['busy']} busy (retried), "
+          f"{counts['elements'] / seconds / 1e6:.1f} M elements/s, server peak RSS {peak[0] / 2**30:.2f} GiB")
+    return 1 if counts["failed"] or counts["wrong"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
