@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/column_facts.h"
 #include "server/core/request.h"
 #include "server/engine/source.h"
 
@@ -37,6 +38,10 @@ struct GroupColumn {
   // Where `data` lies: a resident dataset's column may be in GPU memory
   // (never read on the host; the engine groups there, or copies it out).
   Placement placement = Placement::PageableHost();
+  // What earlier requests found of this column (a resident dataset's
+  // ColumnFacts), and where this one leaves what it finds; null for
+  // columns that hold none (inline, regions, copies).
+  ColumnFacts* facts = nullptr;
 };
 
 // The aggregations asked of one value column, as one plan over the whole

@@ -205,7 +205,9 @@ class Backend {
   // wide): the engine orders the rows instead (OrderByKeyOnDevice).
   [[nodiscard]] virtual absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype,
                                                                    const Extent& values, DType dtype,
-                                                                   std::uint64_t rows, std::uint64_t max_groups) {
+                                                                   std::uint64_t rows, std::uint64_t max_groups,
+                                                                   DirectFacts facts) {
+    (void)facts;
     (void)keys;
     (void)key_dtype;
     (void)values;

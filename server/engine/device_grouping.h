@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/column_facts.h"
 #include "server/core/request.h"
 #include "server/engine/source.h"
 
@@ -62,6 +63,17 @@ struct KeyedSums {
   // an infinity.
   std::vector<std::uint8_t> infinities;
   std::vector<double> sum, min, max;     // finite elements' sum; non-NaN extremes
+  // Whether the keys' range and the values' largest magnitude came from
+  // DirectFacts rather than a read of the columns.
+  bool spread_known = false;
+};
+
+// What Backend::SumByKeyOnDevice may know already of its key and value
+// columns (their ColumnFacts: the keys' range, the values' largest
+// magnitude), and where it leaves what it reads of them; null: nothing.
+struct DirectFacts {
+  ColumnFacts* keys = nullptr;
+  ColumnFacts* values = nullptr;
 };
 
 }  // namespace tally

@@ -56,8 +56,9 @@ class ForwardingBackend : public Backend {
     return to_->OrderByKeyOnDevice(keys, dtype, rows, max_groups);
   }
   absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
-                                             std::uint64_t rows, std::uint64_t max_groups) override {
-    return to_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups);
+                                             std::uint64_t rows, std::uint64_t max_groups,
+                                             DirectFacts facts) override {
+    return to_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts);
   }
   absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
                                                         std::uint64_t rows) override {

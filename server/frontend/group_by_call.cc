@@ -146,8 +146,10 @@ absl::StatusOr<StoredColumns> HoldStoredColumns(const v1::GroupByRequest& reques
     if (pieces.size() == 1) {
       // Read where it lies: host bytes in place; GPU bytes by the engine,
       // on that GPU, or copied out there.
-      out.bytes[at] =
-          ColumnBytes{.dtype = info.dtype, .data = pieces[0].extent.bytes, .placement = pieces[0].extent.placement};
+      out.bytes[at] = ColumnBytes{.dtype = info.dtype,
+                                  .data = pieces[0].extent.bytes,
+                                  .placement = pieces[0].extent.placement,
+                                  .facts = (*dataset)->facts()};
     } else {
       out.sharded.emplace_back(i, *dataset);
       out.to_copy += info.length * rules::SizeOf(info.dtype);

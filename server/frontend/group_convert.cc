@@ -110,7 +110,8 @@ absl::StatusOr<GroupByPlan> GroupByPlanFromProto(const v1::GroupByRequest& reque
                                        .dtype = *dtype,
                                        .data = bytes,
                                        .validity = *std::move(validity),
-                                       .placement = stored != nullptr ? (*stored)->placement : Placement::PageableHost()});
+                                       .placement = stored != nullptr ? (*stored)->placement : Placement::PageableHost(),
+                                       .facts = stored != nullptr ? (*stored)->facts : nullptr});
   }
   if (static_cast<std::size_t>(request.keys_size()) > kMaxKeyColumns) {
     return absl::InvalidArgumentError(absl::StrCat("keys: at most ", kMaxKeyColumns, " key columns, got ",

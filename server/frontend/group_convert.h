@@ -24,6 +24,7 @@ struct ColumnBytes {
   DType dtype = DType::kFloat64;
   std::span<const std::byte> data;
   Placement placement = Placement::PageableHost();
+  ColumnFacts* facts = nullptr;  // a resident dataset's, read in place (GroupColumn::facts)
 };
 
 // The plan of `request`; its columns' spans point into `request` and into

@@ -141,13 +141,26 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   on_host.columns[0].placement = Placement::PageableHost();
   on_host.columns[1].data = values;
   on_host.columns[1].placement = Placement::PageableHost();
+  // As resident datasets' columns: the first request reads the keys'
+  // range and the values' magnitude and leaves them in the facts, the
+  // second takes them from there, and both give the same bits.
+  ColumnFacts key_facts, value_facts;
+  plan.columns[0].facts = &key_facts;
+  plan.columns[1].facts = &value_facts;
 
-  std::string steps;  // the path taken, as the phases it noted
+  std::string steps, steps_again;  // the path taken, as the phases it noted
   absl::StatusOr<grouping::GroupedResult> dev =
       grouping::RunGroupBy(plan, *cuda, 1 << 26, [&](const char* step) { steps += std::string(step) + "; "; });
   ASSERT_TRUE(dev.ok()) << dev.status();
-  absl::StatusOr<grouping::GroupedResult> again = grouping::RunGroupBy(plan, *cuda, 1 << 26);
+  absl::StatusOr<grouping::GroupedResult> again = grouping::RunGroupBy(
+      plan, *cuda, 1 << 26, [&](const char* step) { steps_again += std::string(step) + "; "; });
   ASSERT_TRUE(again.ok()) << again.status();
+  constexpr const char* kKnown = "known from an earlier request";
+  EXPECT_EQ(steps.find(kKnown), std::string::npos) << steps;
+  EXPECT_EQ(steps_again.find(kKnown) != std::string::npos, direct) << steps_again;
+  if (direct) {
+    ASSERT_TRUE(key_facts.key_range().has_value() && value_facts.largest_magnitude().has_value());
+  }
   absl::StatusOr<grouping::GroupedResult> ref = grouping::RunGroupBy(on_host, *cpu, 1 << 26);
   ASSERT_TRUE(ref.ok()) << ref.status();
   if (on_gpu) {

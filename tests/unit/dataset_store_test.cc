@@ -153,6 +153,32 @@ TEST_F(DatasetStoreTest, ExistingNamesNeedReplaceAndReadersKeepTheirVersion) {
   EXPECT_TRUE(ChargeBecomes(v2.size() * 4 + kO));
 }
 
+// What a read found of a version (ColumnFacts: a group-by's key range and
+// largest magnitude) stays with that version: each reader of it sees it, and
+// a replacement, whose bytes differ, starts with none.
+TEST_F(DatasetStoreTest, ColumnFactsBelongToOneVersion) {
+  ASSERT_TRUE(Put("f", Random(3000, testing::TestSeed())).ok());
+  absl::StatusOr<std::shared_ptr<const Dataset>> first = store_->Acquire("f");
+  ASSERT_TRUE(first.ok());
+  ASSERT_NE((*first)->facts(), nullptr);
+  EXPECT_FALSE((*first)->facts()->key_range().has_value());
+  EXPECT_FALSE((*first)->facts()->largest_magnitude().has_value());
+  (*first)->facts()->set_key_range({.lowest = 5, .range = 12});
+  (*first)->facts()->set_largest_magnitude(0x3ff0000000000000ull);
+  absl::StatusOr<std::shared_ptr<const Dataset>> second = store_->Acquire("f");
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->facts()->key_range().has_value());
+  EXPECT_EQ((*second)->facts()->key_range()->lowest, 5u);
+  EXPECT_EQ((*second)->facts()->key_range()->range, 12u);
+  EXPECT_EQ((*second)->facts()->largest_magnitude(), 0x3ff0000000000000ull);
+  ASSERT_TRUE(Put("f", Random(5000, testing::TestSeed() + 1), /*replace=*/true).ok());
+  absl::StatusOr<std::shared_ptr<const Dataset>> replaced = store_->Acquire("f");
+  ASSERT_TRUE(replaced.ok());
+  EXPECT_FALSE((*replaced)->facts()->key_range().has_value());
+  EXPECT_FALSE((*replaced)->facts()->largest_magnitude().has_value());
+  EXPECT_TRUE((*first)->facts()->key_range().has_value());  // the old version's readers keep theirs
+}
+
 TEST_F(DatasetStoreTest, OfTwoConcurrentUploadsOfANameExactlyOneWins) {
   const std::vector<float> v = Random(1000, testing::TestSeed());
   auto first = store_->BeginUpload("same", DType::kFloat32, v.size(), false, std::nullopt);

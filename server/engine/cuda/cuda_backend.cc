@@ -230,8 +230,9 @@ class CudaBackend final : public Backend {
     return cuda::OrderByKeyOnDevice(keys, dtype, rows, max_groups, *pool_);
   }
   absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
-                                             std::uint64_t rows, std::uint64_t max_groups) override {
-    return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, *pool_);
+                                             std::uint64_t rows, std::uint64_t max_groups,
+                                             DirectFacts facts) override {
+    return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts, *pool_);
   }
   absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
                                                         std::uint64_t rows) override {

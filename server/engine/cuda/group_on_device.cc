@@ -172,7 +172,8 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
 }
 
 absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
-                                           std::uint64_t rows, std::uint64_t max_groups, const DevicePool& pool) {
+                                           std::uint64_t rows, std::uint64_t max_groups, DirectFacts facts,
+                                           const DevicePool& pool) {
   const auto unimplemented = [](const std::string& why) {
     return absl::UnimplementedError(absl::StrCat("no direct device group-by: ", why));
   };
@@ -186,7 +187,14 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   const kernels::GroupKeys k{key_dtype, keys.bytes.data(), rows};
   const kernels::DenseValues v{dtype, values.bytes.data()};
   kernels::KeySpread spread;
-  {
+  const std::optional<ColumnFacts::KeyRange> known_keys =
+      facts.keys != nullptr ? facts.keys->key_range() : std::nullopt;
+  const std::optional<std::uint64_t> known_largest =
+      facts.values != nullptr ? facts.values->largest_magnitude() : std::nullopt;
+  const bool spread_known = known_keys.has_value() && known_largest.has_value();
+  if (spread_known) {
+    spread = kernels::KeySpread{.lowest = known_keys->lowest, .range = known_keys->range, .largest = *known_largest};
+  } else {
     StreamBuffer small;
     if (StreamBuffer::Create(kernels::kKeySpreadScratchBytes, stream.view(), &small) != cudaSuccess) {
       return Failure(device, "allocating the key range's scratch");
@@ -194,6 +202,8 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
     if (kernels::SpreadOfKeys(k, v, small.data(), stream.get(), &spread) != cudaSuccess) {
       return Failure(device, "reading the keys' range");
     }
+    if (facts.keys != nullptr) facts.keys->set_key_range({.lowest = spread.lowest, .range = spread.range});
+    if (facts.values != nullptr) facts.values->set_largest_magnitude(spread.largest);
   }
   std::size_t scratch_bytes = 0;
   if (kernels::DenseGroupScratchBytes(k, dtype, spread, &scratch_bytes) != cudaSuccess) {
@@ -214,6 +224,7 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   // copy), through pinned staging.
   KeyedSums out;
   out.groups = dense.groups;
+  out.spread_known = spread_known;
   PinnedPool& staging = pool.pinned(device);
   const auto back = [&](auto& to, const auto* from) {
     ReserveHuge(to, dense.groups);

@@ -19,9 +19,13 @@ namespace tally::cuda {
                                                                                  std::uint64_t max_groups,
                                                                                  const DevicePool& pool);
 
+// Backend::SumByKeyOnDevice for the cuda backend: the keys' range and the
+// values' magnitude from `facts` where both columns know them, else one
+// read of both (kernels::SpreadOfKeys), left in `facts` for the next
+// request; then kernels::SumByKey and the groups copied back.
 [[nodiscard]] absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values,
                                                         DType dtype, std::uint64_t rows, std::uint64_t max_groups,
-                                                        const DevicePool& pool);
+                                                        DirectFacts facts, const DevicePool& pool);
 
 // Backend::CombineKeysOnDevice for the cuda backend: the key columns' ranges
 // (one read each), then the combined column in the keys' device's

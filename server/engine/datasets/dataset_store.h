@@ -57,6 +57,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/core/column_facts.h"
 #include "server/core/request.h"
 #include "server/engine/backend.h"
 #include "server/engine/datasets/dataset_directory.h"
@@ -120,10 +121,14 @@ class Dataset {
   // piece of the first shard.
   std::vector<PlacedPiece> Pieces(std::uint64_t begin, std::uint64_t end) const;
   const std::vector<DatasetShard>& shards() const { return shards_; }
+  // What reads of this version found (server/core/column_facts.h): the
+  // bytes never change, so neither do they.
+  ColumnFacts* facts() const { return facts_.get(); }
 
  private:
   friend class DatasetStore;
   DatasetInfo info_;
+  std::unique_ptr<ColumnFacts> facts_ = std::make_unique<ColumnFacts>();
   std::string file_;              // its file in the store's directory; empty without one
   std::shared_ptr<void> charge_;  // goes after the memory (members go in reverse order)
   std::vector<DatasetShard> shards_;

@@ -40,6 +40,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, column);
     if (!sums.ok()) return sums.status();
     if (!sums->has_value()) return std::nullopt;
+    if ((*sums)->spread_known) note("the keys' range and the values' magnitude known from an earlier request");
     note(on_device ? "column summed by key on the device" : "column summed by key on the host");
     if (out.keys.empty()) {
       out.groups = (*sums)->groups;
@@ -99,7 +100,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan
                      absl::StatusOr<KeyedSums> sums =
                          backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype,
                                                   Extent{column.data, column.placement}, column.dtype, plan.rows,
-                                                  max_groups);
+                                                  max_groups, DirectFacts{.keys = key.facts, .values = column.facts});
                      if (absl::IsUnimplemented(sums.status())) return std::nullopt;
                      if (!sums.ok()) return sums.status();
                      return std::optional<KeyedSums>(*std::move(sums));
