@@ -68,7 +68,8 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
                 Specials specials);
 
 // Where the device's steps take a plan: the direct pass with a copy of
-// each slot per lane (keys within kernels::kMaxLaneCopiesRange), the
+// each slot per thread or per lane (keys within
+// kernels::kMaxLaneCopiesRange; the ranges up to 8 below take the first), the
 // direct pass over buckets of 2,048 keys (wider keys, up to
 // kMaxPartitionedRange and twice the rows and 65,536 more), the order by key (wider keys), or neither (keys spread past 2^32:
 // the host's steps over copies). The host's direct pass (keys within
@@ -188,6 +189,8 @@ TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
   Compare(DType::kUInt64, Keys<std::uint64_t>(rows, 1000, false, 0, rng), rows, rng, "uint64", Keyed::kBuckets, true);
   Compare(DType::kInt8, Keys<std::int8_t>(rows, 200, false, -100, rng), rows, rng, "int8", Keyed::kBuckets, true);
   Compare(DType::kBool, Keys<bool>(rows, 2, false, 0, rng), rows, rng, "bool", Keyed::kLaneCopies, true);
+  Compare(DType::kInt32, Keys<std::int32_t>(rows, 8, true, 3, rng), rows, rng, "int32, 8 keys, skewed",
+          Keyed::kLaneCopies, true);
   Compare(DType::kInt64, Keys<std::int64_t>(1000, 3, false, 0, rng), 1000, rng, "int64, tiny", Keyed::kLaneCopies, true);
   // (Keys within one bucket, above, are read where they lie.) Buckets of
   // one item (stored outright), of several (added by atomics), hot ones,

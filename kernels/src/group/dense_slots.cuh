@@ -227,6 +227,29 @@ struct Packed {
     if (o < Peek(&low[j])) atomicMin(&low[j], o);
     if (o > Peek(&high[j])) atomicMax(&high[j], o);
   }
+  // Add for a slot no other thread updates (a thread's own copy): plain
+  // reads and writes, the same words Add leaves.
+  __device__ void AddOwned(std::uint64_t j, double v, const FixedStep& step) const {
+    constexpr unsigned long long kOne = 1ull << kCountShift;
+    if (isnan(v)) {
+      lo[j] += kOne;
+      special[j] += 4u;
+      return;
+    }
+    if (isinf(v)) {
+      lo[j] += kOne;
+      special[j] |= v > 0 ? 1u : 2u;
+    } else {
+      long long h;
+      unsigned long long l;
+      FixedWordsOf(v, step, &h, &l);
+      hi[j] += static_cast<unsigned long long>(h);
+      lo[j] += l + kOne;
+    }
+    const unsigned long long o = rules::keyed::OrderedDouble(v);
+    if (o < low[j]) low[j] = o;
+    if (o > high[j]) high[j] = o;
+  }
   __device__ Slot Load(std::uint64_t j) const {
     const unsigned long long l = lo[j];
     return Slot{hi[j], l & ((1ull << kCountShift) - 1), l >> kCountShift, low[j], high[j], special[j]};

@@ -87,7 +87,8 @@ struct KeyOrder {
 //
 // Keys within kMaxLaneCopiesRange accumulate in each block's shared memory,
 // a copy of each key's slot per lane of a warp (no two lanes add to one
-// address, however few the keys). Wider ones, up to kMaxPartitionedRange,
+// address, however few the keys), or for ranges of up to 8 keys per thread
+// (plain adds, no atomics). Wider ones, up to kMaxPartitionedRange,
 // are accumulated in buckets of 2,048 keys, each in a block's shared
 // memory: rows read where they lie for keys within one bucket, else first
 // moved into their buckets (the rows' order within a bucket is whatever
