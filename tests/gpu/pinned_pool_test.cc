@@ -5,11 +5,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/pinned_pool.h"
+#include "server/engine/cuda/staged_copy.h"
 #include "tests/gpu/engine_test_util.h"
 
 namespace tally::cuda {
@@ -113,6 +116,47 @@ TEST(PinnedPool, EmptyPoolIsResourceExhaustedAfterTheWait) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted) << none.status();
   EXPECT_GE(Clock::now() - start, milliseconds(45));
   p.pool->ReleaseNow(a);
+}
+
+// Several device arrays to the host at once: together in one block where
+// they fit it (odd sizes, an empty one), one by one through the staging
+// where they do not, and one by one where the pool lends no block; every
+// byte where it belongs each time.
+TEST(CopyAllToHost, EveryArrayArrivesWhole) {
+  TALLY_REQUIRE_GPU();
+  PoolOnDevice0 p;
+  ASSERT_NO_FATAL_FAILURE(MakePool(2, &p));
+  for (const std::vector<std::size_t>& sizes :
+       {std::vector<std::size_t>{8, 0, 13, 4096, 1001}, std::vector<std::size_t>{kBlock / 2, kBlock / 2 + 40},
+        std::vector<std::size_t>{3 * kBlock + 7, 5}}) {
+    for (const bool pool_busy : {false, true}) {
+      std::vector<std::vector<std::uint8_t>> want, got;
+      std::vector<void*> device;
+      std::vector<HostCopy> copies;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<std::uint8_t>& w = want.emplace_back(sizes[i]);
+        for (std::size_t j = 0; j < w.size(); ++j) w[j] = static_cast<std::uint8_t>(j * 31 + i * 7 + 1);
+        void* d = nullptr;
+        ASSERT_EQ(cudaMalloc(&d, std::max<std::size_t>(sizes[i], 1)), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        device.push_back(d);
+        got.emplace_back(sizes[i], std::uint8_t{0xEE});  // poisoned
+      }
+      for (std::size_t i = 0; i < sizes.size(); ++i) copies.push_back(HostCopy{device[i], sizes[i], got[i].data()});
+      std::vector<PinnedPool::Block> held;
+      if (pool_busy) {
+        for (int b = 0; b < 2; ++b) held.push_back(MustAcquire(*p.pool));
+      }
+      const absl::Status s = CopyAllToHost(*p.pool, p.stream.get(), copies);
+      for (PinnedPool::Block& b : held) p.pool->ReleaseNow(b);
+      ASSERT_TRUE(s.ok()) << s;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        EXPECT_EQ(got[i], want[i]) << "array " << i << " of " << sizes.size() << ", " << sizes[i] << " bytes"
+                                   << (pool_busy ? ", pool busy" : "");
+        ASSERT_EQ(cudaFree(device[i]), cudaSuccess);
+      }
+    }
+  }
 }
 
 }  // namespace

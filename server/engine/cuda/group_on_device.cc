@@ -225,21 +225,20 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   KeyedSums out;
   out.groups = dense.groups;
   out.spread_known = spread_known;
-  PinnedPool& staging = pool.pinned(device);
+  std::vector<HostCopy> copies;
   const auto back = [&](auto& to, const auto* from) {
     ReserveHuge(to, dense.groups);
     to.resize(dense.groups);
-    return CopyToHostStaged(staging, stream.get(), from, dense.groups * sizeof(*from), to.data());
+    copies.push_back(HostCopy{from, dense.groups * sizeof(*from), to.data()});
   };
-  // One array after another, stopping at the first that fails.
-  absl::Status copied = back(out.keys, dense.keys);
-  if (copied.ok()) copied = back(out.count, dense.count);
-  if (copied.ok()) copied = back(out.sum, dense.sum);
-  if (copied.ok()) copied = back(out.min, dense.min);
-  if (copied.ok()) copied = back(out.max, dense.max);
-  if (copied.ok() && dense.any_nan) copied = back(out.nan, dense.nan);
-  if (copied.ok() && dense.any_infinity) copied = back(out.infinities, dense.infinities);
-  if (!copied.ok()) return copied;
+  back(out.keys, dense.keys);
+  back(out.count, dense.count);
+  back(out.sum, dense.sum);
+  back(out.min, dense.min);
+  back(out.max, dense.max);
+  if (dense.any_nan) back(out.nan, dense.nan);
+  if (dense.any_infinity) back(out.infinities, dense.infinities);
+  if (absl::Status copied = CopyAllToHost(pool.pinned(device), stream.get(), copies); !copied.ok()) return copied;
   return out;
 }
 

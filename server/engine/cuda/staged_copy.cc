@@ -84,4 +84,46 @@ absl::Status CopyToHostStaged(PinnedPool& pinned, cudaStream_t stream, const voi
   return status;
 }
 
+absl::Status CopyAllToHost(PinnedPool& pinned, cudaStream_t stream, std::span<const HostCopy> copies) {
+  // Each copy at a 16-byte boundary of the block.
+  const auto rounded = [](std::size_t n) { return (n + 15) / 16 * 16; };
+  std::size_t total = 0;
+  for (const HostCopy& c : copies) total += rounded(c.bytes);
+  const auto one_by_one = [&]() -> absl::Status {
+    for (const HostCopy& c : copies) {
+      if (absl::Status s = CopyToHostStaged(pinned, stream, c.from, c.bytes, c.to); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  if (copies.size() < 2 || total > pinned.block_bytes()) return one_by_one();
+  absl::StatusOr<PinnedPool::Block> block = pinned.Acquire(kBlockWait);
+  if (!block.ok()) return one_by_one();
+  absl::Status status = absl::OkStatus();
+  std::size_t at = 0;
+  for (const HostCopy& c : copies) {
+    if (c.bytes != 0) {
+      if (const cudaError_t e = cudaMemcpyAsync(block->data + at, c.from, c.bytes, cudaMemcpyDeviceToHost, stream);
+          e != cudaSuccess) {
+        status = Failed(e, "starting a copy into one block");
+        break;
+      }
+    }
+    at += rounded(c.bytes);
+  }
+  // Waited for whether or not every copy started: nothing may still write
+  // into the block when it goes back.
+  if (const cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess && status.ok()) {
+    status = Failed(e, "waiting for the copies into one block");
+  }
+  if (status.ok()) {
+    at = 0;
+    for (const HostCopy& c : copies) {
+      if (c.bytes != 0) std::memcpy(c.to, block->data + at, c.bytes);
+      at += rounded(c.bytes);
+    }
+  }
+  pinned.ReleaseNow(*block);
+  return status;
+}
+
 }  // namespace tally::cuda
