@@ -35,6 +35,63 @@ using dense::Slots;
 constexpr int kSpreadLoads = 4;
 constexpr int kSpreadVectors = 2;
 
+// Calls f(raw key, value) for rows thread, thread + stride, ... of the n
+// rows (a grid-stride walk), several loads in flight before any is used:
+// kVectors 16-byte vectors of each column (four rows each) where `vectors`
+// (keys and values both 4 bytes wide and 16-byte aligned), then the rows
+// those leave, kLoads at a time. The range pass and the lane copies walk
+// the rows this way (OwnCopiesKernel the same way, written out: see there).
+template <int kVectors, int kLoads, typename T, int kBytes, typename F>
+__device__ __forceinline__ void ForEachRow(const KeyReader<kBytes>& keys, const T* __restrict__ values,
+                                           std::uint64_t n, bool vectors, F&& f) {
+  const std::uint64_t thread = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  std::uint64_t scalar_from = 0;  // the rows the vectors leave
+  if constexpr (kBytes == 4 && sizeof(T) == 4) {
+    if (vectors) {
+      const auto* k4 = static_cast<const uint4*>(keys.keys);
+      const auto* v4 = reinterpret_cast<const float4*>(values);
+      const std::uint64_t n4 = n / 4;
+      for (std::uint64_t i = thread; i < n4; i += kVectors * stride) {
+        uint4 kv[kVectors];
+        float4 vv[kVectors];
+#pragma unroll
+        for (int u = 0; u < kVectors; ++u) {
+          if (i + u * stride < n4) {
+            kv[u] = k4[i + u * stride];
+            vv[u] = v4[i + u * stride];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kVectors; ++u) {
+          if (i + u * stride >= n4) continue;
+          f(std::uint64_t{kv[u].x}, vv[u].x);
+          f(std::uint64_t{kv[u].y}, vv[u].y);
+          f(std::uint64_t{kv[u].z}, vv[u].z);
+          f(std::uint64_t{kv[u].w}, vv[u].w);
+        }
+      }
+      scalar_from = n4 * 4;
+    }
+  }
+  for (std::uint64_t i = scalar_from + thread; i < n; i += kLoads * stride) {
+    std::uint64_t k[kLoads];
+    T v[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const std::uint64_t at = i + u * stride;
+      if (at < n) {
+        k[u] = keys.Raw(at);
+        v[u] = values[at];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (i + u * stride < n) f(k[u], v[u]);
+    }
+  }
+}
+
 // Folds one row into the range and the magnitude.
 template <typename T>
 __device__ __forceinline__ void FoldSpread(std::uint64_t ordered, T value, std::uint64_t& lo, std::uint64_t& hi,
@@ -50,54 +107,15 @@ __device__ __forceinline__ void FoldSpread(std::uint64_t ordered, T value, std::
 }
 
 // `vectors`: keys and values both 4 bytes wide and 16-byte aligned, read
-// four rows a vector (as LaneCopiesKernel reads them).
+// four rows a vector (ForEachRow).
 template <typename T, int kBytes>
 __global__ void RangeAndMagnitudeKernel(KeyReader<kBytes> keys, const T* __restrict__ values, std::uint64_t n,
                                         bool vectors,
                                         unsigned long long* extremes /* lo, hi, largest |value| as ordered */) {
   std::uint64_t lo = ~0ull, hi = 0, mag = 0;
-  const std::uint64_t thread = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
-  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-  std::uint64_t scalar_from = 0;
-  if constexpr (kBytes == 4 && sizeof(T) == 4) {
-    if (vectors) {
-      const auto* k4 = static_cast<const uint4*>(keys.keys);
-      const auto* v4 = reinterpret_cast<const float4*>(values);
-      const std::uint64_t n4 = n / 4;
-      for (std::uint64_t i = thread; i < n4; i += kSpreadVectors * stride) {
-        uint4 kv[kSpreadVectors];
-        float4 vv[kSpreadVectors];
-#pragma unroll
-        for (int u = 0; u < kSpreadVectors; ++u) {
-          // Past the end: the first vector again, which changes nothing.
-          const std::uint64_t at = i + u * stride < n4 ? i + u * stride : i;
-          kv[u] = k4[at];
-          vv[u] = v4[at];
-        }
-#pragma unroll
-        for (int u = 0; u < kSpreadVectors; ++u) {
-          FoldSpread(keys.Ordered(kv[u].x), vv[u].x, lo, hi, mag);
-          FoldSpread(keys.Ordered(kv[u].y), vv[u].y, lo, hi, mag);
-          FoldSpread(keys.Ordered(kv[u].z), vv[u].z, lo, hi, mag);
-          FoldSpread(keys.Ordered(kv[u].w), vv[u].w, lo, hi, mag);
-        }
-      }
-      scalar_from = n4 * 4;
-    }
-  }
-  for (std::uint64_t i = scalar_from + thread; i < n; i += kSpreadLoads * stride) {
-    // Past the end: the first element again, which changes no extreme.
-    std::uint64_t k[kSpreadLoads];
-    T v[kSpreadLoads];
-#pragma unroll
-    for (int u = 0; u < kSpreadLoads; ++u) {
-      const std::uint64_t at = i + u * stride < n ? i + u * stride : i;
-      k[u] = keys.Raw(at);
-      v[u] = values[at];
-    }
-#pragma unroll
-    for (int u = 0; u < kSpreadLoads; ++u) FoldSpread(keys.Ordered(k[u]), v[u], lo, hi, mag);
-  }
+  ForEachRow<kSpreadVectors, kSpreadLoads>(keys, values, n, vectors, [&](std::uint64_t raw, T value) {
+    FoldSpread(keys.Ordered(raw), value, lo, hi, mag);
+  });
   for (int d = 16; d > 0; d /= 2) {
     const std::uint64_t a = __shfl_down_sync(0xffffffffu, lo, d), c = __shfl_down_sync(0xffffffffu, hi, d),
                         m = __shfl_down_sync(0xffffffffu, mag, d);
@@ -140,52 +158,9 @@ __global__ void LaneCopiesKernel(KeyReader<kBytes> keys, const T* __restrict__ v
   for (std::uint64_t j = threadIdx.x; j < slots; j += blockDim.x) s.Clear(j);
   __syncthreads();
   const std::uint64_t lane = threadIdx.x & 31u;
-  const std::uint64_t thread = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
-  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-  std::uint64_t scalar_from = 0;  // the rows the vectors leave
-  if constexpr (kBytes == 4 && sizeof(T) == 4) {
-    if (vectors) {
-      const auto* k4 = static_cast<const uint4*>(keys.keys);
-      const auto* v4 = reinterpret_cast<const float4*>(values);
-      const std::uint64_t n4 = n / 4;
-      for (std::uint64_t i = thread; i < n4; i += kVectorsPerThread * stride) {
-        uint4 kv[kVectorsPerThread];
-        float4 vv[kVectorsPerThread];
-#pragma unroll
-        for (int u = 0; u < kVectorsPerThread; ++u) {
-          if (i + u * stride < n4) {
-            kv[u] = k4[i + u * stride];
-            vv[u] = v4[i + u * stride];
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kVectorsPerThread; ++u) {
-          if (i + u * stride >= n4) continue;
-          const std::uint32_t kk[4] = {kv[u].x, kv[u].y, kv[u].z, kv[u].w};
-          const float v[4] = {vv[u].x, vv[u].y, vv[u].z, vv[u].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s.Add((keys.Ordered(kk[e]) - base) * kCopies + lane, v[e], step);
-        }
-      }
-      scalar_from = n4 * 4;
-    }
-  }
-  for (std::uint64_t i = scalar_from + thread; i < n; i += kLoadsPerThread * stride) {
-    std::uint64_t k[kLoadsPerThread];
-    double v[kLoadsPerThread];
-#pragma unroll
-    for (int u = 0; u < kLoadsPerThread; ++u) {
-      const std::uint64_t at = i + u * stride;
-      if (at < n) {
-        k[u] = keys.Raw(at);
-        v[u] = static_cast<double>(values[at]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kLoadsPerThread; ++u) {
-      if (i + u * stride < n) s.Add((keys.Ordered(k[u]) - base) * kCopies + lane, v[u], step);
-    }
-  }
+  ForEachRow<kVectorsPerThread, kLoadsPerThread>(keys, values, n, vectors, [&](std::uint64_t raw, T value) {
+    s.Add((keys.Ordered(raw) - base) * kCopies + lane, static_cast<double>(value), step);
+  });
   __syncthreads();
   for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
     // Key j's copies folded into one.
@@ -220,6 +195,9 @@ __global__ void __launch_bounds__(kOwnThreads) OwnCopiesKernel(KeyReader<kBytes>
   const dense::Packed s = dense::Packed::At(shared, slots);
   for (std::uint64_t j = threadIdx.x; j < slots; j += blockDim.x) s.Clear(j);
   __syncthreads();
+  // Its own walk rather than ForEachRow's: the same loads and adds through
+  // the walker measured 5% slower here (H200, 4 keys over 2^28 rows: 0.91-0.94
+  // against 0.87-0.88 ms in one call), where the other passes did not move.
   const std::uint64_t me = threadIdx.x;
   const std::uint64_t thread = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
