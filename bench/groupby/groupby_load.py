@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from groupby_bench import OPS, upload  # noqa: E402
-from tally_test_server import TallyServer, load_messages, rss_bytes  # noqa: E402
+from tally_test_server import TallyServer, load_messages, run_load  # noqa: E402
 
 
 def reference(k, v):
@@ -143,7 +143,6 @@ def main():
     lock = threading.Lock()
     counts = {"ok": 0, "failed": 0, "wrong": 0, "busy": 0, "rows": 0}
     errors = []
-    peak = [0]
     stop = time.monotonic() + args.seconds
 
     def client(seed):
@@ -177,25 +176,13 @@ def main():
                     counts["wrong"] += 1
                     errors.append(f"{label}: {why}")
 
-    def watch():
-        while time.monotonic() < stop:
-            peak[0] = max(peak[0], rss_bytes(server.process.pid))
-            time.sleep(0.5)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
-    threads.append(threading.Thread(target=watch))
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.monotonic() - t0
+    seconds, peak = run_load(server, args.clients, client, stop)
     server.stop()
     for e in errors[:10]:
         print("  " + e)
     print(f"{args.backend}: {args.clients} clients, {len(cases)} cases, {seconds:.1f} s: {counts['ok']} ok, "
           f"{counts['failed']} failed, {counts['wrong']} wrong, {counts['busy']} busy (retried), "
-          f"{counts['rows'] / seconds / 1e6:.1f} M rows/s, server peak RSS {peak[0] / 2**30:.2f} GiB")
+          f"{counts['rows'] / seconds / 1e6:.1f} M rows/s, server peak RSS {peak / 2**30:.2f} GiB")
     return 1 if counts["failed"] or counts["wrong"] else 0
 
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -129,6 +130,27 @@ def rss_bytes(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS")
+
+
+def run_load(server, clients, client, stop):
+    """Runs client(i) for i in range(clients), each in a thread of its own
+    until the monotonic time `stop`, while watching the server's resident
+    memory; returns the seconds it all took and the peak RSS in bytes."""
+    peak = [0]
+
+    def watch():
+        while time.monotonic() < stop:
+            peak[0] = max(peak[0], rss_bytes(server.process.pid))
+            time.sleep(0.5)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    threads.append(threading.Thread(target=watch))
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - t0, peak[0]
 
 
 def client_test_main(module_globals):
