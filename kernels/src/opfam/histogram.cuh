@@ -4,8 +4,9 @@
 // rows, global. Counters are integers, so their combine order never shows.
 // Slots, as the kernels count them: below, bins 0..bins-1 at 1..bins, above,
 // nan (bins + 3). Below sits before the bins so that the quick guess's
-// floor + 1 is the slot of every value within a bin of the range, outside
-// ones too. The state keeps bins 0..bins-1, below, above, nan (StateSlot).
+// floor + 1 is the slot of every finite value, inside the range or out (the
+// guess clamped to [-0.5, bins + 0.5]: SlotQuick). The state keeps bins
+// 0..bins-1, below, above, nan (StateSlot).
 #pragma once
 
 #include <cooperative_groups.h>
