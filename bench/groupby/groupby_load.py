@@ -26,7 +26,6 @@ import argparse
 import os
 import random
 import sys
-import threading
 import time
 
 import grpc
@@ -36,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from groupby_bench import OPS, upload  # noqa: E402
-from tally_test_server import TallyServer, load_messages, run_load  # noqa: E402
+from tally_test_server import LoadTally, TallyServer, load_messages, run_load  # noqa: E402
 
 
 def reference(k, v):
@@ -139,10 +138,7 @@ def main():
                                  pb.Column(name="v", dtype=pb.DTYPE_FLOAT32, data=v.tobytes())],
                         keys=["kh", "kl"], aggregations=aggregations), rows, ref))
 
-    first = {}  # case label -> (keys, cols) of its first answer
-    lock = threading.Lock()
-    counts = {"ok": 0, "failed": 0, "wrong": 0, "busy": 0, "rows": 0}
-    errors = []
+    tally = LoadTally("rows")
     stop = time.monotonic() + args.seconds
 
     def client(seed):
@@ -152,38 +148,20 @@ def main():
             try:
                 answer = answer_of(list(group_by(request, timeout=600)))
             except grpc.RpcError as e:
-                with lock:
-                    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                        # The server sheds load past --max_inflight_bytes and
-                        # asks for a retry with backoff, as a client would.
-                        counts["busy"] += 1
-                    else:
-                        counts["failed"] += 1
-                        errors.append(f"{label}: {e.code().name}: {e.details()[:200]}")
+                if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    # The server sheds load past --max_inflight_bytes and
+                    # asks for a retry with backoff, as a client would.
+                    tally.busy()
+                else:
+                    tally.failed(f"{label}: {e.code().name}: {e.details()[:200]}")
                 time.sleep(pick.uniform(0.05, 0.2))
                 continue
-            why = wrong(answer, ref)
-            with lock:
-                seen = first.setdefault(label, answer)
-                if why is None and seen is not answer:
-                    same = np.array_equal(seen[0], answer[0]) and all(
-                        a.tobytes() == b.tobytes() for a, b in zip(seen[1], answer[1]))
-                    why = None if same else "not the bits of the case's first answer"
-                if why is None:
-                    counts["ok"] += 1
-                    counts["rows"] += rows
-                else:
-                    counts["wrong"] += 1
-                    errors.append(f"{label}: {why}")
+            bits = answer[0].tobytes() + b"".join(c.tobytes() for c in answer[1])
+            tally.answered(label, wrong(answer, ref), bits, rows)
 
     seconds, peak = run_load(server, args.clients, client, stop)
     server.stop()
-    for e in errors[:10]:
-        print("  " + e)
-    print(f"{args.backend}: {args.clients} clients, {len(cases)} cases, {seconds:.1f} s: {counts['ok']} ok, "
-          f"{counts['failed']} failed, {counts['wrong']} wrong, {counts['busy']} busy (retried), "
-          f"{counts['rows'] / seconds / 1e6:.1f} M rows/s, server peak RSS {peak / 2**30:.2f} GiB")
-    return 1 if counts["failed"] or counts["wrong"] else 0
+    return tally.report(args.backend, args.clients, len(cases), seconds, peak)
 
 
 if __name__ == "__main__":

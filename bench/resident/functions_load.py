@@ -29,16 +29,16 @@ import argparse
 import os
 import random
 import sys
-import threading
 import time
 
+import grpc
 import numpy as np
 
 import tally
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-from tally_test_server import TallyServer, load_messages, run_load  # noqa: E402
+from tally_test_server import LoadTally, TallyServer, load_messages, run_load  # noqa: E402
 
 DTYPES = [np.float32, np.float64, np.int32]
 # numpy's methods that pick an element (answers bitwise) and the rest
@@ -138,10 +138,7 @@ def main():
                 if n <= args.inline:
                     cases.append((f"inline {name}", None, x))
 
-    lock = threading.Lock()
-    counts = {"ok": 0, "failed": 0, "wrong": 0, "busy": 0, "elements": 0}
-    errors = []
-    first = {}
+    counted = LoadTally("elements")
     stop = time.monotonic() + args.seconds
 
     def params_for(pick, function, n):
@@ -164,37 +161,19 @@ def main():
                     answer = c.aggregate_dataset(name, op) if name is not None else c.aggregate(x, op)
                     got = answer[0]
                 except tally.Error as e:
-                    with lock:
-                        if "RESOURCE_EXHAUSTED" in str(e):
-                            # shed past --max_inflight_bytes: retried after a backoff, as a client would
-                            counts["busy"] += 1
-                        else:
-                            counts["failed"] += 1
-                            errors.append(f"{label} {op}: {str(e)[:200]}")
+                    if e.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        # shed past --max_inflight_bytes: retried after a backoff, as a client would
+                        counted.busy()
+                    else:
+                        counted.failed(f"{label} {op}: {str(e)[:200]}")
                     time.sleep(pick.uniform(0.05, 0.2))
                     continue
-                why = wrong(x, function, params, got)
-                key = (label, function, repr(params))
                 bits = b"".join(np.asarray(a).tobytes() for a in (got if isinstance(got, tuple) else (got,)))
-                with lock:
-                    seen = first.setdefault(key, bits)
-                    if why is None and seen != bits:
-                        why = "not the bits of the case's first answer"
-                    if why is None:
-                        counts["ok"] += 1
-                        counts["elements"] += len(x)
-                    else:
-                        counts["wrong"] += 1
-                        errors.append(f"{label} {op[:80]}: {why}")
+                counted.answered(f"{label} {op}", wrong(x, function, params, got), bits, len(x))
 
     seconds, peak = run_load(server, args.clients, client, stop)
     server.stop()
-    for e in errors[:10]:
-        print("  " + e)
-    print(f"{args.backend}: {args.clients} clients, {len(cases)} cases, {seconds:.1f} s: {counts['ok']} ok, "
-          f"{counts['failed']} failed, {counts['wrong']} wrong, {counts['busy']} busy (retried), "
-          f"{counts['elements'] / seconds / 1e6:.1f} M elements/s, server peak RSS {peak / 2**30:.2f} GiB")
-    return 1 if counts["failed"] or counts["wrong"] else 0
+    return counted.report(args.backend, args.clients, len(cases), seconds, peak)
 
 
 if __name__ == "__main__":

@@ -132,6 +132,55 @@ def rss_bytes(pid):
     raise RuntimeError("no VmRSS")
 
 
+class LoadTally:
+    """What a load run counts, from any client thread: answers equal to the
+    reference, failed calls, wrong answers, calls the server shed (busy:
+    RESOURCE_EXHAUSTED, retried), the work the right answers did (rows,
+    elements: `unit`), and each answer against the first of its case, bit
+    for bit (the same request gives the same bits)."""
+
+    def __init__(self, unit):
+        self.unit = unit
+        self.counts = {"ok": 0, "failed": 0, "wrong": 0, "busy": 0, "work": 0}
+        self.errors = []
+        self._first = {}
+        self._lock = threading.Lock()
+
+    def busy(self):
+        with self._lock:
+            self.counts["busy"] += 1
+
+    def failed(self, what):
+        with self._lock:
+            self.counts["failed"] += 1
+            self.errors.append(what)
+
+    def answered(self, case, why, bits, work):
+        """`why`: None where the answer is the reference's, else what
+        differs; `bits`: the answer's bytes."""
+        with self._lock:
+            seen = self._first.setdefault(case, bits)
+            if why is None and seen != bits:
+                why = "not the bits of the case's first answer"
+            if why is None:
+                self.counts["ok"] += 1
+                self.counts["work"] += work
+            else:
+                self.counts["wrong"] += 1
+                self.errors.append(f"{case}: {why}")
+
+    def report(self, backend, clients, cases, seconds, peak):
+        """Prints the first errors and the totals; 1 on any failure or
+        wrong answer, else 0."""
+        c = self.counts
+        for e in self.errors[:10]:
+            print("  " + e)
+        print(f"{backend}: {clients} clients, {cases} cases, {seconds:.1f} s: {c['ok']} ok, {c['failed']} failed, "
+              f"{c['wrong']} wrong, {c['busy']} busy (retried), {c['work'] / seconds / 1e6:.1f} M {self.unit}/s, "
+              f"server peak RSS {peak / 2**30:.2f} GiB")
+        return 1 if c["failed"] or c["wrong"] else 0
+
+
 def run_load(server, clients, client, stop):
     """Runs client(i) for i in range(clients), each in a thread of its own
     until the monotonic time `stop`, while watching the server's resident

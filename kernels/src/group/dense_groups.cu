@@ -254,25 +254,33 @@ __global__ void __launch_bounds__(kOwnThreads) OwnCopiesKernel(KeyReader<kBytes>
   }
 }
 
+// Blocks of a copies pass: `per_sm` an SM, or more where the rows would
+// give a thread of `threads` more than `rows_per_thread` (a copy's count
+// rides in 16 bits, Packed).
+int CopiesBlocks(int per_sm, int threads, std::uint64_t rows_per_thread, std::uint64_t rows) {
+  const std::uint64_t per_block = rows_per_thread * static_cast<std::uint64_t>(threads);
+  const std::uint64_t least = (rows + per_block - 1) / per_block;
+  return static_cast<int>(std::max<std::uint64_t>(std::uint64_t(dense::SmCount()) * std::max(per_sm, 1), least));
+}
+
 // Blocks of the owned-copies pass: as many as fit the SMs at once (by
-// their shared memory), or more where the rows would give a thread more
-// than kMaxOwnRows.
+// their shared memory).
 template <typename Kernel>
 cudaError_t OwnCopiesBlocks(Kernel kernel, std::size_t shared, std::uint64_t rows, int* blocks) {
   int per_sm = 0;
   TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kOwnThreads, shared));
-  const std::uint64_t per_block = kMaxOwnRows * kOwnThreads;
-  const std::uint64_t least = (rows + per_block - 1) / per_block;
-  *blocks = static_cast<int>(std::max<std::uint64_t>(std::uint64_t(dense::SmCount()) * std::max(per_sm, 1), least));
+  *blocks = CopiesBlocks(per_sm, kOwnThreads, kMaxOwnRows, rows);
   return cudaSuccess;
 }
 
-// Blocks of the lane-copies pass: four an SM, or more where the rows would
-// give a thread more than kMaxLaneRows (past about 2^29 rows on 132 SMs).
-int LaneCopiesBlocks(std::uint64_t rows) {
-  const std::uint64_t per_block = kMaxLaneRows * kThreads;
-  const std::uint64_t least = (rows + per_block - 1) / per_block;
-  return static_cast<int>(std::max<std::uint64_t>(std::uint64_t(dense::SmCount()) * 4, least));
+// Blocks of the lane-copies pass: four an SM (more past about 2^29 rows on
+// 132 SMs).
+int LaneCopiesBlocks(std::uint64_t rows) { return CopiesBlocks(4, kThreads, kMaxLaneRows, rows); }
+
+// Whether keys and values are both 16-byte aligned (ForEachRow's vectors,
+// where both are 4 bytes wide).
+bool VectorsAligned(const void* keys, const void* values) {
+  return reinterpret_cast<std::uintptr_t>(keys) % 16 == 0 && reinterpret_cast<std::uintptr_t>(values) % 16 == 0;
 }
 
 int Blocks() { return dense::SmCount() * 4; }
@@ -306,8 +314,7 @@ cudaError_t SpreadOfKeys(const GroupKeys& keys, const DenseValues& values, void*
     using T = decltype(t);
     return dense::VisitKeyWidth(key_bytes, [&](auto width) -> cudaError_t {
       constexpr int kBytes = decltype(width)::value;
-      const bool vectors = reinterpret_cast<std::uintptr_t>(keys.data) % 16 == 0 &&
-                           reinterpret_cast<std::uintptr_t>(values.data) % 16 == 0;
+      const bool vectors = VectorsAligned(keys.data, values.data);
       RangeAndMagnitudeKernel<T, kBytes><<<Blocks(), kThreads, 0, stream>>>(
           KeyReader<kBytes>{keys.data, kind}, static_cast<const T*>(values.data), keys.rows, vectors, extremes);
       return cudaPeekAtLastError();
@@ -358,6 +365,7 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
     if (spread.range > kMaxLaneCopiesRange) {
       return partitioned::Accumulate<T>(keys, typed, spread, out->scale, at, stream);
     }
+    const bool vectors = VectorsAligned(keys.data, typed);
     return dense::VisitKeyWidth(key_bytes, [&](auto width) -> cudaError_t {
       constexpr int kBytes = decltype(width)::value;
       if (spread.range <= kMaxOwnCopiesRange) {
@@ -365,8 +373,6 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
         TALLY_CUDA_TRY(detail::AllowMostSharedMemory(OwnCopiesKernel<T, kBytes>));
         int blocks = 0;
         TALLY_CUDA_TRY(OwnCopiesBlocks(OwnCopiesKernel<T, kBytes>, shared, keys.rows, &blocks));
-        const bool vectors = reinterpret_cast<std::uintptr_t>(keys.data) % 16 == 0 &&
-                             reinterpret_cast<std::uintptr_t>(typed) % 16 == 0;
         OwnCopiesKernel<T, kBytes><<<blocks, kOwnThreads, shared, stream>>>(
             KeyReader<kBytes>{keys.data, kind}, typed, keys.rows, spread.lowest, spread.range,
             dense::FixedStep::Of(out->scale), vectors, at.slots);
@@ -375,8 +381,6 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
       }
       const std::size_t shared = spread.range * 32 * dense::Packed::kBytes;
       TALLY_CUDA_TRY(detail::AllowMostSharedMemory(LaneCopiesKernel<T, kBytes>));
-      const bool vectors = reinterpret_cast<std::uintptr_t>(keys.data) % 16 == 0 &&
-                           reinterpret_cast<std::uintptr_t>(typed) % 16 == 0;
       LaneCopiesKernel<T, kBytes><<<LaneCopiesBlocks(keys.rows), kThreads, shared, stream>>>(
           KeyReader<kBytes>{keys.data, kind}, typed, keys.rows, spread.lowest, spread.range,
           dense::FixedStep::Of(out->scale), vectors, at.slots);

@@ -40,8 +40,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, column);
     if (!sums.ok()) return sums.status();
     if (!sums->has_value()) return std::nullopt;
-    if ((*sums)->spread_known) note("the keys' range and the values' magnitude known from an earlier request");
-    note(on_device ? "column summed by key on the device" : "column summed by key on the host");
+    NoteSummed(note, on_device, (*sums)->spread_known);
     if (out.keys.empty()) {
       out.groups = (*sums)->groups;
       out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes((*sums)->keys, rules::SizeOf(key.dtype)), .validity = nullptr});
@@ -92,15 +91,24 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
                                                         .device = backend.device()});
 }
 
+absl::StatusOr<KeyedSums> DeviceSumsByKey(const GroupByPlan& plan, const GroupColumn& key, const GroupColumn& column,
+                                          Backend& backend, std::uint64_t max_groups) {
+  return backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype, Extent{column.data, column.placement},
+                                  column.dtype, plan.rows, max_groups,
+                                  DirectFacts{.keys = key.facts, .values = column.facts});
+}
+
+void NoteSummed(const Note& note, bool on_device, bool spread_known) {
+  if (spread_known) note("the keys' range and the values' magnitude known from an earlier request");
+  note(on_device ? "column summed by key on the device" : "column summed by key on the host");
+}
+
 // The direct pass on the GPU that holds the columns.
 absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
                                                                std::uint64_t max_groups, const Note& note) {
   return RunDirect(plan, backend, /*on_device=*/true,
                    [&](const GroupColumn& key, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
-                     absl::StatusOr<KeyedSums> sums =
-                         backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype,
-                                                  Extent{column.data, column.placement}, column.dtype, plan.rows,
-                                                  max_groups, DirectFacts{.keys = key.facts, .values = column.facts});
+                     absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups);
                      if (absl::IsUnimplemented(sums.status())) return std::nullopt;
                      if (!sums.ok()) return sums.status();
                      return std::optional<KeyedSums>(*std::move(sums));

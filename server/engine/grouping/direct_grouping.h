@@ -36,6 +36,16 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
                                                                           const ColumnAggregations& c,
                                                                           KeyedSums sums, Backend& backend);
 
+// The GPU direct pass over one value column (Backend::SumByKeyOnDevice),
+// given what the columns' ColumnFacts know and left what it reads.
+absl::StatusOr<KeyedSums> DeviceSumsByKey(const GroupByPlan& plan, const GroupColumn& key, const GroupColumn& column,
+                                          Backend& backend, std::uint64_t max_groups);
+
+// Tells `note` that a column was summed by key, on the device or the host,
+// and whether the keys' range and the values' magnitude came from the
+// columns' facts (KeyedSums::spread_known).
+void NoteSummed(const Note& note, bool on_device, bool spread_known);
+
 // The whole plan by the direct pass on the GPU that holds its columns;
 // nullopt where a column or the keys are not the pass's.
 absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,

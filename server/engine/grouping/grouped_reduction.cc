@@ -266,17 +266,14 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
     // NaN-skipping ops, pandas' sum and mean of floats, which would take
     // the gathered column to the host.
     if (TakesDirect(plan, c)) {
-      absl::StatusOr<KeyedSums> sums = backend.SumByKeyOnDevice(
-          Extent{key.data, key.placement}, key.dtype, Extent{column.data, column.placement}, column.dtype, plan.rows,
-          max_groups, DirectFacts{.keys = key.facts, .values = column.facts});
+      absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups);
       if (!sums.ok() && !absl::IsUnimplemented(sums.status())) return sums.status();
       if (sums.ok() && sums->groups == o.groups) {
         const bool known = sums->spread_known;
         std::optional<std::pair<AggregationPlan, AggregationResult>> answered =
             DirectColumn(plan, c, *std::move(sums), backend);
         if (answered.has_value()) {
-          if (known) note("the keys' range and the values' magnitude known from an earlier request");
-          note("column summed by key on the device");
+          NoteSummed(note, /*on_device=*/true, known);
           out.plans.push_back(std::move(answered->first));
           out.results.push_back(std::move(answered->second));
           continue;
