@@ -432,7 +432,9 @@ int main(int argc, char** argv) {
                        config.backend.kind);
       return 2;
     }
-    absl::StatusOr<tally::ReceiveArena*> arena = tally::ReceiveArena::Install(arena_bytes);
+    absl::StatusOr<unsigned> large_buffers = tally::LargeBufferArena();
+    absl::StatusOr<tally::ReceiveArena*> arena = tally::ReceiveArena::Install(
+        arena_bytes, large_buffers.ok() ? std::optional<unsigned>(*large_buffers) : std::nullopt);
     if (!arena.ok()) {
       spdlog::critical("--pinned_receive_bytes: {}", arena.status().ToString());
       return 1;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -196,7 +197,7 @@ extent_hooks_t g_hooks = {Alloc, Dalloc, Destroy, Commit, Decommit, PurgeLazy, P
 
 }  // namespace
 
-absl::StatusOr<ReceiveArena*> ReceiveArena::Install(std::uint64_t bytes) {
+absl::StatusOr<ReceiveArena*> ReceiveArena::Install(std::uint64_t bytes, std::optional<unsigned> large_buffers) {
   if (g_base != nullptr) return absl::FailedPreconditionError("the receive arena is installed already.");
   if (bytes == 0) return absl::InvalidArgumentError("the receive arena needs at least one byte.");
   const std::uint64_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
@@ -228,7 +229,10 @@ absl::StatusOr<ReceiveArena*> ReceiveArena::Install(std::uint64_t bytes) {
   g_previous = previous;
   extent_hooks_t* hooks = &g_hooks;
   // Every automatic arena, in use yet or not: a thread may be given any.
-  for (unsigned i = 0; i < arenas; ++i) {
+  std::vector<unsigned> hooked;
+  for (unsigned i = 0; i < arenas; ++i) hooked.push_back(i);
+  if (large_buffers.has_value()) hooked.push_back(*large_buffers);
+  for (const unsigned i : hooked) {
     const std::string name = absl::StrCat("arena.", i, ".extent_hooks");
     if (mallctl(name.c_str(), nullptr, nullptr, &hooks, sizeof(hooks)) != 0) {
       return absl::InternalError(absl::StrCat("jemalloc refused the receive arena's hooks for arena ", i, "."));

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "absl/status/statusor.h"
@@ -23,9 +24,13 @@ namespace tally {
 class ReceiveArena {
  public:
   // Maps `bytes` (rounded up to whole 2 MiB pages) and points the extent
-  // hooks of every automatic jemalloc arena at it. Once per process, before
-  // the server starts; the arena lives until the process ends.
-  static absl::StatusOr<ReceiveArena*> Install(std::uint64_t bytes);
+  // hooks of every automatic jemalloc arena at it, and of `large_buffers`
+  // (the arena of every thread's large buffers, LargeBufferArena in
+  // server/allocator.h) where given: a receive slice is a buffer like any
+  // other. Once per process, before the server starts; the arena lives
+  // until the process ends.
+  static absl::StatusOr<ReceiveArena*> Install(std::uint64_t bytes,
+                                               std::optional<unsigned> large_buffers = std::nullopt);
 
   std::span<std::byte> memory() const;
   // Bytes of it jemalloc holds now.

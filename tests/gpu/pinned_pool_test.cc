@@ -119,17 +119,19 @@ TEST(PinnedPool, EmptyPoolIsResourceExhaustedAfterTheWait) {
 }
 
 // Several device arrays to the host at once: together in one block where
-// they fit it (odd sizes, an empty one), one by one through the staging
-// where they do not, and one by one where the pool lends no block; every
-// byte where it belongs each time.
+// they fit it (odd sizes, an empty one), in batches of a block through two
+// blocks, or one, where they do not, and plainly where the pool lends no
+// block; every byte where it belongs each time, in targets emptied first.
 TEST(CopyAllToHost, EveryArrayArrivesWhole) {
   TALLY_REQUIRE_GPU();
   PoolOnDevice0 p;
   ASSERT_NO_FATAL_FAILURE(MakePool(2, &p));
   for (const std::vector<std::size_t>& sizes :
        {std::vector<std::size_t>{8, 0, 13, 4096, 1001}, std::vector<std::size_t>{kBlock / 2, kBlock / 2 + 40},
-        std::vector<std::size_t>{3 * kBlock + 7, 5}}) {
-    for (const bool pool_busy : {false, true}) {
+        std::vector<std::size_t>{3 * kBlock + 7, 5}, std::vector<std::size_t>{kBlock - 8, 24, 2 * kBlock + 16, 0, 7}}) {
+    // Every block free (two take turns), one lent elsewhere (one block
+    // alone), and both (plain copies).
+    for (const int busy : {0, 1, 2}) {
       std::vector<std::vector<std::uint8_t>> want, got;
       std::vector<void*> device;
       std::vector<HostCopy> copies;
@@ -142,17 +144,19 @@ TEST(CopyAllToHost, EveryArrayArrivesWhole) {
         device.push_back(d);
         got.emplace_back(sizes[i], std::uint8_t{0xEE});  // poisoned
       }
-      for (std::size_t i = 0; i < sizes.size(); ++i) copies.push_back(HostCopy{device[i], sizes[i], got[i].data()});
-      std::vector<PinnedPool::Block> held;
-      if (pool_busy) {
-        for (int b = 0; b < 2; ++b) held.push_back(MustAcquire(*p.pool));
+      std::vector<std::unique_ptr<VectorTarget<std::uint8_t>>> targets;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        targets.push_back(std::make_unique<VectorTarget<std::uint8_t>>(got[i]));
+        copies.push_back(HostCopy{device[i], sizes[i], targets.back().get()});
       }
+      std::vector<PinnedPool::Block> held;
+      for (int b = 0; b < busy; ++b) held.push_back(MustAcquire(*p.pool));
       const absl::Status s = CopyAllToHost(*p.pool, p.stream.get(), copies);
       for (PinnedPool::Block& b : held) p.pool->ReleaseNow(b);
       ASSERT_TRUE(s.ok()) << s;
       for (std::size_t i = 0; i < sizes.size(); ++i) {
         EXPECT_EQ(got[i], want[i]) << "array " << i << " of " << sizes.size() << ", " << sizes[i] << " bytes"
-                                   << (pool_busy ? ", pool busy" : "");
+                                   << ", " << busy << " of 2 blocks lent";
         ASSERT_EQ(cudaFree(device[i]), cudaSuccess);
       }
     }

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <memory>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -226,10 +228,12 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   out.groups = dense.groups;
   out.spread_known = spread_known;
   std::vector<HostCopy> copies;
+  std::vector<std::unique_ptr<HostTarget>> targets;
   const auto back = [&](auto& to, const auto* from) {
+    using T = typename std::decay_t<decltype(to)>::value_type;
     ReserveHuge(to, dense.groups);
-    to.resize(dense.groups);
-    copies.push_back(HostCopy{from, dense.groups * sizeof(*from), to.data()});
+    targets.push_back(std::make_unique<VectorTarget<T>>(to));
+    copies.push_back(HostCopy{from, dense.groups * sizeof(*from), targets.back().get()});
   };
   back(out.keys, dense.keys);
   back(out.count, dense.count);

@@ -56,12 +56,27 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
 
 }  // namespace
 
-// The key bytes of each group from the device's 64-bit words.
+// The key bytes of each group from the device's 64-bit words: each word's
+// low `size` bytes (little-endian), narrowed as a whole array per width (a
+// memcpy of `size` bytes per group took 4.4-4.9 ms for 1M groups on an
+// H200 host).
 std::vector<std::byte> KeyBytes(const std::vector<std::uint64_t>& words, std::size_t size) {
   std::vector<std::byte> out;
   ReserveHuge(out, words.size() * size);
   out.resize(words.size() * size);
-  for (std::size_t g = 0; g < words.size(); ++g) std::memcpy(out.data() + g * size, &words[g], size);
+  const auto narrow = [&](auto t) {
+    using T = decltype(t);
+    for (std::size_t g = 0; g < words.size(); ++g) {
+      const T key = static_cast<T>(words[g]);
+      std::memcpy(out.data() + g * sizeof(T), &key, sizeof(T));
+    }
+  };
+  switch (size) {
+    case 1: narrow(std::uint8_t{}); break;
+    case 2: narrow(std::uint16_t{}); break;
+    case 4: narrow(std::uint32_t{}); break;
+    default: std::memcpy(out.data(), words.data(), out.size()); break;
+  }
   return out;
 }
 
