@@ -54,7 +54,7 @@ struct CombinedKeyColumn {
 // NaN-skipping forms, in ascending key order.
 struct KeyedSums {
   std::uint64_t groups = 0;
-  std::vector<std::uint64_t> keys;       // each group's key bytes, low bytes
+  std::vector<std::byte> keys;           // each group's key: the key dtype's bytes, groups x its size
   // Elements and NaN elements; `nan` may be empty where no group holds a
   // NaN (the host's passes leave it so: at 1M groups an 8 MB vector costs
   // its first touch).
@@ -63,6 +63,11 @@ struct KeyedSums {
   // an infinity.
   std::vector<std::uint8_t> infinities;
   std::vector<double> sum, min, max;     // finite elements' sum; non-NaN extremes
+  // sum / count: each group's mean where no group holds a NaN or an
+  // infinity, computed where the groups are written (on the GPU for its
+  // pass: one array more over the bus instead of a pass over two on the
+  // host).
+  std::vector<double> mean;
   // Whether the keys' range and the values' largest magnitude came from
   // DirectFacts rather than a read of the columns.
   bool spread_known = false;

@@ -106,7 +106,8 @@ void CheckAgainstLoops(const std::vector<K>& keys, const std::vector<V>& values,
   std::size_t g = 0;
   for (const auto& [key, r] : want) {
     K got_key;
-    std::memcpy(&got_key, &got.keys[g], sizeof(K));  // the key's bytes, low bytes first
+    ASSERT_EQ(got.keys.size(), got.groups * sizeof(K));  // the key dtype's bytes
+    std::memcpy(&got_key, got.keys.data() + g * sizeof(K), sizeof(K));
     EXPECT_EQ(got_key, key);
     EXPECT_EQ(got.count[g], r.count) << "key " << +key;
     // Empty where no group holds one (KeyedSums).
@@ -119,6 +120,9 @@ void CheckAgainstLoops(const std::vector<K>& keys, const std::vector<V>& values,
       EXPECT_EQ(got.min[g], r.min) << "key " << +key;
       EXPECT_EQ(got.max[g], r.max) << "key " << +key;
     }
+    // The mean is the host's division of those two, bit for bit.
+    const double mean = got.sum[g] / static_cast<double>(got.count[g]);
+    EXPECT_EQ(std::memcmp(&got.mean[g], &mean, sizeof mean), 0) << "key " << +key;
     ++g;
   }
 }
@@ -150,7 +154,8 @@ bool SameBits(const KeyedSums& a, const KeyedSums& b) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
   };
   return a.groups == b.groups && a.keys == b.keys && a.count == b.count && a.nan == b.nan &&
-         a.infinities == b.infinities && same(a.sum, b.sum) && same(a.min, b.min) && same(a.max, b.max);
+         a.infinities == b.infinities && same(a.sum, b.sum) && same(a.min, b.min) && same(a.max, b.max) &&
+         same(a.mean, b.mean);
 }
 
 TEST(SumByKeyOnHost, TheSameBitsOnAnyNumberOfThreads) {
@@ -220,7 +225,7 @@ TEST(SumByKeyOnHost, KeysOfEveryIntegerDtypeAtTheirExtremes) {
   const std::vector<float> v = {1, 2, 3, 4, 5};
   std::optional<KeyedSums> b = SumByKeyOnHost(Bytes(flags), DType::kBool, Bytes(v), DType::kFloat32, 5, 4096, nullptr);
   ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(b->keys, (std::vector<std::uint64_t>{0, 1}));
+  EXPECT_EQ(b->keys, (std::vector<std::byte>{std::byte{0}, std::byte{1}}));  // one byte a key
   EXPECT_EQ(b->sum, (std::vector<double>{5, 10}));
 }
 

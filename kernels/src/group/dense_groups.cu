@@ -388,7 +388,7 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
       return cudaSuccess;
     });
   }));
-  return partitioned::WriteGroups(at, spread.lowest, kind, out->scale, stream, out);
+  return partitioned::WriteGroups(at, spread.lowest, kind, key_bytes, out->scale, stream, out);
 }
 
 }  // namespace tally::kernels

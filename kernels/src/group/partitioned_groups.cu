@@ -323,10 +323,20 @@ __global__ void __launch_bounds__(kNumberThreads) GroupsPerBucketKernel(const un
   if (threadIdx.x == 0) groups[blockIdx.x] = total;
 }
 
+// Group g's key as `size` bytes of the key dtype (its bits' low bytes).
+__device__ inline void StoreKey(std::byte* keys, std::uint64_t g, int size, std::uint64_t bits) {
+  switch (size) {
+    case 1: reinterpret_cast<std::uint8_t*>(keys)[g] = static_cast<std::uint8_t>(bits); break;
+    case 2: reinterpret_cast<std::uint16_t*>(keys)[g] = static_cast<std::uint16_t>(bits); break;
+    case 4: reinterpret_cast<std::uint32_t*>(keys)[g] = static_cast<std::uint32_t>(bits); break;
+    default: reinterpret_cast<std::uint64_t*>(keys)[g] = bits; break;
+  }
+}
+
 // Each bucket's groups written in key order from group_starts[bucket] on.
 __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots, const unsigned* group_starts,
-                                                                    std::uint64_t lowest, KeyKind kind, int scale,
-                                                                    Groups out) {
+                                                                    std::uint64_t lowest, KeyKind kind, int key_size,
+                                                                    int scale, Groups out) {
   using Scan = cub::BlockScan<unsigned, kNumberThreads>;
   __shared__ typename Scan::TempStorage temp;
   const std::uint64_t first = std::uint64_t{blockIdx.x} * kBucketKeys + 2 * threadIdx.x;
@@ -339,11 +349,13 @@ __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots,
     if (flags[e] == 0) continue;
     const std::uint64_t j = first + e;
     const Slot slot = Slot::Load(slots, j);
-    out.keys[g] = dense::KeyBits(lowest + j, kind);
+    StoreKey(out.keys, g, key_size, dense::KeyBits(lowest + j, kind));
     out.count[g] = slot.count;
     out.nan[g] = slot.special >> 2;
     out.infinities[g] = static_cast<std::uint8_t>(slot.special & 3u);
-    out.sum[g] = rules::keyed::FixedSumOf(rules::keyed::FixedWords(slot.hi, slot.lo), scale);  // the finite elements
+    const double sum = rules::keyed::FixedSumOf(rules::keyed::FixedWords(slot.hi, slot.lo), scale);  // the finite elements
+    out.sum[g] = sum;
+    out.mean[g] = __ddiv_rn(sum, __ull2double_rn(slot.count));
     out.min[g] = rules::keyed::FromOrdered(slot.low);
     out.max[g] = rules::keyed::FromOrdered(slot.high);
     seen |= (slot.special >> 2 != 0 ? 1u : 0u) | ((slot.special & 3u) != 0 ? 2u : 0u);
@@ -385,12 +397,13 @@ Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, v
     const std::size_t moved_row = value_size == 4 ? 8 : 16;
     at.moved = c.Take<std::byte>((rows < ChunkRows(moved_row) ? rows : ChunkRows(moved_row)) * moved_row);
   }
-  at.out.keys = c.Take<unsigned long long>(most_groups);
+  at.out.keys = c.Take<std::byte>(most_groups * sizeof(std::uint64_t));  // keys of up to 8 bytes
   at.out.count = c.Take<unsigned long long>(most_groups);
   at.out.nan = c.Take<unsigned long long>(most_groups);
   at.out.sum = c.Take<double>(most_groups);
   at.out.min = c.Take<double>(most_groups);
   at.out.max = c.Take<double>(most_groups);
+  at.out.mean = c.Take<double>(most_groups);
   at.out.infinities = c.Take<std::uint8_t>(most_groups);
   at.out.seen = c.Take<unsigned>(1);
   *used = c.used();
@@ -475,15 +488,16 @@ template cudaError_t Accumulate<float>(const GroupKeys&, const float*, const Key
 template cudaError_t Accumulate<double>(const GroupKeys&, const double*, const KeySpread&, int, const Layout&,
                                         cudaStream_t);
 
-cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, int scale, cudaStream_t stream,
-                        DenseGroups* out) {
+cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, int key_size, int scale,
+                        cudaStream_t stream, DenseGroups* out) {
   const unsigned buckets = at.buckets;
   TALLY_CUDA_TRY(cudaMemsetAsync(at.out.seen, 0, sizeof(unsigned), stream));
   GroupsPerBucketKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots.count, at.groups);
   TALLY_CUDA_CHECK_LAUNCH();
   ScanKernel<<<1, kScanThreads, 0, stream>>>(at.groups, buckets, 1, at.group_starts);
   TALLY_CUDA_CHECK_LAUNCH();
-  WriteGroupsKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots, at.group_starts, lowest, kind, scale, at.out);
+  WriteGroupsKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots, at.group_starts, lowest, kind, key_size, scale,
+                                                            at.out);
   TALLY_CUDA_CHECK_LAUNCH();
   unsigned found[2] = {0, 0};  // groups, what they hold
   TALLY_CUDA_TRY(cudaMemcpyAsync(&found[0], at.group_starts + buckets, sizeof(unsigned), cudaMemcpyDeviceToHost,
@@ -493,13 +507,14 @@ cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, in
   out->groups = found[0];
   out->any_nan = (found[1] & 1u) != 0;
   out->any_infinity = (found[1] & 2u) != 0;
-  out->keys = reinterpret_cast<const std::uint64_t*>(at.out.keys);
+  out->keys = at.out.keys;
   out->count = reinterpret_cast<const std::uint64_t*>(at.out.count);
   out->nan = reinterpret_cast<const std::uint64_t*>(at.out.nan);
   out->infinities = at.out.infinities;
   out->sum = at.out.sum;
   out->min = at.out.min;
   out->max = at.out.max;
+  out->mean = at.out.mean;
   return cudaSuccess;
 }
 

@@ -21,12 +21,13 @@ inline constexpr std::uint64_t kBucketKeys = std::uint64_t{1} << kBucketBits;
 
 // The groups as they are written out (DenseGroups' arrays).
 struct Groups {
-  unsigned long long* keys;
+  std::byte* keys;  // the key dtype's bytes (DenseGroups::keys)
   unsigned long long* count;
   unsigned long long* nan;
   double* sum;
   double* min;
   double* max;
+  double* mean;
   std::uint8_t* infinities;
   unsigned* seen;  // bit 0: a NaN in some group, bit 1: an infinity
 };
@@ -58,8 +59,9 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
                        cudaStream_t stream);
 
 // The slots with rows, numbered bucket by bucket, written out in key order
-// into `at.out`, and `out` pointed at them; synchronizes `stream`.
-cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, dense::KeyKind kind, int scale, cudaStream_t stream,
-                        DenseGroups* out);
+// into `at.out` (keys of `key_size` bytes), and `out` pointed at them;
+// synchronizes `stream`.
+cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, dense::KeyKind kind, int key_size, int scale,
+                        cudaStream_t stream, DenseGroups* out);
 
 }  // namespace tally::kernels::partitioned

@@ -229,17 +229,18 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   out.spread_known = spread_known;
   std::vector<HostCopy> copies;
   std::vector<std::unique_ptr<HostTarget>> targets;
-  const auto back = [&](auto& to, const auto* from) {
+  const auto back = [&](auto& to, const auto* from, std::size_t per_group = 1) {
     using T = typename std::decay_t<decltype(to)>::value_type;
-    ReserveHuge(to, dense.groups);
+    ReserveHuge(to, dense.groups * per_group);
     targets.push_back(std::make_unique<VectorTarget<T>>(to));
-    copies.push_back(HostCopy{from, dense.groups * sizeof(*from), targets.back().get()});
+    copies.push_back(HostCopy{from, dense.groups * per_group * sizeof(T), targets.back().get()});
   };
-  back(out.keys, dense.keys);
+  back(out.keys, dense.keys, rules::SizeOf(key_dtype));
   back(out.count, dense.count);
   back(out.sum, dense.sum);
   back(out.min, dense.min);
   back(out.max, dense.max);
+  back(out.mean, dense.mean);
   if (dense.any_nan) back(out.nan, dense.nan);
   if (dense.any_infinity) back(out.infinities, dense.infinities);
   if (absl::Status copied = CopyAllToHost(pool.pinned(device), stream.get(), copies); !copied.ok()) return copied;

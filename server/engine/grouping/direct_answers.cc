@@ -103,22 +103,14 @@ std::optional<std::vector<OpValues>> DirectAnswers(const std::vector<OpSpec>& op
     if (k.infinities.empty()) k.infinities.assign(k.groups, 0);
     return GroupByGroup(ops, dtype, k);
   }
-  // Without NaN or infinity every answer is a vector of k's, or the sums
-  // over the counts. Each vector of k's goes to the last op that is it, a
-  // copy to any before: a vector of 1M groups is 8 MB, which this host's
+  // Without NaN or infinity every answer is a vector of k's (a mean's is
+  // k.mean, the sums over the counts). Each vector of k's goes to the last
+  // op that is it, a copy to any before: a vector of 1M groups is 8 MB, which this host's
   // allocator maps afresh for each request, and each such buffer's first
   // touch cost 5-7 ms on this 2-core VM (its 4 KiB pages at the edges of
   // the huge pages advised); building every answer group by group through
   // DirectValue took a further tenth of the host's time at 1M groups.
   std::vector<std::optional<OpValues>> values(ops.size());
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (SourceOf(ops[i].kind) != Source::kMean) continue;
-    std::vector<double> mean;
-    ReserveHuge(mean, k.groups);
-    mean.resize(k.groups);
-    for (std::uint64_t g = 0; g < k.groups; ++g) mean[g] = k.sum[g] / static_cast<double>(k.count[g]);
-    values[i] = std::move(mean);
-  }
   const auto last_of = [&](Source s) {
     std::size_t last = ops.size();
     for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -137,6 +129,7 @@ std::optional<std::vector<OpValues>> DirectAnswers(const std::vector<OpSpec>& op
   take(k.min, Source::kMin);
   take(k.max, Source::kMax);
   take(k.count, Source::kCount);
+  take(k.mean, Source::kMean);
   std::vector<OpValues> out;
   out.reserve(ops.size());
   for (std::optional<OpValues>& v : values) out.push_back(*std::move(v));

@@ -43,7 +43,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
     NoteSummed(note, on_device, (*sums)->spread_known);
     if (out.keys.empty()) {
       out.groups = (*sums)->groups;
-      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes((*sums)->keys, rules::SizeOf(key.dtype)), .validity = nullptr});
+      out.keys.push_back(KeyValues{.dtype = key.dtype, .data = std::move((*sums)->keys), .validity = nullptr});
     }
     std::optional<std::pair<AggregationPlan, AggregationResult>> answered =
         DirectColumn(plan, c, *std::move(*sums), backend);
@@ -93,10 +93,12 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
                                                                           const ColumnAggregations& c,
                                                                           KeyedSums sums, Backend& backend) {
   AggregationPlan p = c.plan;
+  // Each group's first row in group order, written once (no zeros first).
   std::vector<std::uint64_t> start;
   ReserveHuge(start, sums.groups + 1);
-  start.resize(sums.groups + 1);
-  for (std::uint64_t g = 0; g < sums.groups; ++g) start[g + 1] = start[g] + sums.count[g];
+  std::uint64_t at = 0;
+  start.push_back(0);
+  for (std::uint64_t g = 0; g < sums.groups; ++g) start.push_back(at += sums.count[g]);
   p.array.length = plan.rows;
   p.array.row_length = 0;
   p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));

@@ -218,10 +218,11 @@ std::optional<KeyedSums> SumByPartitions(const K* keys, const V* values, std::ui
   for_buckets([&](std::uint64_t k) { first_group[k + 1] = GroupsIn(slice(k), keys_in(k)); });
   for (std::uint64_t k = 0; k < buckets; ++k) first_group[k + 1] += first_group[k];
   KeyedSums out;
-  SizeGroups(first_group[buckets], std::min(range, rows), all, out);
+  SizeGroups(first_group[buckets], std::min(range, rows), sizeof(K), all, out);
   std::vector<std::uint8_t> answered(buckets, 0);
   for_buckets([&](std::uint64_t k) {
-    answered[k] = WriteGroups<true>(slice(k), keys_in(k), base + k * kBucketKeys, signed_key, scale, first_group[k], out);
+    answered[k] =
+        WriteGroups<true, K>(slice(k), keys_in(k), base + k * kBucketKeys, signed_key, scale, first_group[k], out);
   });
   if (std::find(answered.begin(), answered.end(), 0) != answered.end()) return std::nullopt;
   // A sum below float64's normal range was rounded twice (FixedSum scales

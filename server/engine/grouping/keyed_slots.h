@@ -205,18 +205,20 @@ std::uint64_t GroupsIn(const Table<V>& table, std::uint64_t n) {
 // of several huge pages advised first), but for NaN counts and infinities
 // where the column holds none (`column`'s flags: left empty, as KeyedSums
 // allows).
-inline void SizeGroups(std::uint64_t groups, std::uint64_t room, const Extremes& column, KeyedSums& out) {
-  const auto size = [&](auto& v) {
-    ReserveHuge(v, std::max(groups, room));
-    v.resize(groups);
+inline void SizeGroups(std::uint64_t groups, std::uint64_t room, std::size_t key_size, const Extremes& column,
+                       KeyedSums& out) {
+  const auto size = [&](auto& v, std::size_t per_group) {
+    ReserveHuge(v, std::max(groups, room) * per_group);
+    v.resize(groups * per_group);
   };
-  size(out.keys);
-  size(out.count);
-  if (column.nan) size(out.nan);
-  if (column.infinity) size(out.infinities);
-  size(out.sum);
-  size(out.min);
-  size(out.max);
+  size(out.keys, key_size);
+  size(out.count, 1);
+  if (column.nan) size(out.nan, 1);
+  if (column.infinity) size(out.infinities, 1);
+  size(out.sum, 1);
+  size(out.min, 1);
+  size(out.max, 1);
+  size(out.mean, 1);
   out.groups = groups;
 }
 
@@ -227,7 +229,7 @@ inline void SizeGroups(std::uint64_t groups, std::uint64_t room, const Extremes&
 // is -0.0), from the marks: false where a key's extreme is a zero and the
 // key holds zeros of both signs, whose sign depends on the order the
 // general path meets them in.
-template <bool kGeneral, typename V>
+template <bool kGeneral, typename K, typename V>
 bool WriteGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, bool signed_key, int scale,
                  std::uint64_t at, KeyedSums& out) {
   const bool nan = !out.nan.empty(), infinity = !out.infinities.empty();
@@ -237,7 +239,10 @@ bool WriteGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, boo
     std::uint64_t key = base + j;
     if (signed_key) key ^= std::uint64_t{1} << 63;  // back from the ordered form
     const std::uint8_t marks = table.marks != nullptr ? table.marks[j] : 0;
-    out.keys[at] = key;
+    // The key's low bytes: the key dtype's (a bool key's byte 0 or 1).
+    using Bytes = std::conditional_t<std::is_same_v<K, BoolByte>, std::uint8_t, K>;
+    const auto narrow = static_cast<Bytes>(key);
+    std::memcpy(out.keys.data() + at * sizeof(Bytes), &narrow, sizeof(Bytes));
     out.count[at] = s.count;
     if (nan) out.nan[at] = s.nan;
     if (infinity) out.infinities[at] = marks & (kPlusInfinity | kMinusInfinity);
@@ -260,6 +265,7 @@ bool WriteGroups(const Table<V>& table, std::uint64_t n, std::uint64_t base, boo
     out.sum[at] = sum;
     out.min[at] = min;
     out.max[at] = max;
+    out.mean[at] = sum / static_cast<double>(s.count);
     ++at;
   }
   return true;

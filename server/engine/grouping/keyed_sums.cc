@@ -80,8 +80,8 @@ std::optional<KeyedSums> Sum(const K* keys, const V* values, std::uint64_t rows,
   }
   KeyedSums out;
   const std::uint64_t groups = keyed_host::GroupsIn(total, range);
-  keyed_host::SizeGroups(groups, groups, all, out);
-  (void)keyed_host::WriteGroups<false>(total, range, all.lo, signed_key, scale, 0, out);
+  keyed_host::SizeGroups(groups, groups, sizeof(K), all, out);
+  (void)keyed_host::WriteGroups<false, K>(total, range, all.lo, signed_key, scale, 0, out);
   return out;
 }
 

@@ -134,13 +134,16 @@ struct DenseGroups {
   int scale = 0;
   bool any_nan = false;       // whether some group holds a NaN (else `nan` is all 0)
   bool any_infinity = false;  // whether some group holds an infinity (else `infinities` is all 0)
-  const std::uint64_t* keys = nullptr;  // as KeyOrder::keys
+  const std::byte* keys = nullptr;       // each group's key: the key dtype's bytes, groups x its size
   const std::uint64_t* count = nullptr;  // elements
   const std::uint64_t* nan = nullptr;    // NaN elements
   const std::uint8_t* infinities = nullptr;  // bit 0: +inf among the elements, bit 1: -inf
   const double* sum = nullptr;  // of the finite elements
   const double* min = nullptr;  // of the non-NaN elements
   const double* max = nullptr;
+  // sum / count: each group's mean where no group holds a NaN or an
+  // infinity (the host's division, the same bits).
+  const double* mean = nullptr;
 };
 
 // The device scratch SumByKey needs for `spread`; cudaErrorInvalidValue
