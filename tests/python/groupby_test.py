@@ -777,6 +777,55 @@ class PackedFrames(Base):
         self.assertEqual(len(busy_tries), 2)
 
 
+class ValuesAsBytes(Base):
+    def test_the_same_numbers_as_the_repeated_values(self):
+        """GroupByRequest.values_as_bytes: every number of the answer in its
+        Values message's data bytes (values empty), the same numbers the
+        repeated values hold without it (data empty), on every page;
+        top-k's indices and lengths too."""
+        pb = tally_pb2
+        k = self.rng.integers(-3, 40, 5000).astype(np.int32)
+        v = self.rng.standard_normal(5000)
+        group_by = self.server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
+                                                   request_serializer=pb.GroupByRequest.SerializeToString,
+                                                   response_deserializer=pb.GroupByResponse.FromString)
+        ops = [pb.Aggregation(op=pb.OP_SUM), pb.Aggregation(op=pb.OP_COUNT), pb.Aggregation(op=pb.OP_TOPK, k=3)]
+        aggs = [pb.GroupAggregation(column="v", aggregation=a) for a in ops]
+        aggs.append(pb.GroupAggregation(column="k", aggregation=pb.Aggregation(op=pb.OP_MIN)))
+        columns = [pb.Column(name="k", dtype=pb.DTYPE_INT32, data=k.tobytes()),
+                   pb.Column(name="v", dtype=pb.DTYPE_FLOAT64, data=v.tobytes())]
+        answers = {}
+        for as_bytes in (False, True):
+            request = pb.GroupByRequest(columns=columns, keys=["k"], aggregations=aggs, groups_per_message=7,
+                                        values_as_bytes=as_bytes)
+            pages = list(group_by(request, timeout=60))
+            self.assertGreater(len(pages), 1)
+            numbers = []
+            for page in pages:
+                for r in page.results:
+                    kind = r.WhichOneof("values")
+                    fields = [(getattr(r, kind), {"doubles": np.float64, "int64s": np.int64,
+                                                  "uint64s": np.uint64}[kind])]
+                    if r.HasField("indices"):
+                        fields += [(r.indices, np.int64), (r.lengths, np.uint64)]
+                    for message, dtype in fields:
+                        if as_bytes:
+                            self.assertEqual(len(message.values), 0)
+                            self.assertGreater(len(message.data), 0)
+                            numbers.append(np.frombuffer(message.data, dtype=np.dtype(dtype).newbyteorder("<")))
+                        else:
+                            self.assertEqual(len(message.data), 0)
+                            numbers.append(np.array(message.values, dtype=dtype))
+            answers[as_bytes] = numbers
+        self.assertEqual(len(answers[False]), len(answers[True]))
+        for a, b in zip(answers[False], answers[True]):
+            np.testing.assert_array_equal(a, b)
+        # The Python client asks for bytes, and reads them as numpy does.
+        self.record_requests()
+        self.assertSameGroupBy(pd.DataFrame({"k": k, "v": v}), "k", {"v": ["sum", "count", "min"]}, msg="values as bytes")
+        self.assertTrue(all(r.values_as_bytes for r in self.requests))
+
+
 class ShardedDatasetsUnderLoad(unittest.TestCase):
     """Many group-bys at once over resident datasets cut into shards, whose
     pieces the server copies together into one column: the copies are

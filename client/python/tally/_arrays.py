@@ -153,10 +153,20 @@ def from_repeated(values: Any, dtype: Any) -> np.ndarray:
     return np.fromiter(values, dtype=dtype, count=len(values))
 
 
+def values_of(message: Any, dtype: Any) -> np.ndarray:
+    """A DoubleValues, Int64Values or UInt64Values message's numbers: its
+    `data` bytes where the server sent them so (GroupByRequest.values_as_bytes:
+    read as one array, 1M float64 in about a millisecond), else its repeated
+    `values`."""
+    if message.data:
+        return np.frombuffer(message.data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+    return from_repeated(message.values, dtype)
+
+
 def result_values(r: Any) -> np.ndarray:
     """An AggregationResult's numbers (its `values` oneof: float64, int64 or
     uint64); an empty float64 array when it holds none."""
     kind = r.WhichOneof("values")
     if kind not in _RESULT_DTYPES:
         return np.empty(0)
-    return from_repeated(getattr(r, kind).values, _RESULT_DTYPES[kind])
+    return values_of(getattr(r, kind), _RESULT_DTYPES[kind])

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _values
 from . import partial as tp
-from ._arrays import (FROM_WIRE, SUPPORTED_NAMES, byte_view, from_repeated, prepare, prepare_validity, result_values,
+from ._arrays import (FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, result_values, values_of,
                       wire_dtype)
 from ._ops import Op
 from ._pandas import _FUNCS, _NEEDS, FUNC_NAMES as _AGG_NAMES, Column, _takes, column, plan, time_unit
@@ -321,11 +321,11 @@ def _page_answer(r: Any, n: int) -> Answer:
     raw = result_values(r)
     if r.aggregation.op not in (pb.OP_TOPK, pb.OP_BOTTOMK):
         return Answer(raw)
-    found = from_repeated(r.lengths.values, np.int64) > 0
+    found = values_of(r.lengths, np.uint64) > 0
     values = np.zeros(n, dtype=raw.dtype)
     values[found] = raw
     rows = np.full(n, -1, dtype=np.int64)
-    rows[found] = from_repeated(r.indices.values, np.int64)
+    rows[found] = values_of(r.indices, np.int64)
     return Answer(values, found, rows)
 
 
@@ -982,7 +982,7 @@ class GroupByFunctions:
                 owners.append(None)
             request = pb.GroupByRequest(columns=key_columns + extra * (n == 0) + [wire[id(v)] for v in batch],
                                         keys=key_names, aggregations=aggs, first_seen_order=not sort,
-                                        keep_na_keys=not dropna)
+                                        keep_na_keys=not dropna, values_as_bytes=True)
             ops = None if base_index is None else [count if o is None else o[1] for o in owners]
             grouped = _join_pages(self._call(self._group_by_pages, request, timeout), ops)
             if first is None:
