@@ -1,5 +1,6 @@
 #include "server/frontend/convert.h"
 
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -252,6 +253,31 @@ absl::StatusOr<AggregationPlan> FinishPlan(AggregationPlan plan, const Aggregati
   return plan;
 }
 
+namespace {
+
+// A Values message's repeated numbers moved into its `data` bytes,
+// little-endian as this host's (Aggregation.values_as_bytes).
+template <typename Values>
+void PackInto(Values* v) {
+  if (v->values().empty()) return;
+  v->set_data(reinterpret_cast<const char*>(v->values().data()), v->values().size() * sizeof(v->values(0)));
+  v->clear_values();
+}
+
+static_assert(std::endian::native == std::endian::little, "the answers' bytes are little-endian");
+
+// Every number field of `r` as bytes: its values, and top-k's indices and
+// lengths.
+void ValuesAsBytes(v1::AggregationResult* r) {
+  if (r->has_doubles()) PackInto(r->mutable_doubles());
+  if (r->has_int64s()) PackInto(r->mutable_int64s());
+  if (r->has_uint64s()) PackInto(r->mutable_uint64s());
+  if (r->has_indices()) PackInto(r->mutable_indices());
+  if (r->has_lengths()) PackInto(r->mutable_lengths());
+}
+
+}  // namespace
+
 void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregations, AggregationResult result,
                    double server_seconds, v1::AggregateResponse* response) {
   std::size_t next_max = static_cast<std::size_t>(aggregations.size());
@@ -262,6 +288,7 @@ void ResultToProto(const AggregationPlan& plan, const AggregationList& aggregati
     if (aggregations[i].op() == v1::OP_MINMAX) values = PairRows(std::move(values), result.values[next_max++]);
     const OpKind kind = plan.ops[static_cast<std::size_t>(i)].kind;
     std::visit([&](auto&& v) { FillValues(std::move(v), plan.array.dtype, kind, out); }, std::move(values));
+    if (aggregations[i].values_as_bytes()) ValuesAsBytes(out);
   }
   v1::Execution* e = response->mutable_execution();
   e->set_elements(plan.array.length);

@@ -1,7 +1,6 @@
 #include "server/frontend/group_convert.h"
 
 #include <algorithm>
-#include <bit>
 #include <string>
 #include <utility>
 #include <variant>
@@ -13,27 +12,6 @@
 
 namespace tally {
 namespace {
-
-// A Values message's repeated numbers moved into its `data` bytes,
-// little-endian as this host's (GroupByRequest.values_as_bytes).
-template <typename Values>
-void PackInto(Values* v) {
-  if (v->values().empty()) return;
-  v->set_data(reinterpret_cast<const char*>(v->values().data()), v->values().size() * sizeof(v->values(0)));
-  v->clear_values();
-}
-
-static_assert(std::endian::native == std::endian::little, "the answers' bytes are little-endian");
-
-// Every number field of `r` as bytes: its values, and top-k's indices and
-// lengths.
-void ValuesAsBytes(v1::AggregationResult* r) {
-  if (r->has_doubles()) PackInto(r->mutable_doubles());
-  if (r->has_int64s()) PackInto(r->mutable_int64s());
-  if (r->has_uint64s()) PackInto(r->mutable_uint64s());
-  if (r->has_indices()) PackInto(r->mutable_indices());
-  if (r->has_lengths()) PackInto(r->mutable_lengths());
-}
 
 constexpr std::size_t kMaxColumnName = 256;
 
@@ -236,10 +214,7 @@ void GroupPageToProto(const v1::GroupByRequest& request, const GroupByPlan& plan
       placed[plan.values[v].positions[j]] = std::move(*answers.mutable_results(static_cast<int>(j)));
     }
   }
-  for (v1::AggregationResult& r : placed) {
-    if (request.values_as_bytes()) ValuesAsBytes(&r);
-    *out->add_results() = std::move(r);
-  }
+  for (v1::AggregationResult& r : placed) *out->add_results() = std::move(r);
 }
 
 }  // namespace tally

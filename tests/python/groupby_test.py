@@ -779,7 +779,7 @@ class PackedFrames(Base):
 
 class ValuesAsBytes(Base):
     def test_the_same_numbers_as_the_repeated_values(self):
-        """GroupByRequest.values_as_bytes: every number of the answer in its
+        """Aggregation.values_as_bytes: every number of the answer in its
         Values message's data bytes (values empty), the same numbers the
         repeated values hold without it (data empty), on every page;
         top-k's indices and lengths too."""
@@ -789,15 +789,16 @@ class ValuesAsBytes(Base):
         group_by = self.server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
                                                    request_serializer=pb.GroupByRequest.SerializeToString,
                                                    response_deserializer=pb.GroupByResponse.FromString)
-        ops = [pb.Aggregation(op=pb.OP_SUM), pb.Aggregation(op=pb.OP_COUNT), pb.Aggregation(op=pb.OP_TOPK, k=3)]
-        aggs = [pb.GroupAggregation(column="v", aggregation=a) for a in ops]
-        aggs.append(pb.GroupAggregation(column="k", aggregation=pb.Aggregation(op=pb.OP_MIN)))
         columns = [pb.Column(name="k", dtype=pb.DTYPE_INT32, data=k.tobytes()),
                    pb.Column(name="v", dtype=pb.DTYPE_FLOAT64, data=v.tobytes())]
         answers = {}
         for as_bytes in (False, True):
-            request = pb.GroupByRequest(columns=columns, keys=["k"], aggregations=aggs, groups_per_message=7,
-                                        values_as_bytes=as_bytes)
+            ops = [("v", pb.Aggregation(op=pb.OP_SUM)), ("v", pb.Aggregation(op=pb.OP_COUNT)),
+                   ("v", pb.Aggregation(op=pb.OP_TOPK, k=3)), ("k", pb.Aggregation(op=pb.OP_MIN))]
+            for _, a in ops:
+                a.values_as_bytes = as_bytes
+            aggs = [pb.GroupAggregation(column=c, aggregation=a) for c, a in ops]
+            request = pb.GroupByRequest(columns=columns, keys=["k"], aggregations=aggs, groups_per_message=7)
             pages = list(group_by(request, timeout=60))
             self.assertGreater(len(pages), 1)
             numbers = []
@@ -823,7 +824,7 @@ class ValuesAsBytes(Base):
         # The Python client asks for bytes, and reads them as numpy does.
         self.record_requests()
         self.assertSameGroupBy(pd.DataFrame({"k": k, "v": v}), "k", {"v": ["sum", "count", "min"]}, msg="values as bytes")
-        self.assertTrue(all(r.values_as_bytes for r in self.requests))
+        self.assertTrue(all(a.aggregation.values_as_bytes for r in self.requests for a in r.aggregations))
 
 
 class ShardedDatasetsUnderLoad(unittest.TestCase):

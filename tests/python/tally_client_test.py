@@ -132,6 +132,37 @@ class AgainstNumpy(Base):
             return tally.Histogram(value.counts[i], value.edges, value.below[i], value.above[i], value.nan[i])
         return value[i]
 
+    def test_answers_numbers_as_bytes_where_asked(self):
+        """Aggregation.values_as_bytes over rows: the answer's numbers in its
+        Values message's data bytes, the repeated values' numbers; and the
+        client asks for them so."""
+        pb = tally_pb2
+        m = random_array(self.rng, np.float64, (1000, 30))
+        aggregate = self.server.channel.unary_unary("/tally.v1.Aggregator/Aggregate",
+                                                   request_serializer=pb.AggregateRequest.SerializeToString,
+                                                   response_deserializer=pb.AggregateResponse.FromString)
+        got = {}
+        for as_bytes in (False, True):
+            aggs = [pb.Aggregation(op=op, values_as_bytes=as_bytes, k=2 if op == pb.OP_TOPK else 0)
+                    for op in (pb.OP_SUM, pb.OP_ARGMAX, pb.OP_COUNT, pb.OP_TOPK)]
+            reply = aggregate(pb.AggregateRequest(spec=pb.ArraySpec(dtype=pb.DTYPE_FLOAT64, length=m.size, row_length=30),
+                                                  data=m.tobytes(), aggregations=aggs), timeout=60)
+            numbers = []
+            for r in reply.results:
+                kind = r.WhichOneof("values")
+                fields = [(getattr(r, kind), {"doubles": "<f8", "int64s": "<i8", "uint64s": "<u8"}[kind])]
+                if r.HasField("indices"):
+                    fields += [(r.indices, "<i8"), (r.lengths, "<u8")]
+                for message, dtype in fields:
+                    self.assertEqual(len(message.values) == 0, as_bytes)
+                    self.assertEqual(len(message.data) > 0, as_bytes)
+                    numbers.append(np.frombuffer(message.data, dtype) if as_bytes else np.array(message.values, dtype))
+            got[as_bytes] = numbers
+        for a, b in zip(got[False], got[True], strict=True):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(got[True][0], np.sum(m, axis=1), rtol=1e-12)  # tally's sums are exact
+        self.assertTrue(self.client._wire_op(tally.Op.parse("sum")).values_as_bytes)
+
     def test_arrays_that_are_not_c_contiguous_or_little_endian_are_copied(self):
         m = random_array(self.rng, np.int32, (300, 200))
         for view, where in ((m[:, ::3], "strided"), (m.T, "transposed"),

@@ -982,7 +982,7 @@ class GroupByFunctions:
                 owners.append(None)
             request = pb.GroupByRequest(columns=key_columns + extra * (n == 0) + [wire[id(v)] for v in batch],
                                         keys=key_names, aggregations=aggs, first_seen_order=not sort,
-                                        keep_na_keys=not dropna, values_as_bytes=True)
+                                        keep_na_keys=not dropna)
             ops = None if base_index is None else [count if o is None else o[1] for o in owners]
             grouped = _join_pages(self._call(self._group_by_pages, request, timeout), ops)
             if first is None:

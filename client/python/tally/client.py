@@ -10,8 +10,8 @@ import grpc
 import numpy as np
 
 from . import _values
-from ._arrays import (FROM_WIRE, byte_view, check_dtype, from_repeated, prepare, prepare_offsets, prepare_validity,
-                      refuse_pandas, result_values, split_masked, wire_dtype)
+from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
+                      refuse_pandas, result_values, split_masked, values_of, wire_dtype)
 from ._groupby import GroupByFunctions
 from ._numpy import NumpyFunctions
 from ._pandas import PandasFunctions
@@ -491,7 +491,9 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
     def _wire_op(op: Op, base_index: Optional[int] = None) -> "pb.Aggregation":
         if base_index is not None and op.kind == "minmax":
             raise ValueError("minmax has no partial state of its own; ask for the partial states of min and max")
-        a = pb.Aggregation(op=getattr(pb, "OP_" + op.kind.upper()), ddof=op.ddof)
+        # Numbers as bytes: an answer of many rows or groups read as one
+        # array (numpy.fromiter over a repeated field of 1M numbers: 0.28 s).
+        a = pb.Aggregation(op=getattr(pb, "OP_" + op.kind.upper()), ddof=op.ddof, values_as_bytes=True)
         if op.kind == "histogram":
             a.histogram.bins, a.histogram.lo, a.histogram.hi = op.bins, op.lo, op.hi
         if op.q:
@@ -587,8 +589,8 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
                     np.array([h.above for h in hs], dtype=np.uint64),
                     np.array([h.nan for h in hs], dtype=np.uint64), segmented))
             elif op.kind in TOPK_OPS:
-                values.append(_values.present_topk(op, dtype, result_values(r), from_repeated(r.indices.values, np.int64),
-                                                   from_repeated(r.lengths.values, np.uint64), segmented))
+                values.append(_values.present_topk(op, dtype, result_values(r), values_of(r.indices, np.int64),
+                                                   values_of(r.lengths, np.uint64), segmented))
             else:
                 values.append(_values.present(op, dtype, result_values(r), segmented))
         return Results([op for _, op in spelled], values, response.execution, [key for key, _ in spelled])
