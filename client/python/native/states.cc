@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -214,6 +215,84 @@ std::vector<std::string> ScalarStateOps() {
   return out;
 }
 
+// Row r's exact sum from its bytes: an ExactSum, or ValueError naming the
+// row where the bytes are no state.
+rules::ExactSum ExactRow(const py::handle& bytes, std::size_t r, const char* field) {
+  std::string_view view = py::cast<std::string_view>(bytes);
+  std::optional<rules::ExactSum> sum = rules::ExactSum::FromBytes(view);
+  if (!sum.has_value()) throw py::value_error(std::string(field) + ": row " + std::to_string(r) + " is no exact sum");
+  return *sum;
+}
+
+// Rows' sums merged as rules::Merge merges a row's sum (partial_detail::
+// MergeSum): a's exact bytes, or its value as one element where it keeps
+// none, followed by b's; every row must keep bytes on one side at least.
+// Returns the merged bytes and their values rounded to float64. One call
+// for a group-by's states of many groups, where tally._exact's Python steps
+// took about 28 us a row (500,000 groups: 14 s).
+py::tuple MergeExactSums(const py::sequence& a, const py::array_t<double, py::array::forcecast>& a_values,
+                         const py::sequence& b, const py::array_t<double, py::array::forcecast>& b_values) {
+  const std::size_t n = py::len(a);
+  if (py::len(b) != n || static_cast<std::size_t>(a_values.size()) != n ||
+      static_cast<std::size_t>(b_values.size()) != n) {
+    throw py::value_error("merge_exact_sums: a, a_values, b and b_values must have one entry a row");
+  }
+  py::list bytes(n);
+  py::array_t<double> values(static_cast<py::ssize_t>(n));
+  auto av = a_values.unchecked<1>(), bv = b_values.unchecked<1>();
+  auto out = values.mutable_unchecked<1>();
+  for (std::size_t r = 0; r < n; ++r) {
+    const py::handle x = a[r], y = b[r];
+    const bool ax = py::len(x) != 0, by = py::len(y) != 0;
+    if (!ax && !by) throw py::value_error("merge_exact_sums: row " + std::to_string(r) + " keeps no exact sum");
+    rules::ExactSum sum;
+    if (ax) {
+      sum = ExactRow(x, r, "a");
+    } else {
+      sum.Add(av(r));
+    }
+    if (by) {
+      sum.Merge(ExactRow(y, r, "b"));
+    } else {
+      rules::ExactSum one;
+      one.Add(bv(r));
+      sum.Merge(one);
+    }
+    const std::string merged = sum.Bytes();
+    bytes[r] = py::bytes(merged);
+    out(r) = sum.ToDouble();
+  }
+  return py::make_tuple(bytes, values);
+}
+
+// Rows' variance states merged where both sides keep their exact sums and
+// sums of squares (rules::Merge for OP_VARIANCE then PutExactMoments):
+// the merged sums' bytes, and each row's mean and m2 over `counts`.
+py::tuple MergeExactMoments(const py::sequence& a_sum, const py::sequence& a_squares, const py::sequence& b_sum,
+                            const py::sequence& b_squares,
+                            const py::array_t<std::uint64_t, py::array::forcecast>& counts) {
+  const std::size_t n = py::len(a_sum);
+  if (py::len(a_squares) != n || py::len(b_sum) != n || py::len(b_squares) != n ||
+      static_cast<std::size_t>(counts.size()) != n) {
+    throw py::value_error("merge_exact_moments: every argument must have one entry a row");
+  }
+  py::list sums(n), squares(n);
+  py::array_t<double> mean(static_cast<py::ssize_t>(n)), m2(static_cast<py::ssize_t>(n));
+  auto c = counts.unchecked<1>();
+  auto mean_out = mean.mutable_unchecked<1>(), m2_out = m2.mutable_unchecked<1>();
+  for (std::size_t r = 0; r < n; ++r) {
+    rules::ExactSum s = ExactRow(a_sum[r], r, "a_sum");
+    s.Merge(ExactRow(b_sum[r], r, "b_sum"));
+    rules::ExactSum q = ExactRow(a_squares[r], r, "a_squares");
+    q.Merge(ExactRow(b_squares[r], r, "b_squares"));
+    sums[r] = py::bytes(s.Bytes());
+    squares[r] = py::bytes(q.Bytes());
+    mean_out(r) = s.ToDouble() / static_cast<double>(c(r));
+    m2_out(r) = rules::ExactSecondMoment(s, q, c(r));
+  }
+  return py::make_tuple(sums, squares, mean, m2);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_states, m) {
@@ -234,6 +313,14 @@ PYBIND11_MODULE(_states, m) {
   m.def("finish_state", &FinishState, py::arg("op"), py::arg("ddof"), py::arg("dtype"), py::arg("state"),
         "The value the C++ client finishes such a state into: (\"doubles\" | \"int64s\" | \"uint64s\", value), "
         "or None where it has none (rules::HasValue).");
+  m.def("merge_exact_sums", &MergeExactSums, py::arg("a"), py::arg("a_values"), py::arg("b"), py::arg("b_values"),
+        "Rows' exact sums merged by the rules: a's exact_sum bytes (or its value where they are empty) "
+        "followed by b's, each row keeping bytes on one side at least. Returns (list of merged bytes, float64 "
+        "array of their values).");
+  m.def("merge_exact_moments", &MergeExactMoments, py::arg("a_sum"), py::arg("a_squares"), py::arg("b_sum"),
+        py::arg("b_squares"), py::arg("counts"),
+        "Rows' variance states merged where both keep exact sums and sums of squares. Returns (merged sums' "
+        "bytes, merged squares' bytes, mean array, m2 array).");
   m.def("scalar_state_ops", &ScalarStateOps,
         "The canonical names of the ops whose partial states merge_state and finish_state take.");
 }

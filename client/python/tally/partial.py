@@ -272,6 +272,55 @@ def _pick_arg(av: np.ndarray, ai: np.ndarray, bv: np.ndarray, bi: np.ndarray, is
     return np.where(either, nan_rule, value_rule)
 
 
+# Rows of exact sums to merge from which the native module's one call
+# (tally._states, the rules' own merge) beats tally._exact's Python steps.
+_NATIVE_EXACT_ROWS = 64
+
+
+def _exact_native() -> Any:
+    """tally._states where it is built, else None (tally._exact's steps)."""
+    try:
+        from . import _states
+    except ImportError:
+        return None
+    return _states
+
+
+def _merge_exact_sums(rows: np.ndarray, a_bytes: np.ndarray, a_values: np.ndarray, b_bytes: np.ndarray,
+                      b_values: np.ndarray, out_bytes: np.ndarray, out_values: np.ndarray) -> None:
+    """Rows ``rows`` of two sums' exact states merged (rules::Merge's
+    MergeSum: a side without bytes counts as its value) into ``out_bytes``
+    and ``out_values``."""
+    native = _exact_native() if len(rows) >= _NATIVE_EXACT_ROWS else None
+    if native is not None:
+        merged, values = native.merge_exact_sums(list(a_bytes[rows]), a_values[rows], list(b_bytes[rows]),
+                                                 b_values[rows])
+        out_bytes[rows] = _bytes_array(merged)
+        out_values[rows] = values
+        return
+    for r in rows:
+        out_bytes[r], out_values[r] = _exact.merge_bytes(a_bytes[r], float(a_values[r]), b_bytes[r],
+                                                         float(b_values[r]))
+
+
+def _merge_exact_moments(rows: np.ndarray, a: "Partial", b: "Partial", count: np.ndarray, exact: np.ndarray,
+                         exact_squares: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> None:
+    """Rows ``rows`` of two variance states that both keep exact sums and
+    sums of squares merged into ``exact``, ``exact_squares``, ``mean`` and
+    ``m2``."""
+    native = _exact_native() if len(rows) >= _NATIVE_EXACT_ROWS else None
+    if native is not None:
+        sums, squares, mean[rows], m2[rows] = native.merge_exact_moments(
+            list(a.exact_sum[rows]), list(a.exact_sum_squares[rows]), list(b.exact_sum[rows]),
+            list(b.exact_sum_squares[rows]), count[rows])
+        exact[rows] = _bytes_array(sums)
+        exact_squares[rows] = _bytes_array(squares)
+        return
+    for r in rows:
+        exact[r], exact_squares[r], mean[r], m2[r] = _exact.moments_bytes(
+            a.exact_sum[r], a.exact_sum_squares[r], b.exact_sum[r], b.exact_sum_squares[r], int(count[r]))
+
+
 def merge(a: Partial, b: Partial) -> Partial:
     """The state of ``a``'s elements followed by ``b``'s (tally.proto's
     merge rules). ValueError for states of different aggregations (op,
@@ -304,16 +353,15 @@ def merge(a: Partial, b: Partial) -> Partial:
                 value = a.value + b.value
                 # Rows where either side keeps its exact sum merge exactly.
                 exact = a.exact_sum.copy()
-                for r in np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum, b.exact_sum)]):
-                    exact[r], value[r] = _exact.merge_bytes(a.exact_sum[r], float(a.value[r]),
-                                                            b.exact_sum[r], float(b.value[r]))
+                rows = np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum, b.exact_sum)])
+                _merge_exact_sums(rows, a.exact_sum, a.value, b.exact_sum, b.value, exact, value)
         elif kind == "sum_squares":
             sum_squares = a.sum_squares + b.sum_squares
             # Rows where either side keeps its exact sum of squares merge exactly.
             exact_squares = a.exact_sum_squares.copy()
-            for r in np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum_squares, b.exact_sum_squares)]):
-                exact_squares[r], sum_squares[r] = _exact.merge_bytes(
-                    a.exact_sum_squares[r], float(a.sum_squares[r]), b.exact_sum_squares[r], float(b.sum_squares[r]))
+            rows = np.flatnonzero([bool(x) or bool(y) for x, y in zip(a.exact_sum_squares, b.exact_sum_squares)])
+            _merge_exact_sums(rows, a.exact_sum_squares, a.sum_squares, b.exact_sum_squares, b.sum_squares,
+                              exact_squares, sum_squares)
         elif kind in ("mean", "variance", "stddev"):
             # Exact where both sides keep their exact sums, else as below.
             exact = _bytes_array([b""] * a.rows)
@@ -333,15 +381,19 @@ def merge(a: Partial, b: Partial) -> Partial:
                 mean = np.where(inf, a.mean + b.mean, mean)
                 m2 = np.where(inf & (kind != "mean"), np.nan, m2)
             if kind == "mean":
-                for r in np.flatnonzero([bool(x) and bool(y) for x, y in zip(a.exact_sum, b.exact_sum)]):
-                    total = _exact.merged(_exact.parse(a.exact_sum[r]), _exact.parse(b.exact_sum[r]))
-                    exact[r] = _exact.to_bytes(total)
-                    mean[r] = _exact.rounded(total) / float(count[r])
+                rows = np.flatnonzero([bool(x) and bool(y) for x, y in zip(a.exact_sum, b.exact_sum)])
+                total = np.empty(len(rows))
+                if len(rows):
+                    merged_bytes = exact[rows]
+                    unused = np.zeros(len(rows))  # both sides keep bytes: no value counts
+                    _merge_exact_sums(np.arange(len(rows)), a.exact_sum[rows], unused, b.exact_sum[rows], unused,
+                                      merged_bytes, total)
+                    exact[rows] = merged_bytes
+                    mean[rows] = total / count[rows].astype(np.float64)
             else:
-                for r in np.flatnonzero([bool(w) and bool(x) and bool(y) and bool(z) for w, x, y, z in zip(
-                        a.exact_sum, a.exact_sum_squares, b.exact_sum, b.exact_sum_squares)]):
-                    exact[r], exact_squares[r], mean[r], m2[r] = _exact.moments_bytes(
-                        a.exact_sum[r], a.exact_sum_squares[r], b.exact_sum[r], b.exact_sum_squares[r], int(count[r]))
+                rows = np.flatnonzero([bool(w) and bool(x) and bool(y) and bool(z) for w, x, y, z in zip(
+                    a.exact_sum, a.exact_sum_squares, b.exact_sum, b.exact_sum_squares)])
+                _merge_exact_moments(rows, a, b, count, exact, exact_squares, mean, m2)
         elif kind in ("min", "max"):
             value = _min_nan(a.value, b.value) if kind == "min" else _max_nan(a.value, b.value)
         elif kind in ("argmin", "argmax"):
