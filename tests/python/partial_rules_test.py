@@ -277,13 +277,15 @@ class PartialRules(unittest.TestCase):
                 self.assertEqual(int(g), w, f"{label}: row {r} from {rows[r]}")
 
     def test_merge_and_finish_match_the_rules(self):
-        # Exact sums merged by the native module's one call over the rows
-        # (from tally.partial._NATIVE_EXACT_ROWS rows on), and by
-        # tally._exact's Python steps: both held to the rules.
+        # States read and exact sums merged by the native module's one call
+        # over the rows (from tally.partial's _NATIVE_STATE_ROWS and
+        # _NATIVE_EXACT_ROWS rows on), and by the package's Python steps:
+        # both held to the rules.
         for native_from in (1, 10**9):
-            with self.subTest(native_exact_merges=native_from == 1):
-                self.addCleanup(setattr, tp, "_NATIVE_EXACT_ROWS", tp._NATIVE_EXACT_ROWS)
-                tp._NATIVE_EXACT_ROWS = native_from
+            with self.subTest(native=native_from == 1):
+                for name in ("_NATIVE_STATE_ROWS", "_NATIVE_EXACT_ROWS"):
+                    self.addCleanup(setattr, tp, name, getattr(tp, name))
+                    setattr(tp, name, native_from)
                 self.merge_and_finish_match_the_rules()
 
     def merge_and_finish_match_the_rules(self):

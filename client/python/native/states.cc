@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -293,6 +294,152 @@ py::tuple MergeExactMoments(const py::sequence& a_sum, const py::sequence& a_squ
   return py::make_tuple(sums, squares, mean, m2);
 }
 
+// A protobuf wire reader over one message's bytes (tally.proto's
+// PartialStates and PartialState): varints, fixed 64-bit words and
+// length-delimited fields, the rest skipped; ValueError where the bytes
+// end inside a field.
+class WireReader {
+ public:
+  explicit WireReader(std::string_view bytes) : at_(bytes.data()), end_(bytes.data() + bytes.size()) {}
+  bool done() const { return at_ >= end_; }
+  std::uint64_t Varint() {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at_ >= end_) throw py::value_error("partial states: the bytes end inside a varint");
+      const auto byte = static_cast<std::uint8_t>(*at_++);
+      v |= std::uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80u) == 0) return v;
+    }
+    throw py::value_error("partial states: a varint longer than 10 bytes");
+  }
+  double Fixed64() {
+    if (end_ - at_ < 8) throw py::value_error("partial states: the bytes end inside a fixed64");
+    double v;
+    std::memcpy(&v, at_, 8);
+    at_ += 8;
+    return v;
+  }
+  std::string_view Bytes() {
+    const std::uint64_t n = Varint();
+    if (n > static_cast<std::uint64_t>(end_ - at_)) throw py::value_error("partial states: a field past the end");
+    const std::string_view v(at_, n);
+    at_ += n;
+    return v;
+  }
+  void Skip(int wire_type) {
+    switch (wire_type) {
+      case 0: (void)Varint(); return;
+      case 1: (void)Fixed64(); return;
+      case 2: (void)Bytes(); return;
+      case 5:
+        if (end_ - at_ < 4) throw py::value_error("partial states: the bytes end inside a fixed32");
+        at_ += 4;
+        return;
+      default: throw py::value_error("partial states: wire type " + std::to_string(wire_type));
+    }
+  }
+
+ private:
+  const char* at_;
+  const char* end_;
+};
+
+// A serialized tally.v1.PartialStates as columns, one entry a state:
+// numpy arrays of PartialState's number fields by name (0 where a state
+// leaves one out), lists of its byte fields, and "version" and "dtype";
+// None where a state holds a histogram (those take the package's own
+// reading). The fields the Python package read one state at a time: 0.05 s
+// a field for 500,000 groups.
+py::object PartialColumns(const py::bytes& serialized) {
+  enum Kind { kU64, kI64, kF64, kBytes };
+  struct Field {
+    const char* name;
+    Kind kind;
+  };
+  // By field number (tally.proto, PartialState); histogram (12) is not one.
+  static constexpr Field kFields[24] = {
+      {nullptr, kU64},        {"count", kU64},         {"float_sum", kF64},     {"int_sum", kI64},
+      {"uint_sum", kU64},     {"sum_squares", kF64},   {"mean", kF64},          {"m2", kF64},
+      {"float_extreme", kF64}, {"int_extreme", kI64},  {"uint_extreme", kU64},  {"index", kI64},
+      {nullptr, kU64},        {"elements", kU64},      {"function_state", kBytes}, {"float_product", kF64},
+      {"int_product", kI64},  {"uint_product", kU64},  {"nonzero", kU64},       {"float_max", kF64},
+      {"int_max", kI64},      {"uint_max", kU64},      {"exact_sum", kBytes},   {"exact_sum_squares", kBytes}};
+  const std::string_view all = py::cast<std::string_view>(serialized);
+  std::uint64_t version = 0, dtype = 0;
+  std::vector<std::string_view> states;
+  for (WireReader r(all); !r.done();) {
+    const std::uint64_t tag = r.Varint();
+    const auto number = tag >> 3;
+    const int wire_type = static_cast<int>(tag & 7);
+    if (number == 1 && wire_type == 0) {
+      version = r.Varint();
+    } else if (number == 2 && wire_type == 0) {
+      dtype = r.Varint();
+    } else if (number == 3 && wire_type == 2) {
+      states.push_back(r.Bytes());
+    } else {
+      r.Skip(wire_type);
+    }
+  }
+  const std::size_t n = states.size();
+  std::vector<std::vector<std::uint64_t>> words(24, std::vector<std::uint64_t>(n, 0));  // u64, i64 and f64 bits
+  std::vector<std::vector<std::string_view>> blobs(24);
+  for (int f = 1; f < 24; ++f) {
+    if (kFields[f].name != nullptr && kFields[f].kind == kBytes) blobs[f].assign(n, std::string_view());
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    for (WireReader r(states[i]); !r.done();) {
+      const std::uint64_t tag = r.Varint();
+      const auto number = tag >> 3;
+      const int wire_type = static_cast<int>(tag & 7);
+      if (number == 12) return py::none();  // a histogram
+      if (number >= 24 || kFields[number].name == nullptr) {
+        r.Skip(wire_type);
+        continue;
+      }
+      const Field& f = kFields[number];
+      const int expected = f.kind == kF64 ? 1 : f.kind == kBytes ? 2 : 0;
+      if (wire_type != expected) {
+        throw py::value_error(std::string("partial states: ") + f.name + " has wire type " + std::to_string(wire_type));
+      }
+      if (f.kind == kF64) {
+        const double v = r.Fixed64();
+        std::memcpy(&words[number][i], &v, 8);
+      } else if (f.kind == kBytes) {
+        blobs[number][i] = r.Bytes();
+      } else {
+        words[number][i] = r.Varint();  // int64 fields are two's complement varints
+      }
+    }
+  }
+  py::dict out;
+  out["version"] = version;
+  out["dtype"] = dtype;
+  for (int f = 1; f < 24; ++f) {
+    if (kFields[f].name == nullptr) continue;
+    if (kFields[f].kind == kBytes) {
+      py::list list(n);
+      for (std::size_t i = 0; i < n; ++i) list[i] = py::bytes(blobs[f][i].data(), blobs[f][i].size());
+      out[kFields[f].name] = list;
+      continue;
+    }
+    const auto fill = [&](auto t) {
+      using T = decltype(t);
+      py::array_t<T> a(static_cast<py::ssize_t>(n));
+      if (n != 0) std::memcpy(a.mutable_data(), words[f].data(), n * sizeof(T));
+      out[kFields[f].name] = a;
+    };
+    if (kFields[f].kind == kF64) {
+      fill(double{});
+    } else if (kFields[f].kind == kI64) {
+      fill(std::int64_t{});
+    } else {
+      fill(std::uint64_t{});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_states, m) {
@@ -321,6 +468,10 @@ PYBIND11_MODULE(_states, m) {
         py::arg("b_squares"), py::arg("counts"),
         "Rows' variance states merged where both keep exact sums and sums of squares. Returns (merged sums' "
         "bytes, merged squares' bytes, mean array, m2 array).");
+  m.def("partial_columns", &PartialColumns, py::arg("serialized"),
+        "A serialized tally.v1.PartialStates as columns: a dict of numpy arrays of PartialState's number fields "
+        "and lists of its byte fields, one entry a state, with 'version' and 'dtype'; None where a state holds "
+        "a histogram.");
   m.def("scalar_state_ops", &ScalarStateOps,
         "The canonical names of the ops whose partial states merge_state and finish_state take.");
 }

@@ -111,7 +111,7 @@ class Partial:
         if self.elements is None:
             self.elements = np.zeros(n, dtype=_U64)
         if self.function_state is None:
-            self.function_state = _bytes_array([b""] * n)
+            self.function_state = _object_array([b""] * n)
         if self.product is None:
             self.product = np.zeros(n, dtype=_acc_dtype(self.dtype))
         if self.nonzero is None:
@@ -119,9 +119,9 @@ class Partial:
         if self.max is None:
             self.max = np.zeros(n, dtype=_acc_dtype(self.dtype))
         if self.exact_sum is None:
-            self.exact_sum = _bytes_array([b""] * n)
+            self.exact_sum = _object_array([b""] * n)
         if self.exact_sum_squares is None:
-            self.exact_sum_squares = _bytes_array([b""] * n)
+            self.exact_sum_squares = _object_array([b""] * n)
 
     @property
     def rows(self) -> int:
@@ -153,6 +153,22 @@ class Partial:
         by_kind = {_F64: "float_", _I64: "int_", _U64: "uint_"}[acc]
         field_name = by_kind + ("sum" if _plain(op.kind) == "sum" else "extreme")
         bins = op.bins if op.kind == "histogram" else 0
+        native = _native_or_none() if not bins and len(states) >= _NATIVE_STATE_ROWS else None
+        columns = native.partial_columns(p.SerializeToString()) if native is not None else None
+        if columns is not None:
+            # Every field of every state read in one native pass (tally._states).
+            zeros = np.zeros(len(states), dtype=np.uint64)
+            return cls(
+                op=op, dtype=dtype, segmented=segmented, count=columns["count"],
+                value=columns[field_name].astype(acc, copy=False), sum_squares=columns["sum_squares"],
+                mean=columns["mean"], m2=columns["m2"], index=columns["index"],
+                histogram=np.zeros((len(states), 0), dtype=np.uint64), below=zeros, above=zeros.copy(),
+                nan=zeros.copy(), elements=columns["elements"],
+                function_state=_object_array(columns["function_state"]),
+                product=columns[by_kind + "product"].astype(acc, copy=False), nonzero=columns["nonzero"],
+                max=columns[by_kind + "max"].astype(acc, copy=False),
+                exact_sum=_object_array(columns["exact_sum"]),
+                exact_sum_squares=_object_array(columns["exact_sum_squares"]))
         hist = np.zeros((len(states), bins), dtype=np.uint64)
         if bins:
             for r, s in enumerate(states):
@@ -183,6 +199,13 @@ class Partial:
 def _bytes_array(items: list) -> np.ndarray:
     out = np.empty(len(items), dtype=object)
     out[:] = [bytes(b) for b in items]
+    return out
+
+
+def _object_array(items: list) -> np.ndarray:
+    """A list of bytes objects as an object array, uncopied."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
     return out
 
 
@@ -272,13 +295,18 @@ def _pick_arg(av: np.ndarray, ai: np.ndarray, bv: np.ndarray, bi: np.ndarray, is
     return np.where(either, nan_rule, value_rule)
 
 
+# States from which the native module reads a PartialStates message's
+# fields in one pass (tally._states.partial_columns) instead of one state at
+# a time.
+_NATIVE_STATE_ROWS = 64
+
 # Rows of exact sums to merge from which the native module's one call
 # (tally._states, the rules' own merge) beats tally._exact's Python steps.
 _NATIVE_EXACT_ROWS = 64
 
 
-def _exact_native() -> Any:
-    """tally._states where it is built, else None (tally._exact's steps)."""
+def _native_or_none() -> Any:
+    """tally._states where it is built, else None (the package's own steps)."""
     try:
         from . import _states
     except ImportError:
@@ -291,11 +319,11 @@ def _merge_exact_sums(rows: np.ndarray, a_bytes: np.ndarray, a_values: np.ndarra
     """Rows ``rows`` of two sums' exact states merged (rules::Merge's
     MergeSum: a side without bytes counts as its value) into ``out_bytes``
     and ``out_values``."""
-    native = _exact_native() if len(rows) >= _NATIVE_EXACT_ROWS else None
+    native = _native_or_none() if len(rows) >= _NATIVE_EXACT_ROWS else None
     if native is not None:
         merged, values = native.merge_exact_sums(list(a_bytes[rows]), a_values[rows], list(b_bytes[rows]),
                                                  b_values[rows])
-        out_bytes[rows] = _bytes_array(merged)
+        out_bytes[rows] = _object_array(merged)
         out_values[rows] = values
         return
     for r in rows:
@@ -308,13 +336,13 @@ def _merge_exact_moments(rows: np.ndarray, a: "Partial", b: "Partial", count: np
     """Rows ``rows`` of two variance states that both keep exact sums and
     sums of squares merged into ``exact``, ``exact_squares``, ``mean`` and
     ``m2``."""
-    native = _exact_native() if len(rows) >= _NATIVE_EXACT_ROWS else None
+    native = _native_or_none() if len(rows) >= _NATIVE_EXACT_ROWS else None
     if native is not None:
         sums, squares, mean[rows], m2[rows] = native.merge_exact_moments(
             list(a.exact_sum[rows]), list(a.exact_sum_squares[rows]), list(b.exact_sum[rows]),
             list(b.exact_sum_squares[rows]), count[rows])
-        exact[rows] = _bytes_array(sums)
-        exact_squares[rows] = _bytes_array(squares)
+        exact[rows] = _object_array(sums)
+        exact_squares[rows] = _object_array(squares)
         return
     for r in rows:
         exact[r], exact_squares[r], mean[r], m2[r] = _exact.moments_bytes(
@@ -364,8 +392,8 @@ def merge(a: Partial, b: Partial) -> Partial:
                               exact_squares, sum_squares)
         elif kind in ("mean", "variance", "stddev"):
             # Exact where both sides keep their exact sums, else as below.
-            exact = _bytes_array([b""] * a.rows)
-            exact_squares = _bytes_array([b""] * a.rows)
+            exact = _object_array([b""] * a.rows)
+            exact_squares = _object_array([b""] * a.rows)
             # rules::MergeMoments, in the same order of operations.
             na, nb = a.count.astype(np.float64), b.count.astype(np.float64)
             n = na + nb
@@ -578,5 +606,5 @@ def empty(op: Op, dtype: Any, rows: int | None = None) -> Partial:
                    sum_squares=z(_F64), mean=z(_F64), m2=z(_F64), index=np.full(n, -1, dtype=_I64),
                    histogram=np.zeros((n, op.bins if op.kind == "histogram" else 0), dtype=_U64),
                    below=z(_U64), above=z(_U64), nan=z(_U64), elements=z(_U64),
-                   function_state=_bytes_array([b""] * n), product=z(acc), nonzero=z(_U64), max=z(acc),
-                   exact_sum=_bytes_array([b""] * n), exact_sum_squares=_bytes_array([b""] * n))
+                   function_state=_object_array([b""] * n), product=z(acc), nonzero=z(_U64), max=z(acc),
+                   exact_sum=_object_array([b""] * n), exact_sum_squares=_object_array([b""] * n))
