@@ -237,6 +237,35 @@ class PartialRules(unittest.TestCase):
         self.native = _states
         self.rng = np.random.default_rng([SEED, zlib.crc32(self.id().encode())])
 
+    def test_a_pages_partial_states_are_handed_on_as_they_arrived(self):
+        """A GroupBy page's results' PartialStates found in the page's bytes
+        (tally._groupby._Page): the bytes protobuf would serialize, None
+        for a result of values, read by the native module as protobuf reads
+        them."""
+        from tally._groupby import _Page
+        states = [pb.PartialState(count=r + 1, float_sum=0.5 * r, index=-r, exact_sum=bytes([r % 7]) * (r % 3))
+                  for r in range(100)]
+        partials = pb.PartialStates(version=tp.STATE_VERSION, dtype=pb.DTYPE_FLOAT64, states=states)
+        page = pb.GroupByResponse(groups=100, results=[
+            pb.AggregationResult(partials=partials),
+            pb.AggregationResult(doubles=pb.DoubleValues(values=[1.0, 2.0])),
+            pb.AggregationResult(aggregation=pb.Aggregation(op=pb.OP_SUM), partials=partials)])
+        got = _Page(page.SerializeToString())
+        self.assertEqual(got.groups, 100)
+        self.assertEqual(got.partial_states(0), partials.SerializeToString())
+        self.assertIsNone(got.partial_states(1))
+        self.assertEqual(got.partial_states(2), partials.SerializeToString())
+        self.assertIsNone(got.partial_states(3))
+        columns = self.native.partial_columns(got.partial_states(2))
+        np.testing.assert_array_equal(columns["count"], [s.count for s in states])
+        np.testing.assert_array_equal(columns["index"], [s.index for s in states])
+        np.testing.assert_array_equal(columns["float_sum"], [s.float_sum for s in states])
+        self.assertEqual(columns["exact_sum"], [s.exact_sum for s in states])
+        with_histogram = pb.PartialStates(states=[pb.PartialState(histogram=pb.Histogram(counts=[1]))])
+        self.assertIsNone(self.native.partial_columns(with_histogram.SerializeToString()))
+        with self.assertRaises(ValueError):
+            self.native.partial_columns(partials.SerializeToString()[:-3])
+
     def test_the_package_lists_the_rules_ops(self):
         """The ops this test checks are those the rules give states of scalar fields."""
         self.assertEqual(sorted(SCALAR_OPS), sorted(self.native.scalar_state_ops()))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from . import _values
+from . import _values, _wire
 from . import partial as tp
 from ._arrays import (FROM_WIRE, SUPPORTED_NAMES, byte_view, prepare, prepare_validity, result_values, values_of,
                       wire_dtype)
@@ -386,7 +386,8 @@ def _join_pages(pages: list, ops: Optional[list[Op]] = None) -> _Grouped:
             valid[k].append(np.unpackbits(bits, count=n, bitorder="little").astype(bool) if len(bits)
                             else np.ones(n, dtype=bool))
         for j, r in enumerate(page.results):
-            answers[j].append(_page_answer(r, n) if ops is None else tp.Partial.from_proto(ops[j], r, True))
+            answers[j].append(_page_answer(r, n) if ops is None else tp.Partial.from_proto(
+                ops[j], r, True, page.partial_states(j) if isinstance(page, _Page) else None))
     return _Grouped(groups, [(np.concatenate(k), np.concatenate(v)) for k, v in zip(keys, valid)],
                     [_concat(a) if ops is None else concat_states(a) for a in answers])
 
@@ -999,9 +1000,15 @@ class GroupByFunctions:
 
     def _group_by_pages(self, request: Any, timeout: Optional[float], metadata: Any) -> list:
         """GroupBy's answer, every message of it (errors raise as they are
-        read). A message past the last group ends the call: for an answer
-        of no groups the server repeats its one message without end."""
-        call = self._stub.GroupBy(request, timeout=timeout, metadata=metadata)
+        read), each with the bytes it arrived in (_Page). A message past the
+        last group ends the call: for an answer of no groups the server
+        repeats its one message without end."""
+        group_by = self.__dict__.get("_group_by_raw")
+        if group_by is None:
+            group_by = self._group_by_raw = self._channel.unary_stream(
+                "/tally.v1.Aggregator/GroupBy", request_serializer=pb.GroupByRequest.SerializeToString,
+                response_deserializer=_Page)
+        call = group_by(request, timeout=timeout, metadata=metadata)
         pages: list = []
         for page in call:
             if pages and _groups_read(pages) >= pages[0].groups:
@@ -1009,6 +1016,26 @@ class GroupByFunctions:
                 break
             pages.append(page)
         return pages
+
+
+class _Page:
+    """A GroupByResponse and the bytes it arrived in: its fields read as the
+    message's, and each result's partial states handed on as their own
+    bytes (partial_states)."""
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+        self.message = pb.GroupByResponse.FromString(raw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.message, name)
+
+    def partial_states(self, j: int) -> Optional[bytes]:
+        """Result j's PartialStates bytes (GroupByResponse.results = 4,
+        AggregationResult.partials = 6); None where it holds none."""
+        result = _wire.nth_field(memoryview(self.raw), 4, j)
+        states = _wire.nth_field(result, 6, 0) if result is not None else None
+        return bytes(states) if states is not None else None
 
 
 def _default_observed(data: Any) -> bool:

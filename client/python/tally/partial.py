@@ -31,7 +31,7 @@ finishes to tally/rules/partial.h's, bitwise, through tally._states.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -136,9 +136,12 @@ class Partial:
         return finish(self)
 
     @classmethod
-    def from_proto(cls, op: Op, result: "pb.AggregationResult", segmented: bool) -> "Partial":
-        """A state from the server's answer. ValueError for a version this
-        package does not know or an unknown dtype."""
+    def from_proto(cls, op: Op, result: "pb.AggregationResult", segmented: bool,
+                   serialized: Optional[bytes] = None) -> "Partial":
+        """A state from the server's answer (``serialized``: its
+        PartialStates' bytes as they arrived, where the caller has them).
+        ValueError for a version this package does not know or an unknown
+        dtype."""
         if result.WhichOneof("values") != "partials":
             raise ValueError(f"{op}: the server answered with values, not a partial state")
         p = result.partials
@@ -154,7 +157,8 @@ class Partial:
         field_name = by_kind + ("sum" if _plain(op.kind) == "sum" else "extreme")
         bins = op.bins if op.kind == "histogram" else 0
         native = _native_or_none() if not bins and len(states) >= _NATIVE_STATE_ROWS else None
-        columns = native.partial_columns(p.SerializeToString()) if native is not None else None
+        columns = native.partial_columns(serialized if serialized is not None else p.SerializeToString()) \
+            if native is not None else None
         if columns is not None:
             # Every field of every state read in one native pass (tally._states).
             zeros = np.zeros(len(states), dtype=np.uint64)
