@@ -201,10 +201,10 @@ std::uint64_t GroupsIn(const Table<V>& table, std::uint64_t n) {
   return groups;
 }
 
-// `out`'s vectors sized for `groups` groups, with room for `room` (buffers
-// of several huge pages advised first), but for NaN counts and infinities
-// where the column holds none (`column`'s flags: left empty, as KeyedSums
-// allows).
+// `out`'s vectors sized for `groups` groups (keys of `key_size` bytes),
+// with room for `room` (buffers of several huge pages advised first), but
+// for NaN counts and infinities where the column holds none (`column`'s
+// flags: left empty, as KeyedSums allows).
 inline void SizeGroups(std::uint64_t groups, std::uint64_t room, std::size_t key_size, const Extremes& column,
                        KeyedSums& out) {
   const auto size = [&](auto& v, std::size_t per_group) {
