@@ -1023,11 +1023,15 @@ class _Page:
     message's, and each result's partial states handed on as their own
     bytes (partial_states)."""
 
+    __slots__ = ("raw", "message")
+
     def __init__(self, raw: bytes):
         self.raw = raw
         self.message = pb.GroupByResponse.FromString(raw)
 
     def __getattr__(self, name: str) -> Any:
+        if name in _Page.__slots__:  # not set yet (a copy being made): no message to ask
+            raise AttributeError(name)
         return getattr(self.message, name)
 
     def partial_states(self, j: int) -> Optional[bytes]:
