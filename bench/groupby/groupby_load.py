@@ -22,7 +22,6 @@ groups in the same order, so the same reference.
 
 TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py.
 """
-import argparse
 import os
 import random
 import sys
@@ -35,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from groupby_bench import OPS, upload  # noqa: E402
-from tally_test_server import LoadTally, TallyServer, load_messages, run_load  # noqa: E402
+from tally_test_server import LoadTally, load_arguments, load_messages, run_load, start_load_server  # noqa: E402
 
 
 def reference(k, v):
@@ -85,22 +84,15 @@ def wrong(answer, ref):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--server", required=True)
-    p.add_argument("--backend", default="cpu")
-    p.add_argument("--clients", type=int, default=64)
-    p.add_argument("--seconds", type=float, default=30)
+    p = load_arguments(__doc__, os.path.join(ROOT, "proto"))
     p.add_argument("--groups", default="16,65536,1000000")
     p.add_argument("--rows", default="65536,1048576,4194304")
     p.add_argument("--inline_rows", type=int, default=1 << 20, help="cases this small also go inline")
-    p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
-    p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
     p.add_argument("--composite", action="store_true", help="also every case grouped by two key columns")
     args = p.parse_args()
 
     pb = load_messages(args.proto)
-    extra = [f"--backend={args.backend}", "--health_listen=", "--max_groups=67108864"] + args.server_args.split()
-    server = TallyServer(args.server, pb, [a for a in extra if a])
+    server = start_load_server(args, pb, "--max_groups=67108864")
     group_by = server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
                                           request_serializer=pb.GroupByRequest.SerializeToString,
                                           response_deserializer=pb.GroupByResponse.FromString)

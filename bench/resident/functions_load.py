@@ -25,7 +25,6 @@ and the server's peak RSS; exits 1 on any failure or wrong answer.
 
 TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py.
 """
-import argparse
 import os
 import random
 import sys
@@ -38,7 +37,7 @@ import tally
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-from tally_test_server import LoadTally, TallyServer, load_messages, run_load  # noqa: E402
+from tally_test_server import LoadTally, load_arguments, load_messages, run_load, start_load_server  # noqa: E402
 
 DTYPES = [np.float32, np.float64, np.int32]
 # numpy's methods that pick an element (answers bitwise) and the rest
@@ -111,20 +110,13 @@ def wrong(x, function, params, got):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--server", required=True)
-    p.add_argument("--backend", default="cpu")
-    p.add_argument("--clients", type=int, default=64)
-    p.add_argument("--seconds", type=float, default=30)
+    p = load_arguments(__doc__, os.path.join(ROOT, "proto"))
     p.add_argument("--sizes", default="1000,65536,1048576,16777216")
     p.add_argument("--inline", type=int, default=1 << 20, help="arrays this small also go inline")
-    p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
-    p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
     args = p.parse_args()
 
     pb = load_messages(args.proto)
-    extra = [f"--backend={args.backend}", "--health_listen="] + args.server_args.split()
-    server = TallyServer(args.server, pb, [a for a in extra if a])
+    server = start_load_server(args, pb)
     target = f"127.0.0.1:{server.port}"
     rng = np.random.default_rng(11)
     cases = []  # (label, source: dataset name or array, the array)

@@ -181,6 +181,27 @@ class LoadTally:
         return 1 if c["failed"] or c["wrong"] else 0
 
 
+def load_arguments(description, proto_root):
+    """The options every load script takes (--server, --backend, --clients,
+    --seconds, --proto, --server_args), on a parser for its own."""
+    import argparse
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--server", required=True)
+    p.add_argument("--backend", default="cpu")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=30)
+    p.add_argument("--proto", default=proto_root)
+    p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
+    return p
+
+
+def start_load_server(args, pb, *flags):
+    """A tally-server for a load script: its --backend, no health port,
+    `flags`, then its --server_args."""
+    extra = [f"--backend={args.backend}", "--health_listen=", *flags] + args.server_args.split()
+    return TallyServer(args.server, pb, [a for a in extra if a])
+
+
 def run_load(server, clients, client, stop):
     """Runs client(i) for i in range(clients), each in a thread of its own
     until the monotonic time `stop`, while watching the server's resident

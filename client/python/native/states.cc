@@ -246,19 +246,9 @@ py::tuple MergeExactSums(const py::sequence& a, const py::array_t<double, py::ar
     const py::handle x = a[r], y = b[r];
     const bool ax = py::len(x) != 0, by = py::len(y) != 0;
     if (!ax && !by) throw py::value_error("merge_exact_sums: row " + std::to_string(r) + " keeps no exact sum");
-    rules::ExactSum sum;
-    if (ax) {
-      sum = ExactRow(x, r, "a");
-    } else {
-      sum.Add(av(r));
-    }
-    if (by) {
-      sum.Merge(ExactRow(y, r, "b"));
-    } else {
-      rules::ExactSum one;
-      one.Add(bv(r));
-      sum.Merge(one);
-    }
+    // A side without bytes counts as its value, as the rules' MergeSum has it.
+    rules::ExactSum sum = ax ? ExactRow(x, r, "a") : rules::partial_detail::ExactFrom({}, av(r));
+    sum.Merge(by ? ExactRow(y, r, "b") : rules::partial_detail::ExactFrom({}, bv(r)));
     const std::string merged = sum.Bytes();
     bytes[r] = py::bytes(merged);
     out(r) = sum.ToDouble();

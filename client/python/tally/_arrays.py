@@ -155,7 +155,7 @@ def from_repeated(values: Any, dtype: Any) -> np.ndarray:
 
 def values_of(message: Any, dtype: Any) -> np.ndarray:
     """A DoubleValues, Int64Values or UInt64Values message's numbers: its
-    `data` bytes where the server sent them so (GroupByRequest.values_as_bytes:
+    `data` bytes where the server sent them so (Aggregation.values_as_bytes:
     read as one array, 1M float64 in about a millisecond), else its repeated
     `values`."""
     if message.data:

@@ -214,13 +214,12 @@ def _object_array(items: list) -> np.ndarray:
 
 
 def _native() -> Any:
-    try:
-        from . import _states
-    except ImportError:
+    states = _native_or_none()
+    if states is None:
         raise ImportError("merging and finishing the partial states of quantile, topk, hll, ddsketch and "
                           "count_distinct needs tally's native module (tally._states), which is built with "
-                          "the package where pybind11 is installed (Debian: pybind11-dev)") from None
-    return _states
+                          "the package where pybind11 is installed (Debian: pybind11-dev)")
+    return states
 
 
 def _native_spec(p: Partial) -> tuple:
