@@ -179,6 +179,22 @@ __device__ inline void FixedWordsOf(double v, const FixedStep& step, long long* 
   *lo = low;
 }
 
+// x added to a 64-bit word in shared memory by two 32-bit atomics: the
+// hardware adds 32-bit words in shared memory, where a 64-bit atomicAdd is
+// a read and a compare-and-swap loop (LDS.64, ATOMS.CAST.SPIN.64 in the
+// SASS of sm_90), which conflicting lanes repeat. The low half's add
+// returns what the half held, so each add knows whether it wrapped and
+// carries into the high half itself: the word holds the sum modulo 2^64
+// once every add is done (read after a barrier, never between).
+__device__ inline void AddWideShared(unsigned long long* word, unsigned long long x) {
+  auto* half = reinterpret_cast<unsigned int*>(word);  // little-endian: the low half first
+  const unsigned int low = static_cast<unsigned int>(x);
+  const unsigned int before = atomicAdd(&half[0], low);
+  const unsigned int carry = low > ~before ? 1u : 0u;
+  const unsigned int high = static_cast<unsigned int>(x >> 32) + carry;
+  if (high != 0) atomicAdd(&half[1], high);
+}
+
 // A block's slots in shared memory: Slots but the count, which rides in
 // the top 16 bits of the low word (a slot's rows must be fewer than 2^16:
 // its low words, each below 2^32, then sum below 2^48), so that an element
@@ -207,19 +223,19 @@ struct Packed {
   __device__ void Add(std::uint64_t j, double v, const FixedStep& step) const {
     constexpr unsigned long long kOne = 1ull << kCountShift;
     if (isnan(v)) {
-      atomicAdd(&lo[j], kOne);
+      AddWideShared(&lo[j], kOne);
       atomicAdd(&special[j], 4u);
       return;
     }
     if (isinf(v)) {
-      atomicAdd(&lo[j], kOne);
+      AddWideShared(&lo[j], kOne);
       atomicOr(&special[j], v > 0 ? 1u : 2u);
     } else {
       long long h;
       unsigned long long l;
       FixedWordsOf(v, step, &h, &l);
-      atomicAdd(&hi[j], static_cast<unsigned long long>(h));
-      atomicAdd(&lo[j], l + kOne);
+      AddWideShared(&hi[j], static_cast<unsigned long long>(h));
+      AddWideShared(&lo[j], l + kOne);
     }
     const unsigned long long o = rules::keyed::OrderedDouble(v);
     // An extreme changes for few of a slot's elements: a plain read first
