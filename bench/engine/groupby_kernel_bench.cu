@@ -6,7 +6,8 @@
 // (each synchronizes), scratch taken once beforehand:
 //   - a read of keys and values (a plain sum, device time): the floor;
 //   - SpreadOfKeys (the keys' range and the values' magnitude);
-//   - SumByKey (the direct pass: a copy per lane, one bucket, or buckets),
+//   - SumByKey (the direct pass: a copy per lane, buckets read in place, or
+//     buckets moved),
 //     its groups left on the GPU, and again with their keys and counts
 //     copied back;
 //   - OrderByKey and GatherRows of the values (the order by key, which
@@ -173,7 +174,7 @@ int main(int argc, char** argv) {
       }
       const double device_ms = timed([&] { CHECK(k::SumByKey(gk, dv, spread, scratch, bytes, stream, &out)); });
       row(groups, "SumByKey", device_ms,
-          std::string(spread.range <= k::kMaxLaneCopiesRange ? "a copy per lane" : spread.range <= 2048 ? "one bucket" : "partitioned") + ", " +
+          std::string(spread.range <= k::kMaxLaneCopiesRange ? "a copy per lane" : spread.range <= 4096 ? "buckets read in place" : "partitioned") + ", " +
               std::to_string(bytes >> 20) + " MiB scratch, groups left on the GPU");
       row(groups, "SumByKey, keys and counts copied back", ms, "");
       CHECK(cudaFree(scratch));

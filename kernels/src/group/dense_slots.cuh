@@ -40,6 +40,11 @@ __host__ __device__ inline Slots SlotsAt(unsigned long long* words, std::uint64_
   return s;
 }
 
+// The slots of `s` from key `first` on.
+__host__ __device__ inline Slots SlotsFrom(const Slots& s, std::uint64_t first) {
+  return Slots{s.hi + first, s.lo + first, s.count + first, s.low + first, s.high + first, s.special + first};
+}
+
 // One key's accumulation, read out of slots or folded from several.
 struct Slot {
   unsigned long long hi = 0, lo = 0, count = 0, low = rules::keyed::kNoLow, high = rules::keyed::kNoHigh;

@@ -17,9 +17,13 @@
 //   5. (WriteGroups) number the groups, the slots with rows, bucket by
 //      bucket, and write each group's key and values in key order.
 // Keys within one bucket skip 1 and 3: the items are read where they lie.
-// Every row is read twice from the table (the count and the move) and once
-// from the buckets, beside SpreadOfKeys's read; nothing comes back to the
-// host but the groups.
+// So do keys within kMaxInPlaceBuckets buckets: step 4 runs once a bucket
+// over the whole table, each pass taking its bucket's rows and passing
+// over the others' (a read of the table a bucket, against the count's and
+// the move's read, write and read back, which cost about three passes). Otherwise every row is read twice
+// from the table (the count and the move) and once from the buckets,
+// beside SpreadOfKeys's read; nothing comes back to the host but the
+// groups.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
@@ -42,6 +46,12 @@ using dense::Slot;
 using dense::Slots;
 
 constexpr std::uint64_t kMaxBuckets = kMaxPartitionedRange / kBucketKeys;
+// Buckets read in place, a pass each, rather than moved. Each pass costs
+// about 1.45 ms over 2^28 rows, the moved path about 4.4 ms at any count
+// of buckets (H200, int32 keys, float32 values, `tally-groupby-kernel-bench
+// 28 3 4096,8192,12288,16384`, both in one call): 4,096 keys 3.13-3.16
+// in place against 4.58-4.61 moved; 8,192 keys 6.04-6.07 against 4.40-4.43.
+constexpr unsigned kMaxInPlaceBuckets = 2;
 // Rows one block accumulates before it adds its slots to the global ones:
 // enough that the 2,048 slots' flush is a small part (uniform keys fill
 // every slot of a bucket), few enough that a hot bucket spreads over many
@@ -241,9 +251,10 @@ __global__ void __launch_bounds__(kThreads) SortedMoveKernel(KeyReader<kBytes> k
 // Elements a thread loads before it adds them (as dense_groups.cu's).
 constexpr int kLoadsPerThread = 4;
 
-// kInPlace: one bucket, its items read from the table where they lie
-// (`keys`, `values`); else from `moved`. `only`: the rows are the whole
-// table's (not one part's of several).
+// kInPlace: one bucket, the keys from `lowest` on, its items read from the
+// table where they lie (`keys`, `values`), other keys' rows passed over;
+// else from `moved`. `only`: the rows are the whole table's (not one
+// part's of several).
 template <typename T, bool kInPlace, int kBytes>
 __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __restrict__ moved,
                                                              KeyReader<kBytes> keys, const T* __restrict__ values,
@@ -293,6 +304,8 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
       for (int u = 0; u < kLoadsPerThread; ++u) {
         if (r + u * blockDim.x >= end) continue;
         const std::uint64_t slot = kInPlace ? keys.Ordered(k[u]) - lowest : k[u];
+        // In place, a row of another bucket's pass (below `lowest`, it wraps).
+        if (kInPlace && slot >= kBucketKeys) continue;
         s.Add(slot, v[u], step);
       }
     }
@@ -393,7 +406,7 @@ Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, v
                                       static_cast<unsigned*>(nullptr), static_cast<int>(places));
   at.scan = c.Take<std::byte>(at.scan_bytes);
   // A row moved: the value and its key's place, padded as Moved<T> is.
-  if (buckets > 1) {
+  if (buckets > kMaxInPlaceBuckets) {
     const std::size_t moved_row = value_size == 4 ? 8 : 16;
     at.moved = c.Take<std::byte>((rows < ChunkRows(moved_row) ? rows : ChunkRows(moved_row)) * moved_row);
   }
@@ -430,27 +443,35 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
     // Moved rows carry their keys' places: one kernel for every key width.
     const auto in_place = AccumulateKernel<T, true, kBytes>;
     const auto from_moved = AccumulateKernel<T, false, 8>;
-    TALLY_CUDA_TRY(buckets > 1 ? detail::AllowMostSharedMemory(from_moved) : detail::AllowMostSharedMemory(in_place));
-    const auto accumulate_items = [&](const T* part_values, bool only) -> cudaError_t {
-      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows), at.item_starts);
-      TALLY_CUDA_CHECK_LAUNCH();
-      if (buckets > 1) {
-        from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-            moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, step,
-            only, at.slots);
-      } else {
-        in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-            nullptr, reader, part_values, spread.lowest, at.starts, at.item_starts, buckets, step, only, at.slots);
-      }
-      TALLY_CUDA_CHECK_LAUNCH();
-      return cudaSuccess;
-    };
-    if (buckets == 1) {
+    const bool in_place_passes = buckets <= kMaxInPlaceBuckets;
+    TALLY_CUDA_TRY(in_place_passes ? detail::AllowMostSharedMemory(in_place)
+                                   : detail::AllowMostSharedMemory(from_moved));
+    if (in_place_passes) {
+      // The whole table as one bucket's rows, cut into items once; then a
+      // pass a bucket, its keys from lowest + b x kBucketKeys into its slots.
       const unsigned both[2] = {0, static_cast<unsigned>(rows)};
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.starts, both, sizeof both, cudaMemcpyHostToDevice, stream));
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.rows, &both[1], sizeof(unsigned), cudaMemcpyHostToDevice, stream));
-      return accumulate_items(values, true);
+      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kItemRows), at.item_starts);
+      TALLY_CUDA_CHECK_LAUNCH();
+      for (unsigned b = 0; b < buckets; ++b) {
+        const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
+        in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
+            nullptr, reader, values, spread.lowest + first, at.starts, at.item_starts, 1, step, true,
+            dense::SlotsFrom(at.slots, first));
+        TALLY_CUDA_CHECK_LAUNCH();
+      }
+      return cudaSuccess;
     }
+    const auto accumulate_items = [&](bool only) -> cudaError_t {
+      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows), at.item_starts);
+      TALLY_CUDA_CHECK_LAUNCH();
+      from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
+          moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, step, only,
+          at.slots);
+      TALLY_CUDA_CHECK_LAUNCH();
+      return cudaSuccess;
+    };
     const std::size_t bucket_shared = buckets * sizeof(unsigned);
     TALLY_CUDA_TRY(detail::AllowMostSharedMemory(CountKernel<kBytes>));
     const bool sorted_move = buckets <= kSortedMoveBuckets;
@@ -477,7 +498,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
                                                                              buckets, at.counts, moved);
       }
       TALLY_CUDA_CHECK_LAUNCH();
-      TALLY_CUDA_TRY(accumulate_items(nullptr, n == rows));
+      TALLY_CUDA_TRY(accumulate_items(n == rows));
     }
     return cudaSuccess;
   });

@@ -44,7 +44,7 @@ struct Layout {
   unsigned* group_starts = nullptr;  // buckets + 1
   void* scan = nullptr;              // cub's scratch for summing the counts
   std::size_t scan_bytes = 0;
-  std::byte* moved = nullptr;        // the rows in their buckets (more than one bucket)
+  std::byte* moved = nullptr;        // the rows in their buckets (past kMaxInPlaceBuckets)
   Groups out{};
 };
 

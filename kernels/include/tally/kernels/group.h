@@ -90,8 +90,8 @@ struct KeyOrder {
 // address, however few the keys), or for ranges of up to 8 keys per thread
 // (plain adds, no atomics). Wider ones, up to kMaxPartitionedRange,
 // are accumulated in buckets of 2,048 keys, each in a block's shared
-// memory: rows read where they lie for keys within one bucket, else first
-// moved into their buckets (the rows' order within a bucket is whatever
+// memory: rows read where they lie, a pass a bucket, for keys within two
+// buckets, else first moved into their buckets (the rows' order within a bucket is whatever
 // the threads' is, which integer sums do not see); the groups are written
 // out on the device. Wider ranges added straight to global memory were
 // measured slower than the order by key under skew and at 1M groups
