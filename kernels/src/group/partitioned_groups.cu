@@ -5,7 +5,7 @@
 //      in `parts` contiguous parts), bucket by bucket then block by block,
 //      so that one exclusive sum over the counts gives each block where
 //      its rows of each bucket go;
-//   2. how many items of at most kItemRows rows each bucket is cut into
+//   2. how many items of at most kMovedItemRows rows each bucket is cut into
 //      (one block accumulates an item);
 //   3. move each row's key within its bucket and its value there: a
 //      block's rows of a bucket go to its own part of the bucket, in
@@ -52,12 +52,18 @@ constexpr std::uint64_t kMaxBuckets = kMaxPartitionedRange / kBucketKeys;
 // 28 3 4096,8192,12288,16384`, both in one call): 4,096 keys 3.13-3.16
 // in place against 4.58-4.61 moved; 8,192 keys 6.04-6.07 against 4.40-4.43.
 constexpr unsigned kMaxInPlaceBuckets = 2;
-// Rows one block accumulates before it adds its slots to the global ones:
-// enough that the 2,048 slots' flush is a small part (uniform keys fill
-// every slot of a bucket), few enough that a hot bucket spreads over many
-// blocks, and below 2^16, so that a slot's count fits the top 16 bits of
-// its low word (Packed).
-constexpr std::uint64_t kItemRows = 32768;
+// Rows one block accumulates before it adds its slots to the global ones
+// (an item): enough that the 2,048 slots' flush is a small part (uniform
+// keys fill every slot of a bucket), few enough that a hot bucket spreads
+// over many blocks, and at most Packed::kMaxRows, so that a slot's count
+// fits the top 16 bits of its low word. Buckets read in place take the
+// most (their passes flush half as often: H200, 2^28 rows, 2,048 keys
+// 1.79-1.81 -> 1.60-1.61 ms, 4,096 keys 3.15-3.18 -> 2.91); moved buckets
+// half of it, which 1M keys' buckets of about 69K rows a part need to
+// spread over the blocks (all of it: 7.21 -> 7.70-8.02 ms; 65,536 keys
+// unchanged).
+constexpr std::uint64_t kInPlaceItemRows = Packed::kMaxRows;
+constexpr std::uint64_t kMovedItemRows = 32768;
 constexpr int kThreads = 512;
 // The rows moved at a time: a part of the table whose moved rows fill 256
 // MiB (2^25 float32 rows, 2^24 float64), then accumulated before the next
@@ -260,7 +266,8 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
                                                              KeyReader<kBytes> keys, const T* __restrict__ values,
                                                              std::uint64_t lowest, const unsigned* starts,
                                                              const unsigned* item_starts, unsigned buckets,
-                                                             FixedStep step, bool only, Slots global) {
+                                                             std::uint64_t item_rows, FixedStep step, bool only,
+                                                             Slots global) {
   extern __shared__ unsigned long long shared[];
   const Packed s = Packed::At(shared, kBucketKeys);
   const unsigned items = item_starts[buckets];
@@ -279,8 +286,8 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
     // The only item of its bucket in the only part of the table: its slots
     // are stored, not added.
     const bool alone = only && item_starts[b + 1] - item_starts[b] == 1;
-    const std::uint64_t begin = starts[b] + std::uint64_t{item - item_starts[b]} * kItemRows;
-    const std::uint64_t end = begin + kItemRows < starts[b + 1] ? begin + kItemRows : starts[b + 1];
+    const std::uint64_t begin = starts[b] + std::uint64_t{item - item_starts[b]} * item_rows;
+    const std::uint64_t end = begin + item_rows < starts[b + 1] ? begin + item_rows : starts[b + 1];
     for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.Clear(j);
     __syncthreads();
     for (std::uint64_t r = begin + threadIdx.x; r < end; r += kLoadsPerThread * blockDim.x) {
@@ -452,23 +459,25 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       const unsigned both[2] = {0, static_cast<unsigned>(rows)};
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.starts, both, sizeof both, cudaMemcpyHostToDevice, stream));
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.rows, &both[1], sizeof(unsigned), cudaMemcpyHostToDevice, stream));
-      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kItemRows), at.item_starts);
+      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kInPlaceItemRows),
+                                                 at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       for (unsigned b = 0; b < buckets; ++b) {
         const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
         in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-            nullptr, reader, values, spread.lowest + first, at.starts, at.item_starts, 1, step, true,
-            dense::SlotsFrom(at.slots, first));
+            nullptr, reader, values, spread.lowest + first, at.starts, at.item_starts, 1, kInPlaceItemRows, step,
+            true, dense::SlotsFrom(at.slots, first));
         TALLY_CUDA_CHECK_LAUNCH();
       }
       return cudaSuccess;
     }
     const auto accumulate_items = [&](bool only) -> cudaError_t {
-      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows), at.item_starts);
+      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kMovedItemRows),
+                                                 at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-          moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, step, only,
-          at.slots);
+          moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets,
+          kMovedItemRows, step, only, at.slots);
       TALLY_CUDA_CHECK_LAUNCH();
       return cudaSuccess;
     };
