@@ -3,9 +3,9 @@
 // range (SpreadOfKeys). Keys in a range of up to kMaxLaneCopiesRange here:
 // each block accumulates into its own slots in shared memory, a copy per
 // thread (ranges up to kMaxOwnCopiesRange) or per lane of a warp, then
-// adds them to the global slots. Wider ranges:
-// partitioned_groups.cu, which also writes out the groups of either. The
-// slots and their arithmetic: dense_slots.cuh.
+// adds them to the global slots. Wider ranges: partitioned_groups.cu;
+// the groups of either written out: written_groups.cu. The slots and
+// their arithmetic: dense_slots.cuh.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

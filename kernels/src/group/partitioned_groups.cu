@@ -14,16 +14,17 @@
 //   4. accumulate each item in shared memory, then add its slots to the
 //      global ones (stored outright where the item is its bucket's only
 //      one);
-//   5. (WriteGroups) number the groups, the slots with rows, bucket by
-//      bucket, and write each group's key and values in key order.
+//   5. (WriteGroups, written_groups.cu) number the groups, the slots with
+//      rows, bucket by bucket, and write each group's key and values in
+//      key order.
 // Keys within one bucket skip 1 and 3: the items are read where they lie.
 // So do keys within kMaxInPlaceBuckets buckets: step 4 runs once a bucket
 // over the whole table, each pass taking its bucket's rows and passing
 // over the others' (a read of the table a bucket, against the count's and
-// the move's read, write and read back, which cost about three passes). Otherwise every row is read twice
-// from the table (the count and the move) and once from the buckets,
-// beside SpreadOfKeys's read; nothing comes back to the host but the
-// groups.
+// the move's read, write and read back, which cost about three passes).
+// Otherwise every row is read twice from the table (the count and the
+// move) and once from the buckets, beside SpreadOfKeys's read; nothing
+// comes back to the host but the groups.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
@@ -124,27 +125,6 @@ __global__ void BucketsKernel(const unsigned* places, unsigned buckets, unsigned
     starts[b] = places[std::uint64_t{b} * parts];
     if (b < buckets) rows[b] = places[std::uint64_t{b + 1} * parts] - places[std::uint64_t{b} * parts];
   }
-}
-
-// out[0..n] = the exclusive sums of in[i] (divided by `per`, rounded up,
-// where `per` is not 1), in one block of kScanThreads.
-constexpr int kScanThreads = 1024;
-__global__ void __launch_bounds__(kScanThreads) ScanKernel(const unsigned* in, unsigned n, unsigned per,
-                                                           unsigned* out) {
-  using Scan = cub::BlockScan<unsigned, kScanThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  const unsigned strip = (n + kScanThreads - 1) / kScanThreads;
-  const unsigned first = threadIdx.x * strip;
-  const auto value = [&](unsigned i) { return per == 1 ? in[i] : (in[i] + per - 1) / per; };
-  unsigned mine = 0;
-  for (unsigned i = first; i < first + strip && i < n; ++i) mine += value(i);
-  unsigned before = 0, total = 0;
-  Scan(temp).ExclusiveSum(mine, before, total);
-  for (unsigned i = first; i < first + strip && i < n; ++i) {
-    out[i] = before;
-    before += value(i);
-  }
-  if (threadIdx.x == 0) out[n] = total;
 }
 
 template <typename T, int kBytes>
@@ -331,60 +311,6 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
   }
 }
 
-// Each bucket's groups (its slots with rows); one block a bucket.
-constexpr int kNumberThreads = kBucketKeys / 2;
-__global__ void __launch_bounds__(kNumberThreads) GroupsPerBucketKernel(const unsigned long long* count,
-                                                                        unsigned* groups) {
-  using Reduce = cub::BlockReduce<unsigned, kNumberThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-  const std::uint64_t first = std::uint64_t{blockIdx.x} * kBucketKeys + 2 * threadIdx.x;
-  const unsigned mine = (count[first] != 0 ? 1u : 0u) + (count[first + 1] != 0 ? 1u : 0u);
-  const unsigned total = Reduce(temp).Sum(mine);
-  if (threadIdx.x == 0) groups[blockIdx.x] = total;
-}
-
-// Group g's key as `size` bytes of the key dtype (its bits' low bytes).
-__device__ inline void StoreKey(std::byte* keys, std::uint64_t g, int size, std::uint64_t bits) {
-  switch (size) {
-    case 1: reinterpret_cast<std::uint8_t*>(keys)[g] = static_cast<std::uint8_t>(bits); break;
-    case 2: reinterpret_cast<std::uint16_t*>(keys)[g] = static_cast<std::uint16_t>(bits); break;
-    case 4: reinterpret_cast<std::uint32_t*>(keys)[g] = static_cast<std::uint32_t>(bits); break;
-    default: reinterpret_cast<std::uint64_t*>(keys)[g] = bits; break;
-  }
-}
-
-// Each bucket's groups written in key order from group_starts[bucket] on.
-__global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots, const unsigned* group_starts,
-                                                                    std::uint64_t lowest, KeyKind kind, int key_size,
-                                                                    int scale, Groups out) {
-  using Scan = cub::BlockScan<unsigned, kNumberThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  const std::uint64_t first = std::uint64_t{blockIdx.x} * kBucketKeys + 2 * threadIdx.x;
-  const unsigned flags[2] = {slots.count[first] != 0 ? 1u : 0u, slots.count[first + 1] != 0 ? 1u : 0u};
-  unsigned before = 0;
-  Scan(temp).ExclusiveSum(flags[0] + flags[1], before);
-  unsigned g = group_starts[blockIdx.x] + before;
-  unsigned seen = 0;
-  for (int e = 0; e < 2; ++e) {
-    if (flags[e] == 0) continue;
-    const std::uint64_t j = first + e;
-    const Slot slot = Slot::Load(slots, j);
-    StoreKey(out.keys, g, key_size, dense::KeyBits(lowest + j, kind));
-    out.count[g] = slot.count;
-    out.nan[g] = slot.special >> 2;
-    out.infinities[g] = static_cast<std::uint8_t>(slot.special & 3u);
-    const double sum = rules::keyed::FixedSumOf(rules::keyed::FixedWords(slot.hi, slot.lo), scale);  // the finite elements
-    out.sum[g] = sum;
-    out.mean[g] = __ddiv_rn(sum, __ull2double_rn(slot.count));
-    out.min[g] = rules::keyed::FromOrdered(slot.low);
-    out.max[g] = rules::keyed::FromOrdered(slot.high);
-    seen |= (slot.special >> 2 != 0 ? 1u : 0u) | ((slot.special & 3u) != 0 ? 2u : 0u);
-    ++g;
-  }
-  if (seen != 0) atomicOr(out.seen, seen);
-}
-
-
 }  // namespace
 
 Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, void* base, std::size_t* used) {
@@ -459,7 +385,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       const unsigned both[2] = {0, static_cast<unsigned>(rows)};
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.starts, both, sizeof both, cudaMemcpyHostToDevice, stream));
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.rows, &both[1], sizeof(unsigned), cudaMemcpyHostToDevice, stream));
-      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kInPlaceItemRows),
+      ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kInPlaceItemRows),
                                                  at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       for (unsigned b = 0; b < buckets; ++b) {
@@ -472,7 +398,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       return cudaSuccess;
     }
     const auto accumulate_items = [&](bool only) -> cudaError_t {
-      ScanKernel<<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kMovedItemRows),
+      ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kMovedItemRows),
                                                  at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
@@ -517,35 +443,5 @@ template cudaError_t Accumulate<float>(const GroupKeys&, const float*, const Key
                                        cudaStream_t);
 template cudaError_t Accumulate<double>(const GroupKeys&, const double*, const KeySpread&, int, const Layout&,
                                         cudaStream_t);
-
-cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, int key_size, int scale,
-                        cudaStream_t stream, DenseGroups* out) {
-  const unsigned buckets = at.buckets;
-  TALLY_CUDA_TRY(cudaMemsetAsync(at.out.seen, 0, sizeof(unsigned), stream));
-  GroupsPerBucketKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots.count, at.groups);
-  TALLY_CUDA_CHECK_LAUNCH();
-  ScanKernel<<<1, kScanThreads, 0, stream>>>(at.groups, buckets, 1, at.group_starts);
-  TALLY_CUDA_CHECK_LAUNCH();
-  WriteGroupsKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots, at.group_starts, lowest, kind, key_size, scale,
-                                                            at.out);
-  TALLY_CUDA_CHECK_LAUNCH();
-  unsigned found[2] = {0, 0};  // groups, what they hold
-  TALLY_CUDA_TRY(cudaMemcpyAsync(&found[0], at.group_starts + buckets, sizeof(unsigned), cudaMemcpyDeviceToHost,
-                                 stream));
-  TALLY_CUDA_TRY(cudaMemcpyAsync(&found[1], at.out.seen, sizeof(unsigned), cudaMemcpyDeviceToHost, stream));
-  TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
-  out->groups = found[0];
-  out->any_nan = (found[1] & 1u) != 0;
-  out->any_infinity = (found[1] & 2u) != 0;
-  out->keys = at.out.keys;
-  out->count = reinterpret_cast<const std::uint64_t*>(at.out.count);
-  out->nan = reinterpret_cast<const std::uint64_t*>(at.out.nan);
-  out->infinities = at.out.infinities;
-  out->sum = at.out.sum;
-  out->min = at.out.min;
-  out->max = at.out.max;
-  out->mean = at.out.mean;
-  return cudaSuccess;
-}
 
 }  // namespace tally::kernels::partitioned

@@ -1,9 +1,11 @@
 // The direct path's steps past a copy per lane (tally/kernels/group.h):
 // the scratch's layout, the rows accumulated in buckets of kBucketKeys
 // keys (partitioned_groups.cu), and the groups numbered and written out in
-// key order on the device, whichever pass filled the slots.
+// key order on the device, whichever pass filled the slots
+// (written_groups.cu).
 #pragma once
 
+#include <cub/block/block_scan.cuh>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -47,6 +49,29 @@ struct Layout {
   std::byte* moved = nullptr;        // the rows in their buckets (past kMaxInPlaceBuckets)
   Groups out{};
 };
+
+// out[0..n] = the exclusive sums of in[i] (divided by `per`, rounded up,
+// where `per` is not 1), in one block of kScanThreads. (A template, so
+// that each file that launches it has its own.)
+constexpr int kScanThreads = 1024;
+template <typename = void>
+__global__ void __launch_bounds__(kScanThreads) ScanKernel(const unsigned* in, unsigned n, unsigned per,
+                                                           unsigned* out) {
+  using Scan = cub::BlockScan<unsigned, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const unsigned strip = (n + kScanThreads - 1) / kScanThreads;
+  const unsigned first = threadIdx.x * strip;
+  const auto value = [&](unsigned i) { return per == 1 ? in[i] : (in[i] + per - 1) / per; };
+  unsigned mine = 0;
+  for (unsigned i = first; i < first + strip && i < n; ++i) mine += value(i);
+  unsigned before = 0, total = 0;
+  Scan(temp).ExclusiveSum(mine, before, total);
+  for (unsigned i = first; i < first + strip && i < n; ++i) {
+    out[i] = before;
+    before += value(i);
+  }
+  if (threadIdx.x == 0) out[n] = total;
+}
 
 // The scratch for `rows` rows of `value_size`-byte values over `range` keys
 // (at `base`; sizes only where it is null).
