@@ -386,7 +386,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.starts, both, sizeof both, cudaMemcpyHostToDevice, stream));
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.rows, &both[1], sizeof(unsigned), cudaMemcpyHostToDevice, stream));
       ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kInPlaceItemRows),
-                                                 at.item_starts);
+                                                   at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       for (unsigned b = 0; b < buckets; ++b) {
         const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
@@ -399,7 +399,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
     }
     const auto accumulate_items = [&](bool only) -> cudaError_t {
       ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kMovedItemRows),
-                                                 at.item_starts);
+                                                   at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
           moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets,
