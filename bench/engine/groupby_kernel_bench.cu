@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
       }
       const double device_ms = timed([&] { CHECK(k::SumByKey(gk, dv, spread, scratch, bytes, stream, &out)); });
       row(groups, "SumByKey", device_ms,
-          std::string(spread.range <= k::kMaxLaneCopiesRange ? "a copy per lane" : spread.range <= 4096 ? "buckets read in place" : "partitioned") + ", " +
+          std::string(spread.range <= k::kMaxLaneCopiesRange ? "a copy per lane" : spread.range <= k::kMaxInPlaceRange ? "buckets read in place" : "partitioned") + ", " +
               std::to_string(bytes >> 20) + " MiB scratch, groups left on the GPU");
       row(groups, "SumByKey, keys and counts copied back", ms, "");
       CHECK(cudaFree(scratch));

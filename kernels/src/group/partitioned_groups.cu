@@ -52,7 +52,8 @@ constexpr std::uint64_t kMaxBuckets = kMaxPartitionedRange / kBucketKeys;
 // of buckets (H200, int32 keys, float32 values, `tally-groupby-kernel-bench
 // 28 3 4096,8192,12288,16384`, both in one call): 4,096 keys 3.13-3.16
 // in place against 4.58-4.61 moved; 8,192 keys 6.04-6.07 against 4.40-4.43.
-constexpr unsigned kMaxInPlaceBuckets = 2;
+constexpr unsigned kMaxInPlaceBuckets = kMaxInPlaceRange / kBucketKeys;
+static_assert(kMaxInPlaceRange % kBucketKeys == 0, "whole buckets read in place");
 // Rows one block accumulates before it adds its slots to the global ones
 // (an item): enough that the 2,048 slots' flush is a small part (uniform
 // keys fill every slot of a bucket), few enough that a hot bucket spreads

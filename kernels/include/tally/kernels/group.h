@@ -90,15 +90,19 @@ struct KeyOrder {
 // address, however few the keys), or for ranges of up to 8 keys per thread
 // (plain adds, no atomics). Wider ones, up to kMaxPartitionedRange,
 // are accumulated in buckets of 2,048 keys, each in a block's shared
-// memory: rows read where they lie, a pass a bucket, for keys within two
-// buckets, else first moved into their buckets (the rows' order within a bucket is whatever
-// the threads' is, which integer sums do not see); the groups are written
-// out on the device. Wider ranges added straight to global memory were
+// memory: rows read where they lie, a pass a bucket, for keys within
+// kMaxInPlaceRange, else first moved into their buckets (the rows' order
+// within a bucket is whatever the threads' is, which integer sums do not
+// see); the groups are written out on the device. Wider ranges added straight to global memory were
 // measured slower than the order by key under skew and at 1M groups
 // (H200, 2^28 rows: 65,536 Zipf(1.1) keys 89.6 ms against the order's 17.7
 // with the pool kept; 1M keys 173 ms against 92; docs/performance.md),
 // which is why they are bucketed first.
 inline constexpr std::uint64_t kMaxLaneCopiesRange = 32;
+// Two buckets of 2,048 keys: past them moving the rows costs less than a
+// pass over the table per bucket (kernels/src/group/partitioned_groups.cu
+// has the measurements).
+inline constexpr std::uint64_t kMaxInPlaceRange = 4096;
 // The widest range the partitioned path takes: 2^25 keys, 1.4 GiB of
 // slots (44 bytes a key), and no more than the rows make worth it
 // (DenseGroupScratchBytes).
