@@ -115,12 +115,12 @@ def main():
                     seconds = min(seconds, pages[-1].execution.server_seconds)
                 made = check(pages, pb, k, v)
                 label = "zipf1.1" if zipf else "uniform"
-                print(f"{label}\t{made}\t{args.rows}\ttally-{args.backend}\t{seconds:.4f}\t{args.rows / seconds / 1e9:.2f}",
+                print(f"{label}\t{made}\t{args.rows}\ttally-{args.backend}\t{seconds:.6f}\t{args.rows / seconds / 1e9:.2f}",
                       flush=True)
                 for b in baselines:
                     t = run_baseline(b, k, v, args.reps)
                     if t is not None:
-                        print(f"{label}\t{made}\t{args.rows}\t{b}\t{t:.4f}\t{args.rows / t / 1e9:.3f}", flush=True)
+                        print(f"{label}\t{made}\t{args.rows}\t{b}\t{t:.6f}\t{args.rows / t / 1e9:.3f}", flush=True)
     finally:
         log = server.stop() or ""
         if args.trace:
