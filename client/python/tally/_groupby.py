@@ -360,6 +360,12 @@ def concat_states(parts: list[tp.Partial]) -> tp.Partial:
 def take_states(p: tp.Partial, at: np.ndarray) -> tp.Partial:
     """The rows ``at`` of a state, in that order; -1 gives the empty state
     (the merge identity) there."""
+    if len(at) == 0 or at.min() >= 0:
+        # Every row taken: each field indexed once, without building the
+        # empty state first and assigning into it (a third of a Dask
+        # group-by's merging at 500K groups went there).
+        return tp.Partial(op=p.op, dtype=p.dtype, segmented=True, version=p.version,
+                          **{name: getattr(p, name)[at] for name in _STATE_ROWS})
     out = tp.empty(p.op, p.dtype, len(at))
     out.version = p.version
     has = at >= 0
