@@ -16,10 +16,8 @@ usage: dask_groupby_bench.py --server build/server/tally-server
 (the package, built with its stubs, on PYTHONPATH)
 """
 import argparse
-import os
 import re
 import sys
-import time
 import urllib.request
 
 import dask
@@ -29,6 +27,7 @@ import pandas as pd
 
 import tally.dask as td
 from tally.v1 import tally_pb2
+from best_of import best
 from tally_test_server import TallyServer, free_port
 
 
@@ -41,15 +40,6 @@ def server_seconds(metrics_port):
         if m:
             total += float(m.group(1))
     return total
-
-
-def best(reps, f):
-    times, out = [], None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = f()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def main():
@@ -76,11 +66,11 @@ def main():
         dask.config.set(scheduler="synchronous")
         want = frame.groupby("k").agg({"v": agg})
         before = server_seconds(metrics)
-        t_tally, got = best(args.reps, lambda: td.groupby(ddf, "k", {"v": agg}).compute())
+        got, t_tally = best(lambda: td.groupby(ddf, "k", {"v": agg}).compute(), args.reps)
         spent = (server_seconds(metrics) - before) / args.reps
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-12)
-        t_dask, _ = best(args.reps, lambda: ddf.groupby("k").agg({"v": agg}).compute())
-        t_pandas, _ = best(args.reps, lambda: frame.groupby("k").agg({"v": agg}))
+        _, t_dask = best(lambda: ddf.groupby("k").agg({"v": agg}).compute(), args.reps)
+        _, t_pandas = best(lambda: frame.groupby("k").agg({"v": agg}), args.reps)
     finally:
         server.stop()
     print(f"{args.rows} rows, {len(want)} groups, {args.partitions} partitions, agg {args.agg}, best of {args.reps}")

@@ -5,7 +5,7 @@
 //      in `parts` contiguous parts), bucket by bucket then block by block,
 //      so that one exclusive sum over the counts gives each block where
 //      its rows of each bucket go;
-//   2. how many items of at most kMovedItemRows rows each bucket is cut into
+//   2. how many items of at most kItemRows<false> rows each bucket is cut into
 //      (one block accumulates an item);
 //   3. move each row's key within its bucket and its value there: a
 //      block's rows of a bucket go to its own part of the bucket, in
@@ -64,8 +64,8 @@ static_assert(kMaxInPlaceRange % kBucketKeys == 0, "whole buckets read in place"
 // half of it, which 1M keys' buckets of about 69K rows a part need to
 // spread over the blocks (all of it: 7.21 -> 7.70-8.02 ms; 65,536 keys
 // unchanged).
-constexpr std::uint64_t kInPlaceItemRows = Packed::kMaxRows;
-constexpr std::uint64_t kMovedItemRows = 32768;
+template <bool kInPlace>
+constexpr std::uint64_t kItemRows = kInPlace ? Packed::kMaxRows : 32768;
 constexpr int kThreads = 512;
 // The rows moved at a time: a part of the table whose moved rows fill 256
 // MiB (2^25 float32 rows, 2^24 float64), then accumulated before the next
@@ -247,8 +247,8 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
                                                              KeyReader<kBytes> keys, const T* __restrict__ values,
                                                              std::uint64_t lowest, const unsigned* starts,
                                                              const unsigned* item_starts, unsigned buckets,
-                                                             std::uint64_t item_rows, FixedStep step, bool only,
-                                                             Slots global) {
+                                                             FixedStep step, bool only, Slots global) {
+  constexpr std::uint64_t item_rows = kItemRows<kInPlace>;
   extern __shared__ unsigned long long shared[];
   const Packed s = Packed::At(shared, kBucketKeys);
   const unsigned items = item_starts[buckets];
@@ -386,25 +386,25 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       const unsigned both[2] = {0, static_cast<unsigned>(rows)};
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.starts, both, sizeof both, cudaMemcpyHostToDevice, stream));
       TALLY_CUDA_TRY(cudaMemcpyAsync(at.rows, &both[1], sizeof(unsigned), cudaMemcpyHostToDevice, stream));
-      ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kInPlaceItemRows),
+      ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kItemRows<true>),
                                                    at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       for (unsigned b = 0; b < buckets; ++b) {
         const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
         in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-            nullptr, reader, values, spread.lowest + first, at.starts, at.item_starts, 1, kInPlaceItemRows, step,
-            true, dense::SlotsFrom(at.slots, first));
+            nullptr, reader, values, spread.lowest + first, at.starts, at.item_starts, 1, step, true,
+            dense::SlotsFrom(at.slots, first));
         TALLY_CUDA_CHECK_LAUNCH();
       }
       return cudaSuccess;
     }
     const auto accumulate_items = [&](bool only) -> cudaError_t {
-      ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kMovedItemRows),
+      ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, buckets, static_cast<unsigned>(kItemRows<false>),
                                                    at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       from_moved<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
-          moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets,
-          kMovedItemRows, step, only, at.slots);
+          moved, KeyReader<8>{nullptr, kind}, nullptr, spread.lowest, at.starts, at.item_starts, buckets, step,
+          only, at.slots);
       TALLY_CUDA_CHECK_LAUNCH();
       return cudaSuccess;
     };

@@ -93,8 +93,9 @@ struct KeyOrder {
 // memory: rows read where they lie, a pass a bucket, for keys within
 // kMaxInPlaceRange, else first moved into their buckets (the rows' order
 // within a bucket is whatever the threads' is, which integer sums do not
-// see); the groups are written out on the device. Wider ranges added straight to global memory were
-// measured slower than the order by key under skew and at 1M groups
+// see); the groups are written out on the device. Wider ranges added
+// straight to global memory were measured slower than the order by key
+// under skew and at 1M groups
 // (H200, 2^28 rows: 65,536 Zipf(1.1) keys 89.6 ms against the order's 17.7
 // with the pool kept; 1M keys 173 ms against 92; docs/performance.md),
 // which is why they are bucketed first.
