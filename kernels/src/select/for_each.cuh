@@ -91,6 +91,45 @@ __device__ __forceinline__ std::uint32_t WarpAppend(bool take, std::uint32_t* co
   return take ? base + __popc(takers & LanesBelow()) : ~0u;
 }
 
+// A warp's entries for a list, staged in kSize slots of shared memory (the
+// caller's arrays) and appended to the list kSize at a time with one atomic:
+// WarpAppend's atomic a step puts every warp that takes anything on one
+// counter (top-k's 164K gathered elements of 2^28, each warp's step its
+// own atomic on counts[0]). Every lane of the warp calls Slot and Drain
+// together.
+template <int kSize>
+struct WarpBuffer {
+  std::uint32_t used = 0;  // entries staged, the same in every lane
+
+  // The taking lane's slot in the buffer, in lane order (~0 for the
+  // others), after draining the buffer where the takers would not fit.
+  template <typename DrainFull>
+  __device__ __forceinline__ std::uint32_t Slot(bool take, DrainFull&& drain) {
+    const unsigned takers = __ballot_sync(0xffffffffu, take);
+    if (takers == 0) return ~0u;
+    const auto many = static_cast<std::uint32_t>(__popc(takers));
+    if (used + many > kSize) drain();
+    const std::uint32_t slot = used + __popc(takers & LanesBelow());
+    used += many;
+    return take ? slot : ~0u;
+  }
+
+  // The staged entries' places reserved at *counter, and copy(slot, place)
+  // called for each (place as 64 bits: the counter may pass the list's
+  // room, which the caller checks); the buffer is empty after.
+  template <typename Count, typename Copy>
+  __device__ __forceinline__ void Drain(Count* counter, Copy&& copy) {
+    __syncwarp();
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    Count place = 0;
+    if (lane == 0 && used > 0) place = atomicAdd(counter, static_cast<Count>(used));
+    place = __shfl_sync(0xffffffffu, place, 0);
+    for (std::uint32_t i = lane; i < used; i += 32) copy(i, static_cast<std::uint64_t>(place) + i);
+    __syncwarp();
+    used = 0;
+  }
+};
+
 // atomicMin and atomicMax on keys (std::uint64_t is unsigned long here, the
 // intrinsics take unsigned long long).
 __device__ __forceinline__ void AtomicMinKey(std::uint32_t* a, std::uint32_t v) { atomicMin(a, v); }

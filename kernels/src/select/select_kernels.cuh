@@ -280,12 +280,29 @@ __global__ void PickKernel(const K* __restrict__ keys, const std::uint32_t* __re
 
 // One pass: elements whose key is above *threshold or equal to it, into
 // their lists, with the count of equal ones per tile (tile_equal zeroed by
-// the caller; each warp adds its own).
+// the caller; each warp adds its own). The elements above go through each
+// warp's buffer (WarpBuffer: about 1.25 k + 4 sqrt(k n / s) of them, one
+// atomic a step where a warp took one was a same-address atomic for most of
+// them at k = 65536); the equal ones, few unless the data repeats, append
+// directly.
 template <typename T, KeyMode M>
 __global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
     TopGatherKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, const KeyOf<T>* __restrict__ threshold,
                     TopListsView<KeyOf<T>> lists) {
   using K = KeyOf<T>;
+  __shared__ K staged_keys[kWarpBuffer * (P::kThreads / 32)];
+  __shared__ std::uint32_t staged_index[kWarpBuffer * (P::kThreads / 32)];
+  K* const keys = staged_keys + kWarpBuffer * (threadIdx.x / 32);
+  std::uint32_t* const index = staged_index + kWarpBuffer * (threadIdx.x / 32);
+  WarpBuffer<kWarpBuffer> staged;
+  const auto drain = [&] {
+    staged.Drain(&lists.counts[0], [&](std::uint32_t slot, std::uint64_t place) {
+      if (place < lists.above_room) {
+        lists.above_keys[place] = keys[slot];
+        lists.above_index[place] = index[slot];
+      }
+    });
+  };
   const K t = *threshold;
   std::uint32_t equal = 0;
   ForEachTile<T, P::kThreads, P::kVecs>(
@@ -296,10 +313,10 @@ __global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
         const bool same = valid && key == t;
         equal += same ? 1 : 0;
         if (__ballot_sync(0xffffffffu, above || same) == 0) return;
-        const std::uint32_t a = WarpAppend(above, &lists.counts[0]);
-        if (above && a < lists.above_room) {
-          lists.above_keys[a] = key;
-          lists.above_index[a] = static_cast<std::uint32_t>(i);
+        const std::uint32_t slot = staged.Slot(above, drain);
+        if (slot != ~0u) {
+          keys[slot] = key;
+          index[slot] = static_cast<std::uint32_t>(i);
         }
         const std::uint32_t e = WarpAppend(same, &lists.counts[1]);
         if (same && e < lists.equal_room) {
@@ -312,6 +329,7 @@ __global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
         if (warp != 0 && threadIdx.x % 32 == 0) atomicAdd(&lists.tile_equal[tile], warp);
         equal = 0;
       });
+  if (staged.used > 0) drain();
 }
 
 // The elements of the first tiles (n cut to their end) equal to *threshold,

@@ -60,9 +60,10 @@ struct SelectPolicy {
   // instead of the window pass.
   static constexpr int kMaxHints = 8;
   static constexpr double kHintRoomShare = 0.75;
-  // Keys each warp of the window pass buffers in shared memory before it
-  // appends them to the gathered list with one atomic: 64 (4 KB a block of
-  // 32-bit keys) makes a median's 1M keys of 2^28 about 16K atomics.
+  // Entries each warp of the window pass and of top-k's gathering pass
+  // buffers in shared memory before it appends them to the list with one
+  // atomic: 64 (4 KB a block of 32-bit keys; top-k's indices another 4 KB)
+  // makes a median's 1M keys of 2^28 about 16K atomics.
   static constexpr int kWarpBuffer = 64;
 
   // Elements gathered for the final sort when the ranks' buckets are known:

@@ -95,17 +95,11 @@ __global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
   std::uint32_t below[W] = {}, inside[W] = {}, nan = 0;
   K* const buffer = buffers + kWarpBuffer * (threadIdx.x / 32);
   const int lane = static_cast<int>(threadIdx.x % 32);
-  std::uint32_t used = 0;  // keys in the warp's buffer, the same in every lane
-  const auto flush = [&] {
-    __syncwarp();
-    std::uint32_t place = 0;
-    if (lane == 0) place = atomicAdd(&counts->gathered, used);
-    place = __shfl_sync(0xffffffffu, place, 0);
-    for (std::uint32_t i = lane; i < used; i += 32) {
-      if (std::uint64_t{place} + i < room) keys[place + i] = buffer[i];
-    }
-    __syncwarp();
-    used = 0;
+  WarpBuffer<kWarpBuffer> staged;
+  const auto drain = [&] {
+    staged.Drain(&counts->gathered, [&](std::uint32_t slot, std::uint64_t place) {
+      if (place < room) keys[place] = buffer[slot];
+    });
   };
   ForEach<T, P::kThreads, P::kVecs>(data, n, aligned, [&](T x, std::uint64_t, bool valid) {
     const K key = KeyIn<KeyMode::kNumbers>(x);
@@ -120,15 +114,10 @@ __global__ void __launch_bounds__(P::kThreads, P::CountBlocksPerSm(sizeof(T)))
       inside[r] += in ? 1 : 0;
       take |= in;
     }
-    const unsigned takers = __ballot_sync(0xffffffffu, take);
-    if (takers != 0) {
-      const std::uint32_t many = __popc(takers);
-      if (used + many > kWarpBuffer) flush();
-      if (take) buffer[used + __popc(takers & LanesBelow())] = key;
-      used += many;
-    }
+    const std::uint32_t slot = staged.Slot(take, drain);
+    if (slot != ~0u) buffer[slot] = key;
   });
-  if (used > 0) flush();
+  if (staged.used > 0) drain();
   const auto add = [&](std::uint32_t v, unsigned long long* to) {
     v = __reduce_add_sync(0xffffffffu, v);
     if (lane == 0 && v != 0) atomicAdd(to, static_cast<unsigned long long>(v));
