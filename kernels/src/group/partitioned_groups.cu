@@ -252,7 +252,33 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
   extern __shared__ unsigned long long shared[];
   const Packed s = Packed::At(shared, kBucketKeys);
   const unsigned items = item_starts[buckets];
-  for (unsigned item = blockIdx.x; item < items; item += gridDim.x) {
+  // A block takes a run of consecutive items, so that most of its items
+  // share a bucket: between two items of one bucket only the low words
+  // (which hold the counts in their top 16 bits) go to the global slots;
+  // the high words, extremes and specials stay and go once, when the block
+  // leaves the bucket.
+  const unsigned from = static_cast<unsigned>(std::uint64_t{items} * blockIdx.x / gridDim.x);
+  const unsigned to = static_cast<unsigned>(std::uint64_t{items} * (blockIdx.x + 1) / gridDim.x);
+  constexpr unsigned kNone = ~0u;
+  unsigned held = kNone;  // the bucket whose slots the block holds
+  // The held slots' high words, extremes and specials added to the global
+  // ones (their low words and counts have gone already), and cleared.
+  const auto leave = [&](unsigned bucket) {
+    const std::uint64_t first = std::uint64_t{bucket} * kBucketKeys;
+    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
+      const Slot slot = s.Load(j);
+      if (slot.hi != 0) atomicAdd(&global.hi[first + j], slot.hi);
+      if (slot.low != rules::keyed::kNoLow) atomicMin(&global.low[first + j], slot.low);
+      if (slot.high != rules::keyed::kNoHigh) atomicMax(&global.high[first + j], slot.high);
+      if ((slot.special & ~3u) != 0) atomicAdd(&global.special[first + j], slot.special & ~3u);
+      if ((slot.special & 3u) != 0) atomicOr(&global.special[first + j], slot.special & 3u);
+      s.Clear(j);
+    }
+    __syncthreads();
+  };
+  for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.Clear(j);
+  __syncthreads();
+  for (unsigned item = from; item < to; ++item) {
     // The bucket: the last whose first item is at most this one.
     unsigned lo = 0, hi = buckets - 1;
     while (lo < hi) {
@@ -264,13 +290,13 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
       }
     }
     const unsigned b = lo;
+    if (held != kNone && held != b) leave(held);
+    held = b;
     // The only item of its bucket in the only part of the table: its slots
     // are stored, not added.
     const bool alone = only && item_starts[b + 1] - item_starts[b] == 1;
     const std::uint64_t begin = starts[b] + std::uint64_t{item - item_starts[b]} * item_rows;
     const std::uint64_t end = begin + item_rows < starts[b + 1] ? begin + item_rows : starts[b + 1];
-    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.Clear(j);
-    __syncthreads();
     for (std::uint64_t r = begin + threadIdx.x; r < end; r += kLoadsPerThread * blockDim.x) {
       std::uint64_t k[kLoadsPerThread];
       double v[kLoadsPerThread];
@@ -299,17 +325,28 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
     }
     __syncthreads();
     const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
-    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
-      const Slot slot = s.Load(j);
-      if (slot.count == 0) continue;
-      if (alone) {
-        slot.Store(global, first + j);
-      } else {
-        slot.AtomicAdd(global, first + j);
+    if (alone) {
+      for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
+        const Slot slot = s.Load(j);
+        if (slot.count != 0) slot.Store(global, first + j);
+        s.Clear(j);
       }
+      __syncthreads();
+      held = kNone;
+      continue;
+    }
+    // The low words and counts out, before a slot's count could pass 16
+    // bits: the item's rows are at most Packed::kMaxRows.
+    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
+      const unsigned long long low_word = s.lo[j];
+      if (low_word == 0) continue;
+      atomicAdd(&global.count[first + j], low_word >> Packed::kCountShift);
+      atomicAdd(&global.lo[first + j], low_word & ((1ull << Packed::kCountShift) - 1));
+      s.lo[j] = 0;
     }
     __syncthreads();
   }
+  if (held != kNone) leave(held);
 }
 
 }  // namespace
