@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tally/rules/agg/hll_state.h"
 #include "tally/rules/agg/registry.h"
 #include "tally/rules/agg/state.h"
 #include "test_seed.h"
@@ -152,7 +153,7 @@ TEST(HllState, ExactWhileSparseAndDensePastAQuarterOfTheRegisters) {
       const std::string bytes = Bytes(*s);
       ASSERT_GT(bytes.size(), kHeaderBytes);
       const bool dense = n > limit;
-      EXPECT_EQ(bytes[kHeaderBytes], dense ? 1 : 0);
+      EXPECT_EQ(bytes[kHeaderBytes], dense ? hll_detail::kDense : hll_detail::kSparse);
       EXPECT_EQ(bytes.size(), kHeaderBytes + 1 + (dense ? (std::size_t{1} << p) : 8 + 8 * n));
       if (!dense) {
         EXPECT_EQ(Answer(*s).uint64s, std::vector<std::uint64_t>{n});
@@ -163,6 +164,9 @@ TEST(HllState, ExactWhileSparseAndDensePastAQuarterOfTheRegisters) {
   const std::vector<double> v{1.0, kNan, -0.0, 0.0, -kNan, 1.0, 7.0, 8.0};
   Mask mask{0b01111111};  // 8.0 masked out
   EXPECT_EQ(Answer(*Whole(Hll(10), DType::kFloat64, v, mask)).uint64s, std::vector<std::uint64_t>{4});
+  // So too in float32's 32-bit identities, NaN of other payloads included.
+  const std::vector<float> f{1.0f, std::nanf(""), -0.0f, 0.0f, -std::nanf("7"), 1.0f, 7.0f, 8.0f};
+  EXPECT_EQ(Answer(*Whole(Hll(10), DType::kFloat32, f, mask)).uint64s, std::vector<std::uint64_t>{4});
   EXPECT_EQ(Answer(*Init(Hll(10), DType::kFloat64)).uint64s, std::vector<std::uint64_t>{0});
 }
 
@@ -483,6 +487,16 @@ TEST(SketchStates, DeserializeRefusesOtherParamsDtypesFunctionsAndTruncatedBytes
       ExpectRefused(*Init(op, DType::kFloat64), std::string_view(bytes).substr(0, keep));
     }
     ExpectRefused(*Init(op, DType::kFloat64), bytes + "x");
+  }
+  // hll states of the earlier hash (forms 0 and 1), refused as such.
+  for (const OpSpec& op : {Hll(6), Hll(16)}) {
+    std::string earlier = Bytes(*Whole(op, DType::kFloat64, v));
+    for (const std::uint8_t form : {0, 1}) {
+      earlier[kHeaderBytes] = static_cast<char>(form);
+      const std::optional<std::string> why = Init(op, DType::kFloat64)->Deserialize(earlier);
+      ASSERT_NE(why, std::nullopt);
+      EXPECT_NE(why->find("earlier tally build"), std::string::npos) << *why;
+    }
   }
   // Contents Serialize never writes: a rank past 64 - p + 1, unsorted sets.
   std::string dense = Bytes(*Whole(Hll(6), DType::kFloat64, v));

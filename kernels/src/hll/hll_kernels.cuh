@@ -16,27 +16,27 @@ namespace tally::kernels::hll {
 
 using H = select::HllPolicy;
 
-// rules::agg::CanonicalBits on the device (that one is host code: it uses
-// std::bit_cast): floats widened to float64 with every NaN one value and
-// -0.0 as 0.0, integers as int64 or uint64. The tests check the two agree
-// through the host state's answers.
+// rules::agg::IdOf on the device (that one is host code: it uses
+// std::bit_cast): float32 as its bits with every NaN one value and -0.0 as
+// 0.0, float64 so in 64 bits, integers as their 32 or 64 bits. The tests
+// check the two agree through the host state's answers.
 template <typename T>
-__device__ __forceinline__ std::uint64_t CanonicalBitsOf(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    double d = static_cast<double>(v);
-    if (d != d) return 0x7ff8000000000000ull;
-    if (d == 0) d = 0.0;
-    return static_cast<std::uint64_t>(__double_as_longlong(d));
-  } else if constexpr (std::is_signed_v<T>) {
-    return static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
+__device__ __forceinline__ rules::agg::Id<T> IdOf(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (v != v) return 0x7fc00000u;
+    return v == 0 ? 0u : __float_as_uint(v);
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (v != v) return 0x7ff8000000000000ull;
+    return v == 0 ? 0ull : static_cast<std::uint64_t>(__double_as_longlong(v));
   } else {
-    return static_cast<std::uint64_t>(v);
+    static_assert(std::is_integral_v<T> && (sizeof(T) == 4 || sizeof(T) == 8));
+    return static_cast<rules::agg::Id<T>>(v);
   }
 }
 
 template <typename T>
 __device__ __forceinline__ std::uint64_t HashOf(T v) {
-  return rules::agg::hll_detail::Mix(CanonicalBitsOf(v));
+  return rules::agg::hll_detail::Mix(IdOf(v));
 }
 
 // Where a block keeps its registers while it reads: 32-bit words in shared
@@ -76,13 +76,18 @@ __global__ void __launch_bounds__(H::kThreads)
     for (std::uint32_t i = threadIdx.x; i < shared_words; i += H::kThreads) words[i] = 0;
     __syncthreads();
   }
-  const std::uint32_t q = 64 - p;
+  // The register is the hash's top p bits, all in its high word (p is 4 to
+  // 18); the rank is the leading zeros of the other 64 - p plus one, at most
+  // 64 - p + 1: a bit set just below them stops the count there (one OR in
+  // place of a min).
+  const std::uint32_t reg_shift = 32 - p;
+  const std::uint64_t stop = std::uint64_t{1} << (p - 1);
   select::ForEach<T, H::kThreads, H::kVecs>(data, n, aligned, [&](T x, std::uint64_t, bool valid) {
     const std::uint64_t h = HashOf(x);
-    const auto reg = static_cast<std::uint32_t>(h >> q);
+    const std::uint32_t reg = static_cast<std::uint32_t>(h >> 32) >> reg_shift;
     // An invalid slot raises nothing: rank 0.
     const std::uint32_t rank =
-        valid ? min(static_cast<std::uint32_t>(__clzll(static_cast<long long>(h << p))), q) + 1 : 0;
+        valid ? static_cast<std::uint32_t>(__clzll(static_cast<long long>((h << p) | stop))) + 1 : 0;
     if constexpr (R == RegisterHome::kSharedWords) {
       if (rank > words[reg]) atomicMax(words + reg, rank);
     } else if constexpr (R == RegisterHome::kSharedBytes) {

@@ -26,30 +26,6 @@ namespace tally::rules::agg {
 
 namespace distinct_detail {
 
-// A value's identity as the state keeps it: CanonicalBits for 8-byte
-// dtypes; for the narrower ones the same identity in 32 bits (float dtypes
-// as float32 with -0.0 as 0.0 and every NaN as one, integers as int32 or
-// uint32), whose unsigned order is CanonicalBits' order, so a sorted set
-// widens to a sorted set (Wide) and narrows back (Narrow).
-template <typename T>
-using Id = std::conditional_t<sizeof(T) <= 4, std::uint32_t, std::uint64_t>;
-
-template <typename T>
-Id<T> IdOf(T v) {
-  if constexpr (sizeof(T) > 4) {
-    return CanonicalBits(v);
-  } else if constexpr (kFloatElement<T>) {
-    float f = static_cast<float>(Widen(v));  // exact: every such dtype is a float32
-    if (f != f) return 0x7fc00000u;
-    if (f == 0) f = 0.0f;
-    return std::bit_cast<std::uint32_t>(f);
-  } else if constexpr (std::is_signed_v<T>) {
-    return static_cast<std::uint32_t>(static_cast<std::int32_t>(v));
-  } else {
-    return static_cast<std::uint32_t>(v);
-  }
-}
-
 // CanonicalBits of the value whose identity is `id`.
 template <typename T>
 std::uint64_t Wide(Id<T> id) {

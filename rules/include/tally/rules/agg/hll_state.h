@@ -25,15 +25,22 @@ namespace tally::rules::agg {
 
 namespace hll_detail {
 
-// splitmix64's finaliser after its golden-ratio step. Every step is a
-// bijection of 64-bit words, so distinct values give distinct hashes: the
-// sparse form's count is exact, not an estimate. The added constant keeps
-// the common value 0 from hashing to 0 (the largest rank in register 0).
+// A value's hash: MurmurHash3's 64-bit finaliser (fmix64) of its identity
+// (IdOf: 32 bits for dtypes of 4 bytes and less, 64 for the others)
+// xored with a constant. Every step is a bijection of 64-bit words, so
+// distinct values give distinct hashes: the sparse form's count is exact,
+// not an estimate. The constant keeps the common value 0 from hashing to 0
+// (the largest rank in register 0). Cheap on a GPU, where 4-byte dtypes
+// (a hash per 4 bytes read) are bound by the hash's instructions: shifts
+// by 33 take two instructions where splitmix64's by 30, 27 and 31 took
+// four, and a 32-bit identity makes the first shift nothing and the first
+// product a 32-bit by 64-bit one (docs/performance.md, "hll's 4-byte
+// dtypes").
 constexpr std::uint64_t Mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  x ^= 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 33)) * 0xff51afd7ed558ccdull;
+  x = (x ^ (x >> 33)) * 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
 }
 
 // Ertl (2017), "New cardinality estimation algorithms for HyperLogLog
@@ -76,8 +83,13 @@ inline double Estimate(const std::vector<std::uint64_t>& c, std::uint32_t p) {
   return alpha_inf * m * m / z;
 }
 
-inline constexpr std::uint8_t kSparse = 0;
-inline constexpr std::uint8_t kDense = 1;
+// The serialized state's form. 0 and 1 were the forms of states whose
+// values were hashed otherwise (splitmix64 of CanonicalBits, in earlier
+// builds), whose hashes and registers would not merge with these: such a
+// state is refused, by name.
+inline constexpr std::uint8_t kSparse = 2;
+inline constexpr std::uint8_t kDense = 3;
+inline constexpr std::uint8_t kLastEarlierHashForm = 1;
 
 template <typename T>
 class HllState final : public State {
@@ -92,7 +104,7 @@ class HllState final : public State {
   void Update(const Elements& e) override {
     for (std::uint64_t i = 0; i < e.count; ++i) {
       if (!e.Valid(i)) continue;
-      const std::uint64_t h = Mix(CanonicalBits(e.At<T>(i)));
+      const std::uint64_t h = Mix(IdOf(e.At<T>(i)));
       if (dense()) {
         Apply(h);
       } else {
@@ -145,6 +157,11 @@ class HllState final : public State {
     if (auto bad = CheckHeader(r, wire_, name_, dtype_, op_)) return bad;
     std::uint8_t mode = 0;
     if (!r.Get(mode)) return Truncated(name_);
+    if (mode <= kLastEarlierHashForm) {
+      return "function_state: an " + std::string(name_) +
+             " state of an earlier tally build, whose values were hashed otherwise; it cannot merge with this "
+             "build's states: compute it again.";
+    }
     hashes_.clear();
     registers_.clear();
     if (mode == kDense) {

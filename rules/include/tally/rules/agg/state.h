@@ -253,4 +253,28 @@ std::uint64_t CanonicalBits(T v) {
   }
 }
 
+// The same identity in the fewest bits, as count_distinct keeps it and hll
+// hashes it: CanonicalBits for 8-byte dtypes; for the narrower ones 32 bits
+// (float dtypes as float32 with -0.0 as 0.0 and every NaN as one, integers
+// as int32 or uint32), whose unsigned order is CanonicalBits' order, so a
+// sorted set of them widens to a sorted set of CanonicalBits.
+template <typename T>
+using Id = std::conditional_t<sizeof(T) <= 4, std::uint32_t, std::uint64_t>;
+
+template <typename T>
+Id<T> IdOf(T v) {
+  if constexpr (sizeof(T) > 4) {
+    return CanonicalBits(v);
+  } else if constexpr (kFloatElement<T>) {
+    float f = static_cast<float>(Widen(v));  // exact: every such dtype is a float32
+    if (f != f) return 0x7fc00000u;
+    if (f == 0) f = 0.0f;
+    return std::bit_cast<std::uint32_t>(f);
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<std::uint32_t>(static_cast<std::int32_t>(v));
+  } else {
+    return static_cast<std::uint32_t>(v);
+  }
+}
+
 }  // namespace tally::rules::agg
