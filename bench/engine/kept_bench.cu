@@ -1,4 +1,5 @@
 // tally-kept-bench [log2 elements, default 28] [repetitions, default 9]
+//                  [dtypes, default float32,float64,int32,int64]
 // The functions that keep their own state over an array resident on the
 // GPU, for float32, float64 and int32 (and int64 for hll):
 //   - cub::DeviceRadixSort::SortKeys of the same array, in the same run
@@ -10,7 +11,8 @@
 //     array it took;
 //   - the server's path (the cuda backend's StartKeptOnDevice: stream and
 //     scratch taken, passes, answers built by rules/agg), wall time, and
-//     what taking the stream and scratch alone costs.
+//     what taking the stream and scratch alone costs, with tally-server's
+//     malloc (server/allocator.cc).
 // Medians of the repetitions. Every selection is checked against the sorted
 // array, every top-k's k-th entry too: a wrong answer stops the bench.
 #include <cub/device/device_radix_sort.cuh>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "bench/engine/device_bench.cuh"
+#include "server/allocator.h"
 #include "server/engine/backend_factory.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/select.h"
@@ -274,17 +277,24 @@ int main(int argc, char** argv) {
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, 2^%d elements, seed %llu, median of %d\n", prop.name, log2n,
               static_cast<unsigned long long>(seed), reps);
+  // The server's malloc and its settings, so that the server path's
+  // answers (up to 1 MB at k = 65536) are allocated as the server does.
+  if (absl::Status kept = tally::KeepLargeBuffersForReuse(); !kept.ok()) Die(kept.ToString());
   tally::BackendOptions options;
   options.kind = "cuda";
   options.cuda_devices = {0};
   options.route_calibration = false;
   absl::StatusOr<std::unique_ptr<tally::Backend>> cuda = tally::MakeBackend(options);
   if (!cuda.ok()) Die(cuda.status().ToString());
+  const std::string only = argc > 3 ? argv[3] : "float32,float64,int32,int64";
+  const auto wanted = [&](const char* dtype) {
+    return ("," + only + ",").find(std::string(",") + dtype + ",") != std::string::npos;
+  };
   std::vector<Row> rows;
-  Bench<float>(DType::kFloat32, "float32", n, reps, seed, **cuda, false, rows);
-  Bench<double>(DType::kFloat64, "float64", n, reps, seed, **cuda, false, rows);
-  Bench<std::int32_t>(DType::kInt32, "int32  ", n, reps, seed, **cuda, false, rows);
-  Bench<std::int64_t>(DType::kInt64, "int64  ", n, reps, seed, **cuda, true, rows);
+  if (wanted("float32")) Bench<float>(DType::kFloat32, "float32", n, reps, seed, **cuda, false, rows);
+  if (wanted("float64")) Bench<double>(DType::kFloat64, "float64", n, reps, seed, **cuda, false, rows);
+  if (wanted("int32")) Bench<std::int32_t>(DType::kInt32, "int32  ", n, reps, seed, **cuda, false, rows);
+  if (wanted("int64")) Bench<std::int64_t>(DType::kInt64, "int64  ", n, reps, seed, **cuda, true, rows);
   std::printf("\n%-46s %10s  %s\n", "what", "ms", "");
   for (const Row& r : rows) std::printf("%-46s %10.3f  %s\n", r.what.c_str(), r.ms, r.note.c_str());
   return 0;
