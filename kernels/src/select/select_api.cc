@@ -562,9 +562,12 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
 //     gathering pass again with it.
 // Then the gathered pairs sorted (key descending, index ascending) and the
 // first k read with their elements' bytes.
+// The entries stay in scratch (*bits_out and *index_out), written on the
+// stream; *count_out how many.
 template <typename T>
 cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* scratch, cudaStream_t stream,
-                   std::uint64_t* bits_out, std::uint64_t* index_out, std::uint64_t* count_out, PassStats* stats) {
+                   const std::uint64_t** bits_out, const std::uint64_t** index_out, std::uint64_t* count_out,
+                   PassStats* stats) {
   using K = KeyOf<T>;
   const T* data = static_cast<const T*>(a.data);
   const std::uint64_t n = a.length;
@@ -574,6 +577,8 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
   TALLY_CUDA_TRY(LayOutTop<T>(a, k, c, &at));
   const std::uint64_t want = std::min<std::uint64_t>(k, n);
   *count_out = 0;
+  *bits_out = nullptr;
+  *index_out = nullptr;
   if (want == 0) return cudaSuccess;
 
   // The guess: the sample's key of rank j from the top (exact when the
@@ -658,9 +663,8 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
                                        &index, stream));
   const auto out = static_cast<std::uint32_t>(want);
   TALLY_CUDA_TRY(ElementPasses<T>::ElementBits(data, index, out, at.bits, at.index, stream));
-  TALLY_CUDA_TRY(cudaMemcpyAsync(bits_out, at.bits, sizeof(std::uint64_t) * out, cudaMemcpyDeviceToHost, stream));
-  TALLY_CUDA_TRY(cudaMemcpyAsync(index_out, at.index, sizeof(std::uint64_t) * out, cudaMemcpyDeviceToHost, stream));
-  TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
+  *bits_out = at.bits;
+  *index_out = at.index;
   *count_out = out;
   return cudaSuccess;
 }
@@ -729,9 +733,9 @@ cudaError_t TopKScratchBytes(const DeviceArray& array, std::uint32_t k, std::siz
   return status;
 }
 
-cudaError_t TopK(const DeviceArray& array, std::uint32_t k, bool largest, void* scratch, std::size_t scratch_bytes,
-                 cudaStream_t stream, std::uint64_t* bits, std::uint64_t* index, std::uint64_t* count,
-                 PassStats* stats) {
+cudaError_t TopKOnDevice(const DeviceArray& array, std::uint32_t k, bool largest, void* scratch,
+                         std::size_t scratch_bytes, cudaStream_t stream, const std::uint64_t** bits,
+                         const std::uint64_t** index, std::uint64_t* count, PassStats* stats) {
   TALLY_CUDA_TRY(CheckSelectable(array));
   std::size_t need = 0;
   TALLY_CUDA_TRY(TopKScratchBytes(array, k, &need));
@@ -741,6 +745,23 @@ cudaError_t TopK(const DeviceArray& array, std::uint32_t k, bool largest, void* 
     status = select::TopKOf<decltype(t)>(array, k, largest, scratch, stream, bits, index, count, stats);
   });
   return status;
+}
+
+cudaError_t TopK(const DeviceArray& array, std::uint32_t k, bool largest, void* scratch, std::size_t scratch_bytes,
+                 cudaStream_t stream, std::uint64_t* bits, std::uint64_t* index, std::uint64_t* count,
+                 PassStats* stats) {
+  const std::uint64_t* d_bits = nullptr;
+  const std::uint64_t* d_index = nullptr;
+  std::uint64_t n = 0;
+  *count = 0;
+  TALLY_CUDA_TRY(TopKOnDevice(array, k, largest, scratch, scratch_bytes, stream, &d_bits, &d_index, &n, stats));
+  if (n > 0) {
+    TALLY_CUDA_TRY(cudaMemcpyAsync(bits, d_bits, sizeof(std::uint64_t) * n, cudaMemcpyDeviceToHost, stream));
+    TALLY_CUDA_TRY(cudaMemcpyAsync(index, d_index, sizeof(std::uint64_t) * n, cudaMemcpyDeviceToHost, stream));
+    TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
+  }
+  *count = n;
+  return cudaSuccess;
 }
 
 }  // namespace tally::kernels

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/device_pool.h"
+#include "server/engine/cuda/staged_copy.h"
 #include "server/engine/cuda/stream_buffer.h"
 #include "tally/kernels/cuda_error.h"
 #include "tally/kernels/select.h"
@@ -117,17 +118,27 @@ auto& ValuesOf(RowAnswer& answer) {
   }
 }
 
+// A whole array's answer as the op's values, moved in: a braced list
+// (std::vector<RowAnswer>{answer}) copies its elements, top-k's 1 MB at
+// k = 65536 among them.
+std::vector<RowAnswer> OneRow(RowAnswer&& answer) {
+  std::vector<RowAnswer> rows;
+  rows.push_back(std::move(answer));
+  return rows;
+}
+
 class KeptOnDevice final : public Reduction {
  public:
   KeptOnDevice(const AggregationPlan& plan, int device, std::string device_name, Stream stream,
-               StreamBuffer scratch, std::size_t max_ranks)
+               StreamBuffer scratch, std::size_t max_ranks, PinnedPool& pinned)
       : plan_(plan),
         size_(rules::SizeOf(plan.array.dtype)),
         device_(device),
         device_name_(std::move(device_name)),
         stream_(std::move(stream)),
         scratch_(std::move(scratch)),
-        max_ranks_(max_ranks) {}
+        max_ranks_(max_ranks),
+        pinned_(&pinned) {}
 
   ~KeptOnDevice() override {
     // Scratch and the gathered copy go back on the stream; nothing of ours
@@ -218,7 +229,7 @@ class KeptOnDevice final : public Reduction {
       } else {
         continue;  // a quantile op, answered above
       }
-      result.values[i] = std::vector<RowAnswer>{std::move(answer)};
+      result.values[i] = OneRow(std::move(answer));
     }
     return absl::OkStatus();
   }
@@ -274,7 +285,7 @@ class KeptOnDevice final : public Reduction {
       if (std::optional<std::string> none = picks[next++].template Answer<T>(at, answer)) {
         return absl::InvalidArgumentError(absl::StrCat(plan_.NameOf(i), ": ", *none));
       }
-      result.values[i] = std::vector<RowAnswer>{std::move(answer)};
+      result.values[i] = OneRow(std::move(answer));
     }
     return absl::OkStatus();
   }
@@ -342,30 +353,33 @@ class KeptOnDevice final : public Reduction {
   // tally-kept-bench. The GPU tests compare the two answers bitwise.)
   template <typename T>
   absl::Status TopK(const kernels::DeviceArray& array, const OpSpec& op, RowAnswer& answer) {
-    // The device writes the entries' bits and indices straight into the
-    // answer's vectors (8-byte slots each), converted in place after: at
-    // k = 65536, vectors of their own, filled and then copied, cost about
-    // 0.5 ms of the server's time (tally-kept-bench, server path against
-    // the kernel call).
-    auto& values = ValuesOf<T>(answer);
-    values.resize(op.k);
-    answer.indices.resize(op.k);
-    auto* bits = reinterpret_cast<std::uint64_t*>(values.data());
-    auto* index = reinterpret_cast<std::uint64_t*>(answer.indices.data());
+    // The entries come over through the GPU's pinned staging blocks
+    // (CopyAllToHost) straight into the answer's vectors (8-byte slots
+    // each), converted in place after. At k = 65536 a copy into pageable
+    // memory through the driver's staging, or vectors of their own filled
+    // and then copied, each cost about 0.3-0.5 ms of the server's time
+    // (tally-kept-bench, server path against the kernel call).
+    const std::uint64_t* d_bits = nullptr;
+    const std::uint64_t* d_index = nullptr;
     std::uint64_t count = 0;
-    if (kernels::TopK(array, op.k, op.kind == OpKind::kTopK, scratch_.data(), scratch_.size(), stream_.get(), bits,
-                      index, &count) != cudaSuccess) {
+    if (kernels::TopKOnDevice(array, op.k, op.kind == OpKind::kTopK, scratch_.data(), scratch_.size(),
+                              stream_.get(), &d_bits, &d_index, &count) != cudaSuccess) {
       return CudaFailure(device_name_, "selecting topk or bottomk");
     }
+    auto& values = ValuesOf<T>(answer);
     using Value = typename std::remove_reference_t<decltype(values)>::value_type;
+    static_assert(sizeof(Value) == sizeof(std::uint64_t) && sizeof(std::int64_t) == sizeof(std::uint64_t));
+    VectorTarget<Value> to_values(values);
+    VectorTarget<std::int64_t> to_indices(answer.indices);
+    const HostCopy copies[] = {{d_bits, sizeof(std::uint64_t) * count, &to_values},
+                               {d_index, sizeof(std::uint64_t) * count, &to_indices}};
+    if (absl::Status copied = CopyAllToHost(*pinned_, stream_.get(), copies); !copied.ok()) return copied;
     for (std::uint64_t i = 0; i < count; ++i) {
       std::uint64_t b = 0;
       std::memcpy(&b, &values[i], sizeof b);
       values[i] = static_cast<Value>(FromBits<T>(b));
       answer.indices[i] += static_cast<std::int64_t>(op.base_index);
     }
-    values.resize(count);
-    answer.indices.resize(count);
     return absl::OkStatus();
   }
 
@@ -436,6 +450,7 @@ class KeptOnDevice final : public Reduction {
   StreamBuffer scratch_;
   StreamBuffer joined_;    // the pieces end to end, when there are several
   const std::size_t max_ranks_;  // ranks one selection takes; places one read of a segmented plan takes
+  PinnedPool* const pinned_;     // the GPU's staging blocks, for answers that come back large (top-k's)
   std::vector<Extent> extents_;
   std::uint64_t received_ = 0;
 };
@@ -497,7 +512,8 @@ absl::StatusOr<std::unique_ptr<Reduction>> StartKeptOnDevice(const AggregationPl
     return unimplemented(absl::StrCat("GPU ", from.device, " has no ", bytes, " bytes of scratch free (", where, ")."));
   }
   return std::unique_ptr<Reduction>(
-      std::make_unique<KeptOnDevice>(plan, from.device, name, std::move(stream), std::move(scratch), places));
+      std::make_unique<KeptOnDevice>(plan, from.device, name, std::move(stream), std::move(scratch), places,
+                                     pool.pinned(from.device)));
 }
 
 }  // namespace tally::cuda
