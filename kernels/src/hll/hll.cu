@@ -12,13 +12,13 @@ namespace {
 
 bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-// Blocks of `kernel` resident at once on the current device.
+// Blocks of `kernel` (`threads` each) resident at once on the current device.
 template <typename Kernel>
-cudaError_t Resident(Kernel kernel, std::size_t shared, int* blocks) {
+cudaError_t Resident(Kernel kernel, int threads, std::size_t shared, int* blocks) {
   int device = 0, sms = 0, per_sm = 0;
   TALLY_CUDA_TRY(cudaGetDevice(&device));
   TALLY_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, H::kThreads, shared));
+  TALLY_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, shared));
   *blocks = sms * (per_sm > 0 ? per_sm : 1);
   return cudaSuccess;
 }
@@ -30,10 +30,11 @@ cudaError_t HllPasses<T>::Registers(const T* data, std::uint64_t n, std::uint32_
                                     std::uint32_t* registers, cudaStream_t stream) {
   const auto launch = [&](auto kind, std::size_t shared) -> cudaError_t {
     auto* kernel = HllRegistersKernel<T, decltype(kind)::value>;
+    constexpr int kThreads = kRegisterThreads<decltype(kind)::value>;
     int blocks = 0;
     TALLY_CUDA_TRY(detail::AllowMostSharedMemory(kernel));
-    TALLY_CUDA_TRY(Resident(kernel, shared, &blocks));
-    kernel<<<blocks, H::kThreads, shared, stream>>>(data, n, Aligned16(data), precision, registers);
+    TALLY_CUDA_TRY(Resident(kernel, kThreads, shared, &blocks));
+    kernel<<<blocks, kThreads, shared, stream>>>(data, n, Aligned16(data), precision, registers);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   };
@@ -51,7 +52,7 @@ template <typename T>
 cudaError_t HllPasses<T>::Exact(const T* data, std::uint64_t n, std::uint64_t* set, std::uint32_t slots,
                                 std::uint32_t limit, std::uint32_t* counters, cudaStream_t stream) {
   int blocks = 0;
-  TALLY_CUDA_TRY(Resident(HllExactKernel<T>, 0, &blocks));
+  TALLY_CUDA_TRY(Resident(HllExactKernel<T>, H::kThreads, 0, &blocks));
   HllExactKernel<T><<<blocks, H::kThreads, 0, stream>>>(data, n, Aligned16(data), set, slots, limit, counters);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;

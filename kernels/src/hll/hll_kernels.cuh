@@ -65,15 +65,19 @@ __device__ __forceinline__ void RaiseByte(std::uint32_t* words, std::uint32_t re
 // at its end. Words in shared memory take a plain read and a predicated
 // atomicMax: straight-line code, no divergence (the byte kind's CAS loop
 // costs a third of the rate, measured on H100 at 2^12 registers).
+template <RegisterHome R>
+inline constexpr int kRegisterThreads = R == RegisterHome::kSharedWords ? H::kWordThreads : H::kThreads;
+
 template <typename T, RegisterHome R>
-__global__ void __launch_bounds__(H::kThreads)
+__global__ void __launch_bounds__(kRegisterThreads<R>, R == RegisterHome::kSharedWords ? 2 : 1)
     HllRegistersKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, std::uint32_t p,
                        std::uint32_t* __restrict__ registers) {
+  constexpr int kThreads = kRegisterThreads<R>;
   extern __shared__ std::uint32_t words[];
   const std::uint32_t m = 1u << p;
   if constexpr (R != RegisterHome::kGlobal) {
     const std::uint32_t shared_words = R == RegisterHome::kSharedWords ? m : m / 4;
-    for (std::uint32_t i = threadIdx.x; i < shared_words; i += H::kThreads) words[i] = 0;
+    for (std::uint32_t i = threadIdx.x; i < shared_words; i += kThreads) words[i] = 0;
     __syncthreads();
   }
   // The register is the hash's top p bits, all in its high word (p is 4 to
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(H::kThreads)
   // place of a min).
   const std::uint32_t reg_shift = 32 - p;
   const std::uint64_t stop = std::uint64_t{1} << (p - 1);
-  select::ForEach<T, H::kThreads, H::kVecs>(data, n, aligned, [&](T x, std::uint64_t, bool valid) {
+  select::ForEach<T, kThreads, H::kVecs>(data, n, aligned, [&](T x, std::uint64_t, bool valid) {
     const std::uint64_t h = HashOf(x);
     const std::uint32_t reg = static_cast<std::uint32_t>(h >> 32) >> reg_shift;
     // An invalid slot raises nothing: rank 0.
@@ -98,7 +102,7 @@ __global__ void __launch_bounds__(H::kThreads)
   });
   if constexpr (R != RegisterHome::kGlobal) {
     __syncthreads();
-    for (std::uint32_t r = threadIdx.x; r < m; r += H::kThreads) {
+    for (std::uint32_t r = threadIdx.x; r < m; r += kThreads) {
       const std::uint32_t v =
           R == RegisterHome::kSharedWords ? words[r] : (words[r >> 2] >> ((r & 3u) * 8u)) & 0xffu;
       if (v != 0 && v > __ldcg(registers + r)) atomicMax(registers + r, v);

@@ -113,6 +113,11 @@ struct HllPolicy {
   static constexpr std::uint32_t kMaxBytePrecision = 17;
   static constexpr int kThreads = 512;
   static constexpr int kVecs = 4;
+  // Threads of a block keeping its registers as words in shared memory:
+  // 1024, so that two blocks (2 x 64 KB of registers at precision 14) fill
+  // an SM's 2,048 threads, where blocks of 512 left three (75%); the kernel
+  // takes 32 registers a thread, all two such blocks may have.
+  static constexpr int kWordThreads = 1024;
   // Slots of each block's own set of distinct hashes in the exact
   // (small-count) pass: 32 KB, so that a block sends each of up to a few
   // thousand distinct values to the global set once.
