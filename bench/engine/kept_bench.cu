@@ -8,7 +8,8 @@
 //     topk and bottomk for k = 8, 1024, 65536, hll at precision 12 to 18,
 //     ddsketch at 1% and 0.1%;
 //     wall time of the call (each synchronizes), and the full reads of the
-//     array it took;
+//     array it took (top-k's call copies its entries into pageable vectors;
+//     the server's path brings them through pinned blocks);
 //   - the server's path (the cuda backend's StartKeptOnDevice: stream and
 //     scratch taken, passes, answers built by rules/agg), wall time, and
 //     what taking the stream and scratch alone costs, with tally-server's
