@@ -72,11 +72,16 @@ struct Slot {
   }
   // Added into slot j of `s` by atomics (other blocks add to it too).
   __device__ void AtomicAdd(const Slots& s, std::uint64_t j) const {
-    atomicAdd(&s.hi[j], hi);
     atomicAdd(&s.lo[j], lo);
     atomicAdd(&s.count[j], count);
-    atomicMin(&s.low[j], low);
-    atomicMax(&s.high[j], high);
+    AtomicAddAllButLow(s, j);
+  }
+  // The same but for the low word and the count, which a caller sent
+  // already (Packed::AtomicAddLow); what adds nothing is not sent.
+  __device__ void AtomicAddAllButLow(const Slots& s, std::uint64_t j) const {
+    if (hi != 0) atomicAdd(&s.hi[j], hi);
+    if (low != rules::keyed::kNoLow) atomicMin(&s.low[j], low);
+    if (high != rules::keyed::kNoHigh) atomicMax(&s.high[j], high);
     if ((special & ~3u) != 0) atomicAdd(&s.special[j], special & ~3u);
     if ((special & 3u) != 0) atomicOr(&s.special[j], special & 3u);
   }
@@ -274,6 +279,16 @@ struct Packed {
   __device__ Slot Load(std::uint64_t j) const {
     const unsigned long long l = lo[j];
     return Slot{hi[j], l & ((1ull << kCountShift) - 1), l >> kCountShift, low[j], high[j], special[j]};
+  }
+  // Slot j's low word and count added into slot `to` of `global` by
+  // atomics and cleared here, before the count could pass its 16 bits; the
+  // rest stays (Slot::AtomicAddAllButLow sends it later).
+  __device__ void AtomicAddLow(std::uint64_t j, const Slots& global, std::uint64_t to) const {
+    const unsigned long long l = lo[j];
+    if (l == 0) return;
+    atomicAdd(&global.count[to], l >> kCountShift);
+    atomicAdd(&global.lo[to], l & ((1ull << kCountShift) - 1));
+    lo[j] = 0;
   }
 };
 

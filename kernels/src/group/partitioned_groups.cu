@@ -266,12 +266,7 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
   const auto leave = [&](unsigned bucket) {
     const std::uint64_t first = std::uint64_t{bucket} * kBucketKeys;
     for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
-      const Slot slot = s.Load(j);
-      if (slot.hi != 0) atomicAdd(&global.hi[first + j], slot.hi);
-      if (slot.low != rules::keyed::kNoLow) atomicMin(&global.low[first + j], slot.low);
-      if (slot.high != rules::keyed::kNoHigh) atomicMax(&global.high[first + j], slot.high);
-      if ((slot.special & ~3u) != 0) atomicAdd(&global.special[first + j], slot.special & ~3u);
-      if ((slot.special & 3u) != 0) atomicOr(&global.special[first + j], slot.special & 3u);
+      s.Load(j).AtomicAddAllButLow(global, first + j);
       s.Clear(j);
     }
     __syncthreads();
@@ -337,13 +332,7 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
     }
     // The low words and counts out, before a slot's count could pass 16
     // bits: the item's rows are at most Packed::kMaxRows.
-    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
-      const unsigned long long low_word = s.lo[j];
-      if (low_word == 0) continue;
-      atomicAdd(&global.count[first + j], low_word >> Packed::kCountShift);
-      atomicAdd(&global.lo[first + j], low_word & ((1ull << Packed::kCountShift) - 1));
-      s.lo[j] = 0;
-    }
+    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.AtomicAddLow(j, global, first + j);
     __syncthreads();
   }
   if (held != kNone) leave(held);

@@ -60,14 +60,15 @@ __device__ __forceinline__ void RaiseByte(std::uint32_t* words, std::uint32_t re
   }
 }
 
+// Threads of a block of HllRegistersKernel<T, R>.
+template <RegisterHome R>
+inline constexpr int kRegisterThreads = R == RegisterHome::kSharedWords ? H::kWordThreads : H::kThreads;
+
 // Ranks into `registers` (2^p words, zeroed by the caller) by atomicMax;
 // with the shared kinds, each block keeps its own registers and merges them
 // at its end. Words in shared memory take a plain read and a predicated
 // atomicMax: straight-line code, no divergence (the byte kind's CAS loop
 // costs a third of the rate, measured on H100 at 2^12 registers).
-template <RegisterHome R>
-inline constexpr int kRegisterThreads = R == RegisterHome::kSharedWords ? H::kWordThreads : H::kThreads;
-
 template <typename T, RegisterHome R>
 __global__ void __launch_bounds__(kRegisterThreads<R>, R == RegisterHome::kSharedWords ? 2 : 1)
     HllRegistersKernel(const T* __restrict__ data, std::uint64_t n, bool aligned, std::uint32_t p,
