@@ -57,6 +57,8 @@ struct SelectionLayout {
   K* picked = nullptr;
   Windows<K>* windows = nullptr;        // [1]: the hints' windows
   WindowCounts* window_counts = nullptr;  // [1]: the window pass's counts
+  WindowPlan* plan = nullptr;             // [1]: the windows' ranks in the sample
+  RankSelect<K>* ranks = nullptr;         // [1]: the sample's window keys, then the picks
   std::uint64_t room = 0;  // candidates
   int grid = 0;
 };
@@ -87,6 +89,8 @@ cudaError_t LayOut(std::size_t max_ranks, std::uint64_t room, Carver& c, Selecti
   at->picked = c.Take<K>(max_ranks);
   at->windows = c.Take<Windows<K>>(1);
   at->window_counts = c.Take<WindowCounts>(1);
+  at->plan = c.Take<WindowPlan>(1);
+  at->ranks = c.Take<RankSelect<K>>(1);
   return cudaSuccess;
 }
 
@@ -207,12 +211,11 @@ class SelectionOf final : public Selection {
     std::sort(h.fraction, h.fraction + h.count);
     int width = 1;
     while (width < h.count) width *= 2;
-    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, stream_));
-    K* sorted = nullptr;
-    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.sample, at_.candidates_alt, s, &sorted,
-                                          stream_));
-    TALLY_CUDA_TRY(KeyPasses<K>::MakeWindows(sorted, s, SkipHigh(), h, n_, at_.room, at_.windows, stream_));
     TALLY_CUDA_TRY(cudaMemsetAsync(at_.window_counts, 0, sizeof(WindowCounts), stream_));
+    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s,
+                                            SkipHigh() ? &at_.window_counts->sampled_nan : nullptr, stream_));
+    TALLY_CUDA_TRY(KeyPasses<K>::MakeWindows(at_.sample, s, at_.window_counts, h, n_, at_.room, at_.ranks, at_.plan,
+                                             at_.windows, stream_));
     TALLY_CUDA_TRY(ElementPasses<T>::Windowed(data_, n_, at_.windows, width, at_.candidates,
                                               static_cast<std::uint32_t>(at_.room), at_.window_counts, at_.grid,
                                               stream_));
@@ -231,7 +234,7 @@ class SelectionOf final : public Selection {
   // narrows with.
   cudaError_t CountBuckets() {
     const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n_, P::kSelectionSample));
-    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, stream_));
+    TALLY_CUDA_TRY(ElementPasses<T>::Sample(data_, n_, mode_, at_.sample, s, nullptr, stream_));
     TALLY_CUDA_TRY(KeyPasses<K>::BuildTable(at_.sample, s, SkipHigh(), at_.hits, at_.lows, at_.highs, at_.table,
                                             stream_));
     TALLY_CUDA_TRY(ElementPasses<T>::Count(data_, n_, mode_, at_.table, at_.block_counts, at_.grid, stream_));
@@ -423,14 +426,12 @@ class SelectionOf final : public Selection {
     return cudaSuccess;
   }
 
-  // Sorts candidates[0, count) and reads keys[i] at place(i) among them
-  // for each rank i that still has a target (of[i] >= 0).
+  // Reads keys[i] at place(i) among candidates[0, count), sorted, for each
+  // rank i that still has a target (of[i] >= 0): a rank selection of those
+  // places when there are few enough (rank_select.cuh), else a sort.
   template <typename Place>
   cudaError_t SortAndPick(std::uint32_t count, std::span<const std::uint64_t> ranks, std::span<std::uint64_t> keys,
                           const std::vector<int>& of, Place place) {
-    K* sorted = nullptr;
-    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.candidates, at_.candidates_alt, count,
-                                          &sorted, stream_));
     std::vector<std::uint32_t> pos;
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -438,6 +439,29 @@ class SelectionOf final : public Selection {
       pos.push_back(place(i));
       which.push_back(i);
     }
+    std::vector<std::uint32_t> places = pos;
+    std::sort(places.begin(), places.end());
+    places.erase(std::unique(places.begin(), places.end()), places.end());
+    if (places.size() <= static_cast<std::size_t>(kMaxRankSelect)) {
+      RankArgs args;
+      args.count = static_cast<std::uint32_t>(places.size());
+      std::copy(places.begin(), places.end(), args.rank);
+      TALLY_CUDA_TRY(KeyPasses<K>::SelectRanks(at_.candidates, count, args, at_.ranks, stream_));
+      K found[kMaxRankSelect];
+      std::uint32_t lost = 0;
+      TALLY_CUDA_TRY(cudaMemcpyAsync(found, at_.ranks->key, sizeof(K) * places.size(), cudaMemcpyDeviceToHost,
+                                     stream_));
+      TALLY_CUDA_TRY(cudaMemcpyAsync(&lost, &at_.ranks->lost, sizeof lost, cudaMemcpyDeviceToHost, stream_));
+      TALLY_CUDA_TRY(cudaStreamSynchronize(stream_));
+      if (lost != 0) return TALLY_SELECT_INVALID("the rank selection lost a rank");
+      for (std::size_t j = 0; j < which.size(); ++j) {
+        keys[which[j]] = found[std::lower_bound(places.begin(), places.end(), pos[j]) - places.begin()];
+      }
+      return cudaSuccess;
+    }
+    K* sorted = nullptr;
+    TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at_.sort_temp, at_.sort_bytes, at_.candidates, at_.candidates_alt, count,
+                                          &sorted, stream_));
     TALLY_CUDA_TRY(cudaMemcpyAsync(at_.pos, pos.data(), sizeof(std::uint32_t) * pos.size(), cudaMemcpyHostToDevice,
                                    stream_));
     TALLY_CUDA_TRY(KeyPasses<K>::Pick(sorted, at_.pos, static_cast<std::uint32_t>(pos.size()), at_.picked, stream_));
@@ -493,19 +517,23 @@ std::unique_ptr<Selection> MakeSelection(const DeviceArray& array, KeyMode mode,
 
 namespace {
 
-// Top-k's arrays in scratch: the sample and its sort, the lists above and
-// equal to the threshold (above's arrays have room for both, since equal
-// ones are appended there to be sorted together), the sort's buffers, the
+// Top-k's arrays in scratch: the sample and its guess's selection, the
+// lists above and equal to the threshold (above's arrays have room for
+// both, since equal ones are appended there to be ordered together), the
+// k-th entry's selection and the sort's buffers, the
 // tiles' tie counts, the answer's bits, and an exact selection's scratch
 // for when the sample's guess misses.
 template <typename K>
 struct TopLayout {
   K* sample = nullptr;
-  K* sample_alt = nullptr;
-  void* sample_temp = nullptr;
-  std::size_t sample_bytes = 0;
+  RankSelect<K>* guess = nullptr;  // the sample's key at the guess's rank
   K* threshold = nullptr;
   TopListsView<K> lists;
+  // 32-bit keys: the answer's words (TopEntriesInOrder), then sorted.
+  RankSelect<std::uint64_t>* kth = nullptr;
+  std::uint64_t* words = nullptr;
+  std::uint64_t* words_alt = nullptr;
+  // 64-bit keys: the (key, index) pairs sorted (SortTop).
   K* keys_alt = nullptr;
   std::uint32_t* index_alt = nullptr;
   void* sort_temp = nullptr;
@@ -525,13 +553,16 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
   TALLY_CUDA_TRY(Sms(&sms));
   at->grid = sms * P::kBlocksPerSm;
   const auto room = static_cast<std::uint32_t>(P::TopCandidates(a.length, k));
-  TALLY_CUDA_TRY(KeyPasses<K>::SortKeysBytes(P::kSample, &at->sample_bytes));
-  TALLY_CUDA_TRY(KeyPasses<K>::SortPairsBytes(2 * room, &at->sort_bytes));
+  const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(k, a.length));
+  if constexpr (sizeof(K) == 4) {
+    TALLY_CUDA_TRY(TopEntriesSortBytes(want, &at->sort_bytes));
+  } else {
+    TALLY_CUDA_TRY(KeyPasses<K>::SortPairsBytes(2 * room, &at->sort_bytes));
+  }
   at->tile = P::TopTile(sizeof(T));
   at->tiles = (a.length + at->tile - 1) / at->tile;
   at->sample = c.Take<K>(P::kSample);
-  at->sample_alt = c.Take<K>(P::kSample);
-  at->sample_temp = c.Take<std::byte>(at->sample_bytes);
+  at->guess = c.Take<RankSelect<K>>(1);
   at->threshold = c.Take<K>(1);
   at->lists.above_keys = c.Take<K>(2 * std::size_t{room});
   at->lists.above_index = c.Take<std::uint32_t>(2 * std::size_t{room});
@@ -539,10 +570,16 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
   at->lists.equal_keys = c.Take<K>(room);
   at->lists.equal_index = c.Take<std::uint32_t>(room);
   at->lists.equal_room = room;
-  at->lists.counts = c.Take<std::uint32_t>(2);
+  at->lists.counts = c.Take<std::uint32_t>(3);
   at->lists.tile_equal = c.Take<std::uint32_t>(at->tiles);
-  at->keys_alt = c.Take<K>(2 * std::size_t{room});
-  at->index_alt = c.Take<std::uint32_t>(2 * std::size_t{room});
+  if constexpr (sizeof(K) == 4) {
+    at->kth = c.Take<RankSelect<std::uint64_t>>(1);
+    at->words = c.Take<std::uint64_t>(want);
+    at->words_alt = c.Take<std::uint64_t>(want);
+  } else {
+    at->keys_alt = c.Take<K>(2 * std::size_t{room});
+    at->index_alt = c.Take<std::uint32_t>(2 * std::size_t{room});
+  }
   at->sort_temp = c.Take<std::byte>(at->sort_bytes);
   at->bits = c.Take<std::uint64_t>(k);
   at->index = c.Take<std::uint64_t>(k);
@@ -560,8 +597,10 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
 //     index (the tiles' counts say how far to read for them);
 //   - else the guess missed: an exact selection of the k-th key, and the
 //     gathering pass again with it.
-// Then the gathered pairs sorted (key descending, index ascending) and the
-// first k read with their elements' bytes.
+// Then the first k of the gathered pairs (key descending, index ascending)
+// in that order with their elements' bytes: for 32-bit keys a rank
+// selection of the k-th (key, index) word and a sort of the k taken
+// (TopEntriesInOrder), for 64-bit keys a sort of all the pairs (SortTop).
 // The entries stay in scratch (*bits_out and *index_out), written on the
 // stream; *count_out how many.
 template <typename T>
@@ -582,11 +621,9 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
   if (want == 0) return cudaSuccess;
 
   // The guess: the sample's key of rank j from the top (exact when the
-  // sample is the whole array).
+  // sample is the whole array), by a rank selection over the sample.
   const auto s = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, P::kSample));
-  TALLY_CUDA_TRY(ElementPasses<T>::Sample(data, n, mode, at.sample, s, stream));
-  K* sorted = nullptr;
-  TALLY_CUDA_TRY(KeyPasses<K>::SortKeys(at.sample_temp, at.sample_bytes, at.sample, at.sample_alt, s, &sorted, stream));
+  TALLY_CUDA_TRY(ElementPasses<T>::Sample(data, n, mode, at.sample, s, nullptr, stream));
   std::uint64_t j = want;
   if (n > P::kSample) {
     const double x = static_cast<double>(k) * s / static_cast<double>(n);
@@ -594,11 +631,15 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
                                                                         P::kGuessSigmas * std::sqrt(x) +
                                                                         P::kGuessExtra)));
   }
-  const K* threshold = sorted + (s - j);
+  RankArgs guess;
+  guess.count = 1;
+  guess.rank[0] = s - j;
+  TALLY_CUDA_TRY(KeyPasses<K>::SelectRanks(at.sample, s, guess, at.guess, stream));
+  const K* threshold = &at.guess->key[0];
 
   std::uint32_t counts[2] = {0, 0};
   const auto gather = [&](const K* t) -> cudaError_t {
-    TALLY_CUDA_TRY(cudaMemsetAsync(at.lists.counts, 0, 2 * sizeof(std::uint32_t), stream));
+    TALLY_CUDA_TRY(cudaMemsetAsync(at.lists.counts, 0, 3 * sizeof(std::uint32_t), stream));
     TALLY_CUDA_TRY(cudaMemsetAsync(at.lists.tile_equal, 0, sizeof(std::uint32_t) * at.tiles, stream));
     TALLY_CUDA_TRY(ElementPasses<T>::TopGather(data, n, mode, t, at.lists, at.grid, stream));
     TALLY_CUDA_TRY(cudaMemcpyAsync(counts, at.lists.counts, sizeof counts, cudaMemcpyDeviceToHost, stream));
@@ -656,13 +697,23 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
                                    cudaMemcpyDeviceToDevice, stream));
     held += equal;
   }
-  K* keys = nullptr;
-  std::uint32_t* index = nullptr;
-  TALLY_CUDA_TRY(KeyPasses<K>::SortTop(at.sort_temp, at.sort_bytes, at.lists.above_keys, at.keys_alt,
-                                       at.lists.above_index, at.index_alt, static_cast<std::uint32_t>(held), &keys,
-                                       &index, stream));
   const auto out = static_cast<std::uint32_t>(want);
-  TALLY_CUDA_TRY(ElementPasses<T>::ElementBits(data, index, out, at.bits, at.index, stream));
+  if constexpr (sizeof(K) == 4) {
+    // The k largest of the held entries by a rank selection of the k-th,
+    // then only those k sorted.
+    std::uint64_t* words = nullptr;
+    TALLY_CUDA_TRY(TopEntriesInOrder(at.lists.above_keys, at.lists.above_index, static_cast<std::uint32_t>(held), out,
+                                     at.kth, at.lists.counts + 2, at.words, at.words_alt, at.sort_temp,
+                                     at.sort_bytes, &words, stream));
+    TALLY_CUDA_TRY(ElementPasses<T>::WordBits(data, words, out, at.bits, at.index, stream));
+  } else {
+    K* keys = nullptr;
+    std::uint32_t* index = nullptr;
+    TALLY_CUDA_TRY(KeyPasses<K>::SortTop(at.sort_temp, at.sort_bytes, at.lists.above_keys, at.keys_alt,
+                                         at.lists.above_index, at.index_alt, static_cast<std::uint32_t>(held), &keys,
+                                         &index, stream));
+    TALLY_CUDA_TRY(ElementPasses<T>::ElementBits(data, index, out, at.bits, at.index, stream));
+  }
   *bits_out = at.bits;
   *index_out = at.index;
   *count_out = out;

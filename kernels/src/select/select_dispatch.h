@@ -44,14 +44,14 @@ constexpr std::size_t RefineSharedBytes() {
 }
 
 // The fractions of the non-NaN elements' ranks a selection will be asked
-// for (Count's hints), ascending, by value to MakeWindowsKernel.
+// for (Count's hints), ascending, by value to WindowRanksKernel.
 struct GatherHints {
   int count = 0;
   double fraction[SelectPolicy::kMaxHints] = {};
 };
 
 // The windows of keys a window pass counts around and gathers (the hints'
-// windows, MakeWindowsKernel's): `count` of them, ascending and apart; none
+// windows, WindowsFromRanksKernel's): `count` of them, ascending and apart; none
 // when the pass should not run.
 template <typename K>
 struct Windows {
@@ -68,6 +68,51 @@ struct WindowCounts {
   unsigned long long upto[SelectPolicy::kMaxHints] = {};
   unsigned long long nan = 0;
   std::uint32_t gathered = 0;
+  std::uint32_t sampled_nan = 0;  // the sample's NaN keys (SampleKernel's, zeroed with these)
+};
+
+// Ranks one rank selection finds at once (rank_select.cuh): the ranks
+// whose keys share the digits found so far count the next digit in 256
+// counters of shared memory, 16 KB for 16 such groups.
+inline constexpr int kMaxRankSelect = 16;
+inline constexpr int kRankDigits = 256;
+
+// Ranks handed to a rank selection by value (count 0: the ones a kernel
+// wrote into its state before it).
+struct RankArgs {
+  std::uint32_t count = 0;
+  std::uint64_t rank[kMaxRankSelect] = {};
+};
+
+// A rank selection in scratch: the keys at ranks rank[0, count) (ascending,
+// equal ones allowed) of an unsorted array, a byte at a time from the top.
+// Zeroed before its first level; a kernel may then write count and rank.
+template <typename K>
+struct RankSelect {
+  static constexpr int kLevels = sizeof(K);
+  std::uint32_t count;
+  std::uint32_t lost;                     // set when a rank was not found (a wrong count or rank)
+  std::uint64_t rank[kMaxRankSelect];     // then the rank among the keys with the digits found
+  K key[kMaxRankSelect];                  // the digits found; after the last level, the keys
+  std::uint32_t group[kMaxRankSelect];    // each rank's group: the ranks of one digits-so-far
+  std::uint32_t groups;
+  K prefix[kMaxRankSelect];               // each group's digits so far, ascending
+  std::uint32_t finished[kLevels];        // blocks done with each level
+  std::uint32_t counts[kLevels][kMaxRankSelect][kRankDigits];
+};
+
+// Where the window pass's windows come from in the sample's selected keys
+// (WindowRanksKernel for WindowsFromRanksKernel): per hint the places of
+// its lowest and highest key among the selection's ranks, or none past
+// either end of the sample.
+struct WindowPlan {
+  int count = 0;
+  double predicted = 0;   // sample keys the windows span
+  std::uint32_t numbers = 0;  // sample keys that are numbers
+  std::uint8_t lo_at[SelectPolicy::kMaxHints] = {};
+  std::uint8_t hi_at[SelectPolicy::kMaxHints] = {};
+  bool to_bottom[SelectPolicy::kMaxHints] = {};
+  bool to_top[SelectPolicy::kMaxHints] = {};
 };
 
 template <typename K>
@@ -78,7 +123,7 @@ struct TopListsView {
   K* equal_keys = nullptr;
   std::uint32_t* equal_index = nullptr;
   std::uint32_t equal_room = 0;
-  std::uint32_t* counts = nullptr;      // [0] above, [1] equal
+  std::uint32_t* counts = nullptr;      // [0] above, [1] equal, [2] the answer's entries taken
   std::uint32_t* tile_equal = nullptr;  // one per top tile
 };
 
@@ -89,8 +134,9 @@ struct ElementPasses {
   using K = KeyOf<T>;
   // Blocks of a full pass on the current device (resident at once).
   [[nodiscard]] static cudaError_t FullGrid(int* blocks);
+  // nan_keys (or null): the sample's NaN added there.
   [[nodiscard]] static cudaError_t Sample(const T* data, std::uint64_t n, KeyMode mode, K* out, std::uint32_t count,
-                                          cudaStream_t stream);
+                                          std::uint32_t* nan_keys, cudaStream_t stream);
   // Each block's counts into its row of block_counts (kCountSlots each).
   [[nodiscard]] static cudaError_t Count(const T* data, std::uint64_t n, KeyMode mode, const Bin<K>* table,
                                          std::uint32_t* block_counts, int grid, cudaStream_t stream);
@@ -118,6 +164,10 @@ struct ElementPasses {
   // bits[i] = data[index[i]]'s bytes zero-extended, wide[i] = index[i].
   [[nodiscard]] static cudaError_t ElementBits(const T* data, const std::uint32_t* index, std::uint32_t count,
                                                std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream);
+  // The same from top-k's words (TopEntriesInOrder's), index complemented
+  // in their low half.
+  [[nodiscard]] static cudaError_t WordBits(const T* data, const std::uint64_t* words, std::uint32_t count,
+                                            std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream);
 };
 
 // The small passes over keys (std::uint32_t or std::uint64_t).
@@ -128,11 +178,17 @@ struct KeyPasses {
   [[nodiscard]] static cudaError_t BuildTable(const K* sample, std::uint32_t count, bool skip_high,
                                               std::uint32_t* hits, K* lows, K* highs, Bin<K>* table,
                                               cudaStream_t stream);
-  // The windows of `hints` (ascending) from `count` sorted sample keys
-  // (MakeWindowsKernel).
-  [[nodiscard]] static cudaError_t MakeWindows(const K* sorted, std::uint32_t count, bool skip_high,
+  // The windows of `hints` (ascending) from `count` sample keys, unsorted,
+  // counts->sampled_nan of them NaN (WindowRanksKernel, a rank selection
+  // over the sample in `select`, WindowsFromRanksKernel).
+  [[nodiscard]] static cudaError_t MakeWindows(const K* sample, std::uint32_t count, const WindowCounts* counts,
                                                const GatherHints& hints, std::uint64_t n, std::uint64_t room,
-                                               Windows<K>* out, cudaStream_t stream);
+                                               RankSelect<K>* select, WindowPlan* plan, Windows<K>* out,
+                                               cudaStream_t stream);
+  // The keys at args' ranks (ascending, below count) of keys[0, count),
+  // unsorted, into select->key on the stream (rank_select.cuh).
+  [[nodiscard]] static cudaError_t SelectRanks(const K* keys, std::uint32_t count, const RankArgs& args,
+                                               RankSelect<K>* select, cudaStream_t stream);
   // places[block][s] for the gathering pass (BlockPlacesKernel), with
   // segments[s].base holding the segment's bucket.
   [[nodiscard]] static cudaError_t BlockPlaces(const std::uint32_t* block_counts, int blocks,
@@ -154,6 +210,18 @@ struct KeyPasses {
   [[nodiscard]] static cudaError_t Pick(const K* keys, const std::uint32_t* pos, std::uint32_t count, K* out,
                                         cudaStream_t stream);
 };
+
+// Top-k's answer from its `held` gathered entries of 32-bit keys: the
+// `want` largest (key, index) words (TopEntryAt), found by a rank
+// selection, taken out and sorted largest first; *sorted is whichever of
+// words and words_alt holds them. `taken` zeroed by the caller.
+[[nodiscard]] cudaError_t TopEntriesInOrder(const std::uint32_t* keys, const std::uint32_t* index,
+                                            std::uint32_t held, std::uint32_t want,
+                                            RankSelect<std::uint64_t>* select, std::uint32_t* taken,
+                                            std::uint64_t* words, std::uint64_t* words_alt, void* temp,
+                                            std::size_t temp_bytes, std::uint64_t** sorted, cudaStream_t stream);
+// CUB scratch for TopEntriesInOrder's sort of `want` words.
+[[nodiscard]] cudaError_t TopEntriesSortBytes(std::uint32_t want, std::size_t* bytes);
 
 // counts[slot] = the sum of the blocks' rows (kCountSlots each).
 [[nodiscard]] cudaError_t ReduceCounts(const std::uint32_t* block_counts, int blocks, std::uint32_t* counts,

@@ -10,6 +10,7 @@
 
 #include "select/for_each.cuh"
 #include "select/keys.h"
+#include "select/rank_select.cuh"
 #include "select/select_dispatch.h"
 #include "select/select_policy.h"
 
@@ -20,12 +21,13 @@ using P = SelectPolicy;
 // The sample's keys in mode M (kNumbers: NaN as the all-ones key, which no
 // number has, for the table to skip): `count` keys (a multiple of kRun),
 // every element when the array is no larger, else count / kRun runs of kRun
-// elements, each run at a fixed pseudo-random place in its stratum.
+// elements, each run at a fixed pseudo-random place in its stratum. With
+// nan_keys, the NaN among them added there.
 template <typename T, KeyMode M>
 __global__ void SampleKernel(const T* __restrict__ data, std::uint64_t n, KeyOf<T>* __restrict__ out,
-                             std::uint32_t count) {
+                             std::uint32_t count, std::uint32_t* nan_keys) {
   const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
+  const bool mine = i < count;
   std::uint64_t at = i;
   if (n > count) {
     const std::uint64_t strata = count / P::kRun;
@@ -36,7 +38,12 @@ __global__ void SampleKernel(const T* __restrict__ data, std::uint64_t n, KeyOf<
     h ^= h >> 29;
     at = start + h % (len - P::kRun + 1) + i % P::kRun;
   }
-  out[i] = KeyIn<M == KeyMode::kNumbers ? KeyMode::kNanHigh : M>(data[at]);
+  const T x = mine ? data[at] : T{0};
+  if (nan_keys != nullptr) {  // every lane is here: blocks of whole warps
+    const unsigned nan = __ballot_sync(0xffffffffu, mine && IsNan(x));
+    if (threadIdx.x % 32 == 0 && nan != 0) atomicAdd(nan_keys, static_cast<std::uint32_t>(__popc(nan)));
+  }
+  if (mine) out[i] = KeyIn<M == KeyMode::kNumbers ? KeyMode::kNanHigh : M>(x);
 }
 
 // What the sample says of each bin: how many of its keys fall there, and
@@ -361,6 +368,20 @@ __global__ void ElementBitsKernel(const T* __restrict__ data, const std::uint32_
   if (i < count) {
     bits[i] = static_cast<std::uint64_t>(BitsOf(data[index[i]]));
     wide[i] = index[i];
+  }
+}
+
+// ElementBitsKernel for top-k's words, sorted: the index is the low half,
+// complemented.
+template <typename T>
+__global__ void WordBitsKernel(const T* __restrict__ data, const std::uint64_t* __restrict__ words,
+                               std::uint32_t count, std::uint64_t* __restrict__ bits,
+                               std::uint64_t* __restrict__ wide) {
+  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) {
+    const auto index = static_cast<std::uint32_t>(~words[i]);
+    bits[i] = static_cast<std::uint64_t>(BitsOf(data[index]));
+    wide[i] = index;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "select/select_dispatch.h"
+#include "select/rank_select.cuh"
 #include "select/select_kernels.cuh"
 #include "select/window_kernels.cuh"
 #include "tally/kernels/cuda_error.h"
@@ -41,11 +42,24 @@ cudaError_t KeyPasses<K>::BuildTable(const K* sample, std::uint32_t count, bool 
 }
 
 template <typename K>
-cudaError_t KeyPasses<K>::MakeWindows(const K* sorted, std::uint32_t count, bool skip_high, const GatherHints& hints,
-                                      std::uint64_t n, std::uint64_t room, Windows<K>* out, cudaStream_t stream) {
-  MakeWindowsKernel<K><<<1, 1, 0, stream>>>(sorted, count, skip_high, hints, n, room, out);
+cudaError_t KeyPasses<K>::MakeWindows(const K* sample, std::uint32_t count, const WindowCounts* counts,
+                                      const GatherHints& hints, std::uint64_t n, std::uint64_t room,
+                                      RankSelect<K>* select, WindowPlan* plan, Windows<K>* out,
+                                      cudaStream_t stream) {
+  TALLY_CUDA_TRY(cudaMemsetAsync(select, 0, sizeof(RankSelect<K>), stream));
+  WindowRanksKernel<K><<<1, 1, 0, stream>>>(count, counts, hints, select, plan);
+  TALLY_CUDA_CHECK_LAUNCH();
+  TALLY_CUDA_TRY(LaunchRankSelect<K>(KeysAt<K>{sample}, count, RankArgs{}, select, stream));
+  WindowsFromRanksKernel<K><<<1, 1, 0, stream>>>(select, plan, n, room, out);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;
+}
+
+template <typename K>
+cudaError_t KeyPasses<K>::SelectRanks(const K* keys, std::uint32_t count, const RankArgs& args,
+                                      RankSelect<K>* select, cudaStream_t stream) {
+  TALLY_CUDA_TRY(cudaMemsetAsync(select, 0, sizeof(RankSelect<K>), stream));
+  return LaunchRankSelect<K>(KeysAt<K>{keys}, count, args, select, stream);
 }
 
 template <typename K>
@@ -115,6 +129,50 @@ cudaError_t KeyPasses<K>::Pick(const K* keys, const std::uint32_t* pos, std::uin
   if (count == 0) return cudaSuccess;
   PickKernel<K><<<(count + 255) / 256, 256, 0, stream>>>(keys, pos, count, out);
   TALLY_CUDA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+// Top-k's entries whose word (TopEntryAt) is at least the k-th largest,
+// *kth: exactly `want` of them (words are distinct), into words[0, want)
+// in no order (taken zeroed by the caller).
+__global__ void TakeTopEntriesKernel(TopEntryAt entries, std::uint32_t held, const std::uint64_t* __restrict__ kth,
+                                     std::uint32_t want, std::uint32_t* taken, std::uint64_t* __restrict__ words) {
+  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  const std::uint64_t w = i < held ? entries(i) : 0;
+  const bool take = i < held && w >= *kth;
+  const std::uint32_t at = WarpAppend(take, taken);
+  if (take && at < want) words[at] = w;
+}
+
+cudaError_t TopEntriesSortBytes(std::uint32_t want, std::size_t* bytes) {
+  cub::DoubleBuffer<std::uint64_t> words(nullptr, nullptr);
+  *bytes = 0;
+  TALLY_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(nullptr, *bytes, words, static_cast<int>(want)));
+  return cudaSuccess;
+}
+
+cudaError_t TopEntriesInOrder(const std::uint32_t* keys, const std::uint32_t* index, std::uint32_t held,
+                              std::uint32_t want, RankSelect<std::uint64_t>* select, std::uint32_t* taken,
+                              std::uint64_t* words, std::uint64_t* words_alt, void* temp, std::size_t temp_bytes,
+                              std::uint64_t** sorted, cudaStream_t stream) {
+  *sorted = words;
+  if (want == 0 || held < want) return cuda::Record(cudaErrorInvalidValue, "top-k holds fewer entries than it wants",
+                                                    __FILE__, __LINE__);
+  const TopEntryAt entries{keys, index};
+  RankArgs args;
+  args.count = 1;
+  args.rank[0] = held - want;  // the k-th largest word, counted from the smallest
+  TALLY_CUDA_TRY(cudaMemsetAsync(select, 0, sizeof(RankSelect<std::uint64_t>), stream));
+  TALLY_CUDA_TRY(LaunchRankSelect<std::uint64_t>(entries, held, args, select, stream));
+  TakeTopEntriesKernel<<<(held + 255) / 256, 256, 0, stream>>>(entries, held, &select->key[0], want, taken,
+                                                                 words);
+  TALLY_CUDA_CHECK_LAUNCH();
+  cub::DoubleBuffer<std::uint64_t> buffers(words, words_alt);
+  if (want > 1) {
+    TALLY_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(temp, temp_bytes, buffers, static_cast<int>(want), 0, 64,
+                                                            stream));
+  }
+  *sorted = buffers.Current();
   return cudaSuccess;
 }
 

@@ -36,10 +36,10 @@ cudaError_t ElementPasses<T>::FullGrid(int* blocks) {
 
 template <typename T>
 cudaError_t ElementPasses<T>::Sample(const T* data, std::uint64_t n, KeyMode mode, K* out, std::uint32_t count,
-                                     cudaStream_t stream) {
+                                     std::uint32_t* nan_keys, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   return VisitMode(mode, [&](auto m) -> cudaError_t {
-    SampleKernel<T, decltype(m)::value><<<(count + 255) / 256, 256, 0, stream>>>(data, n, out, count);
+    SampleKernel<T, decltype(m)::value><<<(count + 255) / 256, 256, 0, stream>>>(data, n, out, count, nan_keys);
     TALLY_CUDA_CHECK_LAUNCH();
     return cudaSuccess;
   });
@@ -146,6 +146,15 @@ cudaError_t ElementPasses<T>::ElementBits(const T* data, const std::uint32_t* in
                                           std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   ElementBitsKernel<T><<<(count + 255) / 256, 256, 0, stream>>>(data, index, count, bits, wide);
+  TALLY_CUDA_CHECK_LAUNCH();
+  return cudaSuccess;
+}
+
+template <typename T>
+cudaError_t ElementPasses<T>::WordBits(const T* data, const std::uint64_t* words, std::uint32_t count,
+                                       std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  WordBitsKernel<T><<<(count + 255) / 256, 256, 0, stream>>>(data, words, count, bits, wide);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;
 }

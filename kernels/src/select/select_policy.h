@@ -36,8 +36,8 @@ struct SelectPolicy {
 
   // The sample: kStrata evenly spaced runs of kRun adjacent elements, so
   // that it reads whole sectors and still sees every part of the array.
-  // 65536 keys: four per bucket on average, enough to place sub-ranges,
-  // and sorted by CUB in ~15 us when top-k guesses its threshold from it.
+  // 65536 keys: four per bucket on average, enough to place sub-ranges;
+  // top-k's guess is one rank of it (a rank selection, rank_select.cuh).
   static constexpr std::uint32_t kStrata = 4096;
   static constexpr std::uint32_t kRun = 16;
   static constexpr std::uint32_t kSample = kStrata * kRun;

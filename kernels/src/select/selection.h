@@ -3,17 +3,18 @@
 // host between them.
 //
 // Count() with hints (the fractions of the ranks to come, as a median's
-// 0.5; up to SelectPolicy::kMaxHints): the sample, sorted, places a window
-// of keys around each hint, and one pass (window_kernels.cuh) counts the
-// numbers below each window and up to its top and gathers the keys inside;
-// SelectKeys() sorts those and reads each rank at its place when every rank
-// fell in a window. Otherwise (no hints, windows that would gather too
+// 0.5; up to SelectPolicy::kMaxHints): a few ranks of the sample (a rank
+// selection, rank_select.cuh) place a window of keys around each hint, and
+// one pass (window_kernels.cuh) counts the numbers below each window and
+// up to its top and gathers the keys inside; SelectKeys() reads each rank
+// at its place among those (a rank selection again, or a sort for more
+// than kMaxRankSelect places) when every rank fell in a window. Otherwise (no hints, windows that would gather too
 // much, or a rank outside them) the counting pass: the sample's bucket
 // table (on the device), every element counted in its bucket; then each
 // rank's bucket from the counts; a bucket of one key is the answer
 // already; the others' elements are gathered in one more pass (a few MB:
-// the table spreads the buckets evenly), sorted by CUB, and read at the
-// ranks' places. When the ranks' buckets hold more than the gathering room
+// the table spreads the buckets evenly) and read at the ranks' places
+// in their order. When the ranks' buckets hold more than the gathering room
 // (heavy duplicates, or a sample that missed a dense range) the counting
 // pass runs again with the table narrowed to those buckets' ranges, until
 // they fit.

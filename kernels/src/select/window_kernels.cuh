@@ -1,6 +1,6 @@
 // The selection's window pass: when the caller says where its ranks will
-// lie (Count's hints), the sorted sample places a window of keys around
-// each, and one pass counts the elements below each window and up to its
+// lie (Count's hints), a few ranks of the sample place a window of keys
+// around each, and one pass counts the elements below each window and up to its
 // top and gathers the keys inside the windows. No bucket table, no shared
 // counters: a few comparisons an element, so the pass runs at the read's
 // speed where the counting pass is bound by its instructions.
@@ -9,60 +9,88 @@
 #include <cstdint>
 
 #include "select/for_each.cuh"
+#include "select/rank_select.cuh"
 #include "select/keys.h"
 #include "select/select_dispatch.h"
 #include "select/select_policy.h"
 
 namespace tally::kernels::select {
 
-// The windows of `hints` from the sorted sample (`count` keys, all-ones
-// ones last and left out with skip_high): for the hint at fraction f of
-// the t numbers sampled, the keys at sample ranks f (t - 1) -+ w, w =
-// kHintSigmas sqrt(t f (1 - f)) + kHintExtra (past either end, every key on
-// that side); hints ascending, so windows are too; overlapping ones
-// joined. No window (count 0) when the sample holds no number or the
-// windows' sample keys predict more elements than kHintRoomShare of the
-// room. One thread.
+// The windows of `hints` from the sample (`count` keys, the all-ones keys
+// of NaN, `counts->sampled_nan` of them, sorting last and left out): for
+// the hint at fraction f of the t numbers sampled, the keys at sample ranks
+// f (t - 1) -+ w, w = kHintSigmas sqrt(t f (1 - f)) + kHintExtra (past
+// either end, every key on that side); hints ascending, so windows are too;
+// overlapping ones joined. Two steps around a rank selection over the
+// sample: the ranks (WindowRanksKernel), then the windows from the keys
+// found at them (WindowsFromRanksKernel). No window (count 0) when the
+// sample holds no number or the windows' sample keys predict more
+// elements than kHintRoomShare of the room. One thread each.
 template <typename K>
-__global__ void MakeWindowsKernel(const K* __restrict__ sorted, std::uint32_t count, bool skip_high,
-                                  GatherHints hints, std::uint64_t n, std::uint64_t room, Windows<K>* out) {
-  constexpr K kHigh = static_cast<K>(~K{0});
-  std::uint32_t t = count;
-  if (skip_high) {
-    std::uint32_t lo = 0, hi = count;
-    while (lo < hi) {
-      const std::uint32_t mid = lo + (hi - lo) / 2;
-      if (sorted[mid] == kHigh) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    t = lo;
-  }
-  Windows<K> w;
-  double predicted = 0;
+__global__ void WindowRanksKernel(std::uint32_t count, const WindowCounts* __restrict__ counts, GatherHints hints,
+                                  RankSelect<K>* select, WindowPlan* plan) {
+  WindowPlan p;
+  const std::uint32_t t = count - counts->sampled_nan;
+  p.numbers = t;
+  std::uint32_t ranks = 0;
+  std::uint64_t rank[kMaxRankSelect];
+  // Each hint's low and high sample ranks, then their places once sorted
+  // (the windows of neighbouring hints may overlap, so the high rank of one
+  // may pass the low rank of the next).
+  std::uint32_t a[P::kMaxHints], b[P::kMaxHints];
   if (t > 0) {
+    p.count = hints.count;
     for (int h = 0; h < hints.count; ++h) {
       const double f = hints.fraction[h];
       const double width = P::kHintSigmas * sqrt(static_cast<double>(t) * f * (1 - f)) + P::kHintExtra;
-      const double p = f * (t - 1);
-      const bool to_bottom = p - width <= 0, to_top = p + width >= t - 1;
-      const auto a = to_bottom ? 0u : static_cast<std::uint32_t>(floor(p - width));
-      const auto b = to_top ? t - 1 : static_cast<std::uint32_t>(ceil(p + width));
-      const K lo = to_bottom ? K{0} : sorted[a];
-      const K hi = to_top ? kHigh : sorted[b];
-      predicted += b - a + 1;
-      if (w.count > 0 && lo <= w.hi[w.count - 1]) {
-        w.hi[w.count - 1] = max(w.hi[w.count - 1], hi);
-      } else {
-        w.lo[w.count] = lo;
-        w.hi[w.count] = hi;
-        ++w.count;
-      }
+      const double at = f * (t - 1);
+      p.to_bottom[h] = at - width <= 0;
+      p.to_top[h] = at + width >= t - 1;
+      a[h] = p.to_bottom[h] ? 0u : static_cast<std::uint32_t>(floor(at - width));
+      b[h] = p.to_top[h] ? t - 1 : static_cast<std::uint32_t>(ceil(at + width));
+      p.predicted += b[h] - a[h] + 1;
+      rank[ranks++] = a[h];
+      rank[ranks++] = b[h];
+    }
+    for (std::uint32_t i = 1; i < ranks; ++i) {  // insertion sort of at most 16
+      const std::uint64_t v = rank[i];
+      std::uint32_t j = i;
+      for (; j > 0 && rank[j - 1] > v; --j) rank[j] = rank[j - 1];
+      rank[j] = v;
+    }
+    for (int h = 0; h < hints.count; ++h) {
+      std::uint8_t i = 0;
+      while (rank[i] != a[h]) ++i;
+      p.lo_at[h] = i;
+      i = 0;
+      while (rank[i] != b[h]) ++i;
+      p.hi_at[h] = i;
     }
   }
-  const bool too_many = t == 0 || predicted * static_cast<double>(n) / t > P::kHintRoomShare * static_cast<double>(room);
+  select->count = ranks;
+  for (std::uint32_t i = 0; i < ranks; ++i) select->rank[i] = rank[i];
+  *plan = p;
+}
+
+template <typename K>
+__global__ void WindowsFromRanksKernel(const RankSelect<K>* __restrict__ select, const WindowPlan* __restrict__ plan,
+                                       std::uint64_t n, std::uint64_t room, Windows<K>* out) {
+  constexpr K kHigh = static_cast<K>(~K{0});
+  const WindowPlan& p = *plan;
+  Windows<K> w;
+  for (int h = 0; h < p.count; ++h) {
+    const K lo = p.to_bottom[h] ? K{0} : select->key[p.lo_at[h]];
+    const K hi = p.to_top[h] ? kHigh : select->key[p.hi_at[h]];
+    if (w.count > 0 && lo <= w.hi[w.count - 1]) {
+      w.hi[w.count - 1] = max(w.hi[w.count - 1], hi);
+    } else {
+      w.lo[w.count] = lo;
+      w.hi[w.count] = hi;
+      ++w.count;
+    }
+  }
+  const bool too_many = p.numbers == 0 || select->lost != 0 ||
+                        p.predicted * static_cast<double>(n) / p.numbers > P::kHintRoomShare * static_cast<double>(room);
   if (too_many) w.count = 0;
   *out = w;
 }
