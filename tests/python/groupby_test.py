@@ -905,6 +905,104 @@ class ShardedDatasetsUnderLoad(unittest.TestCase):
             server.stop()
 
 
+class Extremes(Base):
+    """Client.groupby_nlargest and groupby_nsmallest against pandas'
+    SeriesGroupBy.nlargest and nsmallest: the n largest (smallest) numbers
+    of each group, ties to the earlier row, then NaN rows in row order
+    where a group has fewer numbers than n."""
+
+    def frame(self, n):
+        k = self.rng.integers(0, 40, n)
+        df = pd.DataFrame({
+            "k": k,
+            "kf": np.where(self.rng.random(n) < 0.05, np.nan, k.astype(np.float64)),  # NaN keys
+            "j": self.rng.integers(-2, 3, n).astype(np.int16),
+            "f64": self.rng.integers(-6, 6, n).astype(np.float64),  # ties
+            "f32": self.rng.standard_normal(n).astype(np.float32),
+            "i32": self.rng.integers(-5, 5, n).astype(np.int32),
+            "u8": self.rng.integers(0, 255, n).astype(np.uint8),
+        })
+        df.loc[self.rng.random(n) < 0.15, "f64"] = np.nan  # some groups have fewer numbers than n
+        df.loc[self.rng.random(n) < 0.02, "f64"] = -0.0
+        df.loc[self.rng.random(n) < 0.05, "f32"] = np.nan
+        df.index = pd.Index(self.rng.permutation(n) * 3 + 7, name="row")  # labels, not positions
+        return df
+
+    def test_every_group_as_pandas(self):
+        df = self.frame(3000)
+        for by in ("k", "kf", ["k", "j"]):
+            for column in ("f64", "f32", "i32", "u8"):
+                for n in (1, 2, 7, 500):
+                    for sort, dropna in ((True, True), (False, True), (True, False)):
+                        for name in ("nlargest", "nsmallest"):
+                            msg = f"groupby({by!r}, sort={sort}, dropna={dropna})[{column!r}].{name}({n})"
+                            want = getattr(df.groupby(by, sort=sort, dropna=dropna)[column], name)(n)
+                            got = getattr(self.client, "groupby_" + name)(df, by, column, n, sort=sort, dropna=dropna)
+                            if n < 500:
+                                pd.testing.assert_series_equal(got, want, check_exact=True, obj=msg)
+                                continue
+                            # n past every group's size: pandas sorts each
+                            # group whole by an unstable sort (quicksort),
+                            # so its ties come in no set order; tally's keep
+                            # the earlier row first. The same values, and the
+                            # same rows in each run of equal ones.
+                            pd.testing.assert_series_equal(got, want, check_exact=True, check_index=False, obj=msg)
+                            pd.testing.assert_index_equal(got.index.droplevel(-1), want.index.droplevel(-1),
+                                                          obj=msg)
+                            def runs(s):  # each entry's group and value, comparable (NaN as text)
+                                return [(repr(i[:-1]), v) for i, v in zip(s.index, s.fillna(np.inf))]
+
+                            self.assertEqual(sorted(zip(runs(got), got.index.get_level_values(-1))),
+                                             sorted(zip(runs(want), want.index.get_level_values(-1))), msg)
+                            # Within a run, tally's rows ascend.
+                            positions = df.index.get_indexer(got.index.get_level_values(-1))
+                            got_runs = runs(got)
+                            for a in range(1, len(got)):
+                                if got_runs[a] == got_runs[a - 1]:
+                                    self.assertLess(positions[a - 1], positions[a], msg)
+
+    def test_signed_zeros_and_nan_keep_their_bits_and_rows(self):
+        df = pd.DataFrame({"k": [1, 1, 1, 1, 2, 2], "v": [0.0, -0.0, np.nan, 0.0, np.nan, np.nan]})
+        for name in ("nlargest", "nsmallest"):
+            want = getattr(df.groupby("k")["v"], name)(3)
+            got = getattr(self.client, "groupby_" + name)(df, "k", "v", 3)
+            pd.testing.assert_series_equal(got, want, check_exact=True, obj=name)
+            np.testing.assert_array_equal(np.signbit(got.to_numpy()), np.signbit(want.to_numpy()), err_msg=name)
+
+    def test_a_mapping_answers_keys_rows_and_values(self):
+        df = self.frame(500)
+        got = self.client.groupby_nlargest({"k": df["k"].to_numpy(), "f64": df["f64"].to_numpy()}, "k", "f64", 3)
+        want = df.reset_index(drop=True).groupby("k")["f64"].nlargest(3)
+        np.testing.assert_array_equal(got["k"], want.index.get_level_values(0))
+        np.testing.assert_array_equal(got["row"], want.index.get_level_values(1))
+        np.testing.assert_array_equal(got["f64"], want.to_numpy())
+        self.assertEqual(got["f64"].dtype, np.float64)
+
+    def test_no_rows_or_n_of_zero_answer_nothing(self):
+        df = self.frame(100)
+        for frame, n in ((df, 0), (df.iloc[:0], 3)):
+            got = self.client.groupby_nsmallest(frame, "k", "i32", n)
+            self.assertEqual(len(got), 0)
+            self.assertEqual(got.dtype, np.int32)
+            self.assertEqual(list(got.index.names), ["k", "row"])
+
+    def test_bad_arguments_name_what_is_wrong(self):
+        df = self.frame(100)
+        df["b"] = df["i32"] > 0
+        df["na"] = pd.array(df["i32"], dtype="Int64")
+        with self.assertRaisesRegex(ValueError, "n must be 0 or more"):
+            self.client.groupby_nlargest(df, "k", "f64", -1)
+        with self.assertRaisesRegex(TypeError, "n is an int"):
+            self.client.groupby_nlargest(df, "k", "f64", 2.5)
+        for column in ("b", "na"):
+            with self.assertRaisesRegex(TypeError, f"column {column!r}"):
+                self.client.groupby_nsmallest(df, "k", column, 2)
+        with self.assertRaisesRegex(KeyError, "no column 'nope'"):
+            self.client.groupby_nlargest(df, "k", "nope", 2)
+        with self.assertRaisesRegex(ValueError, "n of 10000000 is past what top-k takes.*1 to 65536"):
+            self.client.groupby_nlargest(df, "k", "i32", 10**7)
+
+
 class ReadmeExample(Base):
     def test_the_group_by_example_runs_and_agrees(self):
         code = readme_python_block("### Group-by", self.server.port)
