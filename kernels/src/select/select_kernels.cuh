@@ -358,28 +358,27 @@ __global__ void __launch_bounds__(P::kThreads, P::kBlocksPerSm)
   });
 }
 
-// The bytes of data[index[i]], zero-extended, and the index widened: the
-// answer's two arrays as top-k's caller takes them.
-template <typename T>
-__global__ void ElementBitsKernel(const T* __restrict__ data, const std::uint32_t* __restrict__ index,
-                                  std::uint32_t count, std::uint64_t* __restrict__ bits,
-                                  std::uint64_t* __restrict__ wide) {
-  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < count) {
-    bits[i] = static_cast<std::uint64_t>(BitsOf(data[index[i]]));
-    wide[i] = index[i];
+// Where top-k's i-th entry lies: its index (the pair sorts' order), or the
+// low half of its word complemented (TopEntryAt's, sorted).
+struct IndexAt {
+  const std::uint32_t* index;
+  __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const { return index[i]; }
+};
+struct WordIndexAt {
+  const std::uint64_t* words;
+  __device__ __forceinline__ std::uint32_t operator()(std::uint32_t i) const {
+    return static_cast<std::uint32_t>(~words[i]);
   }
-}
+};
 
-// ElementBitsKernel for top-k's words, sorted: the index is the low half,
-// complemented.
-template <typename T>
-__global__ void WordBitsKernel(const T* __restrict__ data, const std::uint64_t* __restrict__ words,
-                               std::uint32_t count, std::uint64_t* __restrict__ bits,
-                               std::uint64_t* __restrict__ wide) {
+// The bytes of data[at(i)], zero-extended, and the index widened: the
+// answer's two arrays as top-k's caller takes them.
+template <typename T, typename At>
+__global__ void ElementBitsKernel(const T* __restrict__ data, At at, std::uint32_t count,
+                                  std::uint64_t* __restrict__ bits, std::uint64_t* __restrict__ wide) {
   const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < count) {
-    const auto index = static_cast<std::uint32_t>(~words[i]);
+    const std::uint32_t index = at(i);
     bits[i] = static_cast<std::uint64_t>(BitsOf(data[index]));
     wide[i] = index;
   }

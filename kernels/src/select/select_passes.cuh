@@ -141,22 +141,25 @@ cudaError_t ElementPasses<T>::TopTies(const T* data, std::uint64_t n, KeyMode mo
   });
 }
 
-template <typename T>
-cudaError_t ElementPasses<T>::ElementBits(const T* data, const std::uint32_t* index, std::uint32_t count,
-                                          std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream) {
+template <typename T, typename At>
+cudaError_t LaunchElementBits(const T* data, At at, std::uint32_t count, std::uint64_t* bits, std::uint64_t* wide,
+                              cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  ElementBitsKernel<T><<<(count + 255) / 256, 256, 0, stream>>>(data, index, count, bits, wide);
+  ElementBitsKernel<T, At><<<(count + 255) / 256, 256, 0, stream>>>(data, at, count, bits, wide);
   TALLY_CUDA_CHECK_LAUNCH();
   return cudaSuccess;
 }
 
 template <typename T>
+cudaError_t ElementPasses<T>::ElementBits(const T* data, const std::uint32_t* index, std::uint32_t count,
+                                          std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream) {
+  return LaunchElementBits(data, IndexAt{index}, count, bits, wide, stream);
+}
+
+template <typename T>
 cudaError_t ElementPasses<T>::WordBits(const T* data, const std::uint64_t* words, std::uint32_t count,
                                        std::uint64_t* bits, std::uint64_t* wide, cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  WordBitsKernel<T><<<(count + 255) / 256, 256, 0, stream>>>(data, words, count, bits, wide);
-  TALLY_CUDA_CHECK_LAUNCH();
-  return cudaSuccess;
+  return LaunchElementBits(data, WordIndexAt{words}, count, bits, wide, stream);
 }
 
 }  // namespace tally::kernels::select
