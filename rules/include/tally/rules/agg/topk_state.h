@@ -60,6 +60,10 @@ class TopKState final : public State {
   std::uint64_t bytes() const override { return sizeof(*this) + entries_.capacity() * sizeof(Entry<S>); }
 
   void Update(const Elements& e) override {
+    // Room for what may come before the next compaction, at once: a
+    // group's state sees one segment of a few rows, whose pushes would
+    // otherwise grow the vector several times.
+    if (!full_) entries_.reserve(std::min<std::uint64_t>(Bound(), entries_.size() + e.count));
     for (std::uint64_t i = 0; i < e.count; ++i) {
       if (!e.Valid(i)) continue;
       const Entry<S> x{static_cast<S>(e.At<T>(i)), static_cast<std::int64_t>(op_.base_index + e.first + i)};
@@ -119,9 +123,12 @@ class TopKState final : public State {
   }
 
  private:
-  // Entries are gathered up to twice k (at least 1024) before the worst
-  // are dropped, so an update costs O(1) amortised.
-  std::size_t Bound() const { return std::max<std::size_t>(2 * std::size_t{op_.k}, 1024); }
+  // Entries are gathered up to twice k (at least 64) before the worst are
+  // dropped, so an update costs O(1) amortised; after the first drop most
+  // elements stop at one comparison with the worst kept. (A floor of 1024
+  // made a group's state of a few hundred rows keep every row and select
+  // among them at the end: h2o's q8, 1e7 rows in 100,000 groups, k = 2.)
+  std::size_t Bound() const { return std::max<std::size_t>(2 * std::size_t{op_.k}, 64); }
   void Compact() {
     if (entries_.size() < op_.k) return;
     const auto before = [&](const Entry<S>& a, const Entry<S>& b) { return Before(largest_, a, b); };
