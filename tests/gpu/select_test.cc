@@ -268,7 +268,8 @@ bool CheckHintedOrderStatistics(const std::vector<T>& x, int shift, const std::v
   const std::vector<T> sorted = SortedNumbers(x);
   OnDevice<T> d(x, shift);
   const kernels::DeviceArray a{DTypeOf<T>(), d.data(), x.size()};
-  constexpr std::size_t kMaxRanks = 16;
+  // Room for two ranks a hint or fraction asked, as a quantile op asks.
+  const std::size_t kMaxRanks = std::max<std::size_t>(16, 2 * std::max(hints.size(), asked.size()));
   std::size_t bytes = 0;
   EXPECT_EQ(kernels::OrderStatistics::ScratchBytes(a, kMaxRanks, &bytes), cudaSuccess);
   Scratch scratch(bytes);
@@ -449,7 +450,8 @@ TEST(SelectGpu, OrderStatisticsMatchASortedCopy) {
 // for every dtype and shape; on uniform data of 2^20 elements or more the
 // counting pass must have gathered them (else the hints did nothing), and
 // hints that point elsewhere than the ranks asked must still give the
-// sorted copy's elements, by a second read.
+// sorted copy's elements, by a second read. 64 quantiles' hints, more than
+// the window pass takes, go without it.
 TEST(SelectGpu, HintedOrderStatisticsMatchASortedCopy) {
   TALLY_REQUIRE_GPU("order statistics");
   const std::vector<double> median = {0.5};
@@ -466,6 +468,9 @@ TEST(SelectGpu, HintedOrderStatisticsMatchASortedCopy) {
     if (large_uniform) {
       EXPECT_FALSE(wrong) << what << ": a rank outside the gathered buckets was read from them";
     }
+    std::vector<double> many;
+    for (int i = 1; i <= 64; ++i) many.push_back(i / 65.0);
+    CheckHintedOrderStatistics<T>(x, shift, many, many, what + ", 64 quantiles");
   }));
 }
 
