@@ -621,6 +621,25 @@ class DatasetColumns(Base):
             if e.code != grpc.StatusCode.NOT_FOUND:
                 raise
 
+    def test_nlargest_of_datasets(self):
+        """groupby_nlargest and nsmallest of resident columns: by name where
+        the server's topk or bottomk answers as they lie (integers, and a
+        float column's nsmallest); a float column's nlargest, which negates
+        the values on the client, is a ValueError naming the column."""
+        n = 5000
+        arrays = {"k": self.rng.integers(0, 50, n).astype(np.int32),
+                  "i": self.rng.integers(-9, 9, n).astype(np.int64),
+                  "f": np.where(self.rng.random(n) < 0.1, np.nan, self.rng.integers(-9, 9, n).astype(np.float64))}
+        columns = self.put(arrays, ["k", "i", "f"])
+        for method, column in (("groupby_nlargest", "i"), ("groupby_nsmallest", "i"), ("groupby_nsmallest", "f")):
+            got = getattr(self.client, method)(columns, "k", column, 3)
+            want = getattr(self.client, method)(arrays, "k", column, 3)
+            self.assertEqual(list(got), list(want), method)
+            for label in want:
+                np.testing.assert_array_equal(got[label], want[label], err_msg=f"{method} {column}: {label}")
+        with self.assertRaisesRegex(ValueError, "column 'f' is shared or resident"):
+            self.client.groupby_nlargest(columns, "k", "f", 3)
+
     def test_dataset_columns_answer_as_the_arrays(self):
         n = 30_000
         arrays = mixed_columns(self.rng, n)
