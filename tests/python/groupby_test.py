@@ -988,6 +988,14 @@ class Extremes(Base):
             pd.testing.assert_series_equal(got, want, check_exact=True, obj=name)
             np.testing.assert_array_equal(np.signbit(got.to_numpy()), np.signbit(want.to_numpy()), err_msg=name)
 
+    def test_an_index_of_several_levels_and_the_key_as_the_column(self):
+        df = self.frame(600)
+        df.index = pd.MultiIndex.from_arrays([df.index, df.index % 7], names=["row", "mod"])
+        for column in ("f64", "k"):
+            want = df.groupby("k")[column].nlargest(4)
+            got = self.client.groupby_nlargest(df, "k", column, 4)
+            pd.testing.assert_series_equal(got, want, check_exact=True, obj=column)
+
     def test_a_mapping_answers_keys_rows_and_values(self):
         df = self.frame(500)
         got = self.client.groupby_nlargest({"k": df["k"].to_numpy(), "f64": df["f64"].to_numpy()}, "k", "f64", 3)

@@ -1005,8 +1005,10 @@ class GroupByFunctions:
         import pandas as pd
 
         levels = [pd.Index(d).repeat(lengths) for d in decoded]
-        levels.append(data.index.take(rows))
-        index = _multi_index(levels, list(p.by) + [data.index.name])
+        # The rows' labels, a level each of the frame's index (pandas' too).
+        rows_index = data.index.take(rows)
+        levels += [rows_index.get_level_values(i) for i in range(data.index.nlevels)]
+        index = _multi_index(levels, list(p.by) + list(data.index.names))
         return pd.Series(values, index=index, name=column).astype(dtype)
 
     def _group(self, keys: list[_Key], values: list[_Values], want_sizes: bool, rows: int, sort: bool,
