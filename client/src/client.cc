@@ -288,21 +288,64 @@ absl::StatusOr<ServingStatus> Client::CheckHealth(absl::string_view service,
   return ParseHealthCheckResponse(*reply);
 }
 
-absl::StatusOr<v1::GroupByResponse> Client::GroupBy(const v1::GroupByRequest& request, absl::Duration timeout) {
-  grpc::ClientContext context;
-  SetDeadline(context, timeout);
-  std::unique_ptr<v1::Aggregator::Stub> stub = v1::Aggregator::NewStub(channel_);
-  std::unique_ptr<grpc::ClientReader<v1::GroupByResponse>> reader = stub->GroupBy(&context, request);
+namespace {
+
+// Every message of a GroupBy answer merged into one, then the call's status.
+template <typename Stream>
+absl::StatusOr<v1::GroupByResponse> ReadGroupPages(Stream& stream) {
   v1::GroupByResponse all, page;
   absl::Status merged = absl::OkStatus();
-  while (reader->Read(&page)) {
+  while (stream.Read(&page)) {
     if (merged.ok()) merged = MergeGroupPage(all, std::move(page));
     page.Clear();
   }
-  const grpc::Status status = reader->Finish();
+  const grpc::Status status = stream.Finish();
   if (!status.ok()) return FromGrpcStatus(status);
   if (!merged.ok()) return merged;
   return all;
+}
+
+// Each chunk of `bytes` as a GroupByStream message of `column`; false once
+// the server has ended the call.
+bool WriteChunks(grpc::ClientReaderWriter<v1::GroupByStreamRequest, v1::GroupByResponse>& stream,
+                 std::uint32_t column, bool validity, const std::string& bytes, std::uint64_t chunk_bytes) {
+  v1::GroupByStreamRequest m;
+  m.set_column(column);
+  m.set_validity(validity);
+  for (std::uint64_t at = 0; at < bytes.size(); at += chunk_bytes) {
+    m.set_chunk(bytes.substr(at, chunk_bytes));
+    if (!stream.Write(m)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::GroupByResponse> Client::GroupBy(const v1::GroupByRequest& request, const CallOptions& options) {
+  grpc::ClientContext context;
+  SetDeadline(context, options.timeout);
+  std::unique_ptr<v1::Aggregator::Stub> stub = v1::Aggregator::NewStub(channel_);
+  const bool streamed = options.stream == StreamMode::kAlways ||
+                        (options.stream == StreamMode::kAuto &&
+                         InlineColumnBytes(request) > options.stream_threshold_bytes);
+  if (!streamed) {
+    std::unique_ptr<grpc::ClientReader<v1::GroupByResponse>> reader = stub->GroupBy(&context, request);
+    return ReadGroupPages(*reader);
+  }
+  if (options.chunk_bytes == 0) return absl::InvalidArgumentError("chunk_bytes must be > 0");
+  absl::StatusOr<v1::GroupByStreamRequest> header = GroupByStreamHeader(request);
+  if (!header.ok()) return header.status();
+  auto stream = stub->GroupByStream(&context);
+  bool open = stream->Write(*header);
+  for (int i = 0; open && i < request.columns_size(); ++i) {
+    const v1::Column& c = request.columns(i);
+    if (!c.dataset().empty() || c.has_region()) continue;
+    const auto column = static_cast<std::uint32_t>(i);
+    open = WriteChunks(*stream, column, false, c.data(), options.chunk_bytes) &&
+           WriteChunks(*stream, column, true, c.validity(), options.chunk_bytes);
+  }
+  stream->WritesDone();
+  return ReadGroupPages(*stream);
 }
 
 absl::StatusOr<v1::AggregateResponse> Client::Aggregate(

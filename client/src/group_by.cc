@@ -27,6 +27,40 @@ std::string AppendBits(const std::string& bits, std::uint64_t have, const std::s
 
 }  // namespace
 
+std::uint64_t InlineColumnBytes(const v1::GroupByRequest& request) {
+  std::uint64_t bytes = 0;
+  for (const v1::Column& c : request.columns()) bytes += c.data().size() + c.validity().size();
+  return bytes;
+}
+
+absl::StatusOr<v1::GroupByStreamRequest> GroupByStreamHeader(const v1::GroupByRequest& request) {
+  v1::GroupByStreamRequest out;
+  v1::GroupByStreamRequest::Header& header = *out.mutable_header();
+  v1::GroupByRequest& bare = *header.mutable_request();
+  bare = request;
+  std::optional<int> first;
+  for (int i = 0; i < bare.columns_size(); ++i) {
+    v1::Column& c = *bare.mutable_columns(i);
+    if (!c.dataset().empty() || c.has_region()) continue;
+    const std::optional<rules::DType> dtype = FromWire(c.dtype());
+    // An unknown dtype is the server's to name.
+    const std::uint64_t rows = dtype ? c.data().size() / rules::SizeOf(*dtype) : 0;
+    if (!first) {
+      first = i;
+      header.set_rows(rows);
+    } else if (dtype && rows != header.rows()) {
+      return absl::InvalidArgumentError(absl::StrCat("columns[", i, "] '", c.name(), "': ", rows,
+                                                     " rows, but columns[", *first, "] '",
+                                                     request.columns(*first).name(), "' has ", header.rows(),
+                                                     "; every column must have the same length."));
+    }
+    if (!c.validity().empty()) header.add_masked_columns(static_cast<std::uint32_t>(i));
+    c.clear_data();
+    c.clear_validity();
+  }
+  return out;
+}
+
 v1::Column ColumnOf(const std::string& name, const ArrayRef& array) {
   v1::Column c;
   c.set_name(name);

@@ -42,9 +42,10 @@ columns, the aggregations of the value columns (GroupBy: SQL's GROUP BY,
 pandas' df.groupby(KEYS).agg(...)). Each INPUT is a .npz file, whose arrays
 are columns named as in the file, NAME=FILE.npy, one column, or
 NAME@DATASET, a resident dataset's elements (see tally put: nothing is
-sent); every column must have the same length. With --shm, on the server's
-host, the file columns go into shared memory once and the server reads
-them there. Groups come in ascending key order; rows whose key is NaN are
+sent); every column must have the same length. Columns of more than 4 MiB
+in all go in chunks (GroupByStream), so a table of any size fits the
+server's message limit. With --shm, on the server's host, the file columns
+go into shared memory once and the server reads them there. Groups come in ascending key order; rows whose key is NaN are
 dropped (pandas' defaults).
 )";
 
@@ -372,7 +373,7 @@ int RunGroupBy(const std::vector<std::string>& args) {
     return kExitFailure;
   }
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::GroupByResponse> response = client.GroupBy(a.request, a.timeout);
+  absl::StatusOr<v1::GroupByResponse> response = client.GroupBy(a.request, CallOptions{.timeout = a.timeout});
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!response.ok()) {
     absl::FPrintF(stderr, "tally groupby: GroupBy failed: %s: %s\n", absl::StatusCodeToString(response.status().code()),

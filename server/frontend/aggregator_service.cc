@@ -82,26 +82,30 @@ absl::StatusOr<AdmissionController::Ticket> AggregatorService::AdmitResults(cons
   return admission_.Admit(bytes, identity);
 }
 
+AggregatorService::StreamStart AggregatorService::BeginStream(const grpc::CallbackServerContext& context,
+                                                              Metrics::Method method) {
+  StreamStart start{.record = RequestRecord(metrics_, method, in_flight_)};
+  if (absl::StatusOr<std::string> identity = BeginCall(context, start.record); !identity.ok()) {
+    start.refusal = identity.status();
+  } else {
+    start.caller.identity = std::move(*identity);
+    absl::StatusOr<IdentityQuota::Charge> place = quotas_.streams.TryCharge(start.caller.identity, 1);
+    if (place.ok()) {
+      start.caller.stream = std::move(*place);
+    } else {
+      start.refusal = place.status();
+    }
+  }
+  return start;
+}
+
 grpc::ServerReadReactor<grpc::ByteBuffer>* AggregatorService::StartStream(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response, Metrics::Method method,
     std::unique_ptr<StreamJob> (AggregatorService::*make_job)(const std::string& identity)) {
-  RequestRecord record(metrics_, method, in_flight_);
-  StreamCaller caller;
-  absl::Status refusal;
-  if (absl::StatusOr<std::string> identity = BeginCall(*context, record); !identity.ok()) {
-    refusal = identity.status();
-  } else {
-    caller.identity = std::move(*identity);
-    absl::StatusOr<IdentityQuota::Charge> place = quotas_.streams.TryCharge(caller.identity, 1);
-    if (place.ok()) {
-      caller.stream = std::move(*place);
-    } else {
-      refusal = place.status();
-    }
-  }
-  std::unique_ptr<StreamJob> job = (this->*make_job)(caller.identity);
-  return new ClientStreamReactor(std::move(job), StreamOptions(), context, response, std::move(record),
-                                 std::move(caller), refusal);
+  StreamStart start = BeginStream(*context, method);
+  std::unique_ptr<StreamJob> job = (this->*make_job)(start.caller.identity);
+  return new ClientStreamReactor(std::move(job), StreamOptions(), context, response, std::move(start.record),
+                                 std::move(start.caller), start.refusal);
 }
 
 grpc::ServerUnaryReactor* AggregatorService::Aggregate(grpc::CallbackServerContext* context,
@@ -183,12 +187,13 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
  public:
   explicit AggregateStreamJob(AggregatorService& service) : service_(service) {}
 
-  absl::StatusOr<SlicedBytes> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
+  absl::StatusOr<StreamChunk> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
     message_.Clear();
     absl::StatusOr<SlicedBytes> chunk =
         ParseWithBytesInPlace(raw, v1::AggregateStreamRequest::kChunkFieldNumber, &message_);
     *is_header = message_.payload_case() != v1::AggregateStreamRequest::kChunk;
-    return chunk;
+    if (!chunk.ok()) return chunk.status();
+    return StreamChunk{.bytes = *std::move(chunk)};
   }
 
   absl::Status TakeHeader() override {
@@ -226,8 +231,8 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
     return absl::OkStatus();
   }
 
-  absl::Status Consume(const SlicedBytes& chunk) override {
-    return ConsumePieces(chunk, *aligner_, *reduction_);
+  absl::Status Consume(const StreamChunk& chunk) override {
+    return ConsumePieces(chunk.bytes, *aligner_, *reduction_);
   }
 
   absl::Status Finish(double server_seconds, grpc::ByteBuffer* response) override {

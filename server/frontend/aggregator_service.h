@@ -67,7 +67,8 @@ using AggregatorBase = v1::Aggregator::WithRawCallbackMethod_Aggregate<
         v1::Aggregator::WithCallbackMethod_AggregateDataset<v1::Aggregator::WithCallbackMethod_ListDatasets<
             v1::Aggregator::WithCallbackMethod_DescribeDataset<
                 v1::Aggregator::WithCallbackMethod_DeleteDataset<
-                    v1::Aggregator::WithCallbackMethod_GroupBy<v1::Aggregator::Service>>>>>>>>;
+                    v1::Aggregator::WithCallbackMethod_GroupBy<
+                        v1::Aggregator::WithRawCallbackMethod_GroupByStream<v1::Aggregator::Service>>>>>>>>>;
 }  // namespace detail
 
 class AggregatorService final : public detail::AggregatorBase {
@@ -110,6 +111,10 @@ class AggregatorService final : public detail::AggregatorBase {
   // (group_by_call.cc).
   grpc::ServerWriteReactor<v1::GroupByResponse>* GroupBy(grpc::CallbackServerContext* context,
                                                          const v1::GroupByRequest* request) override;
+  // Reads serialized v1::GroupByStreamRequest messages, writes serialized
+  // v1::GroupByResponse ones (group_by_stream.cc).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GroupByStream(
+      grpc::CallbackServerContext* context) override;
   // From now on new calls are refused with UNAVAILABLE; calls in progress go on.
   void BeginDrain() { draining_.store(true); }
   // True once every call in progress has finished; false at the deadline.
@@ -132,7 +137,15 @@ class AggregatorService final : public detail::AggregatorBase {
                                                                          const std::string& identity);
 
  private:
-  // A streaming call's reactor: BeginCall, then a place under the stream quota.
+  // How every streaming call begins: BeginCall, then a place under the
+  // stream quota; `refusal`, when not OK, is why the call ends at once.
+  struct StreamStart {
+    RequestRecord record;
+    StreamCaller caller;
+    absl::Status refusal;
+  };
+  StreamStart BeginStream(const grpc::CallbackServerContext& context, Metrics::Method method);
+  // A client-streaming call's reactor, begun so, running the job.
   grpc::ServerReadReactor<grpc::ByteBuffer>* StartStream(grpc::CallbackServerContext* context,
                                                          grpc::ByteBuffer* response, Metrics::Method method,
                                                          std::unique_ptr<StreamJob> (AggregatorService::*make_job)(
@@ -143,6 +156,7 @@ class AggregatorService final : public detail::AggregatorBase {
 
   class AggregateStreamJob;
   class PutDatasetJob;
+  class GroupByStreamJob;
 
   Backend& backend_;
   DatasetStore& datasets_;

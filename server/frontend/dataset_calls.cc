@@ -26,11 +26,12 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
   PutDatasetJob(AggregatorService& service, std::string identity)
       : service_(service), identity_(std::move(identity)) {}
 
-  absl::StatusOr<SlicedBytes> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
+  absl::StatusOr<StreamChunk> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
     message_.Clear();
     absl::StatusOr<SlicedBytes> chunk = ParseWithBytesInPlace(raw, v1::PutDatasetRequest::kChunkFieldNumber, &message_);
     *is_header = message_.payload_case() != v1::PutDatasetRequest::kChunk;
-    return chunk;
+    if (!chunk.ok()) return chunk.status();
+    return StreamChunk{.bytes = *std::move(chunk)};
   }
 
   absl::Status TakeHeader() override {
@@ -59,8 +60,8 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
     return absl::OkStatus();
   }
 
-  absl::Status Consume(const SlicedBytes& chunk) override {
-    for (std::span<const std::byte> piece : chunk.pieces()) {
+  absl::Status Consume(const StreamChunk& chunk) override {
+    for (std::span<const std::byte> piece : chunk.bytes.pieces()) {
       if (absl::Status s = upload_->Append(Extent::PageableHost(piece)); !s.ok()) return s;
     }
     return absl::OkStatus();

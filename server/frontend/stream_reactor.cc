@@ -5,15 +5,15 @@
 
 namespace tally {
 
-ClientStreamReactor::ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
-                                         grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
-                                         RequestRecord record, StreamCaller caller, const absl::Status& refusal)
+StreamReading::StreamReading(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
+                             grpc::CallbackServerContext* context, RequestRecord record, StreamCaller caller)
     : job_(std::move(job)),
       options_(options),
       context_(context),
-      response_(response),
       record_(std::move(record)),
-      caller_(std::move(caller)) {
+      caller_(std::move(caller)) {}
+
+void StreamReading::Begin(const absl::Status& refusal) {
   options_.watchdog->Add(this);
   std::unique_lock<std::mutex> lock(mu_);
   if (!refusal.ok()) {
@@ -23,7 +23,40 @@ ClientStreamReactor::ClientStreamReactor(std::unique_ptr<StreamJob> job, const S
   }
 }
 
-void ClientStreamReactor::OnReadDone(bool ok) {
+ClientStreamReactor::ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
+                                         grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
+                                         RequestRecord record, StreamCaller caller, const absl::Status& refusal)
+    : StreamReading(std::move(job), options, context, std::move(record), std::move(caller)), response_(response) {
+  Begin(refusal);
+}
+
+void ClientStreamReactor::Answer(absl::Status status) {
+  if (status.ok()) status = job().Finish(Seconds(), response_);
+  EndCall(status);
+}
+
+PagedStreamReactor::PagedStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
+                                       grpc::CallbackServerContext* context, RequestRecord record,
+                                       StreamCaller caller, const absl::Status& refusal)
+    : StreamReading(std::move(job), options, context, std::move(record), std::move(caller)) {
+  Begin(refusal);
+}
+
+void PagedStreamReactor::Answer(absl::Status status) {
+  if (status.ok()) status = job().Finish(Seconds(), &page_);
+  if (!status.ok()) return EndCall(status);
+  StartWrite(&page_);
+}
+
+void PagedStreamReactor::OnWriteDone(bool ok) {
+  if (!ok) return EndCall(absl::CancelledError("the client stopped reading the answer."));
+  page_.Clear();
+  absl::StatusOr<bool> more = job().NextMessage(&page_);
+  if (more.ok() && *more) return StartWrite(&page_);
+  EndCall(more.status());
+}
+
+void StreamReading::ReadDone(bool ok) {
   std::unique_lock<std::mutex> lock(mu_);
   if (done_) return;
   const Clock::time_point now = Clock::now();
@@ -35,7 +68,7 @@ void ClientStreamReactor::OnReadDone(bool ok) {
     return EndOfInputLocked(lock);
   }
   bool is_header = false;
-  absl::StatusOr<SlicedBytes> chunk = job_->Parse(message_, &is_header);
+  absl::StatusOr<StreamChunk> chunk = job_->Parse(message_, &is_header);
   // The chunk holds its own references to the receive buffers.
   message_.Clear();
   if (!chunk.ok()) return FailLocked(lock, chunk.status());
@@ -43,7 +76,6 @@ void ClientStreamReactor::OnReadDone(bool ok) {
     // The job says what its header should have held when this is not one.
     header_seen_ = true;
     if (absl::Status s = job_->TakeHeader(); !s.ok()) return FailLocked(lock, s);
-    record_.SetOps(job_->ops());
     // Nothing is reserved until the first chunk arrives; the rate is judged
     // from here.
     window_waited_ = Clock::duration::zero();
@@ -55,9 +87,10 @@ void ClientStreamReactor::OnReadDone(bool ok) {
                                 "header: a stream carries one header, in its first message; every "
                                 "later message must be a chunk."));
   }
-  received_bytes_ += chunk->size();
-  window_bytes_ += chunk->size();
-  record_.AddBytes(chunk->size());
+  const std::uint64_t size = chunk->bytes.size();
+  received_bytes_ += size;
+  window_bytes_ += size;
+  record_.AddBytes(size);
   if (received_bytes_ > job_->declared_bytes()) {
     return FailLocked(lock, absl::InvalidArgumentError(absl::StrCat("chunk: the stream sent more than the ",
                                                                     job_->declared_bytes(), " bytes that ",
@@ -65,22 +98,22 @@ void ClientStreamReactor::OnReadDone(bool ok) {
   }
   if (absl::Status s = CheckRateLocked(now, window_waited_); !s.ok()) return FailLocked(lock, s);
   if (!started_) return AdmitOnWorkerLocked(std::move(*chunk));
-  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->TryAdmit(chunk->size(), caller_.identity);
+  absl::StatusOr<AdmissionController::Ticket> ticket = options_.admission->TryAdmit(size, caller_.identity);
   if (!ticket.ok()) return AdmitOnWorkerLocked(std::move(*chunk));
   QueueLocked(std::move(*chunk), std::move(*ticket));
 }
 
-void ClientStreamReactor::OnCancel() {
+void StreamReading::Cancelled() {
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_ = true;
 }
 
-void ClientStreamReactor::OnDone() {
+void StreamReading::Done() {
   options_.watchdog->Remove(this);
   Unref();
 }
 
-void ClientStreamReactor::CheckProgress(Clock::time_point now) {
+void StreamReading::CheckProgress(Clock::time_point now) {
   std::unique_lock<std::mutex> lock(mu_);
   if (done_ || !read_since_.has_value()) return;  // not waiting for the client
   if (options_.idle_timeout.count() > 0 && now - *read_since_ >= options_.idle_timeout) {
@@ -94,15 +127,15 @@ void ClientStreamReactor::CheckProgress(Clock::time_point now) {
 }
 
 // Asks the client for its next message; the watchdog times the wait.
-void ClientStreamReactor::ReadLocked() {
+void StreamReading::ReadLocked() {
   read_since_ = window_mark_ = Clock::now();
-  StartRead(&message_);
+  StartReading(&message_);
 }
 
 // Once the header has come, each rate window of waiting for the client must
 // bring min_bytes_per_second; `waited` is the time waited in this window so
 // far. A window that did is forgotten.
-absl::Status ClientStreamReactor::CheckRateLocked(Clock::time_point now, Clock::duration waited) {
+absl::Status StreamReading::CheckRateLocked(Clock::time_point now, Clock::duration waited) {
   if (!header_seen_ || options_.min_bytes_per_second == 0 || options_.rate_window.count() <= 0) {
     return absl::OkStatus();
   }
@@ -123,17 +156,17 @@ absl::Status ClientStreamReactor::CheckRateLocked(Clock::time_point now, Clock::
 // The chunk is queued for the job once admitted (and, for the first chunk,
 // once the job has started): both may wait, so on a request worker, not on
 // this gRPC thread. Reading pauses meanwhile.
-void ClientStreamReactor::AdmitOnWorkerLocked(SlicedBytes chunk) {
+void StreamReading::AdmitOnWorkerLocked(StreamChunk chunk) {
   admitting_ = true;
   const bool first = !started_;
-  auto held = std::make_shared<SlicedBytes>(std::move(chunk));
+  auto held = std::make_shared<StreamChunk>(std::move(chunk));
   options_.request_workers->Post([this, held, first] { AdmitAndQueue(std::move(*held), first); });
 }
 
-void ClientStreamReactor::AdmitAndQueue(SlicedBytes chunk, bool first) {
+void StreamReading::AdmitAndQueue(StreamChunk chunk, bool first) {
   const std::uint64_t results = first ? job_->result_bytes() : 0;
   absl::StatusOr<AdmissionController::Ticket> ticket =
-      options_.admission->Admit(chunk.size() + results, caller_.identity);
+      options_.admission->Admit(chunk.bytes.size() + results, caller_.identity);
   AdmissionController::Ticket held;
   if (ticket.ok() && results > 0) held = ticket->Split(results);
   absl::Status started;
@@ -152,7 +185,7 @@ void ClientStreamReactor::AdmitAndQueue(SlicedBytes chunk, bool first) {
 
 // Queues an admitted chunk, wakes the worker, and reads on unless the queue
 // is full or the input has ended.
-void ClientStreamReactor::QueueLocked(SlicedBytes chunk, AdmissionController::Ticket ticket) {
+void StreamReading::QueueLocked(StreamChunk chunk, AdmissionController::Ticket ticket) {
   queue_.push_back(Queued{std::move(chunk), std::move(ticket)});
   if (!draining_queue_) {
     draining_queue_ = true;
@@ -167,7 +200,7 @@ void ClientStreamReactor::QueueLocked(SlicedBytes chunk, AdmissionController::Ti
 }
 
 // Worker: feeds queued chunks to the job until the queue is empty.
-void ClientStreamReactor::Drain() {
+void StreamReading::Drain() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!queue_.empty() && error_.ok() && !cancelled_) {
     Queued chunk = std::move(queue_.front());
@@ -177,9 +210,14 @@ void ClientStreamReactor::Drain() {
       ReadLocked();
     }
     lock.unlock();
-    absl::Status s = job_->Consume(chunk.bytes);
-    chunk = Queued();  // its bytes are consumed: their share of the budget goes back
+    absl::Status s = job_->Consume(chunk.chunk);
+    // Its bytes are consumed: their share of the budget goes back, unless
+    // the job keeps a copy of them.
+    AdmissionController::Ticket share = std::move(chunk.ticket);
+    chunk = Queued();
+    if (!job_->KeepsChunkBytes()) share = AdmissionController::Ticket();
     lock.lock();
+    if (share.bytes() > 0) kept_.push_back(std::move(share));
     if (!s.ok() && error_.ok()) error_ = s;
   }
   draining_queue_ = false;
@@ -189,9 +227,9 @@ void ClientStreamReactor::Drain() {
 
 // The client has closed its side. An empty array has no chunk to start the
 // job with: it starts now, with an empty one.
-void ClientStreamReactor::EndOfInputLocked(std::unique_lock<std::mutex>& lock) {
+void StreamReading::EndOfInputLocked(std::unique_lock<std::mutex>& lock) {
   if (!started_ && !admitting_ && header_seen_ && error_.ok() && !cancelled_ && job_->declared_bytes() == 0) {
-    return AdmitOnWorkerLocked(SlicedBytes());
+    return AdmitOnWorkerLocked(StreamChunk());
   }
   if (job_->FinishMayWait() && started_ && !admitting_ && !draining_queue_ && error_.ok() && !cancelled_) {
     draining_queue_ = true;  // Drain, with nothing queued, finishes the call
@@ -201,32 +239,41 @@ void ClientStreamReactor::EndOfInputLocked(std::unique_lock<std::mutex>& lock) {
   FinishLocked(lock);
 }
 
-void ClientStreamReactor::FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
+void StreamReading::FailLocked(std::unique_lock<std::mutex>& lock, const absl::Status& status) {
   if (error_.ok()) error_ = status;
   FinishLocked(lock);
 }
 
 // Ends the call unless a worker is running (it finishes the call when it is
 // done); the caller holds mu_.
-void ClientStreamReactor::FinishLocked(std::unique_lock<std::mutex>& lock) {
+// Ends the input unless a worker is running (it finishes the call when it
+// is done), and has the reactor answer; the caller holds mu_, which is
+// released. Once done_ is set nothing else touches the job, so the answer
+// (which may group a whole table) runs without the lock the watchdog takes.
+void StreamReading::FinishLocked(std::unique_lock<std::mutex>& lock) {
   if (done_ || admitting_ || draining_queue_) return;
   done_ = true;
   read_since_.reset();
-  absl::Status status = Outcome();
-  if (status.ok()) status = job_->Finish(record_.Seconds(), response_);
-  const std::uint64_t elements = status.ok() ? job_->elements() : 0;
-  // What the job holds (a reduction, a lane, an unfinished upload) goes now,
-  // and the caller's place under its stream quota with it.
-  job_.reset();
+  const absl::Status status = Outcome();
   queue_.clear();
-  results_ = AdmissionController::Ticket();
-  caller_.stream.Release();
   lock.unlock();
-  record_.Complete(status, elements);
-  Finish(ToGrpcStatus(status));
+  Answer(status);
 }
 
-absl::Status ClientStreamReactor::Outcome() const {
+void StreamReading::EndCall(const absl::Status& status) {
+  const std::uint64_t elements = status.ok() ? job_->elements() : 0;
+  record_.SetOps(job_->ops());
+  // What the job holds (a reduction, a lane, an unfinished upload, a
+  // table) goes now, and the caller's place under its stream quota with it.
+  job_.reset();
+  results_ = AdmissionController::Ticket();
+  kept_.clear();
+  caller_.stream.Release();
+  record_.Complete(status, elements);
+  FinishCall(ToGrpcStatus(status));
+}
+
+absl::Status StreamReading::Outcome() const {
   if (cancelled_ || context_->IsCancelled()) {
     return absl::CancelledError("the client cancelled the stream, or its deadline passed.");
   }

@@ -68,13 +68,15 @@ const char* Metrics::MethodName(Method method) {
     case Method::kAggregateRegion: return "AggregateRegion";
     case Method::kPutDatasetFromRegion: return "PutDatasetFromRegion";
     case Method::kGroupBy: return "GroupBy";
+    case Method::kGroupByStream: return "GroupByStream";
   }
   return "unknown";
 }
 
 bool Metrics::CarriesOps(Method method) {
   return method == Method::kAggregate || method == Method::kAggregateStream ||
-         method == Method::kAggregateDataset || method == Method::kAggregateRegion || method == Method::kGroupBy;
+         method == Method::kAggregateDataset || method == Method::kAggregateRegion || method == Method::kGroupBy ||
+         method == Method::kGroupByStream;
 }
 
 Metrics::Metrics(const Options& options)

@@ -47,8 +47,9 @@ class Metrics {
     kAggregateRegion,
     kPutDatasetFromRegion,
     kGroupBy,
+    kGroupByStream,
   };
-  static constexpr int kNumMethods = 14;
+  static constexpr int kNumMethods = 15;
 
   struct Options {
     std::string backend;  // "cpu", "cuda", "null": a constant label on every family

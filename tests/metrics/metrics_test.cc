@@ -151,7 +151,8 @@ TEST(Metrics, SuccessSeriesExistBeforeAnyRequest) {
   EXPECT_EQ(Value(text, "tally_requests_total", {{"method", "PutDataset"}, {"code", "OK"}}), 0.0);
   EXPECT_EQ(CountSamples(text, "tally_requests_total"), Metrics::kNumMethods);
   // Op series for the methods that carry aggregations only.
-  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 5 * rules::kNumOpKinds);  // GroupBy carries them too
+  // GroupBy and GroupByStream carry them too.
+  EXPECT_EQ(CountSamples(text, "tally_aggregations_total"), 6 * rules::kNumOpKinds);
   EXPECT_EQ(Value(text, "tally_aggregations_total",
                   {{"method", "AggregateDataset"}, {"op", "histogram"}, {"code", "OK"}}),
             0.0);

@@ -4,8 +4,8 @@ aggregation, over keys of every dtype (integers, bool, floats with NaN and
 -0.0, strings with None, categories, nullable Int64), composite, skewed,
 one group and 200,000 groups in several pages; nullable value columns, empty
 frames, a mapping of numpy arrays or of SharedArrays (sent as region columns),
-large tables packed into one shared-memory region for a local server, and
-the errors that name what is wrong.
+large tables packed into one shared-memory region for a local server or sent
+in chunks (GroupByStream), and the errors that name what is wrong.
 
 usage: groupby_test.py TALLY_SERVER_BINARY [--backend=cpu]
 (the package, built with its stubs, on PYTHONPATH)
@@ -713,7 +713,7 @@ class PackedFrames(Base):
     def test_a_large_table_goes_as_one_region_and_answers_as_inline(self):
         n = 6_000
         df = values_frame(self.rng, n, {"k": self.rng.integers(-20, 20, n), "s": self.rng.choice(["x", "y", None], n)})
-        inline, inline_requests = self.client_with(shared_memory=False, stream_threshold=0)
+        inline, inline_requests = self.client_with(shared_memory=False)
         packed, packed_requests = self.client_with(stream_threshold=0)
         for by, agg in ((["k"], FUNCS), (["k", "s"], FEW), ("s", "size")):
             frame = df if "s" in by else df.drop(columns="s")
@@ -794,6 +794,70 @@ class PackedFrames(Base):
         busy.groupby(arrays, "k", "sum")
         busy.groupby(arrays, "k", "sum")
         self.assertEqual(len(busy_tries), 2)
+
+
+class StreamedFrames(Base):
+    """Columns sent with the request that come to at least stream_threshold
+    bytes go in chunks of chunk_bytes (GroupByStream): the answers those of
+    the same table in one message, bit for bit, whatever the chunking; a
+    table past the server's message limit answers as pandas does."""
+
+    def client_with(self, target=None, **kwargs):
+        c = tally.Client(target or self.target, timeout=60, shared_memory=False, **kwargs)
+        self.addCleanup(c.close)
+        streams = []
+        send = c._group_by_stream_pages
+
+        def recording(request, timeout, metadata, **kw):
+            streams.append(request)
+            return send(request, timeout, metadata, **kw)
+
+        c._group_by_stream_pages = recording
+        return c, streams
+
+    def test_any_chunking_answers_as_one_message(self):
+        n = 5_000
+        df = values_frame(self.rng, n, {"k": self.rng.integers(-20, 20, n), "s": self.rng.choice(["x", "y", None], n)})
+        one = tally.Client(self.target, timeout=60, shared_memory=False)
+        self.addCleanup(one.close)
+        for chunk_bytes in (7, 1000, 4 * 2**20):
+            streamed, streams = self.client_with(stream_threshold=0, chunk_bytes=chunk_bytes)
+            for by, agg in ((["k"], FUNCS), (["k", "s"], FEW), ("s", "size")):
+                frame = df if "s" in by else df.drop(columns="s")
+                if agg is FUNCS and PANDAS_3:
+                    frame = frame.drop(columns="b")  # pandas 3 refuses the quantile of bools
+                streams.clear()
+                want = one.groupby(frame, by, agg, dropna=False)
+                got = streamed.groupby(frame, by, agg, dropna=False)
+                msg = f"by={by}, agg={agg}, chunks of {chunk_bytes} bytes"
+                self.assertTrue(streams, msg)
+                same = pd.testing.assert_series_equal if isinstance(want, pd.Series) else pd.testing.assert_frame_equal
+                same(got, want, check_exact=True, obj=msg)  # bit for bit
+                self.assertSameResult(got, frame.groupby(by, dropna=False).agg(agg), f"{msg}, pandas")
+
+    def test_a_small_table_goes_in_one_message(self):
+        c, streams = self.client_with()
+        c.groupby({"k": np.arange(1000) % 3, "v": np.ones(1000)}, "k", "sum")
+        self.assertEqual(streams, [])
+
+    def test_a_table_past_the_message_limit_answers(self):
+        server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}", "--max_message_bytes=1048576"])
+        self.addCleanup(server.stop)
+        # 19.6 MB of columns, past 17 MiB: the transport's limit for a 1 MiB
+        # --max_message_bytes (16 MiB over it, for a request's other fields).
+        n = 1_400_000
+        df = pd.DataFrame({"k": self.rng.integers(0, 1000, n).astype(np.int32), "v": self.rng.random(n),
+                           "i": pd.array(self.rng.integers(-5, 5, n), dtype="Int16")})
+        df.loc[self.rng.random(n) < 0.1, "i"] = pd.NA
+        agg = {"v": ["sum", "mean", "max", "median"], "i": ["sum", "count"]}
+        one, _ = self.client_with(f"127.0.0.1:{server.port}", stream_threshold=2**40)
+        with self.assertRaises(tally.Error) as e:
+            one.groupby(df, "k", agg)
+        self.assertEqual(e.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        streamed, streams = self.client_with(f"127.0.0.1:{server.port}")
+        got = streamed.groupby(df, "k", agg)
+        self.assertEqual(len(streams), 1)
+        self.assertSameResult(got, df.groupby("k").agg(agg), "streamed past the limit")
 
 
 class ValuesAsBytes(Base):

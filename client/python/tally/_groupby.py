@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -595,11 +595,14 @@ class _Names:
 
 
 def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray],
-                 shared: Optional[SharedArray | _Resident] = None, packed: Optional[PackedColumns] = None) -> Any:
+                 shared: Optional[SharedArray | _Resident] = None, packed: Optional[PackedColumns] = None,
+                 streamed: Optional[dict] = None) -> Any:
     """The column as GroupBy takes it: a resident dataset by its name;
     where its values as sent are a contiguous view of ``shared``'s memory
     (its own values, or bools seen as uint8), the place in its region that
-    holds them; else where ``packed`` holds their copy; else the bytes."""
+    holds them; else where ``packed`` holds their copy; else the bytes, in
+    the column or, with ``streamed``, kept there by name (its bytes and
+    validity, for GroupByStream's chunks)."""
     if isinstance(shared, _Resident):  # the dataset's own dtype, read where it lies
         return pb.Column(name=name, dataset=shared.name)
     a, _ = prepare(values)
@@ -607,12 +610,16 @@ def _wire_column(name: str, values: np.ndarray, valid: Optional[np.ndarray],
     region = None if shared is None else shared.region_column(a)
     if region is None and packed is not None:
         region = packed.region_column(values)
+    validity = None if valid is None else prepare_validity(valid, a.shape)
     if region is not None:
         c.region.CopyFrom(region)
+    elif streamed is not None:
+        streamed[name] = (byte_view(a), validity)
+        return c
     else:
         c.data = byte_view(a).tobytes()
-    if valid is not None:
-        c.validity = prepare_validity(valid, a.shape)
+    if validity is not None:
+        c.validity = validity
     return c
 
 
@@ -1037,30 +1044,37 @@ class GroupByFunctions:
         # that every part's states of it have one dtype to merge.
         counted = None if base_index is not None else next((i for i, k in enumerate(keys) if k.valid is None), None)
         zeros = np.zeros(rows, dtype=np.uint8) if want_sizes and counted is None else None
-        packed = self._pack_columns([k.values for k in keys if k.shared is None]
-                                    + [v.col.values for v in values if v.shared is None]
-                                    + ([zeros] if zeros is not None else []), timeout)
+        inline = ([k.values for k in keys if k.shared is None] + [v.col.values for v in values if v.shared is None]
+                  + ([zeros] if zeros is not None else []))
+        packed = self._pack_columns(inline, timeout)
+        # Columns sent with the request come to at least stream_threshold
+        # bytes: in chunks instead (GroupByStream), so that a table of any
+        # size fits the server's message limit.
+        streamed = ({} if packed is None and sum(np.asarray(a).nbytes for a in inline) >= max(self.stream_threshold, 1)
+                    else None)
         try:
-            return self._group_sent(keys, values, want_sizes, base_index, zeros, counted, packed, sort, dropna,
-                                    timeout)
+            return self._group_sent(keys, values, want_sizes, base_index, zeros, counted, packed, streamed, rows,
+                                    sort, dropna, timeout)
         finally:
             if packed is not None:
                 packed.close()
 
     def _group_sent(self, keys: list[_Key], values: list[_Values], want_sizes: bool, base_index: Optional[int],
                     zeros: Optional[np.ndarray], counted: Optional[int], packed: Optional[PackedColumns],
-                    sort: bool, dropna: bool, timeout: Optional[float]
+                    streamed: Optional[dict], rows: int, sort: bool, dropna: bool, timeout: Optional[float]
                     ) -> tuple[_Grouped, dict[Any, dict[Op, Any]], Any]:
-        """_group's requests, the columns sent inline or as regions."""
+        """_group's requests, the columns sent inline, in chunks (where
+        ``streamed`` is a dict, which gathers their bytes) or as regions."""
         names = _Names()
-        key_columns = [_wire_column(names(k.label), k.values, k.valid, k.shared, packed) for k in keys]
+        key_columns = [_wire_column(names(k.label), k.values, k.valid, k.shared, packed, streamed) for k in keys]
         key_names = [c.name for c in key_columns]
         size_column = None if counted is None else key_columns[counted]
         extra = []
         if zeros is not None:
-            size_column = _wire_column(names("size"), zeros, None, None, packed)
+            size_column = _wire_column(names("size"), zeros, None, None, packed, streamed)
             extra.append(size_column)
-        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid, v.shared, packed) for v in values}
+        wire = {id(v): _wire_column(names(v.label), v.col.values, v.col.valid, v.shared, packed, streamed)
+                for v in values}
         count = Op.parse("count")
         answers: dict[Any, dict[Op, Any]] = {}
         sizes = None
@@ -1082,7 +1096,12 @@ class GroupByFunctions:
                                         keys=key_names, aggregations=aggs, first_seen_order=not sort,
                                         keep_na_keys=not dropna)
             ops = None if base_index is None else [count if o is None else o[1] for o in owners]
-            grouped = _join_pages(self._call(self._group_by_pages, request, timeout), ops)
+            if streamed is None:
+                pages = self._call(self._group_by_pages, request, timeout)
+            else:
+                send = functools.partial(self._group_by_stream_pages, streamed=streamed, rows=rows)
+                pages = self._call(send, request, timeout)
+            grouped = _join_pages(pages, ops)
             if first is None:
                 first = grouped
             elif grouped.groups != first.groups:
@@ -1105,14 +1124,44 @@ class GroupByFunctions:
             group_by = self._group_by_raw = self._channel.unary_stream(
                 "/tally.v1.Aggregator/GroupBy", request_serializer=pb.GroupByRequest.SerializeToString,
                 response_deserializer=_Page)
-        call = group_by(request, timeout=timeout, metadata=metadata)
-        pages: list = []
-        for page in call:
-            if pages and _groups_read(pages) >= pages[0].groups:
-                call.cancel()
-                break
-            pages.append(page)
-        return pages
+        return _read_pages(group_by(request, timeout=timeout, metadata=metadata))
+
+    def _group_by_stream_pages(self, request: Any, timeout: Optional[float], metadata: Any, *, streamed: dict,
+                               rows: int) -> list:
+        """As _group_by_pages, the request's columns named in ``streamed``
+        sent in chunks of chunk_bytes (GroupByStream): each column's bytes,
+        then its validity."""
+        group_by = self.__dict__.get("_group_by_stream_raw")
+        if group_by is None:
+            group_by = self._group_by_stream_raw = self._channel.stream_stream(
+                "/tally.v1.Aggregator/GroupByStream", request_serializer=pb.GroupByStreamRequest.SerializeToString,
+                response_deserializer=_Page)
+        order = [(i, c.name) for i, c in enumerate(request.columns) if c.name in streamed]
+        header = pb.GroupByStreamRequest.Header(request=request, rows=rows,
+                                                masked_columns=[i for i, name in order if streamed[name][1] is not None])
+        step = self.chunk_bytes
+
+        def messages() -> Iterator[Any]:
+            yield pb.GroupByStreamRequest(header=header)
+            for i, name in order:
+                data, validity = streamed[name]
+                for at in range(0, len(data), step):
+                    yield pb.GroupByStreamRequest(column=i, chunk=data[at:at + step].tobytes())
+                for at in range(0, len(validity or b""), step):
+                    yield pb.GroupByStreamRequest(column=i, validity=True, chunk=validity[at:at + step])
+
+        return _read_pages(group_by(messages(), timeout=timeout, metadata=metadata))
+
+
+def _read_pages(call: Any) -> list:
+    """A GroupBy call's messages, up to the one that holds its last group."""
+    pages: list = []
+    for page in call:
+        if pages and _groups_read(pages) >= pages[0].groups:
+            call.cancel()
+            break
+        pages.append(page)
+    return pages
 
 
 class _Page:

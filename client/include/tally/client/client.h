@@ -112,9 +112,13 @@ class Client {
       std::span<const std::uint8_t> validity = {});
 
   // GroupBy (tally.proto's group-by rules): the answer's messages merged
-  // into one response holding every group.
+  // into one response holding every group. A request whose columns carry
+  // more than options.stream_threshold_bytes (StreamMode::kAuto) goes with
+  // GroupByStream instead, each inline column's bytes, then its validity,
+  // in chunks of options.chunk_bytes: a table of any size, the same answer.
+  // options.progress is not called.
   [[nodiscard]] absl::StatusOr<v1::GroupByResponse> GroupBy(const v1::GroupByRequest& request,
-                                                           absl::Duration timeout = absl::InfiniteDuration());
+                                                           const CallOptions& options = {});
 
   // Every dataset, by name, and what each place (GPU or host) holds: the
   // server's pages, followed to the last, in one answer (`timeout` for

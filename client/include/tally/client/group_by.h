@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "tally/client/array.h"
 #include "tally/v1/tally.pb.h"
 
@@ -15,6 +16,16 @@ namespace tally::client {
 // A column of a group-by table: its name and its elements (and validity,
 // when the array has one). Copies the bytes into the message.
 v1::Column ColumnOf(const std::string& name, const ArrayRef& array);
+
+// Bytes the request carries in its columns (data and validity), which
+// decide whether Client::GroupBy streams them.
+std::uint64_t InlineColumnBytes(const v1::GroupByRequest& request);
+
+// GroupByStream's header for `request`: the request without its inline
+// columns' bytes (those with neither a dataset nor a region: the streamed
+// ones), their rows, and which of them send validity. INVALID_ARGUMENT
+// naming the columns when two streamed ones differ in length.
+[[nodiscard]] absl::StatusOr<v1::GroupByStreamRequest> GroupByStreamHeader(const v1::GroupByRequest& request);
 
 // Groups in one page: the first key column's elements (no key column: the
 // one group, if any).
