@@ -329,6 +329,37 @@ TEST_F(GroupByStreamTest, ATablePastTheInflightBudgetIsRefusedAtItsHeader) {
   ASSERT_TRUE(s.ok()) << s.error_message();
 }
 
+// A stream that stops sending, or is cancelled, is ended and what it held
+// (its table, its share of --max_inflight_bytes) freed.
+TEST_F(GroupByStreamTest, AStalledOrCancelledStreamFreesItsTable) {
+  ServerConfig config;
+  config.service.stream_idle_timeout = std::chrono::milliseconds(300);
+  server_.reset();
+  StartServer(config);
+  const Table t = MakeTable(100000, 13);
+  const v1::GroupByRequest bare = Request(false, 0);
+  for (const bool cancel : {false, true}) {
+    SCOPED_TRACE(cancel ? "cancelled" : "stalled");
+    grpc::ClientContext ctx;
+    auto stream = stub_->GroupByStream(&ctx);
+    ASSERT_TRUE(stream->Write(TableHeader(bare, t.rows)));
+    ASSERT_TRUE(stream->Write(ColumnChunk(2, t.v)));  // 800 KB of the table, then nothing
+    ASSERT_TRUE(MetricReaches("tally_in_flight_bytes", 800000 + 20.0 * t.rows));  // kept, with the working bytes
+    if (cancel) ctx.TryCancel();
+    v1::GroupByResponse page;
+    EXPECT_FALSE(stream->Read(&page));
+    const grpc::Status s = stream->Finish();
+    if (cancel) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+      EXPECT_NE(s.error_message().find("--stream_idle_timeout_ms"), std::string::npos) << s.error_message();
+    }
+    EXPECT_TRUE(MetricReaches("tally_in_flight_bytes", 0));
+    EXPECT_TRUE(MetricReaches("tally_requests_in_flight", 0));
+  }
+}
+
 // The C++ client sends a request of more than stream_threshold_bytes with
 // GroupByStream, and gets the answer the one message gets.
 TEST_F(GroupByStreamTest, TheClientStreamsALargeRequestAndGetsTheSameAnswer) {

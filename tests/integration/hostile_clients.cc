@@ -290,12 +290,13 @@ int IdleConnections::ClosedByServer() {
   return closed;
 }
 
-const Method kEveryMethod[5] = {
+const Method kEveryMethod[6] = {
     {"/tally.v1.Aggregator/Aggregate", false},
     {"/tally.v1.Aggregator/AggregateStream", true},
     {"/grpc.health.v1.Health/Check", false},
     {"/grpc.health.v1.Health/Watch", false},
     {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", true},
+    {"/tally.v1.Aggregator/GroupByStream", true},
 };
 
 namespace {
@@ -316,8 +317,30 @@ std::string ValidRequest(int method, Rng& rng) {
     case 2:
     case 3:
       return std::string("\x0a\x13tally.v1.Aggregator", 21);  // HealthCheckRequest{service}
-    default:
+    case 4:
       return std::string("\x3a\x00", 2);  // ServerReflectionRequest{list_services: ""}
+    default: {
+      // A header of a 4-row table of an int32 key and a float32 value, or
+      // a chunk of one of them.
+      v1::GroupByStreamRequest m;
+      if (rng() % 2) {
+        v1::GroupByRequest& r = *m.mutable_header()->mutable_request();
+        for (const auto& [name, dtype] : {std::pair{"k", v1::DTYPE_INT32}, std::pair{"v", v1::DTYPE_FLOAT32}}) {
+          v1::Column* c = r.add_columns();
+          c->set_name(name);
+          c->set_dtype(dtype);
+        }
+        r.add_keys("k");
+        v1::GroupAggregation* a = r.add_aggregations();
+        a->set_column("v");
+        *a->mutable_aggregation() = Sum();
+        m.mutable_header()->set_rows(4);
+      } else {
+        m.set_column(static_cast<std::uint32_t>(rng() % 2));
+        m.set_chunk(Bytes(RandomInts(4, rng())));
+      }
+      return m.SerializeAsString();
+    }
   }
 }
 
@@ -376,7 +399,7 @@ void MalformedCalls::Run(int thread, std::uint64_t seed) {
   Rng rng(seed);
   auto channel = NewConnection(target_);
   for (int i = thread; !stop_.load() && done_.fetch_add(1) < limit_; ++i) {
-    const int method = i % 5;
+    const int method = i % static_cast<int>(std::size(kEveryMethod));
     const Method& m = kEveryMethod[method];
     grpc::ClientContext ctx;
     // Watch answers a valid request forever: every call gets a deadline.

@@ -108,7 +108,7 @@ struct Method {
   const char* name;
   bool client_streams;
 };
-extern const Method kEveryMethod[5];
+extern const Method kEveryMethod[6];
 
 // Threads that call every method with bytes that are not, or are not quite,
 // the method's request message: random bytes, valid requests with bytes
