@@ -6,7 +6,9 @@ Uploads int32 key and float32 value columns as resident datasets for each
 pair of --groups and --rows, then runs --clients threads for --seconds, each
 picking a case at random and sending GroupBy (sum, count, min, max, mean per
 key) over the datasets or, for cases of at most --inline_rows rows, over the
-columns sent inline. Every answer must equal numpy's (keys, counts, min and
+columns sent inline, or, for cases of at most --streamed_rows rows, the
+columns in chunks of --chunk_bytes with GroupByStream (the key's and the
+value's chunks alternating). Every answer must equal numpy's (keys, counts, min and
 max exactly; sums and means to float rounding) and, bit for bit, the first
 answer of its case (the same request gives the same bits). A request the
 server sheds (RESOURCE_EXHAUSTED past --max_inflight_bytes) is counted as
@@ -88,6 +90,8 @@ def main():
     p.add_argument("--groups", default="16,65536,1000000")
     p.add_argument("--rows", default="65536,1048576,4194304")
     p.add_argument("--inline_rows", type=int, default=1 << 20, help="cases this small also go inline")
+    p.add_argument("--streamed_rows", type=int, default=1 << 22, help="cases this small also go in chunks")
+    p.add_argument("--chunk_bytes", type=int, default=1 << 20, help="GroupByStream's chunks")
     p.add_argument("--composite", action="store_true", help="also every case grouped by two key columns")
     args = p.parse_args()
 
@@ -96,6 +100,20 @@ def main():
     group_by = server.channel.unary_stream("/tally.v1.Aggregator/GroupBy",
                                           request_serializer=pb.GroupByRequest.SerializeToString,
                                           response_deserializer=pb.GroupByResponse.FromString)
+    group_by_stream = server.channel.stream_stream("/tally.v1.Aggregator/GroupByStream",
+                                                   request_serializer=pb.GroupByStreamRequest.SerializeToString,
+                                                   response_deserializer=pb.GroupByResponse.FromString)
+
+    def streamed(bare, rows, columns):
+        """GroupByStream's messages: the header, then each column's chunks,
+        the columns' in turn."""
+        yield pb.GroupByStreamRequest(header=pb.GroupByStreamRequest.Header(request=bare, rows=rows))
+        step = args.chunk_bytes
+        for at in range(0, max(len(c) for c in columns), step):
+            for i, c in enumerate(columns):
+                if at < len(c):
+                    yield pb.GroupByStreamRequest(column=i, chunk=c[at:at + step])
+
     aggregations = [pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, o))) for o in OPS]
     rng = np.random.default_rng(7)
     cases = []  # (label, request, rows, reference)
@@ -115,6 +133,11 @@ def main():
                     columns=[pb.Column(name="k", dtype=pb.DTYPE_INT32, data=k.tobytes()),
                              pb.Column(name="v", dtype=pb.DTYPE_FLOAT32, data=v.tobytes())],
                     keys=["k"], aggregations=aggregations), rows, ref))
+            if rows <= args.streamed_rows:
+                bare = pb.GroupByRequest(columns=[pb.Column(name="k", dtype=pb.DTYPE_INT32),
+                                                  pb.Column(name="v", dtype=pb.DTYPE_FLOAT32)],
+                                         keys=["k"], aggregations=aggregations)
+                cases.append((f"streamed {name}", (bare, [k.tobytes(), v.tobytes()]), rows, ref))
             if args.composite:
                 high, low = (k // 8).astype(np.int32), (k % 8).astype(np.int8)
                 upload(server, pb, f"kh_{name}", high, pb.DTYPE_INT32)
@@ -138,7 +161,10 @@ def main():
         while time.monotonic() < stop:
             label, request, rows, ref = pick.choice(cases)
             try:
-                answer = answer_of(list(group_by(request, timeout=600)))
+                if isinstance(request, tuple):
+                    answer = answer_of(list(group_by_stream(streamed(request[0], rows, request[1]), timeout=600)))
+                else:
+                    answer = answer_of(list(group_by(request, timeout=600)))
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     # The server sheds load past --max_inflight_bytes and

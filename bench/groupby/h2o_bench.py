@@ -28,8 +28,9 @@ Groups are asked in ascending key order (sort=True) of every engine.
         [--reps 3] [--baselines pandas,pyarrow] [--inline | --datasets]
 
 By default each question sends its columns of the DataFrame (through
-shared memory to a server on this host, or inline with --inline), as a
-user of Client.groupby(df, ...) would. With --datasets the columns are
+shared memory to a server on this host; with --inline over gRPC, as to a
+server on another host: in chunks, GroupByStream, past 4 MiB), as a user
+of Client.groupby(df, ...) would. With --datasets the columns are
 uploaded once as resident datasets (the category ids as their codes; the
 upload's time printed apart, as pandas' and pyarrow's data is in memory
 before their questions) and every question names them: the question
@@ -174,8 +175,8 @@ def main():
     p.add_argument("--baselines", default="pandas,pyarrow")
     p.add_argument("--seed", type=int, default=108)
     p.add_argument("--inline", action="store_true",
-                   help="send the frame inside the request even to a server on this host "
-                        "(the client's shared_memory=False)")
+                   help="send the frame over gRPC even to a server on this host (the client's "
+                        "shared_memory=False): in the request, or in chunks (GroupByStream) past 4 MiB")
     p.add_argument("--datasets", action="store_true",
                    help="upload the columns once as resident datasets and ask every question of them")
     p.add_argument("--trace", action="store_true",
