@@ -179,6 +179,8 @@ def main():
                         "shared_memory=False): in the request, or in chunks (GroupByStream) past 4 MiB")
     p.add_argument("--datasets", action="store_true",
                    help="upload the columns once as resident datasets and ask every question of them")
+    p.add_argument("--server_flag", action="append", default=[],
+                   help="a flag for the started server, e.g. --server_flag=--max_inflight_bytes=17179869184")
     p.add_argument("--trace", action="store_true",
                    help="run the server with --log_level=trace and print each GroupBy's phases at the end")
     args = p.parse_args()
@@ -190,7 +192,7 @@ def main():
         from tally.v1 import tally_pb2
         server = TallyServer(args.server, tally_pb2, [f"--backend={args.backend}", "--health_listen=",
                                                       "--max_groups=67108864"] +
-                             (["--log_level=trace"] if args.trace else []))
+                             (["--log_level=trace"] if args.trace else []) + args.server_flag)
         target = f"127.0.0.1:{server.port}"
     elif args.target:
         target = args.target

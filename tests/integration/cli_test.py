@@ -371,6 +371,28 @@ class Cli(ServerCase):
         self.assertIn("0 regions", r.stdout)  # unregistered at the end
         self.assertEqual(arrays() - before, set())  # the objects are removed too
 
+    def test_groupby_streams_a_table_past_the_message_limit(self):
+        # 18 MB of columns, past the 17 MiB a 1 MiB --max_message_bytes lets
+        # one message carry: sent in chunks (GroupByStream).
+        small = TallyServer(SERVER, pb, ["--backend=cpu", "--max_message_bytes=1048576"])
+        self.addCleanup(small.stop)
+        rng = np.random.default_rng(17)
+        n = 1_500_000
+        k = rng.integers(0, 1000, n).astype(np.int32)
+        v = rng.standard_normal(n)
+        np.savez(self.path("big.npz"), k=k, v=v)
+        r = run("groupby", f"--target=127.0.0.1:{small.port}", "--json", self.path("big.npz"), "--by=k",
+                "--agg=v:sum,count,max")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["keys"][0]["values"], list(range(1000)))
+        sums, counts, highs = out["results"][0]["values"], out["results"][1]["values"], out["results"][2]["values"]
+        np.testing.assert_allclose(sums, np.bincount(k, weights=v, minlength=1000), rtol=1e-12, atol=1e-9)
+        self.assertEqual(counts, np.bincount(k, minlength=1000).tolist())
+        want = np.full(1000, -np.inf)
+        np.maximum.at(want, k, v)
+        self.assertEqual(highs, want.tolist())
+
     def test_regions_lists_and_unregisters(self):
         from multiprocessing import shared_memory
         m = shared_memory.SharedMemory(create=True, size=4096)
