@@ -178,7 +178,7 @@ TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
   TALLY_REQUIRE_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const std::uint64_t rows = 300001;
-  static_assert(kernels::kMaxLaneCopiesRange == 32 && kernels::kMaxPartitionedRange == (1 << 25) &&
+  static_assert(kernels::kMaxLaneCopiesRange == 32 && kernels::kMaxPartitionedRange == (1 << 26) &&
                     grouping::kMaxHostDirectRange == 65536,
                 "the spreads below pick the device's and the host's paths");
   // A geometric skew with p 0.05 over 300,001 rows stays within a few hundred.
@@ -230,6 +230,10 @@ TEST(EngineGroupBy, PartitionedPassOverAMillionKeys) {
   const std::uint64_t more = (std::uint64_t{1} << 25) + 4097;
   Compare(DType::kInt32, Keys<std::int32_t>(more, 3000, false, -1500, rng), more, rng, "int32, two parts",
           Keyed::kBuckets, true);
+  // The widest range the buckets take: 32,768 of them, the count's and the
+  // move's counters 128 KiB of shared memory a block.
+  Compare(DType::kInt32, Keys<std::int32_t>(more, kernels::kMaxPartitionedRange, false, -3, rng), more, rng,
+          "int32, 2^26 keys", Keyed::kBuckets);
 }
 
 // Two value columns of `rows` rows: float32 (normal, about one NaN in a

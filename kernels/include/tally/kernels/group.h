@@ -104,10 +104,13 @@ inline constexpr std::uint64_t kMaxLaneCopiesRange = 32;
 // pass over the table per bucket (kernels/src/group/partitioned_groups.cu
 // has the measurements).
 inline constexpr std::uint64_t kMaxInPlaceRange = 4096;
-// The widest range the partitioned path takes: 2^25 keys, 1.4 GiB of
+// The widest range the partitioned path takes: 2^26 keys, 2.75 GiB of
 // slots (44 bytes a key), and no more than the rows make worth it
-// (DenseGroupScratchBytes).
-inline constexpr std::uint64_t kMaxPartitionedRange = std::uint64_t{1} << 25;
+// (DenseGroupScratchBytes). The count and the move keep a counter per
+// bucket in shared memory: 32,768 buckets, 128 KiB, one block an SM (the
+// order by key took 3.37 s over 2^28 rows of 2^26 keys, H200, most of it
+// the host's work per group; docs/performance.md).
+inline constexpr std::uint64_t kMaxPartitionedRange = std::uint64_t{1} << 26;
 
 struct DenseValues {
   rules::DType dtype = rules::DType::kFloat32;
