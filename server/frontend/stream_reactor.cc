@@ -26,7 +26,7 @@ void StreamReading::Begin(const absl::Status& refusal) {
 ClientStreamReactor::ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
                                          grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
                                          RequestRecord record, StreamCaller caller, const absl::Status& refusal)
-    : StreamReading(std::move(job), options, context, std::move(record), std::move(caller)), response_(response) {
+    : StreamReactorOf(std::move(job), options, context, std::move(record), std::move(caller)), response_(response) {
   Begin(refusal);
 }
 
@@ -38,7 +38,7 @@ void ClientStreamReactor::Answer(absl::Status status) {
 PagedStreamReactor::PagedStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
                                        grpc::CallbackServerContext* context, RequestRecord record,
                                        StreamCaller caller, const absl::Status& refusal)
-    : StreamReading(std::move(job), options, context, std::move(record), std::move(caller)) {
+    : StreamReactorOf(std::move(job), options, context, std::move(record), std::move(caller)) {
   Begin(refusal);
 }
 

@@ -201,13 +201,14 @@ class StreamReading : public StreamWatchdog::Watched {
   std::uint64_t window_bytes_ = 0;
 };
 
-// A client-streaming call answered in one message (AggregateStream,
-// PutDataset).
-class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>, public StreamReading {
+// gRPC's reactor `Base` reading a stream through StreamReading: its
+// callbacks passed on, its StartRead and Finish lent.
+template <typename Base>
+class StreamReactorOf : public Base, public StreamReading {
  public:
-  ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
-                      grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
-                      RequestRecord record, StreamCaller caller, const absl::Status& refusal);
+  StreamReactorOf(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
+                  grpc::CallbackServerContext* context, RequestRecord record, StreamCaller caller)
+      : StreamReading(std::move(job), options, context, std::move(record), std::move(caller)) {}
 
   void OnReadDone(bool ok) override { ReadDone(ok); }
   void OnCancel() override { Cancelled(); }
@@ -215,9 +216,20 @@ class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffe
 
  private:
   void Destroy() override { delete this; }
-  void StartReading(grpc::ByteBuffer* message) override { StartRead(message); }
+  void StartReading(grpc::ByteBuffer* message) override { this->StartRead(message); }
+  void FinishCall(const grpc::Status& status) override { this->Finish(status); }
+};
+
+// A client-streaming call answered in one message (AggregateStream,
+// PutDataset).
+class ClientStreamReactor final : public StreamReactorOf<grpc::ServerReadReactor<grpc::ByteBuffer>> {
+ public:
+  ClientStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
+                      grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
+                      RequestRecord record, StreamCaller caller, const absl::Status& refusal);
+
+ private:
   void Answer(absl::Status status) override;
-  void FinishCall(const grpc::Status& status) override { Finish(status); }
 
   grpc::ByteBuffer* response_;
 };
@@ -225,23 +237,17 @@ class ClientStreamReactor final : public grpc::ServerReadReactor<grpc::ByteBuffe
 // A streaming call answered in pages once its input is over
 // (GroupByStream): the job's Finish gives the first message, NextMessage
 // the others, each written once the one before it has been.
-class PagedStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                                 public StreamReading {
+class PagedStreamReactor final
+    : public StreamReactorOf<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>> {
  public:
   PagedStreamReactor(std::unique_ptr<StreamJob> job, const StreamReactorOptions& options,
                      grpc::CallbackServerContext* context, RequestRecord record, StreamCaller caller,
                      const absl::Status& refusal);
 
-  void OnReadDone(bool ok) override { ReadDone(ok); }
   void OnWriteDone(bool ok) override;
-  void OnCancel() override { Cancelled(); }
-  void OnDone() override { Done(); }
 
  private:
-  void Destroy() override { delete this; }
-  void StartReading(grpc::ByteBuffer* message) override { StartRead(message); }
   void Answer(absl::Status status) override;
-  void FinishCall(const grpc::Status& status) override { Finish(status); }
 
   grpc::ByteBuffer page_;  // the write in flight reads it
 };
