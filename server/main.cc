@@ -40,8 +40,10 @@ ABSL_FLAG(std::uint64_t, max_message_bytes, std::uint64_t{64} << 20,
 ABSL_FLAG(std::uint64_t, max_inflight_bytes, std::uint64_t{4} << 30,
           "Bytes that requests in progress may hold together (a unary request its array, a stream "
           "the chunks it has received and not yet reduced; Aggregate, AggregateStream, AggregateDataset "
-          "and AggregateRegion also their results while they run, 16 bytes per result value); past it a request, or a stream's next "
-          "chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. It also sizes gRPC's "
+          "and AggregateRegion also their results while they run, 16 bytes per result value; GroupBy and "
+          "GroupByStream their table, 20 bytes a row while it is grouped, a streamed table's chunks kept "
+          "until the end, and a streamed table past this whole budget refused at its header); past it a "
+          "request, or a stream's next chunk, waits up to --admission_wait_ms, then gets RESOURCE_EXHAUSTED. It also sizes gRPC's "
           "own quota for received messages, this plus 4 x --max_message_bytes (more when that is "
           "under 16 MiB): gRPC reads every message whole before any size check, and past the quota it "
           "resets streams it is still reading (RESOURCE_EXHAUSTED, \"Received RST_STREAM with error "
