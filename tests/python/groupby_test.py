@@ -835,6 +835,14 @@ class StreamedFrames(Base):
                 same(got, want, check_exact=True, obj=msg)  # bit for bit
                 self.assertSameResult(got, frame.groupby(by, dropna=False).agg(agg), f"{msg}, pandas")
 
+    def test_chunk_messages_written_by_hand_parse_as_protobuf_writes_them(self):
+        from tally import _wire
+        for column, validity, n in ((0, 0, 0), (3, 1, 5), (200, 0, 300), (1, 1, 70_000)):
+            data = memoryview(self.rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+            raw = _wire.chunk_message(data, 2, ((3, column), (4, validity)))
+            want = tally_pb2.GroupByStreamRequest(column=column, validity=bool(validity), chunk=bytes(data))
+            self.assertEqual(tally_pb2.GroupByStreamRequest.FromString(raw), want, (column, validity, n))
+
     def test_a_small_table_goes_in_one_message(self):
         c, streams = self.client_with()
         c.groupby({"k": np.arange(1000) % 3, "v": np.ones(1000)}, "k", "sum")

@@ -1132,23 +1132,26 @@ class GroupByFunctions:
         sent in chunks of chunk_bytes (GroupByStream): each column's bytes,
         then its validity."""
         group_by = self.__dict__.get("_group_by_stream_raw")
-        if group_by is None:
+        if group_by is None:  # messages serialized here
             group_by = self._group_by_stream_raw = self._channel.stream_stream(
-                "/tally.v1.Aggregator/GroupByStream", request_serializer=pb.GroupByStreamRequest.SerializeToString,
-                response_deserializer=_Page)
+                "/tally.v1.Aggregator/GroupByStream", response_deserializer=_Page)
         order = [(i, c.name) for i, c in enumerate(request.columns) if c.name in streamed]
-        header = pb.GroupByStreamRequest.Header(request=request, rows=rows,
-                                                masked_columns=[i for i, name in order if streamed[name][1] is not None])
+        masked = [i for i, name in order if streamed[name][1] is not None]
+        header = pb.GroupByStreamRequest.Header(request=request, rows=rows, masked_columns=masked)
         step = self.chunk_bytes
+        chunk = pb.GroupByStreamRequest.CHUNK_FIELD_NUMBER
+        column = pb.GroupByStreamRequest.COLUMN_FIELD_NUMBER
+        validity_field = pb.GroupByStreamRequest.VALIDITY_FIELD_NUMBER
 
-        def messages() -> Iterator[Any]:
-            yield pb.GroupByStreamRequest(header=header)
+        def messages() -> Iterator[bytes]:
+            yield pb.GroupByStreamRequest(header=header).SerializeToString()
             for i, name in order:
                 data, validity = streamed[name]
                 for at in range(0, len(data), step):
-                    yield pb.GroupByStreamRequest(column=i, chunk=data[at:at + step].tobytes())
-                for at in range(0, len(validity or b""), step):
-                    yield pb.GroupByStreamRequest(column=i, validity=True, chunk=validity[at:at + step])
+                    yield _wire.chunk_message(data[at:at + step], chunk, ((column, i),))
+                bits = memoryview(validity or b"")
+                for at in range(0, len(bits), step):
+                    yield _wire.chunk_message(bits[at:at + step], chunk, ((column, i), (validity_field, 1)))
 
         return _read_pages(group_by(messages(), timeout=timeout, metadata=metadata))
 
