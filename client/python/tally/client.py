@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 import grpc
 import numpy as np
 
-from . import _values
+from . import _values, _wire
 from ._arrays import (FROM_WIRE, byte_view, check_dtype, prepare, prepare_offsets, prepare_validity,
                       refuse_pandas, result_values, split_masked, values_of, wire_dtype)
 from ._groupby import GroupByFunctions
@@ -329,12 +329,11 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             name=name, spec=pb.ArraySpec(dtype=wire_dtype(a.dtype), length=a.size, row_length=row_length),
             replace=replace, ttl_seconds=ttl or 0.0))
 
-        def messages() -> Iterator[pb.PutDatasetRequest]:
-            yield header
-            for chunk in self._chunks(a, progress):
-                yield pb.PutDatasetRequest(chunk=chunk)
+        def messages() -> Iterator[bytes]:
+            yield header.SerializeToString()
+            yield from self._chunks(a, pb.PutDatasetRequest.CHUNK_FIELD_NUMBER, progress)
 
-        response = self._call(self._stub.PutDataset, messages(), timeout)
+        response = self._call(self._raw_stream("PutDataset", pb.PutDatasetResponse), messages(), timeout)
         return DatasetInfo.from_proto(response.dataset)
 
     def aggregate_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
@@ -536,16 +535,27 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             return True
         return (row_length if row_length is not None else info.row_length) != 0
 
-    def _chunks(self, a: np.ndarray, progress: Optional[Progress]) -> Iterator[bytes]:
+    def _chunks(self, a: np.ndarray, field: int, progress: Optional[Progress]) -> Iterator[bytes]:
+        """The array's bytes as serialized stream messages, each a chunk of
+        chunk_bytes in bytes field ``field`` (written around the bytes in one
+        copy: _wire.chunk_message)."""
         view = byte_view(a)
         total = len(view)
         if progress:
             progress(0, total)
         for at in range(0, total, self.chunk_bytes):
-            chunk = view[at:at + self.chunk_bytes].tobytes()
-            yield chunk
+            yield _wire.chunk_message(view[at:at + self.chunk_bytes], field)
             if progress:
                 progress(min(at + self.chunk_bytes, total), total)
+
+    def _raw_stream(self, method: str, response: Any) -> Callable:
+        """A client-streaming method of the Aggregator service whose
+        messages are serialized already (_chunks)."""
+        calls = self.__dict__.setdefault("_raw_streams", {})
+        if method not in calls:
+            calls[method] = self._channel.stream_unary(f"/tally.v1.Aggregator/{method}",
+                                                       response_deserializer=response.FromString)
+        return calls[method]
 
     def _send(self, a: np.ndarray, row_length: int, wire: list, timeout: Optional[float],
               progress: Optional[Progress], offsets: Optional[bytes] = None,
@@ -562,12 +572,12 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
                 progress(a.nbytes, a.nbytes)
             return response
 
-        def messages() -> Iterator[pb.AggregateStreamRequest]:
-            yield pb.AggregateStreamRequest(header=pb.AggregateStreamRequest.Header(spec=spec, aggregations=wire))
-            for chunk in self._chunks(a, progress):
-                yield pb.AggregateStreamRequest(chunk=chunk)
+        def messages() -> Iterator[bytes]:
+            header = pb.AggregateStreamRequest.Header(spec=spec, aggregations=wire)
+            yield pb.AggregateStreamRequest(header=header).SerializeToString()
+            yield from self._chunks(a, pb.AggregateStreamRequest.CHUNK_FIELD_NUMBER, progress)
 
-        return self._call(self._stub.AggregateStream, messages(), timeout)
+        return self._call(self._raw_stream("AggregateStream", pb.AggregateResponse), messages(), timeout)
 
     def _call(self, method: Callable, request: Any, timeout: Optional[float]) -> Any:
         try:
