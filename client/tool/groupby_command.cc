@@ -45,8 +45,8 @@ NAME@DATASET, a resident dataset's elements (see tally put: nothing is
 sent); every column must have the same length. Columns of more than 4 MiB
 in all go in chunks (GroupByStream), so a table of any size fits the
 server's message limit. With --shm, on the server's host, the file columns
-go into shared memory once and the server reads them there. Groups come in ascending key order; rows whose key is NaN are
-dropped (pandas' defaults).
+go into shared memory once and the server reads them there. Groups come in
+ascending key order; rows whose key is NaN are dropped (pandas' defaults).
 )";
 
 constexpr char kNotesTail[] = R"notes(
