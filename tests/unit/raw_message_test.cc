@@ -258,6 +258,31 @@ TEST(ParseWithBytesInPlace, RandomStreamMessagesGiveProtobufsAnswer) {
   EXPECT_GT(headers, 50);
 }
 
+// GroupByStream's chunks carry number fields beside the bytes, before
+// them (the Python client writes them so) or after (protobuf's order).
+TEST(ParseWithBytesInPlace, GroupByStreamChunksKeepTheirColumnEitherSide) {
+  TALLY_SEEDED_RNG(rng);
+  for (const std::uint32_t column : {0u, 1u, 300u, 70000u}) {
+    for (const bool validity : {false, true}) {
+      v1::GroupByStreamRequest m;
+      m.set_column(column);
+      m.set_validity(validity);
+      m.set_chunk(std::string(static_cast<std::size_t>(rng() % 5000), 'x'));
+      const std::string chunk_first = m.SerializeAsString();
+      v1::GroupByStreamRequest numbers = m;
+      numbers.clear_payload();
+      v1::GroupByStreamRequest bytes_only;
+      bytes_only.set_chunk(m.chunk());
+      const std::string numbers_first = numbers.SerializeAsString() + bytes_only.SerializeAsString();
+      v1::GroupByStreamRequest reference = m;
+      reference.set_chunk("");  // still the oneof's case
+      for (const std::string& wire : {chunk_first, numbers_first}) {
+        ExpectProtobufsAnswer(wire, v1::GroupByStreamRequest::kChunkFieldNumber, reference, m.chunk(), rng);
+      }
+    }
+  }
+}
+
 TEST(ParseWithBytesInPlace, RandomUnaryMessagesGiveProtobufsAnswer) {
   TALLY_SEEDED_RNG(rng);
   for (int i = 0; i < 400; ++i) {
