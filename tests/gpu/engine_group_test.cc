@@ -199,6 +199,11 @@ TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
           Keyed::kBuckets, true);
   Compare(DType::kInt32, Keys<std::int32_t>(rows, 5000, false, -2500, rng), rows, rng, "int32, 5000 keys",
           Keyed::kBuckets, true);
+  // Two buckets' keys in one pass, read in place.
+  Compare(DType::kInt16, Keys<std::int16_t>(rows, 4096, false, -2048, rng), rows, rng, "int16, 4096 keys",
+          Keyed::kBuckets, true);
+  Compare(DType::kInt32, HotKeys<std::int32_t>(rows, 3000, 11, rng), rows, rng, "int32, 3000 hot keys",
+          Keyed::kBuckets, true);
   Compare(DType::kInt16, HotKeys<std::int16_t>(rows, 30000, -15000, rng), rows, rng, "int16, hot keys",
           Keyed::kBuckets, true);
   Compare(DType::kInt32, HotKeys<std::int32_t>(rows, 60000, 7, rng), rows, rng, "int32, hot keys, no NaN",

@@ -66,6 +66,14 @@ static_assert(kMaxInPlaceRange % kBucketKeys == 0, "whole buckets read in place"
 // unchanged).
 template <bool kInPlace>
 constexpr std::uint64_t kItemRows = kInPlace ? Packed::kMaxRows : 32768;
+// Two buckets read in place take one pass of twice the slots (144 KiB of
+// shared memory: one block an SM) with 1,024 threads, where the device's
+// blocks may hold that much. H200, 2^28 rows, `tally-groupby-kernel-bench
+// 28 3 3000,4096`, SumByKey against two passes in the same call: 3,000 keys
+// 2.53-2.55 -> 1.43-1.45 ms, 4,096 keys 2.59-2.64 -> 1.48; with 512
+// threads the one pass took 2.29-2.34 ms (too few rows in flight an SM).
+constexpr bool kWideInPlace = true;
+constexpr int kWideThreads = 1024;
 constexpr int kThreads = 512;
 // The rows moved at a time: a part of the table whose moved rows fill 256
 // MiB (2^25 float32 rows, 2^24 float64), then accumulated before the next
@@ -241,16 +249,17 @@ constexpr int kLoadsPerThread = 4;
 // kInPlace: one bucket, the keys from `lowest` on, its items read from the
 // table where they lie (`keys`, `values`), other keys' rows passed over;
 // else from `moved`. `only`: the rows are the whole table's (not one
-// part's of several).
-template <typename T, bool kInPlace, int kBytes>
-__global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __restrict__ moved,
+// part's of several). kSlots: the keys of a bucket (kBucketKeys; twice
+// that for one pass over two buckets' keys in place, kWideInPlace).
+template <typename T, bool kInPlace, int kBytes, std::uint64_t kSlots = kBucketKeys, int kBlockThreads = kThreads>
+__global__ void __launch_bounds__(kBlockThreads) AccumulateKernel(const Moved<T>* __restrict__ moved,
                                                              KeyReader<kBytes> keys, const T* __restrict__ values,
                                                              std::uint64_t lowest, const unsigned* starts,
                                                              const unsigned* item_starts, unsigned buckets,
                                                              FixedStep step, bool only, Slots global) {
   constexpr std::uint64_t item_rows = kItemRows<kInPlace>;
   extern __shared__ unsigned long long shared[];
-  const Packed s = Packed::At(shared, kBucketKeys);
+  const Packed s = Packed::At(shared, kSlots);
   const unsigned items = item_starts[buckets];
   // A block takes a run of consecutive items, so that most of its items
   // share a bucket: between two items of one bucket only the low words
@@ -264,14 +273,14 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
   // The held slots' high words, extremes and specials added to the global
   // ones (their low words and counts have gone already), and cleared.
   const auto leave = [&](unsigned bucket) {
-    const std::uint64_t first = std::uint64_t{bucket} * kBucketKeys;
-    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
+    const std::uint64_t first = std::uint64_t{bucket} * kSlots;
+    for (unsigned j = threadIdx.x; j < kSlots; j += blockDim.x) {
       s.Load(j).AtomicAddAllButLow(global, first + j);
       s.Clear(j);
     }
     __syncthreads();
   };
-  for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.Clear(j);
+  for (unsigned j = threadIdx.x; j < kSlots; j += blockDim.x) s.Clear(j);
   __syncthreads();
   for (unsigned item = from; item < to; ++item) {
     // The bucket: the last whose first item is at most this one.
@@ -314,14 +323,14 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
         if (r + u * blockDim.x >= end) continue;
         const std::uint64_t slot = kInPlace ? keys.Ordered(k[u]) - lowest : k[u];
         // In place, a row of another bucket's pass (below `lowest`, it wraps).
-        if (kInPlace && slot >= kBucketKeys) continue;
+        if (kInPlace && slot >= kSlots) continue;
         s.Add(slot, v[u], step);
       }
     }
     __syncthreads();
-    const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
+    const std::uint64_t first = std::uint64_t{b} * kSlots;
     if (alone) {
-      for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) {
+      for (unsigned j = threadIdx.x; j < kSlots; j += blockDim.x) {
         const Slot slot = s.Load(j);
         if (slot.count != 0) slot.Store(global, first + j);
         s.Clear(j);
@@ -332,7 +341,7 @@ __global__ void __launch_bounds__(kThreads) AccumulateKernel(const Moved<T>* __r
     }
     // The low words and counts out, before a slot's count could pass 16
     // bits: the item's rows are at most Packed::kMaxRows.
-    for (unsigned j = threadIdx.x; j < kBucketKeys; j += blockDim.x) s.AtomicAddLow(j, global, first + j);
+    for (unsigned j = threadIdx.x; j < kSlots; j += blockDim.x) s.AtomicAddLow(j, global, first + j);
     __syncthreads();
   }
   if (held != kNone) leave(held);
@@ -415,6 +424,20 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
       ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.rows, 1, static_cast<unsigned>(kItemRows<true>),
                                                    at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
+      // Two buckets' keys in one pass where a block's shared memory holds
+      // their slots (144 KiB: one block an SM).
+      const auto wide = AccumulateKernel<T, true, kBytes, 2 * kBucketKeys, kWideThreads>;
+      int most_shared = 0, device = 0;
+      TALLY_CUDA_TRY(cudaGetDevice(&device));
+      TALLY_CUDA_TRY(cudaDeviceGetAttribute(&most_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      if (kWideInPlace && buckets == 2 && 2 * slot_shared <= static_cast<std::size_t>(most_shared)) {
+        TALLY_CUDA_TRY(detail::AllowMostSharedMemory(wide));
+        wide<<<dense::SmCount(), kWideThreads, 2 * slot_shared, stream>>>(nullptr, reader, values, spread.lowest,
+                                                                      at.starts, at.item_starts, 1, step, true,
+                                                                      at.slots);
+        TALLY_CUDA_CHECK_LAUNCH();
+        return cudaSuccess;
+      }
       for (unsigned b = 0; b < buckets; ++b) {
         const std::uint64_t first = std::uint64_t{b} * kBucketKeys;
         in_place<<<dense::SmCount() * 3, kThreads, slot_shared, stream>>>(
