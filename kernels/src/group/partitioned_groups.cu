@@ -18,10 +18,12 @@
 //      rows, bucket by bucket, and write each group's key and values in
 //      key order.
 // Keys within one bucket skip 1 and 3: the items are read where they lie.
-// So do keys within kMaxInPlaceBuckets buckets: step 4 runs once a bucket
-// over the whole table, each pass taking its bucket's rows and passing
-// over the others' (a read of the table a bucket, against the count's and
-// the move's read, write and read back, which cost about three passes).
+// So do keys within kMaxInPlaceBuckets buckets: step 4 runs once over the
+// whole table with both buckets' slots in one block (kWideInPlace), or,
+// where a block cannot hold them, once a bucket, each pass taking its
+// bucket's rows and passing over the others' (a read of the table a
+// bucket, against the count's and the move's read, write and read back,
+// which cost about three passes).
 // Otherwise every row is read twice from the table (the count and the
 // move) and once from the buckets, beside SpreadOfKeys's read; nothing
 // comes back to the host but the groups.
