@@ -868,6 +868,27 @@ class StreamedFrames(Base):
         self.assertSameResult(got, df.groupby("k").agg(agg), "streamed past the limit")
 
 
+    def test_a_frame_past_the_servers_budget_is_grouped_in_parts(self):
+        server = TallyServer(SERVER_BINARY, tally_pb2, [f"--backend={BACKEND}", "--max_inflight_bytes=1048576"])
+        self.addCleanup(server.stop)
+        n = 120_000  # about 5 MB held while grouped: past the 1 MiB budget, refused at the header
+        df = pd.DataFrame({"k": self.rng.integers(0, 300, n), "s": self.rng.choice(["a", "b", None], n),
+                           "v": self.rng.random(n), "i": pd.array(self.rng.integers(0, 9, n), dtype="Int64")})
+        df.loc[self.rng.random(n) < 0.1, "v"] = np.nan
+        c, streams = self.client_with(f"127.0.0.1:{server.port}", stream_threshold=0)
+        agg = {"v": ["sum", "mean", "std", "min", "median", "count", "idxmax"], "i": ["sum", "nunique", "max"]}
+        for by, kwargs in ((["k", "s"], {"dropna": False}), ("k", {"sort": False})):
+            streams.clear()
+            got = c.groupby(df, by, agg, **kwargs)
+            self.assertGreater(len(streams), 2, "refused whole, then sent in parts")
+            self.assertSameResult(got, df.groupby(by, **kwargs).agg(agg), f"by={by}, {kwargs}")
+        # Named aggregations and mappings are not cut: the server's refusal stands.
+        with self.assertRaises(tally.Error) as e:
+            c.groupby(df, "k", total=("v", "sum"))
+        self.assertEqual(e.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("--max_inflight_bytes", e.exception.message)
+
+
 class ValuesAsBytes(Base):
     def test_the_same_numbers_as_the_repeated_values(self):
         """Aggregation.values_as_bytes: every number of the answer in its

@@ -208,14 +208,20 @@ def group_partition(partition: Any, by: Any, agg: Any, sort: bool, dropna: bool,
     aggregations) over the partition, every aggregation asking for its
     partial states, the groups' keys decoded into labels here, so that they
     mean the same in every partition (strings are factorised per partition)."""
+    return group_part(client(pick_target(targets, block), options), partition, by, agg, sort, dropna, block, None)
+
+
+def group_part(c: Client, partition: Any, by: Any, agg: Any, sort: bool, dropna: bool, block: int,
+               timeout: Optional[float]) -> GroupStates:
+    """group_partition's work, through the client ``c``."""
     # Category keys decoded in their dtype's order (sort=True), the same in
     # every partition; the last step orders them as pandas would.
     p = gb.plan_groupby(partition, by, agg, {}, True, dropna, False, partial=True)
     if p.rows == 0:
         return GroupStates([k.decode(k.values[:0], np.empty(0, dtype=bool)) for k in p.keys], {}, {}, None)
     base = block << ROW_BITS
-    c = client(pick_target(targets, block), options)
-    grouped, states, sizes = c._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, None, base_index=base)
+    grouped, states, sizes = c._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, timeout,
+                                      base_index=base)
     keys = [k.decode(kv, valid) for k, (kv, valid) in zip(p.keys, grouped.keys)]
     labels = {}
     for label, by_op in states.items():

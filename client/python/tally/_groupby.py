@@ -16,10 +16,12 @@ send their codes, whose order is the categories'.
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+import grpc
 import numpy as np
 
 from . import _values, _wire
@@ -920,6 +922,14 @@ class GroupByFunctions:
         counts; NaN where a group has no value; idxmin and idxmax as row
         positions, -1 for none). Needs no pandas.
 
+        A table of more than ``stream_threshold`` bytes sent over gRPC goes
+        in chunks (GroupByStream). One past the server's whole in-flight
+        budget (RESOURCE_EXHAUSTED naming ``--max_inflight_bytes``) is, for
+        a DataFrame without named aggregations, grouped again in runs of
+        rows that each hold at most half the budget, every run answering
+        its groups' partial states, merged here as :func:`tally.dask.groupby`
+        merges partitions: the same answer.
+
         Errors: KeyError for a column not in ``data``; ValueError for
         columns of different lengths; TypeError for a dtype tally cannot
         take, naming the column; :class:`tally.Error` for what the server
@@ -927,11 +937,29 @@ class GroupByFunctions:
         if observed is None:
             observed = _default_observed(data)
         p = plan_groupby(data, by, agg, named, sort, dropna, observed)
-        grouped, answers, sizes = self._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, timeout)
+        try:
+            grouped, answers, sizes = self._group(p.keys, p.values, p.want_sizes, p.rows, sort, dropna, timeout)
+        except Exception as e:  # tally.Error (client.py imports this module)
+            parts = _parts_within_budget(e) if p.frame and not named else None
+            if parts is None:
+                raise
+            return self._groupby_in_parts(data, by, agg, sort, dropna, observed, parts, timeout)
         decoded = [k.decode(kv, kvalid) for k, (kv, kvalid) in zip(p.keys, grouped.keys)]
         return assemble_result(p, decoded, {label: got.__getitem__ for label, got in answers.items()},
                          None if sizes is None else sizes.values.astype(np.int64),
                          data.index if p.frame else None, sort, observed)
+
+    def _groupby_in_parts(self, df: Any, by: Any, agg: Any, sort: bool, dropna: bool, observed: bool, parts: int,
+                          timeout: Optional[float]) -> Any:
+        """groupby of a frame the server cannot hold whole: ``parts`` runs
+        of its rows, each grouped into partial states, merged here as
+        tally.dask merges a Dask DataFrame's partitions, then finished."""
+        from . import _dask_steps as steps
+
+        step = -(-len(df) // parts)
+        states = [steps.group_part(self, df.iloc[at:at + step], by, agg, sort, dropna, block, timeout)
+                  for block, at in enumerate(range(0, len(df), step))]
+        return steps.finish_groups(steps.merge_groups(*states), df.iloc[:0], by, agg, sort, dropna, observed)
 
     def groupby_nlargest(self, data: Any, by: Any, column: Any, n: int = 5, *, sort: bool = True,
                          dropna: bool = True, timeout: Optional[float] = None) -> Any:
@@ -1189,6 +1217,24 @@ class _Page:
         result = _wire.nth_field(memoryview(self.raw), 4, j)
         states = _wire.nth_field(result, 6, 0) if result is not None else None
         return bytes(states) if states is not None else None
+
+
+# GroupByStream's refusal of a table past the server's whole in-flight
+# budget (server/frontend/group_by_stream.cc): what it would hold, and the
+# budget.
+_PAST_BUDGET = re.compile(r"^header\.rows: a streamed table of \d+ rows holds (\d+) bytes .* "
+                          r"past --max_inflight_bytes \((\d+)\)")
+
+
+def _parts_within_budget(e: Exception) -> Optional[int]:
+    """For the server's refusal of a streamed table past its in-flight
+    budget, the parts to cut the table into so that each holds at most half
+    the budget (room for others' requests); None for any other error."""
+    m = _PAST_BUDGET.match(getattr(e, "message", ""))
+    if m is None or getattr(e, "code", None) != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    held, budget = int(m.group(1)), int(m.group(2))
+    return max(2, -(-2 * held // max(budget, 1)))
 
 
 def _default_observed(data: Any) -> bool:
