@@ -8,6 +8,7 @@
 // (group_by_columns.h), so a chunking never changes an answer.
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,9 +38,9 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
     // must fit what the header said that column (or its mask) holds.
     const std::uint32_t column = message_.column();
     if (column >= columns_.size() || !columns_[column].streamed) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "column: ", column, " is not a streamed column of the header (header.request.columns has ",
-          columns_.size(), "; a column with a dataset or a region has no chunks)."));
+      return absl::InvalidArgumentError(
+          absl::StrCat("column: ", column, " is not a streamed column of the header (header.request.columns has ",
+                       columns_.size(), "; a column with a dataset or a region has no chunks)."));
     }
     if (message_.validity() && !columns_[column].masked) {
       return absl::InvalidArgumentError(absl::StrCat("validity: column ", column, " ('", columns_[column].name,
@@ -50,9 +51,8 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
     Part& p = parts_[part];
     if (chunk->size() > p.bytes - p.parsed) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "chunk: column ", column, " ('", columns_[column].name, "') sent more than its ",
-          p.bytes, message_.validity() ? " validity bytes (ceil(header.rows / 8))" : " bytes (header.rows elements)",
-          "."));
+          "chunk: column ", column, " ('", columns_[column].name, "') sent more than its ", p.bytes,
+          message_.validity() ? " validity bytes (ceil(header.rows / 8))" : " bytes (header.rows elements)", "."));
     }
     p.parsed += chunk->size();
     return StreamChunk{.bytes = *std::move(chunk), .part = part};
@@ -80,9 +80,10 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
             absl::StrCat(field, ".data: a streamed column's elements come in chunks, not in the header."));
       }
       if (!c.validity().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, ".validity: a streamed column's validity comes in chunks; list the column in "
-                   "header.masked_columns."));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field,
+                         ".validity: a streamed column's validity comes in chunks; list the column in "
+                         "header.masked_columns."));
       }
       absl::StatusOr<DType> dtype = DTypeFromProto(c.dtype());
       if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: ", dtype.status().message()));
@@ -97,8 +98,8 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
       const std::uint32_t i = header_.masked_columns(j);
       if (i >= columns_.size() || !columns_[i].streamed || columns_[i].masked) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "header.masked_columns[", j, "]: ", i, " is not a streamed column, or is listed twice (",
-            columns_.size(), " columns; a column with a dataset or a region gives its validity in the header)."));
+            "header.masked_columns[", j, "]: ", i, " is not a streamed column, or is listed twice (", columns_.size(),
+            " columns; a column with a dataset or a region gives its validity in the header)."));
       }
       columns_[i].masked = true;
       parts_[2 * i + 1].bytes = rows / 8 + (rows % 8 != 0 ? 1 : 0);
@@ -111,11 +112,13 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
         table + stored_.to_copy + absl::uint128(rows) * GroupByWorkingBytes(1, request.keys_size());
     const std::uint64_t budget = service_.options_.max_inflight_bytes;
     if (budget != 0 && held > budget) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "header.rows: a streamed table of ", rows, " rows holds ", absl::Uint128Low64(held),
-          " bytes while it is grouped (its columns, and ", GroupByWorkingBytes(1, request.keys_size()),
-          " bytes a row), past --max_inflight_bytes (", budget,
-          "); send fewer rows per request and merge their partial states, or raise the flag."));
+      // The Python client reads the two figures to cut such a table into
+      // parts (_groupby.py, _PAST_BUDGET): keep them as they are written.
+      return absl::ResourceExhaustedError(
+          absl::StrCat("header.rows: a streamed table of ", rows, " rows holds ", absl::Uint128Low64(held),
+                       " bytes while it is grouped (its columns, and ", GroupByWorkingBytes(1, request.keys_size()),
+                       " bytes a row), past --max_inflight_bytes (", budget,
+                       "); send fewer rows per request and merge their partial states, or raise the flag."));
     }
     if (absl::Uint128High64(held) != 0) return absl::InvalidArgumentError("header.rows: too many rows.");
     declared_ = absl::Uint128Low64(table);
@@ -142,22 +145,38 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
     for (std::size_t i = 0; i < columns_.size(); ++i) {
       Column& c = columns_[i];
       if (!c.streamed) continue;
-      c.data.reset(new std::byte[parts_[2 * i].bytes]);
-      stored_.bytes[i] = ColumnBytes{.dtype = c.dtype, .data = std::span<const std::byte>(c.data.get(), parts_[2 * i].bytes)};
-      if (c.masked) request.mutable_columns(static_cast<int>(i))->mutable_validity()->assign(parts_[2 * i + 1].bytes, '\0');
+      // The host may not have it (--max_inflight_bytes 0 sets no bound).
+      const std::uint64_t bytes = parts_[2 * i].bytes;
+      c.data.reset(new (std::nothrow) std::byte[bytes]);
+      if (c.data == nullptr && bytes > 0) return NoRoom(bytes);
+      stored_.bytes[i] = ColumnBytes{.dtype = c.dtype, .data = std::span<const std::byte>(c.data.get(), bytes)};
+      if (c.masked) {
+        std::string& mask = *request.mutable_columns(static_cast<int>(i))->mutable_validity();
+        try {
+          mask.assign(parts_[2 * i + 1].bytes, '\0');
+        } catch (const std::bad_alloc&) {
+          return NoRoom(parts_[2 * i + 1].bytes);
+        }
+      }
     }
     absl::StatusOr<GroupByPlan> plan = GroupByPlanFromProto(request, stored_.bytes, service_.options_.limits);
     if (!plan.ok()) return plan.status();
     return absl::OkStatus();
   }
 
+  static absl::Status NoRoom(std::uint64_t bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("header.rows: the server's host has no room for a column of ",
+                                                     bytes, " bytes of the streamed table."));
+  }
+
   absl::Status Consume(const StreamChunk& chunk) override {
     Part& p = parts_[chunk.part];
     const std::size_t column = chunk.part / 2;
-    std::byte* to = chunk.part % 2 == 0
-                        ? columns_[column].data.get()
-                        : reinterpret_cast<std::byte*>(
-                              header_.mutable_request()->mutable_columns(static_cast<int>(column))->mutable_validity()->data());
+    std::byte* to =
+        chunk.part % 2 == 0
+            ? columns_[column].data.get()
+            : reinterpret_cast<std::byte*>(
+                  header_.mutable_request()->mutable_columns(static_cast<int>(column))->mutable_validity()->data());
     for (const std::span<const std::byte> piece : chunk.bytes.pieces()) {
       std::memcpy(to + p.consumed, piece.data(), piece.size());
       p.consumed += piece.size();

@@ -64,8 +64,8 @@ v1::GroupByRequest Request(bool composite, std::uint64_t groups_per_message) {
   *r.add_columns() = ColumnOf("w", v1::DTYPE_INT16);
   r.add_keys("k");
   if (composite) r.add_keys("f");
-  for (const v1::Op op : {v1::OP_NANSUM, v1::OP_MEAN, v1::OP_NANVAR, v1::OP_NANMIN, v1::OP_ARGMAX, v1::OP_COUNT,
-                          v1::OP_NANMEDIAN}) {
+  for (const v1::Op op :
+       {v1::OP_NANSUM, v1::OP_MEAN, v1::OP_NANVAR, v1::OP_NANMIN, v1::OP_ARGMAX, v1::OP_COUNT, v1::OP_NANMEDIAN}) {
     v1::GroupAggregation* a = r.add_aggregations();
     a->set_column("v");
     *a->mutable_aggregation() = Op(op);
@@ -90,7 +90,7 @@ v1::GroupByStreamRequest ColumnChunk(std::uint32_t column, std::string bytes, bo
 }
 
 v1::GroupByStreamRequest TableHeader(const v1::GroupByRequest& request, std::uint64_t rows,
-                                std::vector<std::uint32_t> masked = {}) {
+                                     std::vector<std::uint32_t> masked = {}) {
   v1::GroupByStreamRequest m;
   *m.mutable_header()->mutable_request() = request;
   m.mutable_header()->set_rows(rows);
@@ -182,8 +182,8 @@ TEST_F(GroupByStreamTest, AnyChunkingAnswersAsOneMessage) {
       ASSERT_TRUE(one.ok()) << "rows " << rows << ": " << one.error_message();
       ASSERT_GE(want.size(), rows > 100 ? 2u : 1u);  // several pages
 
-      const std::vector<Part> parts = {{0, false, &t.k}, {1, false, &t.f}, {2, false, &t.v},
-                                       {3, false, &t.w}, {3, true, &t.w_valid}};
+      const std::vector<Part> parts = {
+          {0, false, &t.k}, {1, false, &t.f}, {2, false, &t.v}, {3, false, &t.w}, {3, true, &t.w_valid}};
       // Each column whole, one after another; then chunks of a few bytes
       // (elements split), of a few KB, interleaved.
       for (const std::uint64_t most : {std::uint64_t{0}, std::uint64_t{7}, std::uint64_t{5000}}) {
@@ -234,13 +234,15 @@ TEST_F(GroupByStreamTest, DatasetColumnsJoinStreamedOnes) {
   mixed.mutable_columns(0)->set_dtype(v1::DTYPE_UNSPECIFIED);
   mixed.mutable_columns(0)->set_dataset("keys");
   Pages got;
-  const grpc::Status s = Streamed({TableHeader(mixed, t.rows), ColumnChunk(2, t.v), ColumnChunk(1, t.f), ColumnChunk(3, t.w)}, &got);
+  const grpc::Status s =
+      Streamed({TableHeader(mixed, t.rows), ColumnChunk(2, t.v), ColumnChunk(1, t.f), ColumnChunk(3, t.w)}, &got);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectSamePages(got, want, "keys from a dataset");
   // A dataset column has no chunks, and its length is the table's.
   ExpectRefused({TableHeader(mixed, t.rows), ColumnChunk(0, t.k)}, grpc::StatusCode::INVALID_ARGUMENT,
                 "column: 0 is not a streamed column");
-  ExpectRefused({TableHeader(mixed, t.rows - 1), ColumnChunk(1, t.f.substr(4)), ColumnChunk(2, t.v.substr(8)), ColumnChunk(3, t.w.substr(2))},
+  ExpectRefused({TableHeader(mixed, t.rows - 1), ColumnChunk(1, t.f.substr(4)), ColumnChunk(2, t.v.substr(8)),
+                 ColumnChunk(3, t.w.substr(2))},
                 grpc::StatusCode::INVALID_ARGUMENT, "every column must have the same length");
 }
 
@@ -264,11 +266,12 @@ TEST_F(GroupByStreamTest, BadStreamsAreRefusedNamingTheFieldAndTheServerCarriesO
   const Table t = MakeTable(1000, 3);
   const v1::GroupByRequest bare = Request(false, 0);
   const auto whole = [&](std::uint64_t rows) {
-    return std::vector<v1::GroupByStreamRequest>{TableHeader(bare, rows), ColumnChunk(0, t.k), ColumnChunk(1, t.f), ColumnChunk(2, t.v),
-                                                 ColumnChunk(3, t.w)};
+    return std::vector<v1::GroupByStreamRequest>{TableHeader(bare, rows), ColumnChunk(0, t.k), ColumnChunk(1, t.f),
+                                                 ColumnChunk(2, t.v), ColumnChunk(3, t.w)};
   };
   using grpc::StatusCode;
-  ExpectRefused({ColumnChunk(0, t.k)}, StatusCode::INVALID_ARGUMENT, "first message of GroupByStream must be the header");
+  ExpectRefused({ColumnChunk(0, t.k)}, StatusCode::INVALID_ARGUMENT,
+                "first message of GroupByStream must be the header");
   {
     v1::GroupByRequest r = bare;
     r.mutable_columns(2)->set_data("12345678");
@@ -304,7 +307,8 @@ TEST_F(GroupByStreamTest, BadStreamsAreRefusedNamingTheFieldAndTheServerCarriesO
                   "aggregations[0].column: no column is named 'nope'");
     r = bare;
     r.set_keys(0, "gone");
-    ExpectRefused({TableHeader(r, t.rows), ColumnChunk(0, t.k)}, StatusCode::INVALID_ARGUMENT, "keys[0]: no column is named 'gone'");
+    ExpectRefused({TableHeader(r, t.rows), ColumnChunk(0, t.k)}, StatusCode::INVALID_ARGUMENT,
+                  "keys[0]: no column is named 'gone'");
   }
   // The server carries on.
   Pages pages;
@@ -321,12 +325,23 @@ TEST_F(GroupByStreamTest, ATablePastTheInflightBudgetIsRefusedAtItsHeader) {
   const v1::GroupByRequest bare = Request(false, 0);
   // 18 bytes of columns and 20 of working memory a row: 27,594 rows fit
   // 1 MiB, 27,595 do not.
-  ExpectRefused({TableHeader(bare, 27595)}, grpc::StatusCode::RESOURCE_EXHAUSTED, "past --max_inflight_bytes (1048576)");
+  ExpectRefused({TableHeader(bare, 27595)}, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                "past --max_inflight_bytes (1048576)");
   const Table t = MakeTable(27594, 5);
   Pages pages;
-  const grpc::Status s =
-      Streamed({TableHeader(bare, t.rows), ColumnChunk(0, t.k), ColumnChunk(1, t.f), ColumnChunk(2, t.v), ColumnChunk(3, t.w)}, &pages);
+  const grpc::Status s = Streamed(
+      {TableHeader(bare, t.rows), ColumnChunk(0, t.k), ColumnChunk(1, t.f), ColumnChunk(2, t.v), ColumnChunk(3, t.w)},
+      &pages);
   ASSERT_TRUE(s.ok()) << s.error_message();
+  // With no budget (0), a table no host holds is refused when its first
+  // chunk asks for the memory, and one past 64-bit sizes at its header.
+  config.service.max_inflight_bytes = 0;
+  server_.reset();
+  StartServer(config);
+  ExpectRefused({TableHeader(bare, std::uint64_t{1} << 58), ColumnChunk(0, "abcd")},
+                grpc::StatusCode::RESOURCE_EXHAUSTED, "the server's host has no room for a column of");
+  ExpectRefused({TableHeader(bare, std::uint64_t{1} << 61)}, grpc::StatusCode::INVALID_ARGUMENT,
+                "header.rows: too many rows");
 }
 
 // A stream that stops sending, or is cancelled, is ended and what it held
@@ -343,7 +358,7 @@ TEST_F(GroupByStreamTest, AStalledOrCancelledStreamFreesItsTable) {
     grpc::ClientContext ctx;
     auto stream = stub_->GroupByStream(&ctx);
     ASSERT_TRUE(stream->Write(TableHeader(bare, t.rows)));
-    ASSERT_TRUE(stream->Write(ColumnChunk(2, t.v)));  // 800 KB of the table, then nothing
+    ASSERT_TRUE(stream->Write(ColumnChunk(2, t.v)));                              // 800 KB of the table, then nothing
     ASSERT_TRUE(MetricReaches("tally_in_flight_bytes", 800000 + 20.0 * t.rows));  // kept, with the working bytes
     if (cancel) ctx.TryCancel();
     v1::GroupByResponse page;
@@ -384,8 +399,7 @@ TEST_F(GroupByStreamTest, TheClientStreamsALargeRequestAndGetsTheSameAnswer) {
   whole.mutable_columns(2)->mutable_data()->resize(8 * 29999);
   absl::StatusOr<v1::GroupByResponse> bad = client.GroupBy(whole, streamed);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("columns[2] 'v': 29999 rows, but columns[0] 'k' has 30000"),
-            std::string::npos)
+  EXPECT_NE(bad.status().message().find("columns[2] 'v': 29999 rows, but columns[0] 'k' has 30000"), std::string::npos)
       << bad.status();
 }
 
