@@ -278,8 +278,8 @@ Metrics::Metrics(const Options& options)
     out[1] = &family.Add({{"path", "device"}});
   };
   by_path("tally_group_by_requests_total",
-          "GroupBy requests answered, by where the rows were grouped: device (ordered by key on the GPU "
-          "holding the columns) or host.",
+          "GroupBy and GroupByStream requests answered, by where the rows were grouped: device (ordered by "
+          "key on the GPU holding the columns) or host.",
           group_by_requests_);
   by_path("tally_group_by_rows_total", "Table rows GroupBy requests grouped, by path.", group_by_rows_);
   by_path("tally_group_by_groups_total", "Groups GroupBy requests answered, by path.", group_by_groups_);
