@@ -3,9 +3,10 @@
 // the streamed columns hold; nothing is reserved until the first chunk,
 // which starts the job: the table's host memory is taken then and the plan
 // checked. Each chunk is copied into its column where the last one ended,
-// and its bytes stay charged to --max_inflight_bytes until the call ends; once the client closes
-// its side the table is whole and is grouped as GroupBy groups one message's
-// (group_by_columns.h), so a chunking never changes an answer.
+// and its bytes stay charged to --max_inflight_bytes until the call ends;
+// once the client closes its side the table is whole and is grouped as
+// GroupBy groups one message's (group_by_columns.h), so a chunking never
+// changes an answer.
 #include <cstring>
 #include <memory>
 #include <new>
@@ -164,11 +165,6 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
     return absl::OkStatus();
   }
 
-  static absl::Status NoRoom(std::uint64_t bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("header.rows: the server's host has no room for a column of ",
-                                                     bytes, " bytes of the streamed table."));
-  }
-
   absl::Status Consume(const StreamChunk& chunk) override {
     Part& p = parts_[chunk.part];
     const std::size_t column = chunk.part / 2;
@@ -216,6 +212,11 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
   std::uint64_t elements() const override { return rows_; }
 
  private:
+  static absl::Status NoRoom(std::uint64_t bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("header.rows: the server's host has no room for a column of ",
+                                                     bytes, " bytes of the streamed table."));
+  }
+
   struct Column {
     std::string name;  // for messages, read on the gRPC thread
     bool streamed = false;
