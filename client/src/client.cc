@@ -313,7 +313,7 @@ bool WriteChunks(grpc::ClientReaderWriter<v1::GroupByStreamRequest, v1::GroupByR
   m.set_column(column);
   m.set_validity(validity);
   for (std::uint64_t at = 0; at < bytes.size(); at += chunk_bytes) {
-    m.set_chunk(bytes.substr(at, chunk_bytes));
+    m.mutable_chunk()->assign(bytes, at, chunk_bytes);
     if (!stream.Write(m)) return false;
   }
   return true;
