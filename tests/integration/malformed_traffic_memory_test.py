@@ -1,6 +1,7 @@
 """tally-server's memory under malformed traffic: unary messages just over
---max_message_bytes, messages over gRPC's own limit, and stream headers that
-declare huge arrays, sent for a bounded time. The server's RSS must level
+--max_message_bytes, messages over gRPC's own limit, stream headers that
+declare huge arrays, and group-by tables that end after their first chunk,
+sent for a bounded time. The server's RSS must level
 off below its documented bound (a baseline, plus gRPC's receive quota,
 --max_inflight_bytes + 4 x --max_message_bytes, plus what the allocator
 keeps for reuse), and come back down once the traffic stops.
@@ -8,7 +9,7 @@ keeps for reuse), and come back down once the traffic stops.
 usage: malformed_traffic_memory_test.py TALLY_SERVER_BINARY PROTO_ROOT
            [--seconds=S] [--max_message_bytes=B] [--max_inflight_bytes=B]
            [--just_over_clients=N] [--over_grpc_clients=N] [--over_grpc_bytes=B]
-           [--header_clients=N]
+           [--header_clients=N] [--table_header_clients=N]
 With no options it runs the suite's short case; docs/performance.md runs
 it longer, with the default limits, and prints the RSS it saw.
 """
@@ -40,7 +41,7 @@ def main():
     max_inflight = int(opts.get("max_inflight_bytes", 64 * MiB))
     quota = max_inflight + 2 * transport_limit(max_message) if max_inflight else 0
     clients = {kind: int(opts.get(f"{kind}_clients", n)) for kind, n in (("just_over", 3), ("over_grpc", 1),
-                                                                         ("header", 2))}
+                                                                         ("header", 2), ("table_header", 1))}
     pb = load_messages(proto_root)
     server = TallyServer(binary, pb, ["--backend=cpu", "--threads=2", f"--max_message_bytes={max_message}",
                                       f"--max_inflight_bytes={max_inflight}"])
@@ -64,6 +65,17 @@ def main():
         spec=pb.ArraySpec(dtype=pb.DTYPE_UINT8, length=2**62, row_length=2**38),
         aggregations=[pb.Aggregation(op=pb.OP_VARIANCE)])).SerializeToString()
     chunk = pb.AggregateStreamRequest(chunk=b"\7" * 4000).SerializeToString()
+    # A group-by table of half the budget (18 bytes and 20 of working
+    # memory a row), then one chunk and the end: its memory is taken at the
+    # chunk and freed when the stream ends early.
+    table = pb.GroupByRequest(columns=[pb.Column(name="k", dtype=pb.DTYPE_INT64),
+                                       pb.Column(name="v", dtype=pb.DTYPE_FLOAT64),
+                                       pb.Column(name="w", dtype=pb.DTYPE_INT16)],
+                              keys=["k"], aggregations=[pb.GroupAggregation(column="v",
+                                                                           aggregation=pb.Aggregation(op=pb.OP_SUM))])
+    table_header = pb.GroupByStreamRequest(header=pb.GroupByStreamRequest.Header(
+        request=table, rows=max(1, max_inflight // 2 // 38))).SerializeToString()
+    table_chunk = pb.GroupByStreamRequest(column=1, chunk=b"\7" * 4000).SerializeToString()
 
     stop = time.time() + seconds
     lock = threading.Lock()
@@ -98,11 +110,24 @@ def main():
                 record("header", e.code())
         channel.close()
 
+    def send_table_headers():
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        call = channel.stream_stream("/tally.v1.Aggregator/GroupByStream", request_serializer=ident,
+                                     response_deserializer=ident)
+        while time.time() < stop:
+            try:
+                list(call(iter([table_header, table_chunk]), timeout=30))
+                record("table header", grpc.StatusCode.OK)
+            except grpc.RpcError as e:
+                record("table header", e.code())
+        channel.close()
+
     threads = [threading.Thread(target=send_unary, args=(just_over, "just over"))
                for _ in range(clients["just_over"])]
     threads += [threading.Thread(target=send_unary, args=(over_grpc, "over gRPC's limit"))
                 for _ in range(clients["over_grpc"])]
     threads += [threading.Thread(target=send_headers) for _ in range(clients["header"])]
+    threads += [threading.Thread(target=send_table_headers) for _ in range(clients["table_header"])]
     for t in threads:
         t.start()
     samples = []  # (seconds since start, rss)
@@ -150,7 +175,8 @@ def main():
     failures = []
     for kind, option, allowed in (("just over", "just_over", {"RESOURCE_EXHAUSTED"}),
                                   ("over gRPC's limit", "over_grpc", {"RESOURCE_EXHAUSTED"}),
-                                  ("header", "header", {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"})):
+                                  ("header", "header", {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}),
+                                  ("table header", "table_header", {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"})):
         seen = dict(outcomes.get(kind, {}))
         # The server answers each of these calls while the client may still
         # be sending (a header it refuses, a message it will not take in
