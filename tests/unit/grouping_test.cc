@@ -171,6 +171,49 @@ TEST(FindGroups, WideAndFloatKeysNumberTheirTuplesInMapOrderAndFirstSeenOrder) {
   }
 }
 
+// Many distinct keys, spread wide (the sort by a digit at a time): signed
+// and unsigned 64-bit keys past both signs and the signed range, floats of
+// both signs with infinities and -0.0, in ascending order as std::map
+// orders them.
+TEST(FindGroups, ManyWideKeysOfEveryKindSortAscending) {
+  TALLY_SEEDED_RNG(rng);
+  const std::size_t rows = 60000;
+  std::vector<std::int64_t> s(rows);
+  std::vector<std::uint64_t> u(rows);
+  std::vector<double> f(rows);
+  std::map<std::int64_t, int> ss;
+  std::map<std::uint64_t, int> us;
+  std::map<double, int> fs;
+  for (std::size_t i = 0; i < rows; ++i) {
+    s[i] = static_cast<std::int64_t>(rng() % 40000) * ((std::int64_t{1} << 45) + 7) - (std::int64_t{1} << 61);
+    u[i] = (rng() % 2 ? std::uint64_t{1} << 63 : 0) + rng() % 30000 * 1000003;
+    const int pick = static_cast<int>(rng() % 100);
+    f[i] = pick == 0 ? -std::numeric_limits<double>::infinity()
+           : pick == 1 ? std::numeric_limits<double>::infinity()
+           : pick == 2 ? -0.0
+                       : std::ldexp(static_cast<double>(static_cast<std::int64_t>(rng() % 60000) - 30000),
+                                    static_cast<int>(rng() % 200) - 100);
+    ss.emplace(s[i], 0);
+    us.emplace(u[i], 0);
+    fs.emplace(f[i] == 0 ? 0.0 : f[i], 0);
+  }
+  const auto expect_ranks = [&](const auto& sorted, const auto& column, DType dtype, const char* what) {
+    std::map<typename std::decay_t<decltype(sorted)>::key_type, std::uint32_t> rank;
+    std::uint32_t n = 0;
+    for (const auto& [key, unused] : sorted) rank.emplace(key, n++);
+    ASSERT_GT(n, 4096u) << what << ": few enough keys for std::sort";
+    Groups g = Find({Key(column, dtype)}, rows);
+    ASSERT_EQ(g.count, n) << what;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const auto key = column[i];
+      ASSERT_EQ(g.of_row[i], rank.at(key == 0 ? decltype(key){0} : key)) << what << ", row " << i;
+    }
+  };
+  expect_ranks(ss, s, DType::kInt64, "int64");
+  expect_ranks(us, u, DType::kUInt64, "uint64");
+  expect_ranks(fs, f, DType::kFloat64, "float64");
+}
+
 // Eight key columns whose distinct counts multiply past 2^64 (so the
 // mixed-radix numbers are coded once midway), with NA in one of them: the
 // tuples' order sorted (NA last in its column) and first-seen, NA rows

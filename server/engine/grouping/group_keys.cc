@@ -144,18 +144,54 @@ absl::StatusOr<Codes> CodeDense(std::uint64_t rows, std::uint64_t range, Offset 
   return out;
 }
 
-// Renumbers `codes` so that the values come in ascending order (`less`
-// compares two canonical values), NA last.
-template <typename Less>
-void SortCodes(Codes& codes, Less less) {
+// Sorts `pairs` by their first member, an unsigned number: a stable
+// counting sort a digit of kDigitBits, least significant first, skipping
+// the digits every number shares. std::sort of 10M pairs took about 1 s of
+// the h2o q10's group-by (10M groups of six keys, this 2-core VM).
+void SortByFirst(std::vector<std::pair<std::uint64_t, std::uint32_t>>& pairs) {
+  constexpr std::size_t kFewPairs = 4096;  // fewer: std::sort, which needs no counts
+  if (pairs.size() < kFewPairs) {
+    std::sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return;
+  }
+  constexpr int kDigitBits = 11;  // 2,048 counters: the scatter's targets stay in cache
+  constexpr std::uint64_t kDigits = std::uint64_t{1} << kDigitBits;
+  std::uint64_t any = 0, every = ~std::uint64_t{0};
+  for (const auto& p : pairs) {
+    any |= p.first;
+    every &= p.first;
+  }
+  const std::uint64_t varying = any ^ every;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> other(pairs.size());
+  std::vector<std::uint64_t> start(kDigits);
+  for (int shift = 0; shift < 64; shift += kDigitBits) {
+    if (((varying >> shift) & (kDigits - 1)) == 0) continue;
+    std::fill(start.begin(), start.end(), 0);
+    for (const auto& p : pairs) ++start[(p.first >> shift) & (kDigits - 1)];
+    std::uint64_t at = 0;
+    for (std::uint64_t& s : start) {
+      const std::uint64_t n = s;
+      s = at;
+      at += n;
+    }
+    for (const auto& p : pairs) other[start[(p.first >> shift) & (kDigits - 1)]++] = p;
+    pairs.swap(other);
+  }
+}
+
+// Renumbers `codes` so that the values come in ascending order (`order`
+// maps a canonical value to an unsigned number of the same order), NA
+// last.
+template <typename Order>
+void SortCodes(Codes& codes, Order order) {
   // (value, code) pairs side by side: sorting them reads memory in order,
   // where sorting codes by their values would look each value up.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> by_value;
   by_value.reserve(codes.values.size());
   for (std::uint32_t c = 0; c < codes.values.size(); ++c) {
-    if (c != codes.na) by_value.emplace_back(codes.values[c], c);
+    if (c != codes.na) by_value.emplace_back(order(codes.values[c]), c);
   }
-  std::sort(by_value.begin(), by_value.end(), [&](const auto& a, const auto& b) { return less(a.first, b.first); });
+  SortByFirst(by_value);
   if (codes.na != kNoGroup) by_value.emplace_back(0, codes.na);
   const std::size_t n = by_value.size();
   std::vector<std::uint32_t> rank(n);
@@ -163,15 +199,21 @@ void SortCodes(Codes& codes, Less less) {
   for (std::uint32_t& c : codes.code) {
     if (c != kNoGroup) c = rank[c];
   }
-  for (std::uint32_t i = 0; i < n; ++i) codes.values[i] = by_value[i].first;
+  std::vector<std::uint64_t> values(n);
+  for (std::uint32_t i = 0; i < n; ++i) values[i] = codes.values[by_value[i].second];
+  codes.values = std::move(values);
   if (codes.na != kNoGroup) codes.na = static_cast<std::uint32_t>(n - 1);
 }
 
-// How two canonical values of `dtype` compare.
-bool CanonLess(DType dtype, std::uint64_t a, std::uint64_t b) {
-  if (rules::IsFloat(dtype)) return std::bit_cast<double>(a) < std::bit_cast<double>(b);
-  if (rules::IsSigned(dtype)) return static_cast<std::int64_t>(a) < static_cast<std::int64_t>(b);
-  return a < b;
+// A canonical value of `dtype` as an unsigned number of the same order: a
+// float's bits with the sign flipped (and the rest too where it is
+// negative), a signed integer's with its sign bit flipped. (NaN is NA and
+// never sorted; -0.0 is 0.0.)
+std::uint64_t OrderOf(DType dtype, std::uint64_t canonical) {
+  constexpr std::uint64_t kSign = std::uint64_t{1} << 63;
+  if (rules::IsFloat(dtype)) return (canonical & kSign) != 0 ? ~canonical : canonical | kSign;
+  if (rules::IsSigned(dtype)) return canonical ^ kSign;
+  return canonical;
 }
 
 absl::StatusOr<Codes> CodeKeyColumn(const KeyColumn& column, std::uint64_t rows, const GroupOptions& options,
@@ -243,7 +285,7 @@ absl::StatusOr<Codes> CodeKeyColumn(const KeyColumn& column, std::uint64_t rows,
         },
         options, dropped);
     if (codes.ok() && options.sort) {
-      SortCodes(*codes, [&](std::uint64_t a, std::uint64_t b) { return CanonLess(column.dtype, a, b); });
+      SortCodes(*codes, [&](std::uint64_t v) { return OrderOf(column.dtype, v); });
     }
     return codes;
   });
@@ -308,7 +350,7 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
         coded = CodeDense(rows, radix, number, options, drops(alive));
       } else {
         coded = CodeColumn(rows, number, options, drops(alive));
-        if (coded.ok() && options.sort) SortCodes(*coded, [](std::uint64_t a, std::uint64_t b) { return a < b; });
+        if (coded.ok() && options.sort) SortCodes(*coded, [](std::uint64_t v) { return v; });
       }
       if (!coded.ok()) return coded.status();
       codes = std::move(coded->code);
