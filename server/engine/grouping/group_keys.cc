@@ -146,8 +146,9 @@ absl::StatusOr<Codes> CodeDense(std::uint64_t rows, std::uint64_t range, Offset 
 
 // Sorts `pairs` by their first member, an unsigned number: a stable
 // counting sort a digit of kDigitBits, least significant first, skipping
-// the digits every number shares. std::sort of 10M pairs took about 1 s of
-// the h2o q10's group-by (10M groups of six keys, this 2-core VM).
+// the digits every number shares. std::sort of the pairs was a tenth of
+// the h2o q10's group-by (perf; 10M groups of six keys, 1e7 rows, a 2-core
+// VM): its "groups found" phase went from 1.87-2.21 s to 1.68-1.96 s.
 void SortByFirst(std::vector<std::pair<std::uint64_t, std::uint32_t>>& pairs) {
   constexpr std::size_t kFewPairs = 4096;  // fewer: std::sort, which needs no counts
   if (pairs.size() < kFewPairs) {
