@@ -98,36 +98,31 @@ def main():
                 record(kind, e.code())
         channel.close()
 
-    def send_headers():
+    def send_streams(method, streaming, messages, kind):
+        """Streams of `messages` on `method` until the time is up; each
+        call's answer read whole (`streaming`: several messages)."""
         channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
-        call = channel.stream_unary("/tally.v1.Aggregator/AggregateStream", request_serializer=ident,
-                                    response_deserializer=ident)
+        opened = channel.stream_stream if streaming else channel.stream_unary
+        call = opened(f"/tally.v1.Aggregator/{method}", request_serializer=ident, response_deserializer=ident)
         while time.time() < stop:
             try:
-                call(iter([header, chunk]), timeout=30)
-                record("header", grpc.StatusCode.OK)
+                answer = call(iter(messages), timeout=30)
+                if streaming:
+                    list(answer)
+                record(kind, grpc.StatusCode.OK)
             except grpc.RpcError as e:
-                record("header", e.code())
-        channel.close()
-
-    def send_table_headers():
-        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
-        call = channel.stream_stream("/tally.v1.Aggregator/GroupByStream", request_serializer=ident,
-                                     response_deserializer=ident)
-        while time.time() < stop:
-            try:
-                list(call(iter([table_header, table_chunk]), timeout=30))
-                record("table header", grpc.StatusCode.OK)
-            except grpc.RpcError as e:
-                record("table header", e.code())
+                record(kind, e.code())
         channel.close()
 
     threads = [threading.Thread(target=send_unary, args=(just_over, "just over"))
                for _ in range(clients["just_over"])]
     threads += [threading.Thread(target=send_unary, args=(over_grpc, "over gRPC's limit"))
                 for _ in range(clients["over_grpc"])]
-    threads += [threading.Thread(target=send_headers) for _ in range(clients["header"])]
-    threads += [threading.Thread(target=send_table_headers) for _ in range(clients["table_header"])]
+    threads += [threading.Thread(target=send_streams, args=("AggregateStream", False, [header, chunk], "header"))
+                for _ in range(clients["header"])]
+    threads += [threading.Thread(target=send_streams,
+                                 args=("GroupByStream", True, [table_header, table_chunk], "table header"))
+                for _ in range(clients["table_header"])]
     for t in threads:
         t.start()
     samples = []  # (seconds since start, rss)
