@@ -188,10 +188,8 @@ class AggregatorService::AggregateStreamJob final : public StreamJob {
   explicit AggregateStreamJob(AggregatorService& service) : service_(service) {}
 
   absl::StatusOr<StreamChunk> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
-    message_.Clear();
     absl::StatusOr<SlicedBytes> chunk =
-        ParseWithBytesInPlace(raw, v1::AggregateStreamRequest::kChunkFieldNumber, &message_);
-    *is_header = message_.payload_case() != v1::AggregateStreamRequest::kChunk;
+        ParseStreamMessage(raw, v1::AggregateStreamRequest::kChunkFieldNumber, &message_, is_header);
     if (!chunk.ok()) return chunk.status();
     return StreamChunk{.bytes = *std::move(chunk)};
   }

@@ -27,9 +27,8 @@ class AggregatorService::PutDatasetJob final : public StreamJob {
       : service_(service), identity_(std::move(identity)) {}
 
   absl::StatusOr<StreamChunk> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
-    message_.Clear();
-    absl::StatusOr<SlicedBytes> chunk = ParseWithBytesInPlace(raw, v1::PutDatasetRequest::kChunkFieldNumber, &message_);
-    *is_header = message_.payload_case() != v1::PutDatasetRequest::kChunk;
+    absl::StatusOr<SlicedBytes> chunk =
+        ParseStreamMessage(raw, v1::PutDatasetRequest::kChunkFieldNumber, &message_, is_header);
     if (!chunk.ok()) return chunk.status();
     return StreamChunk{.bytes = *std::move(chunk)};
   }

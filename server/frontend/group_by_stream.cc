@@ -29,11 +29,9 @@ class AggregatorService::GroupByStreamJob final : public StreamJob {
   explicit GroupByStreamJob(AggregatorService& service) : service_(service) {}
 
   absl::StatusOr<StreamChunk> Parse(const grpc::ByteBuffer& raw, bool* is_header) override {
-    message_.Clear();
     absl::StatusOr<SlicedBytes> chunk =
-        ParseWithBytesInPlace(raw, v1::GroupByStreamRequest::kChunkFieldNumber, &message_);
+        ParseStreamMessage(raw, v1::GroupByStreamRequest::kChunkFieldNumber, &message_, is_header);
     if (!chunk.ok()) return chunk.status();
-    *is_header = message_.payload_case() != v1::GroupByStreamRequest::kChunk;
     if (*is_header || !header_taken_) return StreamChunk{.bytes = *std::move(chunk)};
     // A chunk after the header: its column must be streamed, and the bytes
     // must fit what the header said that column (or its mask) holds.

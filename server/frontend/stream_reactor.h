@@ -51,6 +51,18 @@ struct StreamChunk {
   std::uint32_t part = 0;
 };
 
+// A stream message parsed with its chunk (bytes field `chunk_field`, a
+// member of the message's oneof) left in gRPC's buffers; *is_header when
+// the oneof holds anything else. The jobs' Parse.
+template <typename Message>
+absl::StatusOr<SlicedBytes> ParseStreamMessage(const grpc::ByteBuffer& raw, int chunk_field, Message* message,
+                                               bool* is_header) {
+  message->Clear();
+  absl::StatusOr<SlicedBytes> chunk = ParseWithBytesInPlace(raw, chunk_field, message);
+  *is_header = static_cast<int>(message->payload_case()) != chunk_field;
+  return chunk;
+}
+
 // What one streaming call does with its messages.
 class StreamJob {
  public:

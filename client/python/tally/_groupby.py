@@ -1147,22 +1147,15 @@ class GroupByFunctions:
         read), each with the bytes it arrived in (_Page). A message past the
         last group ends the call: for an answer of no groups the server
         repeats its one message without end."""
-        group_by = self.__dict__.get("_group_by_raw")
-        if group_by is None:
-            group_by = self._group_by_raw = self._channel.unary_stream(
-                "/tally.v1.Aggregator/GroupBy", request_serializer=pb.GroupByRequest.SerializeToString,
-                response_deserializer=_Page)
-        return _read_pages(group_by(request, timeout=timeout, metadata=metadata))
+        group_by = self._raw_method("unary_stream", "GroupBy", _Page)
+        return _read_pages(group_by(request.SerializeToString(), timeout=timeout, metadata=metadata))
 
     def _group_by_stream_pages(self, request: Any, timeout: Optional[float], metadata: Any, *, streamed: dict,
                                rows: int) -> list:
         """As _group_by_pages, the request's columns named in ``streamed``
         sent in chunks of chunk_bytes (GroupByStream): each column's bytes,
         then its validity."""
-        group_by = self.__dict__.get("_group_by_stream_raw")
-        if group_by is None:  # messages serialized here
-            group_by = self._group_by_stream_raw = self._channel.stream_stream(
-                "/tally.v1.Aggregator/GroupByStream", response_deserializer=_Page)
+        group_by = self._raw_method("stream_stream", "GroupByStream", _Page)  # messages serialized below
         order = [(i, c.name) for i, c in enumerate(request.columns) if c.name in streamed]
         masked = [i for i, name in order if streamed[name][1] is not None]
         header = pb.GroupByStreamRequest.Header(request=request, rows=rows, masked_columns=masked)

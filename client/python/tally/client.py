@@ -333,7 +333,7 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             yield header.SerializeToString()
             yield from self._chunks(a, pb.PutDatasetRequest.CHUNK_FIELD_NUMBER, progress)
 
-        response = self._call(self._raw_stream("PutDataset", pb.PutDatasetResponse), messages(), timeout)
+        response = self._call(self._raw_method("stream_unary", "PutDataset", pb.PutDatasetResponse), messages(), timeout)
         return DatasetInfo.from_proto(response.dataset)
 
     def aggregate_dataset(self, name: str, ops: Union[OpLike, Iterable[OpLike]], *,
@@ -548,13 +548,17 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             if progress:
                 progress(min(at + self.chunk_bytes, total), total)
 
-    def _raw_stream(self, method: str, response: Any) -> Callable:
-        """A client-streaming method of the Aggregator service whose
-        messages are serialized already (_chunks)."""
-        calls = self.__dict__.setdefault("_raw_streams", {})
+    def _raw_method(self, kind: str, method: str, response: Any) -> Callable:
+        """The Aggregator service's ``method`` as a multi-callable of
+        ``kind`` ("stream_unary", "unary_stream", "stream_stream") whose
+        requests are serialized already (as _chunks writes them, or by the
+        caller) and whose answers ``response`` parses (a message class, or
+        a function of the bytes)."""
+        calls = self.__dict__.setdefault("_raw_methods", {})
         if method not in calls:
-            calls[method] = self._channel.stream_unary(f"/tally.v1.Aggregator/{method}",
-                                                       response_deserializer=response.FromString)
+            parse = getattr(response, "FromString", response)
+            calls[method] = getattr(self._channel, kind)(f"/tally.v1.Aggregator/{method}",
+                                                         response_deserializer=parse)
         return calls[method]
 
     def _send(self, a: np.ndarray, row_length: int, wire: list, timeout: Optional[float],
@@ -577,7 +581,7 @@ class Client(NumpyFunctions, PandasFunctions, GroupByFunctions):
             yield pb.AggregateStreamRequest(header=header).SerializeToString()
             yield from self._chunks(a, pb.AggregateStreamRequest.CHUNK_FIELD_NUMBER, progress)
 
-        return self._call(self._raw_stream("AggregateStream", pb.AggregateResponse), messages(), timeout)
+        return self._call(self._raw_method("stream_unary", "AggregateStream", pb.AggregateResponse), messages(), timeout)
 
     def _call(self, method: Callable, request: Any, timeout: Optional[float]) -> Any:
         try:
