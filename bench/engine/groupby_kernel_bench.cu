@@ -130,8 +130,10 @@ int main(int argc, char** argv) {
     row(groups, "read keys and values", read_ms,
         std::to_string(static_cast<int>(8.0 * n / read_ms / 1e6)) + " GB/s, device time");
 
+    k::KeyBounds bounds;
+    CHECK(k::BoundsOfKeys(gk, small, stream, &bounds));
     std::size_t order_bytes = 0;
-    CHECK(k::GroupByKeyScratchBytes(gk, &order_bytes));
+    CHECK(k::GroupByKeyScratchBytes(gk, bounds, &order_bytes));
     void* order_scratch = nullptr;
     std::uint32_t* order_rows = nullptr;
     float* gathered = nullptr;
@@ -140,7 +142,8 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&gathered, n * 4));
     k::KeyOrder order;
     const double order_ms = timed([&] {
-      CHECK(k::OrderByKey(gk, 1ull << 32, order_scratch, order_bytes, stream, order_rows, &order));
+      CHECK(k::BoundsOfKeys(gk, small, stream, &bounds));
+      CHECK(k::OrderByKey(gk, bounds, order_scratch, order_bytes, stream, order_rows, &order));
       CHECK(k::GatherRows(4, values, order_rows, n, gathered, stream));
       CHECK(cudaStreamSynchronize(stream));
     });

@@ -3,7 +3,9 @@
 in one run.
 
 int32 keys (uniform over G groups, or Zipf(1.1) skew) and float32 values,
-ROWS of each, uploaded once as two resident datasets; then GroupBy over
+ROWS of each, uploaded once as two resident datasets (with --keys sparse,
+int64 keys drawn from G values spread over the whole 64-bit range; with
+--keys float, float64 keys from G values of a normal distribution); then GroupBy over
 them (sum, count, min, max, mean of the values per key, ascending keys), best
 of --reps, checked against numpy. The baselines that are installed run on
 the same arrays: pandas' and pyarrow's group-by on the host's cores, and
@@ -11,6 +13,7 @@ torch's index_add_/bincount/scatter_reduce on the GPU (with --torch).
 
     python3 bench/groupby/groupby_bench.py --server build/server/tally-server \\
         [--backend cpu|cuda] [--rows 2**26] [--groups 16,65536,1000000] [--zipf] \\
+        [--keys dense|sparse|float] \\
         [--reps 3] [--baselines pandas,pyarrow,torch] [--proto proto]
 
 TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py
@@ -31,14 +34,25 @@ from tally_test_server import TallyServer, load_messages  # noqa: E402
 OPS = ("OP_SUM", "OP_COUNT", "OP_MIN", "OP_MAX", "OP_MEAN")
 
 
-def keys_for(rng, rows, groups, zipf):
+def keys_for(rng, rows, groups, zipf, kind="dense"):
     if not zipf:
-        return rng.integers(0, groups, rows, dtype=np.int32)
-    # Zipf(1.1) over `groups` ranks: a few keys hold most rows.
-    ranks = np.arange(1, groups + 1, dtype=np.float64)
-    p = ranks ** -1.1
-    p /= p.sum()
-    return rng.choice(groups, size=rows, p=p).astype(np.int32)
+        codes = rng.integers(0, groups, rows, dtype=np.int32)
+    else:
+        # Zipf(1.1) over `groups` ranks: a few keys hold most rows.
+        ranks = np.arange(1, groups + 1, dtype=np.float64)
+        p = ranks ** -1.1
+        p /= p.sum()
+        codes = rng.choice(groups, size=rows, p=p).astype(np.int32)
+    if kind == "dense":
+        return codes
+    if kind == "sparse":
+        pool = np.unique(rng.integers(-2**63, 2**63 - 1, groups + groups // 8 + 16, dtype=np.int64))
+        return rng.permutation(pool)[:groups][codes]
+    pool = np.unique(rng.standard_normal(groups + groups // 8 + 16) * 1000.0)
+    return rng.permutation(pool)[:groups][codes]
+
+
+KEY_DTYPES = {"dense": "DTYPE_INT32", "sparse": "DTYPE_INT64", "float": "DTYPE_FLOAT64"}
 
 
 def upload(server, pb, name, x, dtype, chunk=8 << 20):
@@ -55,7 +69,7 @@ def upload(server, pb, name, x, dtype, chunk=8 << 20):
 def check(pages, pb, k, v):
     """The answer against numpy: keys, counts exact; sums, means to float
     rounding; min and max exact."""
-    keys = np.concatenate([np.frombuffer(p.keys[0].data, np.int32) for p in pages])
+    keys = np.concatenate([np.frombuffer(p.keys[0].data, k.dtype) for p in pages])
     res = [np.concatenate([np.array(p.results[j].doubles.values if p.results[j].HasField("doubles")
                                     else p.results[j].uint64s.values if p.results[j].HasField("uint64s")
                                     else p.results[j].int64s.values) for p in pages]) for j in range(len(OPS))]
@@ -78,6 +92,8 @@ def main():
     p.add_argument("--rows", type=lambda s: int(eval(s)), default=1 << 22)
     p.add_argument("--groups", default="16,65536,1000000")
     p.add_argument("--zipf", action="store_true", help="also Zipf(1.1) keys")
+    p.add_argument("--keys", default="dense", choices=sorted(KEY_DTYPES),
+                   help="int32 keys 0..G-1, int64 keys over every bit, or float64 keys")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--baselines", default="pandas")
     p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
@@ -100,9 +116,9 @@ def main():
     try:
         for zipf in ([False, True] if args.zipf else [False]):
             for groups in (int(g) for g in args.groups.split(",")):
-                k = keys_for(rng, args.rows, groups, zipf)
+                k = keys_for(rng, args.rows, groups, zipf, args.keys)
                 v = rng.standard_normal(args.rows, dtype=np.float32)
-                upload(server, pb, "gb_k", k, pb.DTYPE_INT32)
+                upload(server, pb, "gb_k", k, getattr(pb, KEY_DTYPES[args.keys]))
                 upload(server, pb, "gb_v", v, pb.DTYPE_FLOAT32)
                 request = pb.GroupByRequest(
                     columns=[pb.Column(name="k", dataset="gb_k"), pb.Column(name="v", dataset="gb_v")], keys=["k"],
@@ -114,7 +130,7 @@ def main():
                     pages = list(group_by(request, timeout=600))
                     seconds = min(seconds, pages[-1].execution.server_seconds)
                 made = check(pages, pb, k, v)
-                label = "zipf1.1" if zipf else "uniform"
+                label = ("zipf1.1" if zipf else "uniform") + ("" if args.keys == "dense" else " " + args.keys)
                 print(f"{label}\t{made}\t{args.rows}\ttally-{args.backend}\t{seconds:.6f}\t{args.rows / seconds / 1e9:.2f}",
                       flush=True)
                 for b in baselines:
@@ -142,11 +158,18 @@ def run_baseline(name, k, v, reps):
         import torch
         if not torch.cuda.is_available():
             return None
-        kk = torch.from_numpy(k.astype(np.int64)).cuda()
+        keys = torch.from_numpy(k.astype(np.int64) if k.dtype.kind == "i" else k).cuda()
         vv = torch.from_numpy(v).cuda()
-        g = int(k.max()) + 1
+        dense = k.dtype == np.int32
 
         def run():
+            # Keys 0..G-1 index the groups; others are numbered by a sort
+            # first (torch.unique), as a sparse key needs.
+            if dense:
+                kk, g = keys, int(k.max()) + 1
+            else:
+                uniq, kk = torch.unique(keys, return_inverse=True)
+                g = len(uniq)
             s = torch.zeros(g, device="cuda").index_add_(0, kk, vv)
             c = torch.bincount(kk, minlength=g)
             lo = torch.full((g,), float("inf"), device="cuda").scatter_reduce(0, kk, vv, "amin")

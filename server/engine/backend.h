@@ -186,8 +186,9 @@ class Backend {
 
   // Group-by on the device (device_grouping.h): the `rows` keys of `dtype`
   // at `keys` (device bytes) ordered by key, ascending, each key's rows in
-  // table order. UNIMPLEMENTED where this backend has no such pass, or for
-  // these keys (dtype, range): the engine groups on the host. More than
+  // table order; float keys as pandas groups them (-0.0 as 0.0, the NaN
+  // rows one group, the last: DeviceGroupOrder::nan_group). UNIMPLEMENTED
+  // where this backend has no such pass: the engine groups on the host. More than
   // `max_groups` groups is RESOURCE_EXHAUSTED naming --max_groups.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(
       const Extent& keys, DType dtype, std::uint64_t rows, std::uint64_t max_groups) {

@@ -31,10 +31,18 @@ class DeviceGroupOrder {
   std::vector<std::uint64_t> keys;
   // Where each group's rows start in group order (groups + 1 entries).
   Offsets offsets;
+  // Whether the last group holds the rows whose key is NaN (float keys;
+  // the engine drops it for dropna).
+  bool nan_group = false;
   // `column` (device bytes of `dtype`, one element per row) in group order.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<DeviceColumn>> Gather(const Extent& column, DType dtype) = 0;
   // The table's rows in group order, for mapping indices back.
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::uint64_t>> Rows() = 0;
+  // Each row's group number (uint32, one a row, on the keys' device): its
+  // group's place in `offsets`, or `groups` for rows past the last group
+  // (a dropped NaN group's). Keys the direct pass does not take (floats, a
+  // range past its own) reach it as these.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<DeviceColumn>> GroupNumbers() = 0;
 };
 
 // A composite key's columns combined into one on the device

@@ -13,12 +13,14 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "server/engine/functions/function_router.h"
 #include "server/engine/grouping/grouped_reduction.h"
 #include "server/engine/grouping/keyed_sums.h"
 #include "tally/kernels/group.h"
+#include "tally/rules/half.h"
 #include "tests/gpu/engine_test_util.h"
 
 namespace tally::engine_test {
@@ -64,48 +66,50 @@ std::vector<std::byte> HotKeys(std::uint64_t rows, std::uint64_t spread, std::in
 enum class Specials { kSome, kNone };
 
 void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu, bool direct, Match match,
-                Specials specials);
+                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu, bool direct, bool facts_kept,
+                Match match, Specials specials, bool dropna);
 
 // Where the device's steps take a plan: the direct pass with a copy of
 // each slot per thread or per lane (keys within
 // kernels::kMaxLaneCopiesRange; the ranges up to 8 below take the first), the
 // direct pass over buckets of 2,048 keys (wider keys, up to
-// kMaxPartitionedRange and twice the rows and 65,536 more), the order by key (wider keys), or neither (keys spread past 2^32:
-// the host's steps over copies). The host's direct pass (keys within
+// kMaxPartitionedRange and twice the rows and 65,536 more), or the order by key (wider keys, float keys), whose
+// group numbers then take the direct pass (no facts of the key column
+// kept for the next request). The host's direct pass (keys within
 // grouping::kMaxHostDirectRange) gives the device's direct pass's bits.
-enum class Keyed { kLaneCopies, kBuckets, kOrdered, kOnHost };
+enum class Keyed { kLaneCopies, kBuckets, kOrdered };
 
 void Compare(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-             const std::string& what, Keyed keyed, bool host_direct = false, Specials specials = Specials::kSome) {
-  const bool direct = keyed == Keyed::kLaneCopies || keyed == Keyed::kBuckets;
-  const Match match = direct && host_direct ? Match::kBits : Match::kRounded;
+             const std::string& what, Keyed keyed, bool host_direct = false, Specials specials = Specials::kSome,
+             bool dropna = true) {
+  const bool by_key = keyed == Keyed::kLaneCopies || keyed == Keyed::kBuckets;
+  const Match match = by_key && host_direct ? Match::kBits : Match::kRounded;
   struct Case {
     std::vector<OpSpec> ops;
     bool on_gpu;
-    bool direct;  // summed by key on the device
+    bool direct;  // summed by key (or group number) on the device
     Match match;
   };
   const std::vector<Case> cases = {
-      // The direct pass, or the segmented kernels over the ordered column.
-      {{Op(OpKind::kSum), Op(OpKind::kCount), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kMean)},
-       keyed != Keyed::kOnHost, direct, match},
-      // The direct pass; the segmented kernels compute no NaN-skipping op,
-      // so ordered keys take the gathered column to the host.
+      // The direct pass over keys or group numbers.
+      {{Op(OpKind::kSum), Op(OpKind::kCount), Op(OpKind::kMin), Op(OpKind::kMax), Op(OpKind::kMean)}, true, true,
+       match},
+      // The same for the NaN-skipping ops (which the segmented kernels do
+      // not compute).
       {{Op(OpKind::kNanSum), Op(OpKind::kNanCount), Op(OpKind::kNanMin), Op(OpKind::kNanMax), Op(OpKind::kNanMean)},
-       direct, direct, match},
+       true, true, match},
       // Ops of neither: the host over the gathered column.
       {{Op(OpKind::kArgmin), Op(OpKind::kVariance, 1.0), Op(OpKind::kSum)}, false, false, Match::kRounded}};
   for (std::size_t i = 0; i < cases.size(); ++i) {
     CompareOps(key_dtype, keys, rows, rng, what + " ops " + std::to_string(i), cases[i].ops, cases[i].on_gpu,
-               cases[i].direct, cases[i].match, specials);
+               cases[i].direct, by_key && cases[i].direct, cases[i].match, specials, dropna);
   }
 }
 
 void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64_t rows, std::mt19937_64& rng,
-                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu, bool direct, Match match,
-                Specials specials) {
-  SCOPED_TRACE(what);
+                const std::string& what, const std::vector<OpSpec>& ops, bool on_gpu, bool direct, bool facts_kept,
+                Match match, Specials specials, bool dropna) {
+  SCOPED_TRACE(what + (dropna ? "" : ", dropna=False"));
   BackendOptions o = TestOptions();
   std::unique_ptr<Backend> cuda = MakeFunctionRouter(MakeCuda(o), 1 << 30);
   std::unique_ptr<Backend> cpu = MakeFunctionRouter(MakeCpu(), 1 << 30);
@@ -137,6 +141,7 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   c.plan.ops = ops;
   plan.values = {c};
   plan.aggregations = ops.size();
+  plan.dropna = dropna;
   GroupByPlan on_host = plan;
   on_host.columns[0].data = keys;
   on_host.columns[0].placement = Placement::PageableHost();
@@ -158,8 +163,8 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   ASSERT_TRUE(again.ok()) << again.status();
   constexpr const char* kKnown = "known from an earlier request";
   EXPECT_EQ(steps.find(kKnown), std::string::npos) << steps;
-  EXPECT_EQ(steps_again.find(kKnown) != std::string::npos, direct) << steps_again;
-  if (direct) {
+  EXPECT_EQ(steps_again.find(kKnown) != std::string::npos, facts_kept) << steps_again;
+  if (facts_kept) {
     ASSERT_TRUE(key_facts.key_range().has_value() && value_facts.largest_magnitude().has_value());
   }
   absl::StatusOr<grouping::GroupedResult> ref = grouping::RunGroupBy(on_host, *cpu, 1 << 26);
@@ -215,9 +220,77 @@ TEST(EngineGroupBy, DeviceOrderGivesTheHostsGroupsEveryKeyDtype) {
   // Keys spread past twice the rows: the order by key.
   Compare(DType::kInt64, Keys<std::int64_t>(rows, 4000000, false, 3, rng), rows, rng, "int64, sparse",
           Keyed::kOrdered);
-  // Keys spread past 2^32: the host's steps over copies, the same answer.
+  // Keys spread past 2^32: the order by key over 64-bit codes.
   Compare(DType::kInt64, Keys<std::int64_t>(rows, std::uint64_t{1} << 41, false, 5, rng), rows, rng,
-          "int64, spread past 2^32", Keyed::kOnHost);
+          "int64, spread past 2^32", Keyed::kOrdered);
+}
+
+// Float keys from `distinct` values (normal, with ties), -0.0 and 0.0,
+// both infinities and NaNs of several payloads and both signs, which
+// group as pandas groups them: the zeros one key, the NaNs one key.
+template <typename T>
+std::vector<std::byte> FloatKeys(std::uint64_t rows, std::uint64_t distinct, std::mt19937_64& rng) {
+  std::vector<T> pool;
+  std::normal_distribution<double> normal(0.0, 1000.0);
+  for (std::uint64_t i = 0; i < distinct; ++i) pool.push_back(T(std::round(normal(rng) * 8.0) / 8.0));
+  const auto bits = [](std::uint64_t b) {
+    T t;
+    std::memcpy(&t, &b, sizeof(T));
+    return t;
+  };
+  constexpr int kWidth = 8 * sizeof(T);
+  const std::uint64_t sign = std::uint64_t{1} << (kWidth - 1);
+  const int exponent = sizeof(T) == 8 ? 11 : sizeof(T) == 4 ? 8 : std::is_same_v<T, rules::BFloat16> ? 8 : 5;
+  const std::uint64_t infinity = ((std::uint64_t{1} << exponent) - 1) << (kWidth - 1 - exponent);
+  const std::uint64_t quiet = std::uint64_t{1} << (kWidth - 2 - exponent);
+  for (const std::uint64_t b : {std::uint64_t{0}, sign, infinity, infinity | sign, infinity | quiet,
+                                infinity | quiet | 1, infinity | quiet | sign, infinity | 1}) {
+    pool.push_back(bits(b));
+  }
+  std::vector<std::byte> out(rows * sizeof(T));
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    // One row in 16 from the last eight (zeros, infinities, NaNs).
+    const std::uint64_t r = rng() % 16 == 0 ? pool.size() - 1 - rng() % 8 : rng() % distinct;
+    std::memcpy(out.data() + i * sizeof(T), &pool[r], sizeof(T));
+  }
+  return out;
+}
+
+// Keys the direct pass does not take: float keys of every width, kept and
+// dropped NaN, keys that are all NaN, and integers spread over all 64 bits.
+TEST(EngineGroupBy, DeviceOrderTakesFloatAndSparseKeys) {
+  TALLY_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const std::uint64_t rows = 300001;
+  for (const bool dropna : {true, false}) {
+    Compare(DType::kFloat32, FloatKeys<float>(rows, 1000, rng), rows, rng, "float32 keys", Keyed::kOrdered, false,
+            Specials::kSome, dropna);
+    Compare(DType::kFloat64, FloatKeys<double>(rows, 100000, rng), rows, rng, "float64 keys", Keyed::kOrdered, false,
+            Specials::kSome, dropna);
+    Compare(DType::kFloat16, FloatKeys<rules::Float16>(rows, 300, rng), rows, rng, "float16 keys", Keyed::kOrdered,
+            false, Specials::kSome, dropna);
+    Compare(DType::kBFloat16, FloatKeys<rules::BFloat16>(rows, 300, rng), rows, rng, "bfloat16 keys",
+            Keyed::kOrdered, false, Specials::kSome, dropna);
+    std::vector<std::byte> nan(1000 * sizeof(float));
+    for (std::size_t i = 0; i < 1000; ++i) {
+      const float f = i % 3 == 0 ? -std::nanf("") : std::nanf("");
+      std::memcpy(nan.data() + i * sizeof f, &f, sizeof f);
+    }
+    Compare(DType::kFloat32, nan, 1000, rng, "every key NaN", Keyed::kOrdered, false, Specials::kSome, dropna);
+  }
+  // The whole 64-bit range (its span wraps to 0) and random 64-bit keys.
+  std::vector<std::byte> wide = Keys<std::uint64_t>(rows, ~std::uint64_t{0}, false, 0, rng);
+  const std::uint64_t ends[2] = {0, ~std::uint64_t{0}};
+  std::memcpy(wide.data() + 17 * 8, &ends[0], 8);
+  std::memcpy(wide.data() + 99 * 8, &ends[1], 8);
+  Compare(DType::kUInt64, wide, rows, rng, "uint64 over every bit", Keyed::kOrdered);
+  // 50 keys 2^56 apart: few groups, 64-bit codes.
+  std::vector<std::byte> apart(rows * sizeof(std::int64_t));
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    const std::int64_t k = (static_cast<std::int64_t>(rng() % 50) - 25) * (std::int64_t{1} << 56) + 3;
+    std::memcpy(apart.data() + i * sizeof k, &k, sizeof k);
+  }
+  Compare(DType::kInt64, apart, rows, rng, "int64, 50 keys far apart", Keyed::kOrdered);
 }
 
 // Many rows per key: every bucket of the partitioned pass cut into several

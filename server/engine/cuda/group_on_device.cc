@@ -92,6 +92,24 @@ class CudaGroupOrder final : public DeviceGroupOrder {
     return std::vector<std::uint64_t>(rows.begin(), rows.end());
   }
 
+  absl::StatusOr<std::unique_ptr<DeviceColumn>> GroupNumbers() override {
+    ScopedDevice on(device_);
+    StreamBuffer starts, out;
+    if (StreamBuffer::Create(offsets->size() * sizeof(std::uint64_t), stream_.view(), &starts) != cudaSuccess ||
+        StreamBuffer::Create(count_ * sizeof(std::uint32_t), stream_.view(), &out) != cudaSuccess) {
+      return Failure(device_, "allocating the rows' group numbers");
+    }
+    if (cudaMemcpyAsync(starts.data(), offsets->data(), offsets->size() * sizeof(std::uint64_t),
+                        cudaMemcpyHostToDevice, stream_.get()) != cudaSuccess ||
+        kernels::NumberRows(reinterpret_cast<const std::uint32_t*>(rows_.data()), count_,
+                            reinterpret_cast<const std::uint64_t*>(starts.data()), groups,
+                            reinterpret_cast<std::uint32_t*>(out.data()), stream_.get()) != cudaSuccess ||
+        cudaStreamSynchronize(stream_.get()) != cudaSuccess) {
+      return Failure(device_, "numbering the rows by group");
+    }
+    return std::make_unique<GatheredColumn>(std::move(out), device_);
+  }
+
  private:
   int device_;
   Stream stream_;
@@ -99,8 +117,10 @@ class CudaGroupOrder final : public DeviceGroupOrder {
   std::uint64_t count_;
 };
 
-// What both device passes check and set up first: the keys on a GPU in
-// use and healthy, a key dtype and row count the kernels take, the pool
+// What the device passes check and set up first: the keys on a GPU in
+// use and healthy, a key dtype the pass takes (`keys_taken`: the order
+// takes every dtype, the direct pass and the combination the integers and
+// bool) and a row count the kernels take, the pool
 // that lends their scratch kept, and a stream of their own. UNIMPLEMENTED
 // (the engine groups another way) for keys these passes do not take.
 struct DevicePass {
@@ -109,7 +129,7 @@ struct DevicePass {
 };
 
 absl::StatusOr<DevicePass> StartDevicePass(const Extent& keys, DType key_dtype, std::uint64_t rows,
-                                           const DevicePool& pool) {
+                                           const DevicePool& pool, bool (*keys_taken)(DType)) {
   const auto unimplemented = [](const std::string& why) {
     return absl::UnimplementedError(absl::StrCat("no device grouping: ", why));
   };
@@ -120,7 +140,7 @@ absl::StatusOr<DevicePass> StartDevicePass(const Extent& keys, DType key_dtype, 
     return unimplemented(absl::StrCat("GPU ", pass.device, " is not one of the devices in use."));
   }
   if (absl::Status health = pool.DeviceHealth(pass.device); !health.ok()) return health;
-  if (!kernels::GroupKeysSupported(key_dtype)) return unimplemented(absl::StrCat(rules::Name(key_dtype), " keys."));
+  if (!keys_taken(key_dtype)) return unimplemented(absl::StrCat(rules::Name(key_dtype), " keys."));
   if (rows == 0 || rows >= (std::uint64_t{1} << 31)) return unimplemented("1 to 2^31 - 1 rows.");
   ScopedDevice on(pass.device);
   if (KeepPoolMemory(pass.device) != cudaSuccess) {
@@ -137,14 +157,24 @@ absl::StatusOr<DevicePass> StartDevicePass(const Extent& keys, DType key_dtype, 
 absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
                                                                      std::uint64_t rows, std::uint64_t max_groups,
                                                                      const DevicePool& pool) {
-  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool);
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool, kernels::OrderedKeysSupported);
   if (!pass.ok()) return pass.status();
   const int device = pass->device;
   Stream& stream = pass->stream;
   ScopedDevice on(device);
   const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
+  kernels::KeyBounds bounds;
+  {
+    StreamBuffer small;
+    if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, stream.view(), &small) != cudaSuccess) {
+      return Failure(device, "allocating the key range's scratch");
+    }
+    if (kernels::BoundsOfKeys(k, small.data(), stream.get(), &bounds) != cudaSuccess) {
+      return Failure(device, "reading the keys' range");
+    }
+  }
   std::size_t scratch_bytes = 0;
-  if (kernels::GroupByKeyScratchBytes(k, &scratch_bytes) != cudaSuccess) return Failure(device, "sizing scratch");
+  if (kernels::GroupByKeyScratchBytes(k, bounds, &scratch_bytes) != cudaSuccess) return Failure(device, "sizing scratch");
   StreamBuffer scratch, order_rows;
   if (StreamBuffer::Create(scratch_bytes, stream.view(), &scratch) != cudaSuccess ||
       StreamBuffer::Create(rows * sizeof(std::uint32_t), stream.view(), &order_rows) != cudaSuccess) {
@@ -152,24 +182,19 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
                                                      scratch_bytes + rows * 4, " bytes of scratch."));
   }
   kernels::KeyOrder order;
-  // The range a direct radix order takes: past 2^32 the keys are sorted on
-  // the host instead.
-  constexpr std::uint64_t kMaxRange = std::uint64_t{1} << 32;
-  if (const cudaError_t e = kernels::OrderByKey(k, kMaxRange, scratch.data(), scratch.size(), stream.get(),
-                                                reinterpret_cast<std::uint32_t*>(order_rows.data()), &order);
-      e != cudaSuccess) {
-    if (e == cudaErrorInvalidValue) {  // the keys' range passes kMaxRange: nothing but a read was done
-      (void)cudaGetLastError();
-      return absl::UnimplementedError("no device grouping: the keys' range passes 2^32.");
-    }
+  if (kernels::OrderByKey(k, bounds, scratch.data(), scratch.size(), stream.get(),
+                          reinterpret_cast<std::uint32_t*>(order_rows.data()), &order) != cudaSuccess) {
     return Failure(device, "ordering rows by key");
   }
-  if (order.groups > max_groups) return TooManyGroups(max_groups);
+  // The NaN group counts only where the engine keeps it (dropna=False;
+  // RunOnDevice checks that).
+  if (order.groups - (order.nan_group ? 1 : 0) > max_groups) return TooManyGroups(max_groups);
   scratch = StreamBuffer();  // given back before the columns are gathered
   auto out = std::make_unique<CudaGroupOrder>(device, std::move(stream), std::move(order_rows), rows);
   out->groups = order.groups;
   out->keys = std::move(order.keys);
   out->offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(order.offsets));
+  out->nan_group = order.nan_group;
   return out;
 }
 
@@ -181,7 +206,7 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   };
   if (values.placement != keys.placement) return unimplemented("keys and values are not on one GPU.");
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return unimplemented("values are not float32 or float64.");
-  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, key_dtype, rows, pool);
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, key_dtype, rows, pool, kernels::GroupKeysSupported);
   if (!pass.ok()) return pass.status();
   const int device = pass->device;
   Stream& stream = pass->stream;
@@ -260,7 +285,7 @@ absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> ke
       return absl::UnimplementedError(absl::StrCat("no combined keys: ", rules::Name(d), " keys."));
     }
   }
-  absl::StatusOr<DevicePass> pass = StartDevicePass(keys[0], dtypes[0], rows, pool);
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys[0], dtypes[0], rows, pool, kernels::GroupKeysSupported);
   if (!pass.ok()) return pass.status();
   const int device = pass->device;
   Stream& stream = pass->stream;

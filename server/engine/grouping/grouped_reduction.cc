@@ -231,6 +231,48 @@ AggregationResult CountsOfGroups(const AggregationPlan& p, const std::vector<std
   return out;
 }
 
+// `o` without its last group (the NaN keys' rows, for dropna): their rows
+// stay at the end of the order, past every group's.
+void DropLastGroup(DeviceGroupOrder& o) {
+  --o.groups;
+  o.keys.pop_back();
+  o.offsets = std::make_shared<const std::vector<std::uint64_t>>(o.offsets->begin(), o.offsets->end() - 1);
+  o.nan_group = false;
+}
+
+// `s` without its last group (the NaN keys' rows, for dropna).
+void DropLastGroup(KeyedSums& s, std::size_t key_size) {
+  const std::uint64_t n = --s.groups;
+  s.keys.resize(n * key_size);
+  for (std::vector<std::uint64_t>* v : {&s.count, &s.nan}) {
+    if (!v->empty()) v->resize(n);
+  }
+  for (std::vector<double>* v : {&s.sum, &s.min, &s.max, &s.mean}) {
+    if (!v->empty()) v->resize(n);
+  }
+  if (!s.infinities.empty()) s.infinities.resize(n);
+}
+
+// The direct pass over `o`'s group numbers (DeviceGroupOrder::GroupNumbers,
+// made once into `numbers`) in place of keys it does not take: float keys,
+// integers spread past its range. The same groups in the same order; the
+// rows of a dropped NaN group, numbered past the last, summed as one group
+// more and dropped.
+absl::StatusOr<KeyedSums> SumsByGroupNumber(const GroupByPlan& plan, DeviceGroupOrder& o,
+                                            std::unique_ptr<DeviceColumn>& numbers, const GroupColumn& column,
+                                            Backend& backend, std::uint64_t max_groups) {
+  if (numbers == nullptr) {
+    absl::StatusOr<std::unique_ptr<DeviceColumn>> made = o.GroupNumbers();
+    if (!made.ok()) return made.status();
+    numbers = *std::move(made);
+  }
+  const Extent e = numbers->extent();
+  const GroupColumn key{.name = "group numbers", .dtype = DType::kUInt32, .data = e.bytes, .placement = e.placement};
+  absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups + 1);
+  if (sums.ok() && sums->groups == o.groups + 1) DropLastGroup(*sums, sizeof(std::uint32_t));
+  return sums;
+}
+
 // The plan on the device holding its columns, when the backend groups
 // there and the plan is one it takes (one integer key column, ascending
 // keys, no masks, every column on one GPU); nullopt otherwise.
@@ -251,22 +293,34 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   if (!order.ok()) return order.status();
   note("rows ordered by key on the device");
   DeviceGroupOrder& o = **order;
+  if (o.nan_group) {
+    if (plan.dropna) {
+      DropLastGroup(o);
+    } else if (o.groups > max_groups) {
+      return TooManyGroups(max_groups);
+    }
+  }
   GroupedResult out;
   out.groups = o.groups;
-  out.rows_grouped = plan.rows;
+  out.rows_grouped = o.offsets->back();
   out.on_device = true;
   out.keys.push_back(KeyValues{.dtype = key.dtype, .data = KeyBytes(o.keys, rules::SizeOf(key.dtype)), .validity = nullptr});
   out.backend = backend.name();
   out.device = backend.device();
-  std::vector<std::uint64_t> rows;  // once an index needs them
+  std::vector<std::uint64_t> rows;          // once an index needs them
+  std::unique_ptr<DeviceColumn> numbers;  // once a column takes the direct pass over them
   for (const ColumnAggregations& c : plan.values) {
     const GroupColumn& column = plan.columns[c.column];
     // A float column asking only the direct pass's ops takes it beside the
     // order (one read, no gather): the segmented kernels have no
     // NaN-skipping ops, pandas' sum and mean of floats, which would take
-    // the gathered column to the host.
+    // the gathered column to the host. Keys it does not take reach it as
+    // their group numbers.
     if (TakesDirect(plan, c)) {
       absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups);
+      if (absl::IsUnimplemented(sums.status())) {
+        sums = SumsByGroupNumber(plan, o, numbers, column, backend, max_groups);
+      }
       if (!sums.ok() && !absl::IsUnimplemented(sums.status())) return sums.status();
       if (sums.ok() && sums->groups == o.groups) {
         const bool known = sums->spread_known;
@@ -285,7 +339,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
     note("column gathered on the device");
     const Extent bytes = (*laid_out)->extent();
     AggregationPlan p = c.plan;
-    p.array.length = plan.rows;
+    p.array.length = o.offsets->back();  // the rows of a dropped NaN group lie past the last group
     p.array.row_length = 0;
     p.array.offsets = o.offsets;
     p.array.validity = nullptr;

@@ -1,31 +1,38 @@
 // Group-by's device steps (server/engine/grouping over a cuda backend): the
-// rows of an integer key column ordered by key, stably (each key's rows in
-// table order), with the distinct keys and where each key's rows start;
-// then any column's elements gathered in that order. The engine hands the
-// gathered column to the segmented kernels with those starts as segment
-// offsets, so every op that answers per segment answers per group, with
-// the same bits as a segment holding those elements in that order.
+// rows of a key column ordered by key, stably (each key's rows in table
+// order), with the distinct keys and where each key's rows start; then any
+// column's elements gathered in that order. The engine hands the gathered
+// column to the segmented kernels with those starts as segment offsets, so
+// every op that answers per segment answers per group, with the same bits
+// as a segment holding those elements in that order.
 // Plain C++ (no nvcc needed to include it).
 //
 //   kernels::GroupKeys keys{rules::DType::kInt32, d_keys, rows};
+//   kernels::KeyBounds bounds;
+//   kernels::BoundsOfKeys(keys, d_16_bytes, stream, &bounds);   // a read
 //   size_t bytes = 0;
-//   kernels::GroupByKeyScratchBytes(keys, &bytes);          // worst case
+//   kernels::GroupByKeyScratchBytes(keys, bounds, &bytes);
 //   kernels::KeyOrder order;
-//   kernels::OrderByKey(keys, max_range, d_scratch, bytes, stream, d_rows, &order);
+//   kernels::OrderByKey(keys, bounds, d_scratch, bytes, stream, d_rows, &order);
 //   kernels::GatherRows(value_size, d_values, d_rows, rows, d_out, stream);
 //
 // Rules:
-// - keys: every integer dtype and bool, rows below 2^32. Keys whose range
-//   (largest - smallest + 1) passes `max_range` (at most 2^32) are
-//   cudaErrorInvalidValue with nothing done but a read: the caller groups
-//   on the host.
-// - The order is a least-significant-digit radix sort of (key - smallest)
-//   over only the bits the range needs, so it is stable and its cost grows
-//   with log2(range), not with the number of groups' skew.
+// - keys: every dtype (OrderedKeysSupported), rows below 2^31. Keys order
+//   as pandas sorts groups: -0.0 and 0.0 are one key, and every NaN one key
+//   after +inf (KeyOrder::nan_group says whether the last group is it;
+//   the caller drops it for dropna).
+// - The order is a least-significant-digit radix sort of (key - smallest),
+//   keys taken as unsigned numbers of the same order, over only the bits
+//   the keys' range needs (32-bit codes up to a range of 2^32, 64-bit past
+//   it: sparse int64 keys, float64 keys), so it is stable and its cost
+//   grows with log2(range), not with the number of groups or their skew.
+// - Each group's key is the bytes of its first row's key, as the host's
+//   steps answer it.
 // - Nothing here allocates: `scratch` holds every intermediate array
-//   (GroupByKeyScratchBytes's worst case for `rows`). OrderByKey
-//   synchronizes `stream` before returning (the group count decides what
-//   is copied back).
+//   (GroupByKeyScratchBytes: 32 bytes a row, 40 with 64-bit codes, and
+//   CUB's temporary storage). BoundsOfKeys and OrderByKey synchronize
+//   `stream` before returning (the range decides the sort's width, the
+//   group count what is copied back).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -45,10 +52,25 @@ struct GroupKeys {
   std::uint64_t rows = 0;
 };
 
-// Whether OrderByKey takes keys of `dtype` (the integers and bool).
+// Whether OrderByKey takes keys of `dtype`: every dtype.
+[[nodiscard]] bool OrderedKeysSupported(rules::DType dtype);
+// Whether the direct pass (SumByKey) and CombineKeys take keys of `dtype`:
+// the integers and bool.
 [[nodiscard]] bool GroupKeysSupported(rules::DType dtype);
 
-[[nodiscard]] cudaError_t GroupByKeyScratchBytes(const GroupKeys& keys, std::size_t* bytes);
+// The keys' least and the range they span, as the unsigned numbers that
+// order as the keys do.
+struct KeyBounds {
+  std::uint64_t lowest = 0;
+  std::uint64_t range = 0;  // largest - lowest + 1; 0: the whole 2^64
+};
+inline constexpr std::size_t kKeyBoundsScratchBytes = 16;
+
+// One read of the keys (1 to 2^31 - 1 rows); `scratch` kKeyBoundsScratchBytes
+// of device memory.
+[[nodiscard]] cudaError_t BoundsOfKeys(const GroupKeys& keys, void* scratch, cudaStream_t stream, KeyBounds* out);
+
+[[nodiscard]] cudaError_t GroupByKeyScratchBytes(const GroupKeys& keys, const KeyBounds& bounds, std::size_t* bytes);
 
 struct KeyOrder {
   std::uint64_t groups = 0;
@@ -58,14 +80,24 @@ struct KeyOrder {
   // Where each group's rows start in the order, and the rows in all
   // (groups + 1 entries, 0 first).
   std::vector<std::uint64_t> offsets;
-  std::uint64_t range = 0;  // largest - smallest key + 1
+  // Whether the last group holds the NaN keys (float keys only).
+  bool nan_group = false;
 };
 
 // Writes the rows in key order to `rows_out` (device, keys.rows entries)
 // and fills `out`.
-[[nodiscard]] cudaError_t OrderByKey(const GroupKeys& keys, std::uint64_t max_range, void* scratch,
+[[nodiscard]] cudaError_t OrderByKey(const GroupKeys& keys, const KeyBounds& bounds, void* scratch,
                                      std::size_t scratch_bytes, cudaStream_t stream, std::uint32_t* rows_out,
                                      KeyOrder* out);
+
+// Each row's group: out[rows[i]] = g for the positions i of the order in
+// [starts[g], starts[g + 1]), and `groups` for positions past
+// starts[groups] (rows of a group dropped from the end). `rows` the
+// order's n rows and `starts` its groups + 1 starts, both in device
+// memory. Keys the direct pass does not take (floats, a range too wide)
+// become keys it does: the group numbers 0 to groups. Does not synchronize.
+[[nodiscard]] cudaError_t NumberRows(const std::uint32_t* rows, std::uint64_t n, const std::uint64_t* starts,
+                                     std::uint64_t groups, std::uint32_t* out, cudaStream_t stream);
 
 // out[i] = values[rows[i]] for i < n, elements of `element_size` bytes (1,
 // 2, 4 or 8).
@@ -129,7 +161,7 @@ inline constexpr std::size_t kKeySpreadScratchBytes = 256;
 
 // Reads keys and values once and synchronizes `stream`.
 // cudaErrorInvalidValue for keys or values the direct path does not take
-// (key dtypes as OrderByKey's, float32 or float64 values, 1 to 2^31 - 1
+// (key dtypes GroupKeysSupported takes, float32 or float64 values, 1 to 2^31 - 1
 // rows).
 [[nodiscard]] cudaError_t SpreadOfKeys(const GroupKeys& keys, const DenseValues& values, void* scratch,
                                        cudaStream_t stream, KeySpread* out);
@@ -182,8 +214,8 @@ struct KeyColumnsSpread {
   bool fits = false;                 // whether the product of the ranges is below 2^64
   std::uint64_t combined_range = 0;  // that product, where it fits
 };
-// Reads each key column once and synchronizes `stream`. Key dtypes as
-// OrderByKey's, 1 to kMaxCombinedColumns columns of one row count;
+// Reads each key column once and synchronizes `stream`. Key dtypes
+// GroupKeysSupported takes, 1 to kMaxCombinedColumns columns of one row count;
 // cudaErrorInvalidValue otherwise.
 [[nodiscard]] cudaError_t SpreadOfKeyColumns(std::span<const GroupKeys> columns, void* scratch, cudaStream_t stream,
                                              KeyColumnsSpread* out);
