@@ -16,11 +16,14 @@ busy and retried after a short backoff. Prints answers, failures, wrong
 answers, busy replies, rows per second and the server's peak RSS, and exits
 1 on any failure or wrong answer. With --composite every case has a twin
 grouped by two key columns, k // 8 (int32) and k % 8 (int8): the same
-groups in the same order, so the same reference.
+groups in the same order, so the same reference. With --wide_keys every
+resident case has two twins more, keyed by int64 keys spread over the
+whole 64-bit range and by float64 keys (each an ascending pool's k-th
+value: again the same groups in the same order).
 
     python3 bench/groupby/groupby_load.py --server build/server/tally-server \\
         [--backend cpu|cuda] [--clients 64] [--seconds 30] \\
-        [--groups 16,65536,1000000] [--rows 65536,1048576,4194304] [--composite]
+        [--groups 16,65536,1000000] [--rows 65536,1048576,4194304] [--composite] [--wide_keys]
 
 TALLY_PB2_DIR may name a folder holding generated tally/v1/tally_pb2.py.
 """
@@ -52,8 +55,19 @@ def reference(k, v):
     return uniq, sums, counts, mins, maxs, scale
 
 
+# The --wide_keys twins' keys: ascending pools, the k-th value for key k.
+WIDE_POOLS = {}
+
+
 def answer_of(pages):
-    keys = np.concatenate([np.frombuffer(p.keys[0].data, np.int32) for p in pages])
+    if pages and pages[0].keys[0].dtype in WIDE_POOLS:  # back to the codes the pool was indexed by
+        pool = WIDE_POOLS[pages[0].keys[0].dtype]
+        wide = np.concatenate([np.frombuffer(p.keys[0].data, pool.dtype) for p in pages])
+        keys = np.searchsorted(pool, wide).astype(np.int32)
+        if not np.array_equal(pool[np.minimum(keys, len(pool) - 1)], wide):
+            keys = np.full(len(wide), -1, np.int32)  # a key not in the pool: wrong
+    else:
+        keys = np.concatenate([np.frombuffer(p.keys[0].data, np.int32) for p in pages])
     if pages and len(pages[0].keys) == 2:  # a composite twin: k // 8 and k % 8
         low = np.concatenate([np.frombuffer(p.keys[1].data, np.int8) for p in pages])
         keys = keys * 8 + low.astype(np.int32)
@@ -93,6 +107,7 @@ def main():
     p.add_argument("--streamed_rows", type=int, default=1 << 22, help="cases this small also go in chunks")
     p.add_argument("--chunk_bytes", type=int, default=1 << 20, help="GroupByStream's chunks")
     p.add_argument("--composite", action="store_true", help="also every case grouped by two key columns")
+    p.add_argument("--wide_keys", action="store_true", help="also every resident case by sparse int64 and float64 keys")
     args = p.parse_args()
 
     pb = load_messages(args.proto)
@@ -116,6 +131,10 @@ def main():
 
     aggregations = [pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, o))) for o in OPS]
     rng = np.random.default_rng(7)
+    if args.wide_keys:
+        most = max(int(g) for g in args.groups.split(","))
+        WIDE_POOLS[pb.DTYPE_INT64] = np.unique(rng.integers(-2**63, 2**63 - 1, 2 * most + 16, dtype=np.int64))[:most]
+        WIDE_POOLS[pb.DTYPE_FLOAT64] = np.unique(rng.standard_normal(2 * most + 16) * 1e6)[:most]
     cases = []  # (label, request, rows, reference)
     for groups in (int(g) for g in args.groups.split(",")):
         for rows in (int(r) for r in args.rows.split(",")):
@@ -128,6 +147,13 @@ def main():
             cases.append((f"dataset {name}", pb.GroupByRequest(
                 columns=[pb.Column(name="k", dataset=f"k_{name}"), pb.Column(name="v", dataset=f"v_{name}")],
                 keys=["k"], aggregations=aggregations), rows, ref))
+            for dtype, pool in WIDE_POOLS.items():
+                kind = pb.DType.Name(dtype).lower()
+                upload(server, pb, f"k{kind}_{name}", pool[k], dtype)
+                cases.append((f"dataset {name}, {kind} keys", pb.GroupByRequest(
+                    columns=[pb.Column(name="k", dataset=f"k{kind}_{name}"),
+                             pb.Column(name="v", dataset=f"v_{name}")],
+                    keys=["k"], aggregations=aggregations), rows, ref))
             if rows <= args.inline_rows:
                 cases.append((f"inline {name}", pb.GroupByRequest(
                     columns=[pb.Column(name="k", dtype=pb.DTYPE_INT32, data=k.tobytes()),

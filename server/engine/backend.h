@@ -233,6 +233,21 @@ class Backend {
     return absl::UnimplementedError(absl::StrCat(name(), " backend does not combine keys on a device."));
   }
 
+  // Group-by on the device: the `rows` integer keys of `dtype` at `keys`
+  // (device bytes) numbered by group (device_grouping.h), where they
+  // spread too wide for the direct pass or a short sort and hold at most
+  // `max_groups` distinct values. UNIMPLEMENTED otherwise: the engine
+  // orders the rows by key instead (OrderByKeyOnDevice).
+  [[nodiscard]] virtual absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype,
+                                                                             std::uint64_t rows,
+                                                                             std::uint64_t max_groups) {
+    (void)keys;
+    (void)dtype;
+    (void)rows;
+    (void)max_groups;
+    return absl::UnimplementedError(absl::StrCat(name(), " backend does not number keys on a device."));
+  }
+
   // The host columns of a `rows`-row group-by table copied into the memory
   // of one device this backend groups on, each owned by its DeviceColumn,
   // so that a table that arrived in host memory takes the device's steps

@@ -57,6 +57,16 @@ struct CombinedKeyColumn {
   std::vector<std::uint64_t> range;      // per key column, largest - lowest + 1
 };
 
+// A key column numbered by group on the device (Backend::NumberKeysOnDevice;
+// tally/kernels/group.h's NumberKeysByHash): each row's group's place in
+// ascending key order, which the device's steps take as a key in a range
+// they read directly.
+struct NumberedKeyColumn {
+  std::unique_ptr<DeviceColumn> column;  // uint32, one element per row
+  // Each group's key: the key element's bytes in the low bytes, ascending.
+  std::vector<std::uint64_t> keys;
+};
+
 // What Backend::SumByKeyOnDevice gives per group (tally/kernels/group.h's
 // DenseGroups): enough for sum, count, min, max, mean and their
 // NaN-skipping forms, in ascending key order.

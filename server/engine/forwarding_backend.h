@@ -60,6 +60,10 @@ class ForwardingBackend : public Backend {
                                              DirectFacts facts) override {
     return to_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts);
   }
+  absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype, std::uint64_t rows,
+                                                       std::uint64_t max_groups) override {
+    return to_->NumberKeysOnDevice(keys, dtype, rows, max_groups);
+  }
   absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
                                                         std::uint64_t rows) override {
     return to_->CombineKeysOnDevice(keys, dtypes, rows);

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -290,7 +291,54 @@ TEST(EngineGroupBy, DeviceOrderTakesFloatAndSparseKeys) {
     const std::int64_t k = (static_cast<std::int64_t>(rng() % 50) - 25) * (std::int64_t{1} << 56) + 3;
     std::memcpy(apart.data() + i * sizeof k, &k, sizeof k);
   }
-  Compare(DType::kInt64, apart, rows, rng, "int64, 50 keys far apart", Keyed::kOrdered);
+  // The ends of int64 among them: the largest is the one key a hash
+  // table's empty slot stands for.
+  const std::int64_t int64_ends[2] = {std::numeric_limits<std::int64_t>::min(),
+                                      std::numeric_limits<std::int64_t>::max()};
+  std::memcpy(apart.data() + 5 * 8, &int64_ends[0], 8);
+  std::memcpy(apart.data() + 6 * 8, &int64_ends[1], 8);
+  std::memcpy(apart.data() + 70001 * 8, &int64_ends[1], 8);
+  Compare(DType::kInt64, apart, rows, rng, "int64, 50 keys far apart and both ends", Keyed::kOrdered);
+}
+
+// Sparse keys past --max_groups: the hash table's numbering stops and the
+// order names the limit; within it, every distinct key is a group.
+TEST(EngineGroupBy, SparseKeysPastTheGroupLimitAreRefusedByName) {
+  TALLY_REQUIRE_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const std::uint64_t rows = 200000;
+  const std::vector<std::byte> keys = Keys<std::int64_t>(rows, std::uint64_t{1} << 50, false, 0, rng);
+  std::vector<std::byte> values(rows * sizeof(float));
+  std::unique_ptr<Backend> cuda = MakeFunctionRouter(MakeCuda(TestOptions()), 1 << 30);
+  std::unique_ptr<ResidentMemory> dk = Resident(*cuda, keys), dv = Resident(*cuda, values);
+  ASSERT_TRUE(dk && dv);
+  GroupByPlan plan;
+  plan.rows = rows;
+  plan.columns = {GroupColumn{.name = "k", .dtype = DType::kInt64, .data = dk->extent().bytes,
+                              .placement = dk->extent().placement},
+                  GroupColumn{.name = "v", .dtype = DType::kFloat32, .data = dv->extent().bytes,
+                              .placement = dv->extent().placement}};
+  plan.keys = {0};
+  ColumnAggregations c{.column = 1, .positions = {0}};
+  c.plan.array = ArraySpec{.dtype = DType::kFloat32, .length = rows};
+  c.plan.ops = {Op(OpKind::kSum)};
+  plan.values = {c};
+  plan.aggregations = 1;
+  absl::StatusOr<grouping::GroupedResult> refused = grouping::RunGroupBy(plan, *cuda, 1000);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("--max_groups"), std::string_view::npos) << refused.status();
+  std::string steps;
+  absl::StatusOr<grouping::GroupedResult> answered =
+      grouping::RunGroupBy(plan, *cuda, rows, [&](const char* step) { steps += std::string(step) + "; "; });
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_NE(steps.find("numbered by a hash table"), std::string::npos) << steps;
+  std::vector<std::int64_t> distinct(rows);
+  std::memcpy(distinct.data(), keys.data(), keys.size());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  ASSERT_EQ(answered->groups, distinct.size());
+  ASSERT_EQ(answered->keys[0].data.size(), distinct.size() * sizeof(std::int64_t));
+  EXPECT_EQ(std::memcmp(answered->keys[0].data.data(), distinct.data(), answered->keys[0].data.size()), 0);
 }
 
 // Many rows per key: every bucket of the partitioned pass cut into several

@@ -29,7 +29,7 @@ import pandas as pd
 import tally
 import tally.dask as td
 from tally.v1 import tally_pb2
-from tally_test_server import TallyServer, free_port
+from tally_test_server import TallyServer, free_port, native_states
 import groupby_test  # its frames of every value kind and its comparison with pandas
 
 SERVER_BINARY = None
@@ -40,14 +40,6 @@ FUNCS = ["sum", "prod", "mean", "min", "max", "count", "size", "std", "var", "an
          "nunique"]
 INDEX_FUNCS = ["idxmin", "idxmax"]
 FEW = ["sum", "mean", "min", "max", "count", "size", "std", "median", "nunique"]
-
-
-def native_states():
-    try:
-        import tally._states  # noqa: F401 (whether it is there)
-    except ImportError:
-        return False
-    return True
 
 
 class Servers(unittest.TestCase):

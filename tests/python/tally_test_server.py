@@ -181,6 +181,17 @@ class LoadTally:
         return 1 if c["failed"] or c["wrong"] else 0
 
 
+def native_states():
+    """Whether the client's native module (tally._states, which merges and
+    finishes the holistic functions' and sketches' partial states) is
+    there: it is built only where pybind11 is."""
+    try:
+        import tally._states  # noqa: F401 (whether it is there)
+    except ImportError:
+        return False
+    return True
+
+
 def load_arguments(description, proto_root):
     """The options every load script takes (--server, --backend, --clients,
     --seconds, --proto, --server_args), on a parser for its own."""

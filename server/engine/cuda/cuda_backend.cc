@@ -234,6 +234,10 @@ class CudaBackend final : public Backend {
                                              DirectFacts facts) override {
     return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts, *pool_);
   }
+  absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype, std::uint64_t rows,
+                                                       std::uint64_t max_groups) override {
+    return cuda::NumberKeysOnDevice(keys, dtype, rows, max_groups, *pool_);
+  }
   absl::StatusOr<CombinedKeyColumn> CombineKeysOnDevice(std::span<const Extent> keys, std::span<const DType> dtypes,
                                                         std::uint64_t rows) override {
     return cuda::CombineKeysOnDevice(keys, dtypes, rows, *pool_);

@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <memory>
 #include <type_traits>
 #include <string>
@@ -195,6 +197,53 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
   out->keys = std::move(order.keys);
   out->offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(order.offsets));
   out->nan_group = order.nan_group;
+  return out;
+}
+
+absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype, std::uint64_t rows,
+                                                     std::uint64_t max_groups, const DevicePool& pool) {
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool, kernels::GroupKeysSupported);
+  if (!pass.ok()) return pass.status();
+  const int device = pass->device;
+  Stream& stream = pass->stream;
+  ScopedDevice on(device);
+  const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
+  kernels::KeyBounds bounds;
+  {
+    StreamBuffer small;
+    if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, stream.view(), &small) != cudaSuccess) {
+      return Failure(device, "allocating the key range's scratch");
+    }
+    if (kernels::BoundsOfKeys(k, small.data(), stream.get(), &bounds) != cudaSuccess) {
+      return Failure(device, "reading the keys' range");
+    }
+  }
+  if (bounds.range != 0 && std::bit_width(bounds.range - 1) <= EnginePolicy::kHashKeysPastRangeBits) {
+    return absl::UnimplementedError("no hashed keys: their range is short enough to sort.");
+  }
+  const std::uint64_t most = std::min({rows, max_groups, kernels::kMaxHashedGroups});
+  std::size_t scratch_bytes = 0;
+  if (most == 0 || kernels::HashKeysScratchBytes(k, most, &scratch_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnimplementedError("no hashed keys for these keys.");
+  }
+  StreamBuffer scratch, numbers;
+  if (StreamBuffer::Create(scratch_bytes, stream.view(), &scratch) != cudaSuccess ||
+      StreamBuffer::Create(rows * sizeof(std::uint32_t), stream.view(), &numbers) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::UnimplementedError(absl::StrCat("no room on GPU ", device, " for the hash table's ", scratch_bytes,
+                                                 " bytes."));
+  }
+  kernels::HashedKeys hashed;
+  if (kernels::NumberKeysByHash(k, most, scratch.data(), scratch.size(), stream.get(),
+                                reinterpret_cast<std::uint32_t*>(numbers.data()), &hashed) != cudaSuccess) {
+    return Failure(device, "numbering keys by hash");
+  }
+  if (hashed.too_many) return absl::UnimplementedError(absl::StrCat("no hashed keys: more than ", most, " groups."));
+  scratch = StreamBuffer();
+  NumberedKeyColumn out;
+  out.keys = std::move(hashed.keys);
+  out.column = std::make_unique<CopiedColumn>(std::move(pass->stream), std::move(numbers), device);
   return out;
 }
 

@@ -19,6 +19,13 @@ namespace tally::cuda {
                                                                                  std::uint64_t max_groups,
                                                                                  const DevicePool& pool);
 
+// Backend::NumberKeysOnDevice for the cuda backend: the keys' bounds
+// (kernels::BoundsOfKeys), then kernels::NumberKeysByHash where the range
+// passes EnginePolicy::kHashKeysPastRangeBits.
+[[nodiscard]] absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype,
+                                                                  std::uint64_t rows, std::uint64_t max_groups,
+                                                                  const DevicePool& pool);
+
 // Backend::SumByKeyOnDevice for the cuda backend: the keys' range and the
 // values' magnitude from `facts` where both columns know them, else one
 // read of both (kernels::SpreadOfKeys), left in `facts` for the next

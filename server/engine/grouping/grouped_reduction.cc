@@ -273,6 +273,38 @@ absl::StatusOr<KeyedSums> SumsByGroupNumber(const GroupByPlan& plan, DeviceGroup
   return sums;
 }
 
+absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                         std::uint64_t max_groups, const Note& note);
+
+// `plan` (one integer key on a device) with its keys numbered by group on
+// the device (Backend::NumberKeysOnDevice: sparse keys, a hash table's),
+// run on the numbers as its key, and answered with the keys; nullopt where
+// the backend does not number these keys.
+absl::StatusOr<std::optional<GroupedResult>> RunNumberedOnDevice(const GroupByPlan& plan, Backend& backend,
+                                                                 std::uint64_t max_groups, const Note& note) {
+  const GroupColumn& key = plan.columns[plan.keys[0]];
+  absl::StatusOr<NumberedKeyColumn> numbered =
+      backend.NumberKeysOnDevice(Extent{key.data, key.placement}, key.dtype, plan.rows, max_groups);
+  if (absl::IsUnimplemented(numbered.status())) return std::nullopt;
+  if (!numbered.ok()) return numbered.status();
+  note("keys numbered by a hash table on the device");
+  const Extent e = numbered->column->extent();
+  GroupByPlan by_number = plan;
+  by_number.columns.push_back(
+      GroupColumn{.name = "group numbers", .dtype = DType::kUInt32, .data = e.bytes, .placement = e.placement});
+  by_number.keys = {by_number.columns.size() - 1};
+  absl::StatusOr<std::optional<GroupedResult>> result = RunOnDevice(by_number, backend, max_groups, note);
+  if (!result.ok() || !result->has_value()) return result;
+  GroupedResult& out = **result;
+  if (out.groups != numbered->keys.size()) {
+    return absl::InternalError(absl::StrCat("group-by numbered ", numbered->keys.size(), " keys but found ",
+                                            out.groups, " groups."));
+  }
+  out.keys[0] = KeyValues{.dtype = key.dtype, .data = KeyBytes(numbered->keys, rules::SizeOf(key.dtype)),
+                          .validity = nullptr};
+  return result;
+}
+
 // The plan on the device holding its columns, when the backend groups
 // there and the plan is one it takes (one integer key column, ascending
 // keys, no masks, every column on one GPU); nullopt otherwise.
@@ -287,6 +319,9 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
   absl::StatusOr<std::optional<GroupedResult>> direct = RunDirectOnDevice(plan, backend, max_groups, note);
   if (!direct.ok()) return direct.status();
   if (direct->has_value()) return direct;
+  absl::StatusOr<std::optional<GroupedResult>> numbered = RunNumberedOnDevice(plan, backend, max_groups, note);
+  if (!numbered.ok()) return numbered.status();
+  if (numbered->has_value()) return numbered;
   absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> order =
       backend.OrderByKeyOnDevice(Extent{key.data, key.placement}, key.dtype, plan.rows, max_groups);
   if (absl::IsUnimplemented(order.status())) return std::nullopt;

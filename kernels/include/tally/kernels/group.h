@@ -90,6 +90,28 @@ struct KeyOrder {
                                      std::size_t scratch_bytes, cudaStream_t stream, std::uint32_t* rows_out,
                                      KeyOrder* out);
 
+// Integer keys spread too wide for the direct pass (sparse int64 ids,
+// say), numbered by a hash table of their distinct values: numbers_out
+// (device, keys.rows entries) gets each row's group number, its key's
+// place among the distinct keys in ascending order, which the direct pass
+// and the order then take as keys of range `groups`. At most
+// `most_groups` (1 to kMaxHashedGroups) distinct keys: past it nothing is
+// numbered and `too_many` is set (the caller orders the rows instead).
+// Key dtypes as GroupKeysSupported's, 1 to 2^31 - 1 rows. Scratch: a table
+// of twice `most_groups` slots (a power of two, 12 bytes each), 24 bytes
+// a group more and CUB's sort; synchronizes `stream`.
+inline constexpr std::uint64_t kMaxHashedGroups = std::uint64_t{1} << 24;
+struct HashedKeys {
+  std::uint64_t groups = 0;
+  bool too_many = false;
+  // Each group's key as KeyOrder::keys has it, ascending.
+  std::vector<std::uint64_t> keys;
+};
+[[nodiscard]] cudaError_t HashKeysScratchBytes(const GroupKeys& keys, std::uint64_t most_groups, std::size_t* bytes);
+[[nodiscard]] cudaError_t NumberKeysByHash(const GroupKeys& keys, std::uint64_t most_groups, void* scratch,
+                                           std::size_t scratch_bytes, cudaStream_t stream, std::uint32_t* numbers_out,
+                                           HashedKeys* out);
+
 // Each row's group: out[rows[i]] = g for the positions i of the order in
 // [starts[g], starts[g + 1]), and `groups` for positions past
 // starts[groups] (rows of a group dropped from the end). `rows` the
