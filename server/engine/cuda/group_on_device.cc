@@ -154,6 +154,19 @@ absl::StatusOr<DevicePass> StartDevicePass(const Extent& keys, DType key_dtype, 
   return pass;
 }
 
+// The keys' bounds (kernels::BoundsOfKeys: a read), on `device`'s `stream`.
+absl::StatusOr<kernels::KeyBounds> BoundsOn(const kernels::GroupKeys& keys, int device, Stream& stream) {
+  StreamBuffer small;
+  if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, stream.view(), &small) != cudaSuccess) {
+    return Failure(device, "allocating the key range's scratch");
+  }
+  kernels::KeyBounds bounds;
+  if (kernels::BoundsOfKeys(keys, small.data(), stream.get(), &bounds) != cudaSuccess) {
+    return Failure(device, "reading the keys' range");
+  }
+  return bounds;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
@@ -165,16 +178,9 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
   Stream& stream = pass->stream;
   ScopedDevice on(device);
   const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
-  kernels::KeyBounds bounds;
-  {
-    StreamBuffer small;
-    if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, stream.view(), &small) != cudaSuccess) {
-      return Failure(device, "allocating the key range's scratch");
-    }
-    if (kernels::BoundsOfKeys(k, small.data(), stream.get(), &bounds) != cudaSuccess) {
-      return Failure(device, "reading the keys' range");
-    }
-  }
+  absl::StatusOr<kernels::KeyBounds> read = BoundsOn(k, device, stream);
+  if (!read.ok()) return read.status();
+  const kernels::KeyBounds bounds = *read;
   std::size_t scratch_bytes = 0;
   if (kernels::GroupByKeyScratchBytes(k, bounds, &scratch_bytes) != cudaSuccess) return Failure(device, "sizing scratch");
   StreamBuffer scratch, order_rows;
@@ -208,16 +214,9 @@ absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType d
   Stream& stream = pass->stream;
   ScopedDevice on(device);
   const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
-  kernels::KeyBounds bounds;
-  {
-    StreamBuffer small;
-    if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, stream.view(), &small) != cudaSuccess) {
-      return Failure(device, "allocating the key range's scratch");
-    }
-    if (kernels::BoundsOfKeys(k, small.data(), stream.get(), &bounds) != cudaSuccess) {
-      return Failure(device, "reading the keys' range");
-    }
-  }
+  absl::StatusOr<kernels::KeyBounds> read = BoundsOn(k, device, stream);
+  if (!read.ok()) return read.status();
+  const kernels::KeyBounds bounds = *read;
   if (bounds.range != 0 && std::bit_width(bounds.range - 1) <= EnginePolicy::kHashKeysPastRangeBits) {
     return absl::UnimplementedError("no hashed keys: their range is short enough to sort.");
   }
