@@ -52,6 +52,20 @@ inline OpValues EmptyValues(const OpSpec& op, DType dtype, std::uint64_t rows) {
   return std::vector<HistogramResult>(rows, HistogramResult{std::vector<std::uint64_t>(op.histogram.bins, 0)});
 }
 
+// A scalar answer (E double, int64 or uint64) of `op` over `dtype` from
+// `state`, which is left as it was.
+template <typename E>
+E FinishScalar(const OpSpec& op, DType dtype, const rules::PartialState& state) {
+  if constexpr (std::is_same_v<E, double>) {
+    return rules::FinishDouble(op, dtype, state);
+  } else if constexpr (std::is_same_v<E, std::int64_t>) {
+    return rules::FinishInt64(op, dtype, state);
+  } else {
+    static_assert(std::is_same_v<E, std::uint64_t>);
+    return rules::FinishUInt64(op, dtype, state);
+  }
+}
+
 // One row's answer of `op` over `dtype` from the row's state, into the
 // element type E of the op's OpValues.
 template <typename E>
@@ -63,12 +77,8 @@ void StoreOne(const OpSpec& op, DType dtype, rules::PartialState&& state, E& out
     (void)rules::FinishFunctionState(op, dtype, state, out);
   } else if constexpr (std::is_same_v<E, HistogramResult>) {
     out = std::move(state.histogram);
-  } else if constexpr (std::is_same_v<E, double>) {
-    out = rules::FinishDouble(op, dtype, state);
-  } else if constexpr (std::is_same_v<E, std::int64_t>) {
-    out = rules::FinishInt64(op, dtype, state);
   } else {
-    out = rules::FinishUInt64(op, dtype, state);
+    out = FinishScalar<E>(op, dtype, state);
   }
 }
 
