@@ -1,9 +1,10 @@
-// Group-by on the device (Backend::SumByKeyOnDevice, OrderByKeyOnDevice and
-// CombineKeysOnDevice, tally/kernels/group.h) against the host's steps on the same table: the
-// same groups and keys, the same counts, extremes and rows of argmin, sums
-// and moments to rounding (and every bit where the host takes its direct
-// pass too), every key dtype, skewed and wide keys, and run twice for the
-// same bits.
+// Group-by on the device (Backend::SumByKeyOnDevice, NumberKeysOnDevice,
+// OrderByKeyOnDevice and CombineKeysOnDevice, tally/kernels/group.h)
+// against the host's steps on the same table: the same groups and keys,
+// the same counts, extremes and rows of argmin, sums and moments to
+// rounding (and every bit where the host takes its direct pass too), every
+// key dtype (floats with pandas' zeros and NaN group), skewed, wide and
+// sparse keys, and run twice for the same bits.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
