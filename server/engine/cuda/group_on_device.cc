@@ -154,17 +154,29 @@ absl::StatusOr<DevicePass> StartDevicePass(const Extent& keys, DType key_dtype, 
   return pass;
 }
 
-// The keys' bounds (kernels::BoundsOfKeys: a read), on `device`'s `stream`.
-absl::StatusOr<kernels::KeyBounds> BoundsOn(const kernels::GroupKeys& keys, int device, Stream& stream) {
+// A device pass (StartDevicePass) that also read its keys' bounds
+// (kernels::BoundsOfKeys), as the order and the hash numbering both start.
+struct BoundedPass {
+  DevicePass pass;
+  kernels::GroupKeys keys;
+  kernels::KeyBounds bounds;
+};
+
+absl::StatusOr<BoundedPass> StartBoundedPass(const Extent& keys, DType dtype, std::uint64_t rows,
+                                             const DevicePool& pool, bool (*keys_taken)(DType)) {
+  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool, keys_taken);
+  if (!pass.ok()) return pass.status();
+  BoundedPass out{.pass = *std::move(pass), .keys = {dtype, keys.bytes.data(), rows}, .bounds = {}};
+  const int device = out.pass.device;
+  ScopedDevice on(device);
   StreamBuffer small;
-  if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, stream.view(), &small) != cudaSuccess) {
+  if (StreamBuffer::Create(kernels::kKeyBoundsScratchBytes, out.pass.stream.view(), &small) != cudaSuccess) {
     return Failure(device, "allocating the key range's scratch");
   }
-  kernels::KeyBounds bounds;
-  if (kernels::BoundsOfKeys(keys, small.data(), stream.get(), &bounds) != cudaSuccess) {
+  if (kernels::BoundsOfKeys(out.keys, small.data(), out.pass.stream.get(), &out.bounds) != cudaSuccess) {
     return Failure(device, "reading the keys' range");
   }
-  return bounds;
+  return out;
 }
 
 }  // namespace
@@ -172,15 +184,13 @@ absl::StatusOr<kernels::KeyBounds> BoundsOn(const kernels::GroupKeys& keys, int 
 absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Extent& keys, DType dtype,
                                                                      std::uint64_t rows, std::uint64_t max_groups,
                                                                      const DevicePool& pool) {
-  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool, kernels::OrderedKeysSupported);
-  if (!pass.ok()) return pass.status();
-  const int device = pass->device;
-  Stream& stream = pass->stream;
+  absl::StatusOr<BoundedPass> started = StartBoundedPass(keys, dtype, rows, pool, kernels::OrderedKeysSupported);
+  if (!started.ok()) return started.status();
+  const int device = started->pass.device;
+  Stream& stream = started->pass.stream;
   ScopedDevice on(device);
-  const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
-  absl::StatusOr<kernels::KeyBounds> read = BoundsOn(k, device, stream);
-  if (!read.ok()) return read.status();
-  const kernels::KeyBounds bounds = *read;
+  const kernels::GroupKeys& k = started->keys;
+  const kernels::KeyBounds& bounds = started->bounds;
   std::size_t scratch_bytes = 0;
   if (kernels::GroupByKeyScratchBytes(k, bounds, &scratch_bytes) != cudaSuccess) return Failure(device, "sizing scratch");
   StreamBuffer scratch, order_rows;
@@ -208,15 +218,13 @@ absl::StatusOr<std::unique_ptr<DeviceGroupOrder>> OrderByKeyOnDevice(const Exten
 
 absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype, std::uint64_t rows,
                                                      std::uint64_t max_groups, const DevicePool& pool) {
-  absl::StatusOr<DevicePass> pass = StartDevicePass(keys, dtype, rows, pool, kernels::GroupKeysSupported);
-  if (!pass.ok()) return pass.status();
-  const int device = pass->device;
-  Stream& stream = pass->stream;
+  absl::StatusOr<BoundedPass> started = StartBoundedPass(keys, dtype, rows, pool, kernels::GroupKeysSupported);
+  if (!started.ok()) return started.status();
+  const int device = started->pass.device;
+  Stream& stream = started->pass.stream;
   ScopedDevice on(device);
-  const kernels::GroupKeys k{dtype, keys.bytes.data(), rows};
-  absl::StatusOr<kernels::KeyBounds> read = BoundsOn(k, device, stream);
-  if (!read.ok()) return read.status();
-  const kernels::KeyBounds bounds = *read;
+  const kernels::GroupKeys& k = started->keys;
+  const kernels::KeyBounds& bounds = started->bounds;
   if (bounds.range != 0 && std::bit_width(bounds.range - 1) <= EnginePolicy::kHashKeysPastRangeBits) {
     return absl::UnimplementedError("no hashed keys: their range is short enough to sort.");
   }
@@ -242,7 +250,7 @@ absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType d
   scratch = StreamBuffer();
   NumberedKeyColumn out;
   out.keys = std::move(hashed.keys);
-  out.column = std::make_unique<CopiedColumn>(std::move(pass->stream), std::move(numbers), device);
+  out.column = std::make_unique<CopiedColumn>(std::move(started->pass.stream), std::move(numbers), device);
   return out;
 }
 
