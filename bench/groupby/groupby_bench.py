@@ -70,9 +70,14 @@ def check(pages, pb, k, v):
     """The answer against numpy: keys, counts exact; sums, means to float
     rounding; min and max exact."""
     keys = np.concatenate([np.frombuffer(p.keys[0].data, k.dtype) for p in pages])
-    res = [np.concatenate([np.array(p.results[j].doubles.values if p.results[j].HasField("doubles")
-                                    else p.results[j].uint64s.values if p.results[j].HasField("uint64s")
-                                    else p.results[j].int64s.values) for p in pages]) for j in range(len(OPS))]
+
+    def values(r):  # the numbers as bytes (Aggregation.values_as_bytes)
+        for field, dtype in (("doubles", "<f8"), ("uint64s", "<u8"), ("int64s", "<i8")):
+            if r.HasField(field):
+                return np.frombuffer(getattr(r, field).data, dtype)
+        raise AssertionError("an answer without numbers")
+
+    res = [np.concatenate([values(p.results[j]) for p in pages]) for j in range(len(OPS))]
     try:  # pandas' hash factorize: numpy's sort of 2^28 int64 keys takes half a minute
         import pandas as pd
         inverse, uniq = pd.factorize(k, sort=True)
@@ -127,8 +132,8 @@ def main():
                 upload(server, pb, "gb_v", v, pb.DTYPE_FLOAT32)
                 request = pb.GroupByRequest(
                     columns=[pb.Column(name="k", dataset="gb_k"), pb.Column(name="v", dataset="gb_v")], keys=["k"],
-                    aggregations=[pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, o)))
-                                  for o in OPS])
+                    aggregations=[pb.GroupAggregation(column="v", aggregation=pb.Aggregation(
+                        op=getattr(pb, o), values_as_bytes=True)) for o in OPS])
                 seconds = float("inf")
                 pages = None
                 for _ in range(args.reps):
@@ -145,7 +150,8 @@ def main():
     finally:
         log = server.stop() or ""
         if args.trace:
-            print("\n".join(line for line in log.splitlines() if "GroupBy" in line or "segments:" in line))
+            print("\n".join(line for line in log.splitlines()
+                            if "GroupBy" in line or "segments:" in line or "direct pass:" in line))
 
 
 def run_baseline(name, k, v, reps):

@@ -86,6 +86,10 @@ struct KeyedSums {
   // pass: one array more over the bus instead of a pass over two on the
   // host).
   std::vector<double> mean;
+  // Each group's first row in group order (groups + 1 entries, from 0),
+  // where the pass gave them (the GPU's); empty: the counts' running sum
+  // is the caller's.
+  std::vector<std::uint64_t> starts;
   // Whether the keys' range and the values' largest magnitude came from
   // DirectFacts rather than a read of the columns.
   bool spread_known = false;

@@ -177,6 +177,10 @@ void CompareOps(DType key_dtype, const std::vector<std::byte>& keys, std::uint64
   EXPECT_EQ(steps.find("summed by key on the device") != std::string::npos, direct) << steps;
   ASSERT_EQ(dev->groups, ref->groups);
   EXPECT_EQ(dev->keys[0].data, ref->keys[0].data);
+  // The groups as segments of the rows in group order (the direct pass's
+  // summed on the device), as the host's steps give them.
+  ASSERT_TRUE(dev->plans[0].array.offsets != nullptr && ref->plans[0].array.offsets != nullptr);
+  EXPECT_EQ(*dev->plans[0].array.offsets, *ref->plans[0].array.offsets);
   ExpectSame(dev->plans[0], dev->results[0], again->results[0], Match::kBits, what + " twice");
   ExpectSame(dev->plans[0], ref->results[0], dev->results[0], match, what + " against the host");
 }

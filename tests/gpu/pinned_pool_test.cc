@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/engine/cpu/thread_pool.h"
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/pinned_pool.h"
 #include "server/engine/cuda/staged_copy.h"
@@ -118,10 +119,44 @@ TEST(PinnedPool, EmptyPoolIsResourceExhaustedAfterTheWait) {
   p.pool->ReleaseNow(a);
 }
 
+// `sizes` bytes from device arrays to the host in one CopyAllToHost, `busy`
+// of the pool's blocks lent elsewhere meanwhile; every byte where it
+// belongs, in targets poisoned and emptied first.
+void CopyAndCheck(PoolOnDevice0& p, const std::vector<std::size_t>& sizes, int busy, cpu::ThreadPool* copiers) {
+  std::vector<std::vector<std::uint8_t>> want, got;
+  std::vector<void*> device;
+  std::vector<HostCopy> copies;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<std::uint8_t>& w = want.emplace_back(sizes[i]);
+    for (std::size_t j = 0; j < w.size(); ++j) w[j] = static_cast<std::uint8_t>(j * 31 + i * 7 + 1);
+    void* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, std::max<std::size_t>(sizes[i], 1)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    device.push_back(d);
+    got.emplace_back(sizes[i], std::uint8_t{0xEE});  // poisoned
+  }
+  std::vector<std::unique_ptr<VectorTarget<std::uint8_t>>> targets;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    targets.push_back(std::make_unique<VectorTarget<std::uint8_t>>(got[i]));
+    copies.push_back(HostCopy{device[i], sizes[i], targets.back().get()});
+  }
+  std::vector<PinnedPool::Block> held;
+  for (int b = 0; b < busy; ++b) held.push_back(MustAcquire(*p.pool));
+  const absl::Status s = CopyAllToHost(*p.pool, p.stream.get(), copies, copiers);
+  for (PinnedPool::Block& b : held) p.pool->ReleaseNow(b);
+  ASSERT_TRUE(s.ok()) << s;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(got[i], want[i]) << "array " << i << " of " << sizes.size() << ", " << sizes[i] << " bytes, " << busy
+                               << " of the pool's blocks lent, " << (copiers ? "several copiers" : "one copier");
+    ASSERT_EQ(cudaFree(device[i]), cudaSuccess);
+  }
+  EXPECT_EQ(p.pool->used_bytes(), 0u) << "a block was kept";
+}
+
 // Several device arrays to the host at once: together in one block where
 // they fit it (odd sizes, an empty one), in batches of a block through two
 // blocks, or one, where they do not, and plainly where the pool lends no
-// block; every byte where it belongs each time, in targets emptied first.
+// block.
 TEST(CopyAllToHost, EveryArrayArrivesWhole) {
   TALLY_REQUIRE_GPU();
   PoolOnDevice0 p;
@@ -131,35 +166,24 @@ TEST(CopyAllToHost, EveryArrayArrivesWhole) {
         std::vector<std::size_t>{3 * kBlock + 7, 5}, std::vector<std::size_t>{kBlock - 8, 24, 2 * kBlock + 16, 0, 7}}) {
     // Every block free (two take turns), one lent elsewhere (one block
     // alone), and both (plain copies).
-    for (const int busy : {0, 1, 2}) {
-      std::vector<std::vector<std::uint8_t>> want, got;
-      std::vector<void*> device;
-      std::vector<HostCopy> copies;
-      for (std::size_t i = 0; i < sizes.size(); ++i) {
-        std::vector<std::uint8_t>& w = want.emplace_back(sizes[i]);
-        for (std::size_t j = 0; j < w.size(); ++j) w[j] = static_cast<std::uint8_t>(j * 31 + i * 7 + 1);
-        void* d = nullptr;
-        ASSERT_EQ(cudaMalloc(&d, std::max<std::size_t>(sizes[i], 1)), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d, w.data(), w.size(), cudaMemcpyHostToDevice), cudaSuccess);
-        device.push_back(d);
-        got.emplace_back(sizes[i], std::uint8_t{0xEE});  // poisoned
-      }
-      std::vector<std::unique_ptr<VectorTarget<std::uint8_t>>> targets;
-      for (std::size_t i = 0; i < sizes.size(); ++i) {
-        targets.push_back(std::make_unique<VectorTarget<std::uint8_t>>(got[i]));
-        copies.push_back(HostCopy{device[i], sizes[i], targets.back().get()});
-      }
-      std::vector<PinnedPool::Block> held;
-      for (int b = 0; b < busy; ++b) held.push_back(MustAcquire(*p.pool));
-      const absl::Status s = CopyAllToHost(*p.pool, p.stream.get(), copies);
-      for (PinnedPool::Block& b : held) p.pool->ReleaseNow(b);
-      ASSERT_TRUE(s.ok()) << s;
-      for (std::size_t i = 0; i < sizes.size(); ++i) {
-        EXPECT_EQ(got[i], want[i]) << "array " << i << " of " << sizes.size() << ", " << sizes[i] << " bytes"
-                                   << ", " << busy << " of 2 blocks lent";
-        ASSERT_EQ(cudaFree(device[i]), cudaSuccess);
-      }
-    }
+    for (const int busy : {0, 1, 2}) ASSERT_NO_FATAL_FAILURE(CopyAndCheck(p, sizes, busy, nullptr));
+  }
+}
+
+// With copiers the arrays' pieces are dealt in turn and copied out by
+// several threads, a target's pieces in order: arrays of unequal lengths
+// (some ending mid-block, one empty, one small enough to share a block),
+// with every block of the pool free (waves of four batches in two sets),
+// five or three (smaller waves), one (no second set) or none lent.
+TEST(CopyAllToHost, SeveralCopiersKeepEachArraysOrder) {
+  TALLY_REQUIRE_GPU();
+  PoolOnDevice0 p;
+  ASSERT_NO_FATAL_FAILURE(MakePool(8, &p));
+  cpu::ThreadPool copiers(4);
+  for (const std::vector<std::size_t>& sizes :
+       {std::vector<std::size_t>{3 * kBlock + 7, 5 * kBlock + 3, kBlock / 3, 0, 2 * kBlock, 11 * kBlock + 1},
+        std::vector<std::size_t>{9 * kBlock - 16}, std::vector<std::size_t>{kBlock / 2, kBlock / 2, kBlock / 2}}) {
+    for (const int busy : {0, 3, 5, 7, 8}) ASSERT_NO_FATAL_FAILURE(CopyAndCheck(p, sizes, busy, &copiers));
   }
 }
 

@@ -375,6 +375,10 @@ Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, v
   at.group_starts = c.Take<unsigned>(buckets + 1);
   (void)cub::DeviceScan::ExclusiveSum(nullptr, at.scan_bytes, static_cast<unsigned*>(nullptr),
                                       static_cast<unsigned*>(nullptr), static_cast<int>(places));
+  std::size_t starts_bytes = 0;  // the groups' first rows (WriteGroups)
+  (void)cub::DeviceScan::InclusiveSum(nullptr, starts_bytes, static_cast<unsigned long long*>(nullptr),
+                                      static_cast<unsigned long long*>(nullptr), static_cast<int>(most_groups));
+  at.scan_bytes = at.scan_bytes > starts_bytes ? at.scan_bytes : starts_bytes;
   at.scan = c.Take<std::byte>(at.scan_bytes);
   // A row moved: the value and its key's place, padded as Moved<T> is.
   if (buckets > kMaxInPlaceBuckets) {
@@ -388,6 +392,7 @@ Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, v
   at.out.min = c.Take<double>(most_groups);
   at.out.max = c.Take<double>(most_groups);
   at.out.mean = c.Take<double>(most_groups);
+  at.out.start = c.Take<unsigned long long>(most_groups + 1);
   at.out.infinities = c.Take<std::uint8_t>(most_groups);
   at.out.seen = c.Take<unsigned>(1);
   *used = c.used();

@@ -30,6 +30,7 @@ struct Groups {
   double* min;
   double* max;
   double* mean;
+  unsigned long long* start;  // each group's first row in group order, groups + 1 of them
   std::uint8_t* infinities;
   unsigned* seen;  // bit 0: a NaN in some group, bit 1: an infinity
 };
@@ -44,7 +45,7 @@ struct Layout {
   unsigned* item_starts = nullptr;   // buckets + 1
   unsigned* groups = nullptr;        // buckets
   unsigned* group_starts = nullptr;  // buckets + 1
-  void* scan = nullptr;              // cub's scratch for summing the counts
+  void* scan = nullptr;              // cub's scratch for summing the counts and the groups' rows
   std::size_t scan_bytes = 0;
   std::byte* moved = nullptr;        // the rows in their buckets (past kMaxInPlaceBuckets)
   Groups out{};

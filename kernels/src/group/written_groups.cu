@@ -2,9 +2,11 @@
 // the slots with rows numbered bucket by bucket, and each group's key,
 // count, sum, extremes and mean written out in key order, on the device,
 // whichever pass filled the slots (dense_groups.cu's copies, or the
-// buckets of partitioned_groups.cu).
+// buckets of partitioned_groups.cu), and each group's first row in group
+// order.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include "group/partitioned_groups.cuh"
 #include "tally/kernels/cuda_error.h"
@@ -88,6 +90,15 @@ cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, in
   TALLY_CUDA_TRY(cudaMemcpyAsync(&found[1], at.out.seen, sizeof(unsigned), cudaMemcpyDeviceToHost, stream));
   TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
   out->groups = found[0];
+  // Each group's first row in group order: the counts' running sum, left
+  // on the stream for the caller's copy (on the host this pass over 16M
+  // groups' 128 MB took a fifth of the request).
+  TALLY_CUDA_TRY(cudaMemsetAsync(at.out.start, 0, sizeof(unsigned long long), stream));
+  if (found[0] > 0) {
+    std::size_t scan_bytes = at.scan_bytes;
+    TALLY_CUDA_TRY(cub::DeviceScan::InclusiveSum(at.scan, scan_bytes, at.out.count, at.out.start + 1,
+                                                 static_cast<int>(found[0]), stream));
+  }
   out->any_nan = (found[1] & 1u) != 0;
   out->any_infinity = (found[1] & 2u) != 0;
   out->keys = at.out.keys;
@@ -98,6 +109,7 @@ cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, in
   out->min = at.out.min;
   out->max = at.out.max;
   out->mean = at.out.mean;
+  out->starts = reinterpret_cast<const std::uint64_t*>(at.out.start);
   return cudaSuccess;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <memory>
 #include <type_traits>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "server/core/group_request.h"
 #include "server/engine/cuda/cuda_resources.h"
 #include "server/engine/cuda/staged_copy.h"
@@ -256,7 +258,7 @@ absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType d
 
 absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
                                            std::uint64_t rows, std::uint64_t max_groups, DirectFacts facts,
-                                           const DevicePool& pool) {
+                                           const DevicePool& pool, cpu::ThreadPool* copiers) {
   const auto unimplemented = [](const std::string& why) {
     return absl::UnimplementedError(absl::StrCat("no direct device group-by: ", why));
   };
@@ -267,6 +269,7 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   const int device = pass->device;
   Stream& stream = pass->stream;
   ScopedDevice on(device);
+  const auto began = std::chrono::steady_clock::now();
   const kernels::GroupKeys k{key_dtype, keys.bytes.data(), rows};
   const kernels::DenseValues v{dtype, values.bytes.data()};
   kernels::KeySpread spread;
@@ -310,21 +313,31 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   out.spread_known = spread_known;
   std::vector<HostCopy> copies;
   std::vector<std::unique_ptr<HostTarget>> targets;
-  const auto back = [&](auto& to, const auto* from, std::size_t per_group = 1) {
+  const auto back = [&](auto& to, const auto* from, std::uint64_t n) {
     using T = typename std::decay_t<decltype(to)>::value_type;
-    ReserveHuge(to, dense.groups * per_group);
+    ReserveHuge(to, n);
     targets.push_back(std::make_unique<VectorTarget<T>>(to));
-    copies.push_back(HostCopy{from, dense.groups * per_group * sizeof(T), targets.back().get()});
+    copies.push_back(HostCopy{from, n * sizeof(T), targets.back().get()});
   };
-  back(out.keys, dense.keys, rules::SizeOf(key_dtype));
-  back(out.count, dense.count);
-  back(out.sum, dense.sum);
-  back(out.min, dense.min);
-  back(out.max, dense.max);
-  back(out.mean, dense.mean);
-  if (dense.any_nan) back(out.nan, dense.nan);
-  if (dense.any_infinity) back(out.infinities, dense.infinities);
-  if (absl::Status copied = CopyAllToHost(pool.pinned(device), stream.get(), copies); !copied.ok()) return copied;
+  const std::uint64_t g = dense.groups;
+  back(out.keys, dense.keys, g * rules::SizeOf(key_dtype));
+  back(out.count, dense.count, g);
+  back(out.sum, dense.sum, g);
+  back(out.min, dense.min, g);
+  back(out.max, dense.max, g);
+  back(out.mean, dense.mean, g);
+  back(out.starts, dense.starts, g + 1);
+  if (dense.any_nan) back(out.nan, dense.nan, g);
+  if (dense.any_infinity) back(out.infinities, dense.infinities, g);
+  const auto summed = std::chrono::steady_clock::now();
+  if (absl::Status copied = CopyAllToHost(pool.pinned(device), stream.get(), copies, copiers); !copied.ok()) {
+    return copied;
+  }
+  std::uint64_t bytes = 0;
+  for (const HostCopy& c : copies) bytes += c.bytes;
+  spdlog::trace("cuda direct pass: {} groups, {} bytes back: passes {:.3f} ms, copied back {:.3f} ms", g, bytes,
+                std::chrono::duration<double, std::milli>(summed - began).count(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - summed).count());
   return out;
 }
 

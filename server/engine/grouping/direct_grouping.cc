@@ -93,12 +93,16 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
                                                                           const ColumnAggregations& c,
                                                                           KeyedSums sums, Backend& backend) {
   AggregationPlan p = c.plan;
-  // Each group's first row in group order, written once (no zeros first).
-  std::vector<std::uint64_t> start;
-  ReserveHuge(start, sums.groups + 1);
-  std::uint64_t at = 0;
-  start.push_back(0);
-  for (std::uint64_t g = 0; g < sums.groups; ++g) start.push_back(at += sums.count[g]);
+  // Each group's first row in group order: the pass's where it gave them,
+  // else the counts' running sum, written once (no zeros first).
+  std::vector<std::uint64_t> start = std::move(sums.starts);
+  if (start.size() != sums.groups + 1) {
+    start.clear();
+    ReserveHuge(start, sums.groups + 1);
+    std::uint64_t at = 0;
+    start.push_back(0);
+    for (std::uint64_t g = 0; g < sums.groups; ++g) start.push_back(at += sums.count[g]);
+  }
   p.array.length = plan.rows;
   p.array.row_length = 0;
   p.array.offsets = std::make_shared<const std::vector<std::uint64_t>>(std::move(start));

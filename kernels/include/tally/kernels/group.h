@@ -206,6 +206,9 @@ struct DenseGroups {
   // sum / count: each group's mean where no group holds a NaN or an
   // infinity (the host's division, the same bits).
   const double* mean = nullptr;
+  // Each group's first row in group order: groups + 1 of them, from 0 to
+  // the rows counted (the groups as segments of the rows sorted by key).
+  const std::uint64_t* starts = nullptr;
 };
 
 // The device scratch SumByKey needs for `spread`; cudaErrorInvalidValue
@@ -214,7 +217,8 @@ struct DenseGroups {
 // that most rows would leave empty cost more than the order by key).
 [[nodiscard]] cudaError_t DenseGroupScratchBytes(const GroupKeys& keys, rules::DType value_dtype,
                                                  const KeySpread& spread, std::size_t* bytes);
-// Synchronizes `stream` before returning.
+// Synchronizes `stream` before returning, but for the groups' `starts`,
+// which are summed after that on `stream` (a copy on it finds them done).
 [[nodiscard]] cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const KeySpread& spread,
                                    void* scratch, std::size_t scratch_bytes, cudaStream_t stream, DenseGroups* out);
 
