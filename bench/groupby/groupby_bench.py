@@ -6,7 +6,7 @@ int32 keys (uniform over G groups, or Zipf(1.1) skew) and float32 values,
 ROWS of each, uploaded once as two resident datasets (with --keys sparse,
 int64 keys drawn from G values spread over the whole 64-bit range; with
 --keys float, float64 keys from G values of a normal distribution); then GroupBy over
-them (sum, count, min, max, mean of the values per key, ascending keys), best
+them (sum, count, min, max, mean of the values per key, or --ops, ascending keys), best
 of --reps, checked against numpy. The baselines that are installed run on
 the same arrays: pandas' and pyarrow's group-by on the host's cores, and
 torch's index_add_/bincount/scatter_reduce on the GPU (with --torch).
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from best_of import best  # noqa: E402
 from tally_test_server import TallyServer, load_messages  # noqa: E402
 
-OPS = ("OP_SUM", "OP_COUNT", "OP_MIN", "OP_MAX", "OP_MEAN")
+OPS = ("sum", "count", "min", "max", "mean")
 
 
 def keys_for(rng, rows, groups, zipf, kind="dense"):
@@ -66,9 +66,9 @@ def upload(server, pb, name, x, dtype, chunk=8 << 20):
     server.put_dataset(messages(), timeout=600)
 
 
-def check(pages, pb, k, v):
+def check(pages, pb, k, v, ops):
     """The answer against numpy: keys, counts exact; sums, means to float
-    rounding; min and max exact."""
+    rounding; min and max exact (each of `ops` asked)."""
     keys = np.concatenate([np.frombuffer(p.keys[0].data, k.dtype) for p in pages])
 
     def values(r):  # the numbers as bytes (Aggregation.values_as_bytes)
@@ -77,7 +77,7 @@ def check(pages, pb, k, v):
                 return np.frombuffer(getattr(r, field).data, dtype)
         raise AssertionError("an answer without numbers")
 
-    res = [np.concatenate([values(p.results[j]) for p in pages]) for j in range(len(OPS))]
+    res = {op: np.concatenate([values(p.results[j]) for p in pages]) for j, op in enumerate(ops)}
     try:  # pandas' hash factorize: numpy's sort of 2^28 int64 keys takes half a minute
         import pandas as pd
         inverse, uniq = pd.factorize(k, sort=True)
@@ -85,13 +85,21 @@ def check(pages, pb, k, v):
     except ImportError:
         uniq, inverse, counts = np.unique(k, return_inverse=True, return_counts=True)
     assert np.array_equal(keys, uniq), "keys differ"
-    assert np.array_equal(res[1], counts), "counts differ"
+    for op in ops:
+        assert len(res[op]) == len(uniq), f"{op}: {len(res[op])} groups, not {len(uniq)}"
+    if "count" in res:
+        assert np.array_equal(res["count"], counts), "counts differ"
     sums = np.bincount(inverse, weights=v.astype(np.float64), minlength=len(uniq))
     scale = np.bincount(inverse, weights=np.abs(v.astype(np.float64)), minlength=len(uniq))
-    assert np.all(np.abs(res[0] - sums) <= 1e-5 * scale + 1e-30), "sums differ"
-    mins = np.full(len(uniq), np.inf)
-    np.minimum.at(mins, inverse, v.astype(np.float64))
-    assert np.array_equal(res[2], mins), "mins differ"
+    if "sum" in res:
+        assert np.all(np.abs(res["sum"] - sums) <= 1e-5 * scale + 1e-30), "sums differ"
+    if "mean" in res:
+        assert np.all(np.abs(res["mean"] - sums / counts) <= (1e-5 * scale + 1e-30) / counts), "means differ"
+    for op, extreme, start in (("min", np.minimum, np.inf), ("max", np.maximum, -np.inf)):
+        if op in res:
+            want = np.full(len(uniq), start)
+            extreme.at(want, inverse, v.astype(np.float64))
+            assert np.array_equal(res[op], want), f"{op} differs"
     return len(uniq)
 
 
@@ -105,12 +113,16 @@ def main():
     p.add_argument("--keys", default="dense", choices=sorted(KEY_DTYPES),
                    help="int32 keys 0..G-1, int64 keys over every bit, or float64 keys")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--ops", default=",".join(OPS), help="the functions asked per key, of " + ",".join(OPS))
     p.add_argument("--baselines", default="pandas")
     p.add_argument("--proto", default=os.path.join(ROOT, "proto"))
     p.add_argument("--server_args", default="", help="extra tally-server flags, space-separated")
     p.add_argument("--trace", action="store_true",
                    help="run the server with --log_level=trace and print each GroupBy's phases at the end")
     args = p.parse_args()
+    ops = [o for o in args.ops.split(",") if o]
+    if not ops or any(o not in OPS for o in ops):
+        p.error(f"--ops: a list of {','.join(OPS)}, not {args.ops!r}")
 
     pb = load_messages(args.proto)
     extra = [f"--backend={args.backend}", "--health_listen=", "--max_groups=67108864"] + args.server_args.split()
@@ -133,13 +145,13 @@ def main():
                 request = pb.GroupByRequest(
                     columns=[pb.Column(name="k", dataset="gb_k"), pb.Column(name="v", dataset="gb_v")], keys=["k"],
                     aggregations=[pb.GroupAggregation(column="v", aggregation=pb.Aggregation(
-                        op=getattr(pb, o), values_as_bytes=True)) for o in OPS])
+                        op=getattr(pb, "OP_" + o.upper()), values_as_bytes=True)) for o in ops])
                 seconds = float("inf")
                 pages = None
                 for _ in range(args.reps):
                     pages = list(group_by(request, timeout=600))
                     seconds = min(seconds, pages[-1].execution.server_seconds)
-                made = check(pages, pb, k, v)
+                made = check(pages, pb, k, v, ops)
                 label = ("zipf1.1" if zipf else "uniform") + ("" if args.keys == "dense" else " " + args.keys)
                 print(f"{label}\t{made}\t{args.rows}\ttally-{args.backend}\t{seconds:.6f}\t{args.rows / seconds / 1e9:.2f}",
                       flush=True)

@@ -201,14 +201,16 @@ class Backend {
 
   // Group-by's direct path on the device: per key of the `rows` keys at
   // `keys`, what sums, counts, extremes and means of the float values at
-  // `values` need (device_grouping.h), in one read. UNIMPLEMENTED where the
+  // `values` need (device_grouping.h), in one read, of which `arrays` come
+  // back (KeyedArrays says what always does). UNIMPLEMENTED where the
   // backend has none, or for these keys and values (dtype, a key range too
   // wide): the engine orders the rows instead (OrderByKeyOnDevice).
   [[nodiscard]] virtual absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype,
                                                                    const Extent& values, DType dtype,
                                                                    std::uint64_t rows, std::uint64_t max_groups,
-                                                                   DirectFacts facts) {
+                                                                   DirectFacts facts, KeyedArrays arrays) {
     (void)facts;
+    (void)arrays;
     (void)keys;
     (void)key_dtype;
     (void)values;

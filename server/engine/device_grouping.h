@@ -95,6 +95,19 @@ struct KeyedSums {
   bool spread_known = false;
 };
 
+// Which of KeyedSums' per-group arrays a caller reads (DirectAnswers'
+// ArraysFor): each is a copy over the bus, 128 MB at 16M groups. The keys,
+// the groups' starts and any NaN and infinity counts always come; where
+// some group holds a NaN or an infinity, the counts and sums come too (the
+// answers are then made group by group from them). A pass may give more.
+struct KeyedArrays {
+  bool count = true;
+  bool sum = true;
+  bool min = true;
+  bool max = true;
+  bool mean = true;
+};
+
 // What Backend::SumByKeyOnDevice may know already of its key and value
 // columns (their ColumnFacts: the keys' range, the values' largest
 // magnitude), and where it leaves what it reads of them; null: nothing.

@@ -57,8 +57,8 @@ class ForwardingBackend : public Backend {
   }
   absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
                                              std::uint64_t rows, std::uint64_t max_groups,
-                                             DirectFacts facts) override {
-    return to_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts);
+                                             DirectFacts facts, KeyedArrays arrays) override {
+    return to_->SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts, arrays);
   }
   absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype, std::uint64_t rows,
                                                        std::uint64_t max_groups) override {

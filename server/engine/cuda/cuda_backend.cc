@@ -231,8 +231,9 @@ class CudaBackend final : public Backend {
   }
   absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
                                              std::uint64_t rows, std::uint64_t max_groups,
-                                             DirectFacts facts) override {
-    return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts, *pool_, copiers_.get());
+                                             DirectFacts facts, KeyedArrays arrays) override {
+    return cuda::SumByKeyOnDevice(keys, key_dtype, values, dtype, rows, max_groups, facts, arrays, *pool_,
+                                  copiers_.get());
   }
   absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType dtype, std::uint64_t rows,
                                                        std::uint64_t max_groups) override {

@@ -258,7 +258,7 @@ absl::StatusOr<NumberedKeyColumn> NumberKeysOnDevice(const Extent& keys, DType d
 
 absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values, DType dtype,
                                            std::uint64_t rows, std::uint64_t max_groups, DirectFacts facts,
-                                           const DevicePool& pool, cpu::ThreadPool* copiers) {
+                                           KeyedArrays arrays, const DevicePool& pool, cpu::ThreadPool* copiers) {
   const auto unimplemented = [](const std::string& why) {
     return absl::UnimplementedError(absl::StrCat("no direct device group-by: ", why));
   };
@@ -305,9 +305,9 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
     return Failure(device, "summing by key");
   }
   if (dense.groups > max_groups) return TooManyGroups(max_groups);
-  // The groups' arrays into vectors advised for huge pages before their
-  // first touch (at 16M groups, 640 MB: 4 KiB faults were most of the
-  // copy), through pinned staging.
+  // The groups' arrays asked for into vectors advised for huge pages before
+  // their first touch (at 16M groups, 640 MB: 4 KiB faults were most of
+  // the copy), through pinned staging.
   KeyedSums out;
   out.groups = dense.groups;
   out.spread_known = spread_known;
@@ -320,13 +320,14 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
     copies.push_back(HostCopy{from, n * sizeof(T), targets.back().get()});
   };
   const std::uint64_t g = dense.groups;
+  const bool special = dense.any_nan || dense.any_infinity;  // the answers made group by group
   back(out.keys, dense.keys, g * rules::SizeOf(key_dtype));
-  back(out.count, dense.count, g);
-  back(out.sum, dense.sum, g);
-  back(out.min, dense.min, g);
-  back(out.max, dense.max, g);
-  back(out.mean, dense.mean, g);
   back(out.starts, dense.starts, g + 1);
+  if (arrays.count || special) back(out.count, dense.count, g);
+  if (arrays.sum || special) back(out.sum, dense.sum, g);
+  if (arrays.min) back(out.min, dense.min, g);
+  if (arrays.max) back(out.max, dense.max, g);
+  if (arrays.mean) back(out.mean, dense.mean, g);
   if (dense.any_nan) back(out.nan, dense.nan, g);
   if (dense.any_infinity) back(out.infinities, dense.infinities, g);
   const auto summed = std::chrono::steady_clock::now();

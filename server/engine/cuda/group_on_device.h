@@ -33,12 +33,12 @@ namespace tally::cuda {
 // Backend::SumByKeyOnDevice for the cuda backend: the keys' range and the
 // values' magnitude from `facts` where both columns know them, else one
 // read of both (kernels::SpreadOfKeys), left in `facts` for the next
-// request; then kernels::SumByKey and the groups copied back, by
+// request; then kernels::SumByKey and the groups' `arrays` copied back, by
 // `copiers`' idle participants where it is not null (CopyAllToHost).
 [[nodiscard]] absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, const Extent& values,
                                                         DType dtype, std::uint64_t rows, std::uint64_t max_groups,
-                                                        DirectFacts facts, const DevicePool& pool,
-                                                        cpu::ThreadPool* copiers);
+                                                        DirectFacts facts, KeyedArrays arrays,
+                                                        const DevicePool& pool, cpu::ThreadPool* copiers);
 
 // Backend::CombineKeysOnDevice for the cuda backend: the key columns' ranges
 // (one read each), then the combined column in the keys' device's

@@ -33,6 +33,7 @@ void DropLastGroup(KeyedSums& s, std::size_t key_size) {
     if (!v->empty()) v->resize(n);
   }
   if (!s.infinities.empty()) s.infinities.resize(n);
+  if (!s.starts.empty()) s.starts.resize(n + 1);  // the dropped group's rows lie past the last start
 }
 
 // The direct pass over `o`'s group numbers (DeviceGroupOrder::GroupNumbers,
@@ -41,7 +42,7 @@ void DropLastGroup(KeyedSums& s, std::size_t key_size) {
 // rows of a dropped NaN group, numbered past the last, summed as one group
 // more and dropped.
 absl::StatusOr<KeyedSums> SumsByGroupNumber(const GroupByPlan& plan, DeviceGroupOrder& o,
-                                            std::unique_ptr<DeviceColumn>& numbers, const GroupColumn& column,
+                                            std::unique_ptr<DeviceColumn>& numbers, const ColumnAggregations& c,
                                             Backend& backend, std::uint64_t max_groups) {
   if (numbers == nullptr) {
     absl::StatusOr<std::unique_ptr<DeviceColumn>> made = o.GroupNumbers();
@@ -50,7 +51,7 @@ absl::StatusOr<KeyedSums> SumsByGroupNumber(const GroupByPlan& plan, DeviceGroup
   }
   const Extent e = numbers->extent();
   const GroupColumn key{.name = "group numbers", .dtype = DType::kUInt32, .data = e.bytes, .placement = e.placement};
-  absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups + 1);
+  absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, c, backend, max_groups + 1);
   if (sums.ok() && sums->groups == o.groups + 1) DropLastGroup(*sums, sizeof(std::uint32_t));
   return sums;
 }
@@ -131,9 +132,9 @@ absl::StatusOr<std::optional<GroupedResult>> RunOnDevice(const GroupByPlan& plan
     // the gathered column to the host. Keys it does not take reach it as
     // their group numbers.
     if (TakesDirect(plan, c)) {
-      absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups);
+      absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, c, backend, max_groups);
       if (absl::IsUnimplemented(sums.status())) {
-        sums = SumsByGroupNumber(plan, o, numbers, column, backend, max_groups);
+        sums = SumsByGroupNumber(plan, o, numbers, c, backend, max_groups);
       }
       if (!sums.ok() && !absl::IsUnimplemented(sums.status())) return sums.status();
       if (sums.ok() && sums->groups == o.groups) {

@@ -91,6 +91,20 @@ bool IsDirect(const OpSpec& op) {
   }
 }
 
+KeyedArrays ArraysFor(const std::vector<OpSpec>& ops) {
+  KeyedArrays a{.count = false, .sum = false, .min = false, .max = false, .mean = false};
+  for (const OpSpec& op : ops) {
+    switch (SourceOf(op.kind)) {
+      case Source::kSum: a.sum = true; break;
+      case Source::kMin: a.min = true; break;
+      case Source::kMax: a.max = true; break;
+      case Source::kCount: a.count = true; break;
+      case Source::kMean: a.mean = true; break;
+    }
+  }
+  return a;
+}
+
 std::optional<std::vector<OpValues>> DirectAnswers(const std::vector<OpSpec>& ops, DType dtype, KeyedSums k) {
   const bool clean = std::all_of(k.nan.begin(), k.nan.end(), [](std::uint64_t n) { return n == 0; }) &&
                      std::all_of(k.infinities.begin(), k.infinities.end(), [](std::uint8_t i) { return i == 0; });

@@ -15,6 +15,10 @@ namespace tally::grouping {
 // NaN-skipping forms, not as partial states.
 bool IsDirect(const OpSpec& op);
 
+// The arrays of KeyedSums that DirectAnswers reads for `ops` (those where
+// no group holds a NaN or an infinity; KeyedArrays says what comes besides).
+KeyedArrays ArraysFor(const std::vector<OpSpec>& ops);
+
 // Each op's values for every group of `k` (direct ops over a float column
 // of `dtype`); nullopt where an op's result type is not one this path
 // gives. `k`'s vectors become answers as they are where they are one

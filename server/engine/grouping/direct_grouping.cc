@@ -18,7 +18,7 @@ namespace {
 // A value column's sums by key (the direct pass's), nullopt when the pass
 // does not take it.
 using SumByKey = std::function<absl::StatusOr<std::optional<KeyedSums>>(const GroupColumn& key,
-                                                                          const GroupColumn& column)>;
+                                                                          const ColumnAggregations& c)>;
 
 // The plan answered by a direct pass (one read of keys and values per
 // column, `sum_by_key`), when every value column is float and asks only
@@ -36,8 +36,7 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirect(const GroupByPlan& plan, 
   out.backend = backend.name();
   out.device = backend.device();
   for (const ColumnAggregations& c : plan.values) {
-    const GroupColumn& column = plan.columns[c.column];
-    absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, column);
+    absl::StatusOr<std::optional<KeyedSums>> sums = sum_by_key(key, c);
     if (!sums.ok()) return sums.status();
     if (!sums->has_value()) return std::nullopt;
     NoteSummed(note, on_device, (*sums)->spread_known);
@@ -112,11 +111,12 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
                                                         .device = backend.device()});
 }
 
-absl::StatusOr<KeyedSums> DeviceSumsByKey(const GroupByPlan& plan, const GroupColumn& key, const GroupColumn& column,
+absl::StatusOr<KeyedSums> DeviceSumsByKey(const GroupByPlan& plan, const GroupColumn& key, const ColumnAggregations& c,
                                           Backend& backend, std::uint64_t max_groups) {
+  const GroupColumn& column = plan.columns[c.column];
   return backend.SumByKeyOnDevice(Extent{key.data, key.placement}, key.dtype, Extent{column.data, column.placement},
                                   column.dtype, plan.rows, max_groups,
-                                  DirectFacts{.keys = key.facts, .values = column.facts});
+                                  DirectFacts{.keys = key.facts, .values = column.facts}, ArraysFor(c.plan.ops));
 }
 
 void NoteSummed(const Note& note, bool on_device, bool spread_known) {
@@ -128,8 +128,8 @@ void NoteSummed(const Note& note, bool on_device, bool spread_known) {
 absl::StatusOr<std::optional<GroupedResult>> RunDirectOnDevice(const GroupByPlan& plan, Backend& backend,
                                                                std::uint64_t max_groups, const Note& note) {
   return RunDirect(plan, backend, /*on_device=*/true,
-                   [&](const GroupColumn& key, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
-                     absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, column, backend, max_groups);
+                   [&](const GroupColumn& key, const ColumnAggregations& c) -> absl::StatusOr<std::optional<KeyedSums>> {
+                     absl::StatusOr<KeyedSums> sums = DeviceSumsByKey(plan, key, c, backend, max_groups);
                      if (absl::IsUnimplemented(sums.status())) return std::nullopt;
                      if (!sums.ok()) return sums.status();
                      return std::optional<KeyedSums>(*std::move(sums));
@@ -168,8 +168,8 @@ absl::StatusOr<std::optional<GroupedResult>> RunDirectOnHost(const GroupByPlan& 
                                                              std::uint64_t max_groups, const Note& note) {
   if (!HostDirectKeys(plan) || !ValuesUnmasked(plan)) return std::nullopt;
   return RunDirect(plan, backend, /*on_device=*/false,
-                   [&](const GroupColumn& k, const GroupColumn& column) -> absl::StatusOr<std::optional<KeyedSums>> {
-                     return HostSumsByKey(plan, k, column, backend, max_groups);
+                   [&](const GroupColumn& k, const ColumnAggregations& c) -> absl::StatusOr<std::optional<KeyedSums>> {
+                     return HostSumsByKey(plan, k, plan.columns[c.column], backend, max_groups);
                    },
                    note);
 }

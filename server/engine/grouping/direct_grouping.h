@@ -37,8 +37,9 @@ std::optional<std::pair<AggregationPlan, AggregationResult>> DirectColumn(const 
                                                                           KeyedSums sums, Backend& backend);
 
 // The GPU direct pass over one value column (Backend::SumByKeyOnDevice),
-// given what the columns' ColumnFacts know and left what it reads.
-absl::StatusOr<KeyedSums> DeviceSumsByKey(const GroupByPlan& plan, const GroupColumn& key, const GroupColumn& column,
+// given what the columns' ColumnFacts know and left what it reads, with
+// the arrays its ops read (ArraysFor) brought back.
+absl::StatusOr<KeyedSums> DeviceSumsByKey(const GroupByPlan& plan, const GroupColumn& key, const ColumnAggregations& c,
                                           Backend& backend, std::uint64_t max_groups);
 
 // Tells `note` that a column was summed by key, on the device or the host,
