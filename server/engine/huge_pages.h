@@ -24,6 +24,19 @@ inline void AdviseHugePages(void* p, std::size_t bytes) {
   if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
+// The whole 4 KiB pages inside [p, p + bytes) faulted in, writable, by the
+// kernel in one call (MADV_POPULATE_WRITE, Linux 5.14), so that the writes
+// that follow fault nothing: several threads can populate a buffer that
+// one thread then fills. Where the kernel lacks it nothing happens (the
+// writes fault the pages in as before).
+inline void PopulateForWriting(void* p, std::size_t bytes) {
+  constexpr std::uintptr_t kPage = 4096;
+  const auto begin = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t first = (begin + kPage - 1) / kPage * kPage;
+  const std::uintptr_t last = (begin + bytes) / kPage * kPage;
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
+}
+
 // Room in `v` for `n` elements, the buffer advised before anything touches
 // it, so that a resize or assign after it faults in huge pages; only for
 // buffers of several huge pages.

@@ -29,6 +29,10 @@ class HostTarget {
   virtual void Append(const std::byte* bytes, std::size_t n) = 0;
   // Room for all `n` bytes at once, for a plain copy.
   virtual std::byte* Whole(std::size_t n) = 0;
+  // The storage the next pieces will fill, where it is already allocated
+  // (empty where it is not): for advising the kernel only (its pages
+  // populated before the copy), never written through.
+  virtual std::span<std::byte> Room() { return {}; }
 };
 
 // A host vector as a copy's target: emptied, then filled piece by piece,
@@ -46,6 +50,9 @@ class VectorTarget final : public HostTarget {
   std::byte* Whole(std::size_t n) override {
     v_.resize(n / sizeof(T));
     return reinterpret_cast<std::byte*>(v_.data());
+  }
+  std::span<std::byte> Room() override {
+    return {reinterpret_cast<std::byte*>(v_.data() + v_.size()), (v_.capacity() - v_.size()) * sizeof(T)};
   }
 
  private:
