@@ -180,6 +180,35 @@ void SortByFirst(std::vector<std::pair<std::uint64_t, std::uint32_t>>& pairs) {
   }
 }
 
+// Numbers (no NA) coded in ascending order by sorting (number, row) pairs
+// (SortByFirst, stable, so each group's rows stay in row order) and
+// counting the distinct numbers along them; for `rows` below 2^32 and
+// numbers too spread for a direct table. Coding them by a hash map and
+// then sorting the distinct numbers (CodeColumn, SortCodes) took most of
+// the h2o q10's "groups found" phase (1e7 rows, 10M groups of six keys:
+// 10M random inserts, then 10M random lookups to renumber).
+template <typename Number>
+absl::StatusOr<Codes> CodeBySort(std::uint64_t rows, Number number, const GroupOptions& options,
+                                 const std::vector<std::uint32_t>* dropped) {
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> pairs;
+  ReserveHuge(pairs, rows);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    if (dropped == nullptr || (*dropped)[r] != kNoGroup) pairs.emplace_back(number(r), static_cast<std::uint32_t>(r));
+  }
+  SortByFirst(pairs);
+  Codes out;
+  ReserveHuge(out.code, rows);
+  out.code.assign(rows, kNoGroup);
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    if (i == 0 || pairs[i].first != pairs[i - 1].first) {
+      if (out.values.size() == options.max_groups) return TooManyGroups(options.max_groups);
+      out.values.push_back(pairs[i].first);
+    }
+    out.code[pairs[i].second] = static_cast<std::uint32_t>(out.values.size() - 1);
+  }
+  return out;
+}
+
 // Renumbers `codes` so that the values come in ascending order (`order`
 // maps a canonical value to an unsigned number of the same order), NA
 // last.
@@ -349,6 +378,8 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
       absl::StatusOr<Codes> coded;
       if (FitsDense(radix, rows)) {
         coded = CodeDense(rows, radix, number, options, drops(alive));
+      } else if (options.sort && rows <= std::numeric_limits<std::uint32_t>::max()) {
+        coded = CodeBySort(rows, [&](std::uint64_t r) { return numbers[r]; }, options, drops(alive));
       } else {
         coded = CodeColumn(rows, number, options, drops(alive));
         if (coded.ok() && options.sort) SortCodes(*coded, [](std::uint64_t v) { return v; });
