@@ -1,6 +1,7 @@
 // Group-by's engine: the groups of key columns (group_keys.h) against
 // std::map references, and a plan's aggregations per group on the cpu
 // backend (grouped_reduction.h) against loops over each group's rows.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -284,60 +285,56 @@ TEST(FindGroups, EightKeysPastSixtyFourBitsNumberTheirTuplesInMapOrder) {
   }
 }
 
-// Composite keys whose numbers spread past a direct table but fit 64 bits
-// (three columns of 150 values over 20,000 rows: 3.4M numbers) are coded
-// by sorting the rows' numbers: the tuples' order as std::map has it, past
-// the sort's few-pairs shortcut, rows with a NaN key dropped or grouped
-// last; first-seen order still by the hash map; the group limit refused by
-// name on this path too.
-TEST(FindGroups, SpreadCompositeKeysAreNumberedBySortingTheirNumbers) {
+// Composite keys whose numbers spread past a direct table but fit 64 bits,
+// with more distinct numbers than the hash map takes (three columns of 400
+// values over 1.2M rows: about 1.19M tuples), are coded by sorting the
+// rows' numbers: the tuples' order, rows with a NaN key dropped or grouped
+// last, each group's first row; the group limit refused by name on this
+// path too.
+TEST(FindGroups, ManyDistinctCompositeKeysAreNumberedBySortingTheirNumbers) {
   TALLY_SEEDED_RNG(rng);
-  constexpr std::size_t kRows = 20000;
+  constexpr std::size_t kRows = 1200000;
   std::vector<std::int32_t> a(kRows);
   std::vector<std::uint16_t> b(kRows);
   std::vector<float> c(kRows);
   for (std::size_t i = 0; i < kRows; ++i) {
-    a[i] = static_cast<std::int32_t>(rng() % 150) * 1000 - 70000;
-    b[i] = static_cast<std::uint16_t>(rng() % 150);
-    c[i] = rng() % 50 == 0 ? std::nanf("") : static_cast<float>(rng() % 149) - 0.5f;
+    a[i] = static_cast<std::int32_t>(rng() % 400) * 1000 - 170000;
+    b[i] = static_cast<std::uint16_t>(rng() % 400);
+    c[i] = rng() % 50 == 0 ? std::nanf("") : static_cast<float>(rng() % 399) - 0.5f;
   }
   const std::vector<KeyColumn> keys = {Key(a, DType::kInt32), Key(b, DType::kUInt16), Key(c, DType::kFloat32)};
   for (const bool dropna : {true, false}) {
-    using Tuple = std::tuple<std::int32_t, std::uint16_t, int, float>;  // c as (NA flag, value): NA last
-    std::map<Tuple, std::uint32_t> sorted_rank, seen;
-    std::vector<Tuple> of_row(kRows);
+    // Each kept row's tuple, c as (NA flag, value) so that NA sorts last,
+    // sorted with its row; a group's rank is the count of distinct tuples
+    // before it.
+    using Tuple = std::tuple<std::int32_t, std::uint16_t, int, float>;
+    std::vector<std::pair<Tuple, std::uint32_t>> rows;
     for (std::size_t i = 0; i < kRows; ++i) {
       const bool na = std::isnan(c[i]);
-      of_row[i] = {a[i], b[i], na ? 1 : 0, na ? 0.0f : c[i]};
       if (na && dropna) continue;
-      sorted_rank.emplace(of_row[i], 0);
-      seen.emplace(of_row[i], static_cast<std::uint32_t>(seen.size()));
+      rows.push_back({Tuple{a[i], b[i], na ? 1 : 0, na ? 0.0f : c[i]}, static_cast<std::uint32_t>(i)});
     }
-    std::uint32_t n = 0;
-    for (auto& [t, rank] : sorted_rank) rank = n++;
-    const Groups by_key = Find(keys, kRows, {.sort = true, .dropna = dropna});
-    const Groups first = Find(keys, kRows, {.sort = false, .dropna = dropna});
-    ASSERT_EQ(by_key.count, sorted_rank.size());
-    ASSERT_EQ(first.count, seen.size());
-    for (std::size_t i = 0; i < kRows; ++i) {
-      if (dropna && std::isnan(c[i])) {
-        ASSERT_EQ(by_key.of_row[i], kNoGroup) << "row " << i;
-        continue;
-      }
-      ASSERT_EQ(by_key.of_row[i], sorted_rank.at(of_row[i])) << "row " << i << " dropna " << dropna;
-      ASSERT_EQ(first.of_row[i], seen.at(of_row[i])) << "row " << i << " dropna " << dropna;
+    std::sort(rows.begin(), rows.end());
+    std::vector<std::uint32_t> want(kRows, kNoGroup);
+    std::uint32_t groups = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (i > 0 && rows[i].first != rows[i - 1].first) ++groups;
+      want[rows[i].second] = groups;
     }
-    for (std::uint32_t g = 0; g < by_key.count; ++g) {
-      const std::uint64_t r = by_key.first_row[g];
-      ASSERT_EQ(by_key.of_row[r], g);
-      for (std::uint64_t earlier = 0; earlier < r; ++earlier) ASSERT_NE(by_key.of_row[earlier], g);
+    ++groups;
+    ASSERT_GT(groups, 1u << 20) << "too few distinct tuples to pass the hash map";
+    const Groups by_key = Find(keys, kRows, {.sort = true, .dropna = dropna, .max_groups = 1u << 24});
+    ASSERT_EQ(by_key.count, groups);
+    ASSERT_EQ(by_key.of_row, want) << "dropna " << dropna;
+    std::vector<std::uint64_t> first(groups, ~std::uint64_t{0});
+    for (std::size_t r = 0; r < kRows; ++r) {
+      if (want[r] != kNoGroup && first[want[r]] == ~std::uint64_t{0}) first[want[r]] = r;
     }
-    absl::StatusOr<Groups> over = FindGroups(keys, kRows, {.sort = true, .dropna = dropna,
-                                                           .max_groups = sorted_rank.size() - 1});
+    ASSERT_EQ(by_key.first_row, first);
+    absl::StatusOr<Groups> over = FindGroups(keys, kRows, {.sort = true, .dropna = dropna, .max_groups = groups - 1});
     ASSERT_FALSE(over.ok());
     EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
     EXPECT_NE(over.status().message().find("--max_groups"), std::string_view::npos) << over.status();
-    EXPECT_TRUE(FindGroups(keys, kRows, {.sort = true, .dropna = dropna, .max_groups = sorted_rank.size()}).ok());
   }
 }
 

@@ -34,14 +34,17 @@ struct Codes {
   std::vector<std::uint32_t> code;
   std::vector<std::uint64_t> values;
   std::uint32_t na = kNoGroup;
+  bool stopped = false;  // more distinct values than the caller's `stop_past`: nothing else is set
 };
 
 // Keys the caller has widened to canonical bits, with their NA flags, coded
-// in first-seen order. Integer keys within a small range use a direct table;
-// others a hash map.
+// in first-seen order by a hash map (integer keys within a small range take
+// a direct table instead, CodeDense). Past `stop_past` distinct values it
+// stops (Codes::stopped), for a caller that codes many values another way.
 template <typename Canon>
 absl::StatusOr<Codes> CodeColumn(std::uint64_t rows, Canon canon, const GroupOptions& options,
-                                 const std::vector<std::uint32_t>* dropped) {
+                                 const std::vector<std::uint32_t>* dropped,
+                                 std::uint64_t stop_past = std::numeric_limits<std::uint64_t>::max()) {
   Codes out;
   ReserveHuge(out.code, rows);
   out.code.assign(rows, kNoGroup);
@@ -62,6 +65,7 @@ absl::StatusOr<Codes> CodeColumn(std::uint64_t rows, Canon canon, const GroupOpt
     }
     auto [at, fresh] = seen.try_emplace(v, static_cast<std::uint32_t>(out.values.size()));
     if (fresh) {
+      if (out.values.size() == stop_past) return Codes{.stopped = true};
       out.values.push_back(v);
       if (out.values.size() > options.max_groups) return TooManyGroups(options.max_groups);
     }
@@ -75,6 +79,17 @@ absl::StatusOr<Codes> CodeColumn(std::uint64_t rows, Canon canon, const GroupOpt
 // and at most the rows plus 2^16 is coded by indexing, with no hashing and,
 // for sorted groups, no sort.
 constexpr std::uint64_t kMaxDenseRange = std::uint64_t{1} << 26;
+
+struct GroupPolicy {
+  // Distinct composite numbers past which they are coded by a sort of every
+  // row's number (CodeBySort) rather than the hash map: a map of 2^20
+  // entries (16 MB) is past the caches, where each insert is a miss. The
+  // "groups found" phase on a 2-core VM, 1e7 rows of three int64 keys over
+  // 2^41 each (docs/performance.md): 1,000 tuples, the map 193-198 ms, a
+  // sort of every row 275-682, the map then the sort at 2^20 189-197; the
+  // h2o q10's 10M groups of six keys, 1,778-1,906, 684-947 and 782-801 ms.
+  static constexpr std::uint64_t kSortPastDistinct = std::uint64_t{1} << 20;
+};
 
 bool FitsDense(std::uint64_t range, std::uint64_t rows) {
   return range <= kMaxDenseRange && range <= rows + (std::uint64_t{1} << 16);
@@ -181,12 +196,12 @@ void SortByFirst(std::vector<std::pair<std::uint64_t, std::uint32_t>>& pairs) {
 }
 
 // Numbers (no NA) coded in ascending order by sorting (number, row) pairs
-// (SortByFirst, stable, so each group's rows stay in row order) and
-// counting the distinct numbers along them; for `rows` below 2^32 and
-// numbers too spread for a direct table. Coding them by a hash map and
-// then sorting the distinct numbers (CodeColumn, SortCodes) took most of
-// the h2o q10's "groups found" phase (1e7 rows, 10M groups of six keys:
-// 10M random inserts, then 10M random lookups to renumber).
+// (SortByFirst) and counting the distinct numbers along them; for `rows`
+// below 2^32 and numbers too spread for a direct table, where there are
+// many distinct ones (GroupPolicy::kSortPastDistinct). Coding them by a
+// hash map and then sorting the distinct numbers (CodeColumn, SortCodes)
+// took most of the h2o q10's "groups found" phase (1e7 rows, 10M groups of
+// six keys: 10M random inserts, then 10M random lookups to renumber).
 template <typename Number>
 absl::StatusOr<Codes> CodeBySort(std::uint64_t rows, Number number, const GroupOptions& options,
                                  const std::vector<std::uint32_t>* dropped) {
@@ -378,11 +393,18 @@ absl::StatusOr<Groups> FindGroups(std::span<const KeyColumn> keys, std::uint64_t
       absl::StatusOr<Codes> coded;
       if (FitsDense(radix, rows)) {
         coded = CodeDense(rows, radix, number, options, drops(alive));
-      } else if (options.sort && rows <= std::numeric_limits<std::uint32_t>::max()) {
-        coded = CodeBySort(rows, [&](std::uint64_t r) { return numbers[r]; }, options, drops(alive));
       } else {
-        coded = CodeColumn(rows, number, options, drops(alive));
-        if (coded.ok() && options.sort) SortCodes(*coded, [](std::uint64_t v) { return v; });
+        // A hash map while the distinct numbers are few (a sort of every
+        // row's number would cost more), a sort of the rows' numbers past
+        // that where the groups are sorted.
+        const bool may_sort = options.sort && rows <= std::numeric_limits<std::uint32_t>::max();
+        coded = CodeColumn(rows, number, options, drops(alive),
+                           may_sort ? GroupPolicy::kSortPastDistinct : std::numeric_limits<std::uint64_t>::max());
+        if (coded.ok() && coded->stopped) {
+          coded = CodeBySort(rows, [&](std::uint64_t r) { return numbers[r]; }, options, drops(alive));
+        } else if (coded.ok() && options.sort) {
+          SortCodes(*coded, [](std::uint64_t v) { return v; });
+        }
       }
       if (!coded.ok()) return coded.status();
       codes = std::move(coded->code);
