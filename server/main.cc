@@ -174,8 +174,8 @@ ABSL_FLAG(std::string, fault_lose_gpu, "",
           "would, to test losing a GPU under load: no new request goes to it, the other GPUs serve, and "
           "health (service \"cuda:ORDINAL\") and tally_device_serving report it. Empty: no fault.");
 ABSL_FLAG(int, staging_copy_threads, 8,
-          "With --backend=cuda or auto: threads that copy a received message into pinned staging in "
-          "parallel (1: the request's own thread alone).");
+          "With --backend=cuda or auto: threads that copy a received message into pinned staging, and "
+          "group-by's answers out of it (an array each), in parallel (1: the request's own thread alone).");
 ABSL_FLAG(std::uint64_t, pinned_receive_bytes, 0,
           "With --backend=cuda or auto: host memory, mapped and registered with CUDA once at start, that the "
           "allocator hands out before asking the system, so gRPC's receive slices lie in pinned memory and "
