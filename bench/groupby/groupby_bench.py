@@ -69,15 +69,9 @@ def upload(server, pb, name, x, dtype, chunk=8 << 20):
 def check(pages, pb, k, v, ops):
     """The answer against numpy: keys, counts exact; sums, means to float
     rounding; min and max exact (each of `ops` asked)."""
+    from tally._arrays import result_values  # the client's reading of either form of the numbers
     keys = np.concatenate([np.frombuffer(p.keys[0].data, k.dtype) for p in pages])
-
-    def values(r):  # the numbers as bytes (Aggregation.values_as_bytes)
-        for field, dtype in (("doubles", "<f8"), ("uint64s", "<u8"), ("int64s", "<i8")):
-            if r.HasField(field):
-                return np.frombuffer(getattr(r, field).data, dtype)
-        raise AssertionError("an answer without numbers")
-
-    res = {op: np.concatenate([values(p.results[j]) for p in pages]) for j, op in enumerate(ops)}
+    res = {op: np.concatenate([result_values(p.results[j]) for p in pages]) for j, op in enumerate(ops)}
     try:  # pandas' hash factorize: numpy's sort of 2^28 int64 keys takes half a minute
         import pandas as pd
         inverse, uniq = pd.factorize(k, sort=True)
