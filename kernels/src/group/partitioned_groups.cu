@@ -394,7 +394,7 @@ Layout LayOut(std::uint64_t rows, std::uint64_t range, std::size_t value_size, v
   at.out.mean = c.Take<double>(most_groups);
   at.out.start = c.Take<unsigned long long>(most_groups + 1);
   at.out.infinities = c.Take<std::uint8_t>(most_groups);
-  at.out.seen = c.Take<unsigned>(1);
+  at.out.found = c.Take<unsigned>(2);
   *used = c.used();
   return at;
 }

@@ -32,7 +32,7 @@ struct Groups {
   double* mean;
   unsigned long long* start;  // each group's first row in group order, groups + 1 of them
   std::uint8_t* infinities;
-  unsigned* seen;  // bit 0: a NaN in some group, bit 1: an infinity
+  unsigned* found;  // [0]: the groups written; [1]: bit 0 a NaN in some group, bit 1 an infinity
 };
 
 struct Layout {

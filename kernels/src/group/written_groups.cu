@@ -40,7 +40,11 @@ __device__ inline void StoreKey(std::byte* keys, std::uint64_t g, int size, std:
   }
 }
 
-// Each bucket's groups written in key order from group_starts[bucket] on.
+// Each bucket's groups written in key order from group_starts[bucket] on
+// (from 0 where there is one bucket and no group_starts), the groups'
+// number into found[0] and the first group's first row, 0, into start[0]:
+// one copy back for the caller, and no launches to count a lone bucket's
+// groups before it.
 __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots, const unsigned* group_starts,
                                                                     std::uint64_t lowest, KeyKind kind, int key_size,
                                                                     int scale, Groups out) {
@@ -48,9 +52,13 @@ __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots,
   __shared__ typename Scan::TempStorage temp;
   const std::uint64_t first = std::uint64_t{blockIdx.x} * kBucketKeys + 2 * threadIdx.x;
   const unsigned flags[2] = {slots.count[first] != 0 ? 1u : 0u, slots.count[first + 1] != 0 ? 1u : 0u};
-  unsigned before = 0;
-  Scan(temp).ExclusiveSum(flags[0] + flags[1], before);
-  unsigned g = group_starts[blockIdx.x] + before;
+  unsigned before = 0, total = 0;
+  Scan(temp).ExclusiveSum(flags[0] + flags[1], before, total);
+  unsigned g = (group_starts != nullptr ? group_starts[blockIdx.x] : 0u) + before;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    out.found[0] = group_starts != nullptr ? group_starts[gridDim.x] : total;
+    out.start[0] = 0;
+  }
   unsigned seen = 0;
   for (int e = 0; e < 2; ++e) {
     if (flags[e] == 0) continue;
@@ -68,7 +76,7 @@ __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots,
     seen |= (slot.special >> 2 != 0 ? 1u : 0u) | ((slot.special & 3u) != 0 ? 2u : 0u);
     ++g;
   }
-  if (seen != 0) atomicOr(out.seen, seen);
+  if (seen != 0) atomicOr(&out.found[1], seen);
 }
 
 }  // namespace
@@ -76,24 +84,26 @@ __global__ void __launch_bounds__(kNumberThreads) WriteGroupsKernel(Slots slots,
 cudaError_t WriteGroups(const Layout& at, std::uint64_t lowest, KeyKind kind, int key_size, int scale,
                         cudaStream_t stream, DenseGroups* out) {
   const unsigned buckets = at.buckets;
-  TALLY_CUDA_TRY(cudaMemsetAsync(at.out.seen, 0, sizeof(unsigned), stream));
-  GroupsPerBucketKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots.count, at.groups);
-  TALLY_CUDA_CHECK_LAUNCH();
-  ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.groups, buckets, 1, at.group_starts);
-  TALLY_CUDA_CHECK_LAUNCH();
-  WriteGroupsKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots, at.group_starts, lowest, kind, key_size, scale,
+  TALLY_CUDA_TRY(cudaMemsetAsync(at.out.found, 0, 2 * sizeof(unsigned), stream));
+  const unsigned* group_starts = nullptr;
+  if (buckets > 1) {
+    GroupsPerBucketKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots.count, at.groups);
+    TALLY_CUDA_CHECK_LAUNCH();
+    ScanKernel<><<<1, kScanThreads, 0, stream>>>(at.groups, buckets, 1, at.group_starts);
+    TALLY_CUDA_CHECK_LAUNCH();
+    group_starts = at.group_starts;
+  }
+  WriteGroupsKernel<<<buckets, kNumberThreads, 0, stream>>>(at.slots, group_starts, lowest, kind, key_size, scale,
                                                             at.out);
   TALLY_CUDA_CHECK_LAUNCH();
   unsigned found[2] = {0, 0};  // groups, what they hold
-  TALLY_CUDA_TRY(cudaMemcpyAsync(&found[0], at.group_starts + buckets, sizeof(unsigned), cudaMemcpyDeviceToHost,
-                                 stream));
-  TALLY_CUDA_TRY(cudaMemcpyAsync(&found[1], at.out.seen, sizeof(unsigned), cudaMemcpyDeviceToHost, stream));
+  TALLY_CUDA_TRY(cudaMemcpyAsync(found, at.out.found, sizeof found, cudaMemcpyDeviceToHost, stream));
   TALLY_CUDA_TRY(cudaStreamSynchronize(stream));
   out->groups = found[0];
-  // Each group's first row in group order: the counts' running sum, left
-  // on the stream for the caller's copy (on the host this pass over 16M
-  // groups' 128 MB took a fifth of the request).
-  TALLY_CUDA_TRY(cudaMemsetAsync(at.out.start, 0, sizeof(unsigned long long), stream));
+  // Each group's first row in group order (the first, 0, written above):
+  // the counts' running sum, left on the stream for the caller's copy (on
+  // the host this pass over 16M groups' 128 MB took a fifth of the
+  // request).
   if (found[0] > 0) {
     std::size_t scan_bytes = at.scan_bytes;
     TALLY_CUDA_TRY(cub::DeviceScan::InclusiveSum(at.scan, scan_bytes, at.out.count, at.out.start + 1,

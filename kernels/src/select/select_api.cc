@@ -555,7 +555,7 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
   const auto room = static_cast<std::uint32_t>(P::TopCandidates(a.length, k));
   const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(k, a.length));
   if constexpr (sizeof(K) == 4) {
-    TALLY_CUDA_TRY(TopEntriesSortBytes(want, &at->sort_bytes));
+    TALLY_CUDA_TRY(TopEntriesSortBytes(static_cast<std::uint32_t>(P::TopWordsRoom(want)), &at->sort_bytes));
   } else {
     TALLY_CUDA_TRY(KeyPasses<K>::SortPairsBytes(2 * room, &at->sort_bytes));
   }
@@ -574,8 +574,8 @@ cudaError_t LayOutTop(const DeviceArray& a, std::uint32_t k, Carver& c, TopLayou
   at->lists.tile_equal = c.Take<std::uint32_t>(at->tiles);
   if constexpr (sizeof(K) == 4) {
     at->kth = c.Take<RankSelect<std::uint64_t>>(1);
-    at->words = c.Take<std::uint64_t>(want);
-    at->words_alt = c.Take<std::uint64_t>(want);
+    at->words = c.Take<std::uint64_t>(P::TopWordsRoom(want));
+    at->words_alt = c.Take<std::uint64_t>(P::TopWordsRoom(want));
   } else {
     at->keys_alt = c.Take<K>(2 * std::size_t{room});
     at->index_alt = c.Take<std::uint32_t>(2 * std::size_t{room});
@@ -699,8 +699,8 @@ cudaError_t TopKOf(const DeviceArray& a, std::uint32_t k, bool largest, void* sc
   }
   const auto out = static_cast<std::uint32_t>(want);
   if constexpr (sizeof(K) == 4) {
-    // The k largest of the held entries by a rank selection of the k-th,
-    // then only those k sorted.
+    // The k largest of the held entries: all of them sorted, or a rank
+    // selection of the k-th and only those k sorted.
     std::uint64_t* words = nullptr;
     TALLY_CUDA_TRY(TopEntriesInOrder(at.lists.above_keys, at.lists.above_index, static_cast<std::uint32_t>(held), out,
                                      at.kth, at.lists.counts + 2, at.words, at.words_alt, at.sort_temp,

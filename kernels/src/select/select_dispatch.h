@@ -212,15 +212,19 @@ struct KeyPasses {
 };
 
 // Top-k's answer from its `held` gathered entries of 32-bit keys: the
-// `want` largest (key, index) words (TopEntryAt), found by a rank
-// selection, taken out and sorted largest first; *sorted is whichever of
-// words and words_alt holds them. `taken` zeroed by the caller.
+// `want` largest (key, index) words (TopEntryAt), sorted largest first at
+// the start of whichever of words and words_alt *sorted is: all held words
+// sorted where they are at most SelectPolicy::TopWordsRoom(want) (the
+// room words and words_alt each have), else found by a rank selection of
+// the k-th and only those taken out and sorted. `taken` zeroed by the
+// caller.
 [[nodiscard]] cudaError_t TopEntriesInOrder(const std::uint32_t* keys, const std::uint32_t* index,
                                             std::uint32_t held, std::uint32_t want,
                                             RankSelect<std::uint64_t>* select, std::uint32_t* taken,
                                             std::uint64_t* words, std::uint64_t* words_alt, void* temp,
                                             std::size_t temp_bytes, std::uint64_t** sorted, cudaStream_t stream);
-// CUB scratch for TopEntriesInOrder's sort of `want` words.
+// CUB scratch for a sort of `want` words (TopEntriesInOrder's sort of up to
+// TopWordsRoom(k) words).
 [[nodiscard]] cudaError_t TopEntriesSortBytes(std::uint32_t want, std::size_t* bytes);
 
 // counts[slot] = the sum of the blocks' rows (kCountSlots each).

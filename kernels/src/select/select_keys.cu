@@ -144,6 +144,12 @@ __global__ void TakeTopEntriesKernel(TopEntryAt entries, std::uint32_t held, con
   if (take && at < want) words[at] = w;
 }
 
+// Every held entry's word, in the entries' order.
+__global__ void TopWordsKernel(TopEntryAt entries, std::uint32_t held, std::uint64_t* __restrict__ words) {
+  const std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < held) words[i] = entries(i);
+}
+
 cudaError_t TopEntriesSortBytes(std::uint32_t want, std::size_t* bytes) {
   cub::DoubleBuffer<std::uint64_t> words(nullptr, nullptr);
   *bytes = 0;
@@ -159,6 +165,18 @@ cudaError_t TopEntriesInOrder(const std::uint32_t* keys, const std::uint32_t* in
   if (want == 0 || held < want) return cuda::Record(cudaErrorInvalidValue, "top-k holds fewer entries than it wants",
                                                     __FILE__, __LINE__);
   const TopEntryAt entries{keys, index};
+  cub::DoubleBuffer<std::uint64_t> buffers(words, words_alt);
+  if (held <= SelectPolicy::TopWordsRoom(want)) {
+    // Few enough to sort all: the first `want` of them are the answer.
+    TopWordsKernel<<<(held + 255) / 256, 256, 0, stream>>>(entries, held, words);
+    TALLY_CUDA_CHECK_LAUNCH();
+    if (held > 1) {
+      TALLY_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(temp, temp_bytes, buffers, static_cast<int>(held), 0,
+                                                              64, stream));
+    }
+    *sorted = buffers.Current();
+    return cudaSuccess;
+  }
   RankArgs args;
   args.count = 1;
   args.rank[0] = held - want;  // the k-th largest word, counted from the smallest
@@ -167,7 +185,6 @@ cudaError_t TopEntriesInOrder(const std::uint32_t* keys, const std::uint32_t* in
   TakeTopEntriesKernel<<<(held + 255) / 256, 256, 0, stream>>>(entries, held, &select->key[0], want, taken,
                                                                  words);
   TALLY_CUDA_CHECK_LAUNCH();
-  cub::DoubleBuffer<std::uint64_t> buffers(words, words_alt);
   if (want > 1) {
     TALLY_CUDA_TRY(cub::DeviceRadixSort::SortKeysDescending(temp, temp_bytes, buffers, static_cast<int>(want), 0, 64,
                                                             stream));

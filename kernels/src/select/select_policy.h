@@ -94,6 +94,19 @@ struct SelectPolicy {
   static constexpr std::uint64_t TopCandidates(std::uint64_t n, std::uint64_t k) {
     return std::min<std::uint64_t>(n, 4 * k + (std::uint64_t{1} << 16));
   }
+  // Top-k's answer from its gathered entries of 32-bit keys (words of key
+  // and complemented index, all distinct): where they are at most this many
+  // times the k wanted, one sort of all of them, whose first k are the
+  // answer; else a rank selection of the k-th word (eight launches over the
+  // entries, 8 us each on an H200 whatever their count), the k at or above
+  // it taken out and only those sorted. A CUB onesweep pass costs about the
+  // same for 20K or 2M keys, so at k = 65,536 (about 164K gathered) the one
+  // sort spares the selection's 64 us and the take's launch and costs the
+  // larger sort's few microseconds; at k = 8 or 1,024 (about 20K and 10K
+  // gathered) the selection of k stays.
+  static constexpr std::uint64_t kSortAllTopEntries = 4;
+  static constexpr std::uint64_t TopWordsRoom(std::uint64_t want) { return kSortAllTopEntries * want; }
+
   // Elements per top-k tile, whose ties are counted apart so that the
   // first ties by index can be found without gathering all of them: one
   // block iteration (kThreads x kVecs vectors of 16 bytes).

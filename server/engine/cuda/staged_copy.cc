@@ -194,8 +194,12 @@ absl::Status CopyAllToHost(PinnedPool& pinned, cudaStream_t stream, std::span<co
   // While the first wave crosses the bus, the copiers populate the
   // targets' room, so that no copier faults its target's pages in one by
   // one as it fills them (it copied at about 4 GB/s so, against the bus's
-  // 55; docs/performance.md).
-  if (status.ok() && copiers != nullptr) {
+  // 55; docs/performance.md). Not for answers small enough to be copied
+  // out on this thread (copy_out's rule): there the hand-off and a system
+  // call a target cost more than the few pages they would spare.
+  std::size_t total = 0;
+  for (const HostCopy& c : copies) total += c.bytes;
+  if (status.ok() && copiers != nullptr && total >= 2 * EnginePolicy::kParallelCopyBytes) {
     constexpr std::size_t kPopulateBytes = std::size_t{8} << 20;  // a copier's share at a time
     std::vector<std::span<std::byte>> chunks;
     for (const HostCopy& c : copies) {
