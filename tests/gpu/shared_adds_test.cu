@@ -1,20 +1,30 @@
-// AddWideShared (kernels/src/group/dense_slots.cuh): 64-bit words of shared
-// memory added by two 32-bit atomics, each add carrying its own wrap of the
-// low half, hold the sum modulo 2^64, as a 64-bit atomicAdd would. Every
-// thread of a block adds its values into few words (so that lanes collide
-// on one address), values chosen to carry: low halves of all ones, two's
-// complement negatives, high halves only, zeros, and the slots' own kind
-// (a 32-bit low word plus a count of one at bit 48).
+// The group-by slots' arithmetic in shared memory (kernels/src/group/
+// dense_slots.cuh).
+// AddWideShared: 64-bit words of shared memory added by two 32-bit
+// atomics, each add carrying its own wrap of the low half, hold the sum
+// modulo 2^64, as a 64-bit atomicAdd would. Every thread of a block adds
+// its values into few words (so that lanes collide on one address), values
+// chosen to carry: low halves of all ones, two's complement negatives, high
+// halves only, zeros, and the slots' own kind (a 32-bit low word plus a
+// count of one at bit 48).
+// Extremes<float>: a float32 column's extremes kept as 32-bit words order
+// as the floats do and widen to the words OrderedDouble gives the same
+// values as doubles (the global slots' and the host's), sentinels kept.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "group/dense_slots.cuh"
 #include "tally/kernels/cuda_error.h"
+#include "tally/rules/keyed_sums.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace tally::kernels::dense {
@@ -41,7 +51,7 @@ unsigned long long Carrying(std::mt19937_64& rng) {
     case 1: return ~(rng() % (1ull << 40));                              // a negative of small magnitude
     case 2: return (rng() % (1ull << 32)) << 32;                         // the high half only
     case 3: return 0;
-    case 4: return (rng() % (1ull << 32)) + (1ull << Packed::kCountShift);  // a slot's low word and count
+    case 4: return (rng() % (1ull << 32)) + (1ull << PackedRows::kCountShift);  // a slot's low word and count
     default: return rng();                                               // any bits
   }
 }
@@ -76,6 +86,73 @@ TEST(SharedAddsGpu, TwoHalvesHoldTheSumModulo2To64) {
     CUDA_OK(cudaFree(d_values));
     CUDA_OK(cudaFree(d_out));
     EXPECT_EQ(got, want);
+  }
+}
+
+// out[i] = Extremes<float>'s word of values[i], widened, and words[i] the
+// word itself.
+__global__ void WidenedFloatExtremes(const float* values, int n, unsigned long long* out, unsigned* words) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    words[i] = Extremes<float>::Of(values[i]);
+    out[i] = Extremes<float>::Widened(words[i]);
+  }
+}
+__global__ void WidenedSentinels(unsigned long long* out) {
+  out[0] = Extremes<float>::Widened(~0u);
+  out[1] = Extremes<float>::Widened(0u);
+}
+
+TEST(SharedAddsGpu, FloatExtremesOrderAsTheFloatsAndWidenToTheDoublesWords) {
+  TALLY_REQUIRE_GPU("Extremes<float>");
+  auto& rng = tally::testing::Rng();
+  using L = std::numeric_limits<float>;
+  std::vector<float> values = {-L::infinity(), -L::max(), -1.5f, -L::min(), -L::denorm_min(), -0.0f, 0.0f,
+                               L::denorm_min(), L::min(), 1e-38f, 1.0f, 3.5e38f, L::max(), L::infinity()};
+  std::uniform_int_distribution<std::uint32_t> bits;
+  while (values.size() < 100000) {
+    const std::uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    if (!std::isnan(f)) values.push_back(f);
+  }
+  const int n = static_cast<int>(values.size());
+  float* d_values = nullptr;
+  unsigned long long* d_out = nullptr;
+  unsigned* d_words = nullptr;
+  CUDA_OK(cudaMalloc(&d_values, values.size() * sizeof(float)));
+  CUDA_OK(cudaMalloc(&d_out, (values.size() + 2) * sizeof(unsigned long long)));
+  CUDA_OK(cudaMalloc(&d_words, values.size() * sizeof(unsigned)));
+  CUDA_OK(cudaMemcpy(d_values, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d_out, 0xA5, (values.size() + 2) * sizeof(unsigned long long)));  // poisoned
+  WidenedFloatExtremes<<<(n + 255) / 256, 256>>>(d_values, n, d_out, d_words);
+  WidenedSentinels<<<1, 1>>>(d_out + n);
+  CUDA_OK(cudaGetLastError());
+  std::vector<unsigned long long> widened(values.size() + 2);
+  std::vector<unsigned> words(values.size());
+  CUDA_OK(cudaMemcpy(widened.data(), d_out, widened.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(words.data(), d_words, words.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaFree(d_values));
+  CUDA_OK(cudaFree(d_out));
+  CUDA_OK(cudaFree(d_words));
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(widened[i], rules::keyed::OrderedDouble(static_cast<double>(values[i]))) << "value " << values[i];
+    ASSERT_NE(words[i], ~0u) << "value " << values[i] << " takes the least's sentinel";
+    ASSERT_NE(words[i], 0u) << "value " << values[i] << " takes the greatest's sentinel";
+  }
+  EXPECT_EQ(widened[n], rules::keyed::kNoLow);
+  EXPECT_EQ(widened[n + 1], rules::keyed::kNoHigh);
+  // The words order as the floats do, the two zeros one word.
+  std::vector<int> order(values.size());
+  for (int i = 0; i < n; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return values[a] < values[b]; });
+  for (int i = 1; i < n; ++i) {
+    const float a = values[order[i - 1]], b = values[order[i]];
+    if (a == b) {
+      ASSERT_EQ(words[order[i - 1]], words[order[i]]) << a << " and " << b;
+    } else {
+      ASSERT_LT(words[order[i - 1]], words[order[i]]) << a << " and " << b;
+    }
   }
 }
 

@@ -132,12 +132,12 @@ __global__ void RangeAndMagnitudeKernel(KeyReader<kBytes> keys, const T* __restr
 
 // One copy of every slot per lane of a warp (slot j of lane l at j x 32 +
 // l): the lanes of a warp never update one address, so a few hot keys (16
-// groups) cost no serialised atomics. 32 keys x 32 copies x 36 bytes is 36
-// KiB a block. Each copy counts in its low word's top bits (Packed), so a
+// groups) cost no serialised atomics. 32 keys x 32 copies x 28 bytes (36
+// for float64 values: Packed) is 28 KiB a block. Each copy counts in its low word's top bits (Packed), so a
 // copy's rows, those of its lane in the block's warps, must stay under
 // 2^16: LaneCopiesBlocks gives each thread at most kMaxLaneRows rows.
 static_assert(kMaxLaneCopiesRange == 32, "a copy per lane of a warp");
-constexpr std::uint64_t kMaxLaneRows = dense::Packed::kMaxRows / (kThreads / 32) - 8;
+constexpr std::uint64_t kMaxLaneRows = dense::PackedRows::kMaxRows / (kThreads / 32) - 8;
 // Elements a thread loads before it adds them, so that several loads are
 // in flight while the atomics of the last ones run: four scalar loads of
 // each column, or two 16-byte vectors of each (four rows each) where keys
@@ -154,12 +154,12 @@ __global__ void LaneCopiesKernel(KeyReader<kBytes> keys, const T* __restrict__ v
   extern __shared__ unsigned long long shared[];
   constexpr std::uint64_t kCopies = 32;
   const std::uint64_t slots = range * kCopies;
-  const dense::Packed s = dense::Packed::At(shared, slots);
+  const dense::Packed<T> s = dense::Packed<T>::At(shared, slots);
   for (std::uint64_t j = threadIdx.x; j < slots; j += blockDim.x) s.Clear(j);
   __syncthreads();
   const std::uint64_t lane = threadIdx.x & 31u;
   ForEachRow<kVectorsPerThread, kLoadsPerThread>(keys, values, n, vectors, [&](std::uint64_t raw, T value) {
-    s.Add((keys.Ordered(raw) - base) * kCopies + lane, static_cast<double>(value), step);
+    s.Add((keys.Ordered(raw) - base) * kCopies + lane, value, step);
   });
   __syncthreads();
   for (std::uint64_t j = threadIdx.x; j < range; j += blockDim.x) {
@@ -174,7 +174,8 @@ __global__ void LaneCopiesKernel(KeyReader<kBytes> keys, const T* __restrict__ v
 // t) for key ranges of up to kMaxOwnCopiesRange: a thread owns its copies,
 // so it adds with plain reads and writes where the lane copies take shared
 // atomics, and a warp's lanes read consecutive words (no bank conflict)
-// whatever their keys. The copies take 4.5 KiB a block per key, so the
+// whatever their keys. The copies take 3.5 KiB a block per key (4.5 for
+// float64 values; 4.5 for both when these figures were measured), so the
 // range sets how many blocks share an SM, and with them how much of the
 // reads' latency is hidden: measured on an H200 (2^28 rows, int32 keys,
 // float32 values, `tally-groupby-kernel-bench`), 2 keys 0.86 ms, 4 0.87, 8
@@ -184,7 +185,7 @@ __global__ void LaneCopiesKernel(KeyReader<kBytes> keys, const T* __restrict__ v
 constexpr std::uint64_t kMaxOwnCopiesRange = 8;
 constexpr int kOwnThreads = 128;
 constexpr int kOwnVectors = 4;
-constexpr std::uint64_t kMaxOwnRows = dense::Packed::kMaxRows - 8;
+constexpr std::uint64_t kMaxOwnRows = dense::PackedRows::kMaxRows - 8;
 
 template <typename T, int kBytes>
 __global__ void __launch_bounds__(kOwnThreads) OwnCopiesKernel(KeyReader<kBytes> keys, const T* __restrict__ values,
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kOwnThreads) OwnCopiesKernel(KeyReader<kBytes>
                                                              dense::FixedStep step, bool vectors, Slots global) {
   extern __shared__ unsigned long long shared[];
   const std::uint64_t slots = range * kOwnThreads;
-  const dense::Packed s = dense::Packed::At(shared, slots);
+  const dense::Packed<T> s = dense::Packed<T>::At(shared, slots);
   for (std::uint64_t j = threadIdx.x; j < slots; j += blockDim.x) s.Clear(j);
   __syncthreads();
   // Its own walk rather than ForEachRow's: the same loads and adds through
@@ -231,13 +232,13 @@ __global__ void __launch_bounds__(kOwnThreads) OwnCopiesKernel(KeyReader<kBytes>
   }
   for (std::uint64_t i = scalar_from + thread; i < n; i += kLoadsPerThread * stride) {
     std::uint64_t k[kLoadsPerThread];
-    double v[kLoadsPerThread];
+    T v[kLoadsPerThread];
 #pragma unroll
     for (int u = 0; u < kLoadsPerThread; ++u) {
       const std::uint64_t at = i + u * stride;
       if (at < n) {
         k[u] = keys.Raw(at);
-        v[u] = static_cast<double>(values[at]);
+        v[u] = values[at];
       }
     }
 #pragma unroll
@@ -369,7 +370,7 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
     return dense::VisitKeyWidth(key_bytes, [&](auto width) -> cudaError_t {
       constexpr int kBytes = decltype(width)::value;
       if (spread.range <= kMaxOwnCopiesRange) {
-        const std::size_t shared = spread.range * kOwnThreads * dense::Packed::kBytes;
+        const std::size_t shared = spread.range * kOwnThreads * dense::Packed<T>::kBytes;
         TALLY_CUDA_TRY(detail::AllowMostSharedMemory(OwnCopiesKernel<T, kBytes>));
         int blocks = 0;
         TALLY_CUDA_TRY(OwnCopiesBlocks(OwnCopiesKernel<T, kBytes>, shared, keys.rows, &blocks));
@@ -379,7 +380,7 @@ cudaError_t SumByKey(const GroupKeys& keys, const DenseValues& values, const Key
         TALLY_CUDA_CHECK_LAUNCH();
         return cudaSuccess;
       }
-      const std::size_t shared = spread.range * 32 * dense::Packed::kBytes;
+      const std::size_t shared = spread.range * 32 * dense::Packed<T>::kBytes;
       TALLY_CUDA_TRY(detail::AllowMostSharedMemory(LaneCopiesKernel<T, kBytes>));
       LaneCopiesKernel<T, kBytes><<<LaneCopiesBlocks(keys.rows), kThreads, shared, stream>>>(
           KeyReader<kBytes>{keys.data, kind}, typed, keys.rows, spread.lowest, spread.range,

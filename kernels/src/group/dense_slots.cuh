@@ -155,6 +155,7 @@ __device__ inline std::uint64_t KeyBits(std::uint64_t ordered, KeyKind kind) {
 __device__ inline unsigned long long Peek(const unsigned long long* word) {
   return *static_cast<const volatile unsigned long long*>(word);
 }
+__device__ inline unsigned Peek(const unsigned* word) { return *static_cast<const volatile unsigned*>(word); }
 
 // 2^(scale - 32) as two normal doubles (rules::keyed::FixedUnit), for
 // FixedWordsOf: the kernels take it in place of the scale.
@@ -205,33 +206,78 @@ __device__ inline void AddWideShared(unsigned long long* word, unsigned long lon
   if (high != 0) atomicAdd(&half[1], high);
 }
 
-// A block's slots in shared memory: Slots but the count, which rides in
-// the top 16 bits of the low word (a slot's rows must be fewer than 2^16:
-// its low words, each below 2^32, then sum below 2^48), so that an element
-// takes two atomics and, for most, two plain reads of its extremes.
-struct Packed {
+// A float's bits as an unsigned number that orders as the float does
+// (-0.0 as +0.0, as rules::keyed::OrderedDouble), and back; not for NaN.
+// A float32 column's extremes in shared memory are these 32-bit words: a
+// read and a compare of one word a row where the double's take two.
+__device__ inline unsigned OrderedFloat(float v) {
+  if (v == 0) v = 0.0f;
+  const unsigned b = __float_as_uint(v);
+  return (b >> 31) != 0 ? ~b : (b | 0x80000000u);
+}
+__device__ inline float FromOrderedFloat(unsigned o) {
+  return __uint_as_float((o >> 31) != 0 ? (o & 0x7fffffffu) : ~o);
+}
+
+// The extremes of values of type T as a slot in shared memory keeps them,
+// and as OrderedDouble's words (the global slots'), the slot's sentinels
+// (no element yet: all ones for the least, 0 for the greatest, neither an
+// ordered number's word) kept as rules::keyed::kNoLow and kNoHigh.
+template <typename T>
+struct Extremes;
+template <>
+struct Extremes<float> {
+  using Word = unsigned;
+  __device__ static Word Of(float v) { return OrderedFloat(v); }
+  __device__ static unsigned long long Widened(Word o) {
+    if (o == ~0u) return rules::keyed::kNoLow;
+    if (o == 0u) return rules::keyed::kNoHigh;
+    return rules::keyed::OrderedDouble(static_cast<double>(FromOrderedFloat(o)));
+  }
+};
+template <>
+struct Extremes<double> {
+  using Word = unsigned long long;
+  __device__ static Word Of(double v) { return rules::keyed::OrderedDouble(v); }
+  __device__ static unsigned long long Widened(Word o) { return o; }
+};
+
+// The rows one slot of shared memory may take: its count rides in the top
+// 16 bits of its low word (Packed).
+struct PackedRows {
+  static constexpr int kCountShift = 48;
+  static constexpr std::uint64_t kMaxRows = (std::uint64_t{1} << 16) - 1;
+};
+
+// A block's slots in shared memory for values of type T: Slots but the
+// count, which rides in the top 16 bits of the low word (a slot's rows
+// must be fewer than 2^16: its low words, each below 2^32, then sum below
+// 2^48), so that an element takes two atomics and, for most, two plain
+// reads of its extremes; the extremes as Extremes<T> keeps them.
+template <typename T>
+struct Packed : PackedRows {
+  using E = typename Extremes<T>::Word;
   unsigned long long* hi;
   unsigned long long* lo;  // the count x 2^48 + the low words' sum
-  unsigned long long* low;
-  unsigned long long* high;
+  E* low;
+  E* high;
   unsigned int* special;
-  static constexpr std::size_t kBytes = 4 * sizeof(unsigned long long) + sizeof(unsigned int);
-  static constexpr int kCountShift = 48;
-  // The most rows one slot may take.
-  static constexpr std::uint64_t kMaxRows = (std::uint64_t{1} << 16) - 1;
+  static constexpr std::size_t kBytes = 2 * sizeof(unsigned long long) + 2 * sizeof(E) + sizeof(unsigned int);
 
   __device__ static Packed At(unsigned long long* words, std::uint64_t n) {
-    return Packed{words, words + n, words + 2 * n, words + 3 * n, reinterpret_cast<unsigned int*>(words + 4 * n)};
+    E* low = reinterpret_cast<E*>(words + 2 * n);
+    return Packed{{}, words, words + n, low, low + n, reinterpret_cast<unsigned int*>(low + 2 * n)};
   }
   __device__ void Clear(std::uint64_t j) const {
     hi[j] = 0;
     lo[j] = 0;
-    low[j] = rules::keyed::kNoLow;
-    high[j] = rules::keyed::kNoHigh;
+    low[j] = static_cast<E>(~E{0});
+    high[j] = 0;
     special[j] = 0;
   }
-  __device__ void Add(std::uint64_t j, double v, const FixedStep& step) const {
+  __device__ void Add(std::uint64_t j, T value, const FixedStep& step) const {
     constexpr unsigned long long kOne = 1ull << kCountShift;
+    const double v = value;
     if (isnan(v)) {
       AddWideShared(&lo[j], kOne);
       atomicAdd(&special[j], 4u);
@@ -247,7 +293,7 @@ struct Packed {
       AddWideShared(&hi[j], static_cast<unsigned long long>(h));
       AddWideShared(&lo[j], l + kOne);
     }
-    const unsigned long long o = rules::keyed::OrderedDouble(v);
+    const E o = Extremes<T>::Of(value);
     // An extreme changes for few of a slot's elements: a plain read first
     // spares the atomic for the rest (a stale read only costs the atomic).
     if (o < Peek(&low[j])) atomicMin(&low[j], o);
@@ -255,8 +301,9 @@ struct Packed {
   }
   // Add for a slot no other thread updates (a thread's own copy): plain
   // reads and writes, the same words Add leaves.
-  __device__ void AddOwned(std::uint64_t j, double v, const FixedStep& step) const {
+  __device__ void AddOwned(std::uint64_t j, T value, const FixedStep& step) const {
     constexpr unsigned long long kOne = 1ull << kCountShift;
+    const double v = value;
     if (isnan(v)) {
       lo[j] += kOne;
       special[j] += 4u;
@@ -272,13 +319,14 @@ struct Packed {
       hi[j] += static_cast<unsigned long long>(h);
       lo[j] += l + kOne;
     }
-    const unsigned long long o = rules::keyed::OrderedDouble(v);
+    const E o = Extremes<T>::Of(value);
     if (o < low[j]) low[j] = o;
     if (o > high[j]) high[j] = o;
   }
   __device__ Slot Load(std::uint64_t j) const {
     const unsigned long long l = lo[j];
-    return Slot{hi[j], l & ((1ull << kCountShift) - 1), l >> kCountShift, low[j], high[j], special[j]};
+    return Slot{hi[j], l & ((1ull << kCountShift) - 1), l >> kCountShift, Extremes<T>::Widened(low[j]),
+                Extremes<T>::Widened(high[j]), special[j]};
   }
   // Slot j's low word and count added into slot `to` of `global` by
   // atomics and cleared here, before the count could pass its 16 bits; the

@@ -45,6 +45,7 @@ using dense::FixedStep;
 using dense::KeyKind;
 using dense::KeyReader;
 using dense::Packed;
+using dense::PackedRows;
 using dense::Slot;
 using dense::Slots;
 
@@ -59,7 +60,7 @@ static_assert(kMaxInPlaceRange % kBucketKeys == 0, "whole buckets read in place"
 // Rows one block accumulates before it adds its slots to the global ones
 // (an item): enough that the 2,048 slots' flush is a small part (uniform
 // keys fill every slot of a bucket), few enough that a hot bucket spreads
-// over many blocks, and at most Packed::kMaxRows, so that a slot's count
+// over many blocks, and at most PackedRows::kMaxRows, so that a slot's count
 // fits the top 16 bits of its low word. Buckets read in place take the
 // most (their passes flush half as often: H200, 2^28 rows, 2,048 keys
 // 1.79-1.81 -> 1.60-1.61 ms, 4,096 keys 3.15-3.18 -> 2.91); moved buckets
@@ -67,9 +68,9 @@ static_assert(kMaxInPlaceRange % kBucketKeys == 0, "whole buckets read in place"
 // spread over the blocks (all of it: 7.21 -> 7.70-8.02 ms; 65,536 keys
 // unchanged).
 template <bool kInPlace>
-constexpr std::uint64_t kItemRows = kInPlace ? Packed::kMaxRows : 32768;
-// Two buckets read in place take one pass of twice the slots (144 KiB of
-// shared memory: one block an SM) with 1,024 threads, where the device's
+constexpr std::uint64_t kItemRows = kInPlace ? PackedRows::kMaxRows : 32768;
+// Two buckets read in place take one pass of twice the slots (112 KiB of
+// shared memory for float32 values, 144 for float64: one block an SM) with 1,024 threads, where the device's
 // blocks may hold that much. H200, 2^28 rows, `tally-groupby-kernel-bench
 // 28 3 3000,4096`, SumByKey against two passes in the same call: 3,000 keys
 // 2.53-2.55 -> 1.43-1.45 ms, 4,096 keys 2.59-2.64 -> 1.48; with 512
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kBlockThreads) AccumulateKernel(const Moved<T>
                                                              FixedStep step, bool only, Slots global) {
   constexpr std::uint64_t item_rows = kItemRows<kInPlace>;
   extern __shared__ unsigned long long shared[];
-  const Packed s = Packed::At(shared, kSlots);
+  const Packed<T> s = Packed<T>::At(shared, kSlots);
   const unsigned items = item_starts[buckets];
   // A block takes a run of consecutive items, so that most of its items
   // share a bucket: between two items of one bucket only the low words
@@ -305,18 +306,18 @@ __global__ void __launch_bounds__(kBlockThreads) AccumulateKernel(const Moved<T>
     const std::uint64_t end = begin + item_rows < starts[b + 1] ? begin + item_rows : starts[b + 1];
     for (std::uint64_t r = begin + threadIdx.x; r < end; r += kLoadsPerThread * blockDim.x) {
       std::uint64_t k[kLoadsPerThread];
-      double v[kLoadsPerThread];
+      T v[kLoadsPerThread];
 #pragma unroll
       for (int u = 0; u < kLoadsPerThread; ++u) {
         const std::uint64_t at = r + u * blockDim.x;
         if (at < end) {
           if constexpr (kInPlace) {
             k[u] = keys.Raw(at);
-            v[u] = static_cast<double>(values[at]);
+            v[u] = values[at];
           } else {
             const Moved<T> m = moved[at];
             k[u] = m.key;
-            v[u] = static_cast<double>(m.value);
+            v[u] = m.value;
           }
         }
       }
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(kBlockThreads) AccumulateKernel(const Moved<T>
       continue;
     }
     // The low words and counts out, before a slot's count could pass 16
-    // bits: the item's rows are at most Packed::kMaxRows.
+    // bits: the item's rows are at most PackedRows::kMaxRows.
     for (unsigned j = threadIdx.x; j < kSlots; j += blockDim.x) s.AtomicAddLow(j, global, first + j);
     __syncthreads();
   }
@@ -414,7 +415,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
   return dense::VisitKeyWidth(key_bytes, [&](auto width) -> cudaError_t {
     constexpr int kBytes = decltype(width)::value;
     const KeyReader<kBytes> reader{keys.data, kind};
-    const std::size_t slot_shared = kBucketKeys * Packed::kBytes;
+    const std::size_t slot_shared = kBucketKeys * Packed<T>::kBytes;
     const FixedStep step = FixedStep::Of(scale);
     // Moved rows carry their keys' places: one kernel for every key width.
     const auto in_place = AccumulateKernel<T, true, kBytes>;
@@ -432,7 +433,7 @@ cudaError_t Accumulate(const GroupKeys& keys, const T* values, const KeySpread& 
                                                    at.item_starts);
       TALLY_CUDA_CHECK_LAUNCH();
       // Two buckets' keys in one pass where a block's shared memory holds
-      // their slots (144 KiB: one block an SM).
+      // their slots (112 or 144 KiB: one block an SM).
       const auto wide = AccumulateKernel<T, true, kBytes, 2 * kBucketKeys, kWideThreads>;
       int most_shared = 0, device = 0;
       TALLY_CUDA_TRY(cudaGetDevice(&device));

@@ -16,8 +16,9 @@
 
 namespace tally::kernels::partitioned {
 
-// Keys a bucket holds: its slots in shared memory (36 bytes a key) are 72
-// KiB, so three blocks share an SM.
+// Keys a bucket holds: its slots in shared memory (28 bytes a key for
+// float32 values, 36 for float64: dense::Packed) are 56 or 72 KiB, so
+// three blocks share an SM.
 inline constexpr int kBucketBits = 11;
 inline constexpr std::uint64_t kBucketKeys = std::uint64_t{1} << kBucketBits;
 
