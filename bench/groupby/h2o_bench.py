@@ -136,14 +136,17 @@ def upload(client, df):
 
 def dataset_answer(client, df, resident, q):
     """The question over the resident columns, as a DataFrame like pandas'
-    (the keys' codes turned back into their categories)."""
+    (the keys' codes turned back into their categories, as the client does
+    for a DataFrame's: a Categorical of the codes, not 10M strings that
+    the index would factorise again)."""
     by, agg = QUESTIONS[q]
     got = client.groupby({c: resident[c] for c in dict.fromkeys(by + list(agg))}, by, agg, sort=True)
     levels = []
     for c in by:
         keys = got.pop(c)
         s = df[c]
-        levels.append(np.asarray(s.cat.categories)[keys] if isinstance(s.dtype, pd.CategoricalDtype) else keys)
+        levels.append(pd.Categorical.from_codes(keys, dtype=s.dtype) if isinstance(s.dtype, pd.CategoricalDtype)
+                      else keys)
     index = pd.MultiIndex.from_arrays(levels, names=by) if len(by) > 1 else pd.Index(levels[0], name=by[0])
     return finish(q, pd.DataFrame(got, index=index))
 
