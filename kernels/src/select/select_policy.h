@@ -103,7 +103,9 @@ struct SelectPolicy {
   // same for 20K or 2M keys, so at k = 65,536 (about 164K gathered) the one
   // sort spares the selection's 64 us and the take's launch and costs the
   // larger sort's few microseconds; at k = 8 or 1,024 (about 20K and 10K
-  // gathered) the selection of k stays.
+  // gathered) the selection of k stays. Measured (H200, 2^28 float32,
+  // tally-kept-bench): topk and bottomk at k = 65,536 0.69-0.73 -> 0.65-0.66
+  // ms a call.
   static constexpr std::uint64_t kSortAllTopEntries = 4;
   static constexpr std::uint64_t TopWordsRoom(std::uint64_t want) { return kSortAllTopEntries * want; }
 
