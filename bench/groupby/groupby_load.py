@@ -129,7 +129,8 @@ def main():
                 if at < len(c):
                     yield pb.GroupByStreamRequest(column=i, chunk=c[at:at + step])
 
-    aggregations = [pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, "OP_" + o.upper()))) for o in OPS]
+    aggregations = [pb.GroupAggregation(column="v", aggregation=pb.Aggregation(op=getattr(pb, "OP_" + o.upper())))
+                    for o in OPS]
     rng = np.random.default_rng(7)
     if args.wide_keys:
         most = max(int(g) for g in args.groups.split(","))

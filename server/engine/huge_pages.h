@@ -16,26 +16,24 @@ namespace tally {
 
 inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
-// Advises the whole 2 MiB pages inside [p, p + bytes).
-inline void AdviseHugePages(void* p, std::size_t bytes) {
+// madvise(`advice`) over the whole pages of `page` bytes inside
+// [p, p + bytes), if there is one.
+inline void AdviseWholePages(void* p, std::size_t bytes, std::uintptr_t page, int advice) {
   const auto begin = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t first = (begin + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-  const std::uintptr_t last = (begin + bytes) / kHugePageBytes * kHugePageBytes;
-  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+  const std::uintptr_t first = (begin + page - 1) / page * page;
+  const std::uintptr_t last = (begin + bytes) / page * page;
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, advice);
 }
+
+// Advises the whole 2 MiB pages inside [p, p + bytes).
+inline void AdviseHugePages(void* p, std::size_t bytes) { AdviseWholePages(p, bytes, kHugePageBytes, MADV_HUGEPAGE); }
 
 // The whole 4 KiB pages inside [p, p + bytes) faulted in, writable, by the
 // kernel in one call (MADV_POPULATE_WRITE, Linux 5.14), so that the writes
 // that follow fault nothing: several threads can populate a buffer that
 // one thread then fills. Where the kernel lacks it nothing happens (the
 // writes fault the pages in as before).
-inline void PopulateForWriting(void* p, std::size_t bytes) {
-  constexpr std::uintptr_t kPage = 4096;
-  const auto begin = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t first = (begin + kPage - 1) / kPage * kPage;
-  const std::uintptr_t last = (begin + bytes) / kPage * kPage;
-  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
-}
+inline void PopulateForWriting(void* p, std::size_t bytes) { AdviseWholePages(p, bytes, 4096, MADV_POPULATE_WRITE); }
 
 // Room in `v` for `n` elements, the buffer advised before anything touches
 // it, so that a resize or assign after it faults in huge pages; only for

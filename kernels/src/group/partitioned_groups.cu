@@ -70,11 +70,12 @@ static_assert(kMaxInPlaceRange % kBucketKeys == 0, "whole buckets read in place"
 template <bool kInPlace>
 constexpr std::uint64_t kItemRows = kInPlace ? PackedRows::kMaxRows : 32768;
 // Two buckets read in place take one pass of twice the slots (112 KiB of
-// shared memory for float32 values, 144 for float64: one block an SM) with 1,024 threads, where the device's
-// blocks may hold that much. H200, 2^28 rows, `tally-groupby-kernel-bench
-// 28 3 3000,4096`, SumByKey against two passes in the same call: 3,000 keys
-// 2.53-2.55 -> 1.43-1.45 ms, 4,096 keys 2.59-2.64 -> 1.48; with 512
-// threads the one pass took 2.29-2.34 ms (too few rows in flight an SM).
+// shared memory for float32 values, 144 for float64: one block an SM)
+// with 1,024 threads, where the device's blocks may hold that much. H200,
+// 2^28 rows, `tally-groupby-kernel-bench 28 3 3000,4096`, SumByKey against
+// two passes in the same call: 3,000 keys 2.53-2.55 -> 1.43-1.45 ms,
+// 4,096 keys 2.59-2.64 -> 1.48; with 512 threads the one pass took
+// 2.29-2.34 ms (too few rows in flight an SM).
 constexpr bool kWideInPlace = true;
 constexpr int kWideThreads = 1024;
 constexpr int kThreads = 512;

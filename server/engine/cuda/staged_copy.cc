@@ -87,6 +87,13 @@ absl::Status Plain(cudaStream_t stream, std::span<const HostCopy> copies) {
   return absl::OkStatus();
 }
 
+// Whether `bytes` are enough for the copiers to take part (each takes at
+// least kParallelCopyBytes of them, two at least): below, the hand-off
+// costs more than it spares.
+bool ForCopiers(const cpu::ThreadPool* copiers, std::size_t bytes) {
+  return copiers != nullptr && bytes >= 2 * EnginePolicy::kParallelCopyBytes;
+}
+
 // The blocks a copy holds: `wave` batches go over the bus together, in
 // one or two sets of blocks.
 struct Blocks {
@@ -183,7 +190,7 @@ absl::Status CopyAllToHost(PinnedPool& pinned, cudaStream_t stream, std::span<co
         }
       }
     };
-    if (copiers != nullptr && targets.size() > 1 && bytes >= 2 * EnginePolicy::kParallelCopyBytes) {
+    if (targets.size() > 1 && ForCopiers(copiers, bytes)) {
       copiers->ParallelFor(targets.size(), fill);
     } else {
       for (std::size_t t = 0; t < targets.size(); ++t) fill(t, 0);
@@ -194,12 +201,12 @@ absl::Status CopyAllToHost(PinnedPool& pinned, cudaStream_t stream, std::span<co
   // While the first wave crosses the bus, the copiers populate the
   // targets' room, so that no copier faults its target's pages in one by
   // one as it fills them (it copied at about 4 GB/s so, against the bus's
-  // 55; docs/performance.md). Not for answers small enough to be copied
-  // out on this thread (copy_out's rule): there the hand-off and a system
-  // call a target cost more than the few pages they would spare.
+  // 55; docs/performance.md). Not for answers too small for the copiers
+  // (ForCopiers): there the hand-off and a system call a target cost more
+  // than the few pages they would spare.
   std::size_t total = 0;
   for (const HostCopy& c : copies) total += c.bytes;
-  if (status.ok() && copiers != nullptr && total >= 2 * EnginePolicy::kParallelCopyBytes) {
+  if (status.ok() && ForCopiers(copiers, total)) {
     constexpr std::size_t kPopulateBytes = std::size_t{8} << 20;  // a copier's share at a time
     std::vector<std::span<std::byte>> chunks;
     for (const HostCopy& c : copies) {
