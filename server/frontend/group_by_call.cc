@@ -97,6 +97,7 @@ grpc::ServerWriteReactor<v1::GroupByResponse>* AggregatorService::GroupBy(grpc::
             GroupByWorkingBytes(RowsBeforePlanning(*request, *stored), request->keys_size()),
         identity);
     if (!ticket.ok()) return writer->Answer(ticket.status(), {});
+    record->Phase("admitted");
     if (context->IsCancelled()) return writer->Answer(absl::CancelledError("the client cancelled the request."), {});
     if (absl::Status s = CopyShardedColumns(*stored, backend_); !s.ok()) return writer->Answer(s, {});
     absl::StatusOr<GroupedTable> table = GroupTable(

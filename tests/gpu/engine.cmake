@@ -13,6 +13,7 @@ add_executable(tally_engine_gpu_tests
   ${CMAKE_CURRENT_LIST_DIR}/engine_group_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_exact_sum_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/pinned_pool_test.cc
+  ${CMAKE_CURRENT_LIST_DIR}/kept_streams_test.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_test_util.h)
 target_include_directories(tally_engine_gpu_tests PRIVATE ${PROJECT_SOURCE_DIR})
 target_link_libraries(tally_engine_gpu_tests PRIVATE

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <utility>
 
+#include "server/engine/cuda/kept_streams.h"
 #include "tally/kernels/cuda_error.h"
 
 namespace tally::cuda {
@@ -75,14 +76,16 @@ class Owned {
   int device_ = 0;
 };
 
-// A non-blocking stream (does not synchronize with the legacy default stream).
-class Stream : public Owned<cudaStream_t, cudaStreamDestroy> {
+// A non-blocking stream (does not synchronize with the legacy default
+// stream), given back for reuse when its owner goes (kept_streams.h).
+class Stream : public Owned<cudaStream_t, KeepOrDestroyStream> {
  public:
-  // On the current device.
+  // On the current device: one given back earlier, else a new one.
   [[nodiscard]] static cudaError_t Create(Stream* out) {
     Stream s;
     TALLY_CUDA_TRY(cudaGetDevice(&s.device_));
-    TALLY_CUDA_TRY(cudaStreamCreateWithFlags(&s.handle_, cudaStreamNonBlocking));
+    s.handle_ = TakeKeptStream();
+    if (s.handle_ == nullptr) TALLY_CUDA_TRY(cudaStreamCreateWithFlags(&s.handle_, cudaStreamNonBlocking));
     *out = std::move(s);
     return cudaSuccess;
   }

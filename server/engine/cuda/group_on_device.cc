@@ -264,6 +264,7 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   };
   if (values.placement != keys.placement) return unimplemented("keys and values are not on one GPU.");
   if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return unimplemented("values are not float32 or float64.");
+  const auto entered = std::chrono::steady_clock::now();
   absl::StatusOr<DevicePass> pass = StartDevicePass(keys, key_dtype, rows, pool, kernels::GroupKeysSupported);
   if (!pass.ok()) return pass.status();
   const int device = pass->device;
@@ -336,7 +337,8 @@ absl::StatusOr<KeyedSums> SumByKeyOnDevice(const Extent& keys, DType key_dtype, 
   }
   std::uint64_t bytes = 0;
   for (const HostCopy& c : copies) bytes += c.bytes;
-  spdlog::trace("cuda direct pass: {} groups, {} bytes back: passes {:.3f} ms, copied back {:.3f} ms", g, bytes,
+  spdlog::trace("cuda direct pass: {} groups, {} bytes back: set up {:.3f} ms, passes {:.3f} ms, copied back {:.3f} ms",
+                g, bytes, std::chrono::duration<double, std::milli>(began - entered).count(),
                 std::chrono::duration<double, std::milli>(summed - began).count(),
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - summed).count());
   return out;
