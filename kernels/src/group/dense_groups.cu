@@ -133,9 +133,10 @@ __global__ void RangeAndMagnitudeKernel(KeyReader<kBytes> keys, const T* __restr
 // One copy of every slot per lane of a warp (slot j of lane l at j x 32 +
 // l): the lanes of a warp never update one address, so a few hot keys (16
 // groups) cost no serialised atomics. 32 keys x 32 copies x 28 bytes (36
-// for float64 values: Packed) is 28 KiB a block. Each copy counts in its low word's top bits (Packed), so a
-// copy's rows, those of its lane in the block's warps, must stay under
-// 2^16: LaneCopiesBlocks gives each thread at most kMaxLaneRows rows.
+// for float64 values: Packed) is 28 KiB a block. Each copy counts in its
+// low word's top bits (Packed), so a copy's rows, those of its lane in the
+// block's warps, must stay under 2^16: LaneCopiesBlocks gives each thread
+// at most kMaxLaneRows rows.
 static_assert(kMaxLaneCopiesRange == 32, "a copy per lane of a warp");
 constexpr std::uint64_t kMaxLaneRows = dense::PackedRows::kMaxRows / (kThreads / 32) - 8;
 // Elements a thread loads before it adds them, so that several loads are

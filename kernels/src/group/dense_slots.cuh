@@ -14,6 +14,7 @@
 
 #include "tally/rules/dtype.h"
 #include "tally/rules/keyed_sums.h"
+#include "tally/rules/order_key.h"
 
 namespace tally::kernels::dense {
 
@@ -206,33 +207,23 @@ __device__ inline void AddWideShared(unsigned long long* word, unsigned long lon
   if (high != 0) atomicAdd(&half[1], high);
 }
 
-// A float's bits as an unsigned number that orders as the float does
-// (-0.0 as +0.0, as rules::keyed::OrderedDouble), and back; not for NaN.
-// A float32 column's extremes in shared memory are these 32-bit words: a
-// read and a compare of one word a row where the double's take two.
-__device__ inline unsigned OrderedFloat(float v) {
-  if (v == 0) v = 0.0f;
-  const unsigned b = __float_as_uint(v);
-  return (b >> 31) != 0 ? ~b : (b | 0x80000000u);
-}
-__device__ inline float FromOrderedFloat(unsigned o) {
-  return __uint_as_float((o >> 31) != 0 ? (o & 0x7fffffffu) : ~o);
-}
-
 // The extremes of values of type T as a slot in shared memory keeps them,
 // and as OrderedDouble's words (the global slots'), the slot's sentinels
 // (no element yet: all ones for the least, 0 for the greatest, neither an
-// ordered number's word) kept as rules::keyed::kNoLow and kNoHigh.
+// ordered number's word) kept as rules::keyed::kNoLow and kNoHigh. A
+// float32 column's are its numbers' 32-bit keys (rules::NumberKey: -0.0 as
+// +0.0, as OrderedDouble): a read and a compare of one word a row where
+// the double's take two.
 template <typename T>
 struct Extremes;
 template <>
 struct Extremes<float> {
   using Word = unsigned;
-  __device__ static Word Of(float v) { return OrderedFloat(v); }
+  __device__ static Word Of(float v) { return rules::NumberKey(v); }
   __device__ static unsigned long long Widened(Word o) {
     if (o == ~0u) return rules::keyed::kNoLow;
     if (o == 0u) return rules::keyed::kNoHigh;
-    return rules::keyed::OrderedDouble(static_cast<double>(FromOrderedFloat(o)));
+    return rules::keyed::OrderedDouble(static_cast<double>(rules::NumberOfKey<float>(o)));
   }
 };
 template <>

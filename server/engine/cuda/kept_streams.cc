@@ -7,9 +7,14 @@
 namespace tally::cuda {
 namespace {
 
-std::mutex mutex;
-std::map<int, std::vector<cudaStream_t>>& Kept() {
-  static auto* kept = new std::map<int, std::vector<cudaStream_t>>;  // never destroyed: streams outlive main
+// The kept streams of each device, and the lock over them; never destroyed,
+// as streams may be given back after main returns.
+struct KeptStreams {
+  std::mutex mutex;
+  std::map<int, std::vector<cudaStream_t>> by_device;
+};
+KeptStreams& Kept() {
+  static auto* kept = new KeptStreams;
   return *kept;
 }
 
@@ -18,11 +23,12 @@ std::map<int, std::vector<cudaStream_t>>& Kept() {
 cudaStream_t TakeKeptStream() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return nullptr;
-  const std::lock_guard<std::mutex> lock(mutex);
-  std::vector<cudaStream_t>& kept = Kept()[device];
-  if (kept.empty()) return nullptr;
-  const cudaStream_t s = kept.back();
-  kept.pop_back();
+  KeptStreams& kept = Kept();
+  const std::lock_guard<std::mutex> lock(kept.mutex);
+  std::vector<cudaStream_t>& streams = kept.by_device[device];
+  if (streams.empty()) return nullptr;
+  const cudaStream_t s = streams.back();
+  streams.pop_back();
   return s;
 }
 
@@ -30,10 +36,11 @@ cudaError_t KeepOrDestroyStream(cudaStream_t stream) {
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   {
-    const std::lock_guard<std::mutex> lock(mutex);
-    std::vector<cudaStream_t>& kept = Kept()[device];
-    if (kept.size() < static_cast<std::size_t>(kMaxKeptStreams)) {
-      kept.push_back(stream);
+    KeptStreams& kept = Kept();
+    const std::lock_guard<std::mutex> lock(kept.mutex);
+    std::vector<cudaStream_t>& streams = kept.by_device[device];
+    if (streams.size() < static_cast<std::size_t>(kMaxKeptStreams)) {
+      streams.push_back(stream);
       return cudaSuccess;
     }
   }
